@@ -1,0 +1,172 @@
+//! Error types, one per concern: configuration, sending, the wire format and the link itself.
+
+use std::time::Duration;
+
+/// A configuration that [`Builder::build`](crate::Builder::build) refuses.
+///
+/// Every check is made once, in `build()`; a link that was built never fails for a
+/// configuration reason later.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The endpoint is not `tcp://host:port` (host a name, an IPv4 literal or a bracketed IPv6
+    /// literal; port 1–65535).
+    #[error("bad endpoint {endpoint:?}: {reason}")]
+    BadEndpoint {
+        /// The endpoint as given.
+        endpoint: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// The builder was given an empty list of endpoints.
+    #[error("no endpoint given")]
+    NoEndpoint,
+    /// A duration that must be positive is zero.
+    #[error("{name} must be greater than zero")]
+    ZeroDuration {
+        /// The setting, as named in the builder.
+        name: &'static str,
+    },
+    /// A count or size that must be positive is zero.
+    #[error("{name} must be greater than zero")]
+    ZeroLimit {
+        /// The setting, as named in the builder.
+        name: &'static str,
+    },
+    /// A value is above what libzmq or the wire format can carry.
+    #[error("{name} is {value}, above the largest allowed {max}")]
+    TooLarge {
+        /// The setting, as named in the builder.
+        name: &'static str,
+        /// The value given.
+        value: u128,
+        /// The largest value allowed.
+        max: u128,
+    },
+    /// The backoff's maximum delay is below its base delay.
+    #[error("backoff max ({max:?}) is below its base ({base:?})")]
+    MaxBelowBase {
+        /// The base delay.
+        base: Duration,
+        /// The maximum delay.
+        max: Duration,
+    },
+    /// The backoff's floor is above its maximum delay.
+    #[error("backoff floor ({floor:?}) is above its max ({max:?})")]
+    FloorAboveMax {
+        /// The floor.
+        floor: Duration,
+        /// The maximum delay.
+        max: Duration,
+    },
+    /// The backoff factor is below 1 or not a finite number.
+    #[error("backoff factor {0} must be a finite number of at least 1")]
+    BadFactor(f64),
+    /// Proportional jitter outside `(0, 1]`, or not a finite number.
+    #[error("jitter fraction {0} must be in (0, 1]")]
+    JitterOutOfRange(f64),
+    /// The handshake proof of life was chosen without any hello frame.
+    #[error("a handshake needs at least one hello frame")]
+    EmptyHandshake,
+    /// The heartbeat ping is empty.
+    #[error("the heartbeat ping is empty")]
+    EmptyPing,
+    /// A hello frame or the heartbeat ping cannot be encoded by the codec.
+    #[error("{what} cannot be encoded: {source}")]
+    Unencodable {
+        /// Which frame: `"hello frame"` or `"heartbeat ping"`.
+        what: &'static str,
+        /// Why the codec refuses it.
+        source: FrameError,
+    },
+    /// libzmq refused the socket or the context it was asked to make.
+    #[error("libzmq: {0}")]
+    Zmq(String),
+}
+
+/// Why a codec refuses to encode a frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum FrameError {
+    /// The frame is longer than the codec's limit.
+    #[error("frame of {len} bytes exceeds the limit of {max}")]
+    TooLarge {
+        /// The frame's length.
+        len: usize,
+        /// The codec's limit.
+        max: usize,
+    },
+    /// The lines codec was given a frame that contains a `\n`.
+    #[error("a line frame must not contain a newline")]
+    ContainsNewline,
+    /// The raw codec was given an empty frame (an empty write would close the connection).
+    #[error("an empty frame cannot be sent raw")]
+    Empty,
+}
+
+/// What the peer sent that the codec cannot accept. The connection is reset when it happens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CodecError {
+    /// A length prefix announced a frame longer than `max_frame`.
+    #[error("peer announced a frame of {len} bytes, above the limit of {max}")]
+    FrameTooLarge {
+        /// The announced length.
+        len: u64,
+        /// The limit.
+        max: usize,
+    },
+    /// A line grew past `max_line` bytes without a newline.
+    #[error("peer sent a line longer than {max} bytes")]
+    LineTooLong {
+        /// The limit.
+        max: usize,
+    },
+}
+
+/// A frame refused by [`Link::send`](crate::Link::send) and its variants; the frame is given
+/// back.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SendError {
+    /// The outbox is at its limit (frames or bytes) and the overflow policy is `RejectNew`,
+    /// or `try_send` was used, or a `Block` wait ran out.
+    #[error("outbox full")]
+    Full(Vec<u8>),
+    /// The link is closed or closing.
+    #[error("link closed")]
+    Closed(Vec<u8>),
+    /// The codec cannot encode this frame.
+    #[error("frame refused: {1}")]
+    Invalid(Vec<u8>, FrameError),
+}
+
+impl SendError {
+    /// The frame that was not sent.
+    pub fn into_inner(self) -> Vec<u8> {
+        match self {
+            SendError::Full(f) | SendError::Closed(f) | SendError::Invalid(f, _) => f,
+        }
+    }
+}
+
+/// Something that went wrong on the link and is reported in an [`Event::Error`](crate::Event).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LinkError {
+    /// The peer broke the framing; the connection was reset.
+    #[error("peer broke the framing: {0}")]
+    Codec(#[from] CodecError),
+    /// A libzmq call failed where it should not have.
+    #[error("libzmq {call}: {message}")]
+    Zmq {
+        /// The call that failed.
+        call: &'static str,
+        /// libzmq's message.
+        message: String,
+    },
+    /// Events could not be delivered because the application did not read them; this many
+    /// were dropped (their frames are still counted in the metrics).
+    #[error("{0} events dropped: the application is not reading events")]
+    EventsDropped(u64),
+}

@@ -1,0 +1,206 @@
+//! The only `unsafe` code of the crate: the libzmq calls rust-zmq 0.9 does not wrap, libc's
+//! `srand`, and the eventfd that wakes the IO thread.
+//!
+//! Each block says why it is sound. Nothing here holds policy; the IO module decides what to call.
+
+use std::os::raw::{c_int, c_void};
+use std::sync::Once;
+
+/// A raw libzmq context: rust-zmq 0.9's `Context` hides its pointer, and relink needs it to raise
+/// `ZMQ_MAX_SOCKETS` (a thousand monitored links need three thousand sockets).
+#[derive(Debug)]
+pub(crate) struct RawContext {
+    ptr: *mut c_void,
+}
+
+// SAFETY: a libzmq context is thread-safe by libzmq's contract (zmq_ctx_new(3): "contexts are
+// thread safe"); the pointer is only passed to libzmq.
+unsafe impl Send for RawContext {}
+// SAFETY: as above; every libzmq context function may be called from any thread.
+unsafe impl Sync for RawContext {}
+
+impl RawContext {
+    /// A new context that allows `max_sockets` sockets.
+    pub(crate) fn new(max_sockets: u32) -> Result<RawContext, zmq::Error> {
+        // SAFETY: zmq_ctx_new has no preconditions; a null return is handled.
+        let ptr = unsafe { zmq_sys::zmq_ctx_new() };
+        if ptr.is_null() {
+            return Err(last_error());
+        }
+        let ctx = RawContext { ptr };
+        let value = c_int::try_from(max_sockets).unwrap_or(c_int::MAX);
+        // SAFETY: ptr is a live context owned by `ctx`; ZMQ_MAX_SOCKETS takes an int value.
+        let rc = unsafe { zmq_sys::zmq_ctx_set(ctx.ptr, zmq_sys::ZMQ_MAX_SOCKETS as c_int, value) };
+        if rc != 0 {
+            return Err(last_error());
+        }
+        Ok(ctx)
+    }
+
+    /// A new socket of this context, wrapped so that rust-zmq closes it on drop.
+    ///
+    /// The socket must be dropped before the context (the IO thread drops its sockets, then its
+    /// `Arc` of the context).
+    pub(crate) fn socket(&self, kind: zmq::SocketType) -> Result<zmq::Socket, zmq::Error> {
+        let raw = match kind {
+            zmq::STREAM => zmq_sys::ZMQ_STREAM,
+            zmq::PAIR => zmq_sys::ZMQ_PAIR,
+            _ => return Err(zmq::Error::EINVAL),
+        };
+        // SAFETY: self.ptr is a live context (it is only terminated in Drop).
+        let sock = unsafe { zmq_sys::zmq_socket(self.ptr, raw as c_int) };
+        if sock.is_null() {
+            return Err(last_error());
+        }
+        // SAFETY: `sock` is a fresh socket that nothing else owns; rust-zmq closes it once.
+        Ok(unsafe { zmq::Socket::from_raw(sock) })
+    }
+}
+
+impl Drop for RawContext {
+    fn drop(&mut self) {
+        // SAFETY: the context is live and dropped once; every socket made from it was closed
+        // first (see `socket`), so termination does not wait on any of ours.
+        unsafe {
+            while zmq_sys::zmq_ctx_term(self.ptr) == -1 && zmq_sys::zmq_errno() == libc::EINTR {}
+        }
+    }
+}
+
+fn last_error() -> zmq::Error {
+    // SAFETY: zmq_errno only reads the calling thread's errno.
+    zmq::Error::from_raw(unsafe { zmq_sys::zmq_errno() })
+}
+
+/// Sets an int socket option that rust-zmq 0.9 has no setter for.
+pub(crate) fn set_int_option(socket: &mut zmq::Socket, option: u32, value: i32) -> zmq::Result<()> {
+    let value: c_int = value;
+    // SAFETY: the socket pointer is live for the borrow; the value points to a c_int of the
+    // size passed, which libzmq copies before returning.
+    let rc = unsafe {
+        zmq_sys::zmq_setsockopt(
+            socket.as_mut_ptr(),
+            option as c_int,
+            (&value as *const c_int).cast(),
+            std::mem::size_of::<c_int>(),
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(last_error())
+    }
+}
+
+/// Reads an int socket option that rust-zmq 0.9 has no getter for.
+pub(crate) fn get_int_option(socket: &mut zmq::Socket, option: u32) -> zmq::Result<i32> {
+    let mut value: c_int = 0;
+    let mut size = std::mem::size_of::<c_int>();
+    // SAFETY: the socket pointer is live; value and size are valid for writes of their size.
+    let rc = unsafe {
+        zmq_sys::zmq_getsockopt(
+            socket.as_mut_ptr(),
+            option as c_int,
+            (&mut value as *mut c_int).cast(),
+            &mut size,
+        )
+    };
+    if rc == 0 {
+        Ok(value)
+    } else {
+        Err(last_error())
+    }
+}
+
+/// Sets a bytes socket option (ZMQ_CONNECT_ROUTING_ID).
+pub(crate) fn set_bytes_option(
+    socket: &mut zmq::Socket,
+    option: u32,
+    value: &[u8],
+) -> zmq::Result<()> {
+    // SAFETY: the socket pointer is live; value is valid for reads of its length and libzmq
+    // copies it before returning.
+    let rc = unsafe {
+        zmq_sys::zmq_setsockopt(
+            socket.as_mut_ptr(),
+            option as c_int,
+            value.as_ptr().cast(),
+            value.len(),
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(last_error())
+    }
+}
+
+/// Stops a socket's monitor (`zmq_socket_monitor(s, NULL, 0)`), which must happen before the
+/// monitor's PAIR socket is closed (libzmq #3575).
+pub(crate) fn stop_monitor(socket: &mut zmq::Socket) {
+    // SAFETY: the socket pointer is live; a null address is libzmq's documented way to stop.
+    unsafe {
+        zmq_sys::zmq_socket_monitor(socket.as_mut_ptr(), std::ptr::null(), 0);
+    }
+}
+
+/// Seeds the C library's `rand()`, which libzmq draws its reconnect jitter and routing ids from
+/// and never seeds itself. Done once per process.
+pub(crate) fn seed_libc_rand_once(seed: u32) {
+    static SEEDED: Once = Once::new();
+    SEEDED.call_once(|| {
+        // SAFETY: srand only stores the seed; it is called once, before relink starts any
+        // libzmq socket.
+        unsafe { libc::srand(seed) }
+    });
+}
+
+/// An eventfd that another thread writes to wake the IO thread out of `zmq::poll`.
+#[derive(Debug)]
+pub(crate) struct EventFd {
+    fd: c_int,
+}
+
+impl EventFd {
+    pub(crate) fn new() -> std::io::Result<EventFd> {
+        // SAFETY: eventfd has no memory preconditions; a negative return is an error.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            Err(std::io::Error::last_os_error())
+        } else {
+            Ok(EventFd { fd })
+        }
+    }
+
+    pub(crate) fn raw(&self) -> c_int {
+        self.fd
+    }
+
+    /// Adds one to the counter, making the fd readable.
+    pub(crate) fn wake(&self) {
+        let one: u64 = 1;
+        // SAFETY: the fd is open for the life of self; the buffer is 8 valid bytes. A full
+        // counter (EAGAIN) already means "readable", so the result can be ignored.
+        unsafe {
+            libc::write(self.fd, (&one as *const u64).cast(), 8);
+        }
+    }
+
+    /// Resets the counter.
+    pub(crate) fn drain(&self) {
+        let mut value: u64 = 0;
+        // SAFETY: the fd is open; the buffer is 8 writable bytes; EAGAIN (nothing to read) is fine.
+        unsafe {
+            libc::read(self.fd, (&mut value as *mut u64).cast(), 8);
+        }
+    }
+}
+
+impl Drop for EventFd {
+    fn drop(&mut self) {
+        // SAFETY: the fd is owned by self and closed once.
+        unsafe {
+            libc::close(self.fd);
+        }
+    }
+}

@@ -1,0 +1,141 @@
+//! The heartbeat: when to ping, and when a silent connection is dead.
+//!
+//! Pure: the caller passes `now`. Any inbound byte counts as life. Death is declared when
+//! nothing arrived for `interval × (max_missed + 1)`; while reading is paused (the application
+//! is slow to take frames) no verdict is given, and the silence is measured again from the
+//! moment reading resumes.
+
+use std::time::{Duration, Instant};
+
+use crate::config::Heartbeat;
+
+#[derive(Debug)]
+pub(crate) struct HeartbeatState {
+    interval: Duration,
+    bound: Duration,
+    idle_only: bool,
+    last_inbound: Instant,
+    last_outbound: Instant,
+    last_ping: Instant,
+    inbound_since_ping: bool,
+    ping_outstanding: Option<Instant>,
+    paused: bool,
+}
+
+impl HeartbeatState {
+    /// Starts watching a connection that came up at `now`.
+    pub(crate) fn start(cfg: &Heartbeat, now: Instant, paused: bool) -> HeartbeatState {
+        HeartbeatState {
+            interval: cfg.interval,
+            bound: cfg.bound(),
+            idle_only: cfg.idle_only,
+            last_inbound: now,
+            last_outbound: now,
+            last_ping: now,
+            inbound_since_ping: true,
+            ping_outstanding: None,
+            paused,
+        }
+    }
+
+    pub(crate) fn on_inbound(&mut self, now: Instant) {
+        self.last_inbound = now;
+        self.inbound_since_ping = true;
+    }
+
+    pub(crate) fn on_outbound(&mut self, now: Instant) {
+        self.last_outbound = now;
+    }
+
+    /// When the next ping is due.
+    pub(crate) fn next_ping(&self) -> Instant {
+        if self.idle_only {
+            self.last_outbound.max(self.last_ping) + self.interval
+        } else {
+            self.last_ping + self.interval
+        }
+    }
+
+    /// When the connection will be declared dead if nothing arrives; none while paused.
+    pub(crate) fn death_at(&self) -> Option<Instant> {
+        (!self.paused).then(|| self.last_inbound + self.bound)
+    }
+
+    /// Records a ping queued at `now`; returns whether the interval before it was silent.
+    pub(crate) fn on_ping(&mut self, now: Instant) -> bool {
+        let missed = !self.inbound_since_ping && !self.paused;
+        self.inbound_since_ping = false;
+        self.last_ping = now;
+        self.ping_outstanding = Some(now);
+        missed
+    }
+
+    /// A recognised reply: the round trip of the outstanding ping, if there is one.
+    pub(crate) fn on_reply(&mut self, now: Instant) -> Option<Duration> {
+        self.ping_outstanding.take().map(|t| now - t)
+    }
+
+    pub(crate) fn set_paused(&mut self, paused: bool, now: Instant) {
+        if self.paused && !paused {
+            // Bytes may have waited in the kernel while we did not read: measure anew.
+            self.last_inbound = now;
+            self.inbound_since_ping = true;
+        }
+        self.paused = paused;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Ping;
+
+    fn hb(idle_only: bool) -> Heartbeat {
+        Heartbeat::new(Duration::from_secs(1), Ping::Raw(b"p".to_vec()))
+            .max_missed(2)
+            .idle_only(idle_only)
+    }
+
+    #[test]
+    fn death_comes_interval_times_max_missed_plus_one_after_the_last_byte() {
+        let t0 = Instant::now();
+        let mut h = HeartbeatState::start(&hb(false), t0, false);
+        assert_eq!(h.death_at(), Some(t0 + Duration::from_secs(3)));
+        h.on_inbound(t0 + Duration::from_millis(1500));
+        assert_eq!(h.death_at(), Some(t0 + Duration::from_millis(4500)));
+    }
+
+    #[test]
+    fn pings_are_periodic_unless_idle_only() {
+        let t0 = Instant::now();
+        let mut h = HeartbeatState::start(&hb(false), t0, false);
+        h.on_outbound(t0 + Duration::from_millis(900));
+        assert_eq!(h.next_ping(), t0 + Duration::from_secs(1));
+        let mut idle = HeartbeatState::start(&hb(true), t0, false);
+        idle.on_outbound(t0 + Duration::from_millis(900));
+        assert_eq!(idle.next_ping(), t0 + Duration::from_millis(1900));
+    }
+
+    #[test]
+    fn a_ping_after_a_silent_interval_counts_as_missed() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs(1);
+        let mut h = HeartbeatState::start(&hb(false), t0, false);
+        assert!(!h.on_ping(t0 + s), "the connect itself counts as life");
+        assert!(h.on_ping(t0 + 2 * s));
+        h.on_inbound(t0 + 2 * s + s / 2);
+        assert!(!h.on_ping(t0 + 3 * s));
+        assert_eq!(h.on_reply(t0 + 3 * s + s / 10), Some(s / 10));
+        assert_eq!(h.on_reply(t0 + 4 * s), None, "one reply per ping");
+    }
+
+    #[test]
+    fn no_verdict_while_paused_and_silence_restarts_on_resume() {
+        let t0 = Instant::now();
+        let mut h = HeartbeatState::start(&hb(false), t0, false);
+        h.set_paused(true, t0 + Duration::from_secs(1));
+        assert_eq!(h.death_at(), None);
+        h.set_paused(false, t0 + Duration::from_secs(60));
+        assert_eq!(h.death_at(), Some(t0 + Duration::from_secs(63)));
+    }
+}

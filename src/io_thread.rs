@@ -1,0 +1,703 @@
+//! The IO thread: the only code that calls zmq or reads the clock.
+//!
+//! Each pass: wait in `zmq::poll` on the STREAM socket, its monitor and the eventfd, until the
+//! machine's next deadline; read `now` once; translate what arrived (routing-id toggles, data,
+//! monitor events, commands) into machine inputs; carry out the machine's actions; hand it the
+//! socket for writing. No business logic lives here.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender, TrySendError};
+
+use crate::config::{Config, Context};
+use crate::error::{ConfigError, LinkError};
+use crate::event::{Event, State};
+use crate::ffi::{self, EventFd};
+use crate::machine::{fmt_addr, Action, Input, Machine, TxResult};
+use crate::metrics::Metrics;
+
+/// What handles and resolver threads send to the IO thread.
+#[derive(Debug)]
+pub(crate) enum Command {
+    Send {
+        frame: Vec<u8>,
+        deadline: Option<Instant>,
+    },
+    Close {
+        deadline: Instant,
+    },
+    ReconnectNow,
+    Metrics(Sender<Metrics>),
+    Resolved {
+        generation: u64,
+        result: Result<Vec<SocketAddr>, String>,
+    },
+}
+
+/// State shared between the handles, the event receivers and the IO thread.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    waker: EventFd,
+    wake_pending: AtomicBool,
+    pub state: AtomicU8,
+    /// No new frames are accepted. Set by `close` and by the IO thread when it stops.
+    pub closed: AtomicBool,
+    /// Handles inside the accept-and-enqueue section (see `Link::submit`).
+    pub sending: AtomicUsize,
+    /// Frames and bytes accepted and not yet sent or abandoned (admission control).
+    pub queued_frames: AtomicUsize,
+    pub queued_bytes: AtomicUsize,
+    pub room: Mutex<()>,
+    pub room_cv: Condvar,
+    pub waiters: AtomicUsize,
+    /// The IO thread stopped reading because the application is not taking events.
+    pub reader_waiting: AtomicBool,
+    /// Frames refused at the call.
+    pub rejected: AtomicU64,
+    /// The last snapshot, kept when the IO thread stops.
+    pub final_metrics: Mutex<Option<Metrics>>,
+    /// Events the IO thread could not deliver before it stopped; receivers take them after
+    /// the channel.
+    pub leftover: Mutex<VecDeque<Event>>,
+}
+
+impl Shared {
+    pub(crate) fn new() -> std::io::Result<Shared> {
+        Ok(Shared {
+            waker: EventFd::new()?,
+            wake_pending: AtomicBool::new(false),
+            state: AtomicU8::new(State::Idle as u8),
+            closed: AtomicBool::new(false),
+            sending: AtomicUsize::new(0),
+            queued_frames: AtomicUsize::new(0),
+            queued_bytes: AtomicUsize::new(0),
+            room: Mutex::new(()),
+            room_cv: Condvar::new(),
+            waiters: AtomicUsize::new(0),
+            reader_waiting: AtomicBool::new(false),
+            rejected: AtomicU64::new(0),
+            final_metrics: Mutex::new(None),
+            leftover: Mutex::new(VecDeque::new()),
+        })
+    }
+
+    /// Wakes the IO thread; coalesced, so a burst of sends costs one write.
+    pub(crate) fn wake(&self) {
+        if !self.wake_pending.swap(true, Ordering::AcqRel) {
+            self.waker.wake();
+        }
+    }
+
+    fn release(&self, frames: usize, bytes: usize) {
+        if frames == 0 && bytes == 0 {
+            return;
+        }
+        self.queued_frames.fetch_sub(frames, Ordering::SeqCst);
+        self.queued_bytes.fetch_sub(bytes, Ordering::SeqCst);
+        if self.waiters.load(Ordering::SeqCst) > 0 {
+            let _g = self.room.lock().unwrap_or_else(|e| e.into_inner());
+            self.room_cv.notify_all();
+        }
+    }
+}
+
+/// Messages read from the socket per pass before commands and timers get their turn.
+const READ_BUDGET: usize = 256;
+/// Commands taken per pass.
+const COMMAND_BUDGET: usize = 4096;
+
+const EVENT_CONNECTED: u16 = 0x0001;
+const EVENT_CONNECT_RETRIED: u16 = 0x0004;
+const EVENT_DISCONNECTED: u16 = 0x0200;
+
+/// Builds the sockets on the caller's thread (so that errors reach `build()`), then runs the
+/// loop on a thread of its own.
+pub(crate) struct IoThread {
+    machine: Machine,
+    socket: zmq::Socket,
+    monitor: zmq::Socket,
+    commands: Receiver<Command>,
+    reply_tx: Sender<Command>,
+    events: Sender<Event>,
+    pending: VecDeque<Event>,
+    max_pending: usize,
+    shared: Arc<Shared>,
+    /// Routing id and generation of the current dial.
+    rid: Option<(Vec<u8>, u64)>,
+    connected: bool,
+    endpoint: Option<String>,
+    buf: Vec<u8>,
+    released: (u64, u64),
+    events_dropped: u64,
+    stopped: bool,
+    monitor_mismatch: u64,
+    /// Keeps the context alive until the sockets are closed (declared last: dropped last).
+    _context: Context,
+}
+
+impl IoThread {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        config: Config,
+        context: Context,
+        seed: u64,
+        shared: Arc<Shared>,
+        commands: Receiver<Command>,
+        reply_tx: Sender<Command>,
+        events: Sender<Event>,
+    ) -> Result<IoThread, ConfigError> {
+        static LINK_ID: AtomicU64 = AtomicU64::new(0);
+        ffi::seed_libc_rand_once(rand::random());
+        let zerr = |what: &str, e: zmq::Error| ConfigError::Zmq(format!("{what}: {e}"));
+        let mut socket = context
+            .raw
+            .socket(zmq::STREAM)
+            .map_err(|e| zerr("socket", e))?;
+        apply_options(&mut socket, &config).map_err(ConfigError::Zmq)?;
+        let id = LINK_ID.fetch_add(1, Ordering::Relaxed);
+        let addr = format!("inproc://relink-monitor-{}-{id}", std::process::id());
+        socket
+            .monitor(&addr, zmq::SocketEvent::ALL as i32)
+            .map_err(|e| zerr("monitor", e))?;
+        let monitor = context
+            .raw
+            .socket(zmq::PAIR)
+            .map_err(|e| zerr("monitor socket", e))?;
+        monitor
+            .set_linger(0)
+            .map_err(|e| zerr("monitor linger", e))?;
+        monitor
+            .connect(&addr)
+            .map_err(|e| zerr("monitor connect", e))?;
+        let max_pending = config.events_capacity.saturating_mul(4).max(4096);
+        let machine = Machine::new(config, seed, Instant::now());
+        Ok(IoThread {
+            machine,
+            socket,
+            monitor,
+            commands,
+            reply_tx,
+            events,
+            pending: VecDeque::new(),
+            max_pending,
+            shared,
+            rid: None,
+            connected: false,
+            endpoint: None,
+            buf: Vec::new(),
+            released: (0, 0),
+            events_dropped: 0,
+            stopped: false,
+            monitor_mismatch: 0,
+            _context: context,
+        })
+    }
+
+    pub(crate) fn run(mut self) {
+        self.machine.handle_input(Instant::now(), Input::Start);
+        self.carry_out(Instant::now());
+        while !self.stopped {
+            let timeout = self.poll_timeout_ms();
+            let reading = self.pending.is_empty();
+            let (socket_in, monitor_in, woken) = {
+                let mut items = [
+                    self.socket.as_poll_item(if reading {
+                        zmq::POLLIN
+                    } else {
+                        zmq::PollEvents::empty()
+                    }),
+                    self.monitor.as_poll_item(zmq::POLLIN),
+                    zmq::PollItem::from_fd(self.shared.waker.raw(), zmq::POLLIN),
+                ];
+                match zmq::poll(&mut items, timeout) {
+                    Ok(_) => (
+                        items[0].is_readable(),
+                        items[1].is_readable(),
+                        items[2].is_readable(),
+                    ),
+                    Err(zmq::Error::EINTR) => (false, false, false),
+                    Err(e) => {
+                        log::error!("relink: zmq poll failed: {e}");
+                        (false, false, false)
+                    }
+                }
+            };
+            let now = Instant::now();
+            if woken {
+                self.shared.waker.drain();
+                self.shared.wake_pending.swap(false, Ordering::AcqRel);
+            }
+            self.flush_events(now);
+            if monitor_in {
+                self.read_monitor(now);
+            }
+            if socket_in && self.pending.is_empty() {
+                self.read_socket(now);
+            }
+            self.take_commands(now);
+            self.machine.handle_timeout(now);
+            self.carry_out(now);
+            self.transmit(now);
+            self.publish();
+        }
+        self.shutdown();
+    }
+
+    fn poll_timeout_ms(&self) -> i64 {
+        if !self.commands.is_empty() {
+            return 0;
+        }
+        match self.machine.poll_timeout() {
+            None => -1,
+            Some(t) => {
+                let now = Instant::now();
+                if t <= now {
+                    0
+                } else {
+                    // Round up: waking early only costs another pass.
+                    let d = t - now;
+                    (d.as_micros().div_ceil(1000)).min(i64::MAX as u128) as i64
+                }
+            }
+        }
+    }
+
+    fn read_monitor(&mut self, now: Instant) {
+        while let Ok(head) = self.monitor.recv_msg(zmq::DONTWAIT) {
+            let mut endpoint = None;
+            while self.monitor.get_rcvmore().unwrap_or(false) {
+                match self.monitor.recv_msg(zmq::DONTWAIT) {
+                    Ok(m) => endpoint = Some(m),
+                    Err(_) => break,
+                }
+            }
+            if head.len() < 6 {
+                continue;
+            }
+            let event = u16::from_ne_bytes([head[0], head[1]]);
+            let value = u32::from_ne_bytes([head[2], head[3], head[4], head[5]]);
+            let ours = match (&endpoint, &self.endpoint) {
+                (Some(e), Some(active)) => e.as_str() == Some(active.as_str()),
+                _ => false,
+            };
+            log::trace!("relink: monitor event {event:#06x} value {value} ours={ours}");
+            if !ours {
+                continue;
+            }
+            let Some((_, generation)) = self.rid else {
+                continue;
+            };
+            match event {
+                EVENT_CONNECT_RETRIED if !self.connected => {
+                    self.machine
+                        .handle_input(now, Input::ConnectFailed { generation });
+                    self.carry_out(now);
+                }
+                EVENT_CONNECTED | EVENT_DISCONNECTED => {
+                    // Cross-check: the routing-id toggles are the source of truth; a monitor
+                    // event that disagrees with them is counted and logged.
+                    let says_up = event == EVENT_CONNECTED;
+                    if says_up == self.connected {
+                        continue;
+                    }
+                    self.monitor_mismatch += 1;
+                    log::trace!(
+                        "relink: monitor says {} before the stream notification",
+                        if says_up { "connected" } else { "disconnected" }
+                    );
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn read_socket(&mut self, now: Instant) {
+        for _ in 0..READ_BUDGET {
+            let rid = match self.socket.recv_msg(zmq::DONTWAIT) {
+                Ok(m) => m,
+                Err(zmq::Error::EAGAIN) => return,
+                Err(e) => {
+                    log::error!("relink: zmq recv failed: {e}");
+                    return;
+                }
+            };
+            if !self.socket.get_rcvmore().unwrap_or(false) {
+                continue;
+            }
+            let data = match self.socket.recv_msg(0) {
+                Ok(m) => m,
+                Err(e) => {
+                    log::error!("relink: zmq recv failed: {e}");
+                    return;
+                }
+            };
+            let generation = match &self.rid {
+                Some((r, g)) if r.as_slice() == &rid[..] => *g,
+                _ => {
+                    log::trace!(
+                        "relink: {} bytes from a stale connection dropped",
+                        data.len()
+                    );
+                    continue;
+                }
+            };
+            if data.is_empty() {
+                // STREAM_NOTIFY: an empty frame toggles between connected and disconnected.
+                self.connected = !self.connected;
+                let input = if self.connected {
+                    Input::Connected { generation }
+                } else {
+                    Input::Disconnected { generation }
+                };
+                self.machine.handle_input(now, input);
+            } else {
+                self.machine.handle_data(now, generation, &data);
+            }
+            self.carry_out(now);
+            if !self.pending.is_empty() {
+                return;
+            }
+        }
+    }
+
+    fn take_commands(&mut self, now: Instant) {
+        for _ in 0..COMMAND_BUDGET {
+            let Ok(cmd) = self.commands.try_recv() else {
+                break;
+            };
+            self.command(now, cmd);
+        }
+    }
+
+    fn command(&mut self, now: Instant, cmd: Command) {
+        let input = match cmd {
+            Command::Send { frame, deadline } => Input::Submit { frame, deadline },
+            Command::Close { deadline } => Input::Close { deadline },
+            Command::ReconnectNow => Input::ReconnectNow,
+            Command::Resolved { generation, result } => Input::Resolved { generation, result },
+            Command::Metrics(reply) => {
+                let _ = reply.send(self.snapshot(now));
+                return;
+            }
+        };
+        self.machine.handle_input(now, input);
+    }
+
+    fn snapshot(&self, now: Instant) -> Metrics {
+        let mut m = self.machine.metrics(now);
+        m.events_dropped = self.events_dropped;
+        m
+    }
+
+    /// Carries out the machine's actions.
+    fn carry_out(&mut self, now: Instant) {
+        while let Some(action) = self.machine.poll_action() {
+            match action {
+                Action::Emit(ev) => self.deliver(now, ev),
+                Action::Connect { generation, addr } => self.connect(now, generation, addr),
+                Action::Disconnect => self.disconnect(),
+                Action::Resolve {
+                    generation,
+                    host,
+                    port,
+                } => crate::resolver::resolve(
+                    host,
+                    port,
+                    generation,
+                    self.reply_tx.clone(),
+                    self.shared.clone(),
+                ),
+                Action::Stop => self.stopped = true,
+            }
+        }
+    }
+
+    fn connect(&mut self, now: Instant, generation: u64, addr: SocketAddr) {
+        self.disconnect();
+        // A fresh routing id per dial, never reused (reuse can abort libzmq).
+        let mut rid = Vec::with_capacity(9);
+        rid.push(b'R');
+        rid.extend_from_slice(&generation.to_be_bytes());
+        let endpoint = fmt_addr(addr);
+        let result = ffi::set_bytes_option(&mut self.socket, zmq_sys::ZMQ_CONNECT_ROUTING_ID, &rid)
+            .and_then(|_| self.socket.connect(&endpoint));
+        match result {
+            Ok(()) => {
+                self.rid = Some((rid, generation));
+                self.endpoint = Some(endpoint);
+            }
+            Err(e) => {
+                self.deliver(
+                    now,
+                    Event::Error(LinkError::Zmq {
+                        call: "connect",
+                        message: e.to_string(),
+                    }),
+                );
+                self.machine
+                    .handle_input(now, Input::ConnectFailed { generation });
+            }
+        }
+    }
+
+    fn disconnect(&mut self) {
+        if let Some(endpoint) = self.endpoint.take() {
+            match self.socket.disconnect(&endpoint) {
+                Ok(()) | Err(zmq::Error::ENOENT) => {}
+                Err(e) => log::warn!("relink: disconnect {endpoint} failed: {e}"),
+            }
+        }
+        self.rid = None;
+        self.connected = false;
+    }
+
+    fn transmit(&mut self, now: Instant) {
+        while self.machine.poll_transmit(now, &mut self.buf) {
+            let result = match &self.rid {
+                None => TxResult::Unreachable,
+                Some((rid, _)) => {
+                    let data = std::mem::take(&mut self.buf);
+                    send_batch(&self.socket, rid, data)
+                }
+            };
+            self.machine.transmit_done(now, result);
+            self.carry_out(now);
+            if result != TxResult::Sent {
+                break;
+            }
+        }
+    }
+
+    fn deliver(&mut self, _now: Instant, ev: Event) {
+        if self.pending.is_empty() {
+            match self.events.try_send(ev) {
+                Ok(()) => return,
+                Err(TrySendError::Full(ev)) | Err(TrySendError::Disconnected(ev)) => {
+                    self.pending.push_back(ev)
+                }
+            }
+        } else {
+            self.pending.push_back(ev);
+        }
+        if self.pending.len() > self.max_pending {
+            // Frames are bounded by the read stop; trim the oldest other event.
+            if let Some(i) = self
+                .pending
+                .iter()
+                .position(|e| !matches!(e, Event::Frame(_)))
+            {
+                self.pending.remove(i);
+                self.events_dropped += 1;
+            }
+        }
+        self.set_reader_waiting(true);
+    }
+
+    fn flush_events(&mut self, now: Instant) {
+        while let Some(ev) = self.pending.pop_front() {
+            match self.events.try_send(ev) {
+                Ok(()) => {}
+                Err(TrySendError::Full(ev)) | Err(TrySendError::Disconnected(ev)) => {
+                    self.pending.push_front(ev);
+                    break;
+                }
+            }
+        }
+        if self.pending.is_empty() {
+            self.set_reader_waiting(false);
+        }
+        let _ = now;
+    }
+
+    fn set_reader_waiting(&mut self, waiting: bool) {
+        let was = self.shared.reader_waiting.swap(waiting, Ordering::SeqCst);
+        if was != waiting {
+            self.machine
+                .handle_input(Instant::now(), Input::ReadPaused(waiting));
+            if waiting {
+                log::debug!("relink: the application is not taking events; reading paused");
+            }
+        }
+    }
+
+    fn publish(&mut self) {
+        self.shared
+            .state
+            .store(self.machine.state() as u8, Ordering::Release);
+        let (frames, bytes) = self.machine.released();
+        let df = (frames - self.released.0) as usize;
+        let db = (bytes - self.released.1) as usize;
+        self.released = (frames, bytes);
+        self.shared.release(df, db);
+    }
+
+    fn shutdown(mut self) {
+        let now = Instant::now();
+        // Refuse new frames, then wait for the senders already past the check.
+        self.shared.closed.store(true, Ordering::SeqCst);
+        let until = now + Duration::from_secs(1);
+        while self.shared.sending.load(Ordering::SeqCst) > 0 && Instant::now() < until {
+            std::thread::yield_now();
+        }
+        while let Ok(cmd) = self.commands.try_recv() {
+            self.command(now, cmd);
+        }
+        self.carry_out(now);
+        self.publish();
+        let snapshot = self.snapshot(now);
+        *self
+            .shared
+            .final_metrics
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(snapshot);
+        self.flush_events(now);
+        self.shared
+            .leftover
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(self.pending.drain(..));
+        self.disconnect();
+        ffi::stop_monitor(&mut self.socket);
+        drop(self.monitor);
+        drop(self.socket);
+        self.shared
+            .state
+            .store(State::Closed as u8, Ordering::Release);
+        if self.monitor_mismatch > 0 {
+            log::debug!(
+                "relink: {} monitor events disagreed with the stream notifications",
+                self.monitor_mismatch
+            );
+        }
+        // Wake any sender blocked on room: the link is closed.
+        let _g = self.shared.room.lock().unwrap_or_else(|e| e.into_inner());
+        self.shared.room_cv.notify_all();
+    }
+}
+
+fn send_batch(socket: &zmq::Socket, rid: &[u8], data: Vec<u8>) -> TxResult {
+    let classify = |e: zmq::Error| match e {
+        zmq::Error::EAGAIN => TxResult::WouldBlock,
+        zmq::Error::EHOSTUNREACH => TxResult::Unreachable,
+        other => {
+            log::warn!("relink: zmq send failed: {other}");
+            TxResult::Unreachable
+        }
+    };
+    if let Err(e) = socket.send(rid, zmq::SNDMORE | zmq::DONTWAIT) {
+        return classify(e);
+    }
+    match socket.send(data, zmq::DONTWAIT) {
+        Ok(()) => TxResult::Sent,
+        Err(e) => classify(e),
+    }
+}
+
+fn ms(d: Duration) -> i32 {
+    d.as_millis().min(i32::MAX as u128) as i32
+}
+
+/// Sets every libzmq option before the first connect (libzmq copies them at connect time) and
+/// reads back those it can report.
+fn apply_options(socket: &mut zmq::Socket, config: &Config) -> Result<(), String> {
+    let s = &config.socket;
+    fn e(what: &'static str) -> impl Fn(zmq::Error) -> String {
+        move |err| format!("{what}: {err}")
+    }
+    socket.set_linger(ms(s.linger)).map_err(e("linger"))?;
+    socket
+        .set_reconnect_ivl(ms(s.reconnect_ivl))
+        .map_err(e("reconnect_ivl"))?;
+    socket
+        .set_reconnect_ivl_max(ms(s.reconnect_ivl_max))
+        .map_err(e("reconnect_ivl_max"))?;
+    socket.set_immediate(s.immediate).map_err(e("immediate"))?;
+    socket
+        .set_connect_timeout(ms(s.connect_timeout))
+        .map_err(e("connect_timeout"))?;
+    socket.set_sndhwm(s.sndhwm).map_err(e("sndhwm"))?;
+    socket.set_rcvhwm(s.rcvhwm).map_err(e("rcvhwm"))?;
+    socket.set_ipv6(true).map_err(e("ipv6"))?;
+    if let Some(k) = s.keepalive {
+        socket.set_tcp_keepalive(1).map_err(e("tcp_keepalive"))?;
+        socket
+            .set_tcp_keepalive_idle(k.idle.as_secs().max(1) as i32)
+            .map_err(e("tcp_keepalive_idle"))?;
+        socket
+            .set_tcp_keepalive_intvl(k.interval.as_secs().max(1) as i32)
+            .map_err(e("tcp_keepalive_intvl"))?;
+        socket
+            .set_tcp_keepalive_cnt(k.count as i32)
+            .map_err(e("tcp_keepalive_cnt"))?;
+    }
+    if let Some(d) = s.tcp_maxrt {
+        ffi::set_int_option(socket, zmq_sys::ZMQ_TCP_MAXRT, ms(d)).map_err(e("tcp_maxrt"))?;
+    }
+    ffi::set_int_option(socket, zmq_sys::ZMQ_STREAM_NOTIFY, 1).map_err(e("stream_notify"))?;
+
+    let check = |name: &str, got: i32, want: i32| {
+        if got == want {
+            Ok(())
+        } else {
+            Err(format!("{name} read back as {got}, set to {want}"))
+        }
+    };
+    check(
+        "linger",
+        socket.get_linger().map_err(e("linger"))?,
+        ms(s.linger),
+    )?;
+    check(
+        "reconnect_ivl",
+        socket.get_reconnect_ivl().map_err(e("reconnect_ivl"))?,
+        ms(s.reconnect_ivl),
+    )?;
+    check(
+        "reconnect_ivl_max",
+        socket
+            .get_reconnect_ivl_max()
+            .map_err(e("reconnect_ivl_max"))?,
+        ms(s.reconnect_ivl_max),
+    )?;
+    check(
+        "immediate",
+        socket.is_immediate().map_err(e("immediate"))? as i32,
+        s.immediate as i32,
+    )?;
+    check(
+        "connect_timeout",
+        socket.get_connect_timeout().map_err(e("connect_timeout"))?,
+        ms(s.connect_timeout),
+    )?;
+    check(
+        "sndhwm",
+        socket.get_sndhwm().map_err(e("sndhwm"))?,
+        s.sndhwm,
+    )?;
+    check(
+        "rcvhwm",
+        socket.get_rcvhwm().map_err(e("rcvhwm"))?,
+        s.rcvhwm,
+    )?;
+    if let Some(k) = s.keepalive {
+        check(
+            "tcp_keepalive_cnt",
+            socket
+                .get_tcp_keepalive_cnt()
+                .map_err(e("tcp_keepalive_cnt"))?,
+            k.count as i32,
+        )?;
+    }
+    if let Some(d) = s.tcp_maxrt {
+        check(
+            "tcp_maxrt",
+            ffi::get_int_option(socket, zmq_sys::ZMQ_TCP_MAXRT).map_err(e("tcp_maxrt"))?,
+            ms(d),
+        )?;
+    }
+    Ok(())
+}

@@ -1,0 +1,109 @@
+//! A long-lived raw-TCP client link that keeps itself alive.
+//!
+//! relink connects to any TCP server through libzmq's ZMQ_STREAM socket and keeps the
+//! connection up: a jittered exponential backoff that spreads a fleet's reconnects, an
+//! application heartbeat that notices half-open and stopped peers, a bounded outbox where every
+//! frame ends in exactly one reported outcome, and a metrics snapshot that says what the link
+//! is doing at any moment.
+//!
+//! # Quick start
+//! ```
+//! use std::io::{Read, Write};
+//! use std::time::Duration;
+//! use relink::{Codec, Event, Link, State};
+//!
+//! // A local echo server to talk to.
+//! let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+//! let port = listener.local_addr()?.port();
+//! std::thread::spawn(move || {
+//!     let (mut s, _) = listener.accept().unwrap();
+//!     let mut buf = [0u8; 1024];
+//!     while let Ok(n) = s.read(&mut buf) {
+//!         if n == 0 || s.write_all(&buf[..n]).is_err() { break; }
+//!     }
+//! });
+//!
+//! let link = Link::builder(&format!("tcp://127.0.0.1:{port}"))
+//!     .codec(Codec::lines())
+//!     .build()?;
+//! link.send(b"hello".to_vec())?; // queued until the link is Ready, then sent
+//! loop {
+//!     match link.events().recv_timeout(Duration::from_secs(5))? {
+//!         Event::State(t) => println!("{} -> {} ({})", t.from, t.to, t.cause),
+//!         Event::Frame(f) => { assert_eq!(f, b"hello"); break; }
+//!         _ => {}
+//!     }
+//! }
+//! assert_eq!(link.state(), State::Ready);
+//! let m = link.close(Duration::from_secs(1));
+//! assert_eq!(m.frames_sent, 1);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # In scope
+//! - One client link per [`Link`] to one or several `tcp://host:port` servers speaking raw TCP,
+//!   framed by a [`Codec`]: raw chunks, u32 length prefix, or lines.
+//! - Reconnection: libzmq's own redial for the first failures, then relink's backoff (full
+//!   jitter by default), max attempts leading to a Cooldown that probes again, a flap guard
+//!   (the attempt counter resets only after a connection proved alive and stable).
+//! - Dead-peer detection: [`Heartbeat`] pings, handshake timeouts, TCP keepalive and
+//!   TCP_USER_TIMEOUT as kernel backstops.
+//! - Accounting: every frame given to [`Link::send`] is sent, abandoned with a reason and handed
+//!   back in an [`Event::Abandoned`], or refused at the call with the frame given back.
+//! - Names resolved off every IO thread; several endpoints tried in a per-link order.
+//!
+//! # Out of scope
+//! - Servers (relink only dials).
+//! - Encryption and authentication: ZMQ_STREAM carries plain TCP. Put TLS around it (see the
+//!   README's "Security").
+//! - Delivery guarantees beyond "handed to the socket": bytes in kernel buffers when a
+//!   connection dies are lost, as with any TCP client. End-to-end acknowledgement belongs to
+//!   the protocol on top.
+//!
+//! # States
+//! ```text
+//!   Idle ──► Connecting ──► Connected ──► Ready
+//!               ▲  │            │           │
+//!               │  └──────► Backoff ◄───────┘   (any failure)
+//!               │              │
+//!               ├──────────────┘ retry timer / reconnect_now
+//!               └── Cooldown ◄── max_attempts failures in a row
+//!   any ── close ──► Closed
+//! ```
+//! Every transition is emitted as an [`Event::State`] with its [`Cause`]. The full table is in
+//! the `machine` module's source.
+//!
+//! # Architecture
+//! A [`Link`] is a crossbeam sender of commands plus an eventfd that wakes a dedicated IO
+//! thread. The IO thread owns the ZMQ_STREAM socket and its monitor and is the only code that
+//! calls zmq or reads the clock. Everything else (state machine, backoff, heartbeat, outbox,
+//! codec) is a pure core that takes `now` as an argument and returns its next deadline, so every
+//! timer is tested in simulated time. Links share one libzmq context per process by default.
+#![warn(missing_docs, missing_debug_implementations)]
+#![deny(unsafe_code)]
+
+mod backoff;
+mod codec;
+mod config;
+mod error;
+mod event;
+#[allow(unsafe_code)]
+mod ffi;
+mod heartbeat;
+mod io_thread;
+mod link;
+mod machine;
+mod metrics;
+mod outbox;
+mod resolver;
+
+pub use codec::{Codec, Decoder};
+pub use config::{
+    defaults, Builder, Context, Endpoint, Heartbeat, Jitter, Keepalive, Overflow, Ping, Predicate,
+    ProofOfLife,
+};
+pub use crossbeam_channel::{RecvError, RecvTimeoutError, TryRecvError};
+pub use error::{CodecError, ConfigError, FrameError, LinkError, SendError};
+pub use event::{AbandonReason, Cause, Event, State, Transition};
+pub use link::{Events, Link};
+pub use metrics::{Abandoned, Metrics};

@@ -1,0 +1,472 @@
+//! The handle applications hold: a command sender and a receiver of events.
+
+use std::fmt;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvError, RecvTimeoutError, Sender, TryRecvError};
+
+use crate::codec::Codec;
+use crate::config::{Builder, Config, Context, Overflow};
+use crate::error::{ConfigError, SendError};
+use crate::event::{Event, State};
+use crate::io_thread::{Command, IoThread, Shared};
+use crate::metrics::Metrics;
+
+/// A self-healing TCP link. Cheap to clone; every clone drives the same link, from any thread.
+///
+/// Dropping the last clone closes the link as [`close`](Link::close) does, bounded by the
+/// builder's `close_timeout`.
+///
+/// # Examples
+/// ```no_run
+/// use std::time::Duration;
+/// use relink::{Codec, Event, Link};
+///
+/// let link = Link::builder("tcp://127.0.0.1:6379")
+///     .codec(Codec::lines())
+///     .build()?;
+/// link.send(b"PING".to_vec())?;
+/// while let Ok(ev) = link.events().recv_timeout(Duration::from_secs(1)) {
+///     if let Event::Frame(f) = ev {
+///         println!("{}", String::from_utf8_lossy(&f));
+///     }
+/// }
+/// link.close(Duration::from_secs(1));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone)]
+pub struct Link {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    tx: Sender<Command>,
+    shared: Arc<Shared>,
+    events: Events,
+    codec: Codec,
+    overflow: Overflow,
+    max_frames: usize,
+    max_bytes: usize,
+    frame_ttl: Option<Duration>,
+    close_timeout: Duration,
+    linger: Duration,
+    done: Receiver<()>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl fmt::Debug for Link {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Link")
+            .field("state", &self.state())
+            .finish_non_exhaustive()
+    }
+}
+
+/// How long `submit` may wait for room.
+#[derive(Clone, Copy)]
+enum Wait {
+    No,
+    Until(Instant),
+    /// Accept regardless; the IO thread drops the oldest.
+    Force,
+}
+
+impl Link {
+    /// A builder for a link to `endpoint` (`tcp://host:port`).
+    pub fn builder(endpoint: &str) -> Builder {
+        Builder::new(endpoint)
+    }
+
+    pub(crate) fn start(config: Config, context: Context) -> Result<Link, ConfigError> {
+        let shared = Arc::new(Shared::new().map_err(|e| ConfigError::Zmq(e.to_string()))?);
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let (events_tx, events_rx) = crossbeam_channel::bounded(config.events_capacity);
+        let seed = config.rng_seed.unwrap_or_else(rand::random);
+        let inner_cfg = (
+            config.codec.clone(),
+            config.overflow,
+            config.outbox_frames,
+            config.outbox_bytes,
+            config.frame_ttl,
+            config.close_timeout,
+            config.socket.linger,
+        );
+        let io = IoThread::new(
+            config,
+            context,
+            seed,
+            shared.clone(),
+            rx,
+            tx.clone(),
+            events_tx,
+        )?;
+        let (done_tx, done) = crossbeam_channel::bounded::<()>(0);
+        let thread = std::thread::Builder::new()
+            .name("relink-io".into())
+            .spawn(move || {
+                io.run();
+                drop(done_tx);
+            })
+            .map_err(|e| ConfigError::Zmq(format!("spawn IO thread: {e}")))?;
+        let (codec, overflow, max_frames, max_bytes, frame_ttl, close_timeout, linger) = inner_cfg;
+        Ok(Link {
+            inner: Arc::new(Inner {
+                tx,
+                events: Events {
+                    rx: events_rx,
+                    shared: shared.clone(),
+                },
+                shared,
+                codec,
+                overflow,
+                max_frames,
+                max_bytes,
+                frame_ttl,
+                close_timeout,
+                linger,
+                done,
+                thread: Mutex::new(Some(thread)),
+            }),
+        })
+    }
+
+    /// Queues a frame, applying the overflow policy at the outbox limit. Never waits on the
+    /// network: with `RejectNew` (the default) and `DropOldest` it returns at once; with
+    /// `Block(t)` it waits up to `t` for room.
+    ///
+    /// # Errors
+    /// The frame comes back in the error: [`SendError::Full`] at the limit,
+    /// [`SendError::Closed`] after `close`, [`SendError::Invalid`] when the codec cannot
+    /// encode it.
+    pub fn send(&self, frame: impl Into<Vec<u8>>) -> Result<(), SendError> {
+        let wait = match self.inner.overflow {
+            Overflow::RejectNew => Wait::No,
+            Overflow::DropOldest => Wait::Force,
+            Overflow::Block(t) => Wait::Until(Instant::now() + t),
+        };
+        self.submit(frame.into(), wait, self.inner.frame_ttl)
+    }
+
+    /// Queues a frame, or refuses it at once when the outbox is at its limit (whatever the
+    /// policy, except `DropOldest`, which drops the oldest frame instead).
+    ///
+    /// # Errors
+    /// As [`send`](Link::send).
+    pub fn try_send(&self, frame: impl Into<Vec<u8>>) -> Result<(), SendError> {
+        let wait = match self.inner.overflow {
+            Overflow::DropOldest => Wait::Force,
+            _ => Wait::No,
+        };
+        self.submit(frame.into(), wait, self.inner.frame_ttl)
+    }
+
+    /// Queues a frame, waiting up to `timeout` for room in the outbox.
+    ///
+    /// # Errors
+    /// As [`send`](Link::send).
+    pub fn send_timeout(
+        &self,
+        frame: impl Into<Vec<u8>>,
+        timeout: Duration,
+    ) -> Result<(), SendError> {
+        self.submit(
+            frame.into(),
+            Wait::Until(Instant::now() + timeout),
+            self.inner.frame_ttl,
+        )
+    }
+
+    /// Queues a frame that is abandoned (reason `Expired`) if it is not sent within `ttl`,
+    /// overriding the builder's `frame_ttl`. The overflow policy applies as in `send`.
+    ///
+    /// # Errors
+    /// As [`send`](Link::send).
+    pub fn send_with_ttl(&self, frame: impl Into<Vec<u8>>, ttl: Duration) -> Result<(), SendError> {
+        let wait = match self.inner.overflow {
+            Overflow::RejectNew => Wait::No,
+            Overflow::DropOldest => Wait::Force,
+            Overflow::Block(t) => Wait::Until(Instant::now() + t),
+        };
+        self.submit(frame.into(), wait, Some(ttl))
+    }
+
+    fn submit(&self, frame: Vec<u8>, wait: Wait, ttl: Option<Duration>) -> Result<(), SendError> {
+        let inner = &*self.inner;
+        let shared = &*inner.shared;
+        if let Err(e) = inner.codec.check_frame(&frame) {
+            return Err(self.reject(SendError::Invalid(frame, e)));
+        }
+        if shared.closed.load(Ordering::SeqCst) {
+            return Err(self.reject(SendError::Closed(frame)));
+        }
+        let len = frame.len();
+        if !self.reserve(len, wait) {
+            let err = if shared.closed.load(Ordering::SeqCst) {
+                SendError::Closed(frame)
+            } else {
+                SendError::Full(frame)
+            };
+            return Err(self.reject(err));
+        }
+        let deadline = ttl.map(|t| Instant::now() + t);
+        // The IO thread sets `closed`, then waits for `sending` to reach zero before its last
+        // look at the channel: a frame is either seen by it or refused here.
+        shared.sending.fetch_add(1, Ordering::SeqCst);
+        if shared.closed.load(Ordering::SeqCst) {
+            shared.sending.fetch_sub(1, Ordering::SeqCst);
+            shared.queued_frames.fetch_sub(1, Ordering::SeqCst);
+            shared.queued_bytes.fetch_sub(len, Ordering::SeqCst);
+            return Err(self.reject(SendError::Closed(frame)));
+        }
+        let sent = inner.tx.send(Command::Send { frame, deadline });
+        shared.sending.fetch_sub(1, Ordering::SeqCst);
+        match sent {
+            Ok(()) => {
+                shared.wake();
+                Ok(())
+            }
+            Err(crossbeam_channel::SendError(Command::Send { frame, .. })) => {
+                shared.queued_frames.fetch_sub(1, Ordering::SeqCst);
+                shared.queued_bytes.fetch_sub(len, Ordering::SeqCst);
+                Err(self.reject(SendError::Closed(frame)))
+            }
+            Err(_) => unreachable!("the command sent is a Send"),
+        }
+    }
+
+    fn reject(&self, e: SendError) -> SendError {
+        self.inner.shared.rejected.fetch_add(1, Ordering::SeqCst);
+        e
+    }
+
+    /// Reserves room for one frame of `len` bytes in the outbox.
+    fn reserve(&self, len: usize, wait: Wait) -> bool {
+        let inner = &*self.inner;
+        let shared = &*inner.shared;
+        let try_reserve = || {
+            let frames = shared.queued_frames.fetch_add(1, Ordering::SeqCst);
+            let bytes = shared.queued_bytes.fetch_add(len, Ordering::SeqCst);
+            // A frame larger than the byte limit is admitted alone.
+            if frames < inner.max_frames && (bytes + len <= inner.max_bytes || frames == 0) {
+                true
+            } else {
+                shared.queued_frames.fetch_sub(1, Ordering::SeqCst);
+                shared.queued_bytes.fetch_sub(len, Ordering::SeqCst);
+                false
+            }
+        };
+        match wait {
+            Wait::Force => {
+                shared.queued_frames.fetch_add(1, Ordering::SeqCst);
+                shared.queued_bytes.fetch_add(len, Ordering::SeqCst);
+                true
+            }
+            Wait::No => try_reserve(),
+            Wait::Until(deadline) => {
+                if try_reserve() {
+                    return true;
+                }
+                shared.waiters.fetch_add(1, Ordering::SeqCst);
+                let mut guard = shared.room.lock().unwrap_or_else(|e| e.into_inner());
+                let ok = loop {
+                    if try_reserve() {
+                        break true;
+                    }
+                    let now = Instant::now();
+                    if now >= deadline || shared.closed.load(Ordering::SeqCst) {
+                        break false;
+                    }
+                    guard = shared
+                        .room_cv
+                        .wait_timeout(guard, deadline - now)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0;
+                };
+                drop(guard);
+                shared.waiters.fetch_sub(1, Ordering::SeqCst);
+                ok
+            }
+        }
+    }
+
+    /// The events of this link: frames, state changes, abandoned frames, errors.
+    ///
+    /// The channel is bounded (`events_capacity`): when the application falls behind, the link
+    /// stops reading the socket, so TCP pushes back on the peer; nothing is dropped. Every
+    /// clone of the returned receiver takes from the same stream.
+    pub fn events(&self) -> &Events {
+        &self.inner.events
+    }
+
+    /// The current state.
+    pub fn state(&self) -> State {
+        State::from_u8(self.inner.shared.state.load(Ordering::Acquire))
+    }
+
+    /// Cuts a Backoff or Cooldown short: dial now. The attempt counter is kept. Ignored in
+    /// other states.
+    pub fn reconnect_now(&self) {
+        if self.inner.tx.send(Command::ReconnectNow).is_ok() {
+            self.inner.shared.wake();
+        }
+    }
+
+    /// A snapshot of the link's metrics, exact at one instant: every frame sent before this
+    /// call from this thread is counted.
+    pub fn metrics(&self) -> Metrics {
+        let shared = &*self.inner.shared;
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let live = !shared.closed.load(Ordering::SeqCst)
+            && self.inner.tx.send(Command::Metrics(tx)).is_ok();
+        let mut m = None;
+        if live {
+            shared.wake();
+            m = rx.recv_timeout(Duration::from_secs(2)).ok();
+        }
+        let mut m = m.unwrap_or_else(|| {
+            // Wait (bounded) for the IO thread's final snapshot if it is stopping.
+            let _ = self.inner.done.recv_timeout(Duration::from_secs(2));
+            shared
+                .final_metrics
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .unwrap_or_else(|| Metrics::empty(self.state()))
+        });
+        let rejected = shared.rejected.load(Ordering::SeqCst);
+        m.frames_submitted += rejected;
+        m.frames_rejected += rejected;
+        m
+    }
+
+    /// Closes the link: refuses new frames, flushes the outbox until `timeout`, abandons what
+    /// is left (reason `Shutdown`, each frame returned in an event), closes the socket with a
+    /// bounded linger and joins the IO thread. Returns the final metrics. Closing again is
+    /// harmless.
+    pub fn close(&self, timeout: Duration) -> Metrics {
+        self.inner.close(timeout);
+        self.metrics()
+    }
+}
+
+impl Inner {
+    fn close(&self, timeout: Duration) {
+        self.shared.closed.store(true, Ordering::SeqCst);
+        let deadline = Instant::now() + timeout;
+        if self.tx.send(Command::Close { deadline }).is_ok() {
+            self.shared.wake();
+        }
+        {
+            let _g = self.shared.room.lock().unwrap_or_else(|e| e.into_inner());
+            self.shared.room_cv.notify_all();
+        }
+        // The IO thread stops at the deadline, then closes the socket (bounded by linger).
+        let bound = timeout + self.linger + Duration::from_secs(2);
+        match self.done.recv_timeout(bound) {
+            Err(RecvTimeoutError::Disconnected) | Ok(()) => {
+                let handle = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
+                if let Some(h) = handle {
+                    let _ = h.join();
+                }
+            }
+            Err(RecvTimeoutError::Timeout) => {
+                log::error!("relink: the IO thread did not stop within {bound:?}; detached");
+            }
+        }
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.close(self.close_timeout);
+    }
+}
+
+/// The receiving end of a link's events, with crossbeam-channel's words.
+#[derive(Clone)]
+pub struct Events {
+    rx: Receiver<Event>,
+    shared: Arc<Shared>,
+}
+
+impl fmt::Debug for Events {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Events")
+            .field("queued", &self.rx.len())
+            .finish()
+    }
+}
+
+impl Events {
+    /// Waits for the next event. Fails only when the link is closed and every event was taken.
+    pub fn recv(&self) -> Result<Event, RecvError> {
+        match self.rx.recv() {
+            Ok(ev) => Ok(self.took(ev)),
+            Err(RecvError) => self.leftover().ok_or(RecvError),
+        }
+    }
+
+    /// The next event if there is one now.
+    pub fn try_recv(&self) -> Result<Event, TryRecvError> {
+        match self.rx.try_recv() {
+            Ok(ev) => Ok(self.took(ev)),
+            Err(TryRecvError::Disconnected) => self.leftover().ok_or(TryRecvError::Disconnected),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Waits up to `timeout` for the next event.
+    pub fn recv_timeout(&self, timeout: Duration) -> Result<Event, RecvTimeoutError> {
+        self.recv_deadline(Instant::now() + timeout)
+    }
+
+    /// Waits until `deadline` for the next event.
+    pub fn recv_deadline(&self, deadline: Instant) -> Result<Event, RecvTimeoutError> {
+        match self.rx.recv_deadline(deadline) {
+            Ok(ev) => Ok(self.took(ev)),
+            Err(RecvTimeoutError::Disconnected) => {
+                self.leftover().ok_or(RecvTimeoutError::Disconnected)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Events waiting in the channel.
+    pub fn len(&self) -> usize {
+        self.rx.len()
+    }
+
+    /// Whether no event is waiting in the channel.
+    pub fn is_empty(&self) -> bool {
+        self.rx.is_empty()
+    }
+
+    fn took(&self, ev: Event) -> Event {
+        if self.shared.reader_waiting.load(Ordering::SeqCst) {
+            self.shared.wake();
+        }
+        ev
+    }
+
+    fn leftover(&self) -> Option<Event> {
+        self.shared
+            .leftover
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop_front()
+    }
+}
+
+#[allow(dead_code)]
+fn assert_send_sync() {
+    fn is<T: Send + Sync + Clone + 'static>() {}
+    is::<Link>();
+    is::<Events>();
+    is::<crate::Context>();
+    fn is_send<T: Send + Sync + 'static>() {}
+    is_send::<Event>();
+    is_send::<Metrics>();
+    is_send::<SendError>();
+}

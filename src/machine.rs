@@ -1,0 +1,937 @@
+//! The link's state machine: pure, sans-IO.
+//!
+//! No zmq, no clock, no sleep, no global random generator. Time comes in as `now`, the next
+//! deadline leaves as [`Machine::poll_timeout`], effects leave as [`Action`]s drained with
+//! [`Machine::poll_action`], and bytes to write are pulled with [`Machine::poll_transmit`].
+//!
+//! ```text
+//!            Start                 TcpConnected            Alive
+//!   Idle ───────────► Connecting ──────────────► Connected ──────► Ready
+//!                      ▲   │  ▲                     │                │
+//!          RetryTimer  │   │  └─ ConnectFailed      │ failure        │ failure
+//!          ReconnectNow│   │     (native redial)    ▼                ▼
+//!                      │   └────────────────────► Backoff ◄──────────┘
+//!                      │        failure             │ failures == max_attempts
+//!                      └──────── Cooldown ◄─────────┘
+//!                        CooldownOver / ReconnectNow
+//!
+//!   any state ── Close (outbox flushed, or deadline) ──► Closed (terminal)
+//! ```
+//!
+//! | # | from | input | to | effect |
+//! |---|------|-------|----|--------|
+//! | 1 | Idle | Start | Connecting | dial (resolve the name, or connect) |
+//! | 2 | Connecting | Resolved(addresses) | Connecting | connect to the next address |
+//! | 3 | Connecting | Resolved(error) | Backoff/Cooldown | failure `dns` |
+//! | 4 | Connecting | TcpConnected | Connected, or Ready if the connect is the proof | send hello, start heartbeat |
+//! | 5 | Connecting | ConnectFailed, native redials left | Connecting | count a failure, libzmq redials |
+//! | 6 | Connecting | ConnectFailed, none left | Backoff/Cooldown | stop libzmq, failure `refused` |
+//! | 7 | Connecting | DialTimeout | Backoff/Cooldown | stop libzmq, failure `connect-timeout` |
+//! | 8 | Connected | Alive (first bytes, or accepted reply) | Ready | frames flow |
+//! | 9 | Connected | HandshakeTimeout | Backoff/Cooldown | close, failure |
+//! | 10 | Connected, Ready | Disconnected | Backoff/Cooldown | failure `peer-closed` (flap guard: never an immediate redial) |
+//! | 11 | Connected, Ready | HeartbeatDead | Backoff/Cooldown | close, failure `heartbeat-timeout` |
+//! | 12 | Connected, Ready | ProtocolError | Backoff/Cooldown | close, error event, failure `protocol` |
+//! | 13 | Connected, Ready | Unreachable | Backoff/Cooldown | close, failure `unreachable` |
+//! | 14 | Ready | Stable (`min_stable` elapsed) | Ready | attempt counter reset |
+//! | 15 | Backoff | RetryTimer | Connecting | dial |
+//! | 16 | Cooldown | RetryTimer | Connecting | probe |
+//! | 17 | Backoff, Cooldown | ReconnectNow | Connecting | dial now, counter kept |
+//! | 18 | any but Closed | Close, outbox empty | Closed | stop |
+//! | 19 | any but Closed | Close, frames queued | same | flush until the deadline |
+//! | 20 | any but Closed | Flushed (closing, outbox empty) | Closed | stop |
+//! | 21 | any but Closed | CloseDeadline | Closed | abandon the rest (`shutdown`) |
+//!
+//! Backoff/Cooldown: Cooldown when the failures in a row reach `max_attempts`, else Backoff.
+//! Any other pair is ignored and counted. Inputs carry the generation of the dial they belong
+//! to; one from an earlier dial is dropped before it reaches the table.
+
+use std::collections::VecDeque;
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+
+use crate::backoff::Backoff;
+use crate::codec::Decoder;
+use crate::config::{Config, Host, Ping, ProofOfLife};
+use crate::error::{CodecError, LinkError};
+use crate::event::{AbandonReason, Cause, Event, State, Transition};
+use crate::heartbeat::HeartbeatState;
+use crate::metrics::{Abandoned, Metrics};
+use crate::outbox::{Outbox, Queued};
+
+/// What the IO side tells the machine.
+#[derive(Debug)]
+pub(crate) enum Input {
+    /// Begin connecting.
+    Start,
+    /// Stop new work; flush until `deadline`, then close.
+    Close { deadline: Instant },
+    /// Cut a Backoff or Cooldown short.
+    ReconnectNow,
+    /// A frame accepted by the handle.
+    Submit {
+        frame: Vec<u8>,
+        deadline: Option<Instant>,
+    },
+    /// The answer to a `Resolve` action.
+    Resolved {
+        generation: u64,
+        result: Result<Vec<SocketAddr>, String>,
+    },
+    /// The TCP connection of this dial came up.
+    Connected { generation: u64 },
+    /// The TCP connection of this dial went down.
+    Disconnected { generation: u64 },
+    /// libzmq's dial failed (it will redial by itself unless stopped).
+    ConnectFailed { generation: u64 },
+    /// The IO side stopped (true) or resumed (false) reading because the application is slow.
+    ReadPaused(bool),
+}
+
+/// What the machine asks the IO side to do.
+#[derive(Debug)]
+pub(crate) enum Action {
+    /// Resolve `host` off the IO thread and answer with `Input::Resolved`.
+    Resolve {
+        generation: u64,
+        host: String,
+        port: u16,
+    },
+    /// Dial `addr` with a routing id made from `generation` (never reused).
+    Connect { generation: u64, addr: SocketAddr },
+    /// Stop libzmq's dialling and close the connection of the current dial, if any.
+    Disconnect,
+    /// Deliver an event to the application.
+    Emit(Event),
+    /// The machine is Closed: release the socket and stop.
+    Stop,
+}
+
+/// Outcome of handing a batch to libzmq.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TxResult {
+    Sent,
+    /// EAGAIN: libzmq's queue is full; try again shortly.
+    WouldBlock,
+    /// EHOSTUNREACH: no connection to send on.
+    Unreachable,
+}
+
+/// The events of the transition table (inputs after generation checks, and timer expiries).
+#[derive(Debug)]
+enum Ev {
+    Start,
+    Close(Instant),
+    ReconnectNow,
+    Resolved(Result<Vec<SocketAddr>, String>),
+    TcpConnected,
+    ConnectFailed,
+    DialTimeout,
+    Alive,
+    HandshakeTimeout,
+    Disconnected,
+    HeartbeatDead,
+    ProtocolError(CodecError),
+    Unreachable,
+    Stable,
+    RetryTimer,
+    Flushed,
+    CloseDeadline,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Timer {
+    Retry = 0,
+    Dial,
+    Handshake,
+    Stable,
+    Close,
+    SendRetry,
+}
+const TIMERS: usize = 6;
+
+/// How long to wait before offering libzmq a batch again after EAGAIN.
+const SEND_RETRY: Duration = Duration::from_millis(1);
+
+#[derive(Debug)]
+struct DnsEntry {
+    addrs: Vec<SocketAddr>,
+    resolved_at: Instant,
+    next: usize,
+    /// Whether an address of this answer failed since it was resolved.
+    failed: bool,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    submitted: u64,
+    sent: u64,
+    bytes_sent: u64,
+    rejected: u64,
+    abandoned: Abandoned,
+    received: u64,
+    bytes_received: u64,
+    connects: u64,
+    reconnects: u64,
+    heartbeats_sent: u64,
+    heartbeats_missed: u64,
+    ignored: u64,
+    released_frames: u64,
+    released_bytes: u64,
+}
+
+/// The state machine of one link.
+#[derive(Debug)]
+pub(crate) struct Machine {
+    cfg: Config,
+    state: State,
+    since: Instant,
+    generation: u64,
+    failures: u32,
+    dials: u32,
+    native_left: u32,
+    backoff: Backoff,
+    rng: StdRng,
+    timers: [Option<Instant>; TIMERS],
+    retry_delay: Option<Duration>,
+    heartbeat: Option<HeartbeatState>,
+    handshake_pending: bool,
+    outbox: Outbox,
+    /// Encoded control frames (hello, pings) for the current connection, ahead of the outbox.
+    control: VecDeque<Vec<u8>>,
+    /// Frames handed out by `poll_transmit` and not yet confirmed.
+    in_flight: Vec<Queued>,
+    in_flight_control: Vec<Vec<u8>>,
+    decoder: Decoder,
+    actions: VecDeque<Action>,
+    closing: bool,
+    /// Endpoint indices in this link's own order, and the position of the next one.
+    order: Vec<usize>,
+    next_endpoint: usize,
+    dns: Vec<Option<DnsEntry>>,
+    current: Option<(usize, SocketAddr)>,
+    /// The endpoint whose answer is awaited.
+    resolving: Option<usize>,
+    outage_since: Option<Instant>,
+    last_outage: Option<Duration>,
+    last_rtt: Option<Duration>,
+    read_paused: bool,
+    c: Counters,
+}
+
+impl Machine {
+    /// A machine in Idle. `seed` draws the backoff jitter and the endpoint order.
+    pub(crate) fn new(cfg: Config, seed: u64, now: Instant) -> Machine {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let mut order: Vec<usize> = (0..cfg.endpoints.len()).collect();
+        order.shuffle(&mut rng);
+        let decoder = cfg.codec.decoder();
+        let outbox = Outbox::new(cfg.outbox_frames, cfg.outbox_bytes);
+        let backoff = Backoff::new(cfg.backoff.clone());
+        let dns = cfg.endpoints.iter().map(|_| None).collect();
+        Machine {
+            cfg,
+            state: State::Idle,
+            since: now,
+            generation: 0,
+            failures: 0,
+            dials: 0,
+            native_left: 0,
+            backoff,
+            rng,
+            timers: [None; TIMERS],
+            retry_delay: None,
+            heartbeat: None,
+            handshake_pending: false,
+            outbox,
+            control: VecDeque::new(),
+            in_flight: Vec::new(),
+            in_flight_control: Vec::new(),
+            decoder,
+            actions: VecDeque::new(),
+            closing: false,
+            order,
+            next_endpoint: 0,
+            dns,
+            current: None,
+            resolving: None,
+            outage_since: None,
+            last_outage: None,
+            last_rtt: None,
+            read_paused: false,
+            c: Counters::default(),
+        }
+    }
+
+    pub(crate) fn state(&self) -> State {
+        self.state
+    }
+
+    /// Frames and bytes that left the outbox for good (sent or abandoned), since the start.
+    pub(crate) fn released(&self) -> (u64, u64) {
+        (self.c.released_frames, self.c.released_bytes)
+    }
+
+    /// Feeds one input.
+    pub(crate) fn handle_input(&mut self, now: Instant, input: Input) {
+        match input {
+            Input::Start => self.step(now, Ev::Start),
+            Input::Close { deadline } => self.step(now, Ev::Close(deadline)),
+            Input::ReconnectNow => self.step(now, Ev::ReconnectNow),
+            Input::Submit { frame, deadline } => self.submit(now, frame, deadline),
+            Input::Resolved { generation, result } => {
+                if self.is_current(generation) {
+                    self.step(now, Ev::Resolved(result))
+                } else {
+                    self.c.ignored += 1;
+                }
+            }
+            Input::Connected { generation } => self.for_current(now, generation, Ev::TcpConnected),
+            Input::Disconnected { generation } => {
+                self.for_current(now, generation, Ev::Disconnected)
+            }
+            Input::ConnectFailed { generation } => {
+                self.for_current(now, generation, Ev::ConnectFailed)
+            }
+            Input::ReadPaused(paused) => {
+                self.read_paused = paused;
+                if let Some(hb) = &mut self.heartbeat {
+                    hb.set_paused(paused, now);
+                }
+            }
+        }
+        self.check_flushed(now);
+    }
+
+    /// Bytes received on the connection of dial `generation`.
+    pub(crate) fn handle_data(&mut self, now: Instant, generation: u64, bytes: &[u8]) {
+        if !self.is_current(generation) || !matches!(self.state, State::Connected | State::Ready) {
+            self.c.ignored += 1;
+            return;
+        }
+        self.c.bytes_received += bytes.len() as u64;
+        if let Some(hb) = &mut self.heartbeat {
+            hb.on_inbound(now);
+        }
+        if self.state == State::Connected && matches!(self.cfg.proof, ProofOfLife::Inbound) {
+            self.step(now, Ev::Alive);
+        }
+        self.decoder.feed(bytes);
+        loop {
+            match self.decoder.decode() {
+                Ok(Some(frame)) => self.on_frame(now, frame),
+                Ok(None) => break,
+                Err(e) => {
+                    self.step(now, Ev::ProtocolError(e));
+                    break;
+                }
+            }
+            if !matches!(self.state, State::Connected | State::Ready) {
+                break;
+            }
+        }
+    }
+
+    /// Fires every timer due at `now`.
+    pub(crate) fn handle_timeout(&mut self, now: Instant) {
+        for (timer, ev) in [
+            (Timer::Close, Ev::CloseDeadline),
+            (Timer::Dial, Ev::DialTimeout),
+            (Timer::Handshake, Ev::HandshakeTimeout),
+            (Timer::Retry, Ev::RetryTimer),
+            (Timer::Stable, Ev::Stable),
+        ] {
+            if self.take_timer(timer, now) {
+                self.step(now, ev);
+            }
+        }
+        if self.take_timer(Timer::SendRetry, now) {
+            // Nothing to do: poll_transmit offers the batch again.
+        }
+        let expired = self.outbox.expire(now);
+        self.abandon_all(expired, AbandonReason::Expired);
+        if let Some(hb) = &mut self.heartbeat {
+            if hb.death_at().is_some_and(|t| t <= now) {
+                self.step(now, Ev::HeartbeatDead);
+            } else if hb.next_ping() <= now {
+                let missed = hb.on_ping(now);
+                if missed {
+                    self.c.heartbeats_missed += 1;
+                }
+                self.c.heartbeats_sent += 1;
+                let ping = self.encoded_ping();
+                self.control.push_back(ping);
+            }
+        }
+        self.check_flushed(now);
+    }
+
+    /// The next instant `handle_timeout` has work to do.
+    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
+        let mut next = self.timers.iter().flatten().min().copied();
+        let mut consider = |t: Option<Instant>| {
+            if let Some(t) = t {
+                next = Some(next.map_or(t, |n: Instant| n.min(t)));
+            }
+        };
+        consider(self.outbox.next_deadline());
+        if let Some(hb) = &self.heartbeat {
+            consider(hb.death_at());
+            consider(Some(hb.next_ping()));
+        }
+        next
+    }
+
+    /// The next effect to carry out.
+    pub(crate) fn poll_action(&mut self) -> Option<Action> {
+        self.actions.pop_front()
+    }
+
+    /// Fills `buf` with the next batch to write: control frames first, then queued frames
+    /// while Ready, up to `batch_bytes` (one frame at least). Returns false when there is
+    /// nothing to write now. Every call must be answered with [`Machine::transmit_done`].
+    pub(crate) fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> bool {
+        buf.clear();
+        if !matches!(self.state, State::Connected | State::Ready) || !self.in_flight.is_empty() {
+            return false;
+        }
+        if self.timers[Timer::SendRetry as usize].is_some_and(|t| t > now) {
+            return false;
+        }
+        while let Some(c) = self.control.pop_front() {
+            buf.extend_from_slice(&c);
+            self.in_flight_control.push(c);
+        }
+        if self.state == State::Ready {
+            let limit = self.cfg.batch_bytes;
+            while let Some(len) = self.outbox.front_len() {
+                let encoded = self.cfg.codec.encoded_len(len);
+                if !buf.is_empty() && buf.len() + encoded > limit {
+                    break;
+                }
+                let q = self.outbox.pop_front().expect("front exists");
+                self.cfg.codec.encode_into(&q.frame, buf);
+                self.in_flight.push(q);
+            }
+        }
+        !buf.is_empty()
+    }
+
+    /// What became of the batch from the last `poll_transmit`.
+    pub(crate) fn transmit_done(&mut self, now: Instant, result: TxResult) {
+        match result {
+            TxResult::Sent => {
+                for q in self.in_flight.drain(..) {
+                    self.c.sent += 1;
+                    self.c.bytes_sent += q.frame.len() as u64;
+                    self.c.released_frames += 1;
+                    self.c.released_bytes += q.frame.len() as u64;
+                }
+                self.in_flight_control.clear();
+                if let Some(hb) = &mut self.heartbeat {
+                    hb.on_outbound(now);
+                }
+            }
+            TxResult::WouldBlock | TxResult::Unreachable => {
+                self.requeue_in_flight();
+                if result == TxResult::WouldBlock {
+                    self.timers[Timer::SendRetry as usize] = Some(now + SEND_RETRY);
+                } else {
+                    let g = self.generation;
+                    self.for_current(now, g, Ev::Unreachable);
+                }
+            }
+        }
+        self.check_flushed(now);
+    }
+
+    /// A consistent snapshot at `now`.
+    pub(crate) fn metrics(&self, now: Instant) -> Metrics {
+        let next_retry_in = match self.state {
+            State::Backoff | State::Cooldown => {
+                self.timers[Timer::Retry as usize].map(|t| t.saturating_duration_since(now))
+            }
+            _ => None,
+        };
+        let queued = self.outbox.len() + self.in_flight.len();
+        let queued_bytes =
+            self.outbox.bytes() + self.in_flight.iter().map(|q| q.frame.len()).sum::<usize>();
+        Metrics {
+            state: self.state,
+            time_in_state: now.saturating_duration_since(self.since),
+            attempt: self.dials.max(1),
+            consecutive_failures: self.failures,
+            connects: self.c.connects,
+            reconnects: self.c.reconnects,
+            last_outage: self.last_outage,
+            next_retry_in,
+            peer_addr: self.current.map(|(_, a)| a),
+            frames_submitted: self.c.submitted,
+            frames_sent: self.c.sent,
+            bytes_sent: self.c.bytes_sent,
+            frames_rejected: self.c.rejected,
+            abandoned: self.c.abandoned,
+            outbox_frames: queued as u64,
+            outbox_bytes: queued_bytes as u64,
+            frames_received: self.c.received,
+            bytes_received: self.c.bytes_received,
+            heartbeats_sent: self.c.heartbeats_sent,
+            heartbeats_missed: self.c.heartbeats_missed,
+            last_rtt: self.last_rtt,
+            reading_paused: self.read_paused,
+            events_dropped: 0,
+            ignored_inputs: self.c.ignored,
+        }
+    }
+
+    // ----- the transition table -------------------------------------------------------------
+
+    fn step(&mut self, now: Instant, ev: Ev) {
+        use State::*;
+        match (self.state, ev) {
+            (Closed, _) => self.c.ignored += 1,
+            (Idle, Ev::Start) => self.dial(now, Cause::Start),
+            (Connecting, Ev::Resolved(Ok(addrs))) => self.resolved(now, addrs),
+            (Connecting, Ev::Resolved(Err(reason))) => {
+                log::debug!("relink: resolving failed: {reason}");
+                self.fail(now, Cause::Dns)
+            }
+            (Connecting, Ev::TcpConnected) => self.tcp_connected(now),
+            (Connecting, Ev::ConnectFailed) if self.native_left > 0 => {
+                self.native_left -= 1;
+                self.failures = self.failures.saturating_add(1);
+                self.dials = self.dials.saturating_add(1);
+                self.note_address_failed();
+                log::debug!(
+                    "relink: dial {} failed (refused); libzmq redials ({} native retries left)",
+                    self.endpoint_text().unwrap_or_default(),
+                    self.native_left
+                );
+                self.arm(Timer::Dial, now + self.dial_bound());
+            }
+            (Connecting, Ev::ConnectFailed) => self.fail(now, Cause::Refused),
+            (Connecting, Ev::DialTimeout) => self.fail(now, Cause::ConnectTimeout),
+            (Connected, Ev::Alive) => self.ready(now),
+            (Connected, Ev::HandshakeTimeout) => self.fail(now, Cause::HandshakeTimeout),
+            (Connected | Ready, Ev::Disconnected) => self.fail(now, Cause::PeerClosed),
+            (Connected | Ready, Ev::HeartbeatDead) => self.fail(now, Cause::HeartbeatTimeout),
+            (Connected | Ready, Ev::ProtocolError(e)) => {
+                self.emit(Event::Error(LinkError::Codec(e)));
+                self.fail(now, Cause::Protocol)
+            }
+            (Connected | Ready, Ev::Unreachable) => self.fail(now, Cause::Unreachable),
+            (Ready, Ev::Stable) => {
+                self.failures = 0;
+                self.dials = 0;
+                self.backoff.reset();
+            }
+            (Backoff, Ev::RetryTimer) => self.dial(now, Cause::RetryTimer),
+            (Cooldown, Ev::RetryTimer) => self.dial(now, Cause::CooldownOver),
+            (Backoff | Cooldown, Ev::ReconnectNow) => self.dial(now, Cause::ReconnectNow),
+            (_, Ev::Close(deadline)) => {
+                self.closing = true;
+                self.arm(Timer::Close, deadline);
+                if self.outbox.is_empty() && self.in_flight.is_empty() {
+                    self.finish(now);
+                }
+            }
+            (_, Ev::Flushed) | (_, Ev::CloseDeadline) => self.finish(now),
+            (state, ev) => {
+                self.c.ignored += 1;
+                log::trace!("relink: no row for {ev:?} in {state}; ignored");
+            }
+        }
+    }
+
+    // ----- effects ----------------------------------------------------------------------------
+
+    fn dial(&mut self, now: Instant, cause: Cause) {
+        self.generation += 1;
+        self.dials = self.dials.saturating_add(1);
+        self.native_left = self.cfg.native_retries;
+        self.disarm(Timer::Retry);
+        self.retry_delay = None;
+        let idx = self.order[self.next_endpoint % self.order.len()];
+        self.next_endpoint = (self.next_endpoint + 1) % self.order.len();
+        let ep = self.cfg.endpoints[idx].clone();
+        self.arm(Timer::Dial, now + self.dial_bound());
+        match ep.host {
+            Host::Ip(ip) => {
+                self.current = Some((idx, SocketAddr::new(ip, ep.port)));
+                self.transition(now, State::Connecting, cause);
+                self.connect_current();
+            }
+            Host::Name(name) => {
+                let fresh = self.dns[idx].as_ref().is_some_and(|d| {
+                    !d.failed
+                        && !d.addrs.is_empty()
+                        && now.saturating_duration_since(d.resolved_at) < self.cfg.dns_refresh
+                });
+                if fresh {
+                    let d = self.dns[idx].as_mut().expect("fresh entry");
+                    let addr = d.addrs[d.next % d.addrs.len()];
+                    d.next += 1;
+                    self.current = Some((idx, addr));
+                    self.transition(now, State::Connecting, cause);
+                    self.connect_current();
+                } else {
+                    // Keep the next address index across resolutions so every address gets
+                    // its turn.
+                    self.current = None;
+                    self.resolving = Some(idx);
+                    self.transition(now, State::Connecting, cause);
+                    self.actions.push_back(Action::Resolve {
+                        generation: self.generation,
+                        host: name,
+                        port: ep.port,
+                    });
+                }
+            }
+        }
+    }
+
+    fn resolved(&mut self, now: Instant, mut addrs: Vec<SocketAddr>) {
+        let Some(idx) = self.resolving.take() else {
+            self.c.ignored += 1;
+            return;
+        };
+        if addrs.is_empty() {
+            return self.fail(now, Cause::Dns);
+        }
+        addrs.dedup();
+        let next = self.dns[idx]
+            .as_ref()
+            .map_or(0, |d| if d.failed { d.next } else { 0 });
+        let addr = addrs[next % addrs.len()];
+        self.dns[idx] = Some(DnsEntry {
+            addrs,
+            resolved_at: now,
+            next: next + 1,
+            failed: false,
+        });
+        self.current = Some((idx, addr));
+        self.connect_current();
+    }
+
+    fn connect_current(&mut self) {
+        if let Some((_, addr)) = self.current {
+            log::debug!("relink: dialling {}", fmt_addr(addr));
+            self.actions.push_back(Action::Connect {
+                generation: self.generation,
+                addr,
+            });
+        }
+    }
+
+    fn tcp_connected(&mut self, now: Instant) {
+        self.disarm(Timer::Dial);
+        self.disarm(Timer::SendRetry);
+        self.c.connects += 1;
+        self.decoder.reset();
+        self.control.clear();
+        self.heartbeat = self
+            .cfg
+            .heartbeat
+            .as_ref()
+            .map(|hb| HeartbeatState::start(hb, now, self.read_paused));
+        self.handshake_pending = false;
+        if let ProofOfLife::Handshake { hello, timeout, .. } = &self.cfg.proof {
+            for h in hello {
+                let mut buf = Vec::with_capacity(self.cfg.codec.encoded_len(h.len()));
+                self.cfg.codec.encode_into(h, &mut buf);
+                self.control.push_back(buf);
+            }
+            self.handshake_pending = true;
+            let t = now + *timeout;
+            self.arm(Timer::Handshake, t);
+        }
+        self.transition(now, State::Connected, Cause::TcpConnected);
+        if matches!(self.cfg.proof, ProofOfLife::Connect) {
+            self.ready(now);
+        }
+    }
+
+    fn ready(&mut self, now: Instant) {
+        self.disarm(Timer::Handshake);
+        self.handshake_pending = false;
+        if let Some(since) = self.outage_since.take() {
+            self.last_outage = Some(now.saturating_duration_since(since));
+            self.c.reconnects += 1;
+        }
+        if self.cfg.min_stable.is_zero() {
+            self.failures = 0;
+            self.dials = 0;
+            self.backoff.reset();
+        } else {
+            self.arm(Timer::Stable, now + self.cfg.min_stable);
+        }
+        self.transition(now, State::Ready, Cause::Alive);
+    }
+
+    fn on_frame(&mut self, now: Instant, frame: Vec<u8>) {
+        if self.handshake_pending {
+            if let ProofOfLife::Handshake { accept, .. } = &self.cfg.proof {
+                if accept.test(&frame) {
+                    self.step(now, Ev::Alive);
+                    return;
+                }
+            }
+        }
+        if let Some(reply) = self.cfg.heartbeat.as_ref().and_then(|h| h.reply.as_ref()) {
+            if reply.test(&frame) {
+                if let Some(rtt) = self.heartbeat.as_mut().and_then(|h| h.on_reply(now)) {
+                    self.last_rtt = Some(rtt);
+                }
+                return;
+            }
+        }
+        self.c.received += 1;
+        log::trace!("relink: frame of {} bytes received", frame.len());
+        self.emit(Event::Frame(frame));
+    }
+
+    /// A failed attempt or a lost connection: close it, count it, wait.
+    fn fail(&mut self, now: Instant, cause: Cause) {
+        let was = self.state;
+        self.teardown();
+        if was == State::Ready && self.outage_since.is_none() {
+            self.outage_since = Some(now);
+        }
+        self.failures = self.failures.saturating_add(1);
+        self.note_address_failed();
+        if self.cfg.abandon_on_disconnect && matches!(was, State::Connected | State::Ready) {
+            let frames: Vec<Vec<u8>> = self.outbox.drain().map(|q| q.frame).collect();
+            self.abandon_all(frames, AbandonReason::ConnectionLost);
+        }
+        log::debug!(
+            "relink: attempt failed ({cause}) on {}; {} in a row",
+            self.endpoint_text().unwrap_or_else(|| "-".into()),
+            self.failures
+        );
+        let exhausted = self.cfg.max_attempts.is_some_and(|m| self.failures >= m);
+        let (to, delay) = if exhausted {
+            (State::Cooldown, self.cfg.cooldown)
+        } else {
+            (
+                State::Backoff,
+                self.backoff.delay(self.failures, &mut self.rng),
+            )
+        };
+        self.arm(Timer::Retry, now + delay);
+        self.retry_delay = Some(delay);
+        self.transition(now, to, cause);
+        if self.closing && self.outbox.is_empty() {
+            self.finish(now);
+        }
+    }
+
+    /// Closes the connection of the current dial and forgets its per-connection state.
+    fn teardown(&mut self) {
+        self.actions.push_back(Action::Disconnect);
+        for t in [
+            Timer::Dial,
+            Timer::Handshake,
+            Timer::Stable,
+            Timer::SendRetry,
+        ] {
+            self.disarm(t);
+        }
+        self.requeue_in_flight();
+        self.control.clear();
+        self.heartbeat = None;
+        self.handshake_pending = false;
+        self.decoder.reset();
+        // Any later input of this dial is stale.
+        self.generation += 1;
+    }
+
+    fn finish(&mut self, now: Instant) {
+        if self.state == State::Closed {
+            return;
+        }
+        if matches!(
+            self.state,
+            State::Connecting | State::Connected | State::Ready
+        ) {
+            self.actions.push_back(Action::Disconnect);
+        }
+        self.requeue_in_flight();
+        let frames: Vec<Vec<u8>> = self.outbox.drain().map(|q| q.frame).collect();
+        self.abandon_all(frames, AbandonReason::Shutdown);
+        self.timers = [None; TIMERS];
+        self.heartbeat = None;
+        self.retry_delay = None;
+        self.transition(now, State::Closed, Cause::Closed);
+        self.actions.push_back(Action::Stop);
+    }
+
+    fn submit(&mut self, now: Instant, frame: Vec<u8>, deadline: Option<Instant>) {
+        self.c.submitted += 1;
+        if self.state == State::Closed {
+            self.abandon_all(vec![frame], AbandonReason::Shutdown);
+            return;
+        }
+        if deadline.is_some_and(|d| d <= now) {
+            self.abandon_all(vec![frame], AbandonReason::Expired);
+            return;
+        }
+        self.outbox.push_back(Queued { frame, deadline });
+        while self.outbox.over_limit() && self.outbox.len() > 1 {
+            let q = self.outbox.pop_front().expect("non-empty");
+            self.abandon_all(vec![q.frame], AbandonReason::Overflow);
+        }
+    }
+
+    fn abandon_all(&mut self, frames: Vec<Vec<u8>>, reason: AbandonReason) {
+        for frame in frames {
+            let a = &mut self.c.abandoned;
+            match reason {
+                AbandonReason::Expired => a.expired += 1,
+                AbandonReason::Overflow => a.overflow += 1,
+                AbandonReason::Shutdown => a.shutdown += 1,
+                AbandonReason::ConnectionLost => a.connection_lost += 1,
+            }
+            self.c.released_frames += 1;
+            self.c.released_bytes += frame.len() as u64;
+            self.emit(Event::Abandoned { frame, reason });
+        }
+    }
+
+    fn requeue_in_flight(&mut self) {
+        for q in self.in_flight.drain(..).rev() {
+            self.outbox.push_front(q);
+        }
+        for c in self.in_flight_control.drain(..).rev() {
+            self.control.push_front(c);
+        }
+    }
+
+    fn check_flushed(&mut self, now: Instant) {
+        if self.closing
+            && self.state != State::Closed
+            && self.outbox.is_empty()
+            && self.in_flight.is_empty()
+        {
+            self.step(now, Ev::Flushed);
+        }
+    }
+
+    fn note_address_failed(&mut self) {
+        if let Some((idx, _)) = self.current {
+            if let Some(d) = self.dns[idx].as_mut() {
+                d.failed = true;
+            }
+        }
+    }
+
+    fn transition(&mut self, now: Instant, to: State, cause: Cause) {
+        let from = self.state;
+        if from == to && to != State::Connecting {
+            return;
+        }
+        self.state = to;
+        self.since = now;
+        let next_retry = match to {
+            State::Backoff | State::Cooldown => self.retry_delay,
+            _ => None,
+        };
+        let endpoint = self.endpoint_text();
+        match (to, next_retry) {
+            (State::Cooldown, Some(d)) => log::warn!(
+                "relink: {} failures in a row on {}; cooling down for {:?}",
+                self.failures,
+                endpoint.as_deref().unwrap_or("-"),
+                d
+            ),
+            _ => log::info!(
+                "relink: {from} -> {to} ({cause}) attempt={} next_retry={}",
+                self.failures,
+                next_retry.map_or("-".to_string(), |d| format!("{d:?}"))
+            ),
+        }
+        if from == to {
+            return;
+        }
+        self.emit(Event::State(Transition {
+            from,
+            to,
+            cause,
+            attempt: self.failures,
+            next_retry,
+            endpoint,
+        }));
+    }
+
+    fn endpoint_text(&self) -> Option<String> {
+        match self.current {
+            Some((_, addr)) => Some(fmt_addr(addr)),
+            None => self
+                .resolving
+                .map(|idx| self.cfg.endpoints[idx].to_string()),
+        }
+    }
+
+    fn emit(&mut self, ev: Event) {
+        self.actions.push_back(Action::Emit(ev));
+    }
+
+    fn encoded_ping(&self) -> Vec<u8> {
+        match self.cfg.heartbeat.as_ref().map(|h| &h.ping) {
+            Some(Ping::Raw(b)) => b.clone(),
+            Some(Ping::Frame(f)) => {
+                let mut buf = Vec::with_capacity(self.cfg.codec.encoded_len(f.len()));
+                self.cfg.codec.encode_into(f, &mut buf);
+                buf
+            }
+            None => Vec::new(),
+        }
+    }
+
+    fn dial_bound(&self) -> Duration {
+        // libzmq's own redial waits up to two reconnect intervals before dialling again.
+        self.cfg.socket.connect_timeout + self.cfg.socket.reconnect_ivl * 2
+    }
+
+    fn is_current(&self, generation: u64) -> bool {
+        generation == self.generation
+    }
+
+    fn for_current(&mut self, now: Instant, generation: u64, ev: Ev) {
+        if self.is_current(generation) {
+            self.step(now, ev);
+        } else {
+            self.c.ignored += 1;
+            log::trace!("relink: stale {ev:?} from dial {generation} dropped");
+        }
+    }
+
+    fn arm(&mut self, t: Timer, at: Instant) {
+        self.timers[t as usize] = Some(at);
+    }
+
+    fn disarm(&mut self, t: Timer) {
+        self.timers[t as usize] = None;
+    }
+
+    fn take_timer(&mut self, t: Timer, now: Instant) -> bool {
+        match self.timers[t as usize] {
+            Some(at) if at <= now => {
+                self.timers[t as usize] = None;
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+/// `tcp://1.2.3.4:5` or `tcp://[::1]:5`.
+pub(crate) fn fmt_addr(addr: SocketAddr) -> String {
+    match addr.ip() {
+        IpAddr::V4(ip) => format!("tcp://{ip}:{}", addr.port()),
+        IpAddr::V6(ip) => format!("tcp://[{ip}]:{}", addr.port()),
+    }
+}

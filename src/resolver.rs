@@ -1,0 +1,88 @@
+//! Name resolution off every IO thread.
+//!
+//! libzmq resolves a host name with a blocking getaddrinfo on its own IO thread at every attempt,
+//! stalling every socket of the context, and then uses only the first address. relink instead
+//! asks a small process-wide pool of resolver threads and gives libzmq IP literals only. A slow
+//! answer delays only the link that asked (its connect timeout covers the wait).
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::{Arc, OnceLock};
+
+use crossbeam_channel::{Receiver, Sender};
+
+use crate::io_thread::{Command, Shared};
+
+/// Resolver threads in the pool.
+const WORKERS: usize = 4;
+
+struct Job {
+    host: String,
+    port: u16,
+    generation: u64,
+    reply: Sender<Command>,
+    shared: Arc<Shared>,
+}
+
+fn pool() -> &'static Sender<Job> {
+    static POOL: OnceLock<Sender<Job>> = OnceLock::new();
+    POOL.get_or_init(|| {
+        let (tx, rx) = crossbeam_channel::unbounded::<Job>();
+        for i in 0..WORKERS {
+            let rx: Receiver<Job> = rx.clone();
+            std::thread::Builder::new()
+                .name(format!("relink-dns-{i}"))
+                .spawn(move || {
+                    for job in rx.iter() {
+                        let result = lookup(&job.host, job.port);
+                        let cmd = Command::Resolved {
+                            generation: job.generation,
+                            result,
+                        };
+                        if job.reply.send(cmd).is_ok() {
+                            job.shared.wake();
+                        }
+                    }
+                })
+                .expect("spawn resolver thread");
+        }
+        tx
+    })
+}
+
+/// Asks the pool to resolve `host`; the answer arrives as `Command::Resolved`.
+pub(crate) fn resolve(
+    host: String,
+    port: u16,
+    generation: u64,
+    reply: Sender<Command>,
+    shared: Arc<Shared>,
+) {
+    let job = Job {
+        host,
+        port,
+        generation,
+        reply,
+        shared,
+    };
+    // The pool lives as long as the process; a send cannot fail.
+    let _ = pool().send(job);
+}
+
+fn lookup(host: &str, port: u16) -> Result<Vec<SocketAddr>, String> {
+    match (host, port).to_socket_addrs() {
+        Ok(addrs) => {
+            let mut out: Vec<SocketAddr> = Vec::new();
+            for a in addrs {
+                if !out.contains(&a) {
+                    out.push(a);
+                }
+            }
+            if out.is_empty() {
+                Err(format!("{host}: no address"))
+            } else {
+                Ok(out)
+            }
+        }
+        Err(e) => Err(format!("{host}: {e}")),
+    }
+}
