@@ -679,6 +679,17 @@ impl Builder {
     }
 
     pub(crate) fn validate(self) -> Result<(Config, Context), ConfigError> {
+        let context = self.context.clone();
+        let config = self.into_config()?;
+        let context = match context {
+            Some(ctx) => ctx,
+            None => Context::global()?,
+        };
+        Ok((config, context))
+    }
+
+    /// Checks every setting; no libzmq object is made.
+    pub(crate) fn into_config(self) -> Result<Config, ConfigError> {
         let mut c = self.config;
         if self.endpoints.is_empty() {
             return Err(ConfigError::NoEndpoint);
@@ -847,11 +858,7 @@ impl Builder {
                 name: "batch_bytes",
             });
         }
-        let context = match self.context {
-            Some(ctx) => ctx,
-            None => Context::global()?,
-        };
-        Ok((c, context))
+        Ok(c)
     }
 }
 

@@ -154,6 +154,9 @@ enum Timer {
 }
 const TIMERS: usize = 6;
 
+/// An outage is first reported at warn level after this long, then each time it doubles.
+const OUTAGE_WARN_FIRST: Duration = Duration::from_secs(10);
+
 /// How long to wait before offering libzmq a batch again after EAGAIN.
 const SEND_RETRY: Duration = Duration::from_millis(1);
 
@@ -218,6 +221,10 @@ pub(crate) struct Machine {
     resolving: Option<usize>,
     outage_since: Option<Instant>,
     last_outage: Option<Duration>,
+    /// Since when attempts have been failing without a Ready in between.
+    failing_since: Option<Instant>,
+    /// The outage length at which the next warn line is due.
+    next_outage_warn: Duration,
     last_rtt: Option<Duration>,
     read_paused: bool,
     c: Counters,
@@ -261,6 +268,8 @@ impl Machine {
             resolving: None,
             outage_since: None,
             last_outage: None,
+            failing_since: None,
+            next_outage_warn: OUTAGE_WARN_FIRST,
             last_rtt: None,
             read_paused: false,
             c: Counters::default(),
@@ -657,6 +666,16 @@ impl Machine {
 
     fn ready(&mut self, now: Instant) {
         self.disarm(Timer::Handshake);
+        if let Some(since) = self.failing_since.take() {
+            let d = now.saturating_duration_since(since);
+            if d >= OUTAGE_WARN_FIRST {
+                log::warn!(
+                    "relink: connected again after {}s without a connection",
+                    d.as_secs()
+                );
+            }
+        }
+        self.next_outage_warn = OUTAGE_WARN_FIRST;
         self.handshake_pending = false;
         if let Some(since) = self.outage_since.take() {
             self.last_outage = Some(now.saturating_duration_since(since));
@@ -712,6 +731,18 @@ impl Machine {
             self.endpoint_text().unwrap_or_else(|| "-".into()),
             self.failures
         );
+        let failing_since = *self.failing_since.get_or_insert(now);
+        let failing_for = now.saturating_duration_since(failing_since);
+        if failing_for >= self.next_outage_warn {
+            log::warn!(
+                "relink: no connection for {}s ({} failures in a row, last: {cause}); still retrying",
+                failing_for.as_secs(),
+                self.failures
+            );
+            while self.next_outage_warn <= failing_for {
+                self.next_outage_warn = self.next_outage_warn.saturating_mul(2);
+            }
+        }
         let exhausted = self.cfg.max_attempts.is_some_and(|m| self.failures >= m);
         let (to, delay) = if exhausted {
             (State::Cooldown, self.cfg.cooldown)
@@ -935,3 +966,7 @@ pub(crate) fn fmt_addr(addr: SocketAddr) -> String {
         IpAddr::V6(ip) => format!("tcp://[{ip}]:{}", addr.port()),
     }
 }
+
+#[cfg(test)]
+#[path = "machine_tests.rs"]
+mod tests;
