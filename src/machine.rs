@@ -197,6 +197,8 @@ pub(crate) struct Machine {
     failures: u32,
     dials: u32,
     native_left: u32,
+    /// When the current dial (or libzmq's redial of it) began.
+    dial_started: Instant,
     backoff: Backoff,
     rng: StdRng,
     timers: [Option<Instant>; TIMERS],
@@ -248,6 +250,7 @@ impl Machine {
             failures: 0,
             dials: 0,
             native_left: 0,
+            dial_started: now,
             backoff,
             rng,
             timers: [None; TIMERS],
@@ -511,6 +514,7 @@ impl Machine {
             }
             (Connecting, Ev::TcpConnected) => self.tcp_connected(now),
             (Connecting, Ev::ConnectFailed) if self.native_left > 0 => {
+                self.dial_started = now;
                 self.native_left -= 1;
                 self.failures = self.failures.saturating_add(1);
                 self.dials = self.dials.saturating_add(1);
@@ -522,7 +526,16 @@ impl Machine {
                 );
                 self.arm(Timer::Dial, now + self.dial_bound());
             }
-            (Connecting, Ev::ConnectFailed) => self.fail(now, Cause::Refused),
+            (Connecting, Ev::ConnectFailed) => {
+                // libzmq reports a dial it gave up on after ZMQ_CONNECT_TIMEOUT the same way
+                // as a refused one; the time it took tells them apart.
+                let took = now.saturating_duration_since(self.dial_started);
+                if took >= self.cfg.socket.connect_timeout {
+                    self.fail(now, Cause::ConnectTimeout)
+                } else {
+                    self.fail(now, Cause::Refused)
+                }
+            }
             (Connecting, Ev::DialTimeout) => self.fail(now, Cause::ConnectTimeout),
             (Connected, Ev::Alive) => self.ready(now),
             (Connected, Ev::HandshakeTimeout) => self.fail(now, Cause::HandshakeTimeout),
@@ -562,6 +575,7 @@ impl Machine {
         self.generation += 1;
         self.dials = self.dials.saturating_add(1);
         self.native_left = self.cfg.native_retries;
+        self.dial_started = now;
         self.disarm(Timer::Retry);
         self.retry_delay = None;
         let idx = self.order[self.next_endpoint % self.order.len()];

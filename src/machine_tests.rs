@@ -308,6 +308,19 @@ fn row7_a_dial_that_hangs_times_out() {
 }
 
 #[test]
+fn row6_a_dial_libzmq_gave_up_on_after_the_connect_timeout_is_reported_as_a_timeout() {
+    let mut s = Sim::connecting(Sim::builder().connect_timeout(2000 * MS));
+    s.advance(2000 * MS);
+    assert_eq!(
+        s.m.state(),
+        Connecting,
+        "relink's own bound is a little later"
+    );
+    s.refuse();
+    assert_eq!(s.last_transition().cause, Cause::ConnectTimeout);
+}
+
+#[test]
 fn row8_the_first_inbound_bytes_make_the_link_ready() {
     let mut s = Sim::connecting(Sim::builder().ready_when(ProofOfLife::Inbound));
     s.tcp_up();
