@@ -107,3 +107,8 @@ pub use error::{CodecError, ConfigError, FrameError, LinkError, SendError};
 pub use event::{AbandonReason, Cause, Event, State, Transition};
 pub use link::{Events, Link};
 pub use metrics::{Abandoned, Metrics};
+
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
