@@ -1,0 +1,226 @@
+//! Soak: a link under steady load while its peer restarts every few seconds.
+//!
+//! Run it with `cargo run --release --example soak -- [--secs 600] [--restart-every 5]`.
+//! Checks, at the end, that every frame is accounted for, that the peer never saw a frame
+//! twice or out of order, and that RSS and the open file descriptors stayed flat; prints one
+//! summary line and exits non-zero if a check failed.
+
+use std::io::Read;
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use relink::{Codec, Event, Link, Overflow, SendError};
+
+/// What the sink saw: frames carry increasing sequence numbers, so a duplicate or a frame
+/// out of order shows as a number not above the last one.
+#[derive(Default)]
+struct Seen {
+    received: u64,
+    last: Option<u64>,
+    violations: u64,
+}
+
+/// A length-prefixed sink that checks every frame's sequence number.
+struct Sink {
+    stop: Arc<AtomicBool>,
+    thread: Option<thread::JoinHandle<()>>,
+}
+
+impl Sink {
+    fn start(port: u16, seen: Arc<Mutex<Seen>>) -> std::io::Result<Sink> {
+        let listener = TcpListener::bind(("127.0.0.1", port))?;
+        listener.set_nonblocking(true)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = thread::spawn(move || {
+            let mut conns: Vec<(TcpStream, Vec<u8>)> = Vec::new();
+            let mut buf = vec![0u8; 64 * 1024];
+            while !flag.load(Ordering::Relaxed) {
+                if let Ok((s, _)) = listener.accept() {
+                    s.set_read_timeout(Some(Duration::from_millis(2))).ok();
+                    conns.push((s, Vec::new()));
+                }
+                conns.retain_mut(|(s, pending)| match s.read(&mut buf) {
+                    Ok(0) => false,
+                    Ok(n) => {
+                        pending.extend_from_slice(&buf[..n]);
+                        let mut at = 0;
+                        let mut seen = seen.lock().unwrap();
+                        while pending.len() - at >= 4 {
+                            let len = u32::from_be_bytes(pending[at..at + 4].try_into().unwrap())
+                                as usize;
+                            if pending.len() - at - 4 < len {
+                                break;
+                            }
+                            let body = &pending[at + 4..at + 4 + len];
+                            let seq = u64::from_be_bytes(body[..8].try_into().unwrap());
+                            if seen.last.is_some_and(|last| seq <= last) {
+                                seen.violations += 1;
+                            }
+                            seen.last = Some(seq);
+                            seen.received += 1;
+                            at += 4 + len;
+                        }
+                        pending.drain(..at);
+                        true
+                    }
+                    Err(e) => matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ),
+                });
+            }
+        });
+        Ok(Sink {
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    fn stop(mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+fn fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count())
+}
+
+fn arg(name: &str, default: u64) -> u64 {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn main() {
+    let secs = arg("--secs", 600);
+    let every = arg("--restart-every", 5);
+    let port = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let mut sink = Some(Sink::start(port, seen.clone()).expect("sink"));
+
+    let link = Link::builder(&format!("tcp://127.0.0.1:{port}"))
+        .codec(Codec::length_prefixed())
+        .backoff(Duration::from_millis(50), Duration::from_millis(500))
+        .overflow(Overflow::DropOldest)
+        .outbox_limits(20_000, 4 << 20)
+        .frame_ttl(Duration::from_secs(2))
+        .build()
+        .expect("link");
+
+    // Abandoned frames come back in events: count them.
+    let abandoned_seen = Arc::new(AtomicU64::new(0));
+    let events = link.events().clone();
+    let counter = abandoned_seen.clone();
+    let reader = thread::spawn(move || {
+        while let Ok(ev) = events.recv() {
+            if let Event::Abandoned { .. } = ev {
+                counter.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    });
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let producer = {
+        let link = link.clone();
+        let stop = stop.clone();
+        thread::spawn(move || {
+            let mut seq = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let mut frame = seq.to_be_bytes().to_vec();
+                frame.resize(64, 0);
+                match link.send(frame) {
+                    Ok(()) => seq += 1,
+                    Err(SendError::Closed(_)) => break,
+                    Err(_) => thread::yield_now(),
+                }
+                if seq % 20 == 0 {
+                    thread::sleep(Duration::from_millis(1));
+                }
+            }
+            seq
+        })
+    };
+
+    let start = Instant::now();
+    let warm = Duration::from_secs(every.max(5));
+    let (mut rss_start, mut fd_start) = (0, 0);
+    let (mut rss_max, mut fd_max) = (0, 0);
+    let mut restarts = 0u64;
+    let mut next_restart = start + Duration::from_secs(every);
+    while start.elapsed() < Duration::from_secs(secs) {
+        thread::sleep(Duration::from_millis(100));
+        if Instant::now() >= next_restart {
+            sink.take().expect("running").stop();
+            thread::sleep(Duration::from_millis(300));
+            sink = Some(Sink::start(port, seen.clone()).expect("sink restart"));
+            restarts += 1;
+            next_restart += Duration::from_secs(every);
+        }
+        if rss_start == 0 && start.elapsed() >= warm {
+            rss_start = rss_kib();
+            fd_start = fds();
+        }
+        if rss_start > 0 {
+            rss_max = rss_max.max(rss_kib());
+            fd_max = fd_max.max(fds());
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let produced = producer.join().expect("producer");
+    let m = link.close(Duration::from_secs(2));
+    drop(link);
+    let _ = reader.join();
+    if let Some(s) = sink {
+        s.stop();
+    }
+
+    let seen = seen.lock().unwrap();
+    let duplicates_or_reordered = seen.violations;
+    let rss_growth = rss_max.saturating_sub(rss_start);
+    let ok = m.unaccounted() == 0
+        && m.frames_submitted == produced
+        && duplicates_or_reordered == 0
+        && abandoned_seen.load(Ordering::Relaxed) == m.abandoned.total()
+        && rss_growth < 32 * 1024
+        && fd_max <= fd_start + 2;
+    println!(
+        "soak secs={secs} restarts={restarts} submitted={} sent={} peer_received={} abandoned={} \
+         (expired={} overflow={} shutdown={}) rejected={} unaccounted={} \
+         duplicates_or_reordered={duplicates_or_reordered} rss_start_kib={rss_start} rss_max_kib={rss_max} fd_start={fd_start} \
+         fd_max={fd_max} ok={ok}",
+        m.frames_submitted,
+        m.frames_sent,
+        seen.received,
+        m.abandoned.total(),
+        m.abandoned.expired,
+        m.abandoned.overflow,
+        m.abandoned.shutdown,
+        m.frames_rejected,
+        m.unaccounted(),
+    );
+    if !ok {
+        std::process::exit(1);
+    }
+}
