@@ -517,7 +517,8 @@ impl Builder {
         self
     }
 
-    /// Failures in a row before the link rests in Cooldown. Defaults to none (never).
+    /// Failed attempts in a row (libzmq's own redials included) before the link rests in
+    /// Cooldown. Defaults to none (never).
     pub fn max_attempts(mut self, n: u32) -> Builder {
         self.config.max_attempts = Some(n);
         self

@@ -185,7 +185,8 @@ pub struct Transition {
     pub to: State,
     /// Why.
     pub cause: Cause,
-    /// Failures in a row so far (0 once a connection proved stable).
+    /// Failed attempts in a row so far, libzmq's own redials included (0 once a connection
+    /// proved stable): what the backoff grows with and `max_attempts` counts.
     pub attempt: u32,
     /// The delay drawn, when `to` is Backoff or Cooldown.
     pub next_retry: Option<std::time::Duration>,

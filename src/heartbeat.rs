@@ -5,7 +5,11 @@
 //! is slow to take frames) no verdict is given, and the silence is measured again from the
 //! moment reading resumes.
 
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
+
+/// Unanswered pings remembered for matching replies.
+const MAX_OUTSTANDING: usize = 8;
 
 use crate::config::Heartbeat;
 
@@ -18,7 +22,8 @@ pub(crate) struct HeartbeatState {
     last_outbound: Instant,
     last_ping: Instant,
     inbound_since_ping: bool,
-    ping_outstanding: Option<Instant>,
+    /// Pings sent and not answered yet, oldest first (a few at most).
+    pings_outstanding: VecDeque<Instant>,
     paused: bool,
 }
 
@@ -33,7 +38,7 @@ impl HeartbeatState {
             last_outbound: now,
             last_ping: now,
             inbound_since_ping: true,
-            ping_outstanding: None,
+            pings_outstanding: VecDeque::new(),
             paused,
         }
     }
@@ -66,13 +71,17 @@ impl HeartbeatState {
         let missed = !self.inbound_since_ping && !self.paused;
         self.inbound_since_ping = false;
         self.last_ping = now;
-        self.ping_outstanding = Some(now);
+        if self.pings_outstanding.len() >= MAX_OUTSTANDING {
+            self.pings_outstanding.pop_front();
+        }
+        self.pings_outstanding.push_back(now);
         missed
     }
 
-    /// A recognised reply: the round trip of the outstanding ping, if there is one.
+    /// A recognised reply: the round trip of the oldest unanswered ping, if there is one.
+    /// Without one, the frame is the application's own and must be delivered.
     pub(crate) fn on_reply(&mut self, now: Instant) -> Option<Duration> {
-        self.ping_outstanding.take().map(|t| now - t)
+        self.pings_outstanding.pop_front().map(|t| now - t)
     }
 
     pub(crate) fn set_paused(&mut self, paused: bool, now: Instant) {
@@ -125,8 +134,12 @@ mod tests {
         assert!(h.on_ping(t0 + 2 * s));
         h.on_inbound(t0 + 2 * s + s / 2);
         assert!(!h.on_ping(t0 + 3 * s));
-        assert_eq!(h.on_reply(t0 + 3 * s + s / 10), Some(s / 10));
-        assert_eq!(h.on_reply(t0 + 4 * s), None, "one reply per ping");
+        // TCP keeps order: the replies come oldest ping first.
+        let at = t0 + 3 * s + s / 10;
+        assert_eq!(h.on_reply(at), Some(2 * s + s / 10));
+        assert_eq!(h.on_reply(at), Some(s + s / 10));
+        assert_eq!(h.on_reply(at), Some(s / 10));
+        assert_eq!(h.on_reply(at), None, "one reply per ping");
     }
 
     #[test]

@@ -473,6 +473,10 @@ impl IoThread {
     }
 
     fn deliver(&mut self, _now: Instant, ev: Event) {
+        if let Event::State(t) = &ev {
+            // Published before the event can be seen: `state()` is never older than it.
+            self.shared.state.store(t.to as u8, Ordering::Release);
+        }
         if self.pending.is_empty() {
             match self.events.try_send(ev) {
                 Ok(()) => return,

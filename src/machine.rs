@@ -195,7 +195,6 @@ pub(crate) struct Machine {
     since: Instant,
     generation: u64,
     failures: u32,
-    dials: u32,
     native_left: u32,
     /// When the current dial (or libzmq's redial of it) began.
     dial_started: Instant,
@@ -248,7 +247,6 @@ impl Machine {
             since: now,
             generation: 0,
             failures: 0,
-            dials: 0,
             native_left: 0,
             dial_started: now,
             backoff,
@@ -475,7 +473,7 @@ impl Machine {
         Metrics {
             state: self.state,
             time_in_state: now.saturating_duration_since(self.since),
-            attempt: self.dials.max(1),
+            attempt: self.failures.saturating_add(1),
             consecutive_failures: self.failures,
             connects: self.c.connects,
             reconnects: self.c.reconnects,
@@ -517,7 +515,6 @@ impl Machine {
                 self.dial_started = now;
                 self.native_left -= 1;
                 self.failures = self.failures.saturating_add(1);
-                self.dials = self.dials.saturating_add(1);
                 self.note_address_failed();
                 log::debug!(
                     "relink: dial {} failed (refused); libzmq redials ({} native retries left)",
@@ -548,7 +545,6 @@ impl Machine {
             (Connected | Ready, Ev::Unreachable) => self.fail(now, Cause::Unreachable),
             (Ready, Ev::Stable) => {
                 self.failures = 0;
-                self.dials = 0;
                 self.backoff.reset();
             }
             (Backoff, Ev::RetryTimer) => self.dial(now, Cause::RetryTimer),
@@ -573,7 +569,6 @@ impl Machine {
 
     fn dial(&mut self, now: Instant, cause: Cause) {
         self.generation += 1;
-        self.dials = self.dials.saturating_add(1);
         self.native_left = self.cfg.native_retries;
         self.dial_started = now;
         self.disarm(Timer::Retry);
@@ -697,7 +692,6 @@ impl Machine {
         }
         if self.cfg.min_stable.is_zero() {
             self.failures = 0;
-            self.dials = 0;
             self.backoff.reset();
         } else {
             self.arm(Timer::Stable, now + self.cfg.min_stable);
@@ -716,10 +710,12 @@ impl Machine {
         }
         if let Some(reply) = self.cfg.heartbeat.as_ref().and_then(|h| h.reply.as_ref()) {
             if reply.test(&frame) {
+                // Only the replies to our own pings are swallowed: an application that sends
+                // the same command as the ping still gets its answers.
                 if let Some(rtt) = self.heartbeat.as_mut().and_then(|h| h.on_reply(now)) {
                     self.last_rtt = Some(rtt);
+                    return;
                 }
-                return;
             }
         }
         self.c.received += 1;

@@ -418,6 +418,19 @@ fn row11_a_peer_that_answers_is_never_declared_dead() {
 }
 
 #[test]
+fn a_frame_like_the_heartbeat_reply_is_delivered_when_no_ping_awaits_it() {
+    let hb =
+        Heartbeat::new(1000 * MS, Ping::Raw(b"p".to_vec())).reply(Predicate::new(|f| f == b"P"));
+    let mut s = Sim::ready(Sim::builder().heartbeat(hb));
+    s.data(b"P");
+    assert_eq!(s.frames(), [b"P".to_vec()], "the application's own answer");
+    s.next_timer();
+    s.transmit();
+    s.data(b"P");
+    assert_eq!(s.frames().len(), 1, "the answer to our ping is swallowed");
+}
+
+#[test]
 fn row12_a_peer_that_breaks_the_framing_gets_its_connection_reset() {
     let mut s = Sim::ready(Sim::builder().codec(Codec::LengthPrefixed { max_frame: 16 }));
     s.data(&[0xff, 0xff, 0xff, 0xff]);

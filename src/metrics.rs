@@ -36,9 +36,10 @@ pub struct Metrics {
     /// How long the link has been in it.
     pub time_in_state: Duration,
     /// Ordinal of the current (or next) connection attempt since the last stable connection:
-    /// 1 for the first dial.
+    /// `consecutive_failures + 1`.
     pub attempt: u32,
-    /// Failed attempts in a row (what the backoff grows with).
+    /// Failed attempts in a row, what the backoff grows with and `max_attempts` counts. Every
+    /// failed dial counts, libzmq's own redials included.
     pub consecutive_failures: u32,
     /// TCP connections established.
     pub connects: u64,

@@ -1,0 +1,514 @@
+//! The `relink-cat` example (`examples/cat.rs`) run as a program: bad options, an echo peer,
+//! end of stdin, Ctrl-C, a server that comes up late, and redis-server restarts.
+//!
+//! The example is built once per test run with `cargo build --example cat` (cargo does not
+//! build examples for `cargo test`), then run from the target directory.
+
+mod util;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::OnceLock;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError};
+use util::{Behaviour, Peer, RedisServer};
+
+/// Bound on anything that normally takes milliseconds (a connect, an echo, an exit).
+const WAIT: Duration = Duration::from_secs(10);
+
+/// The cat example's binary, built on first use.
+fn cat_binary() -> &'static Path {
+    static BINARY: OnceLock<PathBuf> = OnceLock::new();
+    BINARY.get_or_init(|| {
+        let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "--example", "cat", "--quiet"])
+            .current_dir(manifest_dir)
+            .status()
+            .expect("run cargo build --example cat");
+        assert!(
+            status.success(),
+            "cargo build --example cat failed: {status}"
+        );
+        let target_dir = std::env::var_os("CARGO_TARGET_DIR")
+            .map(|d| manifest_dir.join(d))
+            .unwrap_or_else(|| manifest_dir.join("target"));
+        let binary = target_dir.join("debug").join("examples").join("cat");
+        assert!(binary.is_file(), "no binary at {}", binary.display());
+        binary
+    })
+}
+
+/// One output stream of the child, line by line, with everything seen so far kept for
+/// failure messages.
+struct Lines {
+    rx: Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl Lines {
+    fn start(stream: impl Read + Send + 'static) -> Lines {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        thread::spawn(move || {
+            let mut reader = BufReader::new(stream);
+            let mut line = Vec::new();
+            loop {
+                line.clear();
+                match reader.read_until(b'\n', &mut line) {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {
+                        let text = String::from_utf8_lossy(&line);
+                        let text = text.trim_end_matches(['\n', '\r']).to_string();
+                        if tx.send(text).is_err() {
+                            break;
+                        }
+                    }
+                }
+            }
+        });
+        Lines {
+            rx,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Takes lines until one satisfies `pred`, waiting up to `timeout`.
+    fn wait_for(&mut self, timeout: Duration, pred: impl Fn(&str) -> bool) -> Option<String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            match self.rx.recv_deadline(deadline) {
+                Ok(line) => {
+                    self.seen.push(line.clone());
+                    if pred(&line) {
+                        return Some(line);
+                    }
+                }
+                Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => return None,
+            }
+        }
+    }
+
+    /// Takes every line left, until the stream ends (bounded).
+    fn drain(&mut self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while let Ok(line) = self.rx.recv_deadline(deadline) {
+            self.seen.push(line);
+        }
+    }
+
+    fn text(&self) -> String {
+        self.seen.join("\n")
+    }
+}
+
+/// A running `relink-cat`, killed on drop if it is still running.
+struct Cat {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: Lines,
+    stderr: Lines,
+}
+
+impl Cat {
+    fn start(args: &[&str]) -> Cat {
+        let mut child = Command::new(cat_binary())
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn relink-cat");
+        let stdin = child.stdin.take();
+        let stdout = Lines::start(child.stdout.take().expect("piped stdout"));
+        let stderr = Lines::start(child.stderr.take().expect("piped stderr"));
+        Cat {
+            child,
+            stdin,
+            stdout,
+            stderr,
+        }
+    }
+
+    fn type_line(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().expect("stdin is open");
+        stdin
+            .write_all(format!("{line}\n").as_bytes())
+            .and_then(|()| stdin.flush())
+            .expect("write to relink-cat's stdin");
+    }
+
+    /// Waits for a stdout line equal to `line`; panics with both streams if none comes.
+    fn expect_stdout(&mut self, line: &str) {
+        if self.stdout.wait_for(WAIT, |l| l == line).is_none() {
+            panic!("no {line:?} on stdout\n{}", self.transcript());
+        }
+    }
+
+    /// Waits for a stderr line starting with `prefix`; panics with both streams if none
+    /// comes.
+    fn expect_stderr(&mut self, prefix: &str) -> String {
+        self.expect_stderr_where(prefix, |_| true)
+    }
+
+    /// Waits for a stderr line starting with `prefix` that satisfies `pred`.
+    fn expect_stderr_where(&mut self, prefix: &str, pred: impl Fn(&str) -> bool) -> String {
+        match self
+            .stderr
+            .wait_for(WAIT, |l| l.starts_with(prefix) && pred(l))
+        {
+            Some(l) => l,
+            None => panic!(
+                "no such stderr line starting {prefix:?}\n{}",
+                self.transcript()
+            ),
+        }
+    }
+
+    fn interrupt(&self) {
+        let pid = libc::pid_t::try_from(self.child.id()).expect("pid fits pid_t");
+        // SAFETY: kill(2) on our own child, which is not reaped before `finish` or drop.
+        let rc = unsafe { libc::kill(pid, libc::SIGINT) };
+        assert_eq!(rc, 0, "kill(SIGINT): {}", std::io::Error::last_os_error());
+    }
+
+    /// Closes stdin (unless `keep_stdin`), waits up to `timeout` for the exit, and collects
+    /// what is left of both streams. Returns the status and how long the exit took.
+    fn finish(&mut self, keep_stdin: bool, timeout: Duration) -> (ExitStatus, Duration) {
+        let start = Instant::now();
+        if !keep_stdin {
+            drop(self.stdin.take());
+        }
+        let status = util::wait_for(timeout, || self.child.try_wait().ok().flatten());
+        let took = start.elapsed();
+        let Some(status) = status else {
+            panic!(
+                "relink-cat still running {timeout:?} after it was told to stop\n{}",
+                self.transcript()
+            );
+        };
+        self.stdout.drain(WAIT);
+        self.stderr.drain(WAIT);
+        (status, took)
+    }
+
+    fn transcript(&mut self) -> String {
+        while let Ok(l) = self.stdout.rx.try_recv() {
+            self.stdout.seen.push(l);
+        }
+        while let Ok(l) = self.stderr.rx.try_recv() {
+            self.stderr.seen.push(l);
+        }
+        format!(
+            "--- stdout ---\n{}\n--- stderr ---\n{}",
+            self.stdout.text(),
+            self.stderr.text()
+        )
+    }
+}
+
+impl Drop for Cat {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Runs relink-cat with stdin closed and returns (status, stdout, stderr); bounded.
+fn run_to_end(args: &[&str]) -> (ExitStatus, String, String) {
+    let mut cat = Cat::start(args);
+    let (status, _) = cat.finish(false, WAIT);
+    (status, cat.stdout.text(), cat.stderr.text())
+}
+
+/// Asserts a refused command line: status 2, nothing on stdout, one line on stderr that
+/// contains every one of `words`.
+fn assert_usage_error(args: &[&str], words: &[&str]) {
+    let (status, stdout, stderr) = run_to_end(args);
+    assert_eq!(
+        status.code(),
+        Some(2),
+        "status for {args:?}; stderr:\n{stderr}"
+    );
+    assert_eq!(stdout, "", "stdout for {args:?}");
+    assert_eq!(
+        stderr.lines().count(),
+        1,
+        "one line for {args:?}:\n{stderr}"
+    );
+    for w in words {
+        assert!(stderr.contains(w), "{w:?} missing from {stderr:?}");
+    }
+}
+
+/// The `key=value` pairs of a status line, after its first word.
+fn fields(line: &str) -> Vec<(&str, &str)> {
+    line.split(' ')
+        .skip(1)
+        .map(|kv| kv.split_once('=').unwrap_or((kv, "")))
+        .collect()
+}
+
+#[test]
+fn an_unparsable_duration_exits_with_status_2_and_a_one_line_message() {
+    let endpoint = util::refused_endpoint();
+    assert_usage_error(
+        &["--connect-timeout", "5x", &endpoint],
+        &["--connect-timeout", "5x", "duration"],
+    );
+    assert_usage_error(
+        &["--heartbeat", "p", "--heartbeat-interval", "300", &endpoint],
+        &["--heartbeat-interval", "300"],
+    );
+}
+
+#[test]
+fn an_unknown_codec_exits_with_status_2_and_names_the_known_ones() {
+    let endpoint = util::refused_endpoint();
+    assert_usage_error(
+        &["--codec", "morse", &endpoint],
+        &["morse", "raw", "lines", "len32"],
+    );
+}
+
+#[test]
+fn a_bad_escape_in_the_heartbeat_exits_with_status_2_and_a_one_line_message() {
+    let endpoint = util::refused_endpoint();
+    assert_usage_error(&["--heartbeat", r"PING\q", &endpoint], &["escape", r"\q"]);
+    assert_usage_error(&["--heartbeat", r"PING\x4", &endpoint], &["escape", r"\x"]);
+    assert_usage_error(&["--heartbeat", r"PING\", &endpoint], &["escape"]);
+}
+
+#[test]
+fn a_bad_endpoint_exits_with_status_2_and_the_builders_message() {
+    let expected = relink::Link::builder("127.0.0.1:6379")
+        .build()
+        .expect_err("an endpoint without tcp:// is refused")
+        .to_string();
+    assert_usage_error(&["127.0.0.1:6379"], &[&expected]);
+}
+
+#[test]
+fn a_configuration_the_builder_refuses_exits_with_status_2_and_its_message() {
+    let endpoint = util::refused_endpoint();
+    let expected = relink::Link::builder(&endpoint)
+        .backoff(Duration::from_secs(5), Duration::from_secs(1))
+        .build()
+        .expect_err("max below base is refused")
+        .to_string();
+    assert_usage_error(&["--backoff", "5s..1s", &endpoint], &[&expected]);
+}
+
+#[test]
+fn lines_on_stdin_come_back_on_stdout_from_an_echo_peer() {
+    let peer = Peer::start(Behaviour::Echo);
+    let mut cat = Cat::start(&["--codec", "lines", "--quiet", &peer.endpoint()]);
+    cat.type_line("hello");
+    cat.type_line("world");
+    cat.expect_stdout("hello");
+    cat.expect_stdout("world");
+    assert_eq!(peer.received_all(), b"hello\nworld\n");
+    let (status, _) = cat.finish(false, WAIT);
+    assert!(status.success(), "{status}\n{}", cat.transcript());
+}
+
+#[test]
+fn status_prints_a_connected_to_ready_line_and_metrics_lines_with_every_field() {
+    let peer = Peer::start(Behaviour::Echo);
+    let mut cat = Cat::start(&["--status", "--status-interval", "200ms", &peer.endpoint()]);
+    let ready = cat.expect_stderr("state from=Connected to=Ready ");
+    let keys: Vec<&str> = fields(&ready).iter().map(|(k, _)| *k).collect();
+    assert_eq!(
+        keys,
+        ["from", "to", "cause", "attempt", "next_retry_ms"],
+        "{ready}"
+    );
+    assert_eq!(fields(&ready)[2], ("cause", "alive"), "{ready}");
+    assert_eq!(fields(&ready)[4], ("next_retry_ms", "-"), "{ready}");
+
+    cat.type_line("counted");
+    cat.expect_stdout("counted");
+    let metrics = cat.expect_stderr("metrics state=Ready ");
+    let keys: Vec<&str> = fields(&metrics).iter().map(|(k, _)| *k).collect();
+    assert_eq!(
+        keys,
+        [
+            "state",
+            "time_in_state_ms",
+            "attempt",
+            "consecutive_failures",
+            "connects",
+            "reconnects",
+            "last_outage_ms",
+            "next_retry_ms",
+            "peer",
+            "submitted",
+            "sent",
+            "rejected",
+            "abandoned",
+            "outbox_frames",
+            "outbox_bytes",
+            "received",
+            "bytes_in",
+            "bytes_out",
+            "hb_sent",
+            "hb_missed",
+            "rtt_us",
+            "paused"
+        ],
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(&format!(" peer={} ", peer.addr())),
+        "{metrics}"
+    );
+    let (status, _) = cat.finish(false, WAIT);
+    assert!(status.success(), "{status}\n{}", cat.transcript());
+}
+
+#[test]
+fn stdin_eof_closes_the_link_and_exits_zero_promptly() {
+    let peer = Peer::start(Behaviour::Echo);
+    let mut cat = Cat::start(&["--status", &peer.endpoint()]);
+    cat.expect_stderr("state from=Connected to=Ready ");
+    cat.type_line("last words");
+    cat.expect_stdout("last words");
+    let (status, took) = cat.finish(false, WAIT);
+    assert!(status.success(), "{status}\n{}", cat.transcript());
+    // The outbox is empty, so the close has nothing to flush: well under the 1 s flush bound.
+    assert!(took < Duration::from_secs(3), "exit took {took:?}");
+    let stderr = cat.stderr.text();
+    assert!(
+        stderr.contains("state from=Ready to=Closed cause=closed"),
+        "{stderr}"
+    );
+    assert!(peer.wait_all_closed(WAIT), "the connection was not closed");
+}
+
+#[test]
+fn stdin_eof_while_the_server_is_down_reports_the_queued_line_abandoned_and_exits_zero() {
+    let endpoint = util::refused_endpoint();
+    let mut cat = Cat::start(&["--status", &endpoint]);
+    cat.expect_stderr("state from=Connecting to=Backoff cause=refused ");
+    cat.type_line("lost");
+    let (status, took) = cat.finish(false, WAIT);
+    assert!(status.success(), "{status}\n{}", cat.transcript());
+    // The close waits at most 1 s for the link to come back before abandoning.
+    assert!(took < Duration::from_secs(5), "exit took {took:?}");
+    let stderr = cat.stderr.text();
+    assert!(
+        stderr.contains(r#"abandoned reason=shutdown bytes=4 frame="lost""#),
+        "{stderr}"
+    );
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(last.starts_with("metrics state=Closed "), "{last}");
+    assert!(
+        last.contains(" submitted=1 sent=0 rejected=0 abandoned=1 outbox_frames=0 "),
+        "{last}"
+    );
+}
+
+#[test]
+fn ctrl_c_closes_gracefully_and_exits_zero() {
+    let peer = Peer::start(Behaviour::Echo);
+    let mut cat = Cat::start(&["--status", &peer.endpoint()]);
+    cat.expect_stderr("state from=Connected to=Ready ");
+    cat.interrupt();
+    let (status, took) = cat.finish(true, WAIT);
+    assert!(status.success(), "{status}\n{}", cat.transcript());
+    assert!(took < Duration::from_secs(3), "exit took {took:?}");
+    let stderr = cat.stderr.text();
+    assert!(
+        stderr.contains("state from=Ready to=Closed cause=closed"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_line_typed_before_the_server_is_up_is_delivered_when_it_comes_up() {
+    let port = util::free_port();
+    let endpoint = util::endpoint_for(port);
+    let mut cat = Cat::start(&["--status", "--backoff", "50ms..200ms", &endpoint]);
+    cat.type_line("early");
+    cat.expect_stderr("state from=Connecting to=Backoff cause=refused ");
+    let peer = Peer::start_on(port, Behaviour::Echo).expect("listen on the port cat dials");
+    cat.expect_stderr("state from=Connected to=Ready ");
+    cat.expect_stdout("early");
+    assert_eq!(peer.received_all(), b"early\n");
+    let (status, _) = cat.finish(false, WAIT);
+    assert!(status.success(), "{status}\n{}", cat.transcript());
+}
+
+fn redis() -> RedisServer {
+    RedisServer::start().expect("redis-server is not on PATH")
+}
+
+#[test]
+#[ignore = "needs redis-server"]
+fn ping_on_stdin_gets_pong_from_redis_server() {
+    let server = redis();
+    let mut cat = Cat::start(&["--codec", "lines", "--quiet", &server.endpoint()]);
+    cat.type_line("PING");
+    cat.expect_stdout("+PONG");
+    let (status, _) = cat.finish(false, WAIT);
+    assert!(status.success(), "{status}\n{}", cat.transcript());
+}
+
+#[test]
+#[ignore = "needs redis-server"]
+fn a_redis_restart_goes_through_backoff_and_back_to_ready() {
+    let mut server = redis();
+    let mut cat = Cat::start(&[
+        "--status",
+        "--heartbeat",
+        r"PING\r\n",
+        "--heartbeat-reply",
+        "+PONG",
+        "--heartbeat-interval",
+        "200ms",
+        "--backoff",
+        "100ms..1s",
+        "--status-interval",
+        "100ms",
+        &server.endpoint(),
+    ]);
+    cat.expect_stderr("state from=Connected to=Ready ");
+    // The heartbeat's replies are recognised: a round trip is measured.
+    cat.expect_stderr_where("metrics state=Ready ", |l| !l.contains(" rtt_us=- "));
+    server.restart();
+    cat.expect_stderr("state from=Ready to=Backoff ");
+    cat.expect_stderr("state from=Connected to=Ready ");
+    // A command after the restart is answered on the new connection. (Not PING: its +PONG
+    // is taken as a heartbeat reply; see the test below.)
+    cat.type_line("ECHO after-restart");
+    cat.expect_stdout("after-restart");
+    let (status, _) = cat.finish(false, WAIT);
+    assert!(status.success(), "{status}\n{}", cat.transcript());
+    let last = cat.stderr.seen.last().cloned().unwrap_or_default();
+    assert!(last.starts_with("metrics state=Closed "), "{last}");
+    assert!(last.contains(" reconnects=1 "), "{last}");
+}
+
+#[test]
+#[ignore = "needs redis-server"]
+fn a_ping_typed_while_the_heartbeat_pings_redis_still_gets_its_pong() {
+    let server = redis();
+    let mut cat = Cat::start(&[
+        "--quiet",
+        "--heartbeat",
+        r"PING\r\n",
+        "--heartbeat-reply",
+        "+PONG",
+        "--heartbeat-interval",
+        "200ms",
+        &server.endpoint(),
+    ]);
+    cat.type_line("PING");
+    cat.expect_stdout("+PONG");
+    let (status, _) = cat.finish(false, WAIT);
+    assert!(status.success(), "{status}\n{}", cat.transcript());
+}
