@@ -247,6 +247,28 @@ impl fmt::Debug for Predicate {
     }
 }
 
+/// Resolves a host name to its addresses; replaces the system resolver (getaddrinfo) for a
+/// link, for tests or for a service-discovery lookup. Runs on relink's resolver threads.
+#[derive(Clone)]
+pub struct Resolver(pub(crate) Arc<ResolverFn>);
+
+type ResolverFn = dyn Fn(&str, u16) -> Result<Vec<std::net::SocketAddr>, String> + Send + Sync;
+
+impl Resolver {
+    /// Wraps a closure: `(host, port) -> addresses` or a short reason.
+    pub fn new(
+        f: impl Fn(&str, u16) -> Result<Vec<std::net::SocketAddr>, String> + Send + Sync + 'static,
+    ) -> Resolver {
+        Resolver(Arc::new(f))
+    }
+}
+
+impl fmt::Debug for Resolver {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Resolver(..)")
+    }
+}
+
 /// The heartbeat's ping.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -418,6 +440,7 @@ pub(crate) struct Config {
     pub close_timeout: Duration,
     pub dns_refresh: Duration,
     pub batch_bytes: usize,
+    pub resolver: Option<Resolver>,
 }
 
 /// Builds a [`Link`](crate::Link). Made by [`Link::builder`](crate::Link::builder); every
@@ -474,6 +497,7 @@ impl Builder {
                 close_timeout: defaults::CLOSE_TIMEOUT,
                 dns_refresh: defaults::DNS_REFRESH,
                 batch_bytes: defaults::BATCH_BYTES,
+                resolver: None,
             },
         }
     }
@@ -664,6 +688,13 @@ impl Builder {
     /// Largest zmq message built by coalescing small frames. Defaults to 64 KiB.
     pub fn batch_bytes(mut self, n: usize) -> Builder {
         self.config.batch_bytes = n;
+        self
+    }
+
+    /// How host names are resolved. Defaults to the system resolver (getaddrinfo), run on
+    /// relink's resolver threads, never on an IO thread.
+    pub fn resolver(mut self, r: Resolver) -> Builder {
+        self.config.resolver = Some(r);
         self
     }
 

@@ -129,12 +129,18 @@ pub(crate) struct IoThread {
     /// Routing id and generation of the current dial.
     rid: Option<(Vec<u8>, u64)>,
     connected: bool,
+    /// ZMQ_IMMEDIATE is set: libzmq then names each connection itself and ignores
+    /// ZMQ_CONNECT_ROUTING_ID, so the routing id is learnt from the connect notification.
+    immediate: bool,
+    /// The last routing id learnt that way (its later frames are not a new connection).
+    learnt_rid: Option<Vec<u8>>,
     endpoint: Option<String>,
     buf: Vec<u8>,
     released: (u64, u64),
     events_dropped: u64,
     stopped: bool,
     monitor_mismatch: u64,
+    resolver: Option<crate::config::Resolver>,
     /// Keeps the context alive until the sockets are closed (declared last: dropped last).
     _context: Context,
 }
@@ -174,6 +180,8 @@ impl IoThread {
             .connect(&addr)
             .map_err(|e| zerr("monitor connect", e))?;
         let max_pending = config.events_capacity.saturating_mul(4).max(4096);
+        let resolver = config.resolver.clone();
+        let immediate = config.socket.immediate;
         let machine = Machine::new(config, seed, Instant::now());
         Ok(IoThread {
             machine,
@@ -187,12 +195,15 @@ impl IoThread {
             shared,
             rid: None,
             connected: false,
+            immediate,
+            learnt_rid: None,
             endpoint: None,
             buf: Vec::new(),
             released: (0, 0),
             events_dropped: 0,
             stopped: false,
             monitor_mismatch: 0,
+            resolver,
             _context: context,
         })
     }
@@ -297,6 +308,14 @@ impl IoThread {
                         .handle_input(now, Input::ConnectFailed { generation });
                     self.carry_out(now);
                 }
+                EVENT_DISCONNECTED if self.immediate && self.connected => {
+                    // With ZMQ_IMMEDIATE libzmq drops the pipe, and the disconnect
+                    // notification queued in it: only the monitor tells.
+                    self.connected = false;
+                    self.machine
+                        .handle_input(now, Input::Disconnected { generation });
+                    self.carry_out(now);
+                }
                 EVENT_CONNECTED | EVENT_DISCONNECTED => {
                     // Cross-check: the routing-id toggles are the source of truth; a monitor
                     // event that disagrees with them is counted and logged.
@@ -335,8 +354,17 @@ impl IoThread {
                     return;
                 }
             };
-            let generation = match &self.rid {
+            let learn = self.immediate
+                && !self.connected
+                && data.is_empty()
+                && self.learnt_rid.as_deref() != Some(&rid[..]);
+            let generation = match &mut self.rid {
                 Some((r, g)) if r.as_slice() == &rid[..] => *g,
+                Some((r, g)) if learn => {
+                    *r = rid.to_vec();
+                    self.learnt_rid = Some(rid.to_vec());
+                    *g
+                }
                 _ => {
                     log::trace!(
                         "relink: {} bytes from a stale connection dropped",
@@ -405,6 +433,7 @@ impl IoThread {
                     host,
                     port,
                 } => crate::resolver::resolve(
+                    self.resolver.clone(),
                     host,
                     port,
                     generation,
@@ -488,12 +517,19 @@ impl IoThread {
             self.pending.push_back(ev);
         }
         if self.pending.len() > self.max_pending {
-            // Frames are bounded by the read stop; trim the oldest other event.
-            if let Some(i) = self
+            // The application is not reading events. Frames are bounded by the read stop and
+            // never dropped; state and error events go first, abandoned frames last (they stay
+            // counted in the metrics either way).
+            let victim = self
                 .pending
                 .iter()
-                .position(|e| !matches!(e, Event::Frame(_)))
-            {
+                .position(|e| matches!(e, Event::State(_) | Event::Error(_)))
+                .or_else(|| {
+                    self.pending
+                        .iter()
+                        .position(|e| matches!(e, Event::Abandoned { .. }))
+                });
+            if let Some(i) = victim {
                 self.pending.remove(i);
                 self.events_dropped += 1;
             }

@@ -100,7 +100,7 @@ mod resolver;
 pub use codec::{Codec, Decoder};
 pub use config::{
     defaults, Builder, Context, Endpoint, Heartbeat, Jitter, Keepalive, Overflow, Ping, Predicate,
-    ProofOfLife,
+    ProofOfLife, Resolver,
 };
 pub use crossbeam_channel::{RecvError, RecvTimeoutError, TryRecvError};
 pub use error::{CodecError, ConfigError, FrameError, LinkError, SendError};

@@ -10,12 +10,14 @@ use std::sync::{Arc, OnceLock};
 
 use crossbeam_channel::{Receiver, Sender};
 
+use crate::config::Resolver;
 use crate::io_thread::{Command, Shared};
 
 /// Resolver threads in the pool.
 const WORKERS: usize = 4;
 
 struct Job {
+    custom: Option<Resolver>,
     host: String,
     port: u16,
     generation: u64,
@@ -33,7 +35,10 @@ fn pool() -> &'static Sender<Job> {
                 .name(format!("relink-dns-{i}"))
                 .spawn(move || {
                     for job in rx.iter() {
-                        let result = lookup(&job.host, job.port);
+                        let result = match &job.custom {
+                            Some(r) => (r.0)(&job.host, job.port),
+                            None => lookup(&job.host, job.port),
+                        };
                         let cmd = Command::Resolved {
                             generation: job.generation,
                             result,
@@ -51,6 +56,7 @@ fn pool() -> &'static Sender<Job> {
 
 /// Asks the pool to resolve `host`; the answer arrives as `Command::Resolved`.
 pub(crate) fn resolve(
+    custom: Option<Resolver>,
     host: String,
     port: u16,
     generation: u64,
@@ -58,6 +64,7 @@ pub(crate) fn resolve(
     shared: Arc<Shared>,
 ) {
     let job = Job {
+        custom,
         host,
         port,
         generation,
