@@ -554,8 +554,10 @@ impl Builder {
         self
     }
 
-    /// Failed connects left to libzmq's own redial (`reconnect_ivl`) before relink stops it
-    /// and waits its own jittered delay. Defaults to 1; 0 gives every retry to relink.
+    /// Failed connects of an outage left to libzmq's own redial (`reconnect_ivl`, the fast path
+    /// for a brief blip) before relink stops it and waits its own jittered delay between every
+    /// later attempt. Counted from the last stable connection. Defaults to 1; 0 gives every
+    /// retry to relink.
     pub fn native_retries(mut self, n: u32) -> Builder {
         self.config.native_retries = n;
         self

@@ -24,7 +24,7 @@
 //! | 2 | Connecting | Resolved(addresses) | Connecting | connect to the next address |
 //! | 3 | Connecting | Resolved(error) | Backoff/Cooldown | failure `dns` |
 //! | 4 | Connecting | TcpConnected | Connected, or Ready if the connect is the proof | send hello, start heartbeat |
-//! | 5 | Connecting | ConnectFailed, native redials left | Connecting | count a failure, libzmq redials |
+//! | 5 | Connecting | ConnectFailed, native redials left | Connecting | count a failure, libzmq redials (`native_retries` per outage) |
 //! | 6 | Connecting | ConnectFailed, none left | Backoff/Cooldown | stop libzmq, failure `refused` |
 //! | 7 | Connecting | DialTimeout | Backoff/Cooldown | stop libzmq, failure `connect-timeout` |
 //! | 8 | Connected | Alive (first bytes, or accepted reply) | Ready | frames flow |
@@ -196,6 +196,9 @@ pub(crate) struct Machine {
     generation: u64,
     failures: u32,
     native_left: u32,
+    /// libzmq redials used since the last stable connection (they are the fast path for the
+    /// first failures of an outage, not for every dial).
+    native_used: u32,
     /// When the current dial (or libzmq's redial of it) began.
     dial_started: Instant,
     backoff: Backoff,
@@ -248,6 +251,7 @@ impl Machine {
             generation: 0,
             failures: 0,
             native_left: 0,
+            native_used: 0,
             dial_started: now,
             backoff,
             rng,
@@ -514,6 +518,7 @@ impl Machine {
             (Connecting, Ev::ConnectFailed) if self.native_left > 0 => {
                 self.dial_started = now;
                 self.native_left -= 1;
+                self.native_used = self.native_used.saturating_add(1);
                 self.failures = self.failures.saturating_add(1);
                 self.note_address_failed();
                 log::debug!(
@@ -545,6 +550,7 @@ impl Machine {
             (Connected | Ready, Ev::Unreachable) => self.fail(now, Cause::Unreachable),
             (Ready, Ev::Stable) => {
                 self.failures = 0;
+                self.native_used = 0;
                 self.backoff.reset();
             }
             (Backoff, Ev::RetryTimer) => self.dial(now, Cause::RetryTimer),
@@ -569,7 +575,7 @@ impl Machine {
 
     fn dial(&mut self, now: Instant, cause: Cause) {
         self.generation += 1;
-        self.native_left = self.cfg.native_retries;
+        self.native_left = self.cfg.native_retries.saturating_sub(self.native_used);
         self.dial_started = now;
         self.disarm(Timer::Retry);
         self.retry_delay = None;
@@ -692,6 +698,7 @@ impl Machine {
         }
         if self.cfg.min_stable.is_zero() {
             self.failures = 0;
+            self.native_used = 0;
             self.backoff.reset();
         } else {
             self.arm(Timer::Stable, now + self.cfg.min_stable);

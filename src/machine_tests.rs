@@ -289,6 +289,25 @@ fn row5_a_refused_dial_with_native_redials_left_stays_connecting() {
 }
 
 #[test]
+fn native_redials_are_spent_once_per_outage_not_once_per_dial() {
+    let mut s = Sim::connecting(Sim::builder().native_retries(1));
+    s.refuse();
+    assert_eq!(s.m.state(), Connecting, "libzmq's fast redial");
+    s.refuse();
+    assert_eq!(s.m.state(), Backoff);
+    s.next_timer();
+    s.refuse();
+    assert_eq!(s.m.state(), Backoff, "no second native redial in the same outage");
+    s.next_timer();
+    s.tcp_up();
+    s.advance(1000 * MS);
+    s.tcp_down();
+    s.next_timer();
+    s.refuse();
+    assert_eq!(s.m.state(), Connecting, "a new outage gets its fast redial again");
+}
+
+#[test]
 fn row6_a_refused_dial_without_native_redials_stops_libzmq_and_backs_off() {
     let mut s = Sim::connecting(Sim::builder());
     s.refuse();
