@@ -132,12 +132,15 @@ pub(crate) struct IoThread {
     /// ZMQ_IMMEDIATE is set: libzmq then names each connection itself and ignores
     /// ZMQ_CONNECT_ROUTING_ID, so the routing id is learnt from the connect notification.
     immediate: bool,
+    linger: Duration,
     /// The last routing id learnt that way (its later frames are not a new connection).
     learnt_rid: Option<Vec<u8>>,
     endpoint: Option<String>,
     buf: Vec<u8>,
     released: (u64, u64),
     events_dropped: u64,
+    /// Events dropped and not yet reported in an `EventsDropped` error.
+    dropped_unreported: u64,
     stopped: bool,
     monitor_mismatch: u64,
     resolver: Option<crate::config::Resolver>,
@@ -182,6 +185,7 @@ impl IoThread {
         let max_pending = config.events_capacity.saturating_mul(4).max(4096);
         let resolver = config.resolver.clone();
         let immediate = config.socket.immediate;
+        let linger = config.socket.linger;
         let machine = Machine::new(config, seed, Instant::now());
         Ok(IoThread {
             machine,
@@ -196,11 +200,13 @@ impl IoThread {
             rid: None,
             connected: false,
             immediate,
+            linger,
             learnt_rid: None,
             endpoint: None,
             buf: Vec::new(),
             released: (0, 0),
             events_dropped: 0,
+            dropped_unreported: 0,
             stopped: false,
             monitor_mismatch: 0,
             resolver,
@@ -308,9 +314,13 @@ impl IoThread {
                         .handle_input(now, Input::ConnectFailed { generation });
                     self.carry_out(now);
                 }
-                EVENT_DISCONNECTED if self.immediate && self.connected => {
+                EVENT_DISCONNECTED
+                    if self.connected && (self.immediate || !self.pending.is_empty()) =>
+                {
                     // With ZMQ_IMMEDIATE libzmq drops the pipe, and the disconnect
-                    // notification queued in it: only the monitor tells.
+                    // notification queued in it: only the monitor tells. And while reading
+                    // is paused the notification waits behind unread data, and libzmq's own
+                    // redial would hand the queue to a new connection: act on the monitor.
                     self.connected = false;
                     self.machine
                         .handle_input(now, Input::Disconnected { generation });
@@ -427,7 +437,13 @@ impl IoThread {
             match action {
                 Action::Emit(ev) => self.deliver(now, ev),
                 Action::Connect { generation, addr } => self.connect(now, generation, addr),
-                Action::Disconnect => self.disconnect(),
+                Action::Disconnect => {
+                    // A lost connection's queued messages must be dropped, not flushed by
+                    // libzmq's own redial during the linger period to the next connection.
+                    // Only a close keeps the linger, to flush.
+                    let lost = self.machine.state() != State::Closed;
+                    self.disconnect_with(lost)
+                }
                 Action::Resolve {
                     generation,
                     host,
@@ -446,7 +462,7 @@ impl IoThread {
     }
 
     fn connect(&mut self, now: Instant, generation: u64, addr: SocketAddr) {
-        self.disconnect();
+        self.disconnect_with(true);
         // A fresh routing id per dial, never reused (reuse can abort libzmq).
         let mut rid = Vec::with_capacity(9);
         rid.push(b'R');
@@ -474,10 +490,22 @@ impl IoThread {
     }
 
     fn disconnect(&mut self) {
+        self.disconnect_with(false)
+    }
+
+    /// Stops the current dial. With `discard`, libzmq drops what it still holds for the
+    /// connection (ZMQ_LINGER is read when the endpoint's session is terminated).
+    fn disconnect_with(&mut self, discard: bool) {
         if let Some(endpoint) = self.endpoint.take() {
+            if discard {
+                let _ = self.socket.set_linger(0);
+            }
             match self.socket.disconnect(&endpoint) {
                 Ok(()) | Err(zmq::Error::ENOENT) => {}
                 Err(e) => log::warn!("relink: disconnect {endpoint} failed: {e}"),
+            }
+            if discard {
+                let _ = self.socket.set_linger(ms(self.linger));
             }
         }
         self.rid = None;
@@ -532,6 +560,7 @@ impl IoThread {
             if let Some(i) = victim {
                 self.pending.remove(i);
                 self.events_dropped += 1;
+                self.dropped_unreported += 1;
             }
         }
         self.set_reader_waiting(true);
@@ -545,6 +574,12 @@ impl IoThread {
                     self.pending.push_front(ev);
                     break;
                 }
+            }
+        }
+        if self.pending.is_empty() && self.dropped_unreported > 0 {
+            let report = Event::Error(LinkError::EventsDropped(self.dropped_unreported));
+            if self.events.try_send(report).is_ok() {
+                self.dropped_unreported = 0;
             }
         }
         if self.pending.is_empty() {

@@ -297,14 +297,22 @@ fn native_redials_are_spent_once_per_outage_not_once_per_dial() {
     assert_eq!(s.m.state(), Backoff);
     s.next_timer();
     s.refuse();
-    assert_eq!(s.m.state(), Backoff, "no second native redial in the same outage");
+    assert_eq!(
+        s.m.state(),
+        Backoff,
+        "no second native redial in the same outage"
+    );
     s.next_timer();
     s.tcp_up();
     s.advance(1000 * MS);
     s.tcp_down();
     s.next_timer();
     s.refuse();
-    assert_eq!(s.m.state(), Connecting, "a new outage gets its fast redial again");
+    assert_eq!(
+        s.m.state(),
+        Connecting,
+        "a new outage gets its fast redial again"
+    );
 }
 
 #[test]
