@@ -370,6 +370,8 @@ impl Machine {
         self.abandon_all(expired, AbandonReason::Expired);
         if let Some(hb) = &mut self.heartbeat {
             if hb.death_at().is_some_and(|t| t <= now) {
+                // The interval that ends in the verdict was silent too.
+                self.c.heartbeats_missed += 1;
                 self.step(now, Ev::HeartbeatDead);
             } else if hb.next_ping() <= now {
                 let missed = hb.on_ping(now);
