@@ -1,1 +1,372 @@
-fn main() {}
+//! Throughput: frames per second from this process to one local TCP sink.
+//!
+//! Run with `cargo bench --bench throughput` (a few minutes) or
+//! `cargo bench --bench throughput -- --quick` (under 30 s).
+//!
+//! Four senders are compared, each writing the same bytes on the wire (a 4-byte big-endian
+//! length, then the payload) for 64 B, 1 KiB and 64 KiB payloads:
+//! - `relink`: one [`Link`] with the length-prefixed codec and `Overflow::Block`, so the
+//!   producer waits for room and never loses a frame; one producer thread.
+//! - `relink4`: the same link fed by four producer threads splitting the same total.
+//! - `raw_zmq`: a bare ZMQ_STREAM socket, one zmq message per frame, blocking sends from one
+//!   thread, with the send high-water mark raised.
+//! - `std_tcp`: `std::net::TcpStream` behind a `BufWriter`.
+//!
+//! The sink is a thread that reads and discards, counting bytes. A run is timed from the first
+//! send until the sink has read every byte. Rounds are interleaved (every round runs every
+//! sender for every size) and the median of the rounds (7, or 5 with `--quick`) is reported.
+//! The last lines are one summary per size:
+//!
+//! `throughput size=<bytes> relink_mps=<x> relink4_mps=<x4> raw_zmq_mps=<y> std_tcp_mps=<z>
+//! ratio_raw=<x/y> ratio_std=<x/z> ratio_4v1=<x4/x>`
+//!
+//! where `*_mps` is millions of frames per second.
+//!
+//! To profile one case, `--only=<sender>` and `--size=<bytes>` narrow the runs (no summary
+//! lines then), e.g. `cargo bench --bench throughput -- --quick --only=relink --size=65536`.
+
+use std::io::{self, BufWriter, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::mpsc;
+use std::sync::{Arc, Barrier};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use relink::{Codec, Event, Link, Overflow, State};
+
+/// Bytes of the length prefix every sender writes before a payload.
+const PREFIX: usize = 4;
+/// Producer threads of the `relink4` sender.
+const PRODUCERS: usize = 4;
+/// Upper bound on one run, so that a stuck sender fails the bench instead of hanging it.
+const RUN_BOUND: Duration = Duration::from_secs(300);
+
+/// The senders compared, in the order they run within a round.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Sender {
+    Relink,
+    Relink4,
+    RawZmq,
+    StdTcp,
+}
+
+impl Sender {
+    const ALL: [Sender; 4] = [
+        Sender::Relink,
+        Sender::Relink4,
+        Sender::RawZmq,
+        Sender::StdTcp,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Sender::Relink => "relink",
+            Sender::Relink4 => "relink4",
+            Sender::RawZmq => "raw_zmq",
+            Sender::StdTcp => "std_tcp",
+        }
+    }
+
+    /// Sends `frames` frames of `size` bytes to a fresh sink; returns the time from the first
+    /// send until the sink read the last byte.
+    fn run(self, size: usize, frames: usize) -> Duration {
+        let sink = Sink::start((frames * (PREFIX + size)) as u64);
+        let elapsed = match self {
+            Sender::Relink => run_relink(&sink, size, frames, 1),
+            Sender::Relink4 => run_relink(&sink, size, frames, PRODUCERS),
+            Sender::RawZmq => run_raw_zmq(&sink, size, frames),
+            Sender::StdTcp => run_std_tcp(&sink, size, frames),
+        };
+        sink.join();
+        elapsed
+    }
+}
+
+/// A local TCP server that accepts one connection, reads and discards, and reports the
+/// instant it has read the expected number of bytes.
+struct Sink {
+    port: u16,
+    done: mpsc::Receiver<Result<Instant, String>>,
+    thread: JoinHandle<()>,
+}
+
+impl Sink {
+    fn start(expected: u64) -> Sink {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the sink");
+        let port = listener.local_addr().expect("sink address").port();
+        let (tx, done) = mpsc::channel();
+        let thread = thread::spawn(move || {
+            let (mut stream, _) = match listener.accept() {
+                Ok(c) => c,
+                Err(e) => {
+                    let _ = tx.send(Err(format!("accept: {e}")));
+                    return;
+                }
+            };
+            drop(listener);
+            let mut buf = vec![0u8; 256 * 1024];
+            let mut total = 0u64;
+            let result = loop {
+                if total >= expected {
+                    break Ok(Instant::now());
+                }
+                match stream.read(&mut buf) {
+                    Ok(0) => break Err(format!("eof after {total} of {expected} bytes")),
+                    Ok(n) => total += n as u64,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => break Err(format!("read after {total} bytes: {e}")),
+                }
+            };
+            let ok = result.is_ok();
+            let _ = tx.send(result);
+            if ok {
+                // Read on until the sender closes, so that its close is orderly.
+                let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+                while matches!(stream.read(&mut buf), Ok(n) if n > 0) {}
+            }
+        });
+        Sink { port, done, thread }
+    }
+
+    fn endpoint(&self) -> String {
+        format!("tcp://127.0.0.1:{}", self.port)
+    }
+
+    /// The instant the sink had read every byte.
+    fn wait(&self) -> Instant {
+        match self.done.recv_timeout(RUN_BOUND) {
+            Ok(Ok(t)) => t,
+            Ok(Err(e)) => panic!("sink failed: {e}"),
+            Err(e) => panic!("sink did not finish within {RUN_BOUND:?}: {e}"),
+        }
+    }
+
+    fn join(self) {
+        self.thread.join().expect("sink thread panicked");
+    }
+}
+
+fn run_relink(sink: &Sink, size: usize, frames: usize, producers: usize) -> Duration {
+    let link = Link::builder(&sink.endpoint())
+        .codec(Codec::length_prefixed())
+        .overflow(Overflow::Block(RUN_BOUND))
+        .build()
+        .expect("build the link");
+    wait_ready(&link);
+    let payload = vec![0xA5u8; size];
+    let barrier = Arc::new(Barrier::new(producers + 1));
+    let threads: Vec<_> = (0..producers)
+        .map(|p| {
+            // Split the total; the first threads take the remainder.
+            let n = frames / producers + usize::from(p < frames % producers);
+            let link = link.clone();
+            let payload = payload.clone();
+            let barrier = barrier.clone();
+            thread::spawn(move || {
+                barrier.wait();
+                for _ in 0..n {
+                    if let Err(e) = link.send(payload.clone()) {
+                        panic!("relink send failed: {e}");
+                    }
+                }
+            })
+        })
+        .collect();
+    barrier.wait();
+    let start = Instant::now();
+    for t in threads {
+        t.join().expect("producer panicked");
+    }
+    let done = sink.wait();
+    let m = link.close(Duration::from_secs(5));
+    assert_eq!(
+        m.frames_sent, frames as u64,
+        "relink did not send every frame"
+    );
+    done - start
+}
+
+fn wait_ready(link: &Link) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while link.state() != State::Ready {
+        match link.events().recv_deadline(deadline) {
+            Ok(Event::State(t)) if t.to == State::Ready => return,
+            Ok(_) => {}
+            Err(e) => panic!("the link did not become Ready: {e}"),
+        }
+    }
+}
+
+fn run_raw_zmq(sink: &Sink, size: usize, frames: usize) -> Duration {
+    let ctx = zmq::Context::new();
+    let socket = ctx.socket(zmq::STREAM).expect("stream socket");
+    // Enough room that the sender rarely waits, bounded to about 64 MiB of queued frames.
+    let hwm = (64 * 1024 * 1024 / (PREFIX + size)).clamp(1000, 100_000) as i32;
+    socket.set_sndhwm(hwm).expect("sndhwm");
+    socket.set_linger(1000).expect("linger");
+    socket.set_rcvtimeo(10_000).expect("rcvtimeo");
+    socket.connect(&sink.endpoint()).expect("connect");
+    // The connect notification [rid, ""] gives the routing id of the connection.
+    let rid = socket.recv_bytes(0).expect("connect notification");
+    let empty = socket.recv_bytes(0).expect("connect notification body");
+    assert!(empty.is_empty(), "expected the connect notification");
+    let mut message = Vec::with_capacity(PREFIX + size);
+    message.extend_from_slice(&(size as u32).to_be_bytes());
+    message.resize(PREFIX + size, 0xA5);
+    let start = Instant::now();
+    for _ in 0..frames {
+        socket.send(&rid[..], zmq::SNDMORE).expect("send rid");
+        socket.send(&message[..], 0).expect("send frame");
+    }
+    let done = sink.wait();
+    drop(socket);
+    drop(ctx);
+    done - start
+}
+
+fn run_std_tcp(sink: &Sink, size: usize, frames: usize) -> Duration {
+    let stream = TcpStream::connect(("127.0.0.1", sink.port)).expect("connect");
+    let mut writer = BufWriter::new(stream);
+    let prefix = (size as u32).to_be_bytes();
+    let payload = vec![0xA5u8; size];
+    let start = Instant::now();
+    for _ in 0..frames {
+        writer.write_all(&prefix).expect("write prefix");
+        writer.write_all(&payload).expect("write payload");
+    }
+    writer.flush().expect("flush");
+    let done = sink.wait();
+    drop(writer);
+    done - start
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let n = s.len();
+    if n % 2 == 1 {
+        s[n / 2]
+    } else {
+        (s[n / 2 - 1] + s[n / 2]) / 2.0
+    }
+}
+
+/// Four significant digits, whatever the magnitude.
+fn sig4(x: f64) -> String {
+    if x == 0.0 || !x.is_finite() {
+        return format!("{x}");
+    }
+    let digits = (3 - x.abs().log10().floor() as i32).max(0) as usize;
+    format!("{x:.digits$}")
+}
+
+/// The value of `--name=value` among the arguments.
+fn arg(name: &str) -> Option<String> {
+    let prefix = format!("--{name}=");
+    std::env::args().find_map(|a| a.strip_prefix(&prefix).map(str::to_string))
+}
+
+fn main() {
+    // `cargo bench` adds `--bench`; unknown arguments are ignored. For profiling one case:
+    // `--only=<sender>` (relink, relink4, raw_zmq, std_tcp) and `--size=<bytes>` (64, 1024,
+    // 65536) narrow the runs; the summary lines need every sender.
+    let quick = std::env::args().any(|a| a == "--quick");
+    let only = arg("only");
+    let only_size: Option<usize> = arg("size").and_then(|s| s.parse().ok());
+    let rounds = if quick { 5 } else { 7 };
+    let plan: Vec<(usize, usize)> = if quick {
+        vec![(64, 300_000), (1024, 60_000), (64 * 1024, 1_800)]
+    } else {
+        vec![(64, 2_000_000), (1024, 400_000), (64 * 1024, 12_000)]
+    };
+    let plan: Vec<(usize, usize)> = plan
+        .into_iter()
+        .filter(|&(size, _)| only_size.map_or(true, |o| o == size))
+        .collect();
+    let senders: Vec<Sender> = Sender::ALL
+        .into_iter()
+        .filter(|s| only.as_deref().map_or(true, |o| o == s.name()))
+        .collect();
+    assert!(
+        !plan.is_empty() && !senders.is_empty(),
+        "--only or --size matched nothing"
+    );
+    println!(
+        "throughput: {} rounds{}, frames per run: {}",
+        rounds,
+        if quick { " (quick)" } else { "" },
+        plan.iter()
+            .map(|(size, n)| format!("{n} x {size} B"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+
+    // One short warm-up run of each sender, not counted.
+    for &sender in &senders {
+        sender.run(64, 10_000);
+    }
+
+    // mps[size index][sender index] = one figure per round.
+    let mut mps = vec![vec![Vec::new(); senders.len()]; plan.len()];
+    let began = Instant::now();
+    for round in 0..rounds {
+        for (si, &(size, frames)) in plan.iter().enumerate() {
+            for (ki, &sender) in senders.iter().enumerate() {
+                let elapsed = sender.run(size, frames);
+                let rate = frames as f64 / elapsed.as_secs_f64() / 1e6;
+                mps[si][ki].push(rate);
+                eprintln!(
+                    "round {} size {size:>6} {:<8} {:>10} Mfps  {:>8.3} s",
+                    round + 1,
+                    sender.name(),
+                    sig4(rate),
+                    elapsed.as_secs_f64()
+                );
+            }
+        }
+    }
+    println!("measured in {:.1} s", began.elapsed().as_secs_f64());
+
+    println!();
+    println!(
+        "{:>6}  {:<8}  {:>12}  {:>10}  {:>21}",
+        "size", "sender", "median Mfps", "MB/s", "min..max Mfps"
+    );
+    for (si, &(size, _)) in plan.iter().enumerate() {
+        for (ki, sender) in senders.iter().enumerate() {
+            let v = &mps[si][ki];
+            let med = median(v);
+            let min = v.iter().copied().fold(f64::INFINITY, f64::min);
+            let max = v.iter().copied().fold(0.0, f64::max);
+            let mbps = med * (PREFIX + size) as f64;
+            println!(
+                "{size:>6}  {:<8}  {:>12}  {:>10.1}  {:>21}",
+                sender.name(),
+                sig4(med),
+                mbps,
+                format!("{}..{}", sig4(min), sig4(max))
+            );
+        }
+    }
+
+    if senders.len() < Sender::ALL.len() {
+        return;
+    }
+    println!();
+    println!("# *_mps: millions of frames per second (median of {rounds} rounds)");
+    for (si, &(size, _)) in plan.iter().enumerate() {
+        let m: Vec<f64> = mps[si].iter().map(|v| median(v)).collect();
+        let (x, x4, y, z) = (m[0], m[1], m[2], m[3]);
+        println!(
+            "throughput size={size} relink_mps={} relink4_mps={} raw_zmq_mps={} std_tcp_mps={} \
+             ratio_raw={:.3} ratio_std={:.3} ratio_4v1={:.3}",
+            sig4(x),
+            sig4(x4),
+            sig4(y),
+            sig4(z),
+            x / y,
+            x / z,
+            x4 / x
+        );
+    }
+}

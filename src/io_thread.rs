@@ -7,7 +7,7 @@
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -38,19 +38,34 @@ pub(crate) enum Command {
     },
 }
 
+/// A value on a cache line of its own, so that producers and the IO thread do not slow each
+/// other down by writing neighbouring fields.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+pub(crate) struct Padded<T>(pub T);
+
+impl<T> std::ops::Deref for Padded<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
 /// State shared between the handles, the event receivers and the IO thread.
 #[derive(Debug)]
 pub(crate) struct Shared {
     waker: EventFd,
-    wake_pending: AtomicBool,
+    wake_pending: Padded<AtomicBool>,
+    /// The IO thread is about to block (or blocks) in `zmq::poll`: a new command needs a wake.
+    sleeping: Padded<AtomicBool>,
     pub state: AtomicU8,
     /// No new frames are accepted. Set by `close` and by the IO thread when it stops.
     pub closed: AtomicBool,
     /// Handles inside the accept-and-enqueue section (see `Link::submit`).
-    pub sending: AtomicUsize,
+    pub sending: Padded<AtomicUsize>,
     /// Frames and bytes accepted and not yet sent or abandoned (admission control).
-    pub queued_frames: AtomicUsize,
-    pub queued_bytes: AtomicUsize,
+    pub queued_frames: Padded<AtomicUsize>,
+    pub queued_bytes: Padded<AtomicUsize>,
     pub room: Mutex<()>,
     pub room_cv: Condvar,
     pub waiters: AtomicUsize,
@@ -69,12 +84,13 @@ impl Shared {
     pub(crate) fn new() -> std::io::Result<Shared> {
         Ok(Shared {
             waker: EventFd::new()?,
-            wake_pending: AtomicBool::new(false),
+            wake_pending: Padded(AtomicBool::new(false)),
+            sleeping: Padded(AtomicBool::new(false)),
             state: AtomicU8::new(State::Idle as u8),
             closed: AtomicBool::new(false),
-            sending: AtomicUsize::new(0),
-            queued_frames: AtomicUsize::new(0),
-            queued_bytes: AtomicUsize::new(0),
+            sending: Padded(AtomicUsize::new(0)),
+            queued_frames: Padded(AtomicUsize::new(0)),
+            queued_bytes: Padded(AtomicUsize::new(0)),
             room: Mutex::new(()),
             room_cv: Condvar::new(),
             waiters: AtomicUsize::new(0),
@@ -89,6 +105,16 @@ impl Shared {
     pub(crate) fn wake(&self) {
         if !self.wake_pending.swap(true, Ordering::AcqRel) {
             self.waker.wake();
+        }
+    }
+
+    /// Wakes the IO thread after a command was queued, unless it is awake and so bound to
+    /// see the command in its current pass. The fences pair with those in `IoThread::run`:
+    /// either the IO thread sees the command before it blocks, or this sees it asleep.
+    pub(crate) fn wake_for_command(&self) {
+        fence(Ordering::SeqCst);
+        if self.sleeping.load(Ordering::SeqCst) {
+            self.wake();
         }
     }
 
@@ -137,6 +163,7 @@ pub(crate) struct IoThread {
     learnt_rid: Option<Vec<u8>>,
     endpoint: Option<String>,
     buf: Vec<u8>,
+    batch_cap: usize,
     released: (u64, u64),
     events_dropped: u64,
     /// Events dropped and not yet reported in an `EventsDropped` error.
@@ -186,6 +213,7 @@ impl IoThread {
         let resolver = config.resolver.clone();
         let immediate = config.socket.immediate;
         let linger = config.socket.linger;
+        let batch_cap = config.batch_bytes.min(1 << 20) + 64;
         let machine = Machine::new(config, seed, Instant::now());
         Ok(IoThread {
             machine,
@@ -203,7 +231,8 @@ impl IoThread {
             linger,
             learnt_rid: None,
             endpoint: None,
-            buf: Vec::new(),
+            buf: Vec::with_capacity(batch_cap),
+            batch_cap,
             released: (0, 0),
             events_dropped: 0,
             dropped_unreported: 0,
@@ -218,6 +247,8 @@ impl IoThread {
         self.machine.handle_input(Instant::now(), Input::Start);
         self.carry_out(Instant::now());
         while !self.stopped {
+            self.shared.sleeping.store(true, Ordering::SeqCst);
+            fence(Ordering::SeqCst);
             let timeout = self.poll_timeout_ms();
             let reading = self.pending.is_empty();
             let (socket_in, monitor_in, woken) = {
@@ -243,6 +274,7 @@ impl IoThread {
                     }
                 }
             };
+            self.shared.sleeping.store(false, Ordering::SeqCst);
             let now = Instant::now();
             if woken {
                 self.shared.waker.drain();
@@ -517,7 +549,9 @@ impl IoThread {
             let result = match &self.rid {
                 None => TxResult::Unreachable,
                 Some((rid, _)) => {
-                    let data = std::mem::take(&mut self.buf);
+                    // The batch moves into the zmq message without a copy; the next one
+                    // starts with room for a whole batch.
+                    let data = std::mem::replace(&mut self.buf, Vec::with_capacity(self.batch_cap));
                     send_batch(&self.socket, rid, data)
                 }
             };

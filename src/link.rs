@@ -69,7 +69,8 @@ impl fmt::Debug for Link {
 #[derive(Clone, Copy)]
 enum Wait {
     No,
-    Until(Instant),
+    /// Wait up to this long; the clock is read only if there is no room at once.
+    For(Duration),
     /// Accept regardless; the IO thread drops the oldest.
     Force,
 }
@@ -145,7 +146,7 @@ impl Link {
         let wait = match self.inner.overflow {
             Overflow::RejectNew => Wait::No,
             Overflow::DropOldest => Wait::Force,
-            Overflow::Block(t) => Wait::Until(Instant::now() + t),
+            Overflow::Block(t) => Wait::For(t),
         };
         self.submit(frame.into(), wait, self.inner.frame_ttl)
     }
@@ -172,11 +173,7 @@ impl Link {
         frame: impl Into<Vec<u8>>,
         timeout: Duration,
     ) -> Result<(), SendError> {
-        self.submit(
-            frame.into(),
-            Wait::Until(Instant::now() + timeout),
-            self.inner.frame_ttl,
-        )
+        self.submit(frame.into(), Wait::For(timeout), self.inner.frame_ttl)
     }
 
     /// Queues a frame that is abandoned (reason `Expired`) if it is not sent within `ttl`,
@@ -188,7 +185,7 @@ impl Link {
         let wait = match self.inner.overflow {
             Overflow::RejectNew => Wait::No,
             Overflow::DropOldest => Wait::Force,
-            Overflow::Block(t) => Wait::Until(Instant::now() + t),
+            Overflow::Block(t) => Wait::For(t),
         };
         self.submit(frame.into(), wait, Some(ttl))
     }
@@ -225,7 +222,7 @@ impl Link {
         shared.sending.fetch_sub(1, Ordering::SeqCst);
         match sent {
             Ok(()) => {
-                shared.wake();
+                shared.wake_for_command();
                 Ok(())
             }
             Err(crossbeam_channel::SendError(Command::Send { frame, .. })) => {
@@ -265,10 +262,11 @@ impl Link {
                 true
             }
             Wait::No => try_reserve(),
-            Wait::Until(deadline) => {
+            Wait::For(timeout) => {
                 if try_reserve() {
                     return true;
                 }
+                let deadline = Instant::now() + timeout;
                 shared.waiters.fetch_add(1, Ordering::SeqCst);
                 let mut guard = shared.room.lock().unwrap_or_else(|e| e.into_inner());
                 let ok = loop {
