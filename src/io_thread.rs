@@ -131,6 +131,9 @@ impl Shared {
     }
 }
 
+/// How long the IO thread watches for a command after a busy pass before it sleeps.
+const SPIN: Duration = Duration::from_micros(50);
+
 /// Messages read from the socket per pass before commands and timers get their turn.
 const READ_BUDGET: usize = 256;
 /// Commands taken per pass.
@@ -246,7 +249,17 @@ impl IoThread {
     pub(crate) fn run(mut self) {
         self.machine.handle_input(Instant::now(), Input::Start);
         self.carry_out(Instant::now());
+        let mut busy = false;
         while !self.stopped {
+            if busy {
+                // Right after traffic the application often answers within microseconds:
+                // look at the command queue for a moment before paying for a sleep and a
+                // wake-up. Bounded, and only after a pass that moved data.
+                let until = Instant::now() + SPIN;
+                while self.commands.is_empty() && Instant::now() < until {
+                    std::hint::spin_loop();
+                }
+            }
             self.shared.sleeping.store(true, Ordering::SeqCst);
             fence(Ordering::SeqCst);
             let timeout = self.poll_timeout_ms();
@@ -280,6 +293,7 @@ impl IoThread {
                 self.shared.waker.drain();
                 self.shared.wake_pending.swap(false, Ordering::AcqRel);
             }
+            let before = self.machine.traffic();
             self.flush_events(now);
             if monitor_in {
                 self.read_monitor(now);
@@ -292,6 +306,7 @@ impl IoThread {
             self.carry_out(now);
             self.transmit(now);
             self.publish();
+            busy = self.machine.traffic() != before;
         }
         self.shutdown();
     }

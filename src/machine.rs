@@ -285,6 +285,15 @@ impl Machine {
         self.state
     }
 
+    /// Frames submitted, sent and received: changes whenever application data moved
+    /// (heartbeats do not count).
+    pub(crate) fn traffic(&self) -> u64 {
+        self.c
+            .submitted
+            .wrapping_add(self.c.sent)
+            .wrapping_add(self.c.received)
+    }
+
     /// Frames and bytes that left the outbox for good (sent or abandoned), since the start.
     pub(crate) fn released(&self) -> (u64, u64) {
         (self.c.released_frames, self.c.released_bytes)
