@@ -212,7 +212,13 @@ impl IoThread {
         monitor
             .connect(&addr)
             .map_err(|e| zerr("monitor connect", e))?;
-        let max_pending = config.events_capacity.saturating_mul(4).max(4096);
+        // Room for the state events of a long outage and for every frame the outbox can give back
+        // at once (a close abandons them all): nothing is trimmed short of that.
+        let max_pending = config
+            .events_capacity
+            .saturating_mul(4)
+            .max(4096)
+            .saturating_add(config.outbox_frames);
         let resolver = config.resolver.clone();
         let immediate = config.socket.immediate;
         let linger = config.socket.linger;
