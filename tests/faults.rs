@@ -352,13 +352,23 @@ const CHILD_PEER_TEST: &str = "child_peer_helper_echoes_on_the_port_it_is_given_
 /// The line the child prints once it listens.
 const CHILD_READY: &str = "relink-faults-child-peer listening";
 
-/// Not a test of its own: the SIGKILL test runs this test binary again, filtered to this test,
-/// with the port in `RELINK_FAULTS_CHILD_PEER_PORT`, as an echo peer to kill.
+/// The SIGKILL test runs this test binary again, filtered to this test, with the port in
+/// `RELINK_FAULTS_CHILD_PEER_PORT`, as an echo peer to kill. Run on its own, it checks that
+/// role: it starts itself as such a child and expects its bytes echoed.
 #[test]
-#[ignore = "helper: the SIGKILL test runs it as a child process"]
+#[ignore = "starts a child process; the SIGKILL test relies on it"]
 fn child_peer_helper_echoes_on_the_port_it_is_given_until_killed() {
     let Ok(port) = std::env::var(CHILD_PORT_VAR) else {
-        eprintln!("{CHILD_PEER_TEST}: run by the SIGKILL test; nothing to do on its own");
+        use std::io::{Read as _, Write as _};
+        let port = util::free_port();
+        let child = ChildPeer::start(port);
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("the child listens");
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.write_all(b"ping\n").unwrap();
+        let mut back = [0u8; 5];
+        s.read_exact(&mut back).expect("the child echoes");
+        assert_eq!(&back, b"ping\n");
+        drop(child);
         return;
     };
     let port: u16 = port.parse().expect("a port number");
