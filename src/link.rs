@@ -243,11 +243,12 @@ impl Link {
     fn reserve(&self, len: usize, wait: Wait) -> bool {
         let inner = &*self.inner;
         let shared = &*inner.shared;
-        let try_reserve = || {
+        // Admits the frame if the reserved total stays within (frames, bytes); a frame larger
+        // than the byte limit is admitted alone.
+        let try_within = |max_frames: usize, max_bytes: usize| {
             let frames = shared.queued_frames.fetch_add(1, Ordering::SeqCst);
             let bytes = shared.queued_bytes.fetch_add(len, Ordering::SeqCst);
-            // A frame larger than the byte limit is admitted alone.
-            if frames < inner.max_frames && (bytes + len <= inner.max_bytes || frames == 0) {
+            if frames < max_frames && (bytes + len <= max_bytes || frames == 0) {
                 true
             } else {
                 shared.queued_frames.fetch_sub(1, Ordering::SeqCst);
@@ -255,39 +256,48 @@ impl Link {
                 false
             }
         };
+        let (max_frames, max_bytes) = (inner.max_frames, inner.max_bytes);
         match wait {
-            Wait::Force => {
-                shared.queued_frames.fetch_add(1, Ordering::SeqCst);
-                shared.queued_bytes.fetch_add(len, Ordering::SeqCst);
-                true
-            }
-            Wait::No => try_reserve(),
+            Wait::No => try_within(max_frames, max_bytes),
             Wait::For(timeout) => {
-                if try_reserve() {
-                    return true;
-                }
-                let deadline = Instant::now() + timeout;
-                shared.waiters.fetch_add(1, Ordering::SeqCst);
-                let mut guard = shared.room.lock().unwrap_or_else(|e| e.into_inner());
-                let ok = loop {
-                    if try_reserve() {
-                        break true;
-                    }
-                    let now = Instant::now();
-                    if now >= deadline || shared.closed.load(Ordering::SeqCst) {
-                        break false;
-                    }
-                    guard = shared
-                        .room_cv
-                        .wait_timeout(guard, deadline - now)
-                        .unwrap_or_else(|e| e.into_inner())
-                        .0;
-                };
-                drop(guard);
-                shared.waiters.fetch_sub(1, Ordering::SeqCst);
-                ok
+                try_within(max_frames, max_bytes)
+                    || self.wait_for_room(Some(timeout), || try_within(max_frames, max_bytes))
+            }
+            Wait::Force => {
+                // DropOldest: the IO thread trims the outbox to its limits. Beyond twice the
+                // limits the frames are still on their way to it; a producer that fast waits
+                // for the IO thread (never for the network), so memory stays bounded.
+                let (f2, b2) = (max_frames.saturating_mul(2), max_bytes.saturating_mul(2));
+                try_within(f2, b2) || self.wait_for_room(None, || try_within(f2, b2))
             }
         }
+    }
+
+    /// Waits until `try_reserve` succeeds, the link closes, or `timeout` (if any) passes.
+    fn wait_for_room(&self, timeout: Option<Duration>, try_reserve: impl Fn() -> bool) -> bool {
+        let shared = &*self.inner.shared;
+        let deadline = timeout.map(|t| Instant::now() + t);
+        shared.waiters.fetch_add(1, Ordering::SeqCst);
+        let mut guard = shared.room.lock().unwrap_or_else(|e| e.into_inner());
+        let ok = loop {
+            if try_reserve() {
+                break true;
+            }
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) || shared.closed.load(Ordering::SeqCst) {
+                break false;
+            }
+            // Without a deadline, wake now and then anyway: a bound on every wait.
+            let wait = deadline.map_or(Duration::from_millis(100), |d| d - now);
+            guard = shared
+                .room_cv
+                .wait_timeout(guard, wait)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        };
+        drop(guard);
+        shared.waiters.fetch_sub(1, Ordering::SeqCst);
+        ok
     }
 
     /// The events of this link: frames, state changes, abandoned frames, errors.
