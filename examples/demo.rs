@@ -143,6 +143,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         m.last_rtt,
         m.abandoned.total()
     );
+    if m.frames_received < m.frames_sent {
+        println!(
+            "demo: {} frame(s) handed to the socket as the peer went down were lost with that \
+             connection, as with any TCP client; every other outcome is counted above",
+            m.frames_sent - m.frames_received
+        );
+    }
     if let Some(p) = peer {
         p.stop();
     }
