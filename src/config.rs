@@ -681,7 +681,8 @@ impl Builder {
         self
     }
 
-    /// How long a DNS answer is used before the name is resolved again. Defaults to 60 s.
+    /// How often the name in use is resolved again, in the background (the next dial finds
+    /// the fresh answer); a failed dial also asks again. Defaults to 60 s.
     pub fn dns_refresh(mut self, d: Duration) -> Builder {
         self.config.dns_refresh = d;
         self

@@ -19,6 +19,7 @@ use crate::event::{Event, State};
 use crate::ffi::{self, EventFd};
 use crate::machine::{fmt_addr, Action, Input, Machine, TxResult};
 use crate::metrics::Metrics;
+use crate::resolver::Lookup;
 
 /// What handles and resolver threads send to the IO thread.
 #[derive(Debug)]
@@ -33,7 +34,7 @@ pub(crate) enum Command {
     ReconnectNow,
     Metrics(Sender<Metrics>),
     Resolved {
-        generation: u64,
+        lookup: Lookup,
         result: Result<Vec<SocketAddr>, String>,
     },
 }
@@ -469,7 +470,14 @@ impl IoThread {
             Command::Send { frame, deadline } => Input::Submit { frame, deadline },
             Command::Close { deadline } => Input::Close { deadline },
             Command::ReconnectNow => Input::ReconnectNow,
-            Command::Resolved { generation, result } => Input::Resolved { generation, result },
+            Command::Resolved {
+                lookup: Lookup::Dial(generation),
+                result,
+            } => Input::Resolved { generation, result },
+            Command::Resolved {
+                lookup: Lookup::Refresh(endpoint),
+                result,
+            } => Input::Refreshed { endpoint, result },
             Command::Metrics(reply) => {
                 let _ = reply.send(self.snapshot(now));
                 return;
@@ -505,7 +513,19 @@ impl IoThread {
                     self.resolver.clone(),
                     host,
                     port,
-                    generation,
+                    Lookup::Dial(generation),
+                    self.reply_tx.clone(),
+                    self.shared.clone(),
+                ),
+                Action::Refresh {
+                    endpoint,
+                    host,
+                    port,
+                } => crate::resolver::resolve(
+                    self.resolver.clone(),
+                    host,
+                    port,
+                    Lookup::Refresh(endpoint),
                     self.reply_tx.clone(),
                     self.shared.clone(),
                 ),

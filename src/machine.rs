@@ -82,6 +82,11 @@ pub(crate) enum Input {
         generation: u64,
         result: Result<Vec<SocketAddr>, String>,
     },
+    /// The answer to a `Refresh` action.
+    Refreshed {
+        endpoint: usize,
+        result: Result<Vec<SocketAddr>, String>,
+    },
     /// The TCP connection of this dial came up.
     Connected { generation: u64 },
     /// The TCP connection of this dial went down.
@@ -98,6 +103,12 @@ pub(crate) enum Action {
     /// Resolve `host` off the IO thread and answer with `Input::Resolved`.
     Resolve {
         generation: u64,
+        host: String,
+        port: u16,
+    },
+    /// Resolve `host` again in the background and answer with `Input::Refreshed`.
+    Refresh {
+        endpoint: usize,
         host: String,
         port: u16,
     },
@@ -151,8 +162,9 @@ enum Timer {
     Stable,
     Close,
     SendRetry,
+    DnsRefresh,
 }
-const TIMERS: usize = 6;
+const TIMERS: usize = 7;
 
 /// An outage is first reported at warn level after this long, then each time it doubles.
 const OUTAGE_WARN_FIRST: Duration = Duration::from_secs(10);
@@ -313,6 +325,7 @@ impl Machine {
                     self.c.ignored += 1;
                 }
             }
+            Input::Refreshed { endpoint, result } => self.refreshed(now, endpoint, result),
             Input::Connected { generation } => self.for_current(now, generation, Ev::TcpConnected),
             Input::Disconnected { generation } => {
                 self.for_current(now, generation, Ev::Disconnected)
@@ -374,6 +387,9 @@ impl Machine {
         }
         if self.take_timer(Timer::SendRetry, now) {
             // Nothing to do: poll_transmit offers the batch again.
+        }
+        if self.take_timer(Timer::DnsRefresh, now) {
+            self.refresh_dns();
         }
         let expired = self.outbox.expire(now);
         self.abandon_all(expired, AbandonReason::Expired);
@@ -649,7 +665,52 @@ impl Machine {
             failed: false,
         });
         self.current = Some((idx, addr));
+        self.arm(Timer::DnsRefresh, now + self.cfg.dns_refresh);
         self.connect_current();
+    }
+
+    /// Asks for a fresh answer for the endpoint in use, in the background: the next dial then
+    /// finds it in the cache.
+    fn refresh_dns(&mut self) {
+        let Some((idx, _)) = self.current else {
+            return;
+        };
+        let ep = &self.cfg.endpoints[idx];
+        if let Host::Name(name) = &ep.host {
+            self.actions.push_back(Action::Refresh {
+                endpoint: idx,
+                host: name.clone(),
+                port: ep.port,
+            });
+        }
+    }
+
+    /// A background answer: replaces the cached one (a failure keeps the old answer), and the
+    /// next refresh is armed. No state changes.
+    fn refreshed(&mut self, now: Instant, idx: usize, result: Result<Vec<SocketAddr>, String>) {
+        if self.state == State::Closed || idx >= self.dns.len() {
+            self.c.ignored += 1;
+            return;
+        }
+        match result {
+            Ok(mut addrs) if !addrs.is_empty() => {
+                addrs.dedup();
+                let next = self.dns[idx].as_ref().map_or(0, |d| d.next);
+                self.dns[idx] = Some(DnsEntry {
+                    addrs,
+                    resolved_at: now,
+                    next,
+                    failed: false,
+                });
+            }
+            Ok(_) | Err(_) => {
+                log::debug!(
+                    "relink: background refresh of {} failed; the old answer stays",
+                    self.cfg.endpoints[idx]
+                );
+            }
+        }
+        self.arm(Timer::DnsRefresh, now + self.cfg.dns_refresh);
     }
 
     fn connect_current(&mut self) {
@@ -749,7 +810,11 @@ impl Machine {
             self.outage_since = Some(now);
         }
         self.failures = self.failures.saturating_add(1);
-        self.note_address_failed();
+        if was == State::Connecting {
+            // A dial that failed makes the cached answer suspect: ask again. A connection that
+            // was up and dropped says nothing against the address.
+            self.note_address_failed();
+        }
         if self.cfg.abandon_on_disconnect && matches!(was, State::Connected | State::Ready) {
             let frames: Vec<Vec<u8>> = self.outbox.drain().map(|q| q.frame).collect();
             self.abandon_all(frames, AbandonReason::ConnectionLost);

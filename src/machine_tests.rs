@@ -14,6 +14,7 @@ struct Sim {
     events: Vec<Event>,
     connects: Vec<(u64, SocketAddr)>,
     resolves: Vec<(u64, String)>,
+    refreshes: Vec<usize>,
     disconnects: usize,
     stopped: bool,
     written: Vec<u8>,
@@ -29,6 +30,7 @@ impl Sim {
             events: Vec::new(),
             connects: Vec::new(),
             resolves: Vec::new(),
+            refreshes: Vec::new(),
             disconnects: 0,
             stopped: false,
             written: Vec::new(),
@@ -148,6 +150,7 @@ impl Sim {
                 Action::Resolve {
                     generation, host, ..
                 } => self.resolves.push((generation, host)),
+                Action::Refresh { endpoint, .. } => self.refreshes.push(endpoint),
                 Action::Disconnect => self.disconnects += 1,
                 Action::Stop => self.stopped = true,
             }
@@ -835,6 +838,38 @@ mod capture {
             .map(|(_, _, m)| m.clone())
             .collect()
     }
+}
+
+#[test]
+fn a_name_is_resolved_again_in_the_background_and_the_next_dial_uses_the_new_answer() {
+    let b = Builder::new("tcp://db.example:7000")
+        .native_retries(0)
+        .dns_refresh(10_000 * MS)
+        .min_stable(Duration::ZERO);
+    let mut s = Sim::connecting(b);
+    let old: SocketAddr = "10.0.0.1:7000".parse().unwrap();
+    let new: SocketAddr = "10.0.0.2:7000".parse().unwrap();
+    let generation = s.gen();
+    s.input(Input::Resolved {
+        generation,
+        result: Ok(vec![old]),
+    });
+    s.tcp_up();
+    s.advance(10_000 * MS);
+    assert_eq!(
+        s.refreshes,
+        [0],
+        "asked again after dns_refresh, while Ready"
+    );
+    assert_eq!(s.m.state(), Ready, "a refresh changes no state");
+    s.input(Input::Refreshed {
+        endpoint: 0,
+        result: Ok(vec![new]),
+    });
+    s.tcp_down();
+    s.next_timer();
+    assert_eq!(s.resolves.len(), 1, "the refreshed answer is in the cache");
+    assert_eq!(s.connects.last().map(|c| c.1), Some(new));
 }
 
 #[test]

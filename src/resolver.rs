@@ -16,11 +16,20 @@ use crate::io_thread::{Command, Shared};
 /// Resolver threads in the pool.
 const WORKERS: usize = 4;
 
+/// Which question an answer belongs to.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Lookup {
+    /// The dial of this generation waits for it.
+    Dial(u64),
+    /// A background refresh of this endpoint's cached answer.
+    Refresh(usize),
+}
+
 struct Job {
     custom: Option<Resolver>,
     host: String,
     port: u16,
-    generation: u64,
+    lookup: Lookup,
     reply: Sender<Command>,
     shared: Arc<Shared>,
 }
@@ -40,7 +49,7 @@ fn pool() -> &'static Sender<Job> {
                             None => lookup(&job.host, job.port),
                         };
                         let cmd = Command::Resolved {
-                            generation: job.generation,
+                            lookup: job.lookup,
                             result,
                         };
                         if job.reply.send(cmd).is_ok() {
@@ -59,7 +68,7 @@ pub(crate) fn resolve(
     custom: Option<Resolver>,
     host: String,
     port: u16,
-    generation: u64,
+    lookup: Lookup,
     reply: Sender<Command>,
     shared: Arc<Shared>,
 ) {
@@ -67,7 +76,7 @@ pub(crate) fn resolve(
         custom,
         host,
         port,
-        generation,
+        lookup,
         reply,
         shared,
     };
