@@ -301,7 +301,7 @@ impl IoThread {
                 self.shared.wake_pending.swap(false, Ordering::AcqRel);
             }
             let before = self.machine.traffic();
-            self.flush_events(now);
+            self.flush_events();
             if monitor_in {
                 self.read_monitor(now);
             }
@@ -496,7 +496,7 @@ impl IoThread {
     fn carry_out(&mut self, now: Instant) {
         while let Some(action) = self.machine.poll_action() {
             match action {
-                Action::Emit(ev) => self.deliver(now, ev),
+                Action::Emit(ev) => self.deliver(ev),
                 Action::Connect { generation, addr } => self.connect(now, generation, addr),
                 Action::Disconnect => {
                     // A lost connection's queued messages must be dropped, not flushed by
@@ -509,29 +509,27 @@ impl IoThread {
                     generation,
                     host,
                     port,
-                } => crate::resolver::resolve(
-                    self.resolver.clone(),
-                    host,
-                    port,
-                    Lookup::Dial(generation),
-                    self.reply_tx.clone(),
-                    self.shared.clone(),
-                ),
+                } => self.resolve(host, port, Lookup::Dial(generation)),
                 Action::Refresh {
                     endpoint,
                     host,
                     port,
-                } => crate::resolver::resolve(
-                    self.resolver.clone(),
-                    host,
-                    port,
-                    Lookup::Refresh(endpoint),
-                    self.reply_tx.clone(),
-                    self.shared.clone(),
-                ),
+                } => self.resolve(host, port, Lookup::Refresh(endpoint)),
                 Action::Stop => self.stopped = true,
             }
         }
+    }
+
+    /// Hands a name to the resolver pool; the answer comes back as a command.
+    fn resolve(&self, host: String, port: u16, lookup: Lookup) {
+        crate::resolver::resolve(
+            self.resolver.clone(),
+            host,
+            port,
+            lookup,
+            self.reply_tx.clone(),
+            self.shared.clone(),
+        );
     }
 
     fn connect(&mut self, now: Instant, generation: u64, addr: SocketAddr) {
@@ -549,13 +547,10 @@ impl IoThread {
                 self.endpoint = Some(endpoint);
             }
             Err(e) => {
-                self.deliver(
-                    now,
-                    Event::Error(LinkError::Zmq {
-                        call: "connect",
-                        message: e.to_string(),
-                    }),
-                );
+                self.deliver(Event::Error(LinkError::Zmq {
+                    call: "connect",
+                    message: e.to_string(),
+                }));
                 self.machine
                     .handle_input(now, Input::ConnectFailed { generation });
             }
@@ -604,7 +599,7 @@ impl IoThread {
         }
     }
 
-    fn deliver(&mut self, _now: Instant, ev: Event) {
+    fn deliver(&mut self, ev: Event) {
         if let Event::State(t) = &ev {
             // Published before the event can be seen: `state()` is never older than it.
             self.shared.state.store(t.to as u8, Ordering::Release);
@@ -641,7 +636,7 @@ impl IoThread {
         self.set_reader_waiting(true);
     }
 
-    fn flush_events(&mut self, now: Instant) {
+    fn flush_events(&mut self) {
         while let Some(ev) = self.pending.pop_front() {
             match self.events.try_send(ev) {
                 Ok(()) => {}
@@ -660,7 +655,6 @@ impl IoThread {
         if self.pending.is_empty() {
             self.set_reader_waiting(false);
         }
-        let _ = now;
     }
 
     fn set_reader_waiting(&mut self, waiting: bool) {
@@ -704,7 +698,7 @@ impl IoThread {
             .final_metrics
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = Some(snapshot);
-        self.flush_events(now);
+        self.flush_events();
         self.shared
             .leftover
             .lock()
