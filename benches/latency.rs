@@ -16,12 +16,15 @@
 //!
 //! `--only=<impl>` runs one client alone, for profiling.
 
-use std::io::{self, Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::thread::{self, JoinHandle};
+mod support;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use relink::{Codec, Event, Link, State};
+
+use support::peer::{self, Peer};
 
 /// Payload bytes of every frame.
 const SIZE: usize = 64;
@@ -29,44 +32,6 @@ const SIZE: usize = 64;
 const PREFIX: usize = 4;
 /// Longest wait for one echo before the bench fails.
 const ECHO_BOUND: Duration = Duration::from_secs(10);
-
-/// A local TCP server that echoes every byte of one connection.
-struct Echo {
-    port: u16,
-    thread: JoinHandle<()>,
-}
-
-impl Echo {
-    fn start() -> Echo {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the echo peer");
-        let port = listener.local_addr().expect("echo address").port();
-        let thread = thread::spawn(move || {
-            let Ok((mut stream, _)) = listener.accept() else {
-                return;
-            };
-            drop(listener);
-            let _ = stream.set_nodelay(true);
-            let mut buf = vec![0u8; 64 * 1024];
-            loop {
-                match stream.read(&mut buf) {
-                    Ok(0) => break,
-                    Ok(n) => {
-                        if stream.write_all(&buf[..n]).is_err() {
-                            break;
-                        }
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(_) => break,
-                }
-            }
-        });
-        Echo { port, thread }
-    }
-
-    fn endpoint(&self) -> String {
-        format!("tcp://127.0.0.1:{}", self.port)
-    }
-}
 
 /// One request/response client.
 trait Client {
@@ -83,19 +48,12 @@ struct RelinkClient {
 }
 
 impl RelinkClient {
-    fn connect(echo: &Echo) -> RelinkClient {
+    fn connect(echo: &Peer) -> RelinkClient {
         let link = Link::builder(&echo.endpoint())
             .codec(Codec::length_prefixed())
             .build()
             .expect("build the link");
-        let deadline = Instant::now() + ECHO_BOUND;
-        while link.state() != State::Ready {
-            match link.events().recv_deadline(deadline) {
-                Ok(Event::State(t)) if t.to == State::Ready => break,
-                Ok(_) => {}
-                Err(e) => panic!("the link did not become Ready: {e}"),
-            }
-        }
+        support::wait_state(&link, State::Ready, Instant::now() + ECHO_BOUND);
         RelinkClient {
             link,
             frame: vec![0x5A; SIZE],
@@ -139,7 +97,7 @@ struct ZmqClient {
 }
 
 impl ZmqClient {
-    fn connect(echo: &Echo) -> ZmqClient {
+    fn connect(echo: &Peer) -> ZmqClient {
         let ctx = zmq::Context::new();
         let socket = ctx.socket(zmq::STREAM).expect("stream socket");
         socket.set_linger(100).expect("linger");
@@ -194,8 +152,8 @@ struct StdClient {
 }
 
 impl StdClient {
-    fn connect(echo: &Echo) -> StdClient {
-        let stream = TcpStream::connect(("127.0.0.1", echo.port)).expect("connect");
+    fn connect(echo: &Peer) -> StdClient {
+        let stream = TcpStream::connect(("127.0.0.1", echo.port())).expect("connect");
         stream.set_nodelay(true).expect("nodelay");
         stream.set_read_timeout(Some(ECHO_BOUND)).expect("timeout");
         let mut message = (SIZE as u32).to_be_bytes().to_vec();
@@ -234,8 +192,8 @@ fn us(d: Duration) -> f64 {
 fn main() {
     // `cargo bench` adds `--bench`; unknown arguments are ignored. For profiling one client:
     // `--only=<impl>` (relink, raw_zmq, std_tcp).
-    let quick = std::env::args().any(|a| a == "--quick");
-    let only = std::env::args().find_map(|a| a.strip_prefix("--only=").map(str::to_string));
+    let quick = support::flag("quick");
+    let only = support::arg("only");
     let (n, warmup, block) = if quick {
         (2_000, 200, 500)
     } else {
@@ -251,15 +209,15 @@ fn main() {
     let mut echoes = Vec::new();
     let mut clients: Vec<Box<dyn Client>> = Vec::new();
     if wanted("relink") {
-        echoes.push(Echo::start());
+        echoes.push(Peer::start(peer::echo));
         clients.push(Box::new(RelinkClient::connect(&echoes[echoes.len() - 1])));
     }
     if wanted("raw_zmq") {
-        echoes.push(Echo::start());
+        echoes.push(Peer::start(peer::echo));
         clients.push(Box::new(ZmqClient::connect(&echoes[echoes.len() - 1])));
     }
     if wanted("std_tcp") {
-        echoes.push(Echo::start());
+        echoes.push(Peer::start(peer::echo));
         clients.push(Box::new(StdClient::connect(&echoes[echoes.len() - 1])));
     }
     assert!(!clients.is_empty(), "--only matched nothing");
@@ -288,7 +246,7 @@ fn main() {
         c.finish();
     }
     for e in echoes {
-        e.thread.join().expect("echo thread panicked");
+        e.stop();
     }
 
     println!();

@@ -25,14 +25,18 @@
 //! To profile one case, `--only=<sender>` and `--size=<bytes>` narrow the runs (no summary
 //! lines then), e.g. `cargo bench --bench throughput -- --quick --only=relink --size=65536`.
 
+mod support;
+
 use std::io::{self, BufWriter, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::sync::mpsc;
 use std::sync::{Arc, Barrier};
-use std::thread::{self, JoinHandle};
+use std::thread;
 use std::time::{Duration, Instant};
 
-use relink::{Codec, Event, Link, Overflow, State};
+use relink::{Codec, Link, Overflow, State};
+
+use support::peer::Peer;
 
 /// Bytes of the length prefix every sender writes before a payload.
 const PREFIX: usize = 4;
@@ -82,28 +86,17 @@ impl Sender {
     }
 }
 
-/// A local TCP server that accepts one connection, reads and discards, and reports the
-/// instant it has read the expected number of bytes.
+/// A local TCP server that reads and discards, and reports the instant it has read the
+/// expected number of bytes from its one connection.
 struct Sink {
-    port: u16,
+    peer: Peer,
     done: mpsc::Receiver<Result<Instant, String>>,
-    thread: JoinHandle<()>,
 }
 
 impl Sink {
     fn start(expected: u64) -> Sink {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the sink");
-        let port = listener.local_addr().expect("sink address").port();
         let (tx, done) = mpsc::channel();
-        let thread = thread::spawn(move || {
-            let (mut stream, _) = match listener.accept() {
-                Ok(c) => c,
-                Err(e) => {
-                    let _ = tx.send(Err(format!("accept: {e}")));
-                    return;
-                }
-            };
-            drop(listener);
+        let peer = Peer::start(move |mut stream: TcpStream, _| {
             let mut buf = vec![0u8; 256 * 1024];
             let mut total = 0u64;
             let result = loop {
@@ -121,15 +114,14 @@ impl Sink {
             let _ = tx.send(result);
             if ok {
                 // Read on until the sender closes, so that its close is orderly.
-                let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
                 while matches!(stream.read(&mut buf), Ok(n) if n > 0) {}
             }
         });
-        Sink { port, done, thread }
+        Sink { peer, done }
     }
 
     fn endpoint(&self) -> String {
-        format!("tcp://127.0.0.1:{}", self.port)
+        self.peer.endpoint()
     }
 
     /// The instant the sink had read every byte.
@@ -142,7 +134,7 @@ impl Sink {
     }
 
     fn join(self) {
-        self.thread.join().expect("sink thread panicked");
+        self.peer.stop();
     }
 }
 
@@ -152,7 +144,11 @@ fn run_relink(sink: &Sink, size: usize, frames: usize, producers: usize) -> Dura
         .overflow(Overflow::Block(RUN_BOUND))
         .build()
         .expect("build the link");
-    wait_ready(&link);
+    support::wait_state(
+        &link,
+        State::Ready,
+        Instant::now() + Duration::from_secs(10),
+    );
     let payload = vec![0xA5u8; size];
     let barrier = Arc::new(Barrier::new(producers + 1));
     let threads: Vec<_> = (0..producers)
@@ -186,17 +182,6 @@ fn run_relink(sink: &Sink, size: usize, frames: usize, producers: usize) -> Dura
     done - start
 }
 
-fn wait_ready(link: &Link) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while link.state() != State::Ready {
-        match link.events().recv_deadline(deadline) {
-            Ok(Event::State(t)) if t.to == State::Ready => return,
-            Ok(_) => {}
-            Err(e) => panic!("the link did not become Ready: {e}"),
-        }
-    }
-}
-
 fn run_raw_zmq(sink: &Sink, size: usize, frames: usize) -> Duration {
     let ctx = zmq::Context::new();
     let socket = ctx.socket(zmq::STREAM).expect("stream socket");
@@ -225,7 +210,7 @@ fn run_raw_zmq(sink: &Sink, size: usize, frames: usize) -> Duration {
 }
 
 fn run_std_tcp(sink: &Sink, size: usize, frames: usize) -> Duration {
-    let stream = TcpStream::connect(("127.0.0.1", sink.port)).expect("connect");
+    let stream = TcpStream::connect(("127.0.0.1", sink.peer.port())).expect("connect");
     let mut writer = BufWriter::new(stream);
     let prefix = (size as u32).to_be_bytes();
     let payload = vec![0xA5u8; size];
@@ -260,19 +245,13 @@ fn sig4(x: f64) -> String {
     format!("{x:.digits$}")
 }
 
-/// The value of `--name=value` among the arguments.
-fn arg(name: &str) -> Option<String> {
-    let prefix = format!("--{name}=");
-    std::env::args().find_map(|a| a.strip_prefix(&prefix).map(str::to_string))
-}
-
 fn main() {
     // `cargo bench` adds `--bench`; unknown arguments are ignored. For profiling one case:
     // `--only=<sender>` (relink, relink4, raw_zmq, std_tcp) and `--size=<bytes>` (64, 1024,
     // 65536) narrow the runs; the summary lines need every sender.
-    let quick = std::env::args().any(|a| a == "--quick");
-    let only = arg("only");
-    let only_size: Option<usize> = arg("size").and_then(|s| s.parse().ok());
+    let quick = support::flag("quick");
+    let only = support::arg("only");
+    let only_size: Option<usize> = support::arg("size").and_then(|s| s.parse().ok());
     let rounds = if quick { 5 } else { 7 };
     let plan: Vec<(usize, usize)> = if quick {
         vec![(64, 300_000), (1024, 60_000), (64 * 1024, 1_800)]

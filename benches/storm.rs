@@ -1,10 +1,10 @@
 //! The reconnect-storm benchmark: a fleet of clients loses its server at once; how does it come
 //! back?
 //!
-//! Run it with `cargo run --release --example storm -- [--clients N] [--down SECS]
+//! Run it with `cargo bench --bench storm -- [--clients N] [--down SECS]
 //! [--strategies fixed,libzmq,relink] [--svg PATH]` (defaults: 1000 clients, 5 s down, all three
-//! strategies, no chart; `--svg docs/storm.svg` writes the chart). No setup: the clients and a
-//! counting server run in this one process, on 127.0.0.1.
+//! strategies, no chart, about a minute; `--svg docs/storm.svg` writes the chart). No setup: the
+//! clients and a counting server run in this one process, on 127.0.0.1.
 //!
 //! For each strategy, with fresh clients and a fresh server: the server accepts every client and
 //! holds the connections; once they have all been connected for 1.5 s (past relink's
@@ -36,6 +36,8 @@
 //!
 //! Each relink link uses about five file descriptors and each held connection one: the
 //! benchmark raises RLIMIT_NOFILE to its hard limit first.
+
+mod support;
 
 use std::io::{self, Read};
 use std::mem;
@@ -84,6 +86,8 @@ struct Args {
     /// Write a chart of accepts per 100 ms (SVG) to this path.
     #[arg(long)]
     svg: Option<PathBuf>,
+    #[command(flatten)]
+    cargo: support::CargoBench,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

@@ -1,8 +1,8 @@
 //! Dead-peer detection, measured: how long after a peer goes silent does relink's heartbeat
 //! declare the connection dead?
 //!
-//! Run it with `cargo run --release --example detect -- [--trials N]` (N defaults to 10;
-//! `--interval-ms` (200) and `--max-missed` (2) set the heartbeat, whose bound is
+//! Run it with `cargo bench --bench detect -- [--trials N]` (N defaults to 10, about 15 s per
+//! case; `--interval-ms` (200) and `--max-missed` (2) set the heartbeat, whose bound is
 //! interval × (max_missed + 1): 600 ms by default).
 //!
 //! Three cases, each timed from the instant the peer goes silent to the `heartbeat-timeout`
@@ -14,7 +14,8 @@
 //! - `blackhole`: an echo peer (`socat`) in one network namespace and the link in another
 //!   (this program again, run with `ip netns exec`), then a blackhole route between them, so
 //!   nothing gets through and no FIN or RST arrives (silence starts just before `ip route add`
-//!   runs; the route is removed after each trial). Needs root, `ip netns` and `socat`.
+//!   runs; the route is removed after each trial). Needs root, `ip netns` and `socat`: run as
+//!   another user, the case is skipped with the reason.
 //!
 //! A case that cannot run prints `detect case=<name> skipped reason=...`. Before each trial
 //! the link must have been Ready for one bound, one interval and a random part of an interval,
@@ -22,13 +23,12 @@
 //! between `bound − interval` and the bound after the silence begins. The output ends with one
 //! line per case: `detect case=<name> trials=<n> median_ms=<x> max_ms=<y> bound_ms=<z>`.
 
-#[path = "../tests/netns/mod.rs"]
-mod netns;
-#[path = "../tests/util/mod.rs"]
-mod util;
+mod support;
 
-use std::io::ErrorKind;
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -37,8 +37,9 @@ use crossbeam_channel::{Receiver, RecvTimeoutError};
 use rand::Rng;
 use relink::{Codec, Event, Heartbeat, Link, Ping, Predicate};
 
-use netns::{mono_us, us_between, Report};
-use util::{Behaviour, Peer, RedisServer};
+use support::netns::{self, mono_us, us_between, StateReport as Change};
+use support::peer::Peer;
+use support::redis::RedisServer;
 
 /// Measures how long relink takes to notice a dead peer.
 #[derive(Parser, Debug)]
@@ -55,6 +56,8 @@ struct Args {
     /// Internal: run the blackhole case's link (inside namespace A), dialling this endpoint.
     #[arg(long, hide = true)]
     netns_child: Option<String>,
+    #[command(flatten)]
+    cargo: support::CargoBench,
 }
 
 /// The heartbeat settings every case uses.
@@ -81,14 +84,6 @@ enum Outcome {
     Measured(Vec<Duration>),
     Skipped(String),
     Failed(String),
-}
-
-/// A state change seen by a case's link, timestamped in `mono_us` time.
-struct Change {
-    t_us: u64,
-    from: String,
-    to: String,
-    cause: String,
 }
 
 /// Where a case's state changes come from: a link in this process or a child's reports.
@@ -125,20 +120,8 @@ impl Changes for ChildReports<'_> {
         loop {
             match self.0.recv_deadline(deadline) {
                 Ok(line) => {
-                    if let Some(Report::State {
-                        t_us,
-                        from,
-                        to,
-                        cause,
-                        ..
-                    }) = Report::parse(&line)
-                    {
-                        return Ok(Some(Change {
-                            t_us,
-                            from,
-                            to,
-                            cause,
-                        }));
+                    if let Some(change) = Change::parse(&line) {
+                        return Ok(Some(change));
                     }
                 }
                 Err(RecvTimeoutError::Timeout) => return Ok(None),
@@ -277,21 +260,23 @@ fn silent_case(s: Settings) -> Outcome {
     // answer is on its way.
     let silenced: Arc<Mutex<Option<usize>>> = Arc::new(Mutex::new(None));
     let flag = silenced.clone();
-    let peer = Peer::start(Behaviour::script(move |conn| loop {
-        match conn.read_line(Duration::from_millis(100)) {
-            Ok(line) => {
-                let silenced = flag.lock().unwrap_or_else(|e| e.into_inner());
-                if *silenced != Some(conn.index())
-                    && line == b"ping"
-                    && conn.write_all(b"pong\n").is_err()
-                {
-                    return;
-                }
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let count = accepted.clone();
+    let peer = Peer::start(move |stream: TcpStream, index| {
+        count.fetch_max(index + 1, Ordering::SeqCst);
+        let Ok(mut out) = stream.try_clone() else {
+            return;
+        };
+        let mut line = String::new();
+        let mut lines = BufReader::new(stream);
+        while matches!(lines.read_line(&mut line), Ok(n) if n > 0) {
+            let silenced = flag.lock().unwrap_or_else(|e| e.into_inner());
+            if *silenced != Some(index) && line == "ping\n" && out.write_all(b"pong\n").is_err() {
+                return;
             }
-            Err(e) if e.kind() == ErrorKind::TimedOut => {}
-            Err(_) => return,
+            line.clear();
         }
-    }));
+    });
     let link = match link_to(&peer.endpoint(), s, b"ping\n", b"pong") {
         Ok(l) => l,
         Err(e) => return Outcome::Failed(e),
@@ -301,7 +286,10 @@ fn silent_case(s: Settings) -> Outcome {
         s,
         &mut &link,
         &mut || {
-            let current = peer.accept_count().checked_sub(1).ok_or("no connection")?;
+            let current = accepted
+                .load(Ordering::SeqCst)
+                .checked_sub(1)
+                .ok_or("no connection")?;
             let mut g = silenced.lock().unwrap_or_else(|e| e.into_inner());
             *g = Some(current);
             Ok(mono_us())
@@ -315,11 +303,12 @@ fn silent_case(s: Settings) -> Outcome {
 
 /// A redis-server frozen by SIGSTOP.
 fn redis_case(s: Settings) -> Outcome {
-    if !netns::on_path("redis-server") {
+    if !support::on_path("redis-server") {
         return Outcome::Skipped("redis-server not on PATH".into());
     }
-    let Some(redis) = RedisServer::start() else {
-        return Outcome::Skipped("redis-server not on PATH".into());
+    let redis = match RedisServer::start() {
+        Ok(r) => r,
+        Err(e) => return Outcome::Failed(e),
     };
     let link = match link_to(&redis.endpoint(), s, b"PING\r\n", b"+PONG") {
         Ok(l) => l,
@@ -349,7 +338,7 @@ fn blackhole_case(s: Settings) -> Outcome {
     if let Err(e) = netns::check_root_and_netns() {
         return Outcome::Skipped(e);
     }
-    if !netns::on_path("socat") {
+    if !support::on_path("socat") {
         return Outcome::Skipped("socat not on PATH".into());
     }
     match blackhole_trials(s) {

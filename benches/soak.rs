@@ -1,18 +1,25 @@
 //! Soak: a link under steady load while its peer restarts every few seconds.
 //!
-//! Run it with `cargo run --release --example soak -- [--secs 600] [--restart-every 5]`.
+//! Run it with `cargo bench --bench soak -- [--secs 30] [--restart-every 5]` (30 s by
+//! default; the long soak is `cargo bench --bench soak -- --secs 600`).
+//!
 //! Checks, at the end, that every frame is accounted for, that the peer never saw a frame
 //! twice or out of order, and that RSS and the open file descriptors stayed flat; prints one
 //! summary line and exits non-zero if a check failed.
 
+mod support;
+
 use std::io::Read;
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use relink::{Codec, Event, Link, Overflow, SendError};
+
+use support::peer::Peer;
+use support::{open_fds, rss_kib};
 
 /// What the sink saw: frames carry increasing sequence numbers, so a duplicate or a frame
 /// out of order shows as a number not above the last one.
@@ -23,102 +30,47 @@ struct Seen {
     violations: u64,
 }
 
-/// A length-prefixed sink that checks every frame's sequence number.
-struct Sink {
-    stop: Arc<AtomicBool>,
-    thread: Option<thread::JoinHandle<()>>,
-}
-
-impl Sink {
-    fn start(port: u16, seen: Arc<Mutex<Seen>>) -> std::io::Result<Sink> {
-        let listener = TcpListener::bind(("127.0.0.1", port))?;
-        listener.set_nonblocking(true)?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let thread = thread::spawn(move || {
-            let mut conns: Vec<(TcpStream, Vec<u8>)> = Vec::new();
-            let mut buf = vec![0u8; 64 * 1024];
-            while !flag.load(Ordering::Relaxed) {
-                if let Ok((s, _)) = listener.accept() {
-                    s.set_read_timeout(Some(Duration::from_millis(2))).ok();
-                    conns.push((s, Vec::new()));
+/// A length-prefixed sink on `port` that checks every frame's sequence number.
+fn start_sink(port: u16, seen: Arc<Mutex<Seen>>) -> Peer {
+    Peer::start_on(port, move |mut stream: TcpStream, _| {
+        let mut pending = Vec::new();
+        let mut buf = vec![0u8; 64 * 1024];
+        while let Ok(n @ 1..) = stream.read(&mut buf) {
+            pending.extend_from_slice(&buf[..n]);
+            let mut at = 0;
+            let mut seen = seen.lock().unwrap();
+            while pending.len() - at >= 4 {
+                let len = u32::from_be_bytes(pending[at..at + 4].try_into().unwrap()) as usize;
+                if pending.len() - at - 4 < len {
+                    break;
                 }
-                conns.retain_mut(|(s, pending)| match s.read(&mut buf) {
-                    Ok(0) => false,
-                    Ok(n) => {
-                        pending.extend_from_slice(&buf[..n]);
-                        let mut at = 0;
-                        let mut seen = seen.lock().unwrap();
-                        while pending.len() - at >= 4 {
-                            let len = u32::from_be_bytes(pending[at..at + 4].try_into().unwrap())
-                                as usize;
-                            if pending.len() - at - 4 < len {
-                                break;
-                            }
-                            let body = &pending[at + 4..at + 4 + len];
-                            let seq = u64::from_be_bytes(body[..8].try_into().unwrap());
-                            if seen.last.is_some_and(|last| seq <= last) {
-                                seen.violations += 1;
-                            }
-                            seen.last = Some(seq);
-                            seen.received += 1;
-                            at += 4 + len;
-                        }
-                        pending.drain(..at);
-                        true
-                    }
-                    Err(e) => matches!(
-                        e.kind(),
-                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                    ),
-                });
+                let body = &pending[at + 4..at + 4 + len];
+                let seq = u64::from_be_bytes(body[..8].try_into().unwrap());
+                if seen.last.is_some_and(|last| seq <= last) {
+                    seen.violations += 1;
+                }
+                seen.last = Some(seq);
+                seen.received += 1;
+                at += 4 + len;
             }
-        });
-        Ok(Sink {
-            stop,
-            thread: Some(thread),
-        })
-    }
-
-    fn stop(mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+            pending.drain(..at);
         }
-    }
-}
-
-fn rss_kib() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
-}
-
-fn fds() -> usize {
-    std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count())
-}
-
-fn arg(name: &str, default: u64) -> u64 {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
+    })
+    .expect("the sink's port is free")
 }
 
 fn main() {
-    let secs = arg("--secs", 600);
-    let every = arg("--restart-every", 5);
-    let port = TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
+    // `cargo bench` adds `--bench`; every argument but these two is ignored.
+    let arg = |name, default| {
+        support::arg(name)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    let secs = arg("secs", 30);
+    let every = arg("restart-every", 5);
+    let port = support::free_port();
     let seen = Arc::new(Mutex::new(Seen::default()));
-    let mut sink = Some(Sink::start(port, seen.clone()).expect("sink"));
+    let mut sink = Some(start_sink(port, seen.clone()));
 
     let link = Link::builder(&format!("tcp://127.0.0.1:{port}"))
         .codec(Codec::length_prefixed())
@@ -174,17 +126,17 @@ fn main() {
         if Instant::now() >= next_restart {
             sink.take().expect("running").stop();
             thread::sleep(Duration::from_millis(300));
-            sink = Some(Sink::start(port, seen.clone()).expect("sink restart"));
+            sink = Some(start_sink(port, seen.clone()));
             restarts += 1;
             next_restart += Duration::from_secs(every);
         }
         if rss_start == 0 && start.elapsed() >= warm {
             rss_start = rss_kib();
-            fd_start = fds();
+            fd_start = open_fds();
         }
         if rss_start > 0 {
             rss_max = rss_max.max(rss_kib());
-            fd_max = fd_max.max(fds());
+            fd_max = fd_max.max(open_fds());
         }
     }
     stop.store(true, Ordering::Relaxed);

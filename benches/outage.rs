@@ -1,40 +1,30 @@
 //! Memory during a long outage: one producer sends as fast as it can to a server that is down.
 //!
-//! Run it with `cargo run --release --example outage -- [--secs 60] [--policy reject|drop]`.
+//! Run it with `cargo bench --bench outage -- [--secs 10] [--policy reject|drop]` (10 s by
+//! default; the README's figures come from `--secs 60`).
+//!
 //! The outbox is the only place frames wait, and it is bounded: the process's peak RSS stays
 //! near the outbox limit whatever the producer does. Prints one summary line.
+
+mod support;
 
 use std::time::{Duration, Instant};
 
 use relink::{Codec, Link, Overflow, SendError};
 
-fn rss_kib() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
-}
-
-fn arg(name: &str) -> Option<String> {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1).cloned())
-}
+use support::rss_kib;
 
 fn main() {
-    let secs: u64 = arg("--secs").and_then(|v| v.parse().ok()).unwrap_or(60);
-    let policy = match arg("--policy").as_deref() {
+    // `cargo bench` adds `--bench`; every argument but these two is ignored.
+    let secs: u64 = support::arg("secs")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10);
+    let policy = match support::arg("policy").as_deref() {
         Some("drop") => Overflow::DropOldest,
         _ => Overflow::RejectNew,
     };
     // A port with nothing listening: every dial is refused for the whole run.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
+    let port = support::free_port();
     let (limit_frames, limit_bytes) = (10_000, 16 << 20);
     let link = Link::builder(&format!("tcp://127.0.0.1:{port}"))
         .codec(Codec::length_prefixed())

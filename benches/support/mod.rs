@@ -1,0 +1,113 @@
+//! What the measurement programs in `benches/` share: the peer they measure against
+//! ([`peer`]), the network namespaces and the `redis-server` child of the `detect` program
+//! ([`netns`], [`redis`]), and a few small helpers: waiting for a link's state, reading this
+//! process's memory and CPU use, and the command line.
+//!
+//! Each program includes it with `mod support;` and uses a part of it.
+#![allow(dead_code)]
+
+pub mod netns;
+pub mod peer;
+pub mod redis;
+
+use std::net::TcpListener;
+use std::time::{Duration, Instant};
+
+use relink::{Event, Link, State};
+
+/// The flag `cargo bench` passes to every bench binary: accepted and ignored.
+#[derive(clap::Args, Debug)]
+pub struct CargoBench {
+    /// Passed by `cargo bench`; ignored.
+    #[arg(long = "bench", hide = true)]
+    pub bench: bool,
+}
+
+/// The value of `--name value` or `--name=value` among the arguments; every other argument
+/// (`--bench` from `cargo bench` among them) is left alone.
+pub fn arg(name: &str) -> Option<String> {
+    let flag = format!("--{name}");
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    args.iter().enumerate().find_map(|(i, a)| {
+        if *a == flag {
+            args.get(i + 1).cloned()
+        } else {
+            a.strip_prefix(&flag)?.strip_prefix('=').map(str::to_string)
+        }
+    })
+}
+
+/// Whether the bare flag `--name` is among the arguments.
+pub fn flag(name: &str) -> bool {
+    let flag = format!("--{name}");
+    std::env::args().skip(1).any(|a| a == flag)
+}
+
+/// A port on 127.0.0.1 that nothing listens on (bound, then released): dials to it are
+/// refused.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// Takes the link's events until it is in `state`; panics, saying where it is instead, if it
+/// is not there by `deadline`.
+pub fn wait_state(link: &Link, state: State, deadline: Instant) {
+    while link.state() != state {
+        match link.events().recv_deadline(deadline) {
+            Ok(Event::State(t)) if t.to == state => return,
+            Ok(_) => {}
+            Err(e) => panic!(
+                "the link did not reach {state} in time (it is {}): {e}",
+                link.state()
+            ),
+        }
+    }
+}
+
+/// This process's resident set size, in KiB (0 if /proc cannot tell).
+pub fn rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// This process's open file descriptors.
+pub fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count())
+}
+
+/// The CPU time (user + system) this process has used so far.
+pub fn cpu_time() -> Duration {
+    // SAFETY: getrusage only writes into the struct it is given.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        assert_eq!(libc::getrusage(libc::RUSAGE_SELF, &mut usage), 0);
+        usage
+    };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(usage.ru_utime) + tv(usage.ru_stime)
+}
+
+/// Whether `name` is an executable file on PATH.
+pub fn on_path(name: &str) -> bool {
+    find_on_path(name).is_some()
+}
+
+/// The first executable file called `name` on PATH.
+pub fn find_on_path(name: &str) -> Option<std::path::PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(name))
+        .find(|p| {
+            std::fs::metadata(p)
+                .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+                .unwrap_or(false)
+        })
+}
