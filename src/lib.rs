@@ -82,29 +82,24 @@
 #![warn(missing_docs, missing_debug_implementations)]
 #![deny(unsafe_code)]
 
-mod backoff;
-mod codec;
-mod config;
+mod builder;
+mod core;
 mod error;
 mod event;
-#[allow(unsafe_code)]
-mod ffi;
-mod heartbeat;
-mod io_thread;
+mod io;
 mod link;
-mod machine;
 mod metrics;
-mod outbox;
-mod resolver;
 
-pub use codec::{Codec, Decoder};
-pub use config::{
-    defaults, Builder, Context, Endpoint, Heartbeat, Jitter, Keepalive, Overflow, Ping, Predicate,
-    ProofOfLife, Resolver,
-};
+pub use crate::core::backoff::Jitter;
+pub use crate::core::codec::{Codec, Decoder};
+pub use crate::core::endpoint::Endpoint;
+pub use crate::core::heartbeat::{Heartbeat, Ping};
+pub use crate::core::settings::{Predicate, ProofOfLife};
+pub use builder::{defaults, Builder, Overflow};
 pub use crossbeam_channel::{RecvError, RecvTimeoutError, TryRecvError};
 pub use error::{CodecError, ConfigError, FrameError, LinkError, SendError};
 pub use event::{AbandonReason, Cause, Event, State, Transition};
+pub use io::{Context, Keepalive, Resolver};
 pub use link::{Events, Link};
 pub use metrics::{Abandoned, Metrics};
 

@@ -8,10 +8,86 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+use super::settings::Predicate;
+
+/// Silent heartbeat intervals tolerated before a connection is declared dead.
+pub const MAX_MISSED: u32 = 2;
+
 /// Unanswered pings remembered for matching replies.
 const MAX_OUTSTANDING: usize = 8;
 
-use crate::config::Heartbeat;
+/// The heartbeat's ping.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Ping {
+    /// Bytes written as they are, whatever the codec (e.g. `PING\r\n` to redis-server).
+    Raw(Vec<u8>),
+    /// A frame encoded by the link's codec.
+    Frame(Vec<u8>),
+}
+
+/// The application heartbeat: the only way to notice a peer that is half-open or stopped
+/// (the STREAM socket runs none of its own).
+///
+/// Any inbound byte counts as life. A connection silent for `interval × (max_missed + 1)` is
+/// declared dead, closed and counted as a failure.
+///
+/// # Examples
+/// ```
+/// use std::time::Duration;
+/// use relink::{Heartbeat, Ping, Predicate};
+/// let hb = Heartbeat::new(Duration::from_secs(1), Ping::Raw(b"PING\r\n".to_vec()))
+///     .max_missed(2)
+///     .reply(Predicate::starts_with(&b"+PONG"[..]));
+/// assert_eq!(hb.bound(), Duration::from_secs(3));
+/// ```
+#[derive(Clone, Debug)]
+pub struct Heartbeat {
+    pub(crate) interval: Duration,
+    pub(crate) max_missed: u32,
+    pub(crate) ping: Ping,
+    pub(crate) idle_only: bool,
+    pub(crate) reply: Option<Predicate>,
+}
+
+impl Heartbeat {
+    /// A ping every `interval`. `max_missed` defaults to 2, `idle_only` to false, no reply
+    /// predicate.
+    pub fn new(interval: Duration, ping: Ping) -> Heartbeat {
+        Heartbeat {
+            interval,
+            max_missed: MAX_MISSED,
+            ping,
+            idle_only: false,
+            reply: None,
+        }
+    }
+
+    /// Silent intervals tolerated before the verdict. Defaults to 2.
+    pub fn max_missed(mut self, n: u32) -> Heartbeat {
+        self.max_missed = n;
+        self
+    }
+
+    /// Ping only when nothing was sent for an interval. Defaults to false.
+    pub fn idle_only(mut self, yes: bool) -> Heartbeat {
+        self.idle_only = yes;
+        self
+    }
+
+    /// Recognises the peer's reply to a ping, to measure the round trip; recognised replies
+    /// are not delivered to the application. Defaults to none.
+    pub fn reply(mut self, p: Predicate) -> Heartbeat {
+        self.reply = Some(p);
+        self
+    }
+
+    /// The longest a dead peer goes unnoticed: `interval × (max_missed + 1)`.
+    pub fn bound(&self) -> Duration {
+        self.interval
+            .saturating_mul(self.max_missed.saturating_add(1))
+    }
+}
 
 #[derive(Debug)]
 pub(crate) struct HeartbeatState {
@@ -97,7 +173,6 @@ impl HeartbeatState {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Ping;
 
     fn hb(idle_only: bool) -> Heartbeat {
         Heartbeat::new(Duration::from_secs(1), Ping::Raw(b"p".to_vec()))
