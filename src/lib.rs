@@ -70,8 +70,8 @@
 //!               └── Cooldown ◄── max_attempts failures in a row
 //!   any ── close ──► Closed
 //! ```
-//! Every transition is emitted as an [`Event::State`] with its [`Cause`]. The full table is in
-//! the `machine` module's source.
+//! Every transition is emitted as an [`Event::State`] with its [`Cause`]. The full transition
+//! table, one row per (state, input) pair, is in `docs/design.md` ("The transition table").
 //!
 //! # Architecture
 //! A [`Link`] is a crossbeam sender of commands plus an eventfd that wakes a dedicated IO
@@ -79,6 +79,20 @@
 //! calls zmq or reads the clock. Everything else (state machine, backoff, heartbeat, outbox,
 //! codec) is a pure core that takes `now` as an argument and returns its next deadline, so every
 //! timer is tested in simulated time. Links share one libzmq context per process by default.
+//!
+//! The source tree shows the layers; imports run one way, from the public face to `io` to
+//! `core`, and nothing in `core` names the IO side:
+//! ```text
+//! src/lib.rs       crate docs and re-exports
+//! src/link.rs      the handle (Link, Events) and Builder::build
+//! src/builder.rs   the builder, its defaults and checks; splits them into core and IO settings
+//! src/event.rs, error.rs, metrics.rs   plain data every layer uses; they import no layer
+//! src/io/          the IO thread: event_loop, shared (handle state), resolver (thread pool),
+//!                  socket (options, send), context, ffi (the only unsafe code)
+//! src/core/        sans-IO policy: machine (transition table), timers, endpoints (order, DNS
+//!                  cache), counters, backoff, heartbeat, outbox, codec, endpoint, predicate,
+//!                  settings
+//! ```
 #![warn(missing_docs, missing_debug_implementations)]
 #![deny(unsafe_code)]
 
@@ -94,7 +108,8 @@ pub use crate::core::backoff::Jitter;
 pub use crate::core::codec::{Codec, Decoder};
 pub use crate::core::endpoint::Endpoint;
 pub use crate::core::heartbeat::{Heartbeat, Ping};
-pub use crate::core::settings::{Predicate, ProofOfLife};
+pub use crate::core::predicate::Predicate;
+pub use crate::core::settings::ProofOfLife;
 pub use builder::{defaults, Builder, Overflow};
 pub use crossbeam_channel::{RecvError, RecvTimeoutError, TryRecvError};
 pub use error::{CodecError, ConfigError, FrameError, LinkError, SendError};

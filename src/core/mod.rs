@@ -14,7 +14,8 @@
 //! - [`outbox`]: frames waiting for a Ready connection.
 //! - [`codec`]: framing, bytes to frames and back.
 //! - [`endpoint`]: `tcp://host:port`, parsed.
-//! - [`settings`]: what the core is told, built once by the builder.
+//! - [`predicate`]: a shareable test on a frame (handshake and heartbeat replies).
+//! - [`settings`]: what the core is told, built once by the builder, and the proof of life.
 
 pub(crate) mod backoff;
 pub(crate) mod codec;
@@ -24,6 +25,7 @@ mod endpoints;
 pub(crate) mod heartbeat;
 pub(crate) mod machine;
 mod outbox;
+pub(crate) mod predicate;
 pub(crate) mod settings;
 mod timers;
 

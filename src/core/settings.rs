@@ -1,14 +1,13 @@
 //! What the core is told: the settings of one link, built once by the builder, and the public
 //! policy types they hold. No socket option, resolver, context or channel size is among them.
 
-use std::fmt;
-use std::sync::Arc;
 use std::time::Duration;
 
 use super::backoff::BackoffConfig;
 use super::codec::Codec;
 use super::endpoint::Endpoint;
 use super::heartbeat::Heartbeat;
+use super::predicate::Predicate;
 
 /// Handshake reply timeout.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -69,34 +68,5 @@ impl ProofOfLife {
             accept: Predicate::new(accept),
             timeout: HANDSHAKE_TIMEOUT,
         }
-    }
-}
-
-/// A shareable test on a frame (`Fn(&[u8]) -> bool`).
-#[derive(Clone)]
-pub struct Predicate(pub(crate) Arc<PredicateFn>);
-
-type PredicateFn = dyn Fn(&[u8]) -> bool + Send + Sync;
-
-impl Predicate {
-    /// Wraps a closure.
-    pub fn new(f: impl Fn(&[u8]) -> bool + Send + Sync + 'static) -> Predicate {
-        Predicate(Arc::new(f))
-    }
-
-    /// A predicate that accepts frames starting with `prefix`.
-    pub fn starts_with(prefix: impl Into<Vec<u8>>) -> Predicate {
-        let prefix = prefix.into();
-        Predicate::new(move |frame| frame.starts_with(&prefix))
-    }
-
-    pub(crate) fn test(&self, frame: &[u8]) -> bool {
-        (self.0)(frame)
-    }
-}
-
-impl fmt::Debug for Predicate {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Predicate(..)")
     }
 }

@@ -4,7 +4,7 @@
 use super::*;
 use crate::core::backoff::Jitter;
 use crate::core::heartbeat::Heartbeat;
-use crate::core::settings::Predicate;
+use crate::core::predicate::Predicate;
 use crate::{Builder, Codec, Overflow};
 
 const MS: Duration = Duration::from_millis(1);
