@@ -71,56 +71,18 @@ pub enum Overflow {
     Block(Duration),
 }
 
-/// The validated configuration of one link.
+/// The validated configuration of one link: the core's settings, and what the IO thread and
+/// the handle need besides.
 #[derive(Clone, Debug)]
 pub(crate) struct Config {
-    pub endpoints: Vec<Endpoint>,
-    pub codec: Codec,
-    pub backoff: BackoffConfig,
-    pub max_attempts: Option<u32>,
-    pub cooldown: Duration,
-    pub native_retries: u32,
+    pub core: Settings,
     pub rng_seed: Option<u64>,
-    pub proof: ProofOfLife,
-    pub min_stable: Duration,
-    pub heartbeat: Option<Heartbeat>,
     pub socket: SocketOptions,
-    pub outbox_frames: usize,
-    pub outbox_bytes: usize,
     pub overflow: Overflow,
     pub frame_ttl: Option<Duration>,
-    pub abandon_on_disconnect: bool,
     pub events_capacity: usize,
     pub close_timeout: Duration,
-    pub dns_refresh: Duration,
-    pub batch_bytes: usize,
     pub resolver: Option<Resolver>,
-}
-
-impl Config {
-    /// The core's share: no socket option, resolver, context or channel size. The dial bound
-    /// is computed here, once.
-    pub(crate) fn settings(&self) -> Settings {
-        Settings {
-            endpoints: self.endpoints.clone(),
-            codec: self.codec.clone(),
-            backoff: self.backoff.clone(),
-            max_attempts: self.max_attempts,
-            cooldown: self.cooldown,
-            native_retries: self.native_retries,
-            proof: self.proof.clone(),
-            min_stable: self.min_stable,
-            heartbeat: self.heartbeat.clone(),
-            outbox_frames: self.outbox_frames,
-            outbox_bytes: self.outbox_bytes,
-            abandon_on_disconnect: self.abandon_on_disconnect,
-            dns_refresh: self.dns_refresh,
-            batch_bytes: self.batch_bytes,
-            connect_timeout: self.socket.connect_timeout,
-            // libzmq's own redial waits up to two reconnect intervals before dialling again.
-            dial_bound: self.socket.connect_timeout + self.socket.reconnect_ivl * 2,
-        }
-    }
 }
 
 /// Builds a [`Link`](crate::Link). Made by [`Link::builder`](crate::Link::builder); every
@@ -141,22 +103,32 @@ impl Builder {
             endpoints: vec![endpoint.to_string()],
             context: None,
             config: Config {
-                endpoints: Vec::new(),
-                codec: Codec::Raw,
-                backoff: BackoffConfig {
-                    base: defaults::BACKOFF_BASE,
-                    max: defaults::BACKOFF_MAX,
-                    factor: defaults::BACKOFF_FACTOR,
-                    floor: defaults::BACKOFF_FLOOR,
-                    jitter: Jitter::Full,
+                core: Settings {
+                    endpoints: Vec::new(),
+                    codec: Codec::Raw,
+                    backoff: BackoffConfig {
+                        base: defaults::BACKOFF_BASE,
+                        max: defaults::BACKOFF_MAX,
+                        factor: defaults::BACKOFF_FACTOR,
+                        floor: defaults::BACKOFF_FLOOR,
+                        jitter: Jitter::Full,
+                    },
+                    max_attempts: None,
+                    cooldown: defaults::COOLDOWN,
+                    native_retries: defaults::NATIVE_RETRIES,
+                    proof: ProofOfLife::Connect,
+                    min_stable: defaults::MIN_STABLE,
+                    heartbeat: None,
+                    outbox_frames: defaults::OUTBOX_FRAMES,
+                    outbox_bytes: defaults::OUTBOX_BYTES,
+                    abandon_on_disconnect: false,
+                    dns_refresh: defaults::DNS_REFRESH,
+                    batch_bytes: defaults::BATCH_BYTES,
+                    // Both follow the socket options; `into_config` sets them once checked.
+                    connect_timeout: defaults::CONNECT_TIMEOUT,
+                    dial_bound: Duration::ZERO,
                 },
-                max_attempts: None,
-                cooldown: defaults::COOLDOWN,
-                native_retries: defaults::NATIVE_RETRIES,
                 rng_seed: None,
-                proof: ProofOfLife::Connect,
-                min_stable: defaults::MIN_STABLE,
-                heartbeat: None,
                 socket: SocketOptions {
                     reconnect_ivl: defaults::RECONNECT_IVL,
                     reconnect_ivl_max: Duration::ZERO,
@@ -168,15 +140,10 @@ impl Builder {
                     keepalive: None,
                     tcp_maxrt: None,
                 },
-                outbox_frames: defaults::OUTBOX_FRAMES,
-                outbox_bytes: defaults::OUTBOX_BYTES,
                 overflow: Overflow::RejectNew,
                 frame_ttl: None,
-                abandon_on_disconnect: false,
                 events_capacity: defaults::EVENTS_CAPACITY,
                 close_timeout: defaults::CLOSE_TIMEOUT,
-                dns_refresh: defaults::DNS_REFRESH,
-                batch_bytes: defaults::BATCH_BYTES,
                 resolver: None,
             },
         }
@@ -192,45 +159,45 @@ impl Builder {
 
     /// How frames are cut on the wire. Defaults to [`Codec::Raw`].
     pub fn codec(mut self, codec: Codec) -> Builder {
-        self.config.codec = codec;
+        self.config.core.codec = codec;
         self
     }
 
     /// Backoff delays grow from `base` to `max` (before jitter). Defaults to 200 ms .. 8 s.
     pub fn backoff(mut self, base: Duration, max: Duration) -> Builder {
-        self.config.backoff.base = base;
-        self.config.backoff.max = max;
+        self.config.core.backoff.base = base;
+        self.config.core.backoff.max = max;
         self
     }
 
     /// Growth of the delay per failure. Defaults to 2.
     pub fn backoff_factor(mut self, factor: f64) -> Builder {
-        self.config.backoff.factor = factor;
+        self.config.core.backoff.factor = factor;
         self
     }
 
     /// No delay is ever shorter than this. Defaults to 10 ms.
     pub fn backoff_floor(mut self, floor: Duration) -> Builder {
-        self.config.backoff.floor = floor;
+        self.config.core.backoff.floor = floor;
         self
     }
 
     /// How delays are randomised. Defaults to [`Jitter::Full`].
     pub fn jitter(mut self, jitter: Jitter) -> Builder {
-        self.config.backoff.jitter = jitter;
+        self.config.core.backoff.jitter = jitter;
         self
     }
 
     /// Failed attempts in a row (libzmq's own redials included) before the link rests in
     /// Cooldown. Defaults to none (never).
     pub fn max_attempts(mut self, n: u32) -> Builder {
-        self.config.max_attempts = Some(n);
+        self.config.core.max_attempts = Some(n);
         self
     }
 
     /// How long Cooldown lasts before a probe. Defaults to 60 s.
     pub fn cooldown(mut self, period: Duration) -> Builder {
-        self.config.cooldown = period;
+        self.config.core.cooldown = period;
         self
     }
 
@@ -239,7 +206,7 @@ impl Builder {
     /// later attempt. Counted from the last stable connection. Defaults to 1; 0 gives every
     /// retry to relink.
     pub fn native_retries(mut self, n: u32) -> Builder {
-        self.config.native_retries = n;
+        self.config.core.native_retries = n;
         self
     }
 
@@ -251,20 +218,20 @@ impl Builder {
 
     /// What makes a connection Ready. Defaults to [`ProofOfLife::Connect`].
     pub fn ready_when(mut self, proof: ProofOfLife) -> Builder {
-        self.config.proof = proof;
+        self.config.core.proof = proof;
         self
     }
 
     /// How long a Ready connection must last before the attempt counter resets; a drop
     /// sooner counts as a failure (flap guard). Defaults to 1 s. Zero resets on Ready.
     pub fn min_stable(mut self, d: Duration) -> Builder {
-        self.config.min_stable = d;
+        self.config.core.min_stable = d;
         self
     }
 
     /// The application heartbeat. Defaults to none.
     pub fn heartbeat(mut self, hb: Heartbeat) -> Builder {
-        self.config.heartbeat = Some(hb);
+        self.config.core.heartbeat = Some(hb);
         self
     }
 
@@ -323,8 +290,8 @@ impl Builder {
     /// Outbox limits: frames waiting to be sent, in number and in bytes. Defaults to 10 000
     /// frames and 16 MiB.
     pub fn outbox_limits(mut self, frames: usize, bytes: usize) -> Builder {
-        self.config.outbox_frames = frames;
-        self.config.outbox_bytes = bytes;
+        self.config.core.outbox_frames = frames;
+        self.config.core.outbox_bytes = bytes;
         self
     }
 
@@ -344,7 +311,7 @@ impl Builder {
     /// Abandon queued frames (reason ConnectionLost) when a connection drops, instead of
     /// keeping them for the next one. Defaults to false.
     pub fn abandon_on_disconnect(mut self, yes: bool) -> Builder {
-        self.config.abandon_on_disconnect = yes;
+        self.config.core.abandon_on_disconnect = yes;
         self
     }
 
@@ -364,13 +331,13 @@ impl Builder {
     /// How often the name in use is resolved again, in the background (the next dial finds
     /// the fresh answer); a failed dial also asks again. Defaults to 60 s.
     pub fn dns_refresh(mut self, d: Duration) -> Builder {
-        self.config.dns_refresh = d;
+        self.config.core.dns_refresh = d;
         self
     }
 
     /// Largest zmq message built by coalescing small frames. Defaults to 64 KiB.
     pub fn batch_bytes(mut self, n: usize) -> Builder {
-        self.config.batch_bytes = n;
+        self.config.core.batch_bytes = n;
         self
     }
 
@@ -403,12 +370,12 @@ impl Builder {
         if self.endpoints.is_empty() {
             return Err(ConfigError::NoEndpoint);
         }
-        c.endpoints = self
+        c.core.endpoints = self
             .endpoints
             .iter()
             .map(|e| Endpoint::parse(e))
             .collect::<Result<_, _>>()?;
-        let b = &c.backoff;
+        let b = &c.core.backoff;
         positive("backoff base", b.base)?;
         if b.max < b.base {
             return Err(ConfigError::MaxBelowBase {
@@ -430,12 +397,12 @@ impl Builder {
                 return Err(ConfigError::JitterOutOfRange(x));
             }
         }
-        if c.max_attempts == Some(0) {
+        if c.core.max_attempts == Some(0) {
             return Err(ConfigError::ZeroLimit {
                 name: "max_attempts",
             });
         }
-        positive("cooldown", c.cooldown)?;
+        positive("cooldown", c.core.cooldown)?;
         let s = &c.socket;
         positive("connect_timeout", s.connect_timeout)?;
         positive("reconnect_ivl", s.reconnect_ivl)?;
@@ -492,7 +459,7 @@ impl Builder {
             positive("tcp_maxrt", d)?;
             fits_zmq_ms("tcp_maxrt", d)?;
         }
-        match c.codec {
+        match c.core.codec {
             Codec::LengthPrefixed { max_frame } => {
                 if max_frame == 0 {
                     return Err(ConfigError::ZeroLimit { name: "max_frame" });
@@ -510,13 +477,14 @@ impl Builder {
             }
             _ => {}
         }
-        if let ProofOfLife::Handshake { hello, timeout, .. } = &c.proof {
+        if let ProofOfLife::Handshake { hello, timeout, .. } = &c.core.proof {
             positive("handshake timeout", *timeout)?;
             if hello.is_empty() {
                 return Err(ConfigError::EmptyHandshake);
             }
             for h in hello {
-                c.codec
+                c.core
+                    .codec
                     .check_frame(h)
                     .map_err(|source| ConfigError::Unencodable {
                         what: "hello frame",
@@ -524,13 +492,14 @@ impl Builder {
                     })?;
             }
         }
-        if let Some(hb) = &c.heartbeat {
+        if let Some(hb) = &c.core.heartbeat {
             positive("heartbeat interval", hb.interval)?;
             match &hb.ping {
                 Ping::Raw(p) if p.is_empty() => return Err(ConfigError::EmptyPing),
                 Ping::Raw(_) => {}
                 Ping::Frame(p) => {
-                    c.codec
+                    c.core
+                        .codec
                         .check_frame(p)
                         .map_err(|source| ConfigError::Unencodable {
                             what: "heartbeat ping",
@@ -539,12 +508,12 @@ impl Builder {
                 }
             }
         }
-        if c.outbox_frames == 0 {
+        if c.core.outbox_frames == 0 {
             return Err(ConfigError::ZeroLimit {
                 name: "outbox frames",
             });
         }
-        if c.outbox_bytes == 0 {
+        if c.core.outbox_bytes == 0 {
             return Err(ConfigError::ZeroLimit {
                 name: "outbox bytes",
             });
@@ -561,12 +530,16 @@ impl Builder {
             });
         }
         positive("close_timeout", c.close_timeout)?;
-        positive("dns_refresh", c.dns_refresh)?;
-        if c.batch_bytes == 0 {
+        positive("dns_refresh", c.core.dns_refresh)?;
+        if c.core.batch_bytes == 0 {
             return Err(ConfigError::ZeroLimit {
                 name: "batch_bytes",
             });
         }
+        // The core's dial bounds, computed once. libzmq's own redial waits up to two reconnect
+        // intervals before dialling again.
+        c.core.connect_timeout = c.socket.connect_timeout;
+        c.core.dial_bound = c.socket.connect_timeout + c.socket.reconnect_ivl * 2;
         Ok(c)
     }
 }

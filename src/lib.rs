@@ -85,7 +85,7 @@
 //! ```text
 //! src/lib.rs       crate docs and re-exports
 //! src/link.rs      the handle (Link, Events) and Builder::build
-//! src/builder.rs   the builder, its defaults and checks; splits them into core and IO settings
+//! src/builder.rs   the builder, its defaults and checks; the core's settings kept apart
 //! src/event.rs, error.rs, metrics.rs   plain data every layer uses; they import no layer
 //! src/io/          the IO thread: event_loop, shared (handle state), resolver (thread pool),
 //!                  socket (options, send), context, ffi (the only unsafe code)

@@ -103,7 +103,7 @@ impl Link {
             events_capacity: config.events_capacity,
         };
         let io = IoThread::new(
-            config.settings(),
+            config.core.clone(),
             io,
             context,
             seed,
@@ -128,10 +128,10 @@ impl Link {
                     shared: shared.clone(),
                 },
                 shared,
-                codec: config.codec,
+                codec: config.core.codec,
                 overflow: config.overflow,
-                max_frames: config.outbox_frames,
-                max_bytes: config.outbox_bytes,
+                max_frames: config.core.outbox_frames,
+                max_bytes: config.core.outbox_bytes,
                 frame_ttl: config.frame_ttl,
                 close_timeout: config.close_timeout,
                 linger: config.socket.linger,

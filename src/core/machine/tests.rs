@@ -27,7 +27,7 @@ impl Sim {
         let cfg = b.rng_seed(7).into_config().expect("valid config");
         let now = Instant::now();
         Sim {
-            m: Machine::new(cfg.settings(), 7, now),
+            m: Machine::new(cfg.core, 7, now),
             now,
             events: Vec::new(),
             connects: Vec::new(),
