@@ -70,8 +70,8 @@
 //!               └── Cooldown ◄── max_attempts failures in a row
 //!   any ── close ──► Closed
 //! ```
-//! Every transition is emitted as an [`Event::State`] with its [`Cause`]. The full table is in
-//! the `machine` module's source.
+//! Every transition is emitted as an [`Event::State`] with its [`Cause`]. The full transition
+//! table, one row per (state, input) pair, is in `docs/design.md` ("The transition table").
 //!
 //! # Architecture
 //! A [`Link`] is a crossbeam sender of commands plus an eventfd that wakes a dedicated IO
@@ -79,32 +79,42 @@
 //! calls zmq or reads the clock. Everything else (state machine, backoff, heartbeat, outbox,
 //! codec) is a pure core that takes `now` as an argument and returns its next deadline, so every
 //! timer is tested in simulated time. Links share one libzmq context per process by default.
+//!
+//! The source tree shows the layers; imports run one way, from the public face to `io` to
+//! `core`, and nothing in `core` names the IO side:
+//! ```text
+//! src/lib.rs       crate docs and re-exports
+//! src/link.rs      the handle (Link, Events) and Builder::build
+//! src/builder.rs   the builder, its defaults and checks; the core's settings kept apart
+//! src/event.rs, error.rs, metrics.rs   plain data every layer uses; they import no layer
+//! src/io/          the IO thread: event_loop, shared (handle state), resolver (thread pool),
+//!                  socket (options, send), context, ffi (the only unsafe code)
+//! src/core/        sans-IO policy: machine (transition table), timers, endpoints (order, DNS
+//!                  cache), counters, backoff, heartbeat, outbox, codec, endpoint, predicate,
+//!                  settings
+//! ```
 #![warn(missing_docs, missing_debug_implementations)]
 #![deny(unsafe_code)]
 
-mod backoff;
-mod codec;
-mod config;
+mod builder;
+mod core;
 mod error;
 mod event;
-#[allow(unsafe_code)]
-mod ffi;
-mod heartbeat;
-mod io_thread;
+mod io;
 mod link;
-mod machine;
 mod metrics;
-mod outbox;
-mod resolver;
 
-pub use codec::{Codec, Decoder};
-pub use config::{
-    defaults, Builder, Context, Endpoint, Heartbeat, Jitter, Keepalive, Overflow, Ping, Predicate,
-    ProofOfLife, Resolver,
-};
+pub use crate::core::backoff::Jitter;
+pub use crate::core::codec::{Codec, Decoder};
+pub use crate::core::endpoint::Endpoint;
+pub use crate::core::heartbeat::{Heartbeat, Ping};
+pub use crate::core::predicate::Predicate;
+pub use crate::core::settings::ProofOfLife;
+pub use builder::{defaults, Builder, Overflow};
 pub use crossbeam_channel::{RecvError, RecvTimeoutError, TryRecvError};
 pub use error::{CodecError, ConfigError, FrameError, LinkError, SendError};
 pub use event::{AbandonReason, Cause, Event, State, Transition};
+pub use io::{Context, Keepalive, Resolver};
 pub use link::{Events, Link};
 pub use metrics::{Abandoned, Metrics};
 

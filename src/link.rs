@@ -1,4 +1,5 @@
-//! The handle applications hold: a command sender and a receiver of events.
+//! The handle applications hold: a command sender and a receiver of events. `build()` lives
+//! here, with the handle it builds.
 
 use std::fmt;
 use std::sync::atomic::Ordering;
@@ -8,11 +9,13 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvError, RecvTimeoutError, Sender, TryRecvError};
 
-use crate::codec::Codec;
-use crate::config::{Builder, Config, Context, Overflow};
+use crate::builder::{Builder, Config, Overflow};
+use crate::core::codec::Codec;
 use crate::error::{ConfigError, SendError};
 use crate::event::{Event, State};
-use crate::io_thread::{Command, IoThread, Shared};
+use crate::io::event_loop::{IoSettings, IoThread};
+use crate::io::shared::{Command, Shared};
+use crate::io::Context;
 use crate::metrics::Metrics;
 
 /// A self-healing TCP link. Cheap to clone; every clone drives the same link, from any thread.
@@ -75,28 +78,33 @@ enum Wait {
     Force,
 }
 
+impl Builder {
+    /// Checks the configuration and starts the link.
+    pub fn build(self) -> Result<Link, ConfigError> {
+        let (config, context) = self.validate()?;
+        Link::start(config, context)
+    }
+}
+
 impl Link {
     /// A builder for a link to `endpoint` (`tcp://host:port`).
     pub fn builder(endpoint: &str) -> Builder {
         Builder::new(endpoint)
     }
 
-    pub(crate) fn start(config: Config, context: Context) -> Result<Link, ConfigError> {
+    fn start(config: Config, context: Context) -> Result<Link, ConfigError> {
         let shared = Arc::new(Shared::new().map_err(|e| ConfigError::Zmq(e.to_string()))?);
         let (tx, rx) = crossbeam_channel::unbounded();
         let (events_tx, events_rx) = crossbeam_channel::bounded(config.events_capacity);
         let seed = config.rng_seed.unwrap_or_else(rand::random);
-        let inner_cfg = (
-            config.codec.clone(),
-            config.overflow,
-            config.outbox_frames,
-            config.outbox_bytes,
-            config.frame_ttl,
-            config.close_timeout,
-            config.socket.linger,
-        );
+        let io = IoSettings {
+            socket: config.socket.clone(),
+            resolver: config.resolver.clone(),
+            events_capacity: config.events_capacity,
+        };
         let io = IoThread::new(
-            config,
+            config.core.clone(),
+            io,
             context,
             seed,
             shared.clone(),
@@ -112,7 +120,6 @@ impl Link {
                 drop(done_tx);
             })
             .map_err(|e| ConfigError::Zmq(format!("spawn IO thread: {e}")))?;
-        let (codec, overflow, max_frames, max_bytes, frame_ttl, close_timeout, linger) = inner_cfg;
         Ok(Link {
             inner: Arc::new(Inner {
                 tx,
@@ -121,13 +128,13 @@ impl Link {
                     shared: shared.clone(),
                 },
                 shared,
-                codec,
-                overflow,
-                max_frames,
-                max_bytes,
-                frame_ttl,
-                close_timeout,
-                linger,
+                codec: config.core.codec,
+                overflow: config.overflow,
+                max_frames: config.core.outbox_frames,
+                max_bytes: config.core.outbox_bytes,
+                frame_ttl: config.frame_ttl,
+                close_timeout: config.close_timeout,
+                linger: config.socket.linger,
                 done,
                 thread: Mutex::new(Some(thread)),
             }),

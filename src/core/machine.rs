@@ -1,6 +1,6 @@
 //! The link's state machine: pure, sans-IO.
 //!
-//! No zmq, no clock, no sleep, no global random generator. Time comes in as `now`, the next
+//! No socket, no clock, no sleep, no global random generator. Time comes in as `now`, the next
 //! deadline leaves as [`Machine::poll_timeout`], effects leave as [`Action`]s drained with
 //! [`Machine::poll_action`], and bytes to write are pulled with [`Machine::poll_transmit`].
 //!
@@ -24,9 +24,9 @@
 //! | 2 | Connecting | Resolved(addresses) | Connecting | connect to the next address |
 //! | 3 | Connecting | Resolved(error) | Backoff/Cooldown | failure `dns` |
 //! | 4 | Connecting | TcpConnected | Connected, or Ready if the connect is the proof | send hello, start heartbeat |
-//! | 5 | Connecting | ConnectFailed, native redials left | Connecting | count a failure, libzmq redials (`native_retries` per outage) |
-//! | 6 | Connecting | ConnectFailed, none left | Backoff/Cooldown | stop libzmq, failure `refused` |
-//! | 7 | Connecting | DialTimeout | Backoff/Cooldown | stop libzmq, failure `connect-timeout` |
+//! | 5 | Connecting | ConnectFailed, native redials left | Connecting | count a failure, the socket redials by itself (`native_retries` per outage) |
+//! | 6 | Connecting | ConnectFailed, none left | Backoff/Cooldown | stop the native redial, failure `refused` |
+//! | 7 | Connecting | DialTimeout | Backoff/Cooldown | stop the native redial, failure `connect-timeout` |
 //! | 8 | Connected | Alive (first bytes, or accepted reply) | Ready | frames flow |
 //! | 9 | Connected | HandshakeTimeout | Backoff/Cooldown | close, failure |
 //! | 10 | Connected, Ready | Disconnected | Backoff/Cooldown | failure `peer-closed` (flap guard: never an immediate redial) |
@@ -47,21 +47,24 @@
 //! to; one from an earlier dial is dropped before it reaches the table.
 
 use std::collections::VecDeque;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
-use rand::seq::SliceRandom;
 use rand::SeedableRng;
 
-use crate::backoff::Backoff;
-use crate::codec::Decoder;
-use crate::config::{Config, Host, Ping, ProofOfLife};
+use super::backoff::Backoff;
+use super::codec::Decoder;
+use super::counters::Counters;
+use super::endpoint::Host;
+use super::endpoints::{fmt_addr, Endpoints};
+use super::heartbeat::{HeartbeatState, Ping};
+use super::outbox::{Outbox, Queued};
+use super::settings::{ProofOfLife, Settings};
+use super::timers::{Timer, Timers};
 use crate::error::{CodecError, LinkError};
 use crate::event::{AbandonReason, Cause, Event, State, Transition};
-use crate::heartbeat::HeartbeatState;
-use crate::metrics::{Abandoned, Metrics};
-use crate::outbox::{Outbox, Queued};
+use crate::metrics::Metrics;
 
 /// What the IO side tells the machine.
 #[derive(Debug)]
@@ -91,7 +94,7 @@ pub(crate) enum Input {
     Connected { generation: u64 },
     /// The TCP connection of this dial went down.
     Disconnected { generation: u64 },
-    /// libzmq's dial failed (it will redial by itself unless stopped).
+    /// The dial failed (the socket redials by itself unless stopped).
     ConnectFailed { generation: u64 },
     /// The IO side stopped (true) or resumed (false) reading because the application is slow.
     ReadPaused(bool),
@@ -114,7 +117,7 @@ pub(crate) enum Action {
     },
     /// Dial `addr` with a routing id made from `generation` (never reused).
     Connect { generation: u64, addr: SocketAddr },
-    /// Stop libzmq's dialling and close the connection of the current dial, if any.
+    /// Stop the socket's own dialling and close the connection of the current dial, if any.
     Disconnect,
     /// Deliver an event to the application.
     Emit(Event),
@@ -122,11 +125,11 @@ pub(crate) enum Action {
     Stop,
 }
 
-/// Outcome of handing a batch to libzmq.
+/// Outcome of handing a batch to the socket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum TxResult {
     Sent,
-    /// EAGAIN: libzmq's queue is full; try again shortly.
+    /// EAGAIN: the socket's queue is full; try again shortly.
     WouldBlock,
     /// EHOSTUNREACH: no connection to send on.
     Unreachable,
@@ -154,68 +157,29 @@ enum Ev {
     CloseDeadline,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Timer {
-    Retry = 0,
-    Dial,
-    Handshake,
-    Stable,
-    Close,
-    SendRetry,
-    DnsRefresh,
-}
-const TIMERS: usize = 7;
-
 /// An outage is first reported at warn level after this long, then each time it doubles.
 const OUTAGE_WARN_FIRST: Duration = Duration::from_secs(10);
 
-/// How long to wait before offering libzmq a batch again after EAGAIN.
+/// How long to wait before offering the socket a batch again after EAGAIN.
 const SEND_RETRY: Duration = Duration::from_millis(1);
-
-#[derive(Debug)]
-struct DnsEntry {
-    addrs: Vec<SocketAddr>,
-    resolved_at: Instant,
-    next: usize,
-    /// Whether an address of this answer failed since it was resolved.
-    failed: bool,
-}
-
-#[derive(Debug, Default)]
-struct Counters {
-    submitted: u64,
-    sent: u64,
-    bytes_sent: u64,
-    rejected: u64,
-    abandoned: Abandoned,
-    received: u64,
-    bytes_received: u64,
-    connects: u64,
-    reconnects: u64,
-    heartbeats_sent: u64,
-    heartbeats_missed: u64,
-    ignored: u64,
-    released_frames: u64,
-    released_bytes: u64,
-}
 
 /// The state machine of one link.
 #[derive(Debug)]
 pub(crate) struct Machine {
-    cfg: Config,
+    cfg: Settings,
     state: State,
     since: Instant,
     generation: u64,
     failures: u32,
     native_left: u32,
-    /// libzmq redials used since the last stable connection (they are the fast path for the
+    /// Native redials used since the last stable connection (they are the fast path for the
     /// first failures of an outage, not for every dial).
     native_used: u32,
-    /// When the current dial (or libzmq's redial of it) began.
+    /// When the current dial (or the native redial of it) began.
     dial_started: Instant,
     backoff: Backoff,
     rng: StdRng,
-    timers: [Option<Instant>; TIMERS],
+    timers: Timers,
     retry_delay: Option<Duration>,
     heartbeat: Option<HeartbeatState>,
     handshake_pending: bool,
@@ -228,10 +192,7 @@ pub(crate) struct Machine {
     decoder: Decoder,
     actions: VecDeque<Action>,
     closing: bool,
-    /// Endpoint indices in this link's own order, and the position of the next one.
-    order: Vec<usize>,
-    next_endpoint: usize,
-    dns: Vec<Option<DnsEntry>>,
+    endpoints: Endpoints,
     current: Option<(usize, SocketAddr)>,
     /// The endpoint whose answer is awaited.
     resolving: Option<usize>,
@@ -248,14 +209,12 @@ pub(crate) struct Machine {
 
 impl Machine {
     /// A machine in Idle. `seed` draws the backoff jitter and the endpoint order.
-    pub(crate) fn new(cfg: Config, seed: u64, now: Instant) -> Machine {
+    pub(crate) fn new(mut cfg: Settings, seed: u64, now: Instant) -> Machine {
         let mut rng = StdRng::seed_from_u64(seed);
-        let mut order: Vec<usize> = (0..cfg.endpoints.len()).collect();
-        order.shuffle(&mut rng);
+        let endpoints = Endpoints::new(std::mem::take(&mut cfg.endpoints), &mut rng);
         let decoder = cfg.codec.decoder();
         let outbox = Outbox::new(cfg.outbox_frames, cfg.outbox_bytes);
         let backoff = Backoff::new(cfg.backoff.clone());
-        let dns = cfg.endpoints.iter().map(|_| None).collect();
         Machine {
             cfg,
             state: State::Idle,
@@ -267,7 +226,7 @@ impl Machine {
             dial_started: now,
             backoff,
             rng,
-            timers: [None; TIMERS],
+            timers: Timers::default(),
             retry_delay: None,
             heartbeat: None,
             handshake_pending: false,
@@ -278,9 +237,7 @@ impl Machine {
             decoder,
             actions: VecDeque::new(),
             closing: false,
-            order,
-            next_endpoint: 0,
-            dns,
+            endpoints,
             current: None,
             resolving: None,
             outage_since: None,
@@ -300,10 +257,7 @@ impl Machine {
     /// Frames submitted, sent and received: changes whenever application data moved
     /// (heartbeats do not count).
     pub(crate) fn traffic(&self) -> u64 {
-        self.c
-            .submitted
-            .wrapping_add(self.c.sent)
-            .wrapping_add(self.c.received)
+        self.c.traffic()
     }
 
     /// Frames and bytes that left the outbox for good (sent or abandoned), since the start.
@@ -381,14 +335,14 @@ impl Machine {
             (Timer::Retry, Ev::RetryTimer),
             (Timer::Stable, Ev::Stable),
         ] {
-            if self.take_timer(timer, now) {
+            if self.timers.take(timer, now) {
                 self.step(now, ev);
             }
         }
-        if self.take_timer(Timer::SendRetry, now) {
+        if self.timers.take(Timer::SendRetry, now) {
             // Nothing to do: poll_transmit offers the batch again.
         }
-        if self.take_timer(Timer::DnsRefresh, now) {
+        if self.timers.take(Timer::DnsRefresh, now) {
             self.refresh_dns();
         }
         let expired = self.outbox.expire(now);
@@ -413,7 +367,7 @@ impl Machine {
 
     /// The next instant `handle_timeout` has work to do.
     pub(crate) fn poll_timeout(&self) -> Option<Instant> {
-        let mut next = self.timers.iter().flatten().min().copied();
+        let mut next = self.timers.next();
         let mut consider = |t: Option<Instant>| {
             if let Some(t) = t {
                 next = Some(next.map_or(t, |n: Instant| n.min(t)));
@@ -440,7 +394,7 @@ impl Machine {
         if !matches!(self.state, State::Connected | State::Ready) || !self.in_flight.is_empty() {
             return false;
         }
-        if self.timers[Timer::SendRetry as usize].is_some_and(|t| t > now) {
+        if self.timers.at(Timer::SendRetry).is_some_and(|t| t > now) {
             return false;
         }
         while let Some(c) = self.control.pop_front() {
@@ -467,10 +421,7 @@ impl Machine {
         match result {
             TxResult::Sent => {
                 for q in self.in_flight.drain(..) {
-                    self.c.sent += 1;
-                    self.c.bytes_sent += q.frame.len() as u64;
-                    self.c.released_frames += 1;
-                    self.c.released_bytes += q.frame.len() as u64;
+                    self.c.sent(q.frame.len());
                 }
                 self.in_flight_control.clear();
                 if let Some(hb) = &mut self.heartbeat {
@@ -480,7 +431,7 @@ impl Machine {
             TxResult::WouldBlock | TxResult::Unreachable => {
                 self.requeue_in_flight();
                 if result == TxResult::WouldBlock {
-                    self.timers[Timer::SendRetry as usize] = Some(now + SEND_RETRY);
+                    self.timers.arm(Timer::SendRetry, now + SEND_RETRY);
                 } else {
                     let g = self.generation;
                     self.for_current(now, g, Ev::Unreachable);
@@ -493,9 +444,10 @@ impl Machine {
     /// A consistent snapshot at `now`.
     pub(crate) fn metrics(&self, now: Instant) -> Metrics {
         let next_retry_in = match self.state {
-            State::Backoff | State::Cooldown => {
-                self.timers[Timer::Retry as usize].map(|t| t.saturating_duration_since(now))
-            }
+            State::Backoff | State::Cooldown => self
+                .timers
+                .at(Timer::Retry)
+                .map(|t| t.saturating_duration_since(now)),
             _ => None,
         };
         let queued = self.outbox.len() + self.in_flight.len();
@@ -549,17 +501,17 @@ impl Machine {
                 self.failures = self.failures.saturating_add(1);
                 self.note_address_failed();
                 log::debug!(
-                    "relink: dial {} failed (refused); libzmq redials ({} native retries left)",
+                    "relink: dial {} failed (refused); the socket redials ({} native retries left)",
                     self.endpoint_text().unwrap_or_default(),
                     self.native_left
                 );
-                self.arm(Timer::Dial, now + self.dial_bound());
+                self.timers.arm(Timer::Dial, now + self.cfg.dial_bound);
             }
             (Connecting, Ev::ConnectFailed) => {
-                // libzmq reports a dial it gave up on after ZMQ_CONNECT_TIMEOUT the same way
-                // as a refused one; the time it took tells them apart.
+                // A dial the socket gave up on after its connect timeout is reported the same
+                // way as a refused one; the time it took tells them apart.
                 let took = now.saturating_duration_since(self.dial_started);
-                if took >= self.cfg.socket.connect_timeout {
+                if took >= self.cfg.connect_timeout {
                     self.fail(now, Cause::ConnectTimeout)
                 } else {
                     self.fail(now, Cause::Refused)
@@ -585,7 +537,7 @@ impl Machine {
             (Backoff | Cooldown, Ev::ReconnectNow) => self.dial(now, Cause::ReconnectNow),
             (_, Ev::Close(deadline)) => {
                 self.closing = true;
-                self.arm(Timer::Close, deadline);
+                self.timers.arm(Timer::Close, deadline);
                 if self.outbox.is_empty() && self.in_flight.is_empty() {
                     self.finish(now);
                 }
@@ -604,12 +556,11 @@ impl Machine {
         self.generation += 1;
         self.native_left = self.cfg.native_retries.saturating_sub(self.native_used);
         self.dial_started = now;
-        self.disarm(Timer::Retry);
+        self.timers.disarm(Timer::Retry);
         self.retry_delay = None;
-        let idx = self.order[self.next_endpoint % self.order.len()];
-        self.next_endpoint = (self.next_endpoint + 1) % self.order.len();
-        let ep = self.cfg.endpoints[idx].clone();
-        self.arm(Timer::Dial, now + self.dial_bound());
+        let idx = self.endpoints.next_index();
+        let ep = self.endpoints.get(idx).clone();
+        self.timers.arm(Timer::Dial, now + self.cfg.dial_bound);
         match ep.host {
             Host::Ip(ip) => {
                 self.current = Some((idx, SocketAddr::new(ip, ep.port)));
@@ -617,15 +568,7 @@ impl Machine {
                 self.connect_current();
             }
             Host::Name(name) => {
-                let fresh = self.dns[idx].as_ref().is_some_and(|d| {
-                    !d.failed
-                        && !d.addrs.is_empty()
-                        && now.saturating_duration_since(d.resolved_at) < self.cfg.dns_refresh
-                });
-                if fresh {
-                    let d = self.dns[idx].as_mut().expect("fresh entry");
-                    let addr = d.addrs[d.next % d.addrs.len()];
-                    d.next += 1;
+                if let Some(addr) = self.endpoints.cached(idx, now, self.cfg.dns_refresh) {
                     self.current = Some((idx, addr));
                     self.transition(now, State::Connecting, cause);
                     self.connect_current();
@@ -645,7 +588,7 @@ impl Machine {
         }
     }
 
-    fn resolved(&mut self, now: Instant, mut addrs: Vec<SocketAddr>) {
+    fn resolved(&mut self, now: Instant, addrs: Vec<SocketAddr>) {
         let Some(idx) = self.resolving.take() else {
             self.c.ignored += 1;
             return;
@@ -653,19 +596,10 @@ impl Machine {
         if addrs.is_empty() {
             return self.fail(now, Cause::Dns);
         }
-        addrs.dedup();
-        let next = self.dns[idx]
-            .as_ref()
-            .map_or(0, |d| if d.failed { d.next } else { 0 });
-        let addr = addrs[next % addrs.len()];
-        self.dns[idx] = Some(DnsEntry {
-            addrs,
-            resolved_at: now,
-            next: next + 1,
-            failed: false,
-        });
+        let addr = self.endpoints.resolved(idx, addrs, now);
         self.current = Some((idx, addr));
-        self.arm(Timer::DnsRefresh, now + self.cfg.dns_refresh);
+        self.timers
+            .arm(Timer::DnsRefresh, now + self.cfg.dns_refresh);
         self.connect_current();
     }
 
@@ -675,7 +609,7 @@ impl Machine {
         let Some((idx, _)) = self.current else {
             return;
         };
-        let ep = &self.cfg.endpoints[idx];
+        let ep = self.endpoints.get(idx);
         if let Host::Name(name) = &ep.host {
             self.actions.push_back(Action::Refresh {
                 endpoint: idx,
@@ -688,29 +622,21 @@ impl Machine {
     /// A background answer: replaces the cached one (a failure keeps the old answer), and the
     /// next refresh is armed. No state changes.
     fn refreshed(&mut self, now: Instant, idx: usize, result: Result<Vec<SocketAddr>, String>) {
-        if self.state == State::Closed || idx >= self.dns.len() {
+        if self.state == State::Closed || idx >= self.endpoints.len() {
             self.c.ignored += 1;
             return;
         }
         match result {
-            Ok(mut addrs) if !addrs.is_empty() => {
-                addrs.dedup();
-                let next = self.dns[idx].as_ref().map_or(0, |d| d.next);
-                self.dns[idx] = Some(DnsEntry {
-                    addrs,
-                    resolved_at: now,
-                    next,
-                    failed: false,
-                });
-            }
+            Ok(addrs) if !addrs.is_empty() => self.endpoints.refreshed(idx, addrs, now),
             Ok(_) | Err(_) => {
                 log::debug!(
                     "relink: background refresh of {} failed; the old answer stays",
-                    self.cfg.endpoints[idx]
+                    self.endpoints.get(idx)
                 );
             }
         }
-        self.arm(Timer::DnsRefresh, now + self.cfg.dns_refresh);
+        self.timers
+            .arm(Timer::DnsRefresh, now + self.cfg.dns_refresh);
     }
 
     fn connect_current(&mut self) {
@@ -724,8 +650,8 @@ impl Machine {
     }
 
     fn tcp_connected(&mut self, now: Instant) {
-        self.disarm(Timer::Dial);
-        self.disarm(Timer::SendRetry);
+        self.timers.disarm(Timer::Dial);
+        self.timers.disarm(Timer::SendRetry);
         self.c.connects += 1;
         self.decoder.reset();
         self.control.clear();
@@ -743,7 +669,7 @@ impl Machine {
             }
             self.handshake_pending = true;
             let t = now + *timeout;
-            self.arm(Timer::Handshake, t);
+            self.timers.arm(Timer::Handshake, t);
         }
         self.transition(now, State::Connected, Cause::TcpConnected);
         if matches!(self.cfg.proof, ProofOfLife::Connect) {
@@ -752,7 +678,7 @@ impl Machine {
     }
 
     fn ready(&mut self, now: Instant) {
-        self.disarm(Timer::Handshake);
+        self.timers.disarm(Timer::Handshake);
         if let Some(since) = self.failing_since.take() {
             let d = now.saturating_duration_since(since);
             if d >= OUTAGE_WARN_FIRST {
@@ -773,7 +699,7 @@ impl Machine {
             self.native_used = 0;
             self.backoff.reset();
         } else {
-            self.arm(Timer::Stable, now + self.cfg.min_stable);
+            self.timers.arm(Timer::Stable, now + self.cfg.min_stable);
         }
         self.transition(now, State::Ready, Cause::Alive);
     }
@@ -845,7 +771,7 @@ impl Machine {
                 self.backoff.delay(self.failures, &mut self.rng),
             )
         };
-        self.arm(Timer::Retry, now + delay);
+        self.timers.arm(Timer::Retry, now + delay);
         self.retry_delay = Some(delay);
         self.transition(now, to, cause);
         if self.closing && self.outbox.is_empty() {
@@ -862,7 +788,7 @@ impl Machine {
             Timer::Stable,
             Timer::SendRetry,
         ] {
-            self.disarm(t);
+            self.timers.disarm(t);
         }
         self.requeue_in_flight();
         self.control.clear();
@@ -886,7 +812,7 @@ impl Machine {
         self.requeue_in_flight();
         let frames: Vec<Vec<u8>> = self.outbox.drain().map(|q| q.frame).collect();
         self.abandon_all(frames, AbandonReason::Shutdown);
-        self.timers = [None; TIMERS];
+        self.timers.clear();
         self.heartbeat = None;
         self.retry_delay = None;
         self.transition(now, State::Closed, Cause::Closed);
@@ -912,15 +838,7 @@ impl Machine {
 
     fn abandon_all(&mut self, frames: Vec<Vec<u8>>, reason: AbandonReason) {
         for frame in frames {
-            let a = &mut self.c.abandoned;
-            match reason {
-                AbandonReason::Expired => a.expired += 1,
-                AbandonReason::Overflow => a.overflow += 1,
-                AbandonReason::Shutdown => a.shutdown += 1,
-                AbandonReason::ConnectionLost => a.connection_lost += 1,
-            }
-            self.c.released_frames += 1;
-            self.c.released_bytes += frame.len() as u64;
+            self.c.abandon(reason, frame.len());
             self.emit(Event::Abandoned { frame, reason });
         }
     }
@@ -946,9 +864,7 @@ impl Machine {
 
     fn note_address_failed(&mut self) {
         if let Some((idx, _)) = self.current {
-            if let Some(d) = self.dns[idx].as_mut() {
-                d.failed = true;
-            }
+            self.endpoints.mark_failed(idx);
         }
     }
 
@@ -995,7 +911,7 @@ impl Machine {
             Some((_, addr)) => Some(fmt_addr(addr)),
             None => self
                 .resolving
-                .map(|idx| self.cfg.endpoints[idx].to_string()),
+                .map(|idx| self.endpoints.get(idx).to_string()),
         }
     }
 
@@ -1015,11 +931,6 @@ impl Machine {
         }
     }
 
-    fn dial_bound(&self) -> Duration {
-        // libzmq's own redial waits up to two reconnect intervals before dialling again.
-        self.cfg.socket.connect_timeout + self.cfg.socket.reconnect_ivl * 2
-    }
-
     fn is_current(&self, generation: u64) -> bool {
         generation == self.generation
     }
@@ -1032,34 +943,7 @@ impl Machine {
             log::trace!("relink: stale {ev:?} from dial {generation} dropped");
         }
     }
-
-    fn arm(&mut self, t: Timer, at: Instant) {
-        self.timers[t as usize] = Some(at);
-    }
-
-    fn disarm(&mut self, t: Timer) {
-        self.timers[t as usize] = None;
-    }
-
-    fn take_timer(&mut self, t: Timer, now: Instant) -> bool {
-        match self.timers[t as usize] {
-            Some(at) if at <= now => {
-                self.timers[t as usize] = None;
-                true
-            }
-            _ => false,
-        }
-    }
-}
-
-/// `tcp://1.2.3.4:5` or `tcp://[::1]:5`.
-pub(crate) fn fmt_addr(addr: SocketAddr) -> String {
-    match addr.ip() {
-        IpAddr::V4(ip) => format!("tcp://{ip}:{}", addr.port()),
-        IpAddr::V6(ip) => format!("tcp://[{ip}]:{}", addr.port()),
-    }
 }
 
 #[cfg(test)]
-#[path = "machine_tests.rs"]
 mod tests;

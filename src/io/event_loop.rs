@@ -7,129 +7,30 @@
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::atomic::{fence, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 
-use crate::config::{Config, Context};
+use super::context::Context;
+use super::ffi;
+use super::resolver::{self, Resolver};
+use super::shared::{Command, Lookup, Shared};
+use super::socket::{apply_options, ms, send_batch, SocketOptions};
+use crate::core::fmt_addr;
+use crate::core::machine::{Action, Input, Machine, TxResult};
+use crate::core::settings::Settings;
 use crate::error::{ConfigError, LinkError};
 use crate::event::{Event, State};
-use crate::ffi::{self, EventFd};
-use crate::machine::{fmt_addr, Action, Input, Machine, TxResult};
 use crate::metrics::Metrics;
-use crate::resolver::Lookup;
 
-/// What handles and resolver threads send to the IO thread.
+/// What the IO thread needs besides the core's settings.
 #[derive(Debug)]
-pub(crate) enum Command {
-    Send {
-        frame: Vec<u8>,
-        deadline: Option<Instant>,
-    },
-    Close {
-        deadline: Instant,
-    },
-    ReconnectNow,
-    Metrics(Sender<Metrics>),
-    Resolved {
-        lookup: Lookup,
-        result: Result<Vec<SocketAddr>, String>,
-    },
-}
-
-/// A value on a cache line of its own, so that producers and the IO thread do not slow each
-/// other down by writing neighbouring fields.
-#[derive(Debug, Default)]
-#[repr(align(128))]
-pub(crate) struct Padded<T>(pub T);
-
-impl<T> std::ops::Deref for Padded<T> {
-    type Target = T;
-    fn deref(&self) -> &T {
-        &self.0
-    }
-}
-
-/// State shared between the handles, the event receivers and the IO thread.
-#[derive(Debug)]
-pub(crate) struct Shared {
-    waker: EventFd,
-    wake_pending: Padded<AtomicBool>,
-    /// The IO thread is about to block (or blocks) in `zmq::poll`: a new command needs a wake.
-    sleeping: Padded<AtomicBool>,
-    pub state: AtomicU8,
-    /// No new frames are accepted. Set by `close` and by the IO thread when it stops.
-    pub closed: AtomicBool,
-    /// Handles inside the accept-and-enqueue section (see `Link::submit`).
-    pub sending: Padded<AtomicUsize>,
-    /// Frames and bytes accepted and not yet sent or abandoned (admission control).
-    pub queued_frames: Padded<AtomicUsize>,
-    pub queued_bytes: Padded<AtomicUsize>,
-    pub room: Mutex<()>,
-    pub room_cv: Condvar,
-    pub waiters: AtomicUsize,
-    /// The IO thread stopped reading because the application is not taking events.
-    pub reader_waiting: AtomicBool,
-    /// Frames refused at the call.
-    pub rejected: AtomicU64,
-    /// The last snapshot, kept when the IO thread stops.
-    pub final_metrics: Mutex<Option<Metrics>>,
-    /// Events the IO thread could not deliver before it stopped; receivers take them after
-    /// the channel.
-    pub leftover: Mutex<VecDeque<Event>>,
-}
-
-impl Shared {
-    pub(crate) fn new() -> std::io::Result<Shared> {
-        Ok(Shared {
-            waker: EventFd::new()?,
-            wake_pending: Padded(AtomicBool::new(false)),
-            sleeping: Padded(AtomicBool::new(false)),
-            state: AtomicU8::new(State::Idle as u8),
-            closed: AtomicBool::new(false),
-            sending: Padded(AtomicUsize::new(0)),
-            queued_frames: Padded(AtomicUsize::new(0)),
-            queued_bytes: Padded(AtomicUsize::new(0)),
-            room: Mutex::new(()),
-            room_cv: Condvar::new(),
-            waiters: AtomicUsize::new(0),
-            reader_waiting: AtomicBool::new(false),
-            rejected: AtomicU64::new(0),
-            final_metrics: Mutex::new(None),
-            leftover: Mutex::new(VecDeque::new()),
-        })
-    }
-
-    /// Wakes the IO thread; coalesced, so a burst of sends costs one write.
-    pub(crate) fn wake(&self) {
-        if !self.wake_pending.swap(true, Ordering::AcqRel) {
-            self.waker.wake();
-        }
-    }
-
-    /// Wakes the IO thread after a command was queued, unless it is awake and so bound to
-    /// see the command in its current pass. The fences pair with those in `IoThread::run`:
-    /// either the IO thread sees the command before it blocks, or this sees it asleep.
-    pub(crate) fn wake_for_command(&self) {
-        fence(Ordering::SeqCst);
-        if self.sleeping.load(Ordering::SeqCst) {
-            self.wake();
-        }
-    }
-
-    fn release(&self, frames: usize, bytes: usize) {
-        if frames == 0 && bytes == 0 {
-            return;
-        }
-        self.queued_frames.fetch_sub(frames, Ordering::SeqCst);
-        self.queued_bytes.fetch_sub(bytes, Ordering::SeqCst);
-        if self.waiters.load(Ordering::SeqCst) > 0 {
-            let _g = self.room.lock().unwrap_or_else(|e| e.into_inner());
-            self.room_cv.notify_all();
-        }
-    }
+pub(crate) struct IoSettings {
+    pub socket: SocketOptions,
+    pub resolver: Option<Resolver>,
+    pub events_capacity: usize,
 }
 
 /// How long the IO thread watches for a command after a busy pass before it sleeps.
@@ -174,7 +75,7 @@ pub(crate) struct IoThread {
     dropped_unreported: u64,
     stopped: bool,
     monitor_mismatch: u64,
-    resolver: Option<crate::config::Resolver>,
+    resolver: Option<Resolver>,
     /// Keeps the context alive until the sockets are closed (declared last: dropped last).
     _context: Context,
 }
@@ -182,7 +83,8 @@ pub(crate) struct IoThread {
 impl IoThread {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
-        config: Config,
+        settings: Settings,
+        io: IoSettings,
         context: Context,
         seed: u64,
         shared: Arc<Shared>,
@@ -197,7 +99,7 @@ impl IoThread {
             .raw
             .socket(zmq::STREAM)
             .map_err(|e| zerr("socket", e))?;
-        apply_options(&mut socket, &config).map_err(ConfigError::Zmq)?;
+        apply_options(&mut socket, &io.socket).map_err(ConfigError::Zmq)?;
         let id = LINK_ID.fetch_add(1, Ordering::Relaxed);
         let addr = format!("inproc://relink-monitor-{}-{id}", std::process::id());
         socket
@@ -215,16 +117,16 @@ impl IoThread {
             .map_err(|e| zerr("monitor connect", e))?;
         // Room for the state events of a long outage and for every frame the outbox can give back
         // at once (a close abandons them all): nothing is trimmed short of that.
-        let max_pending = config
+        let max_pending = io
             .events_capacity
             .saturating_mul(4)
             .max(4096)
-            .saturating_add(config.outbox_frames);
-        let resolver = config.resolver.clone();
-        let immediate = config.socket.immediate;
-        let linger = config.socket.linger;
-        let batch_cap = config.batch_bytes.min(1 << 20) + 64;
-        let machine = Machine::new(config, seed, Instant::now());
+            .saturating_add(settings.outbox_frames);
+        let resolver = io.resolver;
+        let immediate = io.socket.immediate;
+        let linger = io.socket.linger;
+        let batch_cap = settings.batch_bytes.min(1 << 20) + 64;
+        let machine = Machine::new(settings, seed, Instant::now());
         Ok(IoThread {
             machine,
             socket,
@@ -522,7 +424,7 @@ impl IoThread {
 
     /// Hands a name to the resolver pool; the answer comes back as a command.
     fn resolve(&self, host: String, port: u16, lookup: Lookup) {
-        crate::resolver::resolve(
+        resolver::resolve(
             self.resolver.clone(),
             host,
             port,
@@ -721,127 +623,4 @@ impl IoThread {
         let _g = self.shared.room.lock().unwrap_or_else(|e| e.into_inner());
         self.shared.room_cv.notify_all();
     }
-}
-
-fn send_batch(socket: &zmq::Socket, rid: &[u8], data: Vec<u8>) -> TxResult {
-    let classify = |e: zmq::Error| match e {
-        zmq::Error::EAGAIN => TxResult::WouldBlock,
-        zmq::Error::EHOSTUNREACH => TxResult::Unreachable,
-        other => {
-            log::warn!("relink: zmq send failed: {other}");
-            TxResult::Unreachable
-        }
-    };
-    if let Err(e) = socket.send(rid, zmq::SNDMORE | zmq::DONTWAIT) {
-        return classify(e);
-    }
-    match socket.send(data, zmq::DONTWAIT) {
-        Ok(()) => TxResult::Sent,
-        Err(e) => classify(e),
-    }
-}
-
-fn ms(d: Duration) -> i32 {
-    d.as_millis().min(i32::MAX as u128) as i32
-}
-
-/// Sets every libzmq option before the first connect (libzmq copies them at connect time) and
-/// reads back those it can report.
-fn apply_options(socket: &mut zmq::Socket, config: &Config) -> Result<(), String> {
-    let s = &config.socket;
-    fn e(what: &'static str) -> impl Fn(zmq::Error) -> String {
-        move |err| format!("{what}: {err}")
-    }
-    socket.set_linger(ms(s.linger)).map_err(e("linger"))?;
-    socket
-        .set_reconnect_ivl(ms(s.reconnect_ivl))
-        .map_err(e("reconnect_ivl"))?;
-    socket
-        .set_reconnect_ivl_max(ms(s.reconnect_ivl_max))
-        .map_err(e("reconnect_ivl_max"))?;
-    socket.set_immediate(s.immediate).map_err(e("immediate"))?;
-    socket
-        .set_connect_timeout(ms(s.connect_timeout))
-        .map_err(e("connect_timeout"))?;
-    socket.set_sndhwm(s.sndhwm).map_err(e("sndhwm"))?;
-    socket.set_rcvhwm(s.rcvhwm).map_err(e("rcvhwm"))?;
-    socket.set_ipv6(true).map_err(e("ipv6"))?;
-    if let Some(k) = s.keepalive {
-        socket.set_tcp_keepalive(1).map_err(e("tcp_keepalive"))?;
-        socket
-            .set_tcp_keepalive_idle(k.idle.as_secs().max(1) as i32)
-            .map_err(e("tcp_keepalive_idle"))?;
-        socket
-            .set_tcp_keepalive_intvl(k.interval.as_secs().max(1) as i32)
-            .map_err(e("tcp_keepalive_intvl"))?;
-        socket
-            .set_tcp_keepalive_cnt(k.count as i32)
-            .map_err(e("tcp_keepalive_cnt"))?;
-    }
-    if let Some(d) = s.tcp_maxrt {
-        ffi::set_int_option(socket, zmq_sys::ZMQ_TCP_MAXRT, ms(d)).map_err(e("tcp_maxrt"))?;
-    }
-    ffi::set_int_option(socket, zmq_sys::ZMQ_STREAM_NOTIFY, 1).map_err(e("stream_notify"))?;
-
-    let check = |name: &str, got: i32, want: i32| {
-        if got == want {
-            Ok(())
-        } else {
-            Err(format!("{name} read back as {got}, set to {want}"))
-        }
-    };
-    check(
-        "linger",
-        socket.get_linger().map_err(e("linger"))?,
-        ms(s.linger),
-    )?;
-    check(
-        "reconnect_ivl",
-        socket.get_reconnect_ivl().map_err(e("reconnect_ivl"))?,
-        ms(s.reconnect_ivl),
-    )?;
-    check(
-        "reconnect_ivl_max",
-        socket
-            .get_reconnect_ivl_max()
-            .map_err(e("reconnect_ivl_max"))?,
-        ms(s.reconnect_ivl_max),
-    )?;
-    check(
-        "immediate",
-        socket.is_immediate().map_err(e("immediate"))? as i32,
-        s.immediate as i32,
-    )?;
-    check(
-        "connect_timeout",
-        socket.get_connect_timeout().map_err(e("connect_timeout"))?,
-        ms(s.connect_timeout),
-    )?;
-    check(
-        "sndhwm",
-        socket.get_sndhwm().map_err(e("sndhwm"))?,
-        s.sndhwm,
-    )?;
-    check(
-        "rcvhwm",
-        socket.get_rcvhwm().map_err(e("rcvhwm"))?,
-        s.rcvhwm,
-    )?;
-    if let Some(k) = s.keepalive {
-        check(
-            "tcp_keepalive_cnt",
-            socket
-                .get_tcp_keepalive_cnt()
-                .map_err(e("tcp_keepalive_cnt"))?,
-            k.count as i32,
-        )?;
-    }
-    if let Some(d) = s.tcp_maxrt {
-        check(
-            "tcp_maxrt",
-            ffi::get_int_option(socket, zmq_sys::ZMQ_TCP_MAXRT).map_err(e("tcp_maxrt"))?,
-            ms(d),
-        )?;
-    }
-    Ok(())
 }

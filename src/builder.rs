@@ -1,13 +1,17 @@
 //! The builder, every setting with its default, and the checks `build()` makes.
+//!
+//! `build()` itself lives with the handle it builds, in `link.rs`. The checked [`Config`] is
+//! split there: the core gets its [`Settings`], the IO thread its socket options.
 
-use std::fmt;
-use std::net::IpAddr;
-use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use crate::codec::Codec;
+use crate::core::backoff::{BackoffConfig, Jitter};
+use crate::core::codec::Codec;
+use crate::core::endpoint::Endpoint;
+use crate::core::heartbeat::{Heartbeat, Ping};
+use crate::core::settings::{ProofOfLife, Settings};
 use crate::error::ConfigError;
-use crate::ffi::RawContext;
+use crate::io::{Context, Keepalive, Resolver, SocketOptions};
 
 /// All defaults, in one place.
 pub mod defaults {
@@ -45,301 +49,13 @@ pub mod defaults {
     pub const EVENTS_CAPACITY: usize = 1024;
     /// Bound on the close run by dropping the last handle.
     pub const CLOSE_TIMEOUT: Duration = Duration::from_secs(1);
-    /// Silent heartbeat intervals tolerated before a connection is declared dead.
-    pub const MAX_MISSED: u32 = 2;
-    /// Handshake reply timeout.
-    pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+    pub use crate::core::heartbeat::MAX_MISSED;
+    pub use crate::core::settings::HANDSHAKE_TIMEOUT;
     /// How long a DNS answer is used before it is asked again.
     pub const DNS_REFRESH: Duration = Duration::from_secs(60);
     /// Largest zmq message relink builds by coalescing frames.
     pub const BATCH_BYTES: usize = 64 * 1024;
-    /// Sockets a relink context allows (libzmq's default is 1023).
-    pub const MAX_SOCKETS: u32 = 16_384;
-}
-
-/// Where a link connects: `tcp://host:port`.
-///
-/// The host is an IPv4 literal, a bracketed IPv6 literal (`tcp://[::1]:6379`) or a name, which
-/// relink resolves itself, off every IO thread (libzmq would block its own IO thread on it).
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Endpoint {
-    pub(crate) host: Host,
-    pub(crate) port: u16,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub(crate) enum Host {
-    Ip(IpAddr),
-    Name(String),
-}
-
-impl Endpoint {
-    /// Parses `tcp://host:port`.
-    ///
-    /// # Examples
-    /// ```
-    /// let e = relink::Endpoint::parse("tcp://127.0.0.1:6379").unwrap();
-    /// assert_eq!(e.to_string(), "tcp://127.0.0.1:6379");
-    /// assert!(relink::Endpoint::parse("127.0.0.1:6379").is_err());
-    /// ```
-    pub fn parse(s: &str) -> Result<Endpoint, ConfigError> {
-        let bad = |reason| ConfigError::BadEndpoint {
-            endpoint: s.to_string(),
-            reason,
-        };
-        let rest = s
-            .strip_prefix("tcp://")
-            .ok_or_else(|| bad("must start with tcp://"))?;
-        let (host, port) = if let Some(v6) = rest.strip_prefix('[') {
-            let (addr, after) = v6.split_once(']').ok_or_else(|| bad("unclosed '['"))?;
-            let port = after
-                .strip_prefix(':')
-                .ok_or_else(|| bad("missing :port"))?;
-            let ip: IpAddr = addr.parse().map_err(|_| bad("bad IPv6 address"))?;
-            if !ip.is_ipv6() {
-                return Err(bad("bad IPv6 address"));
-            }
-            (Host::Ip(ip), port)
-        } else {
-            let (host, port) = rest.rsplit_once(':').ok_or_else(|| bad("missing :port"))?;
-            if host.is_empty() {
-                return Err(bad("empty host"));
-            }
-            if host == "*" {
-                return Err(bad("a wildcard host cannot be connected to"));
-            }
-            if host.contains(':') {
-                return Err(bad("an IPv6 address must be in brackets"));
-            }
-            match host.parse::<IpAddr>() {
-                Ok(ip) => (Host::Ip(ip), port),
-                Err(_) => {
-                    let valid = host.len() <= 253
-                        && host.split('.').all(|label| {
-                            !label.is_empty()
-                                && label.len() <= 63
-                                && label
-                                    .bytes()
-                                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-                        });
-                    if !valid {
-                        return Err(bad("bad host name"));
-                    }
-                    if host.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
-                        return Err(bad("bad IPv4 address"));
-                    }
-                    (Host::Name(host.to_ascii_lowercase()), port)
-                }
-            }
-        };
-        if port.is_empty() || !port.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(bad("port must be a number"));
-        }
-        let port: u16 = port.parse().map_err(|_| bad("port out of range"))?;
-        if port == 0 {
-            return Err(bad("port 0 cannot be connected to"));
-        }
-        Ok(Endpoint { host, port })
-    }
-
-    /// The port.
-    pub fn port(&self) -> u16 {
-        self.port
-    }
-
-    /// The host as written (without brackets).
-    pub fn host(&self) -> String {
-        match &self.host {
-            Host::Ip(ip) => ip.to_string(),
-            Host::Name(n) => n.clone(),
-        }
-    }
-}
-
-impl fmt::Display for Endpoint {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.host {
-            Host::Ip(IpAddr::V6(ip)) => write!(f, "tcp://[{ip}]:{}", self.port),
-            Host::Ip(IpAddr::V4(ip)) => write!(f, "tcp://{ip}:{}", self.port),
-            Host::Name(n) => write!(f, "tcp://{n}:{}", self.port),
-        }
-    }
-}
-
-/// How the backoff delay is randomised.
-#[derive(Clone, Copy, Debug, PartialEq)]
-#[non_exhaustive]
-pub enum Jitter {
-    /// Uniform in `[floor, d]` where `d` is the exponential delay: the fewest total attempts and
-    /// the flattest reconnect storm. The default.
-    Full,
-    /// Uniform in `d × [1 − x, 1 + x]`, `x` in `(0, 1]`.
-    Proportional(f64),
-    /// "Decorrelated": uniform in `[base, previous × 3]`, capped at max.
-    Decorrelated,
-    /// No randomness: exactly `d`. Only for tests and single clients; a fleet reconnects in
-    /// lockstep with it.
-    None,
-}
-
-/// What makes a Connected link Ready (proof of life).
-#[derive(Clone, Debug)]
-#[non_exhaustive]
-pub enum ProofOfLife {
-    /// The TCP connect itself. The default. (The attempt counter still resets only after
-    /// `min_stable`.)
-    Connect,
-    /// The first bytes received from the peer.
-    Inbound,
-    /// A reply accepted by `accept` to the `hello` frames sent on every connect, within
-    /// `timeout`.
-    Handshake {
-        /// Frames sent (through the codec) first on every connection.
-        hello: Vec<Vec<u8>>,
-        /// Tells whether a decoded inbound frame is the reply. The reply is not delivered to
-        /// the application.
-        accept: Predicate,
-        /// How long to wait for the reply before the connection counts as failed.
-        timeout: Duration,
-    },
-}
-
-impl ProofOfLife {
-    /// A handshake with the default timeout (5 s).
-    pub fn handshake(
-        hello: Vec<Vec<u8>>,
-        accept: impl Fn(&[u8]) -> bool + Send + Sync + 'static,
-    ) -> ProofOfLife {
-        ProofOfLife::Handshake {
-            hello,
-            accept: Predicate::new(accept),
-            timeout: defaults::HANDSHAKE_TIMEOUT,
-        }
-    }
-}
-
-/// A shareable test on a frame (`Fn(&[u8]) -> bool`).
-#[derive(Clone)]
-pub struct Predicate(pub(crate) Arc<PredicateFn>);
-
-type PredicateFn = dyn Fn(&[u8]) -> bool + Send + Sync;
-
-impl Predicate {
-    /// Wraps a closure.
-    pub fn new(f: impl Fn(&[u8]) -> bool + Send + Sync + 'static) -> Predicate {
-        Predicate(Arc::new(f))
-    }
-
-    /// A predicate that accepts frames starting with `prefix`.
-    pub fn starts_with(prefix: impl Into<Vec<u8>>) -> Predicate {
-        let prefix = prefix.into();
-        Predicate::new(move |frame| frame.starts_with(&prefix))
-    }
-
-    pub(crate) fn test(&self, frame: &[u8]) -> bool {
-        (self.0)(frame)
-    }
-}
-
-impl fmt::Debug for Predicate {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Predicate(..)")
-    }
-}
-
-/// Resolves a host name to its addresses; replaces the system resolver (getaddrinfo) for a
-/// link, for tests or for a service-discovery lookup. Runs on relink's resolver threads.
-#[derive(Clone)]
-pub struct Resolver(pub(crate) Arc<ResolverFn>);
-
-type ResolverFn = dyn Fn(&str, u16) -> Result<Vec<std::net::SocketAddr>, String> + Send + Sync;
-
-impl Resolver {
-    /// Wraps a closure: `(host, port) -> addresses` or a short reason.
-    pub fn new(
-        f: impl Fn(&str, u16) -> Result<Vec<std::net::SocketAddr>, String> + Send + Sync + 'static,
-    ) -> Resolver {
-        Resolver(Arc::new(f))
-    }
-}
-
-impl fmt::Debug for Resolver {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Resolver(..)")
-    }
-}
-
-/// The heartbeat's ping.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Ping {
-    /// Bytes written as they are, whatever the codec (e.g. `PING\r\n` to redis-server).
-    Raw(Vec<u8>),
-    /// A frame encoded by the link's codec.
-    Frame(Vec<u8>),
-}
-
-/// The application heartbeat: the only way to notice a peer that is half-open or stopped
-/// (libzmq runs no heartbeat on STREAM sockets).
-///
-/// Any inbound byte counts as life. A connection silent for `interval × (max_missed + 1)` is
-/// declared dead, closed and counted as a failure.
-///
-/// # Examples
-/// ```
-/// use std::time::Duration;
-/// use relink::{Heartbeat, Ping, Predicate};
-/// let hb = Heartbeat::new(Duration::from_secs(1), Ping::Raw(b"PING\r\n".to_vec()))
-///     .max_missed(2)
-///     .reply(Predicate::starts_with(&b"+PONG"[..]));
-/// assert_eq!(hb.bound(), Duration::from_secs(3));
-/// ```
-#[derive(Clone, Debug)]
-pub struct Heartbeat {
-    pub(crate) interval: Duration,
-    pub(crate) max_missed: u32,
-    pub(crate) ping: Ping,
-    pub(crate) idle_only: bool,
-    pub(crate) reply: Option<Predicate>,
-}
-
-impl Heartbeat {
-    /// A ping every `interval`. `max_missed` defaults to 2, `idle_only` to false, no reply
-    /// predicate.
-    pub fn new(interval: Duration, ping: Ping) -> Heartbeat {
-        Heartbeat {
-            interval,
-            max_missed: defaults::MAX_MISSED,
-            ping,
-            idle_only: false,
-            reply: None,
-        }
-    }
-
-    /// Silent intervals tolerated before the verdict. Defaults to 2.
-    pub fn max_missed(mut self, n: u32) -> Heartbeat {
-        self.max_missed = n;
-        self
-    }
-
-    /// Ping only when nothing was sent for an interval. Defaults to false.
-    pub fn idle_only(mut self, yes: bool) -> Heartbeat {
-        self.idle_only = yes;
-        self
-    }
-
-    /// Recognises the peer's reply to a ping, to measure the round trip; recognised replies
-    /// are not delivered to the application. Defaults to none.
-    pub fn reply(mut self, p: Predicate) -> Heartbeat {
-        self.reply = Some(p);
-        self
-    }
-
-    /// The longest a dead peer goes unnoticed: `interval × (max_missed + 1)`.
-    pub fn bound(&self) -> Duration {
-        self.interval
-            .saturating_mul(self.max_missed.saturating_add(1))
-    }
+    pub use crate::io::MAX_SOCKETS;
 }
 
 /// What `send` does when the outbox is at its limit.
@@ -355,91 +71,17 @@ pub enum Overflow {
     Block(Duration),
 }
 
-/// TCP keepalive, a kernel backstop: probes an idle connection and resets it when `count`
-/// probes go unanswered.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Keepalive {
-    /// Idle time before the first probe.
-    pub idle: Duration,
-    /// Time between probes.
-    pub interval: Duration,
-    /// Unanswered probes before the connection is reset.
-    pub count: u32,
-}
-
-/// A libzmq context that links share. Every link uses three of its sockets.
-///
-/// By default all links of a process share one (`Context::global()`), so a thousand links do
-/// not start a thousand libzmq IO threads.
-#[derive(Clone, Debug)]
-pub struct Context {
-    pub(crate) raw: Arc<RawContext>,
-}
-
-impl Context {
-    /// A new context allowing `max_sockets` sockets (three per link).
-    pub fn with_max_sockets(max_sockets: u32) -> Result<Context, ConfigError> {
-        let raw = RawContext::new(max_sockets).map_err(|e| ConfigError::Zmq(e.to_string()))?;
-        Ok(Context { raw: Arc::new(raw) })
-    }
-
-    /// The process-wide context (16384 sockets: about 5000 links; each link also needs about
-    /// five file descriptors).
-    pub fn global() -> Result<Context, ConfigError> {
-        static GLOBAL: OnceLock<Result<Context, ConfigError>> = OnceLock::new();
-        GLOBAL
-            .get_or_init(|| Context::with_max_sockets(defaults::MAX_SOCKETS))
-            .clone()
-    }
-}
-
-/// The libzmq socket options a link sets before it connects.
-#[derive(Clone, Debug)]
-pub(crate) struct SocketOptions {
-    pub reconnect_ivl: Duration,
-    pub reconnect_ivl_max: Duration,
-    pub immediate: bool,
-    pub connect_timeout: Duration,
-    pub linger: Duration,
-    pub sndhwm: i32,
-    pub rcvhwm: i32,
-    pub keepalive: Option<Keepalive>,
-    pub tcp_maxrt: Option<Duration>,
-}
-
-/// Everything the backoff policy needs.
-#[derive(Clone, Debug)]
-pub(crate) struct BackoffConfig {
-    pub base: Duration,
-    pub max: Duration,
-    pub factor: f64,
-    pub floor: Duration,
-    pub jitter: Jitter,
-}
-
-/// The validated configuration of one link.
+/// The validated configuration of one link: the core's settings, and what the IO thread and
+/// the handle need besides.
 #[derive(Clone, Debug)]
 pub(crate) struct Config {
-    pub endpoints: Vec<Endpoint>,
-    pub codec: Codec,
-    pub backoff: BackoffConfig,
-    pub max_attempts: Option<u32>,
-    pub cooldown: Duration,
-    pub native_retries: u32,
+    pub core: Settings,
     pub rng_seed: Option<u64>,
-    pub proof: ProofOfLife,
-    pub min_stable: Duration,
-    pub heartbeat: Option<Heartbeat>,
     pub socket: SocketOptions,
-    pub outbox_frames: usize,
-    pub outbox_bytes: usize,
     pub overflow: Overflow,
     pub frame_ttl: Option<Duration>,
-    pub abandon_on_disconnect: bool,
     pub events_capacity: usize,
     pub close_timeout: Duration,
-    pub dns_refresh: Duration,
-    pub batch_bytes: usize,
     pub resolver: Option<Resolver>,
 }
 
@@ -461,22 +103,32 @@ impl Builder {
             endpoints: vec![endpoint.to_string()],
             context: None,
             config: Config {
-                endpoints: Vec::new(),
-                codec: Codec::Raw,
-                backoff: BackoffConfig {
-                    base: defaults::BACKOFF_BASE,
-                    max: defaults::BACKOFF_MAX,
-                    factor: defaults::BACKOFF_FACTOR,
-                    floor: defaults::BACKOFF_FLOOR,
-                    jitter: Jitter::Full,
+                core: Settings {
+                    endpoints: Vec::new(),
+                    codec: Codec::Raw,
+                    backoff: BackoffConfig {
+                        base: defaults::BACKOFF_BASE,
+                        max: defaults::BACKOFF_MAX,
+                        factor: defaults::BACKOFF_FACTOR,
+                        floor: defaults::BACKOFF_FLOOR,
+                        jitter: Jitter::Full,
+                    },
+                    max_attempts: None,
+                    cooldown: defaults::COOLDOWN,
+                    native_retries: defaults::NATIVE_RETRIES,
+                    proof: ProofOfLife::Connect,
+                    min_stable: defaults::MIN_STABLE,
+                    heartbeat: None,
+                    outbox_frames: defaults::OUTBOX_FRAMES,
+                    outbox_bytes: defaults::OUTBOX_BYTES,
+                    abandon_on_disconnect: false,
+                    dns_refresh: defaults::DNS_REFRESH,
+                    batch_bytes: defaults::BATCH_BYTES,
+                    // Both follow the socket options; `into_config` sets them once checked.
+                    connect_timeout: defaults::CONNECT_TIMEOUT,
+                    dial_bound: Duration::ZERO,
                 },
-                max_attempts: None,
-                cooldown: defaults::COOLDOWN,
-                native_retries: defaults::NATIVE_RETRIES,
                 rng_seed: None,
-                proof: ProofOfLife::Connect,
-                min_stable: defaults::MIN_STABLE,
-                heartbeat: None,
                 socket: SocketOptions {
                     reconnect_ivl: defaults::RECONNECT_IVL,
                     reconnect_ivl_max: Duration::ZERO,
@@ -488,15 +140,10 @@ impl Builder {
                     keepalive: None,
                     tcp_maxrt: None,
                 },
-                outbox_frames: defaults::OUTBOX_FRAMES,
-                outbox_bytes: defaults::OUTBOX_BYTES,
                 overflow: Overflow::RejectNew,
                 frame_ttl: None,
-                abandon_on_disconnect: false,
                 events_capacity: defaults::EVENTS_CAPACITY,
                 close_timeout: defaults::CLOSE_TIMEOUT,
-                dns_refresh: defaults::DNS_REFRESH,
-                batch_bytes: defaults::BATCH_BYTES,
                 resolver: None,
             },
         }
@@ -512,45 +159,45 @@ impl Builder {
 
     /// How frames are cut on the wire. Defaults to [`Codec::Raw`].
     pub fn codec(mut self, codec: Codec) -> Builder {
-        self.config.codec = codec;
+        self.config.core.codec = codec;
         self
     }
 
     /// Backoff delays grow from `base` to `max` (before jitter). Defaults to 200 ms .. 8 s.
     pub fn backoff(mut self, base: Duration, max: Duration) -> Builder {
-        self.config.backoff.base = base;
-        self.config.backoff.max = max;
+        self.config.core.backoff.base = base;
+        self.config.core.backoff.max = max;
         self
     }
 
     /// Growth of the delay per failure. Defaults to 2.
     pub fn backoff_factor(mut self, factor: f64) -> Builder {
-        self.config.backoff.factor = factor;
+        self.config.core.backoff.factor = factor;
         self
     }
 
     /// No delay is ever shorter than this. Defaults to 10 ms.
     pub fn backoff_floor(mut self, floor: Duration) -> Builder {
-        self.config.backoff.floor = floor;
+        self.config.core.backoff.floor = floor;
         self
     }
 
     /// How delays are randomised. Defaults to [`Jitter::Full`].
     pub fn jitter(mut self, jitter: Jitter) -> Builder {
-        self.config.backoff.jitter = jitter;
+        self.config.core.backoff.jitter = jitter;
         self
     }
 
     /// Failed attempts in a row (libzmq's own redials included) before the link rests in
     /// Cooldown. Defaults to none (never).
     pub fn max_attempts(mut self, n: u32) -> Builder {
-        self.config.max_attempts = Some(n);
+        self.config.core.max_attempts = Some(n);
         self
     }
 
     /// How long Cooldown lasts before a probe. Defaults to 60 s.
     pub fn cooldown(mut self, period: Duration) -> Builder {
-        self.config.cooldown = period;
+        self.config.core.cooldown = period;
         self
     }
 
@@ -559,7 +206,7 @@ impl Builder {
     /// later attempt. Counted from the last stable connection. Defaults to 1; 0 gives every
     /// retry to relink.
     pub fn native_retries(mut self, n: u32) -> Builder {
-        self.config.native_retries = n;
+        self.config.core.native_retries = n;
         self
     }
 
@@ -571,20 +218,20 @@ impl Builder {
 
     /// What makes a connection Ready. Defaults to [`ProofOfLife::Connect`].
     pub fn ready_when(mut self, proof: ProofOfLife) -> Builder {
-        self.config.proof = proof;
+        self.config.core.proof = proof;
         self
     }
 
     /// How long a Ready connection must last before the attempt counter resets; a drop
     /// sooner counts as a failure (flap guard). Defaults to 1 s. Zero resets on Ready.
     pub fn min_stable(mut self, d: Duration) -> Builder {
-        self.config.min_stable = d;
+        self.config.core.min_stable = d;
         self
     }
 
     /// The application heartbeat. Defaults to none.
     pub fn heartbeat(mut self, hb: Heartbeat) -> Builder {
-        self.config.heartbeat = Some(hb);
+        self.config.core.heartbeat = Some(hb);
         self
     }
 
@@ -643,8 +290,8 @@ impl Builder {
     /// Outbox limits: frames waiting to be sent, in number and in bytes. Defaults to 10 000
     /// frames and 16 MiB.
     pub fn outbox_limits(mut self, frames: usize, bytes: usize) -> Builder {
-        self.config.outbox_frames = frames;
-        self.config.outbox_bytes = bytes;
+        self.config.core.outbox_frames = frames;
+        self.config.core.outbox_bytes = bytes;
         self
     }
 
@@ -664,7 +311,7 @@ impl Builder {
     /// Abandon queued frames (reason ConnectionLost) when a connection drops, instead of
     /// keeping them for the next one. Defaults to false.
     pub fn abandon_on_disconnect(mut self, yes: bool) -> Builder {
-        self.config.abandon_on_disconnect = yes;
+        self.config.core.abandon_on_disconnect = yes;
         self
     }
 
@@ -684,13 +331,13 @@ impl Builder {
     /// How often the name in use is resolved again, in the background (the next dial finds
     /// the fresh answer); a failed dial also asks again. Defaults to 60 s.
     pub fn dns_refresh(mut self, d: Duration) -> Builder {
-        self.config.dns_refresh = d;
+        self.config.core.dns_refresh = d;
         self
     }
 
     /// Largest zmq message built by coalescing small frames. Defaults to 64 KiB.
     pub fn batch_bytes(mut self, n: usize) -> Builder {
-        self.config.batch_bytes = n;
+        self.config.core.batch_bytes = n;
         self
     }
 
@@ -705,12 +352,6 @@ impl Builder {
     pub fn context(mut self, ctx: &Context) -> Builder {
         self.context = Some(ctx.clone());
         self
-    }
-
-    /// Checks the configuration and starts the link.
-    pub fn build(self) -> Result<crate::Link, ConfigError> {
-        let (config, context) = self.validate()?;
-        crate::link::Link::start(config, context)
     }
 
     pub(crate) fn validate(self) -> Result<(Config, Context), ConfigError> {
@@ -729,12 +370,12 @@ impl Builder {
         if self.endpoints.is_empty() {
             return Err(ConfigError::NoEndpoint);
         }
-        c.endpoints = self
+        c.core.endpoints = self
             .endpoints
             .iter()
             .map(|e| Endpoint::parse(e))
             .collect::<Result<_, _>>()?;
-        let b = &c.backoff;
+        let b = &c.core.backoff;
         positive("backoff base", b.base)?;
         if b.max < b.base {
             return Err(ConfigError::MaxBelowBase {
@@ -756,12 +397,12 @@ impl Builder {
                 return Err(ConfigError::JitterOutOfRange(x));
             }
         }
-        if c.max_attempts == Some(0) {
+        if c.core.max_attempts == Some(0) {
             return Err(ConfigError::ZeroLimit {
                 name: "max_attempts",
             });
         }
-        positive("cooldown", c.cooldown)?;
+        positive("cooldown", c.core.cooldown)?;
         let s = &c.socket;
         positive("connect_timeout", s.connect_timeout)?;
         positive("reconnect_ivl", s.reconnect_ivl)?;
@@ -818,7 +459,7 @@ impl Builder {
             positive("tcp_maxrt", d)?;
             fits_zmq_ms("tcp_maxrt", d)?;
         }
-        match c.codec {
+        match c.core.codec {
             Codec::LengthPrefixed { max_frame } => {
                 if max_frame == 0 {
                     return Err(ConfigError::ZeroLimit { name: "max_frame" });
@@ -836,13 +477,14 @@ impl Builder {
             }
             _ => {}
         }
-        if let ProofOfLife::Handshake { hello, timeout, .. } = &c.proof {
+        if let ProofOfLife::Handshake { hello, timeout, .. } = &c.core.proof {
             positive("handshake timeout", *timeout)?;
             if hello.is_empty() {
                 return Err(ConfigError::EmptyHandshake);
             }
             for h in hello {
-                c.codec
+                c.core
+                    .codec
                     .check_frame(h)
                     .map_err(|source| ConfigError::Unencodable {
                         what: "hello frame",
@@ -850,13 +492,14 @@ impl Builder {
                     })?;
             }
         }
-        if let Some(hb) = &c.heartbeat {
+        if let Some(hb) = &c.core.heartbeat {
             positive("heartbeat interval", hb.interval)?;
             match &hb.ping {
                 Ping::Raw(p) if p.is_empty() => return Err(ConfigError::EmptyPing),
                 Ping::Raw(_) => {}
                 Ping::Frame(p) => {
-                    c.codec
+                    c.core
+                        .codec
                         .check_frame(p)
                         .map_err(|source| ConfigError::Unencodable {
                             what: "heartbeat ping",
@@ -865,12 +508,12 @@ impl Builder {
                 }
             }
         }
-        if c.outbox_frames == 0 {
+        if c.core.outbox_frames == 0 {
             return Err(ConfigError::ZeroLimit {
                 name: "outbox frames",
             });
         }
-        if c.outbox_bytes == 0 {
+        if c.core.outbox_bytes == 0 {
             return Err(ConfigError::ZeroLimit {
                 name: "outbox bytes",
             });
@@ -887,12 +530,16 @@ impl Builder {
             });
         }
         positive("close_timeout", c.close_timeout)?;
-        positive("dns_refresh", c.dns_refresh)?;
-        if c.batch_bytes == 0 {
+        positive("dns_refresh", c.core.dns_refresh)?;
+        if c.core.batch_bytes == 0 {
             return Err(ConfigError::ZeroLimit {
                 name: "batch_bytes",
             });
         }
+        // The core's dial bounds, computed once. libzmq's own redial waits up to two reconnect
+        // intervals before dialling again.
+        c.core.connect_timeout = c.socket.connect_timeout;
+        c.core.dial_bound = c.socket.connect_timeout + c.socket.reconnect_ivl * 2;
         Ok(c)
     }
 }

@@ -2,8 +2,10 @@
 //! invariants over random input sequences. Nothing here sleeps or opens a socket.
 
 use super::*;
-use crate::config::{Builder, Heartbeat, Jitter, Overflow, Predicate};
-use crate::Codec;
+use crate::core::backoff::Jitter;
+use crate::core::heartbeat::Heartbeat;
+use crate::core::predicate::Predicate;
+use crate::{Builder, Codec, Overflow};
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -25,7 +27,7 @@ impl Sim {
         let cfg = b.rng_seed(7).into_config().expect("valid config");
         let now = Instant::now();
         Sim {
-            m: Machine::new(cfg, 7, now),
+            m: Machine::new(cfg.core, 7, now),
             now,
             events: Vec::new(),
             connects: Vec::new(),
@@ -982,7 +984,7 @@ mod props {
                 b = b.max_attempts(m).cooldown(30_000 * MS);
             }
             let mut s = Sim::connecting(b);
-            let ceiling = crate::backoff::Backoff::new(s.m.cfg.backoff.clone()).ceiling();
+            let ceiling = crate::core::backoff::Backoff::new(s.m.cfg.backoff.clone()).ceiling();
             let floor = s.m.cfg.backoff.floor;
             let mut in_flight = 1i32;
             let mut seen_connects = s.connects.len();
@@ -1019,7 +1021,7 @@ mod props {
                 seen_connects = s.connects.len();
                 seen_disconnects = s.disconnects;
                 // The retry timer is armed exactly in Backoff and Cooldown.
-                let retry_armed = s.m.timers[Timer::Retry as usize].is_some();
+                let retry_armed = s.m.timers.at(Timer::Retry).is_some();
                 prop_assert_eq!(retry_armed, matches!(s.m.state(), Backoff | Cooldown));
                 // Every delay is within [floor, max × (1 + jitter)] (cooldown aside).
                 let mut min_attempt = if was_ready { 0 } else { failures_before };

@@ -5,24 +5,37 @@
 //! asks a small process-wide pool of resolver threads and gives libzmq IP literals only. A slow
 //! answer delays only the link that asked (its connect timeout covers the wait).
 
+use std::fmt;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::{Arc, OnceLock};
 
 use crossbeam_channel::{Receiver, Sender};
 
-use crate::config::Resolver;
-use crate::io_thread::{Command, Shared};
+use super::shared::{Command, Lookup, Shared};
 
 /// Resolver threads in the pool.
 const WORKERS: usize = 4;
 
-/// Which question an answer belongs to.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Lookup {
-    /// The dial of this generation waits for it.
-    Dial(u64),
-    /// A background refresh of this endpoint's cached answer.
-    Refresh(usize),
+/// Resolves a host name to its addresses; replaces the system resolver (getaddrinfo) for a
+/// link, for tests or for a service-discovery lookup. Runs on relink's resolver threads.
+#[derive(Clone)]
+pub struct Resolver(Arc<ResolverFn>);
+
+type ResolverFn = dyn Fn(&str, u16) -> Result<Vec<std::net::SocketAddr>, String> + Send + Sync;
+
+impl Resolver {
+    /// Wraps a closure: `(host, port) -> addresses` or a short reason.
+    pub fn new(
+        f: impl Fn(&str, u16) -> Result<Vec<std::net::SocketAddr>, String> + Send + Sync + 'static,
+    ) -> Resolver {
+        Resolver(Arc::new(f))
+    }
+}
+
+impl fmt::Debug for Resolver {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Resolver(..)")
+    }
 }
 
 struct Job {
@@ -64,7 +77,7 @@ fn pool() -> &'static Sender<Job> {
 }
 
 /// Asks the pool to resolve `host`; the answer arrives as `Command::Resolved`.
-pub(crate) fn resolve(
+pub(super) fn resolve(
     custom: Option<Resolver>,
     host: String,
     port: u16,

@@ -9,7 +9,7 @@ use std::sync::Once;
 /// A raw libzmq context: rust-zmq 0.9's `Context` hides its pointer, and relink needs it to raise
 /// `ZMQ_MAX_SOCKETS` (a thousand monitored links need three thousand sockets).
 #[derive(Debug)]
-pub(crate) struct RawContext {
+pub(super) struct RawContext {
     ptr: *mut c_void,
 }
 
@@ -21,7 +21,7 @@ unsafe impl Sync for RawContext {}
 
 impl RawContext {
     /// A new context that allows `max_sockets` sockets.
-    pub(crate) fn new(max_sockets: u32) -> Result<RawContext, zmq::Error> {
+    pub(super) fn new(max_sockets: u32) -> Result<RawContext, zmq::Error> {
         // SAFETY: zmq_ctx_new has no preconditions; a null return is handled.
         let ptr = unsafe { zmq_sys::zmq_ctx_new() };
         if ptr.is_null() {
@@ -41,7 +41,7 @@ impl RawContext {
     ///
     /// The socket must be dropped before the context (the IO thread drops its sockets, then its
     /// `Arc` of the context).
-    pub(crate) fn socket(&self, kind: zmq::SocketType) -> Result<zmq::Socket, zmq::Error> {
+    pub(super) fn socket(&self, kind: zmq::SocketType) -> Result<zmq::Socket, zmq::Error> {
         let raw = match kind {
             zmq::STREAM => zmq_sys::ZMQ_STREAM,
             zmq::PAIR => zmq_sys::ZMQ_PAIR,
@@ -73,7 +73,7 @@ fn last_error() -> zmq::Error {
 }
 
 /// Sets an int socket option that rust-zmq 0.9 has no setter for.
-pub(crate) fn set_int_option(socket: &mut zmq::Socket, option: u32, value: i32) -> zmq::Result<()> {
+pub(super) fn set_int_option(socket: &mut zmq::Socket, option: u32, value: i32) -> zmq::Result<()> {
     let value: c_int = value;
     // SAFETY: the socket pointer is live for the borrow; the value points to a c_int of the
     // size passed, which libzmq copies before returning.
@@ -93,7 +93,7 @@ pub(crate) fn set_int_option(socket: &mut zmq::Socket, option: u32, value: i32) 
 }
 
 /// Reads an int socket option that rust-zmq 0.9 has no getter for.
-pub(crate) fn get_int_option(socket: &mut zmq::Socket, option: u32) -> zmq::Result<i32> {
+pub(super) fn get_int_option(socket: &mut zmq::Socket, option: u32) -> zmq::Result<i32> {
     let mut value: c_int = 0;
     let mut size = std::mem::size_of::<c_int>();
     // SAFETY: the socket pointer is live; value and size are valid for writes of their size.
@@ -113,7 +113,7 @@ pub(crate) fn get_int_option(socket: &mut zmq::Socket, option: u32) -> zmq::Resu
 }
 
 /// Sets a bytes socket option (ZMQ_CONNECT_ROUTING_ID).
-pub(crate) fn set_bytes_option(
+pub(super) fn set_bytes_option(
     socket: &mut zmq::Socket,
     option: u32,
     value: &[u8],
@@ -137,7 +137,7 @@ pub(crate) fn set_bytes_option(
 
 /// Stops a socket's monitor (`zmq_socket_monitor(s, NULL, 0)`), which must happen before the
 /// monitor's PAIR socket is closed (libzmq #3575).
-pub(crate) fn stop_monitor(socket: &mut zmq::Socket) {
+pub(super) fn stop_monitor(socket: &mut zmq::Socket) {
     // SAFETY: the socket pointer is live; a null address is libzmq's documented way to stop.
     unsafe {
         zmq_sys::zmq_socket_monitor(socket.as_mut_ptr(), std::ptr::null(), 0);
@@ -146,7 +146,7 @@ pub(crate) fn stop_monitor(socket: &mut zmq::Socket) {
 
 /// Seeds the C library's `rand()`, which libzmq draws its reconnect jitter and routing ids from
 /// and never seeds itself. Done once per process.
-pub(crate) fn seed_libc_rand_once(seed: u32) {
+pub(super) fn seed_libc_rand_once(seed: u32) {
     static SEEDED: Once = Once::new();
     SEEDED.call_once(|| {
         // SAFETY: srand only stores the seed; it is called once, before relink starts any
@@ -157,12 +157,12 @@ pub(crate) fn seed_libc_rand_once(seed: u32) {
 
 /// An eventfd that another thread writes to wake the IO thread out of `zmq::poll`.
 #[derive(Debug)]
-pub(crate) struct EventFd {
+pub(super) struct EventFd {
     fd: c_int,
 }
 
 impl EventFd {
-    pub(crate) fn new() -> std::io::Result<EventFd> {
+    pub(super) fn new() -> std::io::Result<EventFd> {
         // SAFETY: eventfd has no memory preconditions; a negative return is an error.
         let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
         if fd < 0 {
@@ -172,12 +172,12 @@ impl EventFd {
         }
     }
 
-    pub(crate) fn raw(&self) -> c_int {
+    pub(super) fn raw(&self) -> c_int {
         self.fd
     }
 
     /// Adds one to the counter, making the fd readable.
-    pub(crate) fn wake(&self) {
+    pub(super) fn wake(&self) {
         let one: u64 = 1;
         // SAFETY: the fd is open for the life of self; the buffer is 8 valid bytes. A full
         // counter (EAGAIN) already means "readable", so the result can be ignored.
@@ -187,7 +187,7 @@ impl EventFd {
     }
 
     /// Resets the counter.
-    pub(crate) fn drain(&self) {
+    pub(super) fn drain(&self) {
         let mut value: u64 = 0;
         // SAFETY: the fd is open; the buffer is 8 writable bytes; EAGAIN (nothing to read) is fine.
         unsafe {

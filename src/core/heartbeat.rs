@@ -8,10 +8,86 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+use super::predicate::Predicate;
+
+/// Silent heartbeat intervals tolerated before a connection is declared dead.
+pub const MAX_MISSED: u32 = 2;
+
 /// Unanswered pings remembered for matching replies.
 const MAX_OUTSTANDING: usize = 8;
 
-use crate::config::Heartbeat;
+/// The heartbeat's ping.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Ping {
+    /// Bytes written as they are, whatever the codec (e.g. `PING\r\n` to redis-server).
+    Raw(Vec<u8>),
+    /// A frame encoded by the link's codec.
+    Frame(Vec<u8>),
+}
+
+/// The application heartbeat: the only way to notice a peer that is half-open or stopped
+/// (the STREAM socket runs none of its own).
+///
+/// Any inbound byte counts as life. A connection silent for `interval × (max_missed + 1)` is
+/// declared dead, closed and counted as a failure.
+///
+/// # Examples
+/// ```
+/// use std::time::Duration;
+/// use relink::{Heartbeat, Ping, Predicate};
+/// let hb = Heartbeat::new(Duration::from_secs(1), Ping::Raw(b"PING\r\n".to_vec()))
+///     .max_missed(2)
+///     .reply(Predicate::starts_with(&b"+PONG"[..]));
+/// assert_eq!(hb.bound(), Duration::from_secs(3));
+/// ```
+#[derive(Clone, Debug)]
+pub struct Heartbeat {
+    pub(crate) interval: Duration,
+    pub(crate) max_missed: u32,
+    pub(crate) ping: Ping,
+    pub(crate) idle_only: bool,
+    pub(crate) reply: Option<Predicate>,
+}
+
+impl Heartbeat {
+    /// A ping every `interval`. `max_missed` defaults to 2, `idle_only` to false, no reply
+    /// predicate.
+    pub fn new(interval: Duration, ping: Ping) -> Heartbeat {
+        Heartbeat {
+            interval,
+            max_missed: MAX_MISSED,
+            ping,
+            idle_only: false,
+            reply: None,
+        }
+    }
+
+    /// Silent intervals tolerated before the verdict. Defaults to 2.
+    pub fn max_missed(mut self, n: u32) -> Heartbeat {
+        self.max_missed = n;
+        self
+    }
+
+    /// Ping only when nothing was sent for an interval. Defaults to false.
+    pub fn idle_only(mut self, yes: bool) -> Heartbeat {
+        self.idle_only = yes;
+        self
+    }
+
+    /// Recognises the peer's reply to a ping, to measure the round trip; recognised replies
+    /// are not delivered to the application. Defaults to none.
+    pub fn reply(mut self, p: Predicate) -> Heartbeat {
+        self.reply = Some(p);
+        self
+    }
+
+    /// The longest a dead peer goes unnoticed: `interval × (max_missed + 1)`.
+    pub fn bound(&self) -> Duration {
+        self.interval
+            .saturating_mul(self.max_missed.saturating_add(1))
+    }
+}
 
 #[derive(Debug)]
 pub(crate) struct HeartbeatState {
@@ -95,60 +171,4 @@ impl HeartbeatState {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::config::Ping;
-
-    fn hb(idle_only: bool) -> Heartbeat {
-        Heartbeat::new(Duration::from_secs(1), Ping::Raw(b"p".to_vec()))
-            .max_missed(2)
-            .idle_only(idle_only)
-    }
-
-    #[test]
-    fn death_comes_interval_times_max_missed_plus_one_after_the_last_byte() {
-        let t0 = Instant::now();
-        let mut h = HeartbeatState::start(&hb(false), t0, false);
-        assert_eq!(h.death_at(), Some(t0 + Duration::from_secs(3)));
-        h.on_inbound(t0 + Duration::from_millis(1500));
-        assert_eq!(h.death_at(), Some(t0 + Duration::from_millis(4500)));
-    }
-
-    #[test]
-    fn pings_are_periodic_unless_idle_only() {
-        let t0 = Instant::now();
-        let mut h = HeartbeatState::start(&hb(false), t0, false);
-        h.on_outbound(t0 + Duration::from_millis(900));
-        assert_eq!(h.next_ping(), t0 + Duration::from_secs(1));
-        let mut idle = HeartbeatState::start(&hb(true), t0, false);
-        idle.on_outbound(t0 + Duration::from_millis(900));
-        assert_eq!(idle.next_ping(), t0 + Duration::from_millis(1900));
-    }
-
-    #[test]
-    fn a_ping_after_a_silent_interval_counts_as_missed() {
-        let t0 = Instant::now();
-        let s = Duration::from_secs(1);
-        let mut h = HeartbeatState::start(&hb(false), t0, false);
-        assert!(!h.on_ping(t0 + s), "the connect itself counts as life");
-        assert!(h.on_ping(t0 + 2 * s));
-        h.on_inbound(t0 + 2 * s + s / 2);
-        assert!(!h.on_ping(t0 + 3 * s));
-        // TCP keeps order: the replies come oldest ping first.
-        let at = t0 + 3 * s + s / 10;
-        assert_eq!(h.on_reply(at), Some(2 * s + s / 10));
-        assert_eq!(h.on_reply(at), Some(s + s / 10));
-        assert_eq!(h.on_reply(at), Some(s / 10));
-        assert_eq!(h.on_reply(at), None, "one reply per ping");
-    }
-
-    #[test]
-    fn no_verdict_while_paused_and_silence_restarts_on_resume() {
-        let t0 = Instant::now();
-        let mut h = HeartbeatState::start(&hb(false), t0, false);
-        h.set_paused(true, t0 + Duration::from_secs(1));
-        assert_eq!(h.death_at(), None);
-        h.set_paused(false, t0 + Duration::from_secs(60));
-        assert_eq!(h.death_at(), Some(t0 + Duration::from_secs(63)));
-    }
-}
+mod tests;

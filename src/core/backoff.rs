@@ -7,7 +7,31 @@ use std::time::Duration;
 
 use rand::Rng;
 
-use crate::config::{BackoffConfig, Jitter};
+/// How the backoff delay is randomised.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum Jitter {
+    /// Uniform in `[floor, d]` where `d` is the exponential delay: the fewest total attempts and
+    /// the flattest reconnect storm. The default.
+    Full,
+    /// Uniform in `d × [1 − x, 1 + x]`, `x` in `(0, 1]`.
+    Proportional(f64),
+    /// "Decorrelated": uniform in `[base, previous × 3]`, capped at max.
+    Decorrelated,
+    /// No randomness: exactly `d`. Only for tests and single clients; a fleet reconnects in
+    /// lockstep with it.
+    None,
+}
+
+/// Everything the backoff policy needs.
+#[derive(Clone, Debug)]
+pub(crate) struct BackoffConfig {
+    pub base: Duration,
+    pub max: Duration,
+    pub factor: f64,
+    pub floor: Duration,
+    pub jitter: Jitter,
+}
 
 /// Draws the delay before the next attempt.
 #[derive(Debug, Clone)]

@@ -1,0 +1,54 @@
+//! The counters of one link: every frame's outcome and every connection event, as the metrics
+//! snapshot reports them. Frames submitted = sent + abandoned + rejected + still queued.
+
+use crate::event::AbandonReason;
+use crate::metrics::Abandoned;
+
+#[derive(Debug, Default)]
+pub(super) struct Counters {
+    pub(super) submitted: u64,
+    pub(super) sent: u64,
+    pub(super) bytes_sent: u64,
+    pub(super) rejected: u64,
+    pub(super) abandoned: Abandoned,
+    pub(super) received: u64,
+    pub(super) bytes_received: u64,
+    pub(super) connects: u64,
+    pub(super) reconnects: u64,
+    pub(super) heartbeats_sent: u64,
+    pub(super) heartbeats_missed: u64,
+    pub(super) ignored: u64,
+    pub(super) released_frames: u64,
+    pub(super) released_bytes: u64,
+}
+
+impl Counters {
+    /// Frames submitted, sent and received: changes whenever application data moved
+    /// (heartbeats do not count).
+    pub(super) fn traffic(&self) -> u64 {
+        self.submitted
+            .wrapping_add(self.sent)
+            .wrapping_add(self.received)
+    }
+
+    /// A frame of `len` bytes handed to the socket: it left the outbox for good.
+    pub(super) fn sent(&mut self, len: usize) {
+        self.sent += 1;
+        self.bytes_sent += len as u64;
+        self.released_frames += 1;
+        self.released_bytes += len as u64;
+    }
+
+    /// A frame of `len` bytes abandoned for `reason`: it left the outbox for good.
+    pub(super) fn abandon(&mut self, reason: AbandonReason, len: usize) {
+        let a = &mut self.abandoned;
+        match reason {
+            AbandonReason::Expired => a.expired += 1,
+            AbandonReason::Overflow => a.overflow += 1,
+            AbandonReason::Shutdown => a.shutdown += 1,
+            AbandonReason::ConnectionLost => a.connection_lost += 1,
+        }
+        self.released_frames += 1;
+        self.released_bytes += len as u64;
+    }
+}

@@ -1,0 +1,56 @@
+//! The heartbeat in virtual time.
+
+use super::*;
+
+fn hb(idle_only: bool) -> Heartbeat {
+    Heartbeat::new(Duration::from_secs(1), Ping::Raw(b"p".to_vec()))
+        .max_missed(2)
+        .idle_only(idle_only)
+}
+
+#[test]
+fn death_comes_interval_times_max_missed_plus_one_after_the_last_byte() {
+    let t0 = Instant::now();
+    let mut h = HeartbeatState::start(&hb(false), t0, false);
+    assert_eq!(h.death_at(), Some(t0 + Duration::from_secs(3)));
+    h.on_inbound(t0 + Duration::from_millis(1500));
+    assert_eq!(h.death_at(), Some(t0 + Duration::from_millis(4500)));
+}
+
+#[test]
+fn pings_are_periodic_unless_idle_only() {
+    let t0 = Instant::now();
+    let mut h = HeartbeatState::start(&hb(false), t0, false);
+    h.on_outbound(t0 + Duration::from_millis(900));
+    assert_eq!(h.next_ping(), t0 + Duration::from_secs(1));
+    let mut idle = HeartbeatState::start(&hb(true), t0, false);
+    idle.on_outbound(t0 + Duration::from_millis(900));
+    assert_eq!(idle.next_ping(), t0 + Duration::from_millis(1900));
+}
+
+#[test]
+fn a_ping_after_a_silent_interval_counts_as_missed() {
+    let t0 = Instant::now();
+    let s = Duration::from_secs(1);
+    let mut h = HeartbeatState::start(&hb(false), t0, false);
+    assert!(!h.on_ping(t0 + s), "the connect itself counts as life");
+    assert!(h.on_ping(t0 + 2 * s));
+    h.on_inbound(t0 + 2 * s + s / 2);
+    assert!(!h.on_ping(t0 + 3 * s));
+    // TCP keeps order: the replies come oldest ping first.
+    let at = t0 + 3 * s + s / 10;
+    assert_eq!(h.on_reply(at), Some(2 * s + s / 10));
+    assert_eq!(h.on_reply(at), Some(s + s / 10));
+    assert_eq!(h.on_reply(at), Some(s / 10));
+    assert_eq!(h.on_reply(at), None, "one reply per ping");
+}
+
+#[test]
+fn no_verdict_while_paused_and_silence_restarts_on_resume() {
+    let t0 = Instant::now();
+    let mut h = HeartbeatState::start(&hb(false), t0, false);
+    h.set_paused(true, t0 + Duration::from_secs(1));
+    assert_eq!(h.death_at(), None);
+    h.set_paused(false, t0 + Duration::from_secs(60));
+    assert_eq!(h.death_at(), Some(t0 + Duration::from_secs(63)));
+}

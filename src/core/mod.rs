@@ -1,0 +1,32 @@
+//! The core: the policy of one link, pure and sans-IO.
+//!
+//! **Rule: nothing in `core` names the IO side** — no socket, no FFI, no resolver thread, no
+//! clock (time comes in as `now`), no global random generator (the generator is seeded per
+//! link). It may use the plain data types of the crate root (`event`, `error`, `metrics`) and
+//! nothing else outside `core`.
+//!
+//! - [`machine`]: the state machine and its transition table; inputs in, actions out.
+//! - [`timers`]: the timer table, one deadline per kind of timer.
+//! - [`endpoints`]: the per-link endpoint order and the DNS cache.
+//! - [`counters`]: every frame's outcome and connection event, for the metrics.
+//! - [`backoff`]: the jittered exponential delay policy ([`Jitter`](backoff::Jitter)).
+//! - [`heartbeat`]: when to ping and when a silent connection is dead.
+//! - [`outbox`]: frames waiting for a Ready connection.
+//! - [`codec`]: framing, bytes to frames and back.
+//! - [`endpoint`]: `tcp://host:port`, parsed.
+//! - [`predicate`]: a shareable test on a frame (handshake and heartbeat replies).
+//! - [`settings`]: what the core is told, built once by the builder, and the proof of life.
+
+pub(crate) mod backoff;
+pub(crate) mod codec;
+mod counters;
+pub(crate) mod endpoint;
+mod endpoints;
+pub(crate) mod heartbeat;
+pub(crate) mod machine;
+mod outbox;
+pub(crate) mod predicate;
+pub(crate) mod settings;
+mod timers;
+
+pub(crate) use endpoints::fmt_addr;

@@ -1,0 +1,33 @@
+//! A shareable test on a frame: recognises a handshake reply or a heartbeat reply.
+
+use std::fmt;
+use std::sync::Arc;
+
+/// A shareable test on a frame (`Fn(&[u8]) -> bool`).
+#[derive(Clone)]
+pub struct Predicate(pub(crate) Arc<PredicateFn>);
+
+type PredicateFn = dyn Fn(&[u8]) -> bool + Send + Sync;
+
+impl Predicate {
+    /// Wraps a closure.
+    pub fn new(f: impl Fn(&[u8]) -> bool + Send + Sync + 'static) -> Predicate {
+        Predicate(Arc::new(f))
+    }
+
+    /// A predicate that accepts frames starting with `prefix`.
+    pub fn starts_with(prefix: impl Into<Vec<u8>>) -> Predicate {
+        let prefix = prefix.into();
+        Predicate::new(move |frame| frame.starts_with(&prefix))
+    }
+
+    pub(crate) fn test(&self, frame: &[u8]) -> bool {
+        (self.0)(frame)
+    }
+}
+
+impl fmt::Debug for Predicate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Predicate(..)")
+    }
+}

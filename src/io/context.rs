@@ -1,0 +1,35 @@
+//! The libzmq context that links share.
+
+use std::sync::{Arc, OnceLock};
+
+use super::ffi::RawContext;
+use crate::error::ConfigError;
+
+/// Sockets a relink context allows (libzmq's default is 1023).
+pub const MAX_SOCKETS: u32 = 16_384;
+
+/// A libzmq context that links share. Every link uses three of its sockets.
+///
+/// By default all links of a process share one (`Context::global()`), so a thousand links do
+/// not start a thousand libzmq IO threads.
+#[derive(Clone, Debug)]
+pub struct Context {
+    pub(super) raw: Arc<RawContext>,
+}
+
+impl Context {
+    /// A new context allowing `max_sockets` sockets (three per link).
+    pub fn with_max_sockets(max_sockets: u32) -> Result<Context, ConfigError> {
+        let raw = RawContext::new(max_sockets).map_err(|e| ConfigError::Zmq(e.to_string()))?;
+        Ok(Context { raw: Arc::new(raw) })
+    }
+
+    /// The process-wide context (16384 sockets: about 5000 links; each link also needs about
+    /// five file descriptors).
+    pub fn global() -> Result<Context, ConfigError> {
+        static GLOBAL: OnceLock<Result<Context, ConfigError>> = OnceLock::new();
+        GLOBAL
+            .get_or_init(|| Context::with_max_sockets(MAX_SOCKETS))
+            .clone()
+    }
+}

@@ -1,0 +1,23 @@
+//! The IO side: the only code that calls libzmq, starts threads or reads the clock. It drives
+//! the core and never decides policy.
+//!
+//! - [`event_loop`]: the IO thread's loop: poll, translate what arrived into core inputs, carry
+//!   out the core's actions.
+//! - [`shared`]: the commands handles send and the state they share with the IO thread.
+//! - [`resolver`]: the resolver thread pool (names never block an IO thread).
+//! - [`socket`]: the STREAM socket's options and the send of one batch.
+//! - [`context`]: the libzmq context that links share.
+//! - [`ffi`]: the raw libzmq and libc calls, the crate's only `unsafe` code.
+
+mod context;
+pub(crate) mod event_loop;
+#[allow(unsafe_code)]
+mod ffi;
+mod resolver;
+pub(crate) mod shared;
+mod socket;
+
+pub use context::{Context, MAX_SOCKETS};
+pub use resolver::Resolver;
+pub use socket::Keepalive;
+pub(crate) use socket::SocketOptions;

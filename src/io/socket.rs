@@ -1,0 +1,155 @@
+//! The STREAM socket's side of libzmq: the options a link sets before it connects, and the
+//! send of one batch.
+
+use std::time::Duration;
+
+use super::ffi;
+use crate::core::machine::TxResult;
+
+/// TCP keepalive, a kernel backstop: probes an idle connection and resets it when `count`
+/// probes go unanswered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Keepalive {
+    /// Idle time before the first probe.
+    pub idle: Duration,
+    /// Time between probes.
+    pub interval: Duration,
+    /// Unanswered probes before the connection is reset.
+    pub count: u32,
+}
+
+/// The libzmq socket options a link sets before it connects.
+#[derive(Clone, Debug)]
+pub(crate) struct SocketOptions {
+    pub reconnect_ivl: Duration,
+    pub reconnect_ivl_max: Duration,
+    pub immediate: bool,
+    pub connect_timeout: Duration,
+    pub linger: Duration,
+    pub sndhwm: i32,
+    pub rcvhwm: i32,
+    pub keepalive: Option<Keepalive>,
+    pub tcp_maxrt: Option<Duration>,
+}
+
+pub(super) fn send_batch(socket: &zmq::Socket, rid: &[u8], data: Vec<u8>) -> TxResult {
+    let classify = |e: zmq::Error| match e {
+        zmq::Error::EAGAIN => TxResult::WouldBlock,
+        zmq::Error::EHOSTUNREACH => TxResult::Unreachable,
+        other => {
+            log::warn!("relink: zmq send failed: {other}");
+            TxResult::Unreachable
+        }
+    };
+    if let Err(e) = socket.send(rid, zmq::SNDMORE | zmq::DONTWAIT) {
+        return classify(e);
+    }
+    match socket.send(data, zmq::DONTWAIT) {
+        Ok(()) => TxResult::Sent,
+        Err(e) => classify(e),
+    }
+}
+
+pub(super) fn ms(d: Duration) -> i32 {
+    d.as_millis().min(i32::MAX as u128) as i32
+}
+
+/// Sets every libzmq option before the first connect (libzmq copies them at connect time) and
+/// reads back those it can report.
+pub(super) fn apply_options(socket: &mut zmq::Socket, s: &SocketOptions) -> Result<(), String> {
+    fn e(what: &'static str) -> impl Fn(zmq::Error) -> String {
+        move |err| format!("{what}: {err}")
+    }
+    socket.set_linger(ms(s.linger)).map_err(e("linger"))?;
+    socket
+        .set_reconnect_ivl(ms(s.reconnect_ivl))
+        .map_err(e("reconnect_ivl"))?;
+    socket
+        .set_reconnect_ivl_max(ms(s.reconnect_ivl_max))
+        .map_err(e("reconnect_ivl_max"))?;
+    socket.set_immediate(s.immediate).map_err(e("immediate"))?;
+    socket
+        .set_connect_timeout(ms(s.connect_timeout))
+        .map_err(e("connect_timeout"))?;
+    socket.set_sndhwm(s.sndhwm).map_err(e("sndhwm"))?;
+    socket.set_rcvhwm(s.rcvhwm).map_err(e("rcvhwm"))?;
+    socket.set_ipv6(true).map_err(e("ipv6"))?;
+    if let Some(k) = s.keepalive {
+        socket.set_tcp_keepalive(1).map_err(e("tcp_keepalive"))?;
+        socket
+            .set_tcp_keepalive_idle(k.idle.as_secs().max(1) as i32)
+            .map_err(e("tcp_keepalive_idle"))?;
+        socket
+            .set_tcp_keepalive_intvl(k.interval.as_secs().max(1) as i32)
+            .map_err(e("tcp_keepalive_intvl"))?;
+        socket
+            .set_tcp_keepalive_cnt(k.count as i32)
+            .map_err(e("tcp_keepalive_cnt"))?;
+    }
+    if let Some(d) = s.tcp_maxrt {
+        ffi::set_int_option(socket, zmq_sys::ZMQ_TCP_MAXRT, ms(d)).map_err(e("tcp_maxrt"))?;
+    }
+    ffi::set_int_option(socket, zmq_sys::ZMQ_STREAM_NOTIFY, 1).map_err(e("stream_notify"))?;
+
+    let check = |name: &str, got: i32, want: i32| {
+        if got == want {
+            Ok(())
+        } else {
+            Err(format!("{name} read back as {got}, set to {want}"))
+        }
+    };
+    check(
+        "linger",
+        socket.get_linger().map_err(e("linger"))?,
+        ms(s.linger),
+    )?;
+    check(
+        "reconnect_ivl",
+        socket.get_reconnect_ivl().map_err(e("reconnect_ivl"))?,
+        ms(s.reconnect_ivl),
+    )?;
+    check(
+        "reconnect_ivl_max",
+        socket
+            .get_reconnect_ivl_max()
+            .map_err(e("reconnect_ivl_max"))?,
+        ms(s.reconnect_ivl_max),
+    )?;
+    check(
+        "immediate",
+        socket.is_immediate().map_err(e("immediate"))? as i32,
+        s.immediate as i32,
+    )?;
+    check(
+        "connect_timeout",
+        socket.get_connect_timeout().map_err(e("connect_timeout"))?,
+        ms(s.connect_timeout),
+    )?;
+    check(
+        "sndhwm",
+        socket.get_sndhwm().map_err(e("sndhwm"))?,
+        s.sndhwm,
+    )?;
+    check(
+        "rcvhwm",
+        socket.get_rcvhwm().map_err(e("rcvhwm"))?,
+        s.rcvhwm,
+    )?;
+    if let Some(k) = s.keepalive {
+        check(
+            "tcp_keepalive_cnt",
+            socket
+                .get_tcp_keepalive_cnt()
+                .map_err(e("tcp_keepalive_cnt"))?,
+            k.count as i32,
+        )?;
+    }
+    if let Some(d) = s.tcp_maxrt {
+        check(
+            "tcp_maxrt",
+            ffi::get_int_option(socket, zmq_sys::ZMQ_TCP_MAXRT).map_err(e("tcp_maxrt"))?,
+            ms(d),
+        )?;
+    }
+    Ok(())
+}
