@@ -5,7 +5,6 @@
 //! Times are measured on a real clock, so every bound has a generous [`SLACK`]. The ignored
 //! tests need redis-server, or root and network namespaces (`cargo test -- --ignored`).
 
-mod netns;
 mod util;
 
 use std::io::ErrorKind;
@@ -14,7 +13,7 @@ use std::time::{Duration, Instant};
 use relink::{
     Cause, Codec, Event, Heartbeat, Link, Ping, Predicate, ProofOfLife, State, Transition,
 };
-use util::{Behaviour, Peer, RedisServer};
+use util::{netns, Behaviour, Peer, RedisServer};
 
 /// Room for scheduling delays on a loaded two-core machine, on top of every time bound.
 const SLACK: Duration = Duration::from_millis(500);
