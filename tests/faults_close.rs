@@ -40,13 +40,7 @@ fn close_in(link: &Link, w: &mut Watch, state: State, what: &str) -> Duration {
     w.finish();
     assert_accounted(&m, what);
     assert_abandoned_match(&m, &w.abandoned, what);
-    let back: Vec<u64> = seqs_of(
-        &w.abandoned
-            .iter()
-            .map(|(f, _)| f.clone())
-            .collect::<Vec<_>>(),
-        &[],
-    );
+    let back: Vec<u64> = abandoned_seqs(&w.abandoned);
     assert!(
         w.abandoned
             .iter()
@@ -73,14 +67,13 @@ fn close_in(link: &Link, w: &mut Watch, state: State, what: &str) -> Duration {
 #[test]
 fn close_while_connecting_returns_within_the_bound_and_gives_every_queued_frame_back() {
     let _g = shared();
-    let link = Link::builder(&util::refused_endpoint())
-        .codec(Codec::lines())
-        .native_retries(1_000)
-        .reconnect_ivl(Duration::from_secs(10))
-        .connect_timeout(Duration::from_secs(30))
-        .build()
-        .expect("build");
-    let mut w = Watch::new(&link);
+    let (link, mut w) = watched(
+        Link::builder(&util::refused_endpoint())
+            .codec(Codec::lines())
+            .native_retries(1_000)
+            .reconnect_ivl(Duration::from_secs(10))
+            .connect_timeout(Duration::from_secs(30)),
+    );
     w.until(T, |t| t.to == State::Connecting);
     assert!(w.quiet_for(ms(200)).is_none(), "{}", w.trace());
     close_in(&link, &mut w, State::Connecting, "close while connecting");
@@ -93,12 +86,11 @@ fn close_while_connecting_returns_within_the_bound_and_gives_every_queued_frame_
 fn close_while_connected_returns_within_the_bound_and_gives_every_queued_frame_back() {
     let _g = shared();
     let peer = Peer::start(Behaviour::Sink);
-    let link = Link::builder(&peer.endpoint())
-        .codec(Codec::lines())
-        .ready_when(ProofOfLife::Inbound)
-        .build()
-        .expect("build");
-    let mut w = Watch::new(&link);
+    let (link, mut w) = watched(
+        Link::builder(&peer.endpoint())
+            .codec(Codec::lines())
+            .ready_when(ProofOfLife::Inbound),
+    );
     w.until(T, |t| t.to == State::Connected);
     close_in(&link, &mut w, State::Connected, "close while connected");
     assert!(
@@ -114,11 +106,7 @@ fn close_while_connected_returns_within_the_bound_and_gives_every_queued_frame_b
 fn close_while_ready_flushes_within_the_bound_and_every_frame_arrives_once() {
     let _g = shared();
     let peer = Peer::start(Behaviour::Sink);
-    let link = Link::builder(&peer.endpoint())
-        .codec(Codec::lines())
-        .build()
-        .expect("build");
-    let mut w = Watch::new(&link);
+    let (link, mut w) = watched(Link::builder(&peer.endpoint()).codec(Codec::lines()));
     w.until(T, |t| t.to == State::Ready);
     close_in(&link, &mut w, State::Ready, "close while ready");
     assert!(
@@ -133,14 +121,13 @@ fn close_while_ready_flushes_within_the_bound_and_every_frame_arrives_once() {
 #[test]
 fn close_while_backing_off_returns_within_the_bound_and_gives_every_queued_frame_back() {
     let _g = shared();
-    let link = Link::builder(&util::refused_endpoint())
-        .codec(Codec::lines())
-        .native_retries(0)
-        .backoff(Duration::from_secs(10), Duration::from_secs(20))
-        .jitter(Jitter::None)
-        .build()
-        .expect("build");
-    let mut w = Watch::new(&link);
+    let (link, mut w) = watched(
+        Link::builder(&util::refused_endpoint())
+            .codec(Codec::lines())
+            .native_retries(0)
+            .backoff(Duration::from_secs(10), Duration::from_secs(20))
+            .jitter(Jitter::None),
+    );
     let (_, t) = w.until(T, |t| t.to == State::Backoff);
     assert_eq!(t.cause, Cause::Refused);
     close_in(&link, &mut w, State::Backoff, "close while backing off");
@@ -151,14 +138,13 @@ fn close_while_backing_off_returns_within_the_bound_and_gives_every_queued_frame
 #[test]
 fn close_while_cooling_down_returns_within_the_bound_and_gives_every_queued_frame_back() {
     let _g = shared();
-    let link = Link::builder(&util::refused_endpoint())
-        .codec(Codec::lines())
-        .native_retries(0)
-        .max_attempts(1)
-        .cooldown(Duration::from_secs(60))
-        .build()
-        .expect("build");
-    let mut w = Watch::new(&link);
+    let (link, mut w) = watched(
+        Link::builder(&util::refused_endpoint())
+            .codec(Codec::lines())
+            .native_retries(0)
+            .max_attempts(1)
+            .cooldown(Duration::from_secs(60)),
+    );
     let (_, t) = w.until(T, |t| t.to == State::Cooldown);
     assert_eq!(t.cause, Cause::Refused);
     close_in(&link, &mut w, State::Cooldown, "close while cooling down");
@@ -259,24 +245,17 @@ fn opening_and_closing_a_thousand_links_leaks_no_thread_and_no_file_descriptor()
 #[test]
 fn closing_with_more_queued_frames_than_the_event_channel_holds_gives_every_frame_back() {
     let _g = shared();
-    let link = Link::builder(&util::refused_endpoint())
-        .codec(Codec::lines())
-        .outbox_limits(8_000, 1 << 20)
-        .build()
-        .expect("build");
-    let mut w = Watch::new(&link);
+    let (link, mut w) = watched(
+        Link::builder(&util::refused_endpoint())
+            .codec(Codec::lines())
+            .outbox_limits(8_000, 1 << 20),
+    );
     send_seqs(&link, 0..8_000);
     let (m, _) = timed_close(&link, ms(100), "big close");
     w.finish();
     assert_accounted(&m, "big close");
     assert_eq!(m.abandoned.shutdown, 8_000, "{m:?}");
-    let back: Vec<u64> = seqs_of(
-        &w.abandoned
-            .iter()
-            .map(|(f, _)| f.clone())
-            .collect::<Vec<_>>(),
-        &[],
-    );
+    let back: Vec<u64> = abandoned_seqs(&w.abandoned);
     eprintln!(
         "measured: big close: {} of 8000 frames given back; events_dropped {}",
         back.len(),

@@ -45,13 +45,12 @@ fn a_link_refused_for_three_seconds_retries_with_growing_delays_and_delivers_eve
 ) {
     let _g = shared();
     let port = util::free_port();
-    let link = Link::builder(&util::endpoint_for(port))
-        .codec(Codec::lines())
-        .backoff(ms(50), ms(800))
-        .jitter(Jitter::Proportional(0.1))
-        .build()
-        .expect("build");
-    let mut w = Watch::new(&link);
+    let (link, mut w) = watched(
+        Link::builder(&util::endpoint_for(port))
+            .codec(Codec::lines())
+            .backoff(ms(50), ms(800))
+            .jitter(Jitter::Proportional(0.1)),
+    );
     let start = Instant::now();
     let mut sent = 0u64;
     while start.elapsed() < Duration::from_secs(3) {
@@ -147,14 +146,13 @@ fn a_flapping_peer_gets_growing_gaps_and_a_never_reset_attempt_counter_then_a_st
     let _g = shared();
     let peer = Peer::start(Behaviour::AcceptThenClose);
     let min_stable = ms(500);
-    let link = Link::builder(&peer.endpoint())
-        .codec(Codec::lines())
-        .backoff(ms(25), ms(800))
-        .jitter(Jitter::Proportional(0.1))
-        .min_stable(min_stable)
-        .build()
-        .expect("build");
-    let mut w = Watch::new(&link);
+    let (link, mut w) = watched(
+        Link::builder(&peer.endpoint())
+            .codec(Codec::lines())
+            .backoff(ms(25), ms(800))
+            .jitter(Jitter::Proportional(0.1))
+            .min_stable(min_stable),
+    );
     let mut next = 0u64;
     let flaps = 6;
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -297,20 +295,15 @@ fn a_host_name_that_does_not_resolve_backs_off_with_cause_dns_while_another_link
 ) {
     let _g = shared();
     let peer = Peer::start(Behaviour::Echo);
-    let echo = Link::builder(&peer.endpoint())
-        .codec(Codec::lines())
-        .build()
-        .expect("build");
-    let mut we = Watch::new(&echo);
+    let (echo, mut we) = watched(Link::builder(&peer.endpoint()).codec(Codec::lines()));
     we.until(T, |t| t.to == State::Ready);
 
     let built_at = Instant::now();
-    let dns = Link::builder("tcp://does-not-exist.invalid:1")
-        .codec(Codec::lines())
-        .backoff(ms(20), ms(100))
-        .build()
-        .expect("build");
-    let mut wd = Watch::new(&dns);
+    let (dns, mut wd) = watched(
+        Link::builder("tcp://does-not-exist.invalid:1")
+            .codec(Codec::lines())
+            .backoff(ms(20), ms(100)),
+    );
     send_seqs(&dns, 0..5);
     let (at, t) = wd.until(relink::defaults::CONNECT_TIMEOUT + SLACK, |t| {
         t.to == State::Backoff
@@ -392,14 +385,13 @@ fn a_host_name_that_does_not_resolve_backs_off_with_cause_dns_while_another_link
 fn a_flapping_peer_accepts_only_the_connections_the_link_dials() {
     let _g = shared();
     let peer = Peer::start(Behaviour::AcceptThenClose);
-    let link = Link::builder(&peer.endpoint())
-        .codec(Codec::lines())
-        .backoff(ms(25), ms(800))
-        .jitter(Jitter::Proportional(0.1))
-        .min_stable(ms(500))
-        .build()
-        .expect("build");
-    let mut w = Watch::new(&link);
+    let (link, mut w) = watched(
+        Link::builder(&peer.endpoint())
+            .codec(Codec::lines())
+            .backoff(ms(25), ms(800))
+            .jitter(Jitter::Proportional(0.1))
+            .min_stable(ms(500)),
+    );
     let mut next = 0u64;
     let deadline = Instant::now() + Duration::from_secs(10);
     while w

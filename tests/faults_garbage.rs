@@ -55,21 +55,18 @@ fn a_peer_that_sends_an_endless_line_gets_its_connection_reset_without_a_panic_a
         }
         counter.fetch_max(n, Ordering::SeqCst);
     }));
-    let link = Link::builder(&peer.endpoint())
-        .codec(Codec::Lines { max_line: 64 })
-        .backoff(ms(50), ms(200))
-        .build()
-        .expect("build");
-    let mut w = Watch::new(&link);
-    let (ready_at, _) = w.until(T, |t| t.to == State::Ready);
-    let (at, t) = w.until(T, |t| t.from == State::Ready);
-    let detect = at - ready_at;
-    assert_eq!(
-        (t.to, t.cause),
-        (State::Backoff, Cause::Protocol),
-        "{}",
-        w.trace()
+    let (link, mut w) = watched(
+        Link::builder(&peer.endpoint())
+            .codec(Codec::Lines { max_line: 64 })
+            .backoff(ms(50), ms(200)),
     );
+    let (ready_at, _) = w.until(T, |t| t.to == State::Ready);
+    let at = w.expect_step(
+        T,
+        |t| t.from == State::Ready,
+        (State::Ready, State::Backoff, Cause::Protocol),
+    );
+    let detect = at - ready_at;
     assert!(detect <= ms(1000), "reset {detect:?} after Ready");
     assert!(
         w.errors
@@ -121,21 +118,18 @@ fn a_length_prefix_of_four_gib_is_refused_at_once_and_the_link_reconnects() {
     garbage.extend_from_slice(b"and then some bytes");
     let peer = Peer::start(Behaviour::Garbage(garbage));
     let max = 1 << 20;
-    let link = Link::builder(&peer.endpoint())
-        .codec(Codec::LengthPrefixed { max_frame: max })
-        .backoff(ms(50), ms(200))
-        .build()
-        .expect("build");
-    let mut w = Watch::new(&link);
-    let (ready_at, _) = w.until(T, |t| t.to == State::Ready);
-    let (at, t) = w.until(T, |t| t.from == State::Ready);
-    let detect = at - ready_at;
-    assert_eq!(
-        (t.to, t.cause),
-        (State::Backoff, Cause::Protocol),
-        "{}",
-        w.trace()
+    let (link, mut w) = watched(
+        Link::builder(&peer.endpoint())
+            .codec(Codec::LengthPrefixed { max_frame: max })
+            .backoff(ms(50), ms(200)),
     );
+    let (ready_at, _) = w.until(T, |t| t.to == State::Ready);
+    let at = w.expect_step(
+        T,
+        |t| t.from == State::Ready,
+        (State::Ready, State::Backoff, Cause::Protocol),
+    );
+    let detect = at - ready_at;
     assert!(detect <= ms(1000), "reset {detect:?} after Ready");
     assert!(
         w.errors
@@ -187,13 +181,12 @@ fn a_peer_that_stops_reading_fills_the_outbox_then_sends_are_refused_with_the_fr
     let _g = shared();
     let peer = Peer::start(Behaviour::StopReadingAfter(0));
     let limit = 64;
-    let link = Link::builder(&peer.endpoint())
-        .codec(Codec::length_prefixed())
-        .outbox_limits(limit, 64 << 20)
-        .overflow(Overflow::RejectNew)
-        .build()
-        .expect("build");
-    let mut w = Watch::new(&link);
+    let (link, mut w) = watched(
+        Link::builder(&peer.endpoint())
+            .codec(Codec::length_prefixed())
+            .outbox_limits(limit, 64 << 20)
+            .overflow(Overflow::RejectNew),
+    );
     w.until(T, |t| t.to == State::Ready);
     let frame = |n: u64| {
         let mut f = util::seq_payload(n);

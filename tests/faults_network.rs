@@ -62,14 +62,12 @@ fn a_dial_whose_syn_is_never_answered_backs_off_with_connect_timeout_within_the_
     let mut w = Watch::new(&link);
     send_seqs(&link, 0..3);
     let bound = 2 * (connect_timeout + 2 * relink::defaults::RECONNECT_IVL) + SLACK;
-    let (at, t) = w.until(bound + T, |t| t.to == State::Backoff);
-    let detect = at - built_at;
-    assert_eq!(
-        (t.from, t.cause),
-        (State::Connecting, Cause::ConnectTimeout),
-        "{}",
-        w.trace()
+    let at = w.expect_step(
+        bound + T,
+        |t| t.to == State::Backoff,
+        (State::Connecting, State::Backoff, Cause::ConnectTimeout),
     );
+    let detect = at - built_at;
     assert!(
         detect <= bound,
         "timed out after {detect:?}; bound {bound:?}"
@@ -86,13 +84,7 @@ fn a_dial_whose_syn_is_never_answered_backs_off_with_connect_timeout_within_the_
     assert_accounted(&m, "connect timeout");
     assert_abandoned_match(&m, &w.abandoned, "connect timeout");
     assert_eq!((m.frames_sent, m.abandoned.shutdown), (0, 3), "{m:?}");
-    let back: Vec<u64> = seqs_of(
-        &w.abandoned
-            .iter()
-            .map(|(f, _)| f.clone())
-            .collect::<Vec<_>>(),
-        &[],
-    );
+    let back: Vec<u64> = abandoned_seqs(&w.abandoned);
     assert_eq!(back, vec![0, 1, 2]);
     eprintln!(
         "measured: connect timeout: Backoff(connect-timeout) {detect:?} after the start \
@@ -120,13 +112,7 @@ fn a_half_open_connection_is_declared_dead_within_the_heartbeat_bound_and_no_fra
     let _g = shared();
     let pair = netns::netns_pair();
     let port = 7002;
-    let _echo = pair
-        .start_echo_in_b(port)
-        .unwrap_or_else(|e| panic!("cannot start the echo peer in namespace B: {e}"));
-    assert!(
-        pair.wait_listening(&pair.b, port, T),
-        "the echo peer does not listen in namespace B"
-    );
+    let _echo = pair.echo_in_b(port, T);
     let hb = Heartbeat::new(ms(200), Ping::Raw(b"ping\n".to_vec()))
         .max_missed(2)
         .reply(Predicate::new(|f| f == b"ping"));
@@ -153,14 +139,12 @@ fn a_half_open_connection_is_declared_dead_within_the_heartbeat_bound_and_no_fra
     pair.blackhole_b_in_a()
         .unwrap_or_else(|e| panic!("cannot add the blackhole route: {e}"));
     let silenced_at = Instant::now();
-    let (at, t) = w.until(bound + SLACK + T, |t| t.from == State::Ready);
-    let detect = at - silenced_at;
-    assert_eq!(
-        (t.to, t.cause),
-        (State::Backoff, Cause::HeartbeatTimeout),
-        "{}",
-        w.trace()
+    let at = w.expect_step(
+        bound + SLACK + T,
+        |t| t.from == State::Ready,
+        (State::Ready, State::Backoff, Cause::HeartbeatTimeout),
     );
+    let detect = at - silenced_at;
     assert!(
         detect <= bound + SLACK,
         "declared dead {detect:?} after the blackhole; bound {bound:?} + {SLACK:?}"

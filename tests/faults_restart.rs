@@ -26,13 +26,25 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use relink::{
-    Cause, Codec, Heartbeat, Link, Overflow, Ping, Predicate, ProofOfLife, SendError, State,
-    Transition,
+    Cause, Codec, Heartbeat, Link, Overflow, Ping, Predicate, ProofOfLife, State, Transition,
 };
 use util::*;
 
 /// Bound on waits for things that take milliseconds when all is well.
 const T: Duration = Duration::from_secs(5);
+
+/// A step a link may take while its peer goes away and comes back on the same port: the
+/// close noticed, redials refused while nothing listens, then Connected and Ready.
+fn restart_step(t: &Transition) -> bool {
+    matches!(
+        (t.from, t.to, t.cause),
+        (State::Ready, State::Backoff, Cause::PeerClosed)
+            | (State::Backoff, State::Connecting, Cause::RetryTimer)
+            | (State::Connecting, State::Backoff, Cause::Refused)
+            | (State::Connecting, State::Connected, Cause::TcpConnected)
+            | (State::Connected, State::Ready, Cause::Alive)
+    )
+}
 
 // ---------------------------------------------------------------------------------------
 // 1. Graceful restart
@@ -51,12 +63,11 @@ fn a_peer_that_restarts_gracefully_gets_every_frame_sent_before_during_and_after
     let _g = shared();
     let port = util::free_port();
     let peer = Peer::start_on(port, Behaviour::Sink).expect("start the peer");
-    let link = Link::builder(&util::endpoint_for(port))
-        .codec(Codec::lines())
-        .backoff(ms(20), ms(200))
-        .build()
-        .expect("build");
-    let mut w = Watch::new(&link);
+    let (link, mut w) = watched(
+        Link::builder(&util::endpoint_for(port))
+            .codec(Codec::lines())
+            .backoff(ms(20), ms(200)),
+    );
     w.until(T, |t| t.to == State::Ready);
     send_seqs(&link, 0..100);
     assert!(
@@ -68,14 +79,12 @@ fn a_peer_that_restarts_gracefully_gets_every_frame_sent_before_during_and_after
     let mark = w.transitions.len();
     let stopped_at = Instant::now();
     peer.stop();
-    let (at, t) = w.until(T, |t| t.from == State::Ready);
-    let detect = at - stopped_at;
-    assert_eq!(
-        (t.to, t.cause),
-        (State::Backoff, Cause::PeerClosed),
-        "{}",
-        w.trace()
+    let at = w.expect_step(
+        T,
+        |t| t.from == State::Ready,
+        (State::Ready, State::Backoff, Cause::PeerClosed),
     );
+    let detect = at - stopped_at;
     assert!(detect <= CLOSE_DETECT, "noticed the close after {detect:?}");
     send_seqs(&link, 100..200);
     // The port is closed: at least one refused attempt before the peer returns.
@@ -93,16 +102,7 @@ fn a_peer_that_restarts_gracefully_gets_every_frame_sent_before_during_and_after
         "frames sent during and after the outage did not arrive"
     );
     let path = w.since(mark);
-    assert_only(&path, "graceful restart", |t| {
-        matches!(
-            (t.from, t.to, t.cause),
-            (State::Ready, State::Backoff, Cause::PeerClosed)
-                | (State::Backoff, State::Connecting, Cause::RetryTimer)
-                | (State::Connecting, State::Backoff, Cause::Refused)
-                | (State::Connecting, State::Connected, Cause::TcpConnected)
-                | (State::Connected, State::Ready, Cause::Alive)
-        )
-    });
+    assert_only(&path, "graceful restart", restart_step);
 
     let (m, _) = timed_close(&link, ms(500), "graceful restart");
     w.finish();
@@ -134,12 +134,11 @@ fn a_peer_killed_with_sigkill_is_noticed_at_once_and_used_again_when_a_new_one_l
     let _g = shared();
     let port = util::free_port();
     let mut child = ChildPeer::start(port);
-    let link = Link::builder(&util::endpoint_for(port))
-        .codec(Codec::lines())
-        .backoff(ms(20), ms(200))
-        .build()
-        .expect("build");
-    let mut w = Watch::new(&link);
+    let (link, mut w) = watched(
+        Link::builder(&util::endpoint_for(port))
+            .codec(Codec::lines())
+            .backoff(ms(20), ms(200)),
+    );
     w.until(T, |t| t.to == State::Ready);
     send_seqs(&link, 0..50);
     assert!(w.frames_until(50, T), "the first 50 frames were not echoed");
@@ -147,14 +146,12 @@ fn a_peer_killed_with_sigkill_is_noticed_at_once_and_used_again_when_a_new_one_l
     let mark = w.transitions.len();
     let killed_at = Instant::now();
     child.kill9();
-    let (at, t) = w.until(T, |t| t.from == State::Ready);
-    let detect = at - killed_at;
-    assert_eq!(
-        (t.to, t.cause),
-        (State::Backoff, Cause::PeerClosed),
-        "{}",
-        w.trace()
+    let at = w.expect_step(
+        T,
+        |t| t.from == State::Ready,
+        (State::Ready, State::Backoff, Cause::PeerClosed),
     );
+    let detect = at - killed_at;
     assert!(detect <= CLOSE_DETECT, "noticed the kill after {detect:?}");
     send_seqs(&link, 50..100);
     w.until(T, |t| t.cause == Cause::Refused);
@@ -166,16 +163,7 @@ fn a_peer_killed_with_sigkill_is_noticed_at_once_and_used_again_when_a_new_one_l
         "frames queued during the outage were not echoed after the restart"
     );
     let path = w.since(mark);
-    assert_only(&path, "SIGKILL", |t| {
-        matches!(
-            (t.from, t.to, t.cause),
-            (State::Ready, State::Backoff, Cause::PeerClosed)
-                | (State::Backoff, State::Connecting, Cause::RetryTimer)
-                | (State::Connecting, State::Backoff, Cause::Refused)
-                | (State::Connecting, State::Connected, Cause::TcpConnected)
-                | (State::Connected, State::Ready, Cause::Alive)
-        )
-    });
+    assert_only(&path, "SIGKILL", restart_step);
     let (m, _) = timed_close(&link, ms(500), "SIGKILL");
     w.finish();
     assert_each_once_in_order(&seqs_of(&w.frames, &[]), 0..100, "SIGKILL echoes");
@@ -278,14 +266,12 @@ fn a_sigstopped_redis_server_is_declared_dead_within_the_heartbeat_bound_and_eve
     let mark = w.transitions.len();
     redis.stop_signal();
     let stopped_at = Instant::now();
-    let (at, t) = w.until(bound + SLACK + T, |t| t.from == State::Ready);
-    let detect = at - stopped_at;
-    assert_eq!(
-        (t.to, t.cause),
-        (State::Backoff, Cause::HeartbeatTimeout),
-        "{}",
-        w.trace()
+    let at = w.expect_step(
+        bound + SLACK + T,
+        |t| t.from == State::Ready,
+        (State::Ready, State::Backoff, Cause::HeartbeatTimeout),
     );
+    let detect = at - stopped_at;
     assert!(
         detect <= bound + SLACK,
         "declared dead {detect:?} after SIGSTOP; the bound is {bound:?} + {SLACK:?}"
@@ -380,29 +366,7 @@ fn eight_producers_sending_through_four_peer_restarts_keep_order_with_no_duplica
     let producers: Vec<_> = (0..PRODUCERS)
         .map(|p| {
             let link = link.clone();
-            thread::spawn(move || {
-                let mut refused = 0u64;
-                for seq in 0..PER_PRODUCER {
-                    let due = start + SPREAD.mul_f64(seq as f64 / PER_PRODUCER as f64);
-                    if let Some(wait) = due.checked_duration_since(Instant::now()) {
-                        thread::sleep(wait);
-                    }
-                    let mut frame = producer_payload(p, seq);
-                    let give_up = Instant::now() + T;
-                    loop {
-                        match link.send(frame) {
-                            Ok(()) => break,
-                            Err(SendError::Full(f)) => {
-                                refused += 1;
-                                assert!(Instant::now() < give_up, "outbox full for {T:?}");
-                                frame = f;
-                            }
-                            Err(e) => panic!("producer {p}: send failed: {e:?}"),
-                        }
-                    }
-                }
-                refused
-            })
+            thread::spawn(move || send_paced(&link, p, PER_PRODUCER, start, SPREAD, T))
         })
         .collect();
 
@@ -468,16 +432,12 @@ fn eight_producers_sending_through_four_peer_restarts_keep_order_with_no_duplica
     assert!(slowest <= CLOSE_DETECT, "a stop noticed after {slowest:?}");
     let ts: Vec<Transition> = d.transitions.iter().map(|(_, t)| t.clone()).collect();
     assert_only(&ts, "eight producers", |t| {
-        matches!(
-            (t.from, t.to, t.cause),
-            (State::Idle, State::Connecting, Cause::Start)
-                | (State::Ready, State::Backoff, Cause::PeerClosed)
-                | (State::Backoff, State::Connecting, Cause::RetryTimer)
-                | (State::Connecting, State::Backoff, Cause::Refused)
-                | (State::Connecting, State::Connected, Cause::TcpConnected)
-                | (State::Connected, State::Ready, Cause::Alive)
-                | (State::Ready, State::Closed, Cause::Closed)
-        )
+        restart_step(t)
+            || matches!(
+                (t.from, t.to, t.cause),
+                (State::Idle, State::Connecting, Cause::Start)
+                    | (State::Ready, State::Closed, Cause::Closed)
+            )
     });
 
     // What the peer received.

@@ -282,16 +282,9 @@ fn netns_helper_runs_a_link_in_namespace_a_and_reports_on_stdout() {
 #[ignore = "needs root and network namespaces"]
 fn a_blackholed_peer_that_sends_no_fin_or_rst_is_declared_dead_within_the_bound() {
     let bound = heartbeat_200ms().bound();
-    let pair = netns::NetnsPair::create()
-        .unwrap_or_else(|e| panic!("this test needs root and network namespaces: {e}"));
+    let pair = netns::netns_pair();
     let port = 7000;
-    let _echo = pair
-        .start_echo_in_b(port)
-        .unwrap_or_else(|e| panic!("cannot start the echo peer in namespace B: {e}"));
-    assert!(
-        pair.wait_listening(&pair.b, port, T),
-        "the echo peer does not listen in namespace B"
-    );
+    let _echo = pair.echo_in_b(port, T);
     let exe = std::env::current_exe().expect("path of the test binary");
     let exe = exe.to_str().expect("a UTF-8 path");
     let args: Vec<String> = [CHILD_TEST, "--exact", "--ignored", "--nocapture"]

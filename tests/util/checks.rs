@@ -5,7 +5,10 @@
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use relink::{AbandonReason, Link, Metrics, State};
+use relink::{AbandonReason, Link, Metrics, SendError, State};
+use std::thread;
+
+use super::payload::producer_payload;
 
 use super::payload::{decode_lines, duplicates, first_out_of_order, parse_seq, seq_payload};
 
@@ -111,4 +114,44 @@ pub fn timed_close(link: &Link, timeout: Duration, what: &str) -> (Metrics, Dura
     assert_eq!(link.state(), State::Closed, "{what}: state after close");
     assert_eq!(m.state, State::Closed, "{what}: final metrics");
     (m, took)
+}
+
+/// The sequence numbers of the frames given back in `abandoned`, in order.
+pub fn abandoned_seqs(abandoned: &[(Vec<u8>, AbandonReason)]) -> Vec<u64> {
+    let frames: Vec<Vec<u8>> = abandoned.iter().map(|(f, _)| f.clone()).collect();
+    seqs_of(&frames, &[])
+}
+
+/// One producer's thread body: sends `producer_payload(p, 0..n)`, paced evenly from `start`
+/// over `spread`, retrying a frame the full outbox gives back for at most `give_up`. Returns
+/// how many sends were refused.
+pub fn send_paced(
+    link: &Link,
+    p: u8,
+    n: u64,
+    start: Instant,
+    spread: Duration,
+    give_up: Duration,
+) -> u64 {
+    let mut refused = 0u64;
+    for seq in 0..n {
+        let due = start + spread.mul_f64(seq as f64 / n as f64);
+        if let Some(wait) = due.checked_duration_since(Instant::now()) {
+            thread::sleep(wait);
+        }
+        let mut frame = producer_payload(p, seq);
+        let until = Instant::now() + give_up;
+        loop {
+            match link.send(frame) {
+                Ok(()) => break,
+                Err(SendError::Full(f)) => {
+                    refused += 1;
+                    assert!(Instant::now() < until, "outbox full for {give_up:?}");
+                    frame = f;
+                }
+                Err(e) => panic!("producer {p}: send failed: {e:?}"),
+            }
+        }
+    }
+    refused
 }

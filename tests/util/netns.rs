@@ -252,6 +252,19 @@ impl NetnsPair {
         )
     }
 
+    /// Starts the echo peer in namespace B ([`NetnsPair::start_echo_in_b`]) and waits until it
+    /// listens; panics if it does not within `timeout`.
+    pub fn echo_in_b(&self, port: u16, timeout: Duration) -> Process {
+        let echo = self
+            .start_echo_in_b(port)
+            .unwrap_or_else(|e| panic!("cannot start the echo peer in namespace B: {e}"));
+        assert!(
+            self.wait_listening(&self.b, port, timeout),
+            "the echo peer does not listen in namespace B"
+        );
+        echo
+    }
+
     /// Waits (bounded) until something listens on TCP `port` in namespace `ns`.
     pub fn wait_listening(&self, ns: &str, port: u16, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;

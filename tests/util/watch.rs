@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use relink::{AbandonReason, Event, Events, Link, LinkError, State, Transition};
+use relink::{AbandonReason, Builder, Cause, Event, Events, Link, LinkError, State, Transition};
 
 /// Bound on taking the events left after `close`.
 const FINISH: Duration = Duration::from_secs(5);
@@ -100,6 +100,20 @@ impl Watch {
         })
     }
 
+    /// Takes events until a transition satisfies `which`, asserts that it is the step
+    /// `(from, to, cause)` (panicking with every transition seen otherwise), and returns the
+    /// instant it was received.
+    pub fn expect_step(
+        &mut self,
+        timeout: Duration,
+        which: impl Fn(&Transition) -> bool,
+        want: (State, State, Cause),
+    ) -> Instant {
+        let (at, t) = self.until(timeout, which);
+        assert_eq!((t.from, t.to, t.cause), want, "{}", self.trace());
+        at
+    }
+
     /// Takes events until the link enters `state`; the transition that entered it.
     pub fn until_state(&mut self, state: State, timeout: Duration) -> Transition {
         self.until(timeout, |t| t.to == state).1
@@ -185,6 +199,13 @@ impl Watch {
     pub fn trace(&self) -> String {
         show(&self.since(0))
     }
+}
+
+/// Builds the link `b` describes and starts watching its events.
+pub fn watched(b: Builder) -> (Link, Watch) {
+    let link = b.build().expect("build");
+    let w = Watch::new(&link);
+    (link, w)
 }
 
 /// Transitions as `from->to(cause,attempt=n)`, for failure messages.
