@@ -21,8 +21,8 @@ use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use relink::{Builder, Cause, Codec, Event, Jitter, Link, Resolver, State, Transition};
-use util::{free_port, refused_endpoint, wait_for, Behaviour, Peer};
+use relink::{Builder, Cause, Codec, Event, Jitter, Link, Resolver, State};
+use util::{free_port, refused_endpoint, wait_for, Behaviour, Peer, Watch};
 
 /// Bound on any single wait for something that should happen at once on loopback.
 const T: Duration = Duration::from_secs(5);
@@ -36,35 +36,6 @@ const CHILD_ENV: &str = "RELINK_TEST_IN_NAMESPACES";
 // ---------------------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------------------
-
-/// Takes events from `link` into `seen` until a transition satisfies `pred`, and returns it;
-/// None after `timeout`. Frames and other events are dropped.
-fn wait_transition(
-    link: &Link,
-    seen: &mut Vec<Transition>,
-    timeout: Duration,
-    pred: impl Fn(&Transition) -> bool,
-) -> Option<Transition> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        match link.events().recv_deadline(deadline) {
-            Ok(Event::State(t)) => {
-                seen.push(t.clone());
-                if pred(&t) {
-                    return Some(t);
-                }
-            }
-            Ok(_) => {}
-            Err(_) => return None,
-        }
-    }
-}
-
-/// Waits for the link to enter `state`, panicking with the transitions seen if it does not.
-fn expect_state(link: &Link, seen: &mut Vec<Transition>, state: State, what: &str) -> Transition {
-    wait_transition(link, seen, T, |t| t.to == state)
-        .unwrap_or_else(|| panic!("{what}: no transition to {state} within {T:?}; seen {seen:?}"))
-}
 
 /// Sends `payload` (a line) and waits for the echo. Any other event fails the round trip.
 fn round_trip(link: &Link, payload: &str, timeout: Duration) -> Result<Duration, String> {
@@ -281,9 +252,11 @@ fn localhost_builder(port: u16) -> Builder {
 fn reach_localhost_peer(port: u16, answer: &[SocketAddr], listening: SocketAddr) -> Duration {
     let start = Instant::now();
     let link = localhost_builder(port).build().unwrap();
-    let mut seen = Vec::new();
-    let ready = wait_transition(&link, &mut seen, T, |t| t.to == State::Ready)
-        .unwrap_or_else(|| panic!("no Ready within {T:?} for {listening}; seen {seen:?}"));
+    let mut w = Watch::new(&link);
+    let (_, ready) = w
+        .try_until(T, |t| t.to == State::Ready)
+        .unwrap_or_else(|| panic!("no Ready within {T:?} for {listening}; seen {}", w.trace()));
+    let seen = w.since(0);
     let took = start.elapsed();
     assert_eq!(ready.endpoint.as_deref(), Some(&*endpoint_of(listening)));
     assert_eq!(link.metrics().peer_addr, Some(listening));
@@ -408,12 +381,13 @@ fn an_unresolvable_name_backs_off_with_cause_dns_and_growing_delays() {
         .build()
         .unwrap();
     let expected_ms = [50, 100, 200, 400, 400];
-    let mut seen = Vec::new();
+    let mut w = Watch::new(&link);
     let mut delays = Vec::new();
     for (i, d) in expected_ms.iter().enumerate() {
         let bound = lookup + Duration::from_millis(*d) + T;
-        let t = wait_transition(&link, &mut seen, bound, |t| t.to == State::Backoff)
-            .unwrap_or_else(|| panic!("backoff {} did not come; seen {seen:?}", i + 1));
+        let (_, t) = w
+            .try_until(bound, |t| t.to == State::Backoff)
+            .unwrap_or_else(|| panic!("backoff {} did not come; seen {}", i + 1, w.trace()));
         assert_eq!(t.cause, Cause::Dns, "{t:?}");
         assert_eq!(t.attempt, i as u32 + 1, "{t:?}");
         assert_eq!(
@@ -430,6 +404,7 @@ fn an_unresolvable_name_backs_off_with_cause_dns_and_growing_delays() {
         .map(|d| Duration::from_millis(*d))
         .collect();
     assert_eq!(delays, want, "delays after each DNS failure");
+    let seen = w.since(0);
     assert!(
         seen.iter()
             .all(|t| matches!(t.to, State::Connecting | State::Backoff)),
@@ -475,8 +450,7 @@ fn a_link_failing_to_resolve_its_name_does_not_slow_another_link() {
         .codec(Codec::lines())
         .build()
         .unwrap();
-    let mut seen = Vec::new();
-    expect_state(&echo, &mut seen, State::Ready, "the echo link");
+    Watch::new(&echo).until_state(State::Ready, T);
     let failing = Link::builder(INVALID)
         .resolver(nxdomain())
         .backoff(Duration::from_millis(20), Duration::from_millis(100))
@@ -509,8 +483,7 @@ fn a_resolver_that_takes_two_seconds_delays_only_the_link_that_asked() {
         .codec(Codec::lines())
         .build()
         .unwrap();
-    let mut seen = Vec::new();
-    expect_state(&echo, &mut seen, State::Ready, "the echo link");
+    Watch::new(&echo).until_state(State::Ready, T);
     let failing = Link::builder(INVALID)
         .resolver(slow)
         .backoff(Duration::from_millis(20), Duration::from_millis(100))
@@ -561,8 +534,7 @@ fn a_resolver_that_never_answers_delays_only_the_link_that_asked() {
         .codec(Codec::lines())
         .build()
         .unwrap();
-    let mut seen = Vec::new();
-    expect_state(&echo, &mut seen, State::Ready, "the echo link");
+    Watch::new(&echo).until_state(State::Ready, T);
     let failing = Link::builder(INVALID)
         .backoff(Duration::from_millis(20), Duration::from_millis(100))
         .connect_timeout(Duration::from_secs(10))
@@ -599,8 +571,8 @@ fn a_link_with_two_endpoints_moves_to_the_other_when_its_server_dies_and_back_wh
         .backoff(Duration::from_millis(100), Duration::from_millis(400))
         .build()
         .unwrap();
-    let mut seen = Vec::new();
-    let first = expect_state(&link, &mut seen, State::Ready, "first connection");
+    let mut w = Watch::new(&link);
+    let first = w.until_state(State::Ready, T);
     round_trip(&link, "before", T).unwrap();
     let first_ep = first.endpoint.clone().unwrap();
     assert!(
@@ -619,10 +591,10 @@ fn a_link_with_two_endpoints_moves_to_the_other_when_its_server_dies_and_back_wh
     // The server in use dies: the next attempt goes to the other one.
     let killed_at = Instant::now();
     dead.stop();
-    let lost = expect_state(&link, &mut seen, State::Backoff, "losing the first server");
+    let lost = w.until_state(State::Backoff, T);
     assert_eq!(lost.cause, Cause::PeerClosed, "{lost:?}");
     let delay = lost.next_retry.unwrap();
-    let moved = expect_state(&link, &mut seen, State::Ready, "moving to the other server");
+    let moved = w.until_state(State::Ready, T);
     let took = killed_at.elapsed();
     println!(
         "moved from {first_ep} to {} in {:.1} ms (backoff delay drawn: {:.1} ms)",
@@ -641,16 +613,17 @@ fn a_link_with_two_endpoints_moves_to_the_other_when_its_server_dies_and_back_wh
     // Both dead: the link keeps backing off.
     let port = alive.port();
     alive.stop();
-    let mark = seen.len();
+    let mark = w.transitions.len();
     let mut backoffs = 0;
     while backoffs < 3 {
-        let t = expect_state(&link, &mut seen, State::Backoff, "both servers down");
+        let t = w.until_state(State::Backoff, T);
         assert!(
             matches!(t.cause, Cause::PeerClosed | Cause::Refused),
             "{t:?}"
         );
         backoffs += 1;
     }
+    let seen = w.since(0);
     assert!(
         seen[mark..].iter().all(|t| t.to != State::Ready),
         "Ready with both servers down: {:?}",
@@ -659,7 +632,7 @@ fn a_link_with_two_endpoints_moves_to_the_other_when_its_server_dies_and_back_wh
 
     // One comes back on its port: Ready on it.
     let back = Peer::start_on(port, Behaviour::Echo).expect("restart on the same port");
-    let again = expect_state(&link, &mut seen, State::Ready, "a server back");
+    let again = w.until_state(State::Ready, T);
     assert_eq!(again.endpoint, Some(back.endpoint()));
     round_trip(&link, "after-return", T).unwrap();
     link.close(T);
@@ -679,11 +652,12 @@ fn dial_order(a: &str, b: &str, seed: Option<u64>, n: usize) -> Vec<String> {
         builder = builder.rng_seed(s);
     }
     let link = builder.build().unwrap();
-    let mut seen = Vec::new();
+    let mut w = Watch::new(&link);
     let mut order = Vec::new();
     while order.len() < n {
-        let t = wait_transition(&link, &mut seen, T, |t| t.to == State::Connecting)
-            .unwrap_or_else(|| panic!("dial {} did not come; seen {seen:?}", order.len() + 1));
+        let (_, t) = w
+            .try_until(T, |t| t.to == State::Connecting)
+            .unwrap_or_else(|| panic!("dial {} did not come; seen {}", order.len() + 1, w.trace()));
         order.push(t.endpoint.expect("a dial names its endpoint"));
     }
     link.close(Duration::from_millis(200));

@@ -61,11 +61,7 @@ fn a_peer_that_sends_an_endless_line_gets_its_connection_reset_without_a_panic_a
             .backoff(ms(50), ms(200)),
     );
     let (ready_at, _) = w.until(T, |t| t.to == State::Ready);
-    let at = w.expect_step(
-        T,
-        |t| t.from == State::Ready,
-        (State::Ready, State::Backoff, Cause::Protocol),
-    );
+    let at = w.left_ready(T, Cause::Protocol);
     let detect = at - ready_at;
     assert!(detect <= ms(1000), "reset {detect:?} after Ready");
     assert!(
@@ -124,11 +120,7 @@ fn a_length_prefix_of_four_gib_is_refused_at_once_and_the_link_reconnects() {
             .backoff(ms(50), ms(200)),
     );
     let (ready_at, _) = w.until(T, |t| t.to == State::Ready);
-    let at = w.expect_step(
-        T,
-        |t| t.from == State::Ready,
-        (State::Ready, State::Backoff, Cause::Protocol),
-    );
+    let at = w.left_ready(T, Cause::Protocol);
     let detect = at - ready_at;
     assert!(detect <= ms(1000), "reset {detect:?} after Ready");
     assert!(

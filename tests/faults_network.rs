@@ -139,11 +139,7 @@ fn a_half_open_connection_is_declared_dead_within_the_heartbeat_bound_and_no_fra
     pair.blackhole_b_in_a()
         .unwrap_or_else(|e| panic!("cannot add the blackhole route: {e}"));
     let silenced_at = Instant::now();
-    let at = w.expect_step(
-        bound + SLACK + T,
-        |t| t.from == State::Ready,
-        (State::Ready, State::Backoff, Cause::HeartbeatTimeout),
-    );
+    let at = w.left_ready(bound + SLACK + T, Cause::HeartbeatTimeout);
     let detect = at - silenced_at;
     assert!(
         detect <= bound + SLACK,

@@ -79,11 +79,7 @@ fn a_peer_that_restarts_gracefully_gets_every_frame_sent_before_during_and_after
     let mark = w.transitions.len();
     let stopped_at = Instant::now();
     peer.stop();
-    let at = w.expect_step(
-        T,
-        |t| t.from == State::Ready,
-        (State::Ready, State::Backoff, Cause::PeerClosed),
-    );
+    let at = w.left_ready(T, Cause::PeerClosed);
     let detect = at - stopped_at;
     assert!(detect <= CLOSE_DETECT, "noticed the close after {detect:?}");
     send_seqs(&link, 100..200);
@@ -146,11 +142,7 @@ fn a_peer_killed_with_sigkill_is_noticed_at_once_and_used_again_when_a_new_one_l
     let mark = w.transitions.len();
     let killed_at = Instant::now();
     child.kill9();
-    let at = w.expect_step(
-        T,
-        |t| t.from == State::Ready,
-        (State::Ready, State::Backoff, Cause::PeerClosed),
-    );
+    let at = w.left_ready(T, Cause::PeerClosed);
     let detect = at - killed_at;
     assert!(detect <= CLOSE_DETECT, "noticed the kill after {detect:?}");
     send_seqs(&link, 50..100);
@@ -266,11 +258,7 @@ fn a_sigstopped_redis_server_is_declared_dead_within_the_heartbeat_bound_and_eve
     let mark = w.transitions.len();
     redis.stop_signal();
     let stopped_at = Instant::now();
-    let at = w.expect_step(
-        bound + SLACK + T,
-        |t| t.from == State::Ready,
-        (State::Ready, State::Backoff, Cause::HeartbeatTimeout),
-    );
+    let at = w.left_ready(bound + SLACK + T, Cause::HeartbeatTimeout);
     let detect = at - stopped_at;
     assert!(
         detect <= bound + SLACK,
@@ -452,18 +440,9 @@ fn eight_producers_sending_through_four_peer_restarts_keep_order_with_no_duplica
             }));
         }
     }
-    let dups = util::duplicates(&received);
-    assert!(
-        dups.is_empty(),
-        "received twice: {:?}",
-        &dups[..dups.len().min(10)]
-    );
+    assert_none_twice(&received, "received twice");
     for p in 0..PRODUCERS {
-        let seqs: Vec<u64> = received
-            .iter()
-            .filter(|(q, _)| *q == p)
-            .map(|(_, s)| *s)
-            .collect();
+        let seqs = producer_seqs(&received, p);
         assert_eq!(
             util::first_out_of_order(&seqs),
             None,

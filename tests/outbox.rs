@@ -225,18 +225,9 @@ fn every_frame_is_accounted_for_and_none_is_duplicated_or_reordered_across_twent
             received.push(id);
         }
     }
-    let dups = duplicates(&received);
-    assert!(
-        dups.is_empty(),
-        "frames received twice: {:?}",
-        &dups[..dups.len().min(10)]
-    );
+    assert_none_twice(&received, "frames received twice");
     for p in 0..PRODUCERS {
-        let seqs: Vec<u64> = received
-            .iter()
-            .filter(|(q, _)| *q == p)
-            .map(|(_, s)| *s)
-            .collect();
+        let seqs = producer_seqs(&received, p);
         if let Some(i) = first_out_of_order(&seqs) {
             panic!(
                 "producer {p}: frame {} received after frame {}; producer {p}'s frames per \

@@ -155,3 +155,22 @@ pub fn send_paced(
     }
     refused
 }
+
+/// Asserts that no item occurs twice; the message starts with `what` and lists the first ten
+/// repeated.
+pub fn assert_none_twice<T: Eq + std::hash::Hash + Clone + std::fmt::Debug>(
+    items: &[T],
+    what: &str,
+) {
+    let dups = duplicates(items);
+    assert!(dups.is_empty(), "{what}: {:?}", &dups[..dups.len().min(10)]);
+}
+
+/// The sequence numbers of producer `p` among `(producer, seq)` pairs, in order.
+pub fn producer_seqs(received: &[(u8, u64)], p: u8) -> Vec<u64> {
+    received
+        .iter()
+        .filter(|(q, _)| *q == p)
+        .map(|(_, s)| *s)
+        .collect()
+}

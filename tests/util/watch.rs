@@ -114,6 +114,15 @@ impl Watch {
         at
     }
 
+    /// [`Watch::expect_step`] for the link leaving Ready: it must go to Backoff for `cause`.
+    pub fn left_ready(&mut self, timeout: Duration, cause: Cause) -> Instant {
+        self.expect_step(
+            timeout,
+            |t| t.from == State::Ready,
+            (State::Ready, State::Backoff, cause),
+        )
+    }
+
     /// Takes events until the link enters `state`; the transition that entered it.
     pub fn until_state(&mut self, state: State, timeout: Duration) -> Transition {
         self.until(timeout, |t| t.to == state).1
