@@ -128,6 +128,14 @@ impl Watch {
         self.until(timeout, |t| t.to == state).1
     }
 
+    /// The transitions up to and including the first into `state`, each with the instant it
+    /// was received. Panics at `timeout` with every transition seen so far.
+    pub fn through(&mut self, state: State, timeout: Duration) -> Vec<(Instant, Transition)> {
+        let mark = self.transitions.len();
+        self.until(timeout, |t| t.to == state);
+        self.transitions[mark..].to_vec()
+    }
+
     /// The next transition, which must come within `timeout`.
     pub fn next(&mut self, timeout: Duration) -> (Instant, Transition) {
         self.until(timeout, |_| true)
@@ -145,6 +153,34 @@ impl Watch {
             }
         }
         true
+    }
+
+    /// Takes events until what was seen satisfies `f`; panics at `timeout`, naming `what` and
+    /// listing every transition seen.
+    pub fn expect_seen(&mut self, timeout: Duration, what: &str, f: impl FnMut(&Watch) -> bool) {
+        if !self.until_seen(timeout, f) {
+            panic!(
+                "waiting for {what} within {timeout:?}; {} frames, errors {:?}, seen: {}",
+                self.frames.len(),
+                self.errors,
+                self.trace()
+            );
+        }
+    }
+
+    /// Whether a transition into `state` was seen at or after transition number `from`.
+    pub fn entered_since(&self, from: usize, state: State) -> bool {
+        self.transitions[from.min(self.transitions.len())..]
+            .iter()
+            .any(|(_, t)| t.to == state)
+    }
+
+    /// Takes events until the link entered `state` at or after transition number `from`
+    /// (at once if it already did); panics at `timeout`.
+    pub fn until_entered(&mut self, from: usize, state: State, timeout: Duration) {
+        self.expect_seen(timeout, &format!("state {state}"), |w| {
+            w.entered_since(from, state)
+        });
     }
 
     /// Takes events until `n` frames arrived in all; false at the timeout.
