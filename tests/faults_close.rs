@@ -36,8 +36,7 @@ const T: Duration = Duration::from_secs(5);
 fn close_in(link: &Link, w: &mut Watch, state: State, what: &str) -> Duration {
     assert_eq!(link.state(), state, "{what}: not in {state}: {}", w.trace());
     send_seqs(link, 0..5);
-    let (m, took) = timed_close(link, ms(300), what);
-    w.finish();
+    let (m, took) = w.close(&link, ms(300), what);
     assert_accounted(&m, what);
     assert_abandoned_match(&m, &w.abandoned, what);
     let back: Vec<u64> = abandoned_seqs(&w.abandoned);
@@ -251,8 +250,7 @@ fn closing_with_more_queued_frames_than_the_event_channel_holds_gives_every_fram
             .outbox_limits(8_000, 1 << 20),
     );
     send_seqs(&link, 0..8_000);
-    let (m, _) = timed_close(&link, ms(100), "big close");
-    w.finish();
+    let (m, _) = w.close(&link, ms(100), "big close");
     assert_accounted(&m, "big close");
     assert_eq!(m.abandoned.shutdown, 8_000, "{m:?}");
     let back: Vec<u64> = abandoned_seqs(&w.abandoned);

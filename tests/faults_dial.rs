@@ -66,17 +66,9 @@ fn a_link_refused_for_three_seconds_retries_with_growing_delays_and_delivers_eve
         peer.wait_received_len(sent as usize * LINE, T),
         "frames sent during the outage did not all arrive"
     );
-    let (m, _) = timed_close(&link, ms(500), "refused");
-    w.finish();
+    let (m, _) = w.close(&link, ms(500), "refused");
 
-    assert_only(&outage, "refused", |t| {
-        matches!(
-            (t.from, t.to, t.cause),
-            (State::Idle, State::Connecting, Cause::Start)
-                | (State::Connecting, State::Backoff, Cause::Refused)
-                | (State::Backoff, State::Connecting, Cause::RetryTimer)
-        )
-    });
+    assert_only(&outage, "refused", |t| retry_step(t, Cause::Refused));
     let backoffs: Vec<&Transition> = outage.iter().filter(|t| t.to == State::Backoff).collect();
     assert!(
         backoffs.len() >= 5,
@@ -196,24 +188,20 @@ fn a_flapping_peer_gets_growing_gaps_and_a_never_reset_attempt_counter_then_a_st
         "the counter did not reset after min_stable"
     );
 
-    let (m, _) = timed_close(&link, ms(500), "flapping");
-    w.finish();
+    let (m, _) = w.close(&link, ms(500), "flapping");
 
     // The flapping phase.
     assert_only(&flapping, "flapping", |t| {
-        matches!(
-            (t.from, t.to, t.cause),
-            (State::Idle, State::Connecting, Cause::Start)
-                | (State::Backoff, State::Connecting, Cause::RetryTimer)
-                | (State::Connecting, State::Connected, Cause::TcpConnected)
-                | (State::Connected, State::Ready, Cause::Alive)
-                | (
+        retry_step(t, Cause::Refused)
+            || redial_step(t)
+            || matches!(
+                (t.from, t.to, t.cause),
+                (
                     State::Ready | State::Connected,
                     State::Backoff,
                     Cause::PeerClosed
                 )
-                | (State::Connecting, State::Backoff, Cause::Refused)
-        )
+            )
     });
     let backoffs: Vec<&Transition> = flapping.iter().filter(|t| t.to == State::Backoff).collect();
     let attempts: Vec<u32> = backoffs.iter().map(|t| t.attempt).collect();
@@ -305,25 +293,16 @@ fn a_host_name_that_does_not_resolve_backs_off_with_cause_dns_while_another_link
             .backoff(ms(20), ms(100)),
     );
     send_seqs(&dns, 0..5);
-    let (at, t) = wd.until(relink::defaults::CONNECT_TIMEOUT + SLACK, |t| {
-        t.to == State::Backoff
-    });
-    let detect = at - built_at;
-    assert_eq!(
-        (t.from, t.cause),
-        (State::Connecting, Cause::Dns),
-        "{}",
-        wd.trace()
+    let (at, _) = wd.expect_step(
+        relink::defaults::CONNECT_TIMEOUT + SLACK,
+        |t| t.to == State::Backoff,
+        (State::Connecting, State::Backoff, Cause::Dns),
     );
+    let detect = at - built_at;
 
     // At least 200 round trips, and on until the other link has failed a few more times.
     let mut rtts = Vec::new();
-    let dns_failures = |wd: &Watch| {
-        wd.transitions
-            .iter()
-            .filter(|(_, t)| t.to == State::Backoff)
-            .count()
-    };
+    let dns_failures = |wd: &Watch| wd.entered(State::Backoff);
     let until = Instant::now() + T;
     let mut n = 0u64;
     while n < 200 || (dns_failures(&wd) < 4 && Instant::now() < until) {
@@ -341,14 +320,7 @@ fn a_host_name_that_does_not_resolve_backs_off_with_cause_dns_while_another_link
         "the unresolvable link stopped retrying: {}",
         wd.trace()
     );
-    assert_only(&wd.since(0), "dns", |t| {
-        matches!(
-            (t.from, t.to, t.cause),
-            (State::Idle, State::Connecting, Cause::Start)
-                | (State::Connecting, State::Backoff, Cause::Dns)
-                | (State::Backoff, State::Connecting, Cause::RetryTimer)
-        )
-    });
+    assert_only(&wd.since(0), "dns", |t| retry_step(t, Cause::Dns));
     rtts.sort();
     let (median, max) = (rtts[rtts.len() / 2], rtts[rtts.len() - 1]);
     assert!(
@@ -356,10 +328,8 @@ fn a_host_name_that_does_not_resolve_backs_off_with_cause_dns_while_another_link
         "a round trip took {max:?} (median {median:?})"
     );
 
-    let (md, dns_close) = timed_close(&dns, ms(200), "dns");
-    wd.finish();
-    let (me, _) = timed_close(&echo, ms(500), "dns: echo link");
-    we.finish();
+    let (md, dns_close) = wd.close(&dns, ms(200), "dns");
+    let (me, _) = we.close(&echo, ms(500), "dns: echo link");
     assert_accounted(&md, "dns");
     assert_abandoned_match(&md, &wd.abandoned, "dns");
     assert_eq!((md.frames_sent, md.abandoned.shutdown), (0, 5), "{md:?}");
@@ -411,8 +381,7 @@ fn a_flapping_peer_accepts_only_the_connections_the_link_dials() {
     let extra = peer.wait_until(ms(500), |s| s.accept_count() as u64 > 6);
     let m = link.metrics();
     let accepted = peer.accept_count();
-    let (m_end, _) = timed_close(&link, ms(200), "flapping, peer side");
-    w.finish();
+    let (m_end, _) = w.close(&link, ms(200), "flapping, peer side");
     assert_accounted(&m_end, "flapping, peer side");
     assert!(
         !extra && accepted as u64 == m.connects,

@@ -28,6 +28,13 @@ use util::*;
 /// Bound on waits for things that take milliseconds when all is well.
 const T: Duration = Duration::from_secs(5);
 
+/// Waits for Ready, then for the link to drop the connection for a protocol error: Ready
+/// -(protocol)-> Backoff. Returns how long after Ready that came.
+fn reset_after_ready(w: &mut Watch) -> Duration {
+    let (ready_at, _) = w.until(T, |t| t.to == State::Ready);
+    w.left_ready(T, Cause::Protocol) - ready_at
+}
+
 // ---------------------------------------------------------------------------------------
 // 8. Garbage from the peer
 // ---------------------------------------------------------------------------------------
@@ -60,9 +67,7 @@ fn a_peer_that_sends_an_endless_line_gets_its_connection_reset_without_a_panic_a
             .codec(Codec::Lines { max_line: 64 })
             .backoff(ms(50), ms(200)),
     );
-    let (ready_at, _) = w.until(T, |t| t.to == State::Ready);
-    let at = w.left_ready(T, Cause::Protocol);
-    let detect = at - ready_at;
+    let detect = reset_after_ready(&mut w);
     assert!(detect <= ms(1000), "reset {detect:?} after Ready");
     assert!(
         w.errors
@@ -83,8 +88,7 @@ fn a_peer_that_sends_an_endless_line_gets_its_connection_reset_without_a_panic_a
         );
     }
     let wrote = written.load(Ordering::SeqCst);
-    let (m, _) = timed_close(&link, ms(500), "endless line");
-    w.finish();
+    let (m, _) = w.close(&link, ms(500), "endless line");
     assert!(
         wrote < 16 << 20,
         "the peer wrote {wrote} bytes on one connection before the link reset it"
@@ -119,9 +123,7 @@ fn a_length_prefix_of_four_gib_is_refused_at_once_and_the_link_reconnects() {
             .codec(Codec::LengthPrefixed { max_frame: max })
             .backoff(ms(50), ms(200)),
     );
-    let (ready_at, _) = w.until(T, |t| t.to == State::Ready);
-    let at = w.left_ready(T, Cause::Protocol);
-    let detect = at - ready_at;
+    let detect = reset_after_ready(&mut w);
     assert!(detect <= ms(1000), "reset {detect:?} after Ready");
     assert!(
         w.errors
@@ -142,8 +144,7 @@ fn a_length_prefix_of_four_gib_is_refused_at_once_and_the_link_reconnects() {
             w.trace()
         );
     }
-    let (m, _) = timed_close(&link, ms(500), "4 GiB prefix");
-    w.finish();
+    let (m, _) = w.close(&link, ms(500), "4 GiB prefix");
     assert_each_once_in_order(&seqs_of(&w.frames, &[]), 0..10, "4 GiB prefix");
     assert_accounted(&m, "4 GiB prefix");
     assert_abandoned_match(&m, &w.abandoned, "4 GiB prefix");
@@ -235,8 +236,7 @@ fn a_peer_that_stops_reading_fills_the_outbox_then_sends_are_refused_with_the_fr
         slowest <= ms(200),
         "a send took {slowest:?}: RejectNew must not wait"
     );
-    let (m, took) = timed_close(&link, ms(300), "stopped reader");
-    w.finish();
+    let (m, took) = w.close(&link, ms(300), "stopped reader");
     assert_accounted(&m, "stopped reader");
     assert_abandoned_match(&m, &w.abandoned, "stopped reader");
     assert_eq!(m.frames_sent + m.abandoned.shutdown, accepted, "{m:?}");

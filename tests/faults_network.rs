@@ -62,7 +62,7 @@ fn a_dial_whose_syn_is_never_answered_backs_off_with_connect_timeout_within_the_
     let mut w = Watch::new(&link);
     send_seqs(&link, 0..3);
     let bound = 2 * (connect_timeout + 2 * relink::defaults::RECONNECT_IVL) + SLACK;
-    let at = w.expect_step(
+    let (at, _) = w.expect_step(
         bound + T,
         |t| t.to == State::Backoff,
         (State::Connecting, State::Backoff, Cause::ConnectTimeout),
@@ -79,8 +79,7 @@ fn a_dial_whose_syn_is_never_answered_backs_off_with_connect_timeout_within_the_
     // And the next attempt times out the same way.
     let (at2, t2) = w.until(bound + T, |t| t.to == State::Backoff);
     assert_eq!(t2.cause, Cause::ConnectTimeout, "{}", w.trace());
-    let (m, _) = timed_close(&link, ms(200), "connect timeout");
-    w.finish();
+    let (m, _) = w.close(&link, ms(200), "connect timeout");
     assert_accounted(&m, "connect timeout");
     assert_abandoned_match(&m, &w.abandoned, "connect timeout");
     assert_eq!((m.frames_sent, m.abandoned.shutdown), (0, 3), "{m:?}");
@@ -158,21 +157,18 @@ fn a_half_open_connection_is_declared_dead_within_the_heartbeat_bound_and_no_fra
     );
     let path = w.since(mark);
     assert_only(&path, "half-open", |t| {
-        matches!(
-            (t.from, t.to, t.cause),
-            (State::Ready, State::Backoff, Cause::HeartbeatTimeout)
-                | (State::Backoff, State::Connecting, Cause::RetryTimer)
-                | (
-                    State::Connecting,
-                    State::Backoff,
-                    Cause::Refused | Cause::ConnectTimeout
-                )
-                | (State::Connecting, State::Connected, Cause::TcpConnected)
-                | (State::Connected, State::Ready, Cause::Alive)
-        )
+        redial_step(t)
+            || matches!(
+                (t.from, t.to, t.cause),
+                (State::Ready, State::Backoff, Cause::HeartbeatTimeout)
+                    | (
+                        State::Connecting,
+                        State::Backoff,
+                        Cause::Refused | Cause::ConnectTimeout
+                    )
+            )
     });
-    let (m, _) = timed_close(&link, ms(500), "half-open");
-    w.finish();
+    let (m, _) = w.close(&link, ms(500), "half-open");
     assert_each_once_in_order(&seqs_of(&w.frames, &[b"ping"]), 0..40, "half-open echoes");
     assert_accounted(&m, "half-open");
     assert_abandoned_match(&m, &w.abandoned, "half-open");

@@ -18,7 +18,6 @@
 
 mod util;
 
-use std::collections::HashSet;
 use std::io::Read;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -36,14 +35,20 @@ const T: Duration = Duration::from_secs(5);
 /// A step a link may take while its peer goes away and comes back on the same port: the
 /// close noticed, redials refused while nothing listens, then Connected and Ready.
 fn restart_step(t: &Transition) -> bool {
-    matches!(
-        (t.from, t.to, t.cause),
-        (State::Ready, State::Backoff, Cause::PeerClosed)
-            | (State::Backoff, State::Connecting, Cause::RetryTimer)
-            | (State::Connecting, State::Backoff, Cause::Refused)
-            | (State::Connecting, State::Connected, Cause::TcpConnected)
-            | (State::Connected, State::Ready, Cause::Alive)
-    )
+    redial_step(t)
+        || matches!(
+            (t.from, t.to, t.cause),
+            (State::Ready, State::Backoff, Cause::PeerClosed)
+                | (State::Connecting, State::Backoff, Cause::Refused)
+        )
+}
+
+/// Ends the peer with `stop` and waits for the link to notice: Ready -(peer-closed)->
+/// Backoff. Returns how long that took.
+fn outage(w: &mut Watch, stop: impl FnOnce()) -> Duration {
+    let stopped_at = Instant::now();
+    stop();
+    w.left_ready(T, Cause::PeerClosed) - stopped_at
 }
 
 // ---------------------------------------------------------------------------------------
@@ -77,10 +82,7 @@ fn a_peer_that_restarts_gracefully_gets_every_frame_sent_before_during_and_after
     let before = peer.received_all();
 
     let mark = w.transitions.len();
-    let stopped_at = Instant::now();
-    peer.stop();
-    let at = w.left_ready(T, Cause::PeerClosed);
-    let detect = at - stopped_at;
+    let detect = outage(&mut w, || peer.stop());
     assert!(detect <= CLOSE_DETECT, "noticed the close after {detect:?}");
     send_seqs(&link, 100..200);
     // The port is closed: at least one refused attempt before the peer returns.
@@ -100,8 +102,7 @@ fn a_peer_that_restarts_gracefully_gets_every_frame_sent_before_during_and_after
     let path = w.since(mark);
     assert_only(&path, "graceful restart", restart_step);
 
-    let (m, _) = timed_close(&link, ms(500), "graceful restart");
-    w.finish();
+    let (m, _) = w.close(&link, ms(500), "graceful restart");
     let mut all = line_seqs(&before);
     all.extend(line_seqs(&peer.received_all()));
     assert_each_once_in_order(&all, 0..300, "graceful restart");
@@ -140,10 +141,7 @@ fn a_peer_killed_with_sigkill_is_noticed_at_once_and_used_again_when_a_new_one_l
     assert!(w.frames_until(50, T), "the first 50 frames were not echoed");
 
     let mark = w.transitions.len();
-    let killed_at = Instant::now();
-    child.kill9();
-    let at = w.left_ready(T, Cause::PeerClosed);
-    let detect = at - killed_at;
+    let detect = outage(&mut w, || child.kill9());
     assert!(detect <= CLOSE_DETECT, "noticed the kill after {detect:?}");
     send_seqs(&link, 50..100);
     w.until(T, |t| t.cause == Cause::Refused);
@@ -156,8 +154,7 @@ fn a_peer_killed_with_sigkill_is_noticed_at_once_and_used_again_when_a_new_one_l
     );
     let path = w.since(mark);
     assert_only(&path, "SIGKILL", restart_step);
-    let (m, _) = timed_close(&link, ms(500), "SIGKILL");
-    w.finish();
+    let (m, _) = w.close(&link, ms(500), "SIGKILL");
     assert_each_once_in_order(&seqs_of(&w.frames, &[]), 0..100, "SIGKILL echoes");
     assert_accounted(&m, "SIGKILL");
     assert_abandoned_match(&m, &w.abandoned, "SIGKILL");
@@ -285,20 +282,17 @@ fn a_sigstopped_redis_server_is_declared_dead_within_the_heartbeat_bound_and_eve
     );
     let path = w.since(mark);
     assert_only(&path, "SIGSTOP", |t| {
-        matches!(
-            (t.from, t.to, t.cause),
-            (State::Ready, State::Backoff, Cause::HeartbeatTimeout)
-                | (State::Backoff, State::Connecting, Cause::RetryTimer)
-                | (State::Connecting, State::Connected, Cause::TcpConnected)
-                | (State::Connected, State::Backoff, Cause::HandshakeTimeout)
-                | (State::Connected, State::Ready, Cause::Alive)
-        )
+        redial_step(t)
+            || matches!(
+                (t.from, t.to, t.cause),
+                (State::Ready, State::Backoff, Cause::HeartbeatTimeout)
+                    | (State::Connected, State::Backoff, Cause::HandshakeTimeout)
+            )
     });
     // And it stays up: two heartbeat bounds without a transition.
     let late = w.quiet_for(2 * bound);
     assert!(late.is_none(), "left Ready after SIGCONT: {}", w.trace());
-    let (m, _) = timed_close(&link, ms(500), "SIGSTOP");
-    w.finish();
+    let (m, _) = w.close(&link, ms(500), "SIGSTOP");
     assert_each_once_in_order(&answers(&w.frames), 0..40, "SIGSTOP answers");
     assert_accounted(&m, "SIGSTOP");
     assert_abandoned_match(&m, &w.abandoned, "SIGSTOP");
@@ -449,16 +443,7 @@ fn eight_producers_sending_through_four_peer_restarts_keep_order_with_no_duplica
             "producer {p}: out of order at the peer"
         );
     }
-    let mut abandoned_ids = HashSet::new();
-    for (frame, _) in &d.abandoned {
-        let id = parse_producer_payload(frame).expect("an abandoned frame is one we sent");
-        assert!(abandoned_ids.insert(id), "{id:?} abandoned twice");
-    }
-    let both: Vec<_> = received
-        .iter()
-        .filter(|id| abandoned_ids.contains(id))
-        .collect();
-    assert!(both.is_empty(), "abandoned and received: {both:?}");
+    assert_abandoned_not_received(&d.abandoned, &received);
     assert!(d.errors.is_empty(), "errors: {:?}", d.errors);
     assert_accounted(&m, "eight producers");
     assert_abandoned_match(&m, &d.abandoned, "eight producers");

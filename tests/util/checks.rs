@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use relink::{AbandonReason, Link, Metrics, SendError, State};
 use std::thread;
 
-use super::payload::producer_payload;
+use super::payload::{parse_producer_payload, producer_payload};
 
 use super::payload::{decode_lines, duplicates, first_out_of_order, parse_seq, seq_payload};
 
@@ -173,4 +173,22 @@ pub fn producer_seqs(received: &[(u8, u64)], p: u8) -> Vec<u64> {
         .filter(|(q, _)| *q == p)
         .map(|(_, s)| *s)
         .collect()
+}
+
+/// Asserts that every abandoned frame is a producer's frame, abandoned once, and never also
+/// among the `(producer, seq)` pairs `received`.
+pub fn assert_abandoned_not_received(
+    abandoned: &[(Vec<u8>, AbandonReason)],
+    received: &[(u8, u64)],
+) {
+    let mut abandoned_ids = HashSet::new();
+    for (frame, _) in abandoned {
+        let id = parse_producer_payload(frame).expect("an abandoned frame is one we sent");
+        assert!(abandoned_ids.insert(id), "{id:?} abandoned twice");
+    }
+    let both: Vec<_> = received
+        .iter()
+        .filter(|id| abandoned_ids.contains(id))
+        .collect();
+    assert!(both.is_empty(), "abandoned and received: {both:?}");
 }

@@ -141,22 +141,20 @@ impl Snapshot {
     /// Length-prefixed frames of each connection (see [`decode_length_prefixed`]), with the
     /// count of trailing bytes that do not make a whole frame.
     pub fn length_prefixed_frames(&self) -> Vec<(Vec<Vec<u8>>, usize)> {
-        self.received
-            .iter()
-            .map(|r| {
-                let (frames, rest) = decode_length_prefixed(r);
-                (frames, rest.len())
-            })
-            .collect()
+        self.decoded(decode_length_prefixed)
     }
     /// Lines of each connection (see [`decode_lines`]), with the count of trailing bytes
     /// after the last newline.
     pub fn lines(&self) -> Vec<(Vec<Vec<u8>>, usize)> {
+        self.decoded(decode_lines)
+    }
+    /// Each connection's bytes cut by `decode`, with the count of bytes left over.
+    fn decoded(&self, decode: fn(&[u8]) -> (Vec<Vec<u8>>, &[u8])) -> Vec<(Vec<Vec<u8>>, usize)> {
         self.received
             .iter()
             .map(|r| {
-                let (lines, rest) = decode_lines(r);
-                (lines, rest.len())
+                let (items, rest) = decode(r);
+                (items, rest.len())
             })
             .collect()
     }

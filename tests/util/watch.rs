@@ -9,7 +9,11 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use relink::{AbandonReason, Builder, Cause, Event, Events, Link, LinkError, State, Transition};
+use relink::{
+    AbandonReason, Builder, Cause, Event, Events, Link, LinkError, Metrics, State, Transition,
+};
+
+use super::checks::timed_close;
 
 /// Bound on taking the events left after `close`.
 const FINISH: Duration = Duration::from_secs(5);
@@ -101,17 +105,17 @@ impl Watch {
     }
 
     /// Takes events until a transition satisfies `which`, asserts that it is the step
-    /// `(from, to, cause)` (panicking with every transition seen otherwise), and returns the
-    /// instant it was received.
+    /// `(from, to, cause)` (panicking with every transition seen otherwise), and returns it
+    /// with the instant it was received.
     pub fn expect_step(
         &mut self,
         timeout: Duration,
         which: impl Fn(&Transition) -> bool,
         want: (State, State, Cause),
-    ) -> Instant {
+    ) -> (Instant, Transition) {
         let (at, t) = self.until(timeout, which);
         assert_eq!((t.from, t.to, t.cause), want, "{}", self.trace());
-        at
+        (at, t)
     }
 
     /// [`Watch::expect_step`] for the link leaving Ready: it must go to Backoff for `cause`.
@@ -121,6 +125,14 @@ impl Watch {
             |t| t.from == State::Ready,
             (State::Ready, State::Backoff, cause),
         )
+        .0
+    }
+
+    /// `close(timeout)` within its bound ([`timed_close`]), then every event left.
+    pub fn close(&mut self, link: &Link, timeout: Duration, what: &str) -> (Metrics, Duration) {
+        let closed = timed_close(link, timeout, what);
+        self.finish();
+        closed
     }
 
     /// Takes events until the link enters `state`; the transition that entered it.
@@ -265,6 +277,26 @@ pub fn show(ts: &[Transition]) -> String {
 /// [`show`] for transitions stamped with the instant they were received.
 pub fn show_stamped(ts: &[(Instant, Transition)]) -> String {
     show(&ts.iter().map(|(_, t)| t.clone()).collect::<Vec<_>>())
+}
+
+/// A redial that succeeds: Backoff -(retry-timer)-> Connecting -> Connected -(alive)-> Ready.
+pub fn redial_step(t: &Transition) -> bool {
+    matches!(
+        (t.from, t.to, t.cause),
+        (State::Backoff, State::Connecting, Cause::RetryTimer)
+            | (State::Connecting, State::Connected, Cause::TcpConnected)
+            | (State::Connected, State::Ready, Cause::Alive)
+    )
+}
+
+/// A link that keeps failing for `cause`: Idle -(start)-> Connecting -(cause)-> Backoff
+/// -(retry-timer)-> Connecting, over again.
+pub fn retry_step(t: &Transition, cause: Cause) -> bool {
+    matches!(
+        (t.from, t.to, t.cause),
+        (State::Idle, State::Connecting, Cause::Start)
+            | (State::Backoff, State::Connecting, Cause::RetryTimer)
+    ) || (t.from, t.to, t.cause) == (State::Connecting, State::Backoff, cause)
 }
 
 /// Asserts that every transition in `ts` is one `allowed` admits.
