@@ -30,6 +30,13 @@ const T: Duration = Duration::from_secs(5);
 // 11. Close in every state
 // ---------------------------------------------------------------------------------------
 
+/// A lines link to a port that refuses, leaving `native_retries` failures to libzmq.
+fn refused_lines(native_retries: u32) -> relink::Builder {
+    Link::builder(&util::refused_endpoint())
+        .codec(Codec::lines())
+        .native_retries(native_retries)
+}
+
 /// Sends 5 frames to a link in `state`, closes it with a 300 ms timeout, and checks: close
 /// returns within 300 ms + linger + slack, the state is Closed, accounting is exact, and the
 /// frames that were not sent come back as Abandoned(Shutdown), in order.
@@ -67,9 +74,7 @@ fn close_in(link: &Link, w: &mut Watch, state: State, what: &str) -> Duration {
 fn close_while_connecting_returns_within_the_bound_and_gives_every_queued_frame_back() {
     let _g = shared();
     let (link, mut w) = watched(
-        Link::builder(&util::refused_endpoint())
-            .codec(Codec::lines())
-            .native_retries(1_000)
+        refused_lines(1_000)
             .reconnect_ivl(Duration::from_secs(10))
             .connect_timeout(Duration::from_secs(30)),
     );
@@ -121,9 +126,7 @@ fn close_while_ready_flushes_within_the_bound_and_every_frame_arrives_once() {
 fn close_while_backing_off_returns_within_the_bound_and_gives_every_queued_frame_back() {
     let _g = shared();
     let (link, mut w) = watched(
-        Link::builder(&util::refused_endpoint())
-            .codec(Codec::lines())
-            .native_retries(0)
+        refused_lines(0)
             .backoff(Duration::from_secs(10), Duration::from_secs(20))
             .jitter(Jitter::None),
     );
@@ -138,9 +141,7 @@ fn close_while_backing_off_returns_within_the_bound_and_gives_every_queued_frame
 fn close_while_cooling_down_returns_within_the_bound_and_gives_every_queued_frame_back() {
     let _g = shared();
     let (link, mut w) = watched(
-        Link::builder(&util::refused_endpoint())
-            .codec(Codec::lines())
-            .native_retries(0)
+        refused_lines(0)
             .max_attempts(1)
             .cooldown(Duration::from_secs(60)),
     );

@@ -12,9 +12,6 @@
 //! - that no frame reached the peer twice: payloads carry sequence numbers
 //!   (`util::seq_payload`), and what the peer received (or echoed) is checked for duplicates
 //!   and order.
-//!
-//! Every test holds `util::PROCESS` for reading; a test that counts the threads and file
-//! descriptors of the whole process holds it for writing.
 
 mod util;
 
@@ -43,7 +40,6 @@ const T: Duration = Duration::from_secs(5);
 #[test]
 fn a_link_refused_for_three_seconds_retries_with_growing_delays_and_delivers_every_frame_afterwards(
 ) {
-    let _g = shared();
     let port = util::free_port();
     let (link, mut w) = watched(
         Link::builder(&util::endpoint_for(port))
@@ -93,13 +89,11 @@ fn a_link_refused_for_three_seconds_retries_with_growing_delays_and_delivers_eve
         "delays did not grow: {delays:?}"
     );
     // Each refusal came quickly after its Connecting.
-    let mut refusal = Duration::ZERO;
-    let stamped = &w.transitions[..outage.len()];
-    for pair in stamped.windows(2) {
-        if pair[0].1.to == State::Connecting && pair[1].1.to == State::Backoff {
-            refusal = refusal.max(pair[1].0 - pair[0].0);
-        }
-    }
+    let refusal = slowest_between(
+        &w.transitions[..outage.len()],
+        State::Connecting,
+        State::Backoff,
+    );
     let refusal_bound = ms(200) + SLACK;
     assert!(
         refusal <= refusal_bound,
@@ -135,7 +129,6 @@ fn a_link_refused_for_three_seconds_retries_with_growing_delays_and_delivers_eve
 /// and every frame sent after the switch arrives.
 #[test]
 fn a_flapping_peer_gets_growing_gaps_and_a_never_reset_attempt_counter_then_a_stable_link() {
-    let _g = shared();
     let peer = Peer::start(Behaviour::AcceptThenClose);
     let min_stable = ms(500);
     let (link, mut w) = watched(
@@ -210,13 +203,8 @@ fn a_flapping_peer_gets_growing_gaps_and_a_never_reset_attempt_counter_then_a_st
         None,
         "the attempt counter was reset while flapping: {attempts:?}"
     );
-    let mut detect = Duration::ZERO;
     let stamped = &w.transitions[..flapping.len()];
-    for pair in stamped.windows(2) {
-        if pair[0].1.to == State::Ready && pair[1].1.to == State::Backoff {
-            detect = detect.max(pair[1].0 - pair[0].0);
-        }
-    }
+    let detect = slowest_between(stamped, State::Ready, State::Backoff);
     assert!(detect <= CLOSE_DETECT, "a close noticed after {detect:?}");
     assert_delays_follow(&backoffs, ms(25), ms(800), "flapping");
     // The gaps between the link's own dials grow with them.
@@ -281,7 +269,6 @@ fn a_flapping_peer_gets_growing_gaps_and_a_never_reset_attempt_counter_then_a_st
 #[test]
 fn a_host_name_that_does_not_resolve_backs_off_with_cause_dns_while_another_link_keeps_round_tripping(
 ) {
-    let _g = shared();
     let peer = Peer::start(Behaviour::Echo);
     let (echo, mut we) = watched(Link::builder(&peer.endpoint()).codec(Codec::lines()));
     we.until(T, |t| t.to == State::Ready);
@@ -353,7 +340,6 @@ fn a_host_name_that_does_not_resolve_backs_off_with_cause_dns_while_another_link
 /// Expected: over 6 flaps, accepted connections == the link's connects.
 #[test]
 fn a_flapping_peer_accepts_only_the_connections_the_link_dials() {
-    let _g = shared();
     let peer = Peer::start(Behaviour::AcceptThenClose);
     let (link, mut w) = watched(
         Link::builder(&peer.endpoint())

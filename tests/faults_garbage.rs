@@ -12,9 +12,6 @@
 //! - that no frame reached the peer twice: payloads carry sequence numbers
 //!   (`util::seq_payload`), and what the peer received (or echoed) is checked for duplicates
 //!   and order.
-//!
-//! Every test holds `util::PROCESS` for reading; a test that counts the threads and file
-//! descriptors of the whole process holds it for writing.
 
 mod util;
 
@@ -35,6 +32,19 @@ fn reset_after_ready(w: &mut Watch) -> Duration {
     w.left_ready(T, Cause::Protocol) - ready_at
 }
 
+/// Waits (up to 2 × `T`) until `n` frames came back, once the peer echoes: connections
+/// made before the switch may still fail first.
+fn wait_echoes(w: &mut Watch, n: usize) {
+    let deadline = Instant::now() + 2 * T;
+    while !w.frames_until(n, ms(100)) {
+        assert!(
+            Instant::now() < deadline,
+            "no echo after the switch: {}",
+            w.trace()
+        );
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // 8. Garbage from the peer
 // ---------------------------------------------------------------------------------------
@@ -49,7 +59,6 @@ fn reset_after_ready(w: &mut Watch) -> Duration {
 #[test]
 fn a_peer_that_sends_an_endless_line_gets_its_connection_reset_without_a_panic_and_bounded_memory()
 {
-    let _g = shared();
     const TRY: usize = 64 << 20;
     // The most one connection took before the link reset it.
     let written = Arc::new(AtomicUsize::new(0));
@@ -79,14 +88,7 @@ fn a_peer_that_sends_an_endless_line_gets_its_connection_reset_without_a_panic_a
     assert!(peer.wait_closed(0, T), "the first connection stayed open");
     peer.set_behaviour(Behaviour::Echo);
     // The next connection that echoes makes the link Ready for good.
-    let deadline = Instant::now() + 2 * T;
-    while !w.frames_until(10, ms(100)) {
-        assert!(
-            Instant::now() < deadline,
-            "no echo after the switch: {}",
-            w.trace()
-        );
-    }
+    wait_echoes(&mut w, 10);
     let wrote = written.load(Ordering::SeqCst);
     let (m, _) = w.close(&link, ms(500), "endless line");
     assert!(
@@ -113,7 +115,6 @@ fn a_peer_that_sends_an_endless_line_gets_its_connection_reset_without_a_panic_a
 /// Frames: 10 queued meanwhile arrive once each, in order.
 #[test]
 fn a_length_prefix_of_four_gib_is_refused_at_once_and_the_link_reconnects() {
-    let _g = shared();
     let mut garbage = vec![0xff; 4];
     garbage.extend_from_slice(b"and then some bytes");
     let peer = Peer::start(Behaviour::Garbage(garbage));
@@ -136,14 +137,7 @@ fn a_length_prefix_of_four_gib_is_refused_at_once_and_the_link_reconnects() {
     );
     send_seqs(&link, 0..10);
     peer.set_behaviour(Behaviour::Echo);
-    let deadline = Instant::now() + 2 * T;
-    while !w.frames_until(10, ms(100)) {
-        assert!(
-            Instant::now() < deadline,
-            "no echo after the switch: {}",
-            w.trace()
-        );
-    }
+    wait_echoes(&mut w, 10);
     let (m, _) = w.close(&link, ms(500), "4 GiB prefix");
     assert_each_once_in_order(&seqs_of(&w.frames, &[]), 0..10, "4 GiB prefix");
     assert_accounted(&m, "4 GiB prefix");
@@ -171,7 +165,6 @@ fn a_length_prefix_of_four_gib_is_refused_at_once_and_the_link_reconnects() {
 /// kernel's buffers may still grow and take some of them during the close's flush).
 #[test]
 fn a_peer_that_stops_reading_fills_the_outbox_then_sends_are_refused_with_the_frame_back() {
-    let _g = shared();
     let peer = Peer::start(Behaviour::StopReadingAfter(0));
     let limit = 64;
     let (link, mut w) = watched(

@@ -12,9 +12,6 @@
 //! - that no frame reached the peer twice: payloads carry sequence numbers
 //!   (`util::seq_payload`), and what the peer received (or echoed) is checked for duplicates
 //!   and order.
-//!
-//! Every test holds `util::PROCESS` for reading; a test that counts the threads and file
-//! descriptors of the whole process holds it for writing.
 
 mod util;
 
@@ -42,7 +39,6 @@ const T: Duration = Duration::from_secs(5);
 #[test]
 #[ignore = "needs root and network namespaces"]
 fn a_dial_whose_syn_is_never_answered_backs_off_with_connect_timeout_within_the_bound() {
-    let _g = shared();
     let pair = netns::netns_pair();
     pair.ip(
         &pair.b,
@@ -108,7 +104,6 @@ fn a_dial_whose_syn_is_never_answered_backs_off_with_connect_timeout_within_the_
 #[ignore = "needs root and network namespaces"]
 fn a_half_open_connection_is_declared_dead_within_the_heartbeat_bound_and_no_frame_is_lost_or_doubled(
 ) {
-    let _g = shared();
     let pair = netns::netns_pair();
     let port = 7002;
     let _echo = pair.echo_in_b(port, T);

@@ -12,15 +12,11 @@
 //! - that no frame reached the peer twice: payloads carry sequence numbers
 //!   (`util::seq_payload`), and what the peer received (or echoed) is checked for duplicates
 //!   and order.
-//!
-//! Every test holds `util::PROCESS` for reading; a test that counts the threads and file
-//! descriptors of the whole process holds it for writing.
 
 mod util;
 
 use std::io::Read;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -41,6 +37,17 @@ fn restart_step(t: &Transition) -> bool {
             (State::Ready, State::Backoff, Cause::PeerClosed)
                 | (State::Connecting, State::Backoff, Cause::Refused)
         )
+}
+
+/// A lines link to `port` with a short backoff (20 ms .. 200 ms), once Ready.
+fn ready_on(port: u16) -> (Link, Watch) {
+    let (link, mut w) = watched(
+        Link::builder(&util::endpoint_for(port))
+            .codec(Codec::lines())
+            .backoff(ms(20), ms(200)),
+    );
+    w.until(T, |t| t.to == State::Ready);
+    (link, w)
 }
 
 /// Ends the peer with `stop` and waits for the link to notice: Ready -(peer-closed)->
@@ -65,15 +72,9 @@ fn outage(w: &mut Watch, stop: impl FnOnce()) -> Duration {
 /// in order; nothing abandoned.
 #[test]
 fn a_peer_that_restarts_gracefully_gets_every_frame_sent_before_during_and_after_exactly_once() {
-    let _g = shared();
     let port = util::free_port();
     let peer = Peer::start_on(port, Behaviour::Sink).expect("start the peer");
-    let (link, mut w) = watched(
-        Link::builder(&util::endpoint_for(port))
-            .codec(Codec::lines())
-            .backoff(ms(20), ms(200)),
-    );
-    w.until(T, |t| t.to == State::Ready);
+    let (link, mut w) = ready_on(port);
     send_seqs(&link, 0..100);
     assert!(
         peer.wait_received_len(100 * LINE, T),
@@ -128,15 +129,9 @@ fn a_peer_that_restarts_gracefully_gets_every_frame_sent_before_during_and_after
 /// in order (the echo is the evidence of arrival: the peer lives in another process).
 #[test]
 fn a_peer_killed_with_sigkill_is_noticed_at_once_and_used_again_when_a_new_one_listens() {
-    let _g = shared();
     let port = util::free_port();
     let mut child = ChildPeer::start(port);
-    let (link, mut w) = watched(
-        Link::builder(&util::endpoint_for(port))
-            .codec(Codec::lines())
-            .backoff(ms(20), ms(200)),
-    );
-    w.until(T, |t| t.to == State::Ready);
+    let (link, mut w) = ready_on(port);
     send_seqs(&link, 0..50);
     assert!(w.frames_until(50, T), "the first 50 frames were not echoed");
 
@@ -211,7 +206,6 @@ fn child_peer_helper_echoes_on_the_port_it_is_given_until_killed() {
 #[ignore = "needs redis-server"]
 fn a_sigstopped_redis_server_is_declared_dead_within_the_heartbeat_bound_and_every_command_is_answered_once_after_sigcont(
 ) {
-    let _g = shared();
     let redis = RedisServer::start().expect("this test needs redis-server on PATH");
     let pong = || Predicate::starts_with(&b"+PONG"[..]);
     let hb = Heartbeat::new(ms(200), Ping::Raw(b"PING\r\n".to_vec()))
@@ -321,7 +315,6 @@ fn a_sigstopped_redis_server_is_declared_dead_within_the_heartbeat_bound_and_eve
 #[test]
 fn eight_producers_sending_through_four_peer_restarts_keep_order_with_no_duplicate_and_exact_accounting(
 ) {
-    let _g = shared();
     const PRODUCERS: u8 = 8;
     const PER_PRODUCER: u64 = 1_500;
     const TOTAL: u64 = PRODUCERS as u64 * PER_PRODUCER;
@@ -329,17 +322,15 @@ fn eight_producers_sending_through_four_peer_restarts_keep_order_with_no_duplica
     const RESTARTS: usize = 4;
     let port = util::free_port();
     let mut peer = Peer::start_on(port, Behaviour::Sink).expect("start the peer");
-    let link = Link::builder(&util::endpoint_for(port))
-        .codec(Codec::length_prefixed())
-        .backoff(ms(10), ms(100))
-        .min_stable(ms(10))
-        .frame_ttl(ms(400))
-        .outbox_limits(2_000, 1 << 20)
-        .overflow(Overflow::Block(ms(20)))
-        .build()
-        .expect("build");
-    let ready = Arc::new(AtomicUsize::new(0));
-    let drainer = spawn_drainer(link.events(), ready.clone());
+    let (link, ready, drainer) = drained(
+        Link::builder(&util::endpoint_for(port))
+            .codec(Codec::length_prefixed())
+            .backoff(ms(10), ms(100))
+            .min_stable(ms(10))
+            .frame_ttl(ms(400))
+            .outbox_limits(2_000, 1 << 20)
+            .overflow(Overflow::Block(ms(20))),
+    );
     assert!(
         util::wait_until(T, || ready.load(Ordering::SeqCst) == 1),
         "no first Ready"

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use relink::{
     Cause, Codec, Event, Heartbeat, Link, Ping, Predicate, ProofOfLife, State, Transition,
 };
-use util::{netns, show, Behaviour, Peer, RedisServer, Watch};
+use util::{netns, show, watched, Behaviour, Peer, RedisServer, Watch};
 
 /// Room for scheduling delays on a loaded two-core machine, on top of every time bound.
 const SLACK: Duration = Duration::from_millis(500);
@@ -39,26 +39,21 @@ fn a_peer_that_stays_connected_but_never_answers_is_declared_dead_within_the_bou
     let peer = Peer::start(Behaviour::Silent);
     let hb = heartbeat_200ms();
     let bound = hb.bound();
-    let link = Link::builder(&peer.endpoint())
-        .heartbeat(hb)
-        .backoff(ms(50), ms(200))
-        .build()
-        .unwrap();
-    let mut w = Watch::new(&link);
+    let (link, mut w) = watched(
+        Link::builder(&peer.endpoint())
+            .heartbeat(hb)
+            .backoff(ms(50), ms(200)),
+    );
     let (ready_at, _) = w.until(T, |t| t.to == State::Ready);
 
-    let (dead_at, dead) = w.until(bound + SLACK + T, |t| {
-        t.from == State::Ready && t.to != State::Ready
-    });
+    let (dead_at, _) = w.expect_step(
+        bound + SLACK + T,
+        |t| t.from == State::Ready && t.to != State::Ready,
+        (State::Ready, State::Backoff, Cause::HeartbeatTimeout),
+    );
     let took = dead_at - ready_at;
     let sent = link.metrics().heartbeats_sent;
     eprintln!("silent peer: declared dead {took:?} after Ready (bound {bound:?})");
-    assert_eq!(
-        (dead.from, dead.to, dead.cause),
-        (State::Ready, State::Backoff, Cause::HeartbeatTimeout),
-        "seen: {}",
-        w.trace()
-    );
     assert!(
         took <= bound + SLACK,
         "declared dead {took:?} after Ready; the bound is {bound:?} (+{SLACK:?} slack)"
@@ -87,13 +82,12 @@ fn a_sigstopped_redis_server_is_declared_dead_within_the_bound_and_used_again_af
         .max_missed(2)
         .reply(Predicate::starts_with(&b"+PONG"[..]));
     let bound = hb.bound();
-    let link = Link::builder(&redis.endpoint())
-        .codec(Codec::lines())
-        .heartbeat(hb)
-        .backoff(ms(50), ms(400))
-        .build()
-        .unwrap();
-    let mut w = Watch::new(&link);
+    let (link, mut w) = watched(
+        Link::builder(&redis.endpoint())
+            .codec(Codec::lines())
+            .heartbeat(hb)
+            .backoff(ms(50), ms(400)),
+    );
     w.until(T, |t| t.to == State::Ready);
     let rtt = util::wait_for(T, || link.metrics().last_rtt);
     assert!(rtt.is_some(), "no PONG measured; seen: {}", w.trace());
@@ -103,17 +97,13 @@ fn a_sigstopped_redis_server_is_declared_dead_within_the_bound_and_used_again_af
     // Frozen: the TCP connection stays up, nothing answers.
     redis.stop_signal();
     let stopped_at = Instant::now();
-    let (dead_at, dead) = w.until(bound + SLACK + T, |t| {
-        t.from == State::Ready && t.to != State::Ready
-    });
+    let (dead_at, _) = w.expect_step(
+        bound + SLACK + T,
+        |t| t.from == State::Ready && t.to != State::Ready,
+        (State::Ready, State::Backoff, Cause::HeartbeatTimeout),
+    );
     let took = dead_at - stopped_at;
     eprintln!("redis-server: declared dead {took:?} after SIGSTOP (bound {bound:?})");
-    assert_eq!(
-        (dead.to, dead.cause),
-        (State::Backoff, Cause::HeartbeatTimeout),
-        "seen: {}",
-        w.trace()
-    );
     assert!(
         took <= bound + SLACK,
         "declared dead {took:?} after SIGSTOP; the bound is {bound:?} (+{SLACK:?} slack)"
@@ -415,28 +405,25 @@ fn a_link_whose_reading_is_paused_is_never_declared_dead() {
 fn a_handshake_that_gets_no_reply_times_out_and_counts_as_a_failure() {
     let peer = Peer::start(Behaviour::Silent);
     let timeout = ms(300);
-    let link = Link::builder(&peer.endpoint())
-        .codec(Codec::lines())
-        .ready_when(ProofOfLife::Handshake {
-            hello: vec![b"HELLO".to_vec()],
-            accept: Predicate::starts_with(&b"WELCOME"[..]),
-            timeout,
-        })
-        .backoff(ms(50), ms(200))
-        .build()
-        .unwrap();
-    let mut w = Watch::new(&link);
+    let (link, mut w) = watched(
+        Link::builder(&peer.endpoint())
+            .codec(Codec::lines())
+            .ready_when(ProofOfLife::Handshake {
+                hello: vec![b"HELLO".to_vec()],
+                accept: Predicate::starts_with(&b"WELCOME"[..]),
+                timeout,
+            })
+            .backoff(ms(50), ms(200)),
+    );
     let mut attempts = Vec::new();
     for _ in 0..2 {
         let (connected_at, _) = w.until(T, |t| t.to == State::Connected);
-        let (failed_at, t) = w.until(timeout + SLACK + T, |t| t.from == State::Connected);
-        let took = failed_at - connected_at;
-        assert_eq!(
-            (t.to, t.cause),
-            (State::Backoff, Cause::HandshakeTimeout),
-            "seen: {}",
-            w.trace()
+        let (failed_at, t) = w.expect_step(
+            timeout + SLACK + T,
+            |t| t.from == State::Connected,
+            (State::Connected, State::Backoff, Cause::HandshakeTimeout),
         );
+        let took = failed_at - connected_at;
         assert!(
             took >= timeout / 2 && took <= timeout + SLACK,
             "handshake timed out after {took:?}; the timeout is {timeout:?}"

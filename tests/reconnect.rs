@@ -245,11 +245,7 @@ fn an_accept_then_close_peer_sees_growing_gaps_from_relink_but_steady_redials_fr
 fn a_link_returns_to_ready_after_its_peer_restarts_on_the_same_port() {
     let peer = Peer::start(Behaviour::Echo);
     let port = peer.port();
-    let link = Link::builder(&peer.endpoint())
-        .backoff(ms(50), ms(400))
-        .build()
-        .expect("build");
-    let mut w = Watch::new(&link);
+    let (link, mut w) = watched(Link::builder(&peer.endpoint()).backoff(ms(50), ms(400)));
     w.through(State::Ready, T);
 
     peer.stop();
@@ -276,14 +272,13 @@ fn a_link_returns_to_ready_after_its_peer_restarts_on_the_same_port() {
 fn max_attempts_lead_to_cooldown_whose_probes_reconnect_once_the_peer_is_up() {
     let port = free_port();
     let cooldown = Duration::from_secs(1);
-    let link = Link::builder(&endpoint_for(port))
-        .native_retries(0)
-        .backoff(ms(20), ms(100))
-        .max_attempts(3)
-        .cooldown(cooldown)
-        .build()
-        .expect("build");
-    let mut w = Watch::new(&link);
+    let (link, mut w) = watched(
+        Link::builder(&endpoint_for(port))
+            .native_retries(0)
+            .backoff(ms(20), ms(100))
+            .max_attempts(3)
+            .cooldown(cooldown),
+    );
 
     let expected = [
         (State::Idle, State::Connecting, Cause::Start),
@@ -360,6 +355,12 @@ fn reconnect_now_dials_at_once(link: &Link, w: &mut Watch, from: State, failures
     );
 }
 
+/// [`reconnect_now_dials_at_once`], then the transition that ends that dial.
+fn redial_now(link: &Link, w: &mut Watch, from: State, failures: u32) -> Transition {
+    reconnect_now_dials_at_once(link, w, from, failures);
+    w.next(T).1
+}
+
 #[test]
 fn reconnect_now_cuts_a_backoff_short_and_keeps_the_attempt_counter() {
     let link = slow_refused_link(None);
@@ -373,9 +374,8 @@ fn reconnect_now_cuts_a_backoff_short_and_keeps_the_attempt_counter() {
         (1, Some(Duration::from_secs(10)))
     );
 
-    reconnect_now_dials_at_once(&link, &mut w, State::Backoff, 1);
     // Refused again: the second failure in a row, so the second (doubled) delay.
-    let (_, t) = w.next(T);
+    let t = redial_now(&link, &mut w, State::Backoff, 1);
     assert_step(&t, State::Connecting, State::Backoff, Cause::Refused);
     assert_eq!(
         (t.attempt, t.next_retry),
@@ -383,8 +383,7 @@ fn reconnect_now_cuts_a_backoff_short_and_keeps_the_attempt_counter() {
     );
     assert_eq!(link.metrics().consecutive_failures, 2);
 
-    reconnect_now_dials_at_once(&link, &mut w, State::Backoff, 2);
-    let (_, t) = w.next(T);
+    let t = redial_now(&link, &mut w, State::Backoff, 2);
     assert_step(&t, State::Connecting, State::Backoff, Cause::Refused);
     assert_eq!(t.attempt, 3);
     assert_eq!(link.metrics().consecutive_failures, 3);
@@ -398,8 +397,7 @@ fn reconnect_now_cuts_a_cooldown_short_and_keeps_the_attempt_counter() {
     let seen = w.through(State::Backoff, T);
     assert_eq!(seen.last().unwrap().1.attempt, 1);
 
-    reconnect_now_dials_at_once(&link, &mut w, State::Backoff, 1);
-    let (_, t) = w.next(T);
+    let t = redial_now(&link, &mut w, State::Backoff, 1);
     assert_step(&t, State::Connecting, State::Cooldown, Cause::Refused);
     assert_eq!(
         (t.attempt, t.next_retry),
@@ -412,8 +410,7 @@ fn reconnect_now_cuts_a_cooldown_short_and_keeps_the_attempt_counter() {
         "{m:?}"
     );
 
-    reconnect_now_dials_at_once(&link, &mut w, State::Cooldown, 2);
-    let (_, t) = w.next(T);
+    let t = redial_now(&link, &mut w, State::Cooldown, 2);
     assert_step(&t, State::Connecting, State::Cooldown, Cause::Refused);
     assert_eq!(t.attempt, 3);
     assert_eq!(link.metrics().consecutive_failures, 3);
@@ -424,13 +421,12 @@ fn reconnect_now_cuts_a_cooldown_short_and_keeps_the_attempt_counter() {
 fn frames_flow_again_after_a_peer_restart(immediate: bool) {
     let peer = Peer::start(Behaviour::Echo);
     let port = peer.port();
-    let link = Link::builder(&peer.endpoint())
-        .codec(Codec::lines())
-        .immediate(immediate)
-        .backoff(ms(50), ms(400))
-        .build()
-        .expect("build");
-    let mut w = Watch::new(&link);
+    let (link, mut w) = watched(
+        Link::builder(&peer.endpoint())
+            .codec(Codec::lines())
+            .immediate(immediate)
+            .backoff(ms(50), ms(400)),
+    );
     let expect_echo = |payload: &[u8]| {
         link.send(payload.to_vec()).expect("send");
         let deadline = Instant::now() + T;

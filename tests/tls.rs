@@ -17,7 +17,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use relink::{Cause, Codec, Event, Link, ProofOfLife, State};
-use util::{encode_length_prefixed, endpoint_for, free_port, wait_for, Watch};
+use util::{encode_length_prefixed, endpoint_for, free_port, wait_for, watched};
 
 /// Bound on any single wait for something that should happen at once on loopback.
 const T: Duration = Duration::from_secs(10);
@@ -260,16 +260,15 @@ fn frames_cross_a_verified_tls_tunnel_in_order_and_the_link_survives_a_tls_serve
 
     // The hello goes through the tunnel and the TLS server and back: Ready means the whole
     // path is up, not just the local TCP connection to the tunnel.
-    let link = Link::builder(&endpoint_for(tunnel_port))
-        .codec(Codec::length_prefixed())
-        .ready_when(ProofOfLife::handshake(vec![b"hello".to_vec()], |f| {
-            f == b"hello"
-        }))
-        .native_retries(0)
-        .backoff(Duration::from_millis(50), Duration::from_millis(500))
-        .build()
-        .unwrap();
-    let mut w = Watch::new(&link);
+    let (link, mut w) = watched(
+        Link::builder(&endpoint_for(tunnel_port))
+            .codec(Codec::length_prefixed())
+            .ready_when(ProofOfLife::handshake(vec![b"hello".to_vec()], |f| {
+                f == b"hello"
+            }))
+            .native_retries(0)
+            .backoff(Duration::from_millis(50), Duration::from_millis(500)),
+    );
     w.until(T, |t| t.to == State::Ready);
     let (first_took, bytes) = push_round(&link, 1);
 

@@ -299,6 +299,27 @@ pub fn retry_step(t: &Transition, cause: Cause) -> bool {
     ) || (t.from, t.to, t.cause) == (State::Connecting, State::Backoff, cause)
 }
 
+/// The longest time between a transition into `first` and the transition right after it,
+/// when that one goes into `then` (zero when there is no such pair).
+pub fn slowest_between(stamped: &[(Instant, Transition)], first: State, then: State) -> Duration {
+    stamped
+        .windows(2)
+        .filter(|pair| pair[0].1.to == first && pair[1].1.to == then)
+        .map(|pair| pair[1].0 - pair[0].0)
+        .max()
+        .unwrap_or_default()
+}
+
+/// Builds the link `b` describes and drains its events on a thread of its own
+/// ([`spawn_drainer`]); returns the link, the count of Ready transitions so far and the
+/// drainer.
+pub fn drained(b: Builder) -> (Link, Arc<AtomicUsize>, thread::JoinHandle<Drained>) {
+    let link = b.build().expect("build the link");
+    let ready = Arc::new(AtomicUsize::new(0));
+    let drainer = spawn_drainer(link.events(), ready.clone());
+    (link, ready, drainer)
+}
+
 /// Asserts that every transition in `ts` is one `allowed` admits.
 pub fn assert_only(ts: &[Transition], what: &str, allowed: impl Fn(&Transition) -> bool) {
     if let Some(bad) = ts.iter().find(|t| !allowed(t)) {
