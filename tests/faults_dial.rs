@@ -141,13 +141,7 @@ fn a_flapping_peer_gets_growing_gaps_and_a_never_reset_attempt_counter_then_a_st
     let mut next = 0u64;
     let flaps = 6;
     let deadline = Instant::now() + Duration::from_secs(10);
-    while w
-        .transitions
-        .iter()
-        .filter(|(_, t)| t.to == State::Backoff)
-        .count()
-        < flaps
-    {
+    while w.entered(State::Backoff) < flaps {
         assert!(Instant::now() < deadline, "too slow to flap: {}", w.trace());
         send_seqs(&link, next..next + 1);
         next += 1;
@@ -350,13 +344,7 @@ fn a_flapping_peer_accepts_only_the_connections_the_link_dials() {
     );
     let mut next = 0u64;
     let deadline = Instant::now() + Duration::from_secs(10);
-    while w
-        .transitions
-        .iter()
-        .filter(|(_, t)| t.to == State::Backoff)
-        .count()
-        < 6
-    {
+    while w.entered(State::Backoff) < 6 {
         assert!(Instant::now() < deadline, "too slow to flap: {}", w.trace());
         send_seqs(&link, next..next + 1);
         next += 1;

@@ -17,7 +17,7 @@ use relink::{
 };
 use util::{
     decode_length_prefixed, decode_lines, duplicates, encode_length_prefixed, first_out_of_order,
-    parse_seq, refused_endpoint, seq_payload, Behaviour, Peer, Watch,
+    parse_seq, refused_endpoint, seq_payload, watched, Behaviour, Peer, Watch,
 };
 
 /// Bound on any single wait for something that should happen at once on loopback.
@@ -81,10 +81,7 @@ fn timed_drop(link: Link, bound: Duration) -> Option<Duration> {
 #[test]
 fn raw_bytes_sent_to_an_echo_peer_come_back_as_the_same_byte_stream() {
     let peer = Peer::start(Behaviour::Echo);
-    let link = Link::builder(&peer.endpoint())
-        .codec(Codec::Raw)
-        .build()
-        .unwrap();
+    let (link, mut seen) = watched(Link::builder(&peer.endpoint()).codec(Codec::Raw));
     let mut sent: Vec<Vec<u8>> = (0..40)
         .map(|i| format!("raw-{i}|").repeat(i + 1).into_bytes())
         .collect();
@@ -94,7 +91,6 @@ fn raw_bytes_sent_to_an_echo_peer_come_back_as_the_same_byte_stream() {
     for f in &sent {
         link.send(f.clone()).unwrap();
     }
-    let mut seen = Watch::on(link.events());
     seen.expect_seen(T, "the echo", |s| {
         s.frames.iter().map(Vec::len).sum::<usize>() >= wire.len()
     });
@@ -112,10 +108,7 @@ fn raw_bytes_sent_to_an_echo_peer_come_back_as_the_same_byte_stream() {
 #[test]
 fn length_prefixed_frames_sent_to_an_echo_peer_come_back_one_for_one() {
     let peer = Peer::start(Behaviour::Echo);
-    let link = Link::builder(&peer.endpoint())
-        .codec(Codec::length_prefixed())
-        .build()
-        .unwrap();
+    let (link, mut seen) = watched(Link::builder(&peer.endpoint()).codec(Codec::length_prefixed()));
     let mut sent: Vec<Vec<u8>> = (0..50u64).map(seq_payload).collect();
     sent.insert(10, Vec::new()); // a zero-length frame is legal
     sent.push(vec![0u8; 5]); // bytes that look like a length prefix
@@ -123,7 +116,6 @@ fn length_prefixed_frames_sent_to_an_echo_peer_come_back_one_for_one() {
     for f in &sent {
         link.send(f.clone()).unwrap();
     }
-    let mut seen = Watch::on(link.events());
     seen.expect_seen(T, "the echo", |s| s.frames.len() >= sent.len());
     assert_eq!(seen.frames, sent, "echoed frames differ");
     let wire: Vec<u8> = sent
@@ -141,10 +133,7 @@ fn length_prefixed_frames_sent_to_an_echo_peer_come_back_one_for_one() {
 #[test]
 fn lines_sent_to_an_echo_peer_come_back_one_for_one() {
     let peer = Peer::start(Behaviour::Echo);
-    let link = Link::builder(&peer.endpoint())
-        .codec(Codec::lines())
-        .build()
-        .unwrap();
+    let (link, mut seen) = watched(Link::builder(&peer.endpoint()).codec(Codec::lines()));
     let mut sent: Vec<Vec<u8>> = (0..50u64).map(seq_payload).collect();
     sent.insert(5, Vec::new()); // an empty line is a legal empty frame
     sent.push(b"with\ttabs and \x00 bytes".to_vec());
@@ -152,7 +141,6 @@ fn lines_sent_to_an_echo_peer_come_back_one_for_one() {
     for f in &sent {
         link.send(f.clone()).unwrap();
     }
-    let mut seen = Watch::on(link.events());
     seen.expect_seen(T, "the echo", |s| s.frames.len() >= sent.len());
     assert_eq!(seen.frames, sent, "echoed lines differ");
     let wire_len: usize = sent.iter().map(|f| f.len() + 1).sum();
@@ -640,14 +628,12 @@ fn an_oversized_inbound_frame_resets_the_connection_with_a_codec_error_and_the_l
 #[test]
 fn close_while_connecting_returns_promptly_gives_queued_frames_back_and_refuses_later_sends() {
     // Nothing listens; libzmq's own redial waits long, so the link stays in Connecting.
-    let link = Link::builder(&refused_endpoint())
-        .native_retries(100)
-        .reconnect_ivl(Duration::from_secs(30))
-        .connect_timeout(Duration::from_secs(30))
-        .build()
-        .unwrap();
-    let ev = link.events();
-    let mut seen = Watch::on(ev);
+    let (link, mut seen) = watched(
+        Link::builder(&refused_endpoint())
+            .native_retries(100)
+            .reconnect_ivl(Duration::from_secs(30))
+            .connect_timeout(Duration::from_secs(30)),
+    );
     seen.until_entered(0, State::Connecting, T);
     let queued: Vec<Vec<u8>> = (0..3).map(seq_payload).collect();
     for f in &queued {
@@ -707,12 +693,7 @@ fn close_while_connecting_returns_promptly_gives_queued_frames_back_and_refuses_
 #[test]
 fn close_while_connected_flushes_the_outbox_closes_the_connection_and_refuses_later_sends() {
     let peer = Peer::start(Behaviour::Sink);
-    let link = Link::builder(&peer.endpoint())
-        .codec(Codec::lines())
-        .build()
-        .unwrap();
-    let ev = link.events();
-    let mut seen = Watch::on(ev);
+    let (link, mut seen) = watched(Link::builder(&peer.endpoint()).codec(Codec::lines()));
     seen.until_entered(0, State::Ready, T);
     assert!(peer.wait_accepts(1, T));
     let lines: Vec<Vec<u8>> = (0..100).map(seq_payload).collect();
@@ -974,13 +955,12 @@ fn send_refuses_a_frame_the_codec_cannot_encode_and_gives_it_back() {
 fn a_slow_reader_loses_no_event_because_the_link_pauses_reading_instead() {
     const N: u64 = 500;
     let peer = Peer::start(Behaviour::Echo);
-    let link = Link::builder(&peer.endpoint())
-        .codec(Codec::lines())
-        .events_capacity(4)
-        .build()
-        .unwrap();
+    let (link, mut seen) = watched(
+        Link::builder(&peer.endpoint())
+            .codec(Codec::lines())
+            .events_capacity(4),
+    );
     let ev = link.events();
-    let mut seen = Watch::on(ev);
     seen.until_entered(0, State::Ready, T);
 
     let pad = "p".repeat(200);
@@ -1037,13 +1017,12 @@ fn a_slow_reader_loses_no_event_because_the_link_pauses_reading_instead() {
 #[test]
 fn state_agrees_with_a_transition_already_received() {
     // Nothing listens and libzmq's redial waits 30 s: the link stays in Connecting.
-    let link = Link::builder(&refused_endpoint())
-        .native_retries(100)
-        .reconnect_ivl(Duration::from_secs(30))
-        .connect_timeout(Duration::from_secs(30))
-        .build()
-        .unwrap();
-    let mut seen = Watch::on(link.events());
+    let (link, mut seen) = watched(
+        Link::builder(&refused_endpoint())
+            .native_retries(100)
+            .reconnect_ivl(Duration::from_secs(30))
+            .connect_timeout(Duration::from_secs(30)),
+    );
     seen.until_entered(0, State::Connecting, T);
     assert_eq!(
         link.state(),
