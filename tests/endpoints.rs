@@ -427,18 +427,29 @@ fn an_unresolvable_name_backs_off_with_cause_dns_and_growing_delays() {
     assert_eq!(m.connects, 0);
 }
 
-/// Round trips on `echo` for `window` while `failing` keeps failing to resolve its name, and
+/// Round trips on a lines link to an echo peer for `window` while the link `failing` builds
+/// (with a short backoff) keeps failing to resolve its name, and
 /// checks that the failing link did not slow them: at least 20, none slower than 500 ms.
 /// Returns (round trips, slowest round trip, DNS failures of `failing` in the window).
 fn round_trips_beside_a_failing_link(
-    echo: &Link,
-    failing: &Link,
+    failing: Builder,
     window: Duration,
 ) -> (usize, Duration, usize) {
+    let peer = Peer::start(Behaviour::Echo);
+    let echo = Link::builder(&peer.endpoint())
+        .codec(Codec::lines())
+        .build()
+        .unwrap();
+    Watch::new(&echo).until_state(State::Ready, T);
+    let failing = failing
+        .backoff(Duration::from_millis(20), Duration::from_millis(100))
+        .connect_timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
     let end = Instant::now() + window;
     let (mut n, mut slowest, mut dns_failures) = (0, Duration::ZERO, 0);
     while Instant::now() < end {
-        let rtt = round_trip(echo, &format!("rt-{n}"), T).unwrap_or_else(|e| {
+        let rtt = round_trip(&echo, &format!("rt-{n}"), T).unwrap_or_else(|e| {
             panic!("round trip {n} beside the failing link: {e}");
         });
         slowest = slowest.max(rtt);
@@ -455,26 +466,18 @@ fn round_trips_beside_a_failing_link(
     }
     assert!(n >= 20, "only {n} round trips in {window:?}");
     assert!(slowest < Duration::from_millis(500), "slowest {slowest:?}");
+    failing.close(T);
+    echo.close(T);
     (n, slowest, dns_failures)
 }
 
 #[test]
 fn a_link_failing_to_resolve_its_name_does_not_slow_another_link() {
     let lookup = Duration::ZERO;
-    let peer = Peer::start(Behaviour::Echo);
-    let echo = Link::builder(&peer.endpoint())
-        .codec(Codec::lines())
-        .build()
-        .unwrap();
-    Watch::new(&echo).until_state(State::Ready, T);
-    let failing = Link::builder(INVALID)
-        .resolver(nxdomain())
-        .backoff(Duration::from_millis(20), Duration::from_millis(100))
-        .connect_timeout(Duration::from_secs(10))
-        .build()
-        .unwrap();
-    let (n, slowest, dns_failures) =
-        round_trips_beside_a_failing_link(&echo, &failing, Duration::from_secs(3));
+    let (n, slowest, dns_failures) = round_trips_beside_a_failing_link(
+        Link::builder(INVALID).resolver(nxdomain()),
+        Duration::from_secs(3),
+    );
     println!(
         "{n} round trips in 3 s, slowest {:.1} ms, while the other link failed DNS \
          {dns_failures} times",
@@ -482,8 +485,6 @@ fn a_link_failing_to_resolve_its_name_does_not_slow_another_link() {
     );
     let _ = lookup;
     assert!(dns_failures >= 5, "only {dns_failures} DNS failures in 3 s");
-    failing.close(T);
-    echo.close(T);
 }
 
 #[test]
@@ -492,20 +493,10 @@ fn a_resolver_that_takes_two_seconds_delays_only_the_link_that_asked() {
         std::thread::sleep(Duration::from_secs(2));
         Err(format!("{host}: timed out"))
     });
-    let peer = Peer::start(Behaviour::Echo);
-    let echo = Link::builder(&peer.endpoint())
-        .codec(Codec::lines())
-        .build()
-        .unwrap();
-    Watch::new(&echo).until_state(State::Ready, T);
-    let failing = Link::builder(INVALID)
-        .resolver(slow)
-        .backoff(Duration::from_millis(20), Duration::from_millis(100))
-        .connect_timeout(Duration::from_secs(10))
-        .build()
-        .unwrap();
-    let (n, slowest, dns_failures) =
-        round_trips_beside_a_failing_link(&echo, &failing, Duration::from_secs(3));
+    let (n, slowest, dns_failures) = round_trips_beside_a_failing_link(
+        Link::builder(INVALID).resolver(slow),
+        Duration::from_secs(3),
+    );
     println!(
         "{n} round trips in 3 s beside a 2 s resolver, slowest {:.1} ms, {dns_failures} DNS failures",
         ms(slowest)
@@ -514,8 +505,6 @@ fn a_resolver_that_takes_two_seconds_delays_only_the_link_that_asked() {
         dns_failures >= 1,
         "the slow answer came back as a dns failure"
     );
-    failing.close(T);
-    echo.close(T);
 }
 
 #[test]
@@ -541,19 +530,8 @@ fn a_resolver_that_never_answers_delays_only_the_link_that_asked() {
         lookup >= Duration::from_secs(1),
         "the lookup did not wait for the silent server: {lookup:?}"
     );
-    let peer = Peer::start(Behaviour::Echo);
-    let echo = Link::builder(&peer.endpoint())
-        .codec(Codec::lines())
-        .build()
-        .unwrap();
-    Watch::new(&echo).until_state(State::Ready, T);
-    let failing = Link::builder(INVALID)
-        .backoff(Duration::from_millis(20), Duration::from_millis(100))
-        .connect_timeout(Duration::from_secs(10))
-        .build()
-        .unwrap();
     let (n, slowest, dns_failures) =
-        round_trips_beside_a_failing_link(&echo, &failing, Duration::from_secs(5));
+        round_trips_beside_a_failing_link(Link::builder(INVALID), Duration::from_secs(5));
     println!(
         "{n} round trips in 5 s, slowest {:.1} ms, while the other link's lookups each took \
          {:.0} ms ({dns_failures} failed)",
@@ -561,8 +539,6 @@ fn a_resolver_that_never_answers_delays_only_the_link_that_asked() {
         ms(lookup)
     );
     assert!(dns_failures >= 1, "no DNS failure in 5 s");
-    failing.close(T);
-    echo.close(T);
 }
 
 // ---------------------------------------------------------------------------------------

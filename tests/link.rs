@@ -46,6 +46,19 @@ fn assert_chained(ts: &[Transition]) {
     }
 }
 
+/// A link to a port where nothing listens, whose libzmq redial waits 30 s: it stays in
+/// Connecting. Returned once it is there, with its watcher.
+fn stuck_connecting() -> (Link, Watch) {
+    let (link, mut seen) = watched(
+        Link::builder(&refused_endpoint())
+            .native_retries(100)
+            .reconnect_ivl(Duration::from_secs(30))
+            .connect_timeout(Duration::from_secs(30)),
+    );
+    seen.until_entered(0, State::Connecting, T);
+    (link, seen)
+}
+
 /// A builder with short backoff delays, so reconnection tests stay quick.
 fn quick(endpoint: &str) -> Builder {
     Link::builder(endpoint).backoff(Duration::from_millis(20), Duration::from_millis(300))
@@ -628,13 +641,7 @@ fn an_oversized_inbound_frame_resets_the_connection_with_a_codec_error_and_the_l
 #[test]
 fn close_while_connecting_returns_promptly_gives_queued_frames_back_and_refuses_later_sends() {
     // Nothing listens; libzmq's own redial waits long, so the link stays in Connecting.
-    let (link, mut seen) = watched(
-        Link::builder(&refused_endpoint())
-            .native_retries(100)
-            .reconnect_ivl(Duration::from_secs(30))
-            .connect_timeout(Duration::from_secs(30)),
-    );
-    seen.until_entered(0, State::Connecting, T);
+    let (link, mut seen) = stuck_connecting();
     let queued: Vec<Vec<u8>> = (0..3).map(seq_payload).collect();
     for f in &queued {
         link.send(f.clone()).unwrap();
@@ -1017,13 +1024,7 @@ fn a_slow_reader_loses_no_event_because_the_link_pauses_reading_instead() {
 #[test]
 fn state_agrees_with_a_transition_already_received() {
     // Nothing listens and libzmq's redial waits 30 s: the link stays in Connecting.
-    let (link, mut seen) = watched(
-        Link::builder(&refused_endpoint())
-            .native_retries(100)
-            .reconnect_ivl(Duration::from_secs(30))
-            .connect_timeout(Duration::from_secs(30)),
-    );
-    seen.until_entered(0, State::Connecting, T);
+    let (link, seen) = stuck_connecting();
     assert_eq!(
         link.state(),
         State::Connecting,
