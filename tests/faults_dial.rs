@@ -115,6 +115,29 @@ fn a_link_refused_for_three_seconds_retries_with_growing_delays_and_delivers_eve
 // 5. Flapping
 // ---------------------------------------------------------------------------------------
 
+/// A peer that accepts and closes at once, and a lines link to it (backoff 25 ms .. 800 ms,
+/// ±10 % jitter, `min_stable`) that is sent one numbered frame every 20 ms until it has
+/// flapped 6 times (within 10 s). Returns them with the next frame number.
+fn flapping(min_stable: Duration) -> (Peer, Link, Watch, u64) {
+    let peer = Peer::start(Behaviour::AcceptThenClose);
+    let (link, mut w) = watched(
+        Link::builder(&peer.endpoint())
+            .codec(Codec::lines())
+            .backoff(ms(25), ms(800))
+            .jitter(Jitter::Proportional(0.1))
+            .min_stable(min_stable),
+    );
+    let mut next = 0u64;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while w.entered(State::Backoff) < 6 {
+        assert!(Instant::now() < deadline, "too slow to flap: {}", w.trace());
+        send_seqs(&link, next..next + 1);
+        next += 1;
+        w.quiet_for(ms(20));
+    }
+    (peer, link, w, next)
+}
+
 /// Expected states: Connecting -> Connected -> Ready -(peer-closed)-> Backoff, over and over
 /// (the TCP connect is the proof of life here, so every flap reaches Ready), with `attempt`
 /// growing at every Backoff: a connection that lasts less than `min_stable` never resets it.
@@ -129,24 +152,8 @@ fn a_link_refused_for_three_seconds_retries_with_growing_delays_and_delivers_eve
 /// and every frame sent after the switch arrives.
 #[test]
 fn a_flapping_peer_gets_growing_gaps_and_a_never_reset_attempt_counter_then_a_stable_link() {
-    let peer = Peer::start(Behaviour::AcceptThenClose);
     let min_stable = ms(500);
-    let (link, mut w) = watched(
-        Link::builder(&peer.endpoint())
-            .codec(Codec::lines())
-            .backoff(ms(25), ms(800))
-            .jitter(Jitter::Proportional(0.1))
-            .min_stable(min_stable),
-    );
-    let mut next = 0u64;
-    let flaps = 6;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while w.entered(State::Backoff) < flaps {
-        assert!(Instant::now() < deadline, "too slow to flap: {}", w.trace());
-        send_seqs(&link, next..next + 1);
-        next += 1;
-        w.quiet_for(ms(20));
-    }
+    let (peer, link, mut w, mut next) = flapping(min_stable);
     let flapping = w.since(0);
     let accepts_flapping = peer.accept_count();
 
@@ -334,22 +341,7 @@ fn a_host_name_that_does_not_resolve_backs_off_with_cause_dns_while_another_link
 /// Expected: over 6 flaps, accepted connections == the link's connects.
 #[test]
 fn a_flapping_peer_accepts_only_the_connections_the_link_dials() {
-    let peer = Peer::start(Behaviour::AcceptThenClose);
-    let (link, mut w) = watched(
-        Link::builder(&peer.endpoint())
-            .codec(Codec::lines())
-            .backoff(ms(25), ms(800))
-            .jitter(Jitter::Proportional(0.1))
-            .min_stable(ms(500)),
-    );
-    let mut next = 0u64;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while w.entered(State::Backoff) < 6 {
-        assert!(Instant::now() < deadline, "too slow to flap: {}", w.trace());
-        send_seqs(&link, next..next + 1);
-        next += 1;
-        w.quiet_for(ms(20));
-    }
+    let (peer, link, mut w, _) = flapping(ms(500));
     // libzmq's own redial would come 100–200 ms after a drop; the next dial of the link is
     // 800 ms ± 10 % away.
     let extra = peer.wait_until(ms(500), |s| s.accept_count() as u64 > 6);

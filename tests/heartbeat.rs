@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use relink::{
     Cause, Codec, Event, Heartbeat, Link, Ping, Predicate, ProofOfLife, State, Transition,
 };
-use util::{netns, show, watched, Behaviour, Peer, RedisServer, Watch};
+use util::{lines_to, netns, show, watched, Behaviour, Peer, RedisServer, Watch};
 
 /// Room for scheduling delays on a loaded two-core machine, on top of every time bound.
 const SLACK: Duration = Duration::from_millis(500);
@@ -83,8 +83,7 @@ fn a_sigstopped_redis_server_is_declared_dead_within_the_bound_and_used_again_af
         .reply(Predicate::starts_with(&b"+PONG"[..]));
     let bound = hb.bound();
     let (link, mut w) = watched(
-        Link::builder(&redis.endpoint())
-            .codec(Codec::lines())
+        lines_to(&redis.endpoint())
             .heartbeat(hb)
             .backoff(ms(50), ms(400)),
     );

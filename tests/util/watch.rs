@@ -258,6 +258,11 @@ impl Watch {
     }
 }
 
+/// A builder for a link to `endpoint` with the lines codec.
+pub fn lines_to(endpoint: &str) -> Builder {
+    Link::builder(endpoint).codec(relink::Codec::lines())
+}
+
 /// Builds the link `b` describes and starts watching its events.
 pub fn watched(b: Builder) -> (Link, Watch) {
     let link = b.build().expect("build");
