@@ -43,7 +43,7 @@ fn refused_lines(native_retries: u32) -> relink::Builder {
 fn close_in(link: &Link, w: &mut Watch, state: State, what: &str) -> Duration {
     assert_eq!(link.state(), state, "{what}: not in {state}: {}", w.trace());
     send_seqs(link, 0..5);
-    let (m, took) = w.close(&link, ms(300), what);
+    let (m, took) = w.close(link, ms(300), what);
     assert_accounted(&m, what);
     assert_abandoned_match(&m, &w.abandoned, what);
     let back: Vec<u64> = abandoned_seqs(&w.abandoned);

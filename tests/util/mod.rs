@@ -21,7 +21,7 @@
 //! - waits block on a condition variable or a channel where there is an event to wait on;
 //!   [`wait_for`] polls (every 2 ms) only where there is none.
 // Each test binary uses a part of the kit.
-#![allow(dead_code, unused_imports)]
+#![allow(dead_code)]
 
 pub mod checks;
 pub mod netns;
@@ -32,10 +32,19 @@ pub mod redis;
 pub mod wait;
 pub mod watch;
 
+// The kit's items by name (`util::Watch`); a test binary that uses none of a module's items
+// leaves its re-export unused.
+#[allow(unused_imports)]
 pub use checks::*;
+#[allow(unused_imports)]
 pub use payload::*;
+#[allow(unused_imports)]
 pub use peers::*;
+#[allow(unused_imports)]
 pub use proc::*;
+#[allow(unused_imports)]
 pub use redis::*;
+#[allow(unused_imports)]
 pub use wait::*;
+#[allow(unused_imports)]
 pub use watch::*;

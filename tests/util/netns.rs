@@ -554,7 +554,6 @@ pub fn run_child_link(endpoint: &str, interval: Duration, max_missed: u32, limit
 /// its own created there: libzmq starts its IO thread at the context's first socket, and every
 /// thread inherits the namespace of the thread that starts it, so the link's IO thread and
 /// libzmq's both live in `ns` while the test thread stays where it is.
-
 pub fn build_in_namespace(
     ns: &str,
     make: impl FnOnce(&Context) -> Builder + Send + 'static,
@@ -582,6 +581,7 @@ pub fn build_in_namespace(
     .expect("the namespace thread panicked")
 }
 
+/// A fresh [`NetnsPair`]; panics saying that the test needs root if it cannot be made.
 pub fn netns_pair() -> NetnsPair {
     NetnsPair::create()
         .unwrap_or_else(|e| panic!("this test needs root and network namespaces: {e}"))

@@ -92,14 +92,13 @@ pub fn producer_payload(producer: u8, seq: u64) -> Vec<u8> {
     out
 }
 
+/// The producer and sequence number of a `producer_payload` (None for anything else).
 pub fn parse_producer_payload(frame: &[u8]) -> Option<(u8, u64)> {
     let rest = frame.strip_prefix(b"p")?;
     let dash = rest.iter().position(|&b| b == b'-')?;
     let producer = std::str::from_utf8(&rest[..dash]).ok()?.parse().ok()?;
     Some((producer, parse_seq(&rest[dash + 1..])?))
 }
-
-/// Bytes of each connection a peer saw, in accept order, from its event stream after it
 
 /// Bytes of one `seq_payload` line on the wire: 14 bytes and a newline.
 pub const LINE: usize = 15;

@@ -14,11 +14,9 @@
 //! fails with `AddrInUse` while another socket still *listens* there.
 
 use std::collections::HashSet;
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::hash::{BuildHasher, Hasher};
 use std::io::{self, ErrorKind, Read, Write};
 use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::thread::{self, JoinHandle};
@@ -27,7 +25,6 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
 use super::payload::{decode_length_prefixed, decode_lines, encode_length_prefixed};
-use super::wait::wait_until;
 
 /// How long the accept loop parks between two non-blocking `accept` calls (it wakes at once
 /// when the peer stops). Accept times are late by at most about this much.
@@ -108,6 +105,9 @@ pub enum PeerEvent {
     Closed(usize),
 }
 
+/// Cuts bytes into items (frames, lines) and the bytes left over after the last whole one.
+type Decoder = fn(&[u8]) -> (Vec<Vec<u8>>, &[u8]);
+
 /// Everything the peer recorded, one entry per connection in accept order. Handed by
 /// reference to the predicate of [`Peer::wait_until`] (under the peer's lock: keep the
 /// predicate short) and by value from [`Peer::snapshot`].
@@ -149,7 +149,7 @@ impl Snapshot {
         self.decoded(decode_lines)
     }
     /// Each connection's bytes cut by `decode`, with the count of bytes left over.
-    fn decoded(&self, decode: fn(&[u8]) -> (Vec<Vec<u8>>, &[u8])) -> Vec<(Vec<Vec<u8>>, usize)> {
+    fn decoded(&self, decode: Decoder) -> Vec<(Vec<Vec<u8>>, usize)> {
         self.received
             .iter()
             .map(|r| {

@@ -1,17 +1,11 @@
 //! A `redis-server` child process on 127.0.0.1.
 
-use std::collections::HashSet;
-use std::hash::{BuildHasher, Hash, Hasher};
 use std::io::{self, ErrorKind, Read, Write};
-use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
-use std::thread::{self, JoinHandle};
+use std::process::Child;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
 use super::peers::{endpoint_for, free_port};
 use super::wait::wait_for;
