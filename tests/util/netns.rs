@@ -1,6 +1,6 @@
-//! Network namespaces for the dead-peer tests and the `detect` example: two namespaces joined
-//! by a veth pair, processes started inside them, a blackhole route that silences one side
-//! without a FIN or RST, and the line protocol a link running in a child process reports on.
+//! Network namespaces for the dead-peer tests: two namespaces joined by a veth pair, processes
+//! started inside them, a blackhole route that silences one side without a FIN or RST, a link
+//! built inside one, and the line protocol a link running in a child process reports on.
 //!
 //! Part of the test kit: `util::netns`.
 //!
