@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::batch::Batch;
+
 /// A configuration that [`Builder::build`](crate::Builder::build) refuses.
 ///
 /// Every check is made once, in `build()`; a link that was built never fails for a
@@ -146,6 +148,60 @@ impl SendError {
     pub fn into_inner(self) -> Vec<u8> {
         match self {
             SendError::Full(f) | SendError::Closed(f) | SendError::Invalid(f, _) => f,
+        }
+    }
+}
+
+/// Frames of a batch refused by [`Link::send_batch`](crate::Link::send_batch) or
+/// [`Link::send_batch_async`](crate::Link::send_batch_async); the refused frames are given
+/// back, and the frames before them were accepted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum BatchError {
+    /// The outbox reached its limit: the first `accepted` frames were queued, the rest did not
+    /// fit (policy `RejectNew`, or a `Block` wait ran out).
+    #[error("outbox full: {accepted} frames accepted, {} refused", rest.len())]
+    Full {
+        /// Frames of the batch that were queued.
+        accepted: usize,
+        /// The frames refused, in order.
+        rest: Batch,
+    },
+    /// The link is closed or closing: the first `accepted` frames were queued before it
+    /// closed, the rest were refused.
+    #[error("link closed: {accepted} frames accepted, {} refused", rest.len())]
+    Closed {
+        /// Frames of the batch that were queued.
+        accepted: usize,
+        /// The frames refused, in order.
+        rest: Batch,
+    },
+    /// The codec cannot encode the frame at `index`: the whole batch is refused, unsent.
+    #[error("frame {index} of the batch refused: {error}")]
+    Invalid {
+        /// The batch, as given.
+        batch: Batch,
+        /// The first frame the codec refuses.
+        index: usize,
+        /// Why it refuses it.
+        error: FrameError,
+    },
+}
+
+impl BatchError {
+    /// How many frames of the batch were accepted.
+    pub fn accepted(&self) -> usize {
+        match self {
+            BatchError::Full { accepted, .. } | BatchError::Closed { accepted, .. } => *accepted,
+            BatchError::Invalid { .. } => 0,
+        }
+    }
+
+    /// The frames that were not accepted, in order.
+    pub fn into_inner(self) -> Batch {
+        match self {
+            BatchError::Full { rest, .. } | BatchError::Closed { rest, .. } => rest,
+            BatchError::Invalid { batch, .. } => batch,
         }
     }
 }

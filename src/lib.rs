@@ -96,6 +96,7 @@
 #![warn(missing_docs, missing_debug_implementations)]
 #![deny(unsafe_code)]
 
+mod batch;
 mod builder;
 mod core;
 mod error;
@@ -110,12 +111,13 @@ pub use crate::core::endpoint::Endpoint;
 pub use crate::core::heartbeat::{Heartbeat, Ping};
 pub use crate::core::predicate::Predicate;
 pub use crate::core::settings::ProofOfLife;
+pub use batch::{Batch, BatchIter};
 pub use builder::{defaults, Builder, Overflow};
 pub use crossbeam_channel::{RecvError, RecvTimeoutError, TryRecvError};
-pub use error::{CodecError, ConfigError, FrameError, LinkError, SendError};
+pub use error::{BatchError, CodecError, ConfigError, FrameError, LinkError, SendError};
 pub use event::{AbandonReason, Cause, Event, State, Transition};
 pub use io::{Context, Keepalive, Resolver};
-pub use link::{Events, Link};
+pub use link::{Events, Link, Recv};
 pub use metrics::{Abandoned, Metrics};
 
 /// The README's examples, compiled and run as doctests.

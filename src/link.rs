@@ -2,16 +2,21 @@
 //! here, with the handle it builds.
 
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
+use std::task::{Context as TaskContext, Poll};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvError, RecvTimeoutError, Sender, TryRecvError};
+use event_listener::EventListener;
 
+use crate::batch::Batch;
 use crate::builder::{Builder, Config, Overflow};
 use crate::core::codec::Codec;
-use crate::error::{ConfigError, SendError};
+use crate::error::{BatchError, ConfigError, SendError};
 use crate::event::{Event, State};
 use crate::io::event_loop::{IoSettings, IoThread};
 use crate::io::shared::{Command, Shared};
@@ -113,10 +118,12 @@ impl Link {
             events_tx,
         )?;
         let (done_tx, done) = crossbeam_channel::bounded::<()>(0);
+        let io_shared = shared.clone();
         let thread = std::thread::Builder::new()
             .name("relink-io".into())
             .spawn(move || {
                 io.run();
+                io_shared.finish();
                 drop(done_tx);
             })
             .map_err(|e| ConfigError::Zmq(format!("spawn IO thread: {e}")))?;
@@ -126,6 +133,7 @@ impl Link {
                 events: Events {
                     rx: events_rx,
                     shared: shared.clone(),
+                    listener: None,
                 },
                 shared,
                 codec: config.core.codec,
@@ -208,36 +216,56 @@ impl Link {
         }
         let len = frame.len();
         if !self.reserve(len, wait) {
-            let err = if shared.closed.load(Ordering::SeqCst) {
-                SendError::Closed(frame)
-            } else {
-                SendError::Full(frame)
-            };
-            return Err(self.reject(err));
+            return Err(self.refuse(frame));
         }
+        self.enqueue_frame(frame, ttl)
+    }
+
+    /// The error for a frame that found no room: `Closed` if the link closed meanwhile.
+    fn refuse(&self, frame: Vec<u8>) -> SendError {
+        let err = if self.inner.shared.closed.load(Ordering::SeqCst) {
+            SendError::Closed(frame)
+        } else {
+            SendError::Full(frame)
+        };
+        self.reject(err)
+    }
+
+    /// Hands a frame, whose room is reserved, to the IO thread.
+    fn enqueue_frame(&self, frame: Vec<u8>, ttl: Option<Duration>) -> Result<(), SendError> {
+        let len = frame.len();
         let deadline = ttl.map(|t| Instant::now() + t);
+        match self.enqueue(Command::Send { frame, deadline }, 1, len) {
+            Ok(()) => Ok(()),
+            Err(Command::Send { frame, .. }) => Err(self.reject(SendError::Closed(frame))),
+            Err(_) => unreachable!("the command enqueued is a Send"),
+        }
+    }
+
+    /// Sends a command carrying `frames` frames of `bytes` bytes, whose room is reserved, to
+    /// the IO thread; gives it back (room released) if the link closed first.
+    fn enqueue(&self, cmd: Command, frames: usize, bytes: usize) -> Result<(), Command> {
+        let inner = &*self.inner;
+        let shared = &*inner.shared;
         // The IO thread sets `closed`, then waits for `sending` to reach zero before its last
         // look at the channel: a frame is either seen by it or refused here.
         shared.sending.fetch_add(1, Ordering::SeqCst);
         if shared.closed.load(Ordering::SeqCst) {
             shared.sending.fetch_sub(1, Ordering::SeqCst);
-            shared.queued_frames.fetch_sub(1, Ordering::SeqCst);
-            shared.queued_bytes.fetch_sub(len, Ordering::SeqCst);
-            return Err(self.reject(SendError::Closed(frame)));
+            self.unreserve(frames, bytes);
+            return Err(cmd);
         }
-        let sent = inner.tx.send(Command::Send { frame, deadline });
+        let sent = inner.tx.send(cmd);
         shared.sending.fetch_sub(1, Ordering::SeqCst);
         match sent {
             Ok(()) => {
                 shared.wake_for_command();
                 Ok(())
             }
-            Err(crossbeam_channel::SendError(Command::Send { frame, .. })) => {
-                shared.queued_frames.fetch_sub(1, Ordering::SeqCst);
-                shared.queued_bytes.fetch_sub(len, Ordering::SeqCst);
-                Err(self.reject(SendError::Closed(frame)))
+            Err(crossbeam_channel::SendError(cmd)) => {
+                self.unreserve(frames, bytes);
+                Err(cmd)
             }
-            Err(_) => unreachable!("the command sent is a Send"),
         }
     }
 
@@ -246,53 +274,136 @@ impl Link {
         e
     }
 
+    /// Admits one frame of `len` bytes if the reserved total stays within (frames, bytes); a
+    /// frame larger than the byte limit is admitted alone.
+    fn try_reserve(&self, len: usize, max_frames: usize, max_bytes: usize) -> bool {
+        let shared = &*self.inner.shared;
+        let frames = shared.queued_frames.fetch_add(1, Ordering::SeqCst);
+        let bytes = shared.queued_bytes.fetch_add(len, Ordering::SeqCst);
+        if frames < max_frames && (bytes + len <= max_bytes || frames == 0) {
+            true
+        } else {
+            self.unreserve(1, len);
+            false
+        }
+    }
+
+    fn unreserve(&self, frames: usize, bytes: usize) {
+        let shared = &*self.inner.shared;
+        shared.queued_frames.fetch_sub(frames, Ordering::SeqCst);
+        shared.queued_bytes.fetch_sub(bytes, Ordering::SeqCst);
+    }
+
+    /// The limits a frame is admitted under: the outbox's, or for `DropOldest` twice them (the
+    /// IO thread trims the outbox to its limits; beyond twice the limits the frames are still
+    /// on their way to it, and a producer that fast waits for the IO thread, never for the
+    /// network, so memory stays bounded).
+    fn limits(&self, force: bool) -> (usize, usize) {
+        let inner = &*self.inner;
+        if force {
+            (
+                inner.max_frames.saturating_mul(2),
+                inner.max_bytes.saturating_mul(2),
+            )
+        } else {
+            (inner.max_frames, inner.max_bytes)
+        }
+    }
+
     /// Reserves room for one frame of `len` bytes in the outbox.
     fn reserve(&self, len: usize, wait: Wait) -> bool {
-        let inner = &*self.inner;
-        let shared = &*inner.shared;
-        // Admits the frame if the reserved total stays within (frames, bytes); a frame larger
-        // than the byte limit is admitted alone.
-        let try_within = |max_frames: usize, max_bytes: usize| {
-            let frames = shared.queued_frames.fetch_add(1, Ordering::SeqCst);
-            let bytes = shared.queued_bytes.fetch_add(len, Ordering::SeqCst);
-            if frames < max_frames && (bytes + len <= max_bytes || frames == 0) {
-                true
-            } else {
-                shared.queued_frames.fetch_sub(1, Ordering::SeqCst);
-                shared.queued_bytes.fetch_sub(len, Ordering::SeqCst);
-                false
-            }
-        };
-        let (max_frames, max_bytes) = (inner.max_frames, inner.max_bytes);
         match wait {
-            Wait::No => try_within(max_frames, max_bytes),
+            Wait::No => {
+                let (f, b) = self.limits(false);
+                self.try_reserve(len, f, b)
+            }
             Wait::For(timeout) => {
-                try_within(max_frames, max_bytes)
-                    || self.wait_for_room(Some(timeout), || try_within(max_frames, max_bytes))
+                let (f, b) = self.limits(false);
+                self.try_reserve(len, f, b)
+                    || self
+                        .wait_for_room(Some(timeout), || self.try_reserve(len, f, b).then_some(()))
+                        .is_some()
             }
             Wait::Force => {
-                // DropOldest: the IO thread trims the outbox to its limits. Beyond twice the
-                // limits the frames are still on their way to it; a producer that fast waits
-                // for the IO thread (never for the network), so memory stays bounded.
-                let (f2, b2) = (max_frames.saturating_mul(2), max_bytes.saturating_mul(2));
-                try_within(f2, b2) || self.wait_for_room(None, || try_within(f2, b2))
+                let (f, b) = self.limits(true);
+                self.try_reserve(len, f, b)
+                    || self
+                        .wait_for_room(None, || self.try_reserve(len, f, b).then_some(()))
+                        .is_some()
             }
         }
     }
 
+    /// Reserves room for as many frames from the start of `batch` as fit under the limits;
+    /// returns how many. One reservation for all of them when no other sender interferes.
+    fn reserve_prefix(&self, batch: &Batch, max_frames: usize, max_bytes: usize) -> usize {
+        let shared = &*self.inner.shared;
+        let f0 = shared.queued_frames.load(Ordering::SeqCst);
+        let b0 = shared.queued_bytes.load(Ordering::SeqCst);
+        let mut k = 0;
+        while k < batch.len() {
+            let end = batch.prefix_bytes(k + 1);
+            let alone = f0 + k == 0;
+            if f0 + k >= max_frames || (b0 + end > max_bytes && !alone) {
+                break;
+            }
+            k += 1;
+        }
+        if k == 0 {
+            return 0;
+        }
+        let kb = batch.prefix_bytes(k);
+        let frames = shared.queued_frames.fetch_add(k, Ordering::SeqCst);
+        let bytes = shared.queued_bytes.fetch_add(kb, Ordering::SeqCst);
+        if frames + k <= max_frames && (bytes + kb <= max_bytes || (frames == 0 && k == 1)) {
+            return k;
+        }
+        self.unreserve(k, kb);
+        // Another sender got in between: one frame at a time, as `send` does.
+        let mut k = 0;
+        while k < batch.len() {
+            let len = batch.prefix_bytes(k + 1) - batch.prefix_bytes(k);
+            if !self.try_reserve(len, max_frames, max_bytes) {
+                break;
+            }
+            k += 1;
+        }
+        k
+    }
+
+    /// Reserves room for a whole batch under `DropOldest`: admitted at once while the reserved
+    /// total is under twice the limits (or nothing is reserved).
+    fn try_reserve_all(&self, batch: &Batch) -> bool {
+        let shared = &*self.inner.shared;
+        let (max_frames, max_bytes) = self.limits(true);
+        let (n, nb) = (batch.len(), batch.bytes());
+        let frames = shared.queued_frames.fetch_add(n, Ordering::SeqCst);
+        let bytes = shared.queued_bytes.fetch_add(nb, Ordering::SeqCst);
+        if (frames < max_frames && bytes < max_bytes) || frames == 0 {
+            true
+        } else {
+            self.unreserve(n, nb);
+            false
+        }
+    }
+
     /// Waits until `try_reserve` succeeds, the link closes, or `timeout` (if any) passes.
-    fn wait_for_room(&self, timeout: Option<Duration>, try_reserve: impl Fn() -> bool) -> bool {
+    fn wait_for_room<R>(
+        &self,
+        timeout: Option<Duration>,
+        mut try_reserve: impl FnMut() -> Option<R>,
+    ) -> Option<R> {
         let shared = &*self.inner.shared;
         let deadline = timeout.map(|t| Instant::now() + t);
         shared.waiters.fetch_add(1, Ordering::SeqCst);
         let mut guard = shared.room.lock().unwrap_or_else(|e| e.into_inner());
-        let ok = loop {
-            if try_reserve() {
-                break true;
+        let got = loop {
+            if let Some(r) = try_reserve() {
+                break Some(r);
             }
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) || shared.closed.load(Ordering::SeqCst) {
-                break false;
+                break None;
             }
             // Without a deadline, wake now and then anyway: a bound on every wait.
             let wait = deadline.map_or(Duration::from_millis(100), |d| d - now);
@@ -304,7 +415,286 @@ impl Link {
         };
         drop(guard);
         shared.waiters.fetch_sub(1, Ordering::SeqCst);
-        ok
+        got
+    }
+
+    /// Waits, without blocking the thread, until `try_reserve` succeeds or the link closes
+    /// (`None`). Woken by the IO thread when room frees and when the link closes.
+    async fn room_async<R>(&self, mut try_reserve: impl FnMut() -> Option<R>) -> Option<R> {
+        if let Some(r) = try_reserve() {
+            return Some(r);
+        }
+        let shared = &*self.inner.shared;
+        let _waiting = Waiting::new(shared);
+        loop {
+            if shared.closed.load(Ordering::SeqCst) {
+                return None;
+            }
+            // Register, then look again: room freed after the look wakes the listener.
+            let listener = shared.room_freed.listen();
+            if let Some(r) = try_reserve() {
+                return Some(r);
+            }
+            if shared.closed.load(Ordering::SeqCst) {
+                return None;
+            }
+            listener.await;
+            if let Some(r) = try_reserve() {
+                return Some(r);
+            }
+        }
+    }
+
+    /// Queues many frames in one call: one admission check and one message to the IO thread
+    /// for all of them, the frames stored back to back (see [`Batch`]). Each frame keeps its
+    /// own outcome and counts as one frame in the metrics; order is kept.
+    ///
+    /// The overflow policy applies per frame: with `RejectNew` the frames that fit are
+    /// queued and the rest are refused; with `DropOldest` all are queued and the oldest
+    /// frames are abandoned as needed; with `Block(t)` the call waits up to `t` in all for
+    /// room for the rest, then refuses what is left. The builder's `frame_ttl` applies to
+    /// every frame.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// use relink::{Batch, Codec, Link};
+    ///
+    /// let link = Link::builder("tcp://127.0.0.1:7000")
+    ///     .codec(Codec::length_prefixed())
+    ///     .build()?;
+    /// let mut batch = Batch::with_capacity(100, 100 * 64);
+    /// for i in 0..100u8 {
+    ///     batch.push(&[i; 64]);
+    /// }
+    /// if let Err(e) = link.send_batch(batch) {
+    ///     println!("{} accepted, {} refused", e.accepted(), e.into_inner().len());
+    /// }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`BatchError::Full`] or [`BatchError::Closed`] give back the frames not accepted (the
+    /// ones before them were); [`BatchError::Invalid`] gives back the whole batch, none sent,
+    /// when the codec refuses one of its frames.
+    pub fn send_batch(&self, batch: Batch) -> Result<(), BatchError> {
+        let batch = self.check_batch(batch)?;
+        if batch.is_empty() {
+            return Ok(());
+        }
+        match self.inner.overflow {
+            Overflow::RejectNew => {
+                let (f, b) = self.limits(false);
+                let k = self.reserve_prefix(&batch, f, b);
+                self.enqueue_prefix(batch, k, 0)
+            }
+            Overflow::DropOldest => {
+                if !self.try_reserve_all(&batch)
+                    && self
+                        .wait_for_room(None, || self.try_reserve_all(&batch).then_some(()))
+                        .is_none()
+                {
+                    return Err(self.refuse_batch(batch, 0));
+                }
+                let k = batch.len();
+                self.enqueue_prefix(batch, k, 0)
+            }
+            Overflow::Block(timeout) => {
+                let deadline = Instant::now() + timeout;
+                let (f, b) = self.limits(false);
+                let mut rest = batch;
+                let mut accepted = 0;
+                loop {
+                    let k = match self.reserve_prefix(&rest, f, b) {
+                        0 => {
+                            // Nothing fits now: wait, the deadline bounding the whole call.
+                            let left = deadline.saturating_duration_since(Instant::now());
+                            match self.wait_for_room(Some(left), || {
+                                Some(self.reserve_prefix(&rest, f, b)).filter(|&k| k > 0)
+                            }) {
+                                Some(k) => k,
+                                None => return Err(self.refuse_batch(rest, accepted)),
+                            }
+                        }
+                        k => k,
+                    };
+                    if k == rest.len() {
+                        return self.enqueue_prefix(rest, k, accepted);
+                    }
+                    let tail = rest.split_off(k);
+                    self.enqueue_prefix(rest, k, accepted)?;
+                    accepted += k;
+                    rest = tail;
+                }
+            }
+        }
+    }
+
+    /// Queues every frame of `frames` as one batch; see [`send_batch`](Link::send_batch).
+    ///
+    /// # Errors
+    /// As [`send_batch`](Link::send_batch).
+    pub fn send_all<I>(&self, frames: I) -> Result<(), BatchError>
+    where
+        I: IntoIterator,
+        I::Item: AsRef<[u8]>,
+    {
+        self.send_batch(frames.into_iter().collect())
+    }
+
+    /// Refuses the whole batch if the codec refuses one of its frames, or if the link is
+    /// closed.
+    fn check_batch(&self, batch: Batch) -> Result<Batch, BatchError> {
+        let codec = &self.inner.codec;
+        if let Some((index, error)) = batch
+            .iter()
+            .enumerate()
+            .find_map(|(i, f)| codec.check_frame(f).err().map(|e| (i, e)))
+        {
+            self.reject_frames(batch.len());
+            return Err(BatchError::Invalid {
+                batch,
+                index,
+                error,
+            });
+        }
+        if self.inner.shared.closed.load(Ordering::SeqCst) && !batch.is_empty() {
+            return Err(self.refuse_batch(batch, 0));
+        }
+        Ok(batch)
+    }
+
+    fn reject_frames(&self, n: usize) {
+        self.inner
+            .shared
+            .rejected
+            .fetch_add(n as u64, Ordering::SeqCst);
+    }
+
+    /// The error for the frames of a batch that found no room (`accepted` were queued).
+    fn refuse_batch(&self, rest: Batch, accepted: usize) -> BatchError {
+        self.reject_frames(rest.len());
+        if self.inner.shared.closed.load(Ordering::SeqCst) {
+            BatchError::Closed { accepted, rest }
+        } else {
+            BatchError::Full { accepted, rest }
+        }
+    }
+
+    /// Hands the first `k` frames of `batch`, whose room is reserved, to the IO thread; the
+    /// rest are refused. `before` frames of the same call were accepted earlier.
+    fn enqueue_prefix(&self, mut batch: Batch, k: usize, before: usize) -> Result<(), BatchError> {
+        let rest = batch.split_off(k);
+        if k > 0 {
+            let bytes = batch.bytes();
+            let deadline = self.inner.frame_ttl.map(|t| Instant::now() + t);
+            if let Err(cmd) = self.enqueue(Command::SendBatch { batch, deadline }, k, bytes) {
+                let Command::SendBatch { mut batch, .. } = cmd else {
+                    unreachable!("the command enqueued is a SendBatch")
+                };
+                batch.extend(&rest);
+                self.reject_frames(batch.len());
+                return Err(BatchError::Closed {
+                    accepted: before,
+                    rest: batch,
+                });
+            }
+        }
+        if rest.is_empty() {
+            Ok(())
+        } else {
+            Err(self.refuse_batch(rest, before + k))
+        }
+    }
+
+    /// Queues a frame as [`send`](Link::send) does, without blocking the thread: with
+    /// `Overflow::Block` it waits for room until there is some or the link closes, woken by
+    /// the IO thread when frames leave the outbox. The `Block` duration is not applied here:
+    /// bound the wait with your executor's timer (e.g. `tokio::time::timeout`). Works on any
+    /// executor.
+    ///
+    /// If the future is dropped while it waits, the frame is dropped with it, never accepted
+    /// and not counted.
+    ///
+    /// # Errors
+    /// As [`send`](Link::send); `Full` only under `RejectNew`.
+    pub async fn send_async(&self, frame: impl Into<Vec<u8>>) -> Result<(), SendError> {
+        let frame = frame.into();
+        let inner = &*self.inner;
+        if let Err(e) = inner.codec.check_frame(&frame) {
+            return Err(self.reject(SendError::Invalid(frame, e)));
+        }
+        if inner.shared.closed.load(Ordering::SeqCst) {
+            return Err(self.reject(SendError::Closed(frame)));
+        }
+        let len = frame.len();
+        let reserved = match inner.overflow {
+            Overflow::RejectNew => {
+                let (f, b) = self.limits(false);
+                self.try_reserve(len, f, b)
+            }
+            Overflow::DropOldest | Overflow::Block(_) => {
+                let force = matches!(inner.overflow, Overflow::DropOldest);
+                let (f, b) = self.limits(force);
+                self.room_async(|| self.try_reserve(len, f, b).then_some(()))
+                    .await
+                    .is_some()
+            }
+        };
+        if !reserved {
+            return Err(self.refuse(frame));
+        }
+        self.enqueue_frame(frame, inner.frame_ttl)
+    }
+
+    /// Queues a batch as [`send_batch`](Link::send_batch) does, without blocking the thread:
+    /// with `Overflow::Block` it waits for room for the rest until all are accepted or the link
+    /// closes (bound it with your executor's timer; the `Block` duration is not applied).
+    ///
+    /// If the future is dropped while it waits, the frames not yet accepted are dropped with
+    /// it, uncounted; those accepted stay queued.
+    ///
+    /// # Errors
+    /// As [`send_batch`](Link::send_batch).
+    pub async fn send_batch_async(&self, batch: Batch) -> Result<(), BatchError> {
+        let batch = self.check_batch(batch)?;
+        if batch.is_empty() {
+            return Ok(());
+        }
+        match self.inner.overflow {
+            Overflow::RejectNew => self.send_batch(batch),
+            Overflow::DropOldest => {
+                if self
+                    .room_async(|| self.try_reserve_all(&batch).then_some(()))
+                    .await
+                    .is_none()
+                {
+                    return Err(self.refuse_batch(batch, 0));
+                }
+                let k = batch.len();
+                self.enqueue_prefix(batch, k, 0)
+            }
+            Overflow::Block(_) => {
+                let (f, b) = self.limits(false);
+                let mut rest = batch;
+                let mut accepted = 0;
+                loop {
+                    let k = match self
+                        .room_async(|| Some(self.reserve_prefix(&rest, f, b)).filter(|&k| k > 0))
+                        .await
+                    {
+                        Some(k) => k,
+                        None => return Err(self.refuse_batch(rest, accepted)),
+                    };
+                    if k == rest.len() {
+                        return self.enqueue_prefix(rest, k, accepted);
+                    }
+                    let tail = rest.split_off(k);
+                    self.enqueue_prefix(rest, k, accepted)?;
+                    accepted += k;
+                    rest = tail;
+                }
+            }
+        }
     }
 
     /// The events of this link: frames, state changes, abandoned frames, errors.
@@ -341,16 +731,27 @@ impl Link {
             shared.wake();
             m = rx.recv_timeout(Duration::from_secs(2)).ok();
         }
-        let mut m = m.unwrap_or_else(|| {
+        let m = m.unwrap_or_else(|| {
             // Wait (bounded) for the IO thread's final snapshot if it is stopping.
             let _ = self.inner.done.recv_timeout(Duration::from_secs(2));
-            shared
-                .final_metrics
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .unwrap_or_else(|| Metrics::empty(self.state()))
+            self.final_snapshot()
         });
-        let rejected = shared.rejected.load(Ordering::SeqCst);
+        self.with_rejected(m)
+    }
+
+    /// The IO thread's last snapshot, if it has stopped.
+    fn final_snapshot(&self) -> Metrics {
+        self.inner
+            .shared
+            .final_metrics
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(|| Metrics::empty(self.state()))
+    }
+
+    /// Adds the frames refused at the call, which only the handles count.
+    fn with_rejected(&self, mut m: Metrics) -> Metrics {
+        let rejected = self.inner.shared.rejected.load(Ordering::SeqCst);
         m.frames_submitted += rejected;
         m.frames_rejected += rejected;
         m
@@ -364,19 +765,79 @@ impl Link {
         self.inner.close(timeout);
         self.metrics()
     }
+
+    /// Closes the link as [`close`](Link::close) does, without blocking the thread: resolves
+    /// with the final metrics once the IO thread has flushed (until `timeout`), abandoned what
+    /// is left and closed the socket (bounded by the linger). Woken by the IO thread when it
+    /// finishes; works on any executor. Closing again is harmless.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(link: relink::Link) {
+    /// use std::time::Duration;
+    ///
+    /// let m = link.close_async(Duration::from_secs(1)).await;
+    /// println!("{} frames sent", m.frames_sent);
+    /// # }
+    /// ```
+    pub async fn close_async(&self, timeout: Duration) -> Metrics {
+        self.inner.start_close(timeout);
+        let shared = &*self.inner.shared;
+        while !shared.finished.load(Ordering::SeqCst) {
+            // Register, then look again: a finish after the look wakes the listener.
+            let listener = shared.done.listen();
+            if shared.finished.load(Ordering::SeqCst) {
+                break;
+            }
+            listener.await;
+        }
+        // The thread has only its exit left: joined if it is gone, else left to end alone.
+        let handle = self
+            .inner
+            .thread
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(h) = handle {
+            if h.is_finished() {
+                let _ = h.join();
+            }
+        }
+        self.with_rejected(self.final_snapshot())
+    }
+}
+
+/// Counts an async sender among the waiters for room while it waits (dropped with its
+/// future if that is cancelled).
+struct Waiting<'a>(&'a Shared);
+
+impl<'a> Waiting<'a> {
+    fn new(shared: &'a Shared) -> Waiting<'a> {
+        shared.waiters.fetch_add(1, Ordering::SeqCst);
+        Waiting(shared)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.waiters.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl Inner {
-    fn close(&self, timeout: Duration) {
+    /// Refuses new frames, asks the IO thread to close by `now + timeout`, and wakes the
+    /// senders waiting for room.
+    fn start_close(&self, timeout: Duration) {
         self.shared.closed.store(true, Ordering::SeqCst);
         let deadline = Instant::now() + timeout;
         if self.tx.send(Command::Close { deadline }).is_ok() {
             self.shared.wake();
         }
-        {
-            let _g = self.shared.room.lock().unwrap_or_else(|e| e.into_inner());
-            self.shared.room_cv.notify_all();
-        }
+        self.shared.wake_room_waiters();
+    }
+
+    fn close(&self, timeout: Duration) {
+        self.start_close(timeout);
         // The IO thread stops at the deadline, then closes the socket (bounded by linger).
         let bound = timeout + self.linger + Duration::from_secs(2);
         match self.done.recv_timeout(bound) {
@@ -399,11 +860,40 @@ impl Drop for Inner {
     }
 }
 
-/// The receiving end of a link's events, with crossbeam-channel's words.
-#[derive(Clone)]
+/// The receiving end of a link's events, with crossbeam-channel's words, and an async twin
+/// for any executor: [`recv_async`](Events::recv_async) and a
+/// [`Stream`](futures_core::Stream) of events, woken by the IO thread when it delivers events
+/// and when it stops (no polling, no thread per link).
+///
+/// Every clone takes from the same stream of events: each event goes to one receiver.
+///
+/// # Examples
+/// ```no_run
+/// # async fn demo(link: relink::Link) {
+/// use relink::Event;
+///
+/// while let Ok(ev) = link.events().recv_async().await {
+///     if let Event::Frame(f) = ev {
+///         println!("{} bytes", f.len());
+///     }
+/// }
+/// # }
+/// ```
 pub struct Events {
     rx: Receiver<Event>,
     shared: Arc<Shared>,
+    /// The registration of this receiver's `Stream` while it waits.
+    listener: Option<EventListener>,
+}
+
+impl Clone for Events {
+    fn clone(&self) -> Events {
+        Events {
+            rx: self.rx.clone(),
+            shared: self.shared.clone(),
+            listener: None,
+        }
+    }
 }
 
 impl fmt::Debug for Events {
@@ -448,6 +938,47 @@ impl Events {
         }
     }
 
+    /// Waits for the next event without blocking the thread, on any executor. Fails only
+    /// when the link is closed and every event was taken, as [`recv`](Events::recv) does.
+    pub fn recv_async(&self) -> Recv<'_> {
+        Recv {
+            events: self,
+            listener: None,
+        }
+    }
+
+    /// Takes an event, or registers `listener` to be woken when the IO thread delivers more
+    /// (register first, then look again: a delivery after the look wakes it). `None` once the
+    /// link is closed and every event was taken.
+    fn poll_event(
+        &self,
+        listener: &mut Option<EventListener>,
+        cx: &mut TaskContext<'_>,
+    ) -> Poll<Option<Event>> {
+        loop {
+            match self.try_recv() {
+                Ok(ev) => {
+                    *listener = None;
+                    return Poll::Ready(Some(ev));
+                }
+                Err(TryRecvError::Disconnected) => {
+                    *listener = None;
+                    return Poll::Ready(None);
+                }
+                Err(TryRecvError::Empty) => {}
+            }
+            match listener {
+                None => *listener = Some(self.shared.arrived.listen()),
+                Some(l) => {
+                    if Pin::new(l).poll(cx).is_pending() {
+                        return Poll::Pending;
+                    }
+                    *listener = None;
+                }
+            }
+        }
+    }
+
     /// Events waiting in the channel.
     pub fn len(&self) -> usize {
         self.rx.len()
@@ -474,6 +1005,50 @@ impl Events {
     }
 }
 
+impl futures_core::Stream for Events {
+    type Item = Event;
+
+    /// The next event; `None` once the link is closed and every event was taken.
+    fn poll_next(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Option<Event>> {
+        let this = self.get_mut();
+        let mut listener = this.listener.take();
+        let next = this.poll_event(&mut listener, cx);
+        this.listener = listener;
+        next
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.rx.len(), None)
+    }
+}
+
+/// The future of [`Events::recv_async`]: the next event, or `RecvError` once the link is
+/// closed and every event was taken.
+#[must_use = "futures do nothing unless awaited"]
+pub struct Recv<'a> {
+    events: &'a Events,
+    listener: Option<EventListener>,
+}
+
+impl fmt::Debug for Recv<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Recv")
+            .field("waiting", &self.listener.is_some())
+            .finish()
+    }
+}
+
+impl Future for Recv<'_> {
+    type Output = Result<Event, RecvError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        this.events
+            .poll_event(&mut this.listener, cx)
+            .map(|ev| ev.ok_or(RecvError))
+    }
+}
+
 #[allow(dead_code)]
 fn assert_send_sync() {
     fn is<T: Send + Sync + Clone + 'static>() {}
@@ -484,4 +1059,12 @@ fn assert_send_sync() {
     is_send::<Event>();
     is_send::<Metrics>();
     is_send::<SendError>();
+    is_send::<BatchError>();
+    is_send::<Recv<'static>>();
+    fn future_is_send<F: Future + Send>(_: F) {}
+    fn link_futures_are_send(link: &Link) {
+        future_is_send(link.send_async(Vec::new()));
+        future_is_send(link.send_batch_async(Batch::new()));
+        future_is_send(link.close_async(Duration::ZERO));
+    }
 }

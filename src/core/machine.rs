@@ -59,9 +59,10 @@ use super::counters::Counters;
 use super::endpoint::Host;
 use super::endpoints::{fmt_addr, Endpoints};
 use super::heartbeat::{HeartbeatState, Ping};
-use super::outbox::{Outbox, Queued};
+use super::outbox::Outbox;
 use super::settings::{ProofOfLife, Settings};
 use super::timers::{Timer, Timers};
+use crate::batch::Batch;
 use crate::error::{CodecError, LinkError};
 use crate::event::{AbandonReason, Cause, Event, State, Transition};
 use crate::metrics::Metrics;
@@ -78,6 +79,11 @@ pub(crate) enum Input {
     /// A frame accepted by the handle.
     Submit {
         frame: Vec<u8>,
+        deadline: Option<Instant>,
+    },
+    /// Frames accepted by the handle in one call, in order, sharing one deadline.
+    SubmitBatch {
+        batch: Batch,
         deadline: Option<Instant>,
     },
     /// The answer to a `Resolve` action.
@@ -186,8 +192,6 @@ pub(crate) struct Machine {
     outbox: Outbox,
     /// Encoded control frames (hello, pings) for the current connection, ahead of the outbox.
     control: VecDeque<Vec<u8>>,
-    /// Frames handed out by `poll_transmit` and not yet confirmed.
-    in_flight: Vec<Queued>,
     in_flight_control: Vec<Vec<u8>>,
     decoder: Decoder,
     actions: VecDeque<Action>,
@@ -232,7 +236,6 @@ impl Machine {
             handshake_pending: false,
             outbox,
             control: VecDeque::new(),
-            in_flight: Vec::new(),
             in_flight_control: Vec::new(),
             decoder,
             actions: VecDeque::new(),
@@ -272,6 +275,7 @@ impl Machine {
             Input::Close { deadline } => self.step(now, Ev::Close(deadline)),
             Input::ReconnectNow => self.step(now, Ev::ReconnectNow),
             Input::Submit { frame, deadline } => self.submit(now, frame, deadline),
+            Input::SubmitBatch { batch, deadline } => self.submit_batch(now, batch, deadline),
             Input::Resolved { generation, result } => {
                 if self.is_current(generation) {
                     self.step(now, Ev::Resolved(result))
@@ -391,7 +395,7 @@ impl Machine {
     /// nothing to write now. Every call must be answered with [`Machine::transmit_done`].
     pub(crate) fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> bool {
         buf.clear();
-        if !matches!(self.state, State::Connected | State::Ready) || !self.in_flight.is_empty() {
+        if !matches!(self.state, State::Connected | State::Ready) || self.outbox.in_flight() > 0 {
             return false;
         }
         if self.timers.at(Timer::SendRetry).is_some_and(|t| t > now) {
@@ -403,14 +407,13 @@ impl Machine {
         }
         if self.state == State::Ready {
             let limit = self.cfg.batch_bytes;
-            while let Some(len) = self.outbox.front_len() {
-                let encoded = self.cfg.codec.encoded_len(len);
+            while let Some(frame) = self.outbox.next_unsent() {
+                let encoded = self.cfg.codec.encoded_len(frame.len());
                 if !buf.is_empty() && buf.len() + encoded > limit {
                     break;
                 }
-                let q = self.outbox.pop_front().expect("front exists");
-                self.cfg.codec.encode_into(&q.frame, buf);
-                self.in_flight.push(q);
+                self.cfg.codec.encode_into(frame, buf);
+                self.outbox.advance();
             }
         }
         !buf.is_empty()
@@ -420,9 +423,8 @@ impl Machine {
     pub(crate) fn transmit_done(&mut self, now: Instant, result: TxResult) {
         match result {
             TxResult::Sent => {
-                for q in self.in_flight.drain(..) {
-                    self.c.sent(q.frame.len());
-                }
+                let c = &mut self.c;
+                self.outbox.confirm(|len| c.sent(len));
                 self.in_flight_control.clear();
                 if let Some(hb) = &mut self.heartbeat {
                     hb.on_outbound(now);
@@ -438,6 +440,7 @@ impl Machine {
                 }
             }
         }
+        self.trim();
         self.check_flushed(now);
     }
 
@@ -450,9 +453,8 @@ impl Machine {
                 .map(|t| t.saturating_duration_since(now)),
             _ => None,
         };
-        let queued = self.outbox.len() + self.in_flight.len();
-        let queued_bytes =
-            self.outbox.bytes() + self.in_flight.iter().map(|q| q.frame.len()).sum::<usize>();
+        let queued = self.outbox.len();
+        let queued_bytes = self.outbox.bytes();
         Metrics {
             state: self.state,
             time_in_state: now.saturating_duration_since(self.since),
@@ -538,7 +540,7 @@ impl Machine {
             (_, Ev::Close(deadline)) => {
                 self.closing = true;
                 self.timers.arm(Timer::Close, deadline);
-                if self.outbox.is_empty() && self.in_flight.is_empty() {
+                if self.outbox.is_empty() {
                     self.finish(now);
                 }
             }
@@ -742,7 +744,7 @@ impl Machine {
             self.note_address_failed();
         }
         if self.cfg.abandon_on_disconnect && matches!(was, State::Connected | State::Ready) {
-            let frames: Vec<Vec<u8>> = self.outbox.drain().map(|q| q.frame).collect();
+            let frames = self.outbox.drain();
             self.abandon_all(frames, AbandonReason::ConnectionLost);
         }
         log::debug!(
@@ -810,7 +812,7 @@ impl Machine {
             self.actions.push_back(Action::Disconnect);
         }
         self.requeue_in_flight();
-        let frames: Vec<Vec<u8>> = self.outbox.drain().map(|q| q.frame).collect();
+        let frames = self.outbox.drain();
         self.abandon_all(frames, AbandonReason::Shutdown);
         self.timers.clear();
         self.heartbeat = None;
@@ -829,10 +831,30 @@ impl Machine {
             self.abandon_all(vec![frame], AbandonReason::Expired);
             return;
         }
-        self.outbox.push_back(Queued { frame, deadline });
-        while self.outbox.over_limit() && self.outbox.len() > 1 {
-            let q = self.outbox.pop_front().expect("non-empty");
-            self.abandon_all(vec![q.frame], AbandonReason::Overflow);
+        self.outbox.push(frame, deadline);
+        self.trim();
+    }
+
+    fn submit_batch(&mut self, now: Instant, batch: Batch, deadline: Option<Instant>) {
+        self.c.submitted += batch.len() as u64;
+        if self.state == State::Closed {
+            self.abandon_all(batch.into_frames(), AbandonReason::Shutdown);
+            return;
+        }
+        if deadline.is_some_and(|d| d <= now) {
+            self.abandon_all(batch.into_frames(), AbandonReason::Expired);
+            return;
+        }
+        self.outbox.push_batch(batch, deadline);
+        self.trim();
+    }
+
+    /// Drops the oldest frames (`Overflow`) while the outbox is over its limits; the last
+    /// frame stays even if it alone is over. Frames in flight are confirmed or put back first.
+    fn trim(&mut self) {
+        while self.outbox.in_flight() == 0 && self.outbox.over_limit() && self.outbox.len() > 1 {
+            let frame = self.outbox.pop_front().expect("non-empty");
+            self.abandon_all(vec![frame], AbandonReason::Overflow);
         }
     }
 
@@ -844,9 +866,7 @@ impl Machine {
     }
 
     fn requeue_in_flight(&mut self) {
-        for q in self.in_flight.drain(..).rev() {
-            self.outbox.push_front(q);
-        }
+        self.outbox.requeue();
         for c in self.in_flight_control.drain(..).rev() {
             self.control.push_front(c);
         }
@@ -856,7 +876,6 @@ impl Machine {
         if self.closing
             && self.state != State::Closed
             && self.outbox.is_empty()
-            && self.in_flight.is_empty()
         {
             self.step(now, Ev::Flushed);
         }

@@ -4,79 +4,171 @@
 //! Admission limits are enforced by the handle before a frame is accepted (so a refused frame
 //! can be handed back at the call); the outbox only keeps order, expires frames and, for the
 //! `DropOldest` policy, trims itself back under its limits.
+//!
+//! A batch stays one entry, its frames back to back in one buffer: queueing, writing and
+//! confirming its frames allocates nothing per frame. Frames handed out for writing stay at the
+//! front, in flight, until they are confirmed (they leave) or put back (a failed write).
 
 use std::collections::VecDeque;
 use std::time::Instant;
 
-/// One frame waiting to be sent.
+use crate::batch::Batch;
+
+/// The frames of one submission: one frame, or a batch's frames from `head` on.
 #[derive(Debug)]
-pub(crate) struct Queued {
-    pub frame: Vec<u8>,
-    pub deadline: Option<Instant>,
+enum Frames {
+    One(Vec<u8>),
+    Many { batch: Batch, head: usize },
+}
+
+#[derive(Debug)]
+struct Entry {
+    frames: Frames,
+    deadline: Option<Instant>,
+}
+
+impl Entry {
+    /// The index of the first frame still queued.
+    fn first(&self) -> usize {
+        match &self.frames {
+            Frames::One(_) => 0,
+            Frames::Many { head, .. } => *head,
+        }
+    }
+
+    /// One past the index of the last frame.
+    fn end(&self) -> usize {
+        match &self.frames {
+            Frames::One(_) => 1,
+            Frames::Many { batch, .. } => batch.len(),
+        }
+    }
+
+    fn frame(&self, i: usize) -> &[u8] {
+        match &self.frames {
+            Frames::One(f) => f,
+            Frames::Many { batch, .. } => batch.get(i).unwrap_or_default(),
+        }
+    }
+
+    /// Removes the first queued frame; true if the entry is now empty.
+    fn take_front(&mut self) -> (Vec<u8>, bool) {
+        match &mut self.frames {
+            Frames::One(f) => (std::mem::take(f), true),
+            Frames::Many { batch, head } => {
+                let f = batch.get(*head).unwrap_or_default().to_vec();
+                *head += 1;
+                (f, *head == batch.len())
+            }
+        }
+    }
+
+    /// Every frame still queued, one `Vec` each.
+    fn into_frames(self, out: &mut Vec<Vec<u8>>) {
+        match self.frames {
+            Frames::One(f) => out.push(f),
+            Frames::Many { batch, head } => {
+                out.extend(batch.iter().skip(head).map(<[u8]>::to_vec));
+            }
+        }
+    }
 }
 
 #[derive(Debug)]
 pub(crate) struct Outbox {
-    queue: VecDeque<Queued>,
+    queue: VecDeque<Entry>,
+    /// Frames and bytes queued, in flight included.
+    frames: usize,
     bytes: usize,
     max_frames: usize,
     max_bytes: usize,
     /// No queued deadline is earlier than this (it may be stale-early after pops).
     earliest: Option<Instant>,
+    /// Frames at the front handed out for writing and not yet confirmed or put back.
+    in_flight: usize,
+    in_flight_bytes: usize,
+    /// The first frame not in flight: (entry, frame index in it). Meaningful while
+    /// `in_flight > 0`.
+    cursor: (usize, usize),
 }
 
 impl Outbox {
     pub(crate) fn new(max_frames: usize, max_bytes: usize) -> Outbox {
         Outbox {
             queue: VecDeque::new(),
+            frames: 0,
             bytes: 0,
             max_frames,
             max_bytes,
             earliest: None,
+            in_flight: 0,
+            in_flight_bytes: 0,
+            cursor: (0, 0),
         }
     }
 
+    /// Frames queued, in flight included.
     pub(crate) fn len(&self) -> usize {
-        self.queue.len()
+        self.frames
     }
 
+    /// Bytes queued, in flight included.
     pub(crate) fn bytes(&self) -> usize {
         self.bytes
     }
 
     pub(crate) fn is_empty(&self) -> bool {
-        self.queue.is_empty()
+        self.frames == 0
     }
 
-    pub(crate) fn push_back(&mut self, q: Queued) {
-        self.note_deadline(q.deadline);
-        self.bytes += q.frame.len();
-        self.queue.push_back(q);
+    /// Frames handed out for writing and not yet confirmed.
+    pub(crate) fn in_flight(&self) -> usize {
+        self.in_flight
     }
 
-    /// Puts a frame back at the head (a batch the socket did not take).
-    pub(crate) fn push_front(&mut self, q: Queued) {
-        self.note_deadline(q.deadline);
-        self.bytes += q.frame.len();
-        self.queue.push_front(q);
+    pub(crate) fn push(&mut self, frame: Vec<u8>, deadline: Option<Instant>) {
+        self.note_deadline(deadline);
+        self.frames += 1;
+        self.bytes += frame.len();
+        self.queue.push_back(Entry {
+            frames: Frames::One(frame),
+            deadline,
+        });
     }
 
-    pub(crate) fn pop_front(&mut self) -> Option<Queued> {
-        let q = self.queue.pop_front()?;
-        self.bytes -= q.frame.len();
+    /// Queues every frame of `batch`, in order, sharing one deadline.
+    pub(crate) fn push_batch(&mut self, batch: Batch, deadline: Option<Instant>) {
+        if batch.is_empty() {
+            return;
+        }
+        self.note_deadline(deadline);
+        self.frames += batch.len();
+        self.bytes += batch.bytes();
+        self.queue.push_back(Entry {
+            frames: Frames::Many { batch, head: 0 },
+            deadline,
+        });
+    }
+
+    /// Removes the oldest frame. Nothing may be in flight.
+    pub(crate) fn pop_front(&mut self) -> Option<Vec<u8>> {
+        debug_assert_eq!(self.in_flight, 0, "pop_front with frames in flight");
+        let entry = self.queue.front_mut()?;
+        let (frame, emptied) = entry.take_front();
+        if emptied {
+            self.queue.pop_front();
+        }
+        self.frames -= 1;
+        self.bytes -= frame.len();
         if self.queue.is_empty() {
             self.earliest = None;
         }
-        Some(q)
-    }
-
-    pub(crate) fn front_len(&self) -> Option<usize> {
-        self.queue.front().map(|q| q.frame.len())
+        Some(frame)
     }
 
     /// Whether the outbox holds more than its limits allow.
     pub(crate) fn over_limit(&self) -> bool {
-        self.queue.len() > self.max_frames || self.bytes > self.max_bytes
+        self.frames > self.max_frames || self.bytes > self.max_bytes
     }
 
     /// The earliest deadline, if any frame has one.
@@ -85,36 +177,111 @@ impl Outbox {
     }
 
     /// Removes and returns the frames whose deadline has passed, keeping the order of the rest.
+    /// While frames are in flight nothing expires (they are confirmed or put back first).
     pub(crate) fn expire(&mut self, now: Instant) -> Vec<Vec<u8>> {
         match self.earliest {
-            Some(t) if t <= now => {}
+            Some(t) if t <= now && self.in_flight == 0 => {}
             _ => return Vec::new(),
         }
         let mut expired = Vec::new();
         let mut earliest: Option<Instant> = None;
-        let mut bytes = self.bytes;
-        self.queue.retain_mut(|q| match q.deadline {
-            Some(d) if d <= now => {
-                bytes -= q.frame.len();
-                expired.push(std::mem::take(&mut q.frame));
-                false
+        let mut kept = VecDeque::with_capacity(self.queue.len());
+        for entry in self.queue.drain(..) {
+            match entry.deadline {
+                Some(d) if d <= now => {
+                    let from = expired.len();
+                    entry.into_frames(&mut expired);
+                    for f in &expired[from..] {
+                        self.frames -= 1;
+                        self.bytes -= f.len();
+                    }
+                }
+                Some(d) => {
+                    earliest = Some(earliest.map_or(d, |e| e.min(d)));
+                    kept.push_back(entry);
+                }
+                None => kept.push_back(entry),
             }
-            Some(d) => {
-                earliest = Some(earliest.map_or(d, |e| e.min(d)));
-                true
-            }
-            None => true,
-        });
-        self.bytes = bytes;
+        }
+        self.queue = kept;
         self.earliest = earliest;
         expired
     }
 
-    /// Takes every queued frame, oldest first.
-    pub(crate) fn drain(&mut self) -> impl Iterator<Item = Queued> + '_ {
+    /// Takes every queued frame, oldest first. Nothing may be in flight.
+    pub(crate) fn drain(&mut self) -> Vec<Vec<u8>> {
+        debug_assert_eq!(self.in_flight, 0, "drain with frames in flight");
+        let mut out = Vec::with_capacity(self.frames);
+        for entry in self.queue.drain(..) {
+            entry.into_frames(&mut out);
+        }
+        self.frames = 0;
         self.bytes = 0;
         self.earliest = None;
-        self.queue.drain(..)
+        out
+    }
+
+    /// The next frame to write: the first one not in flight.
+    pub(crate) fn next_unsent(&self) -> Option<&[u8]> {
+        let (e, i) = self.cursor_pos();
+        self.queue.get(e).map(|entry| entry.frame(i))
+    }
+
+    /// Marks the frame `next_unsent` gave as in flight.
+    pub(crate) fn advance(&mut self) {
+        let (e, i) = self.cursor_pos();
+        let Some(entry) = self.queue.get(e) else {
+            return;
+        };
+        self.in_flight += 1;
+        self.in_flight_bytes += entry.frame(i).len();
+        self.cursor = if i + 1 == entry.end() {
+            (e + 1, self.queue.get(e + 1).map_or(0, Entry::first))
+        } else {
+            (e, i + 1)
+        };
+    }
+
+    /// The frames in flight were written: they leave, `each(len)` called for every one.
+    pub(crate) fn confirm(&mut self, mut each: impl FnMut(usize)) {
+        if self.in_flight == 0 {
+            return;
+        }
+        let (e, i) = self.cursor;
+        for entry in self.queue.drain(..e) {
+            for k in entry.first()..entry.end() {
+                each(entry.frame(k).len());
+            }
+        }
+        if let Some(entry) = self.queue.front_mut() {
+            for k in entry.first()..i {
+                each(entry.frame(k).len());
+            }
+            if let Frames::Many { head, .. } = &mut entry.frames {
+                *head = i.max(*head);
+            }
+        }
+        self.frames -= self.in_flight;
+        self.bytes -= self.in_flight_bytes;
+        self.in_flight = 0;
+        self.in_flight_bytes = 0;
+        if self.queue.is_empty() {
+            self.earliest = None;
+        }
+    }
+
+    /// The frames in flight were not written: they are queued again, first in line.
+    pub(crate) fn requeue(&mut self) {
+        self.in_flight = 0;
+        self.in_flight_bytes = 0;
+    }
+
+    fn cursor_pos(&self) -> (usize, usize) {
+        if self.in_flight > 0 {
+            self.cursor
+        } else {
+            (0, self.queue.front().map_or(0, Entry::first))
+        }
     }
 
     fn note_deadline(&mut self, d: Option<Instant>) {

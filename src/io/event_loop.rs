@@ -74,6 +74,8 @@ pub(crate) struct IoThread {
     /// Events dropped and not yet reported in an `EventsDropped` error.
     dropped_unreported: u64,
     stopped: bool,
+    /// Events went into the channel in this pass: async receivers are woken at its end.
+    delivered: bool,
     monitor_mismatch: u64,
     resolver: Option<Resolver>,
     /// Keeps the context alive until the sockets are closed (declared last: dropped last).
@@ -149,6 +151,7 @@ impl IoThread {
             events_dropped: 0,
             dropped_unreported: 0,
             stopped: false,
+            delivered: false,
             monitor_mismatch: 0,
             resolver,
             _context: context,
@@ -215,6 +218,7 @@ impl IoThread {
             self.carry_out(now);
             self.transmit(now);
             self.publish();
+            self.notify_receivers();
             busy = self.machine.traffic() != before;
         }
         self.shutdown();
@@ -370,6 +374,7 @@ impl IoThread {
     fn command(&mut self, now: Instant, cmd: Command) {
         let input = match cmd {
             Command::Send { frame, deadline } => Input::Submit { frame, deadline },
+            Command::SendBatch { batch, deadline } => Input::SubmitBatch { batch, deadline },
             Command::Close { deadline } => Input::Close { deadline },
             Command::ReconnectNow => Input::ReconnectNow,
             Command::Resolved {
@@ -508,7 +513,10 @@ impl IoThread {
         }
         if self.pending.is_empty() {
             match self.events.try_send(ev) {
-                Ok(()) => return,
+                Ok(()) => {
+                    self.delivered = true;
+                    return;
+                }
                 Err(TrySendError::Full(ev)) | Err(TrySendError::Disconnected(ev)) => {
                     self.pending.push_back(ev)
                 }
@@ -541,7 +549,7 @@ impl IoThread {
     fn flush_events(&mut self) {
         while let Some(ev) = self.pending.pop_front() {
             match self.events.try_send(ev) {
-                Ok(()) => {}
+                Ok(()) => self.delivered = true,
                 Err(TrySendError::Full(ev)) | Err(TrySendError::Disconnected(ev)) => {
                     self.pending.push_front(ev);
                     break;
@@ -551,11 +559,20 @@ impl IoThread {
         if self.pending.is_empty() && self.dropped_unreported > 0 {
             let report = Event::Error(LinkError::EventsDropped(self.dropped_unreported));
             if self.events.try_send(report).is_ok() {
+                self.delivered = true;
                 self.dropped_unreported = 0;
             }
         }
         if self.pending.is_empty() {
             self.set_reader_waiting(false);
+        }
+    }
+
+    /// Wakes async receivers once per pass if events went into the channel (after the send:
+    /// a receiver registers, then looks at the channel, so it cannot miss them).
+    fn notify_receivers(&mut self) {
+        if std::mem::take(&mut self.delivered) {
+            self.shared.arrived.notify(usize::MAX);
         }
     }
 
@@ -619,8 +636,7 @@ impl IoThread {
                 self.monitor_mismatch
             );
         }
-        // Wake any sender blocked on room: the link is closed.
-        let _g = self.shared.room.lock().unwrap_or_else(|e| e.into_inner());
-        self.shared.room_cv.notify_all();
+        // Wake any sender waiting for room: the link is closed.
+        self.shared.wake_room_waiters();
     }
 }

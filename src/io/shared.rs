@@ -1,5 +1,6 @@
 //! What the handles and the IO thread share: the commands sent to it and the state both sides
-//! read (atomics, the room condition, the final snapshot, undelivered events).
+//! read (atomics, the room condition, the final snapshot, undelivered events), and the
+//! notifications that wake async tasks: events arrived, room freed, the IO thread finished.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -8,8 +9,10 @@ use std::sync::{Condvar, Mutex};
 use std::time::Instant;
 
 use crossbeam_channel::Sender;
+use event_listener::Event as Notify;
 
 use super::ffi::EventFd;
+use crate::batch::Batch;
 use crate::event::{Event, State};
 use crate::metrics::Metrics;
 
@@ -18,6 +21,10 @@ use crate::metrics::Metrics;
 pub(crate) enum Command {
     Send {
         frame: Vec<u8>,
+        deadline: Option<Instant>,
+    },
+    SendBatch {
+        batch: Batch,
         deadline: Option<Instant>,
     },
     Close {
@@ -70,7 +77,15 @@ pub(crate) struct Shared {
     pub queued_bytes: Padded<AtomicUsize>,
     pub room: Mutex<()>,
     pub room_cv: Condvar,
+    /// Senders waiting for room, blocked or async.
     pub waiters: AtomicUsize,
+    /// Wakes async senders waiting for room (the condition variable wakes blocked ones).
+    pub room_freed: Notify,
+    /// Wakes async receivers: the IO thread delivered events, or stopped.
+    pub arrived: Notify,
+    /// The IO thread has finished (its final snapshot is kept); `done` wakes async closers.
+    pub finished: AtomicBool,
+    pub done: Notify,
     /// The IO thread stopped reading because the application is not taking events.
     pub reader_waiting: AtomicBool,
     /// Frames refused at the call.
@@ -96,6 +111,10 @@ impl Shared {
             room: Mutex::new(()),
             room_cv: Condvar::new(),
             waiters: AtomicUsize::new(0),
+            room_freed: Notify::new(),
+            arrived: Notify::new(),
+            finished: AtomicBool::new(false),
+            done: Notify::new(),
             reader_waiting: AtomicBool::new(false),
             rejected: AtomicU64::new(0),
             final_metrics: Mutex::new(None),
@@ -128,8 +147,24 @@ impl Shared {
         self.queued_frames.fetch_sub(frames, Ordering::SeqCst);
         self.queued_bytes.fetch_sub(bytes, Ordering::SeqCst);
         if self.waiters.load(Ordering::SeqCst) > 0 {
+            self.wake_room_waiters();
+        }
+    }
+
+    /// Wakes every sender waiting for room, blocked or async: room was freed, or the link
+    /// closed.
+    pub(crate) fn wake_room_waiters(&self) {
+        {
             let _g = self.room.lock().unwrap_or_else(|e| e.into_inner());
             self.room_cv.notify_all();
         }
+        self.room_freed.notify(usize::MAX);
+    }
+
+    /// The IO thread has stopped for good: wakes async closers and receivers.
+    pub(crate) fn finish(&self) {
+        self.finished.store(true, Ordering::SeqCst);
+        self.done.notify(usize::MAX);
+        self.arrived.notify(usize::MAX);
     }
 }

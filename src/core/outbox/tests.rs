@@ -3,11 +3,23 @@
 use super::*;
 use std::time::Duration;
 
-fn q(n: u8, deadline: Option<Instant>) -> Queued {
-    Queued {
-        frame: vec![n; n as usize],
-        deadline,
+fn f(n: u8) -> Vec<u8> {
+    vec![n; n as usize]
+}
+
+fn batch(ns: &[u8]) -> Batch {
+    ns.iter().map(|&n| f(n)).collect()
+}
+
+/// Writes everything as `poll_transmit` would and confirms it; the lengths confirmed.
+fn write_all(o: &mut Outbox, max: usize) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    while out.len() < max {
+        let Some(frame) = o.next_unsent() else { break };
+        out.push(frame.to_vec());
+        o.advance();
     }
+    out
 }
 
 #[test]
@@ -15,29 +27,93 @@ fn expire_removes_only_overdue_frames_and_keeps_order() {
     let t0 = Instant::now();
     let s = Duration::from_secs(1);
     let mut o = Outbox::new(10, 1000);
-    o.push_back(q(1, Some(t0 + s)));
-    o.push_back(q(2, None));
-    o.push_back(q(3, Some(t0 + 3 * s)));
-    o.push_back(q(4, Some(t0 + s)));
+    o.push(f(1), Some(t0 + s));
+    o.push(f(2), None);
+    o.push(f(3), Some(t0 + 3 * s));
+    o.push(f(4), Some(t0 + s));
     assert_eq!(o.next_deadline(), Some(t0 + s));
     let gone = o.expire(t0 + 2 * s);
     assert_eq!(gone, vec![vec![1], vec![4; 4]]);
     assert_eq!(o.len(), 2);
     assert_eq!(o.bytes(), 5);
     assert_eq!(o.next_deadline(), Some(t0 + 3 * s));
-    assert_eq!(o.pop_front().unwrap().frame, vec![2, 2]);
+    assert_eq!(o.pop_front().unwrap(), vec![2, 2]);
 }
 
 #[test]
 fn limits_count_frames_and_bytes() {
     let mut o = Outbox::new(2, 5);
-    o.push_back(q(2, None));
-    o.push_back(q(3, None));
+    o.push(f(2), None);
+    o.push(f(3), None);
     assert!(!o.over_limit());
-    o.push_back(q(1, None));
+    o.push(f(1), None);
     assert!(o.over_limit());
     o.pop_front();
     assert!(!o.over_limit());
-    o.push_back(q(4, None));
+    o.push(f(4), None);
     assert!(o.over_limit(), "8 bytes > 5");
+}
+
+#[test]
+fn batch_frames_keep_their_order_among_single_frames() {
+    let mut o = Outbox::new(100, 1000);
+    o.push(f(1), None);
+    o.push_batch(batch(&[2, 3, 4]), None);
+    o.push(f(5), None);
+    assert_eq!(o.len(), 5);
+    assert_eq!(o.bytes(), 15);
+    assert_eq!(write_all(&mut o, 100), vec![f(1), f(2), f(3), f(4), f(5)]);
+}
+
+#[test]
+fn confirm_removes_exactly_the_frames_in_flight_even_inside_a_batch() {
+    let mut o = Outbox::new(100, 1000);
+    o.push_batch(batch(&[1, 2, 3, 4]), None);
+    o.push(f(5), None);
+    assert_eq!(write_all(&mut o, 2), vec![f(1), f(2)]);
+    assert_eq!(o.in_flight(), 2);
+    let mut lens = Vec::new();
+    o.confirm(|len| lens.push(len));
+    assert_eq!(lens, vec![1, 2]);
+    assert_eq!((o.len(), o.bytes(), o.in_flight()), (3, 12, 0));
+    assert_eq!(write_all(&mut o, 100), vec![f(3), f(4), f(5)]);
+    o.confirm(|_| {});
+    assert!(o.is_empty());
+    assert_eq!(o.bytes(), 0);
+}
+
+#[test]
+fn requeued_frames_are_written_again_first() {
+    let mut o = Outbox::new(100, 1000);
+    o.push_batch(batch(&[1, 2, 3]), None);
+    assert_eq!(write_all(&mut o, 2), vec![f(1), f(2)]);
+    o.requeue();
+    assert_eq!(o.in_flight(), 0);
+    assert_eq!(o.len(), 3);
+    assert_eq!(write_all(&mut o, 100), vec![f(1), f(2), f(3)]);
+}
+
+#[test]
+fn a_batch_gives_its_frames_back_one_by_one_when_popped_expired_or_drained() {
+    let t0 = Instant::now();
+    let s = Duration::from_secs(1);
+    let mut o = Outbox::new(100, 1000);
+    o.push_batch(batch(&[1, 2, 3]), Some(t0 + s));
+    o.push_batch(batch(&[4, 5]), None);
+    assert_eq!(o.pop_front(), Some(f(1)));
+    assert_eq!(o.expire(t0 + s), vec![f(2), f(3)]);
+    assert_eq!((o.len(), o.bytes()), (2, 9));
+    assert_eq!(o.drain(), vec![f(4), f(5)]);
+    assert!(o.is_empty());
+}
+
+#[test]
+fn nothing_expires_while_frames_are_in_flight() {
+    let t0 = Instant::now();
+    let mut o = Outbox::new(100, 1000);
+    o.push(f(1), Some(t0));
+    write_all(&mut o, 1);
+    assert!(o.expire(t0).is_empty());
+    o.requeue();
+    assert_eq!(o.expire(t0), vec![f(1)]);
 }
