@@ -6,6 +6,7 @@
 //! - [`wait`]: bounded waits for conditions with no event to wait on;
 //! - [`payload`]: payloads a test can recognise again and decoders for what a peer received;
 //! - [`checks`]: the accounting and delivery checks the fault scenarios end with;
+//! - [`exec`]: a minimal executor for async tests that counts polls and wakes;
 //! - [`redis`]: a `redis-server` child process;
 //! - [`netns`]: network namespaces, processes inside them and a link built in one;
 //! - [`proc`]: child processes (this test binary re-run as a peer) and the process-wide lock.
@@ -24,6 +25,7 @@
 #![allow(dead_code)]
 
 pub mod checks;
+pub mod exec;
 pub mod netns;
 pub mod payload;
 pub mod peers;
@@ -36,6 +38,8 @@ pub mod watch;
 // leaves its re-export unused.
 #[allow(unused_imports)]
 pub use checks::*;
+#[allow(unused_imports)]
+pub use exec::*;
 #[allow(unused_imports)]
 pub use payload::*;
 #[allow(unused_imports)]
