@@ -112,7 +112,7 @@ pub use crate::core::predicate::Predicate;
 pub use crate::core::settings::ProofOfLife;
 pub use builder::{defaults, Builder, Overflow};
 pub use crossbeam_channel::{RecvError, RecvTimeoutError, TryRecvError};
-pub use error::{CodecError, ConfigError, FrameError, LinkError, SendError};
+pub use error::{Callback, CodecError, ConfigError, FrameError, LinkError, SendError};
 pub use event::{AbandonReason, Cause, Event, State, Transition};
 pub use io::{Context, Keepalive, Resolver};
 pub use link::{Events, Link};

@@ -686,12 +686,7 @@ impl Machine {
     /// next refresh is armed. No state changes.
     /// A resolver that panicked in the background is reported; the connection in use is not
     /// touched.
-    fn refreshed(
-        &mut self,
-        now: Instant,
-        idx: usize,
-        result: Result<Vec<SocketAddr>, Unresolved>,
-    ) {
+    fn refreshed(&mut self, now: Instant, idx: usize, result: Result<Vec<SocketAddr>, Unresolved>) {
         if let Err(Unresolved::Panicked(p)) = &result {
             self.report_panic(p);
         }

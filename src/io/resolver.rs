@@ -66,12 +66,12 @@ fn pool() -> &'static Sender<Job> {
                 .spawn(move || {
                     for job in rx.iter() {
                         let result = match &job.custom {
-                            Some(r) => match guarded(Callback::Resolver, || {
-                                (r.0)(&job.host, job.port)
-                            }) {
-                                Ok(answer) => answer.map_err(Unresolved::Failed),
-                                Err(p) => Err(Unresolved::Panicked(p)),
-                            },
+                            Some(r) => {
+                                match guarded(Callback::Resolver, || (r.0)(&job.host, job.port)) {
+                                    Ok(answer) => answer.map_err(Unresolved::Failed),
+                                    Err(p) => Err(Unresolved::Panicked(p)),
+                                }
+                            }
                             None => lookup(&job.host, job.port).map_err(Unresolved::Failed),
                         };
                         let cmd = Command::Resolved {

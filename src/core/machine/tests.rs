@@ -1100,17 +1100,29 @@ fn row22_a_reply_predicate_that_panics_once_fails_the_connection_then_the_link_r
         .position(|e| matches!(e, Event::Error(_)))
         .unwrap();
     let t = s.last_transition();
-    assert_eq!((t.from, t.to, t.cause), (Ready, Backoff, Cause::CallbackPanic));
+    assert_eq!(
+        (t.from, t.to, t.cause),
+        (Ready, Backoff, Cause::CallbackPanic)
+    );
     let backoff_at = s
         .events
         .iter()
         .position(|e| matches!(e, Event::State(t) if t.to == Backoff))
         .unwrap();
-    assert!(error_at < backoff_at, "the error comes before the transition");
+    assert!(
+        error_at < backoff_at,
+        "the error comes before the transition"
+    );
     assert_eq!(s.disconnects, 1, "the connection is reset");
-    assert!(s.frames().is_empty(), "the frame being tested is not delivered");
+    assert!(
+        s.frames().is_empty(),
+        "the frame being tested is not delivered"
+    );
     let m = s.metrics();
-    assert_eq!((m.state, m.callback_panics, m.consecutive_failures), (Backoff, 1, 1));
+    assert_eq!(
+        (m.state, m.callback_panics, m.consecutive_failures),
+        (Backoff, 1, 1)
+    );
 
     s.next_timer();
     s.tcp_up();
