@@ -8,6 +8,8 @@
 //! same; their test comes with user codecs.)
 //!
 //! The panics below print to stderr through the default panic hook; that is expected.
+//! `Seen` is local: the kit's `Watch` keeps transitions, and these tests need the error events
+//! in order with them.
 
 mod util;
 
@@ -17,7 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use relink::{
-    Callback, Cause, Codec, Event, Heartbeat, Jitter, Link, LinkError, Overflow, Ping, Predicate,
+    Callback, Cause, Event, Heartbeat, Jitter, Link, LinkError, Overflow, Ping, Predicate,
     ProofOfLife, Resolver, SendError, State, Transition,
 };
 use util::{Behaviour, Peer};
@@ -67,8 +69,7 @@ fn resolver(panics: Panics, port: u16, calls: Arc<AtomicU32>) -> Resolver {
 
 /// A lines link with a quick, deterministic backoff.
 fn builder(endpoint: &str) -> relink::Builder {
-    Link::builder(endpoint)
-        .codec(Codec::lines())
+    util::lines_to(endpoint)
         .native_retries(0)
         .backoff(ms(40), ms(2000))
         .jitter(Jitter::None)
