@@ -13,6 +13,7 @@ use event_listener::Event as Notify;
 
 use super::ffi::EventFd;
 use crate::batch::Batch;
+use crate::core::machine::Unresolved;
 use crate::event::{Event, State};
 use crate::metrics::Metrics;
 
@@ -34,8 +35,10 @@ pub(crate) enum Command {
     Metrics(Sender<Metrics>),
     Resolved {
         lookup: Lookup,
-        result: Result<Vec<SocketAddr>, String>,
+        result: Result<Vec<SocketAddr>, Unresolved>,
     },
+    /// Makes the IO thread panic, so that tests can check what the handles see when it stops.
+    PanicForTests,
 }
 
 /// Which question a resolver answer belongs to.
