@@ -2,13 +2,17 @@
 //!
 //! Run with `cargo bench --bench latency` or `cargo bench --bench latency -- --quick`.
 //!
-//! Three clients, each on its own connection to its own echo thread (which writes back every
+//! Four clients, each on its own connection to its own echo thread (which writes back every
 //! byte it reads, TCP_NODELAY set), each sending a length-prefixed 64-byte frame and waiting
 //! for the whole echo before sending the next:
 //! - `relink`: `link.send(frame)`, then `link.events().recv()` until the decoded frame arrives.
 //! - `raw_zmq`: a bare ZMQ_STREAM socket: send `[rid, prefix + payload]`, receive until the
 //!   whole echo is in.
 //! - `std_tcp`: `TcpStream` with TCP_NODELAY: `write_all`, then `read_exact`.
+//! - `tokio`: the client a tokio user would write: a runtime thread owning tokio-util's
+//!   `FramedWrite`/`FramedRead` with `LengthDelimitedCodec`, requests through an mpsc handle
+//!   (`blocking_send`), replies through another (`blocking_recv`); see
+//!   `support/tokio_client.rs`.
 //!
 //! After a warm-up, the round trips run in blocks that alternate between the clients, so that
 //! a burst of load on the machine hits all of them alike. The last lines are one summary per
@@ -22,9 +26,11 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use relink::{Codec, Event, Link, State};
 
 use support::peer::{self, Peer};
+use support::tokio_client::TokioClient;
 
 /// Payload bytes of every frame.
 const SIZE: usize = 64;
@@ -179,6 +185,27 @@ impl Client for StdClient {
     fn finish(self: Box<Self>) {}
 }
 
+struct TokioRoundTrip {
+    client: TokioClient,
+    frame: Bytes,
+}
+
+impl Client for TokioRoundTrip {
+    fn name(&self) -> &'static str {
+        "tokio"
+    }
+
+    fn round_trip(&mut self) {
+        self.client.send(self.frame.clone());
+        let reply = self.client.recv();
+        assert_eq!(reply.len(), SIZE, "echo of the wrong size");
+    }
+
+    fn finish(self: Box<Self>) {
+        self.client.finish();
+    }
+}
+
 /// The `p`-th percentile (nearest rank) of sorted samples.
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
@@ -191,7 +218,7 @@ fn us(d: Duration) -> f64 {
 
 fn main() {
     // `cargo bench` adds `--bench`; unknown arguments are ignored. For profiling one client:
-    // `--only=<impl>` (relink, raw_zmq, std_tcp).
+    // `--only=<impl>` (relink, raw_zmq, std_tcp, tokio).
     let quick = support::flag("quick");
     let only = support::arg("only");
     let (n, warmup, block) = if quick {
@@ -219,6 +246,14 @@ fn main() {
     if wanted("std_tcp") {
         echoes.push(Peer::start(peer::echo));
         clients.push(Box::new(StdClient::connect(&echoes[echoes.len() - 1])));
+    }
+    if wanted("tokio") {
+        echoes.push(Peer::start(peer::echo));
+        let addr = ([127, 0, 0, 1], echoes[echoes.len() - 1].port()).into();
+        clients.push(Box::new(TokioRoundTrip {
+            client: TokioClient::connect(addr, false),
+            frame: Bytes::from(vec![0x5A; SIZE]),
+        }));
     }
     assert!(!clients.is_empty(), "--only matched nothing");
 

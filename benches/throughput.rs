@@ -3,22 +3,30 @@
 //! Run with `cargo bench --bench throughput` (a few minutes) or
 //! `cargo bench --bench throughput -- --quick` (under 30 s).
 //!
-//! Four senders are compared, each writing the same bytes on the wire (a 4-byte big-endian
+//! Seven senders are compared, each writing the same bytes on the wire (a 4-byte big-endian
 //! length, then the payload) for 64 B, 1 KiB and 64 KiB payloads:
 //! - `relink`: one [`Link`] with the length-prefixed codec and `Overflow::Block`, so the
-//!   producer waits for room and never loses a frame; one producer thread.
+//!   producer waits for room and never loses a frame; one producer thread, `send` per frame.
+//! - `relink_batch`: the same link, frames handed over in [`Batch`]es of up to 1024 frames
+//!   (64 KiB of payload at most) with `send_batch`.
 //! - `relink4`: the same link fed by four producer threads splitting the same total.
 //! - `raw_zmq`: a bare ZMQ_STREAM socket, one zmq message per frame, blocking sends from one
 //!   thread, with the send high-water mark raised.
 //! - `std_tcp`: `std::net::TcpStream` behind a `BufWriter`.
+//! - `tokio`: the client a tokio user would write: a runtime thread owning tokio-util's
+//!   `FramedWrite<_, LengthDelimitedCodec>`, fed through a bounded mpsc handle
+//!   (`blocking_send` from the producer thread); see `support/tokio_client.rs`.
+//! - `tokio_stubborn`: the same over stubborn-io's `StubbornTcpStream`.
 //!
 //! The sink is a thread that reads and discards, counting bytes. A run is timed from the first
 //! send until the sink has read every byte. Rounds are interleaved (every round runs every
 //! sender for every size) and the median of the rounds (7, or 5 with `--quick`) is reported.
 //! The last lines are one summary per size:
 //!
-//! `throughput size=<bytes> relink_mps=<x> relink4_mps=<x4> raw_zmq_mps=<y> std_tcp_mps=<z>
-//! ratio_raw=<x/y> ratio_std=<x/z> ratio_4v1=<x4/x>`
+//! `throughput size=<bytes> relink_mps=<x> relink_batch_mps=<b> relink4_mps=<x4>
+//! raw_zmq_mps=<y> std_tcp_mps=<z> tokio_mps=<t> tokio_stubborn_mps=<s> ratio_raw=<x/y>
+//! ratio_std=<x/z> ratio_tokio=<x/t> ratio_stubborn=<x/s> ratio_batch_std=<b/z>
+//! ratio_batch_tokio=<b/t> ratio_4v1=<x4/x>`
 //!
 //! where `*_mps` is millions of frames per second.
 //!
@@ -34,9 +42,11 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use relink::{Codec, Link, Overflow, State};
+use bytes::Bytes;
+use relink::{Batch, Codec, Link, Overflow, State};
 
 use support::peer::Peer;
+use support::tokio_client::TokioClient;
 
 /// Bytes of the length prefix every sender writes before a payload.
 const PREFIX: usize = 4;
@@ -49,25 +59,34 @@ const RUN_BOUND: Duration = Duration::from_secs(300);
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Sender {
     Relink,
+    RelinkBatch,
     Relink4,
     RawZmq,
     StdTcp,
+    Tokio,
+    TokioStubborn,
 }
 
 impl Sender {
-    const ALL: [Sender; 4] = [
+    const ALL: [Sender; 7] = [
         Sender::Relink,
+        Sender::RelinkBatch,
         Sender::Relink4,
         Sender::RawZmq,
         Sender::StdTcp,
+        Sender::Tokio,
+        Sender::TokioStubborn,
     ];
 
     fn name(self) -> &'static str {
         match self {
             Sender::Relink => "relink",
+            Sender::RelinkBatch => "relink_batch",
             Sender::Relink4 => "relink4",
             Sender::RawZmq => "raw_zmq",
             Sender::StdTcp => "std_tcp",
+            Sender::Tokio => "tokio",
+            Sender::TokioStubborn => "tokio_stubborn",
         }
     }
 
@@ -77,9 +96,12 @@ impl Sender {
         let sink = Sink::start((frames * (PREFIX + size)) as u64);
         let elapsed = match self {
             Sender::Relink => run_relink(&sink, size, frames, 1),
+            Sender::RelinkBatch => run_relink_batch(&sink, size, frames),
             Sender::Relink4 => run_relink(&sink, size, frames, PRODUCERS),
             Sender::RawZmq => run_raw_zmq(&sink, size, frames),
             Sender::StdTcp => run_std_tcp(&sink, size, frames),
+            Sender::Tokio => run_tokio(&sink, size, frames, false),
+            Sender::TokioStubborn => run_tokio(&sink, size, frames, true),
         };
         sink.join();
         elapsed
@@ -139,16 +161,7 @@ impl Sink {
 }
 
 fn run_relink(sink: &Sink, size: usize, frames: usize, producers: usize) -> Duration {
-    let link = Link::builder(&sink.endpoint())
-        .codec(Codec::length_prefixed())
-        .overflow(Overflow::Block(RUN_BOUND))
-        .build()
-        .expect("build the link");
-    support::wait_state(
-        &link,
-        State::Ready,
-        Instant::now() + Duration::from_secs(10),
-    );
+    let link = relink_link(sink);
     let payload = vec![0xA5u8; size];
     let barrier = Arc::new(Barrier::new(producers + 1));
     let threads: Vec<_> = (0..producers)
@@ -179,6 +192,59 @@ fn run_relink(sink: &Sink, size: usize, frames: usize, producers: usize) -> Dura
         m.frames_sent, frames as u64,
         "relink did not send every frame"
     );
+    done - start
+}
+
+fn relink_link(sink: &Sink) -> Link {
+    let link = Link::builder(&sink.endpoint())
+        .codec(Codec::length_prefixed())
+        .overflow(Overflow::Block(RUN_BOUND))
+        .build()
+        .expect("build the link");
+    support::wait_state(
+        &link,
+        State::Ready,
+        Instant::now() + Duration::from_secs(10),
+    );
+    link
+}
+
+fn run_relink_batch(sink: &Sink, size: usize, frames: usize) -> Duration {
+    let link = relink_link(sink);
+    let payload = vec![0xA5u8; size];
+    let per_batch = (64 * 1024 / size).clamp(1, 1024);
+    let start = Instant::now();
+    let mut left = frames;
+    while left > 0 {
+        let n = per_batch.min(left);
+        let mut batch = Batch::with_capacity(n, n * size);
+        for _ in 0..n {
+            batch.push(&payload);
+        }
+        if let Err(e) = link.send_batch(batch) {
+            panic!("relink send_batch failed: {e}");
+        }
+        left -= n;
+    }
+    let done = sink.wait();
+    let m = link.close(Duration::from_secs(5));
+    assert_eq!(
+        m.frames_sent, frames as u64,
+        "relink did not send every frame"
+    );
+    done - start
+}
+
+fn run_tokio(sink: &Sink, size: usize, frames: usize, stubborn: bool) -> Duration {
+    let addr = ([127, 0, 0, 1], sink.peer.port()).into();
+    let client = TokioClient::connect(addr, stubborn);
+    let payload = vec![0xA5u8; size];
+    let start = Instant::now();
+    for _ in 0..frames {
+        client.send(Bytes::copy_from_slice(&payload));
+    }
+    let done = sink.wait();
+    client.finish();
     done - start
 }
 
@@ -247,7 +313,8 @@ fn sig4(x: f64) -> String {
 
 fn main() {
     // `cargo bench` adds `--bench`; unknown arguments are ignored. For profiling one case:
-    // `--only=<sender>` (relink, relink4, raw_zmq, std_tcp) and `--size=<bytes>` (64, 1024,
+    // `--only=<sender>` (relink, relink_batch, relink4, raw_zmq, std_tcp, tokio,
+    // tokio_stubborn) and `--size=<bytes>` (64, 1024,
     // 65536) narrow the runs; the summary lines need every sender.
     let quick = support::flag("quick");
     let only = support::arg("only");
@@ -295,7 +362,7 @@ fn main() {
                 let rate = frames as f64 / elapsed.as_secs_f64() / 1e6;
                 mps[si][ki].push(rate);
                 eprintln!(
-                    "round {} size {size:>6} {:<8} {:>10} Mfps  {:>8.3} s",
+                    "round {} size {size:>6} {:<14} {:>10} Mfps  {:>8.3} s",
                     round + 1,
                     sender.name(),
                     sig4(rate),
@@ -308,7 +375,7 @@ fn main() {
 
     println!();
     println!(
-        "{:>6}  {:<8}  {:>12}  {:>10}  {:>21}",
+        "{:>6}  {:<14}  {:>12}  {:>10}  {:>21}",
         "size", "sender", "median Mfps", "MB/s", "min..max Mfps"
     );
     for (si, &(size, _)) in plan.iter().enumerate() {
@@ -319,7 +386,7 @@ fn main() {
             let max = v.iter().copied().fold(0.0, f64::max);
             let mbps = med * (PREFIX + size) as f64;
             println!(
-                "{size:>6}  {:<8}  {:>12}  {:>10.1}  {:>21}",
+                "{size:>6}  {:<14}  {:>12}  {:>10.1}  {:>21}",
                 sender.name(),
                 sig4(med),
                 mbps,
@@ -335,16 +402,25 @@ fn main() {
     println!("# *_mps: millions of frames per second (median of {rounds} rounds)");
     for (si, &(size, _)) in plan.iter().enumerate() {
         let m: Vec<f64> = mps[si].iter().map(|v| median(v)).collect();
-        let (x, x4, y, z) = (m[0], m[1], m[2], m[3]);
+        let (x, b, x4, y, z, t, st) = (m[0], m[1], m[2], m[3], m[4], m[5], m[6]);
         println!(
-            "throughput size={size} relink_mps={} relink4_mps={} raw_zmq_mps={} std_tcp_mps={} \
-             ratio_raw={:.3} ratio_std={:.3} ratio_4v1={:.3}",
+            "throughput size={size} relink_mps={} relink_batch_mps={} relink4_mps={} \
+             raw_zmq_mps={} std_tcp_mps={} tokio_mps={} tokio_stubborn_mps={} \
+             ratio_raw={:.3} ratio_std={:.3} ratio_tokio={:.3} ratio_stubborn={:.3} \
+             ratio_batch_std={:.3} ratio_batch_tokio={:.3} ratio_4v1={:.3}",
             sig4(x),
+            sig4(b),
             sig4(x4),
             sig4(y),
             sig4(z),
+            sig4(t),
+            sig4(st),
             x / y,
             x / z,
+            x / t,
+            x / st,
+            b / z,
+            b / t,
             x4 / x
         );
     }
