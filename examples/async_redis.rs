@@ -68,7 +68,10 @@ async fn main() -> Result<(), Box<dyn Error>> {
 
     timeout(BOUND, ready.recv()).await?;
     let first = round_trip(&link, &mut replies, "first").await?;
-    println!("{} round 1: {ROUND} INCRs pipelined, last reply {first}", t());
+    println!(
+        "{} round 1: {ROUND} INCRs pipelined, last reply {first}",
+        t()
+    );
 
     // Restart redis: the link notices, backs off, redials, and is Ready again.
     println!("{} restarting redis-server", t());
@@ -91,7 +94,10 @@ async fn main() -> Result<(), Box<dyn Error>> {
         queued
     );
     let again = round_trip(&link, &mut replies, "second").await?;
-    println!("{} round 2: {ROUND} INCRs pipelined, last reply {again}", t());
+    println!(
+        "{} round 2: {ROUND} INCRs pipelined, last reply {again}",
+        t()
+    );
 
     let m = link.close_async(Duration::from_secs(2)).await;
     reader.await?;

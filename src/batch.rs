@@ -120,7 +120,12 @@ impl Batch {
     pub(crate) fn split_off(&mut self, at: usize) -> Batch {
         let cut = self.prefix_bytes(at);
         let data = self.data.split_off(cut);
-        let ends = self.ends.split_off(at).into_iter().map(|e| e - cut).collect();
+        let ends = self
+            .ends
+            .split_off(at)
+            .into_iter()
+            .map(|e| e - cut)
+            .collect();
         Batch { data, ends }
     }
 }

@@ -159,11 +159,18 @@ fn send_async_with_block_waits_for_room_and_resumes_when_frames_leave() {
         waited >= ms(250),
         "woken after {waited:?}, before any frame left"
     );
-    assert!(exec.polls <= 4, "polled {} times: a polling loop", exec.polls);
+    assert!(
+        exec.polls <= 4,
+        "polled {} times: a polling loop",
+        exec.polls
+    );
     let m = link.close(ms(100));
     assert_eq!(m.frames_submitted, 3);
     assert_eq!(m.abandoned.expired, 2);
-    assert_eq!(m.abandoned.shutdown, 1, "c waited in the outbox until the close");
+    assert_eq!(
+        m.abandoned.shutdown, 1,
+        "c waited in the outbox until the close"
+    );
     assert_accounted(&m, "send_async");
 }
 

@@ -29,7 +29,9 @@ fn queued_link(limits: (usize, usize), overflow: Overflow) -> Link {
 fn a_batch_partly_over_the_limit_gives_back_exactly_the_refused_frames() {
     let link = queued_link((5, 1 << 20), Overflow::RejectNew);
     link.send(seq_payload(0)).expect("one single frame first");
-    let err = link.send_batch(numbered(1..9)).expect_err("8 frames, room for 4");
+    let err = link
+        .send_batch(numbered(1..9))
+        .expect_err("8 frames, room for 4");
     match &err {
         BatchError::Full { accepted, rest } => {
             assert_eq!(*accepted, 4);
@@ -40,7 +42,10 @@ fn a_batch_partly_over_the_limit_gives_back_exactly_the_refused_frames() {
     let m = link.close(ms(50));
     assert_eq!(m.frames_submitted, 9);
     assert_eq!(m.frames_rejected, 4);
-    assert_eq!(m.abandoned.shutdown, 5, "the queued frames, given back at close");
+    assert_eq!(
+        m.abandoned.shutdown, 5,
+        "the queued frames, given back at close"
+    );
     assert_accounted(&m, "partial refusal");
 }
 
@@ -51,9 +56,15 @@ fn the_byte_limit_cuts_a_batch_between_frames() {
     let batch: Batch = (0..4u8).map(|i| [i; 10]).collect();
     let err = link.send_batch(batch).expect_err("40 bytes, room for 25");
     assert_eq!(err.accepted(), 2);
-    assert_eq!(err.into_inner().into_frames(), vec![vec![2u8; 10], vec![3u8; 10]]);
+    assert_eq!(
+        err.into_inner().into_frames(),
+        vec![vec![2u8; 10], vec![3u8; 10]]
+    );
     let m = link.metrics();
-    assert_eq!((m.outbox_frames, m.outbox_bytes, m.frames_rejected), (2, 20, 2));
+    assert_eq!(
+        (m.outbox_frames, m.outbox_bytes, m.frames_rejected),
+        (2, 20, 2)
+    );
     assert_accounted(&m, "byte limit");
 }
 
@@ -63,7 +74,9 @@ fn a_frame_the_codec_refuses_refuses_the_whole_batch() {
         .codec(Codec::lines())
         .build()
         .expect("build");
-    let batch: Batch = [&b"ok"[..], b"fine", b"two\nlines", b"ok"].into_iter().collect();
+    let batch: Batch = [&b"ok"[..], b"fine", b"two\nlines", b"ok"]
+        .into_iter()
+        .collect();
     match link.send_batch(batch.clone()) {
         Err(BatchError::Invalid {
             batch: back,
@@ -77,7 +90,10 @@ fn a_frame_the_codec_refuses_refuses_the_whole_batch() {
         other => panic!("expected Invalid, got {other:?}"),
     }
     let m = link.metrics();
-    assert_eq!((m.frames_submitted, m.frames_rejected, m.outbox_frames), (4, 4, 0));
+    assert_eq!(
+        (m.frames_submitted, m.frames_rejected, m.outbox_frames),
+        (4, 4, 0)
+    );
 }
 
 #[test]
@@ -96,7 +112,8 @@ fn order_is_kept_across_batches_and_single_sends_from_one_thread() {
             next += 1;
         } else {
             let n = 1 + i % 50;
-            link.send_batch(numbered(next..next + n)).expect("send_batch");
+            link.send_batch(numbered(next..next + n))
+                .expect("send_batch");
             next += n;
         }
     };
@@ -107,13 +124,17 @@ fn order_is_kept_across_batches_and_single_sends_from_one_thread() {
     for i in 100..200 {
         step(&link, i);
     }
-    link.send_all((next..next + 10).map(seq_payload)).expect("send_all");
+    link.send_all((next..next + 10).map(seq_payload))
+        .expect("send_all");
     next += 10;
     let m = link.close(BOUND);
     assert_eq!(m.frames_sent, next, "every frame sent: {m:?}");
     assert_accounted(&m, "mixed sends");
     let on_wire = |frames: u64| frames as usize * (4 + seq_payload(0).len());
-    assert!(peer.wait_received_len(on_wire(next), BOUND), "the peer read everything");
+    assert!(
+        peer.wait_received_len(on_wire(next), BOUND),
+        "the peer read everything"
+    );
     let received = peer.received_all();
     let (frames, rest) = decode_length_prefixed(&received);
     assert!(rest.is_empty(), "a frame was cut");
@@ -130,17 +151,22 @@ fn under_drop_oldest_a_batch_abandons_the_oldest_frames_one_by_one() {
     let mut abandoned = Vec::new();
     let deadline = Instant::now() + BOUND;
     while abandoned.len() < 3 {
-        match link.events().recv_deadline(deadline).expect("abandoned events") {
-            Event::Abandoned { frame, reason } => abandoned.push((frame, reason)),
-            _ => {}
+        let ev = link.events().recv_deadline(deadline);
+        if let Event::Abandoned { frame, reason } = ev.expect("abandoned events") {
+            abandoned.push((frame, reason));
         }
     }
-    assert_eq!(abandoned_seqs(&abandoned), vec![0, 1, 2], "the oldest go first");
+    assert_eq!(
+        abandoned_seqs(&abandoned),
+        vec![0, 1, 2],
+        "the oldest go first"
+    );
     assert!(abandoned.iter().all(|(_, r)| *r == AbandonReason::Overflow));
     let m = link.metrics();
     assert_eq!((m.outbox_frames, m.abandoned.overflow), (4, 3));
     // A batch larger than the limit keeps only its newest frames.
-    link.send_batch(numbered(7..17)).expect("DropOldest accepts");
+    link.send_batch(numbered(7..17))
+        .expect("DropOldest accepts");
     let m = link.close(ms(50));
     assert_eq!(m.abandoned.overflow, 3 + 10);
     assert_eq!(m.abandoned.shutdown, 4);
@@ -152,7 +178,9 @@ fn under_drop_oldest_a_batch_abandons_the_oldest_frames_one_by_one() {
 fn under_block_a_batch_waits_for_room_then_refuses_the_rest_at_the_deadline() {
     let link = queued_link((2, 1 << 20), Overflow::Block(ms(200)));
     let started = Instant::now();
-    let err = link.send_batch(numbered(0..5)).expect_err("room for 2, nothing leaves");
+    let err = link
+        .send_batch(numbered(0..5))
+        .expect_err("room for 2, nothing leaves");
     let waited = started.elapsed();
     assert!(waited >= ms(190), "gave up after {waited:?}");
     assert_eq!(err.accepted(), 2);
@@ -171,12 +199,16 @@ fn under_block_a_batch_larger_than_the_outbox_goes_in_as_room_frees() {
         .overflow(Overflow::Block(BOUND))
         .build()
         .expect("build");
-    link.send_batch(numbered(0..100)).expect("all accepted as room frees");
+    link.send_batch(numbered(0..100))
+        .expect("all accepted as room frees");
     let m = link.close(BOUND);
     assert_eq!(m.frames_sent, 100);
     assert_accounted(&m, "block progress");
     let on_wire = 100 * (4 + seq_payload(0).len());
-    assert!(peer.wait_received_len(on_wire, BOUND), "the peer read everything");
+    assert!(
+        peer.wait_received_len(on_wire, BOUND),
+        "the peer read everything"
+    );
     let received = peer.received_all();
     let (frames, _) = decode_length_prefixed(&received);
     assert_each_once_in_order(&seqs_of(&frames, &[]), 0..100, "block progress");
@@ -190,7 +222,9 @@ fn send_batch_async_waits_for_room_without_blocking() {
     link.send_with_ttl(seq_payload(1), ms(200)).expect("1");
     let mut send = Box::pin(link.send_batch_async(numbered(2..4)));
     assert!(exec.poll(&mut send).is_pending(), "no room");
-    let result = exec.block_on(send, BOUND).expect("resolves once room frees");
+    let result = exec
+        .block_on(send, BOUND)
+        .expect("resolves once room frees");
     assert_eq!(result, Ok(()));
     let m = link.close(ms(50));
     assert_eq!((m.abandoned.expired, m.abandoned.shutdown), (2, 2));

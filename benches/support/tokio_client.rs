@@ -50,9 +50,7 @@ impl TokioClient {
                         let _ = ready_tx.send(());
                         serve(r, w, rx, reply_tx).await;
                     } else {
-                        let stream = tokio::net::TcpStream::connect(addr)
-                            .await
-                            .expect("connect");
+                        let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
                         stream.set_nodelay(true).expect("nodelay");
                         let (r, w) = stream.into_split();
                         let _ = ready_tx.send(());
@@ -80,7 +78,9 @@ impl TokioClient {
 
     /// Waits for the next reply frame.
     pub fn recv(&mut self) -> BytesMut {
-        self.replies.blocking_recv().expect("the reader task is gone")
+        self.replies
+            .blocking_recv()
+            .expect("the reader task is gone")
     }
 
     /// Closes the handle; the writer flushes what is left and the runtime thread ends.
@@ -92,12 +92,8 @@ impl TokioClient {
     }
 }
 
-async fn serve<R, W>(
-    r: R,
-    w: W,
-    mut rx: mpsc::Receiver<Bytes>,
-    reply_tx: mpsc::Sender<BytesMut>,
-) where
+async fn serve<R, W>(r: R, w: W, mut rx: mpsc::Receiver<Bytes>, reply_tx: mpsc::Sender<BytesMut>)
+where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin,
 {

@@ -962,10 +962,7 @@ impl Machine {
     }
 
     fn check_flushed(&mut self, now: Instant) {
-        if self.closing
-            && self.state != State::Closed
-            && self.outbox.is_empty()
-        {
+        if self.closing && self.state != State::Closed && self.outbox.is_empty() {
             self.step(now, Ev::Flushed);
         }
     }

@@ -71,7 +71,12 @@ impl TestExec {
             if now >= deadline {
                 return false;
             }
-            wakes = self.counter.cv.wait_timeout(wakes, deadline - now).unwrap().0;
+            wakes = self
+                .counter
+                .cv
+                .wait_timeout(wakes, deadline - now)
+                .unwrap()
+                .0;
         }
         true
     }
