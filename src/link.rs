@@ -7,11 +7,11 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvError, RecvTimeoutError, Sender, TryRecvError};
+use crossbeam_channel::{self as channel, Receiver, Sender};
 
 use crate::builder::{Builder, Config, Overflow};
 use crate::core::codec::Codec;
-use crate::error::{ConfigError, SendError};
+use crate::error::{ConfigError, RecvError, RecvTimeoutError, SendError, TryRecvError};
 use crate::event::{Event, State};
 use crate::io::event_loop::{IoSettings, IoThread};
 use crate::io::shared::{Command, Shared};
@@ -380,13 +380,13 @@ impl Inner {
         // The IO thread stops at the deadline, then closes the socket (bounded by linger).
         let bound = timeout + self.linger + Duration::from_secs(2);
         match self.done.recv_timeout(bound) {
-            Err(RecvTimeoutError::Disconnected) | Ok(()) => {
+            Err(channel::RecvTimeoutError::Disconnected) | Ok(()) => {
                 let handle = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
                 if let Some(h) = handle {
                     let _ = h.join();
                 }
             }
-            Err(RecvTimeoutError::Timeout) => {
+            Err(channel::RecvTimeoutError::Timeout) => {
                 log::error!("relink: the IO thread did not stop within {bound:?}; detached");
             }
         }
@@ -419,7 +419,7 @@ impl Events {
     pub fn recv(&self) -> Result<Event, RecvError> {
         match self.rx.recv() {
             Ok(ev) => Ok(self.took(ev)),
-            Err(RecvError) => self.leftover().ok_or(RecvError),
+            Err(channel::RecvError) => self.leftover().ok_or(RecvError),
         }
     }
 
@@ -427,8 +427,10 @@ impl Events {
     pub fn try_recv(&self) -> Result<Event, TryRecvError> {
         match self.rx.try_recv() {
             Ok(ev) => Ok(self.took(ev)),
-            Err(TryRecvError::Disconnected) => self.leftover().ok_or(TryRecvError::Disconnected),
-            Err(e) => Err(e),
+            Err(channel::TryRecvError::Disconnected) => {
+                self.leftover().ok_or(TryRecvError::Disconnected)
+            }
+            Err(channel::TryRecvError::Empty) => Err(TryRecvError::Empty),
         }
     }
 
@@ -441,10 +443,10 @@ impl Events {
     pub fn recv_deadline(&self, deadline: Instant) -> Result<Event, RecvTimeoutError> {
         match self.rx.recv_deadline(deadline) {
             Ok(ev) => Ok(self.took(ev)),
-            Err(RecvTimeoutError::Disconnected) => {
+            Err(channel::RecvTimeoutError::Disconnected) => {
                 self.leftover().ok_or(RecvTimeoutError::Disconnected)
             }
-            Err(e) => Err(e),
+            Err(channel::RecvTimeoutError::Timeout) => Err(RecvTimeoutError::Timeout),
         }
     }
 
