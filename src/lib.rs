@@ -73,7 +73,7 @@
 //!               │  └──────► Backoff ◄───────┘   (any failure)
 //!               │              │
 //!               ├──────────────┘ retry timer / reconnect_now
-//!               └── Cooldown ◄── max_attempts failures in a row
+//!               └── Cooldown ◄── max_attempts attempts failed
 //!   any ── close ──► Closed
 //! ```
 //! Every transition is emitted as an [`Event::State`] with its [`Cause`]. The full transition
