@@ -105,8 +105,8 @@ impl Changes for &Link {
                     }))
                 }
                 Ok(_) => continue,
-                Err(RecvTimeoutError::Timeout) => return Ok(None),
-                Err(RecvTimeoutError::Disconnected) => return Err("the link closed".into()),
+                Err(relink::RecvTimeoutError::Timeout) => return Ok(None),
+                Err(relink::RecvTimeoutError::Disconnected) => return Err("the link closed".into()),
             }
         }
     }

@@ -355,13 +355,15 @@ fn give_up_after_n_attempts_exits_1_at_that_attempt() {
     let stderr = cat.stderr.text();
     let last_state = stderr
         .lines()
-        .filter(|l| l.starts_with("state ") && l.contains(" to=Backoff "))
-        .last()
+        .rfind(|l| l.starts_with("state ") && l.contains(" to=Backoff "))
         .unwrap_or_default()
         .to_string();
     assert!(last_state.contains(" attempt=3 "), "{stderr}");
     assert!(!stderr.contains(" attempt=4 "), "{stderr}");
-    assert_has(&stderr, r#"abandoned reason=shutdown bytes=15 frame="never delivered""#);
+    assert_has(
+        &stderr,
+        r#"abandoned reason=shutdown bytes=15 frame="never delivered""#,
+    );
 }
 
 #[test]
