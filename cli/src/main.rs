@@ -33,6 +33,9 @@
 //! Exit status: 0 every line was delivered; 1 it gave up, or closed with frames refused or
 //! abandoned (or libzmq failed); 2 a bad option; 130 Ctrl-C (SIGINT).
 
+// The option docs below are clap's --help text, written for a terminal, not Markdown.
+#![allow(rustdoc::broken_intra_doc_links, rustdoc::invalid_html_tags)]
+
 use std::io::{self, BufRead, Write};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
