@@ -98,6 +98,10 @@ enum Wait {
 
 impl Builder {
     /// Checks the configuration and starts the link.
+    ///
+    /// # Errors
+    /// [`ConfigError`] for a setting out of range or a libzmq object that could not be made;
+    /// see the example there. Examples of whole configurations are on [`Builder`].
     pub fn build(self) -> Result<Link, ConfigError> {
         let (config, context) = self.validate()?;
         Link::start(config, context)
@@ -106,6 +110,8 @@ impl Builder {
 
 impl Link {
     /// A builder for a link to `endpoint` (`tcp://host:port`).
+    ///
+    /// See the examples on [`Builder`] and in the crate docs' quick start.
     pub fn builder(endpoint: &str) -> Builder {
         Builder::new(endpoint)
     }
