@@ -664,6 +664,24 @@ impl Link {
     ///
     /// # Errors
     /// As [`send_batch`](Link::send_batch).
+    ///
+    /// # Examples
+    /// ```
+    /// use std::time::Duration;
+    /// use relink::{BatchError, Link};
+    ///
+    /// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    /// // Nobody listens on `port`: frames wait in the outbox, which has room for 3.
+    /// let link = Link::builder(&format!("tcp://127.0.0.1:{port}"))
+    ///     .outbox_limits(3, 1024)
+    ///     .build()?;
+    /// let err = link.send_all(["a", "b", "c", "d", "e"]).unwrap_err();
+    /// assert_eq!(err.accepted(), 3);
+    /// assert_eq!(err.into_inner().into_frames(), [b"d".to_vec(), b"e".to_vec()]);
+    /// let m = link.close(Duration::from_millis(50));
+    /// assert_eq!((m.frames_submitted, m.frames_rejected), (5, 2));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn send_all<I>(&self, frames: I) -> Result<(), BatchError>
     where
         I: IntoIterator,
@@ -748,6 +766,28 @@ impl Link {
     ///
     /// # Errors
     /// As [`send`](Link::send); `Full` only under `RejectNew`.
+    ///
+    /// # Examples
+    /// ```
+    /// use std::time::Duration;
+    /// use relink::{Link, Overflow};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    /// // Nobody listens on `port`: the outbox fills up and nothing leaves it.
+    /// let link = Link::builder(&format!("tcp://127.0.0.1:{port}"))
+    ///     .outbox_limits(1, 1024)
+    ///     .overflow(Overflow::Block(Duration::from_secs(60)))
+    ///     .build()?;
+    /// link.send_async("first").await?;
+    /// // No room: the task waits (the thread does not); the caller bounds the wait.
+    /// let waited = tokio::time::timeout(Duration::from_millis(50), link.send_async("second"));
+    /// assert!(waited.await.is_err());
+    /// link.close_async(Duration::from_millis(50)).await;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn send_async(&self, frame: impl Into<Vec<u8>>) -> Result<(), SendError> {
         let frame = frame.into();
         let inner = &*self.inner;
@@ -786,6 +826,22 @@ impl Link {
     ///
     /// # Errors
     /// As [`send_batch`](Link::send_batch).
+    ///
+    /// # Examples
+    /// ```
+    /// use std::time::Duration;
+    /// use relink::{Batch, Link};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    /// let link = Link::builder(&format!("tcp://127.0.0.1:{port}")).build()?;
+    /// let batch: Batch = (0..100u8).map(|i| [i; 16]).collect();
+    /// link.send_batch_async(batch).await?;
+    /// assert_eq!(link.close_async(Duration::from_millis(50)).await.frames_submitted, 100);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn send_batch_async(&self, batch: Batch) -> Result<(), BatchError> {
         let batch = self.check_batch(batch)?;
         if batch.is_empty() {
@@ -1317,6 +1373,30 @@ impl Events {
 
     /// Waits for the next event without blocking the thread, on any executor. Fails only
     /// when the link is closed and every event was taken, as [`recv`](Events::recv) does.
+    ///
+    /// # Examples
+    /// ```
+    /// use std::time::Duration;
+    /// use relink::{Event, Link, State};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let server = std::net::TcpListener::bind("127.0.0.1:0")?;
+    /// let port = server.local_addr()?.port();
+    /// let link = Link::builder(&format!("tcp://127.0.0.1:{port}")).build()?;
+    /// let ready = tokio::time::timeout(Duration::from_secs(5), async {
+    ///     while let Ok(ev) = link.events().recv_async().await {
+    ///         if matches!(ev, Event::State(t) if t.to == State::Ready) {
+    ///             return true;
+    ///         }
+    ///     }
+    ///     false
+    /// });
+    /// assert!(ready.await?);
+    /// link.close_async(Duration::from_millis(50)).await;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn recv_async(&self) -> Recv<'_> {
         Recv {
             events: self,
