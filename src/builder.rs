@@ -11,7 +11,7 @@ use crate::core::endpoint::Endpoint;
 use crate::core::heartbeat::{Heartbeat, Ping};
 use crate::core::settings::{ProofOfLife, Settings};
 use crate::error::ConfigError;
-use crate::io::{Context, Keepalive, Resolver, SocketOptions};
+use crate::io::{Context, IoPool, Keepalive, Resolver, SocketOptions};
 
 /// All defaults, in one place.
 pub mod defaults {
@@ -93,6 +93,7 @@ pub struct Builder {
     endpoints: Vec<String>,
     config: Config,
     context: Option<Context>,
+    io_pool: Option<IoPool>,
 }
 
 const MAX_ZMQ_MS: u128 = i32::MAX as u128;
@@ -102,6 +103,7 @@ impl Builder {
         Builder {
             endpoints: vec![endpoint.to_string()],
             context: None,
+            io_pool: None,
             config: Config {
                 core: Settings {
                     endpoints: Vec::new(),
@@ -354,14 +356,26 @@ impl Builder {
         self
     }
 
-    pub(crate) fn validate(self) -> Result<(Config, Context), ConfigError> {
+    /// The IO threads the link runs on. Defaults to [`IoPool::global`]: one thread per core,
+    /// shared by every link of the process.
+    pub fn io_pool(mut self, pool: &IoPool) -> Builder {
+        self.io_pool = Some(pool.clone());
+        self
+    }
+
+    pub(crate) fn validate(self) -> Result<(Config, Context, IoPool), ConfigError> {
         let context = self.context.clone();
+        let pool = self.io_pool.clone();
         let config = self.into_config()?;
         let context = match context {
             Some(ctx) => ctx,
             None => Context::global()?,
         };
-        Ok((config, context))
+        let pool = match pool {
+            Some(pool) => pool,
+            None => IoPool::global()?,
+        };
+        Ok((config, context, pool))
     }
 
     /// Checks every setting; no libzmq object is made.

@@ -82,6 +82,11 @@ pub enum ConfigError {
     /// libzmq refused the socket or the context it was asked to make.
     #[error("libzmq: {0}")]
     Zmq(String),
+    /// The process has no room for another link: the libzmq context's socket limit (three
+    /// sockets per link), the open-file limit (about four descriptors per link), or a thread
+    /// or descriptor an IO thread needs. The message says which.
+    #[error("no room for another link: {0}")]
+    NoRoom(String),
 }
 
 /// Why a codec refuses to encode a frame.

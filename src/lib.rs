@@ -114,7 +114,7 @@ pub use builder::{defaults, Builder, Overflow};
 pub use crossbeam_channel::{RecvError, RecvTimeoutError, TryRecvError};
 pub use error::{CodecError, ConfigError, FrameError, LinkError, SendError};
 pub use event::{AbandonReason, Cause, Event, State, Transition};
-pub use io::{Context, Keepalive, Resolver};
+pub use io::{Context, IoPool, Keepalive, Resolver};
 pub use link::{Events, Link};
 pub use metrics::{Abandoned, Metrics};
 

@@ -11,7 +11,7 @@ use std::sync::{Arc, OnceLock};
 
 use crossbeam_channel::{Receiver, Sender};
 
-use super::shared::{Command, Lookup, Shared};
+use super::shared::{Command, Lookup, Route, Shared};
 
 /// Resolver threads in the pool.
 const WORKERS: usize = 4;
@@ -43,7 +43,7 @@ struct Job {
     host: String,
     port: u16,
     lookup: Lookup,
-    reply: Sender<Command>,
+    reply: Route,
     shared: Arc<Shared>,
 }
 
@@ -82,7 +82,7 @@ pub(super) fn resolve(
     host: String,
     port: u16,
     lookup: Lookup,
-    reply: Sender<Command>,
+    reply: Route,
     shared: Arc<Shared>,
 ) {
     let job = Job {
