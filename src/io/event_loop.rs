@@ -18,6 +18,7 @@
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::net::SocketAddr;
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -224,16 +225,37 @@ impl Slot {
     }
 }
 
+/// Hashes a link id (a counter) with one multiplication: a command costs one lookup, and
+/// SipHash's resistance to chosen keys buys nothing for ids the crate hands out itself.
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+type ById = BuildHasherDefault<IdHasher>;
+
 /// One IO thread: its links, its wait set, its timers.
 pub(crate) struct Worker {
     epoll: Epoll,
     wake: Arc<Wake>,
     commands: Receiver<Msg>,
-    slots: HashMap<u64, Slot>,
+    slots: HashMap<u64, Slot, ById>,
     /// Links to serve in the next pass (each at most once: `Slot::queued`).
     queue: Vec<u64>,
     /// Links whose reader is behind: looked at every pass (taking an event wakes the thread).
-    behind: HashSet<u64>,
+    behind: HashSet<u64, ById>,
     /// (deadline, link): stale entries (the link's `timer_at` differs) are skipped.
     timers: BinaryHeap<Reverse<(Instant, u64)>>,
     /// The batch being written; it moves into the zmq message, so only one per thread.
@@ -249,9 +271,9 @@ impl Worker {
             epoll,
             wake,
             commands,
-            slots: HashMap::new(),
+            slots: HashMap::default(),
             queue: Vec::new(),
-            behind: HashSet::new(),
+            behind: HashSet::default(),
             timers: BinaryHeap::new(),
             buf: Vec::new(),
             reports: vec![ffi::BLANK; REPORTS],
@@ -304,8 +326,10 @@ impl Worker {
                     }
                 }
             }
-            for id in self.behind.iter().copied().collect::<Vec<_>>() {
-                self.enqueue(id);
+            if !self.behind.is_empty() {
+                for id in self.behind.iter().copied().collect::<Vec<_>>() {
+                    self.enqueue(id);
+                }
             }
             busy = false;
             std::mem::swap(&mut serving, &mut self.queue);
@@ -360,7 +384,10 @@ impl Worker {
             Msg::Link(id, cmd) => {
                 if let Some(slot) = self.slots.get_mut(&id) {
                     slot.command(now, cmd);
-                    self.enqueue(id);
+                    if !slot.queued {
+                        slot.queued = true;
+                        self.queue.push(id);
+                    }
                 }
                 // A command for a link already closed (a late resolver answer): nothing to do.
             }
