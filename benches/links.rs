@@ -134,7 +134,11 @@ fn child(n: usize) {
     thread::sleep(window);
     let cpu = support::cpu_time() - cpu0;
     let wall = t0.elapsed();
-    let hb: u64 = links.iter().map(|l| l.metrics().heartbeats_sent).sum::<u64>() - hb0;
+    let hb: u64 = links
+        .iter()
+        .map(|l| l.metrics().heartbeats_sent)
+        .sum::<u64>()
+        - hb0;
     let missed: u64 = links
         .iter()
         .map(|l| l.metrics().heartbeats_missed)

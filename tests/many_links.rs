@@ -75,7 +75,10 @@ fn a_thousand_links_on_two_threads_all_come_back_after_the_peer_restarts() {
         })
         .collect();
     assert_eq!(pool.links(), 1000);
-    assert!(all_in(&links, State::Ready, T), "not every link reached Ready");
+    assert!(
+        all_in(&links, State::Ready, T),
+        "not every link reached Ready"
+    );
     for (i, link) in links.iter().enumerate() {
         for k in 0..3 {
             link.send(format!("l{i}-{k}")).expect("send");
@@ -165,8 +168,7 @@ fn a_busy_link_does_not_starve_a_quiet_one_on_the_same_thread() {
     eprintln!(
         "measured: quiet round trips median {:?}, slowest {slowest:?}, while the busy link \
          sent {} frames ({flooded} accepted)",
-        trips[25],
-        m.frames_sent
+        trips[25], m.frames_sent
     );
     assert!(
         slowest < ms(250),
@@ -210,7 +212,11 @@ fn a_slow_reader_pauses_only_its_own_link() {
         let rt = round_trip(&other, format!("o{i}").as_bytes());
         assert!(rt < ms(250), "round trip {i} took {rt:?}");
     }
-    assert_eq!(slow.events().len(), 16, "the slow link's channel went past its capacity");
+    assert_eq!(
+        slow.events().len(),
+        16,
+        "the slow link's channel went past its capacity"
+    );
     let still = slow.metrics().frames_received;
     assert!(
         still <= received + 16,
@@ -221,7 +227,10 @@ fn a_slow_reader_pauses_only_its_own_link() {
         while slow.events().try_recv().is_ok() {}
         slow.metrics().frames_received > still + 1000
     });
-    assert!(more, "the slow link did not read again once its events were taken");
+    assert!(
+        more,
+        "the slow link did not read again once its events were taken"
+    );
 }
 
 /// Three links on one IO thread to one echo peer; one is closed, one dropped.
@@ -302,7 +311,10 @@ fn dropping_a_thousand_links_with_queued_frames_returns_at_once_and_releases_eve
                 .expect("build")
         })
         .collect();
-    assert!(all_in(&links, State::Backoff, T), "not every link in Backoff");
+    assert!(
+        all_in(&links, State::Backoff, T),
+        "not every link in Backoff"
+    );
     for link in &links {
         for k in 0..3 {
             link.send(format!("q{k}")).expect("queued");

@@ -407,7 +407,8 @@ impl Worker {
                 call: "epoll_ctl",
                 message: e.to_string(),
             }));
-            slot.machine.handle_input(now, Input::Close { deadline: now });
+            slot.machine
+                .handle_input(now, Input::Close { deadline: now });
         } else {
             slot.machine.handle_input(now, Input::Start);
         }
@@ -640,7 +641,6 @@ impl Slot {
         true
     }
 
-
     fn command(&mut self, now: Instant, cmd: Command) {
         let input = match cmd {
             Command::Send { frame, deadline } => Input::Submit { frame, deadline },
@@ -789,10 +789,12 @@ impl Slot {
             queued.fetch_sub(1, Ordering::SeqCst);
             return Err(ev);
         }
-        self.events.send(ev).map_err(|crossbeam_channel::SendError(ev)| {
-            queued.fetch_sub(1, Ordering::SeqCst);
-            ev
-        })
+        self.events
+            .send(ev)
+            .map_err(|crossbeam_channel::SendError(ev)| {
+                queued.fetch_sub(1, Ordering::SeqCst);
+                ev
+            })
     }
 
     fn deliver(&mut self, ev: Event) {
