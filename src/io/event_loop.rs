@@ -20,6 +20,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::net::SocketAddr;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -32,6 +33,7 @@ use super::resolver::{self, Resolver};
 use super::shared::{Command, Lookup, Msg, Route, Shared, Wake};
 use super::socket::{apply_options, ms, send_batch, SocketOptions};
 use crate::core::fmt_addr;
+use crate::core::guard::panic_message;
 use crate::core::machine::{Action, Input, Machine, TxResult};
 use crate::core::settings::Settings;
 use crate::error::{ConfigError, LinkError};
@@ -52,9 +54,9 @@ const SPIN: Duration = Duration::from_micros(50);
 /// Messages read from one link's socket per pass before the other links get their turn.
 const READ_BUDGET: usize = 256;
 /// Batches written for one link per pass.
-const WRITE_BUDGET: usize = 64;
+const WRITE_BUDGET: usize = 16;
 /// Commands taken per pass (all links of the thread together).
-const COMMAND_BUDGET: usize = 4096;
+const COMMAND_BUDGET: usize = 1024;
 /// Readiness reports taken per wait.
 const REPORTS: usize = 256;
 /// How long a stopping link waits for handles still inside `send` before it closes anyway.
@@ -104,6 +106,8 @@ pub(crate) struct Slot {
     timer_at: Option<Instant>,
     /// Queued to be served in the current or the next pass.
     queued: bool,
+    /// Leaves the shared state Closed when the slot goes (before `_done` tells `close`).
+    _stop: StopGuard,
     /// Dropped when the slot is freed: `close` waits for that.
     _done: Sender<()>,
     /// Keeps the context alive until the sockets are closed (declared last: dropped last).
@@ -192,6 +196,7 @@ impl Slot {
             .saturating_add(settings.outbox_frames);
         let batch_cap = settings.batch_bytes.min(1 << 20) + 64;
         let machine = Machine::new(settings, seed, Instant::now());
+        let stop = shared.clone();
         Ok(Slot {
             route,
             machine,
@@ -219,6 +224,7 @@ impl Slot {
             resolver: io.resolver,
             timer_at: None,
             queued: false,
+            _stop: StopGuard(stop),
             _done: done,
             _context: context,
         })
@@ -280,7 +286,21 @@ impl Worker {
         })
     }
 
+    /// Runs the thread until its pool is gone and its last link closed. Never unwinds:
+    /// application code is guarded where it is called, and a panic of the loop itself (a bug
+    /// in relink) while it serves a link closes that link alone (see `Worker::guarded`); a
+    /// [`StopGuard`] in each slot leaves its shared state Closed however the slot goes.
     pub(crate) fn run(mut self) {
+        if let Err(payload) = catch_unwind(AssertUnwindSafe(|| self.run_loop())) {
+            // Every slot left is dropped with the worker: its StopGuard tells its handles.
+            log::error!(
+                "relink: an IO thread panicked outside any link ({}); its links are closed",
+                panic_message(payload.as_ref()).unwrap_or_default()
+            );
+        }
+    }
+
+    fn run_loop(&mut self) {
         let mut busy = false;
         let mut serving = Vec::new();
         loop {
@@ -334,7 +354,9 @@ impl Worker {
             busy = false;
             std::mem::swap(&mut serving, &mut self.queue);
             for id in serving.drain(..) {
-                busy |= self.serve(now, id);
+                let mut moved = false;
+                self.guarded(now, id, |w| moved = w.serve(now, id));
+                busy |= moved;
             }
             self.compact_timers();
         }
@@ -382,15 +404,67 @@ impl Worker {
         match msg {
             Msg::Register(slot) => self.register(now, *slot),
             Msg::Link(id, cmd) => {
-                if let Some(slot) = self.slots.get_mut(&id) {
-                    slot.command(now, cmd);
-                    if !slot.queued {
-                        slot.queued = true;
-                        self.queue.push(id);
+                // A command for a link already closed (a late resolver answer) finds no slot.
+                self.guarded(now, id, |w| {
+                    if let Some(slot) = w.slots.get_mut(&id) {
+                        slot.command(now, cmd);
+                        if !slot.queued {
+                            slot.queued = true;
+                            w.queue.push(id);
+                        }
+                    }
+                });
+            }
+        }
+    }
+
+    /// Runs `f`, which works on link `id` alone; if it panics (a bug in relink: application
+    /// code is guarded where it is called), that link is closed as it stands and the others
+    /// carry on.
+    fn guarded(&mut self, now: Instant, id: u64, f: impl FnOnce(&mut Worker)) {
+        if let Err(payload) = catch_unwind(AssertUnwindSafe(|| f(self))) {
+            self.drop_after_panic(now, id, panic_message(payload.as_ref()));
+        }
+    }
+
+    /// Frees the slot of a link whose handling panicked: new frames refused, the frames its
+    /// handles still had on the way given back, its handles told (`Slot::stop_after_panic`).
+    fn drop_after_panic(&mut self, now: Instant, id: u64, message: Option<String>) {
+        let Some(slot) = self.slots.remove(&id) else {
+            return;
+        };
+        self.behind.remove(&id);
+        self.queue.retain(|q| *q != id);
+        self.epoll.delete(slot.socket_fd);
+        self.epoll.delete(slot.monitor_fd);
+        self.wake.links.fetch_sub(1, Ordering::SeqCst);
+        slot.shared.closed.store(true, Ordering::SeqCst);
+        let until = now + SENDERS_BOUND;
+        while slot.shared.sending.load(Ordering::SeqCst) > 0 && Instant::now() < until {
+            std::thread::yield_now();
+        }
+        let mut late = Vec::new();
+        for _ in 0..self.commands.len() {
+            match self.commands.try_recv() {
+                // A metrics request is answered by the final snapshot once its reply
+                // channel is dropped here.
+                Ok(Msg::Link(i, cmd)) if i == id => {
+                    if let Command::Send { frame, .. } = cmd {
+                        late.push(frame);
                     }
                 }
-                // A command for a link already closed (a late resolver answer): nothing to do.
+                Ok(msg) => self.dispatch(now, msg),
+                Err(_) => break,
             }
+        }
+        let stopped = catch_unwind(AssertUnwindSafe(move || {
+            slot.stop_after_panic(now, message, late)
+        }));
+        if let Err(payload) = stopped {
+            log::error!(
+                "relink: a link panicked while stopping: {}",
+                panic_message(payload.as_ref()).unwrap_or_default()
+            );
         }
     }
 
@@ -479,7 +553,12 @@ impl Worker {
         self.queue.retain(|q| *q != id);
         self.epoll.delete(slot.socket_fd);
         self.epoll.delete(slot.monitor_fd);
-        slot.shutdown(now);
+        if let Err(payload) = catch_unwind(AssertUnwindSafe(move || slot.shutdown(now))) {
+            log::error!(
+                "relink: a link panicked while stopping: {}",
+                panic_message(payload.as_ref()).unwrap_or_default()
+            );
+        }
         self.wake.links.fetch_sub(1, Ordering::SeqCst);
     }
 
@@ -658,6 +737,7 @@ impl Slot {
                 let _ = reply.send(self.snapshot(now));
                 return;
             }
+            Command::PanicForTests => panic!("IO thread panic requested by a test"),
         };
         self.machine.handle_input(now, input);
     }
@@ -760,6 +840,8 @@ impl Slot {
     fn transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> bool {
         for _ in 0..WRITE_BUDGET {
             if !self.machine.poll_transmit(now, buf) {
+                // A batch that could not be built (the codec panicked) leaves actions behind.
+                self.carry_out(now);
                 return false;
             }
             let result = match &self.rid {
@@ -909,5 +991,72 @@ impl Slot {
         // Wake any sender blocked on room: the link is closed.
         let _g = self.shared.room.lock().unwrap_or_else(|e| e.into_inner());
         self.shared.room_cv.notify_all();
+    }
+
+    /// The loop panicked (a bug in relink, not application code: that is guarded where it is
+    /// called). The machine may be half-way through a step, so it is not driven again: the
+    /// link is closed as it stands. New frames are refused; frames still on their way are
+    /// given back as abandoned (`shutdown`); the application gets what events were waiting,
+    /// then an [`LinkError::IoThreadPanicked`], then the end of the stream; the final metrics
+    /// are the machine's last counters with state Closed.
+    fn stop_after_panic(mut self, now: Instant, message: Option<String>, late: Vec<Vec<u8>>) {
+        log::error!(
+            "relink: the IO thread panicked serving a link ({}); the link is closed",
+            message.as_deref().unwrap_or("no message")
+        );
+        let machine = &self.machine;
+        let mut snapshot = catch_unwind(AssertUnwindSafe(|| machine.metrics(now)))
+            .unwrap_or_else(|_| Metrics::empty(State::Closed));
+        snapshot.state = State::Closed;
+        snapshot.events_dropped = self.events_dropped;
+        snapshot.frames_submitted += late.len() as u64;
+        snapshot.abandoned.shutdown += late.len() as u64;
+        *self
+            .shared
+            .final_metrics
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(snapshot);
+        {
+            let mut leftover = self
+                .shared
+                .leftover
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            leftover.extend(self.pending.drain(..));
+            leftover.push_back(Event::Error(LinkError::IoThreadPanicked { message }));
+            leftover.extend(late.into_iter().map(|frame| Event::Abandoned {
+                frame,
+                reason: crate::event::AbandonReason::Shutdown,
+            }));
+        }
+        self.shared
+            .state
+            .store(State::Closed as u8, Ordering::Release);
+        self.disconnect_with(true);
+        ffi::stop_monitor(&mut self.socket);
+        // Dropping `self` closes the sockets and the events channel: receivers get the
+        // leftover events, then an error.
+    }
+}
+
+/// Leaves the shared state Closed when the link's slot goes, however it goes: new frames
+/// refused, `state()` Closed, a final snapshot that says Closed, and every sender blocked on
+/// room woken. (The events channel closes with the `Slot` that holds its sender.)
+struct StopGuard(Arc<Shared>);
+
+impl Drop for StopGuard {
+    fn drop(&mut self) {
+        let shared = &*self.0;
+        shared.closed.store(true, Ordering::SeqCst);
+        shared.state.store(State::Closed as u8, Ordering::Release);
+        {
+            let mut m = shared
+                .final_metrics
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            m.get_or_insert_with(|| Metrics::empty(State::Closed)).state = State::Closed;
+        }
+        let _g = shared.room.lock().unwrap_or_else(|e| e.into_inner());
+        shared.room_cv.notify_all();
     }
 }

@@ -12,6 +12,7 @@ use crossbeam_channel::Sender;
 
 use super::event_loop::Slot;
 use super::ffi::EventFd;
+use crate::core::machine::Unresolved;
 use crate::event::{Event, State};
 use crate::metrics::Metrics;
 
@@ -29,8 +30,10 @@ pub(crate) enum Command {
     Metrics(Sender<Metrics>),
     Resolved {
         lookup: Lookup,
-        result: Result<Vec<SocketAddr>, String>,
+        result: Result<Vec<SocketAddr>, Unresolved>,
     },
+    /// Makes the IO thread panic, so that tests can check what the handles see when it stops.
+    PanicForTests,
 }
 
 /// What an IO thread's channel carries: a new link, or a command for one of its links.
