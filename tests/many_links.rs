@@ -289,12 +289,10 @@ fn closing_or_dropping_one_link_leaves_the_others_exchanging_frames() {
 fn dropping_a_thousand_links_with_queued_frames_returns_at_once_and_releases_everything() {
     let _g = exclusive();
     // Warm up the process-wide libzmq context (its threads stay).
-    drop(
-        lines_to(&refused_endpoint())
-            .build()
-            .expect("build")
-            .close(ms(100)),
-    );
+    lines_to(&refused_endpoint())
+        .build()
+        .expect("build")
+        .close(ms(100));
     let before = fds_and_threads();
     let close_timeout = ms(200);
     let linger = ms(200);
