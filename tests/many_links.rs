@@ -3,8 +3,9 @@
 //! dropping one link leaves the others alone, and dropping a thousand links returns at once and
 //! releases everything.
 //!
-//! Tests that count the process's threads and descriptors hold the process lock for writing;
-//! the others for reading.
+//! Tests that count the process's threads and descriptors, and those that time round trips,
+//! hold the process lock for writing (a thousand links of another test would load the same
+//! cores); the others for reading.
 
 mod util;
 
@@ -125,7 +126,7 @@ fn a_thousand_links_on_two_threads_all_come_back_after_the_peer_restarts() {
 /// trips to an echo peer. Expected: every round trip of the quiet link within 250 ms.
 #[test]
 fn a_busy_link_does_not_starve_a_quiet_one_on_the_same_thread() {
-    let _g = shared();
+    let _g = exclusive();
     let pool = IoPool::new(1).expect("pool");
     let sink = Peer::start(Behaviour::Sink);
     let echo = Peer::start(Behaviour::Echo);
@@ -183,7 +184,7 @@ fn a_busy_link_does_not_starve_a_quiet_one_on_the_same_thread() {
 /// once its events are taken, the first reads again.
 #[test]
 fn a_slow_reader_pauses_only_its_own_link() {
-    let _g = shared();
+    let _g = exclusive();
     let pool = IoPool::new(1).expect("pool");
     let talker = Peer::start(Behaviour::script(|c| {
         let line = vec![b'y'; 100]
@@ -237,7 +238,7 @@ fn a_slow_reader_pauses_only_its_own_link() {
 /// Expected: the third keeps exchanging frames, and the peer sees the other two go.
 #[test]
 fn closing_or_dropping_one_link_leaves_the_others_exchanging_frames() {
-    let _g = shared();
+    let _g = exclusive();
     let pool = IoPool::new(1).expect("pool");
     let peer = Peer::start(Behaviour::Echo);
     let links: Vec<Link> = (0..3)
