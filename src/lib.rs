@@ -86,15 +86,17 @@
 //! thread and never reaches another link. The process's panic hook still runs first: by
 //! default it prints the panic to stderr. (With `panic = "abort"` nothing can be caught.)
 //!
-//! Should the IO thread itself stop (a bug in relink), the link is Closed: [`Link::state`] and
+//! Should the IO loop itself panic while serving a link (a bug in relink), that link is Closed,
+//! and the other links of its IO thread carry on: [`Link::state`] and
 //! the final [`Metrics`] say so, new sends are refused, and every blocked caller (`send` with
 //! [`Overflow::Block`], [`Link::close`], [`Link::metrics`], event receivers) returns at once;
 //! the event stream ends with [`LinkError::IoThreadPanicked`].
 //!
 //! # Architecture
-//! A [`Link`] is a crossbeam sender of commands plus an eventfd that wakes a dedicated IO
-//! thread. The IO thread owns the ZMQ_STREAM socket and its monitor and is the only code that
-//! calls zmq or reads the clock. Everything else (state machine, backoff, heartbeat, outbox,
+//! A [`Link`] is a crossbeam sender of commands to an IO thread plus that thread's eventfd. An
+//! IO thread of an [`IoPool`] (by default the process-wide one, a thread per core) serves many
+//! links: it owns each link's ZMQ_STREAM socket and monitor and is the only code that calls
+//! zmq or reads the clock. Everything else (state machine, backoff, heartbeat, outbox,
 //! codec) is a pure core that takes `now` as an argument and returns its next deadline, so every
 //! timer is tested in simulated time. Links share one libzmq context per process by default.
 //!
@@ -105,7 +107,7 @@
 //! src/link.rs      the handle (Link, Events) and Builder::build
 //! src/builder.rs   the builder, its defaults and checks; the core's settings kept apart
 //! src/event.rs, error.rs, metrics.rs   plain data every layer uses; they import no layer
-//! src/io/          the IO thread: event_loop, shared (handle state), resolver (thread pool),
+//! src/io/          the IO threads: pool, event_loop, shared (handle state), resolver (threads),
 //!                  socket (options, send), context, ffi (the only unsafe code)
 //! src/core/        sans-IO policy: machine (transition table), timers, endpoints (order, DNS
 //!                  cache), counters, backoff, heartbeat, outbox, codec, endpoint, predicate,
