@@ -8,7 +8,7 @@
 //! one is on PATH, else the benches' echo peer in a child process. Each count runs in a fresh
 //! child process of this program, so that its threads, descriptors and memory start from
 //! nothing: it raises RLIMIT_NOFILE's soft limit to the hard one, builds the links on the
-//! default IO pool (lines codec, a 1 s heartbeat `Ping::Raw(b"PING\r\n")`, ready on connect),
+//! global IO pool (`IoPool::global()`, one thread per core; lines codec, a 1 s heartbeat `Ping::Raw(b"PING\r\n")`, ready on connect),
 //! waits until every one is Ready, and reports one line:
 //!
 //! ```text
@@ -28,7 +28,7 @@ use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use relink::{Codec, Heartbeat, Link, Ping, State};
+use relink::{Codec, Heartbeat, IoPool, Link, Ping, State};
 
 /// Set in the child process that measures one count: the count.
 const CHILD_ENV: &str = "RELINK_BENCH_LINKS_CHILD";
@@ -100,9 +100,11 @@ fn child(n: usize) {
     let fds0 = support::open_fds();
     let rss0 = support::rss_kib();
     let started = Instant::now();
+    let pool = IoPool::global().expect("the global IO pool");
     let mut links = Vec::with_capacity(n);
     for i in 0..n {
         let link = Link::builder(&endpoint)
+            .io_pool(&pool)
             .codec(Codec::lines())
             .heartbeat(
                 Heartbeat::new(Duration::from_secs(1), Ping::Raw(b"PING\r\n".to_vec()))

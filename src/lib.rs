@@ -94,8 +94,8 @@
 //!
 //! # Architecture
 //! A [`Link`] is a crossbeam sender of commands to an IO thread plus that thread's eventfd. An
-//! IO thread of an [`IoPool`] (by default the process-wide one, a thread per core) serves many
-//! links: it owns each link's ZMQ_STREAM socket and monitor and is the only code that calls
+//! IO thread of an [`IoPool`] serves one link (the default: a thread of its own) or many (links
+//! given the same pool, e.g. [`IoPool::global`], a thread per core): it owns each link's ZMQ_STREAM socket and monitor and is the only code that calls
 //! zmq or reads the clock. Everything else (state machine, backoff, heartbeat, outbox,
 //! codec) is a pure core that takes `now` as an argument and returns its next deadline, so every
 //! timer is tested in simulated time. Links share one libzmq context per process by default.

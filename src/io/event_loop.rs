@@ -392,12 +392,59 @@ impl Worker {
     }
 
     fn take_commands(&mut self, now: Instant) {
-        for _ in 0..COMMAND_BUDGET {
-            let Ok(msg) = self.commands.try_recv() else {
-                break;
+        let mut taken = 0;
+        let mut next = None;
+        while taken < COMMAND_BUDGET {
+            let msg = match next.take() {
+                Some(msg) => msg,
+                None => match self.commands.try_recv() {
+                    Ok(msg) => msg,
+                    Err(_) => break,
+                },
             };
+            taken += 1;
+            match msg {
+                Msg::Link(id, cmd) => {
+                    // A run of commands for one link (a producer's frames) costs one lookup.
+                    self.guarded(now, id, |w| {
+                        next = w.command_run(now, id, cmd, &mut taken);
+                    });
+                }
+                msg => self.dispatch(now, msg),
+            }
+        }
+        if let Some(msg) = next {
             self.dispatch(now, msg);
         }
+    }
+
+    /// Hands `first` to link `id`, then the commands that follow it in the channel for the
+    /// same link, within the budget; returns the first message for anything else.
+    fn command_run(
+        &mut self,
+        now: Instant,
+        id: u64,
+        first: Command,
+        taken: &mut usize,
+    ) -> Option<Msg> {
+        // A command for a link already closed (a late resolver answer) finds no slot.
+        let slot = self.slots.get_mut(&id)?;
+        slot.command(now, first);
+        if !slot.queued {
+            slot.queued = true;
+            self.queue.push(id);
+        }
+        while *taken < COMMAND_BUDGET {
+            match self.commands.try_recv() {
+                Ok(Msg::Link(i, cmd)) if i == id => {
+                    *taken += 1;
+                    slot.command(now, cmd);
+                }
+                Ok(other) => return Some(other),
+                Err(_) => return None,
+            }
+        }
+        None
     }
 
     fn dispatch(&mut self, now: Instant, msg: Msg) {

@@ -14,10 +14,11 @@ use crate::error::ConfigError;
 /// fewest links when it is built), together with the other links placed there. Cheap to
 /// clone; every clone names the same threads.
 ///
-/// By default every link of a process runs on [`IoPool::global`], one thread per core, so a
-/// thousand links cost no thread of their own. A pool of your own keeps some links apart
-/// from the others (their own threads, their own budgets); pass it to
-/// [`Builder::io_pool`](crate::Builder::io_pool).
+/// By default a link runs on a thread of its own (a pool of one thread that exits with the
+/// link). Many links should share a pool, passed to
+/// [`Builder::io_pool`](crate::Builder::io_pool): [`IoPool::global`], one thread per core,
+/// lets a thousand links cost no thread of their own; a pool of your own keeps some links
+/// apart from the others (their own threads, their own budgets).
 ///
 /// The threads start with the pool. A thread with no link waits without using the CPU; once
 /// every clone of the pool is dropped, each thread exits when its last link is closed.
@@ -79,8 +80,8 @@ impl IoPool {
         })
     }
 
-    /// The process-wide pool every link uses unless told otherwise: one thread per core
-    /// (`std::thread::available_parallelism`), started by the first link.
+    /// The process-wide pool: one thread per core (`std::thread::available_parallelism`),
+    /// started by the first call; its threads never exit (they wait without CPU when idle).
     ///
     /// # Errors
     /// As [`IoPool::new`], if the first call cannot start the threads.
