@@ -172,7 +172,8 @@ impl Builder {
         self
     }
 
-    /// Growth of the delay per failure. Defaults to 2.
+    /// Growth of the delay per attempt ([`Metrics::attempt`](crate::Metrics::attempt)).
+    /// Defaults to 2.
     pub fn backoff_factor(mut self, factor: f64) -> Builder {
         self.config.core.backoff.factor = factor;
         self
@@ -190,8 +191,10 @@ impl Builder {
         self
     }
 
-    /// Failed attempts in a row (libzmq's own redials included) before the link rests in
-    /// Cooldown. Defaults to none (never).
+    /// Attempts ([`Metrics::attempt`](crate::Metrics::attempt): relink's dials since the last
+    /// stable connection, libzmq's own redials not counted) that may fail before the link rests
+    /// in Cooldown; each probe after a Cooldown that fails rests again. Defaults to none
+    /// (never).
     pub fn max_attempts(mut self, n: u32) -> Builder {
         self.config.core.max_attempts = Some(n);
         self

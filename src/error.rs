@@ -1,4 +1,5 @@
-//! Error types, one per concern: configuration, sending, the wire format and the link itself.
+//! Error types, one per concern: configuration, sending, receiving events, the wire format and
+//! the link itself.
 
 use std::time::Duration;
 
@@ -237,4 +238,32 @@ impl std::fmt::Display for Callback {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
     }
+}
+
+/// [`Events::recv`](crate::Events::recv) found the link closed and every event taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("receiving on an empty and disconnected channel")]
+pub struct RecvError;
+
+/// Why [`Events::try_recv`](crate::Events::try_recv) returned no event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum TryRecvError {
+    /// No event is waiting now; the link is open.
+    #[error("receiving on an empty channel")]
+    Empty,
+    /// The link is closed and every event was taken.
+    #[error("receiving on an empty and disconnected channel")]
+    Disconnected,
+}
+
+/// Why [`Events::recv_timeout`](crate::Events::recv_timeout) or
+/// [`Events::recv_deadline`](crate::Events::recv_deadline) returned no event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum RecvTimeoutError {
+    /// No event came before the timeout or deadline; the link is open.
+    #[error("timed out waiting on receive operation")]
+    Timeout,
+    /// The link is closed and every event was taken.
+    #[error("channel is empty and disconnected")]
+    Disconnected,
 }

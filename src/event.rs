@@ -186,6 +186,7 @@ impl fmt::Display for AbandonReason {
 
 /// A state change, with what the application needs to judge it.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Transition {
     /// The state left.
     pub from: State,
@@ -193,8 +194,9 @@ pub struct Transition {
     pub to: State,
     /// Why.
     pub cause: Cause,
-    /// Failed attempts in a row so far, libzmq's own redials included (0 once a connection
-    /// proved stable): what the backoff grows with and `max_attempts` counts.
+    /// The attempt, as [`Metrics::attempt`](crate::Metrics::attempt) defines it and shows at
+    /// the same moment: the ordinal of the latest dial relink made since the last stable
+    /// connection (0 when none was made since), native redials not counted.
     pub attempt: u32,
     /// The delay drawn, when `to` is Backoff or Cooldown.
     pub next_retry: Option<std::time::Duration>,

@@ -40,6 +40,12 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! # Platforms
+//! Linux only. relink builds and is tested on Linux (x86_64, glibc) with libzmq 4.3 or newer.
+//! Other systems do not build: the IO thread is woken through a Linux `eventfd`, and the
+//! kernel backstops rely on Linux socket options (`TCP_USER_TIMEOUT`, the keepalive
+//! settings). On any other target the build stops with a `compile_error!` that says so.
+//!
 //! # In scope
 //! - One client link per [`Link`] to one or several `tcp://host:port` servers speaking raw TCP,
 //!   framed by a [`Codec`]: raw chunks, u32 length prefix, or lines.
@@ -67,7 +73,7 @@
 //!               │  └──────► Backoff ◄───────┘   (any failure)
 //!               │              │
 //!               ├──────────────┘ retry timer / reconnect_now
-//!               └── Cooldown ◄── max_attempts failures in a row
+//!               └── Cooldown ◄── max_attempts attempts failed
 //!   any ── close ──► Closed
 //! ```
 //! Every transition is emitted as an [`Event::State`] with its [`Cause`]. The full transition
@@ -116,6 +122,12 @@
 #![warn(missing_docs, missing_debug_implementations)]
 #![deny(unsafe_code)]
 
+#[cfg(not(target_os = "linux"))]
+compile_error!(
+    "relink supports Linux only: it wakes its IO thread through a Linux eventfd and relies on \
+     Linux socket options (TCP_USER_TIMEOUT); see build.md, \"Platforms\""
+);
+
 mod builder;
 mod core;
 mod error;
@@ -131,8 +143,10 @@ pub use crate::core::heartbeat::{Heartbeat, Ping};
 pub use crate::core::predicate::Predicate;
 pub use crate::core::settings::ProofOfLife;
 pub use builder::{defaults, Builder, Overflow};
-pub use crossbeam_channel::{RecvError, RecvTimeoutError, TryRecvError};
-pub use error::{Callback, CodecError, ConfigError, FrameError, LinkError, SendError};
+pub use error::{
+    Callback, CodecError, ConfigError, FrameError, LinkError, RecvError, RecvTimeoutError,
+    SendError, TryRecvError,
+};
 pub use event::{AbandonReason, Cause, Event, State, Transition};
 pub use io::{Context, IoPool, Keepalive, Resolver};
 pub use link::{Events, Link};

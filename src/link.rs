@@ -6,11 +6,11 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvError, RecvTimeoutError, TryRecvError};
+use crossbeam_channel::{self as channel, Receiver};
 
 use crate::builder::{Builder, Config, Overflow};
 use crate::core::codec::Codec;
-use crate::error::{ConfigError, SendError};
+use crate::error::{ConfigError, RecvError, RecvTimeoutError, SendError, TryRecvError};
 use crate::event::{Event, State};
 use crate::io::event_loop::{next_link_id, IoSettings, Slot, Wiring};
 use crate::io::pool::WorkerRef;
@@ -394,7 +394,7 @@ impl Link {
         self.inner.start_close(timeout);
         // The IO thread stops at the deadline, then closes the socket (bounded by linger).
         let bound = timeout + self.inner.linger + Duration::from_secs(2);
-        if let Err(RecvTimeoutError::Timeout) = self.inner.done.recv_timeout(bound) {
+        if let Err(channel::RecvTimeoutError::Timeout) = self.inner.done.recv_timeout(bound) {
             log::error!("relink: the link did not close within {bound:?}");
         }
         self.metrics()
@@ -440,7 +440,7 @@ impl Events {
     pub fn recv(&self) -> Result<Event, RecvError> {
         match self.rx.recv() {
             Ok(ev) => Ok(self.took(ev)),
-            Err(RecvError) => self.leftover().ok_or(RecvError),
+            Err(channel::RecvError) => self.leftover().ok_or(RecvError),
         }
     }
 
@@ -448,8 +448,10 @@ impl Events {
     pub fn try_recv(&self) -> Result<Event, TryRecvError> {
         match self.rx.try_recv() {
             Ok(ev) => Ok(self.took(ev)),
-            Err(TryRecvError::Disconnected) => self.leftover().ok_or(TryRecvError::Disconnected),
-            Err(e) => Err(e),
+            Err(channel::TryRecvError::Disconnected) => {
+                self.leftover().ok_or(TryRecvError::Disconnected)
+            }
+            Err(channel::TryRecvError::Empty) => Err(TryRecvError::Empty),
         }
     }
 
@@ -462,10 +464,10 @@ impl Events {
     pub fn recv_deadline(&self, deadline: Instant) -> Result<Event, RecvTimeoutError> {
         match self.rx.recv_deadline(deadline) {
             Ok(ev) => Ok(self.took(ev)),
-            Err(RecvTimeoutError::Disconnected) => {
+            Err(channel::RecvTimeoutError::Disconnected) => {
                 self.leftover().ok_or(RecvTimeoutError::Disconnected)
             }
-            Err(e) => Err(e),
+            Err(channel::RecvTimeoutError::Timeout) => Err(RecvTimeoutError::Timeout),
         }
     }
 

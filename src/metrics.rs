@@ -7,6 +7,7 @@ use crate::event::State;
 
 /// Frames abandoned, by reason.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Abandoned {
     /// Their deadline passed while they waited.
     pub expired: u64,
@@ -30,16 +31,32 @@ impl Abandoned {
 /// The frame counters are exact at the moment of the snapshot:
 /// `frames_submitted == frames_sent + abandoned.total() + frames_rejected + outbox_frames`.
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct Metrics {
     /// The state.
     pub state: State,
     /// How long the link has been in it.
     pub time_in_state: Duration,
-    /// Ordinal of the current (or next) connection attempt since the last stable connection:
-    /// `consecutive_failures + 1`.
+    /// The attempt: the ordinal of the latest dial relink made since the last stable
+    /// connection.
+    ///
+    /// This is the one meaning of "attempt" everywhere: in [`Transition::attempt`], in the
+    /// `attempt=` of log lines and in relink-cat's status lines.
+    /// - 1 for the first dial after the start or after a stable connection was lost, 2 for the
+    ///   next, and so on; in Backoff or Cooldown it is the dial that failed (the next one will
+    ///   be `attempt + 1`).
+    /// - 0 when no dial was made since the last stable connection: in Idle, and once a Ready
+    ///   connection has lasted `min_stable`.
+    /// - libzmq's own fast redials (`native_retries`) are not attempts; they are counted in
+    ///   [`native_redials`](Metrics::native_redials).
+    /// - The backoff delay grows with it and `max_attempts` counts it.
+    ///
+    /// [`Transition::attempt`]: crate::Transition::attempt
     pub attempt: u32,
-    /// Failed attempts in a row, what the backoff grows with and `max_attempts` counts. Every
-    /// failed dial counts, libzmq's own redials included.
+    /// libzmq's own redials (the `native_retries` fast path) since the last stable connection.
+    pub native_redials: u32,
+    /// Failures in a row since the last stable connection: failed dials, libzmq's own redials
+    /// included, and connections lost before they were stable.
     pub consecutive_failures: u32,
     /// TCP connections established.
     pub connects: u64,
@@ -102,6 +119,7 @@ impl Metrics {
             state,
             time_in_state: Duration::ZERO,
             attempt: 0,
+            native_redials: 0,
             consecutive_failures: 0,
             connects: 0,
             reconnects: 0,

@@ -100,7 +100,7 @@ fn uniform(rng: &mut impl Rng, lo: Duration, hi: Duration) -> Duration {
         return lo;
     }
     let (lo, hi) = (lo.as_nanos() as u64, hi.as_nanos() as u64);
-    Duration::from_nanos(rng.gen_range(lo..=hi))
+    Duration::from_nanos(rng.random_range(lo..=hi))
 }
 
 #[cfg(test)]
