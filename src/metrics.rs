@@ -6,6 +6,25 @@ use std::time::Duration;
 use crate::event::State;
 
 /// Frames abandoned, by reason.
+///
+/// # Examples
+/// ```
+/// use std::time::Duration;
+/// use relink::{AbandonReason, Event, Link};
+///
+/// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+/// // Nobody listens on `port`: nothing is sent.
+/// let link = Link::builder(&format!("tcp://127.0.0.1:{port}")).build()?;
+/// link.send_with_ttl("late", Duration::from_millis(10))?;
+/// link.send("queued")?;
+/// while !matches!(
+///     link.events().recv_timeout(Duration::from_secs(5))?,
+///     Event::Abandoned { reason: AbandonReason::Expired, .. }
+/// ) {}
+/// let a = link.close(Duration::from_millis(50)).abandoned;
+/// assert_eq!((a.expired, a.shutdown, a.total()), (1, 1, 2));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Abandoned {
@@ -30,6 +49,30 @@ impl Abandoned {
 ///
 /// The frame counters are exact at the moment of the snapshot:
 /// `frames_submitted == frames_sent + abandoned.total() + frames_rejected + outbox_frames`.
+///
+/// # Examples
+/// Every frame given to the link is in exactly one counter:
+/// ```
+/// use std::time::Duration;
+/// use relink::Link;
+///
+/// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+/// // Nobody listens on `port`: frames wait in the outbox.
+/// let link = Link::builder(&format!("tcp://127.0.0.1:{port}"))
+///     .outbox_limits(2, 1024)
+///     .build()?;
+/// link.send("a")?;
+/// link.send("b")?;
+/// assert!(link.send("c").is_err()); // refused: the outbox is full
+/// let m = link.metrics();
+/// assert_eq!((m.frames_submitted, m.frames_rejected, m.outbox_frames), (3, 1, 2));
+/// assert_eq!(m.unaccounted(), 0);
+/// let m = link.close(Duration::from_millis(50));
+/// assert_eq!((m.abandoned.shutdown, m.outbox_frames, m.frames_sent), (2, 0, 0));
+/// assert_eq!(m.unaccounted(), 0);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+/// [`Link::metrics`](crate::Link::metrics) shows a snapshot of a link that is up.
 #[derive(Clone, Copy, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct Metrics {
@@ -106,6 +149,8 @@ pub struct Metrics {
 
 impl Metrics {
     /// `submitted − (sent + abandoned + rejected + queued)`: zero in every snapshot.
+    ///
+    /// See the example on [`Metrics`].
     pub fn unaccounted(&self) -> i128 {
         self.frames_submitted as i128
             - (self.frames_sent as i128
