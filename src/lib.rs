@@ -89,6 +89,8 @@ mod error;
 mod event;
 #[allow(unsafe_code)]
 mod ffi;
+#[path = "core/framing/mod.rs"]
+mod framing;
 mod heartbeat;
 mod io_thread;
 mod link;
@@ -105,6 +107,10 @@ pub use config::{
 pub use crossbeam_channel::{RecvError, RecvTimeoutError, TryRecvError};
 pub use error::{CodecError, ConfigError, FrameError, LinkError, SendError};
 pub use event::{AbandonReason, Cause, Event, State, Transition};
+pub use framing::{
+    Delimited, DelimitedBuilder, Framing, LengthDelimited, LengthDelimitedBuilder, Lines, Raw,
+    Resp, RespValue,
+};
 pub use link::{Events, Link};
 pub use metrics::{Abandoned, Metrics};
 

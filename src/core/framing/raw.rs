@@ -1,0 +1,65 @@
+//! Raw chunks: no framing at all.
+
+use bytes::BytesMut;
+
+use super::Framing;
+use crate::error::{CodecError, FrameError};
+
+/// Every chunk is a frame: frames are written as they are, and decode returns every byte
+/// received since the last call as one frame.
+///
+/// Chunks ignore the peer's message boundaries, so [`Framing::delimits_frames`] is false:
+/// a heartbeat reply predicate or a handshake cannot be used with raw chunks. An empty frame
+/// is refused ([`FrameError::Empty`]): an empty write would close the connection.
+///
+/// # Examples
+///
+/// ```
+/// use bytes::BytesMut;
+/// use relink::{Framing, Raw};
+///
+/// let mut raw = Raw;
+/// let mut wire = Vec::new();
+/// raw.encode(b"any bytes", &mut wire)?;
+/// assert!(raw.encode(b"", &mut wire).is_err());
+/// let mut src = BytesMut::from(&b"ab"[..]);
+/// src.extend_from_slice(b"cd");
+/// assert_eq!(raw.decode(&mut src)?, Some(b"abcd".to_vec()));
+/// assert_eq!(raw.decode(&mut src)?, None);
+/// assert!(!raw.delimits_frames());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Raw;
+
+impl Framing for Raw {
+    fn encode(&mut self, frame: &[u8], dst: &mut Vec<u8>) -> Result<(), FrameError> {
+        self.check(frame)?;
+        dst.extend_from_slice(frame);
+        Ok(())
+    }
+
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Vec<u8>>, CodecError> {
+        if src.is_empty() {
+            return Ok(None);
+        }
+        let frame = src.to_vec();
+        src.clear();
+        Ok(Some(frame))
+    }
+
+    fn check(&self, frame: &[u8]) -> Result<(), FrameError> {
+        if frame.is_empty() {
+            return Err(FrameError::Empty);
+        }
+        Ok(())
+    }
+
+    fn delimits_frames(&self) -> bool {
+        false
+    }
+
+    fn name(&self) -> &str {
+        "raw"
+    }
+}
