@@ -334,3 +334,139 @@ impl Framing for Lines {
         "lines"
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::framing::testkit::{assert_every_split, decode_chunks, encode_all};
+
+    fn delimited(delimiter: &[u8], max_length: usize) -> Delimited {
+        Delimited::builder(delimiter)
+            .max_length(max_length)
+            .build()
+            .expect("valid settings")
+    }
+
+    #[test]
+    fn nul_and_crlf_delimited_frames_round_trip_at_every_split_point() {
+        let nul = delimited(b"\0", 20);
+        let frames: &[&[u8]] = &[b"one", b"", b"\r\n", b"twenty bytes exactly"];
+        assert_every_split(&nul, &encode_all(&mut nul.clone(), frames), frames);
+
+        let crlf = delimited(b"\r\n", 20);
+        let frames: &[&[u8]] = &[b"one", b"", b"\0\n\r", b"a\rb\nc", b"\n"];
+        let wire = encode_all(&mut crlf.clone(), frames);
+        assert_eq!(&wire[..5], b"one\r\n");
+        assert_every_split(&crlf, &wire, frames);
+    }
+
+    #[test]
+    fn a_frame_that_contains_or_would_form_the_delimiter_is_refused() {
+        let crlf = delimited(b"\r\n", 20);
+        assert_eq!(crlf.check(b"a\r\nb"), Err(FrameError::ContainsDelimiter));
+        assert_eq!(crlf.check(b"a\r"), Ok(()));
+        let aa = delimited(b"aa", 20);
+        assert_eq!(aa.check(b"xa"), Err(FrameError::ContainsDelimiter));
+        assert_eq!(aa.check(b"xaax"), Err(FrameError::ContainsDelimiter));
+        assert_eq!(aa.check(b"axb"), Ok(()));
+    }
+
+    #[test]
+    fn kept_delimiters_come_back_and_are_not_doubled_on_encode() {
+        let mut keep = Delimited::builder(b"\r\n").strip(false).build().unwrap();
+        let wire = encode_all(&mut keep, &[b"+OK\r\n", b"bare"]);
+        assert_eq!(wire, b"+OK\r\nbare\r\n");
+        assert_every_split(&keep, &wire, &[b"+OK\r\n", b"bare\r\n"]);
+    }
+
+    #[test]
+    fn a_frame_is_refused_once_max_plus_delimiter_bytes_arrived_without_one() {
+        let mut framing = delimited(b"\r\n", 3);
+        let mut src = BytesMut::from(&b"abc\r"[..]);
+        assert_eq!(framing.decode(&mut src), Ok(None));
+        src.extend_from_slice(b"\n");
+        assert_eq!(framing.decode(&mut src), Ok(Some(b"abc".to_vec())));
+        src.extend_from_slice(b"abcd");
+        assert_eq!(framing.decode(&mut src), Ok(None));
+        src.extend_from_slice(b"e");
+        assert_eq!(
+            framing.decode(&mut src),
+            Err(CodecError::LineTooLong { max: 3 })
+        );
+        assert_eq!(
+            framing.check(b"abcd"),
+            Err(FrameError::TooLarge { len: 4, max: 3 })
+        );
+    }
+
+    #[test]
+    fn the_delimiter_scan_resumes_where_it_stopped() {
+        let mut framing = delimited(b"\r\n", 1000);
+        let mut src = BytesMut::new();
+        for i in 1..=100 {
+            src.extend_from_slice(b"z\r");
+            assert_eq!(framing.decode(&mut src), Ok(None));
+            assert_eq!(framing.scan, 2 * i - 1);
+        }
+        src.extend_from_slice(b"\n");
+        assert_eq!(framing.decode(&mut src).unwrap().unwrap().len(), 199);
+        assert_eq!(framing.scan, 0);
+    }
+
+    #[test]
+    fn an_empty_delimiter_or_a_zero_max_is_a_config_error() {
+        assert!(matches!(
+            Delimited::builder(b"").build(),
+            Err(ConfigError::BadFraming {
+                setting: "delimiter",
+                ..
+            })
+        ));
+        assert_eq!(
+            Delimited::builder(b"\0").max_length(0).build(),
+            Err(ConfigError::ZeroLimit { name: "max_length" })
+        );
+    }
+
+    #[test]
+    fn lines_read_lf_and_crlf_ends_at_every_split_point() {
+        let lines = Lines::new().max_length(10);
+        assert_every_split(
+            &lines,
+            b"one\r\n\r\ntwo\r\r\nthree\n\n",
+            &[b"one", b"", b"two\r", b"three", b""],
+        );
+    }
+
+    #[test]
+    fn lines_write_lf_or_crlf_and_crlf_round_trips_a_trailing_cr() {
+        let mut lf = Lines::new();
+        assert_eq!(encode_all(&mut lf, &[b"a", b""]), b"a\n\n");
+        let crlf = Lines::new().crlf(true);
+        let frames: &[&[u8]] = &[b"a", b"", b"b\r", b"\r"];
+        let wire = encode_all(&mut crlf.clone(), frames);
+        assert_eq!(wire, b"a\r\n\r\nb\r\r\n\r\r\n");
+        assert_every_split(&crlf, &wire, frames);
+        assert_eq!(crlf.check(b"a\nb"), Err(FrameError::ContainsNewline));
+    }
+
+    #[test]
+    fn lines_do_not_count_the_line_end_toward_max_length() {
+        let mut lines = Lines::new().max_length(3);
+        assert_eq!(
+            decode_chunks(&mut lines, [&b"abc\r\nabc\n"[..]]),
+            Ok(vec![b"abc".to_vec(), b"abc".to_vec()])
+        );
+        assert_eq!(
+            decode_chunks(&mut lines, [&b"abcd\n"[..]]),
+            Err(CodecError::LineTooLong { max: 3 })
+        );
+        let mut src = BytesMut::from(&b"abc\r"[..]);
+        assert_eq!(lines.decode(&mut src), Ok(None));
+        src.extend_from_slice(b"x");
+        assert_eq!(
+            lines.decode(&mut src),
+            Err(CodecError::LineTooLong { max: 3 })
+        );
+    }
+}

@@ -422,3 +422,247 @@ impl Framing for LengthDelimited {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::framing::testkit::{assert_every_split, decode_chunks, encode_all};
+
+    fn build(b: LengthDelimitedBuilder) -> LengthDelimited {
+        b.build().expect("valid settings")
+    }
+
+    #[test]
+    fn len32_writes_a_big_endian_u32_then_the_frame() {
+        let mut len32 = LengthDelimited::len32();
+        assert_eq!(
+            encode_all(&mut len32, &[b"hello", b""]),
+            b"\0\0\0\x05hello\0\0\0\0"
+        );
+        assert_eq!(len32.max_buffered(), 4 + DEFAULT_MAX_FRAME);
+    }
+
+    #[test]
+    fn every_width_and_byte_order_round_trips_at_every_split_point() {
+        let long = [0xab; 300];
+        for width in [1, 2, 3, 4, 8] {
+            for little in [false, true] {
+                let mut b = LengthDelimited::builder().length_field_length(width);
+                if little {
+                    b = b.little_endian();
+                }
+                let framing = build(b.max_frame_length(300));
+                let frames: &[&[u8]] = if width == 1 {
+                    &[b"hello", b"", b"\0\0\0\x05", b"x"]
+                } else {
+                    &[b"hello", b"", &long, b"x"]
+                };
+                let wire = encode_all(&mut framing.clone(), frames);
+                assert_eq!(
+                    wire.len(),
+                    frames.iter().map(|f| f.len() + width).sum::<usize>()
+                );
+                assert_every_split(&framing, &wire, frames);
+            }
+        }
+    }
+
+    #[test]
+    fn a_two_byte_little_endian_field_is_written_low_byte_first() {
+        let mut le = build(
+            LengthDelimited::builder()
+                .length_field_length(2)
+                .little_endian(),
+        );
+        assert_eq!(encode_all(&mut le, &[&[7u8; 258]])[..2], [2, 1]);
+        let mut be = build(LengthDelimited::builder().length_field_length(3));
+        assert_eq!(encode_all(&mut be, &[&[7u8; 258]])[..3], [0, 1, 2]);
+    }
+
+    #[test]
+    fn a_length_that_counts_its_own_header_round_trips() {
+        let framing = build(
+            LengthDelimited::builder()
+                .length_field_length(2)
+                .length_adjustment(-2),
+        );
+        let wire = encode_all(&mut framing.clone(), &[b"abc", b""]);
+        assert_eq!(wire, b"\0\x05abc\0\x02");
+        assert_every_split(&framing, &wire, &[b"abc", b""]);
+    }
+
+    #[test]
+    fn a_length_below_the_adjustment_is_malformed() {
+        let mut framing = build(
+            LengthDelimited::builder()
+                .length_field_length(1)
+                .length_adjustment(-2),
+        );
+        assert_eq!(
+            decode_chunks(&mut framing, [&b"\x01a"[..]]),
+            Err(CodecError::Malformed("length field below the adjustment"))
+        );
+    }
+
+    #[test]
+    fn the_head_before_the_field_comes_from_the_frame_and_is_skipped_by_default() {
+        let mut framing = build(
+            LengthDelimited::builder()
+                .length_field_offset(1)
+                .length_field_length(2),
+        );
+        let wire = encode_all(&mut framing, &[b"\x07abc"]);
+        assert_eq!(wire, b"\x07\0\x03abc");
+        assert_every_split(&framing, &wire, &[b"abc"]);
+        for (skip, frame) in [(0, &wire[..]), (1, &wire[1..]), (3, &wire[3..])] {
+            let keep = build(
+                LengthDelimited::builder()
+                    .length_field_offset(1)
+                    .length_field_length(2)
+                    .num_skip(Some(skip)),
+            );
+            assert_every_split(&keep, &wire, &[frame]);
+        }
+        assert_eq!(
+            framing.check(b""),
+            Err(FrameError::TooShort { len: 0, min: 1 })
+        );
+    }
+
+    #[test]
+    fn a_positive_adjustment_refuses_frames_shorter_than_it() {
+        let mut framing = build(
+            LengthDelimited::builder()
+                .length_field_length(1)
+                .length_adjustment(2),
+        );
+        assert_eq!(
+            framing.check(b"a"),
+            Err(FrameError::TooShort { len: 1, min: 2 })
+        );
+        let wire = encode_all(&mut framing, &[b"abc"]);
+        assert_eq!(wire, b"\x01abc");
+        assert_every_split(&framing, &wire, &[b"abc"]);
+    }
+
+    #[test]
+    fn varint_writes_mqtt_remaining_lengths() {
+        let mut framing = build(LengthDelimited::builder().varint());
+        for (len, field) in [
+            (0usize, &b"\x00"[..]),
+            (127, b"\x7f"),
+            (128, b"\x80\x01"),
+            (16_383, b"\xff\x7f"),
+            (16_384, b"\x80\x80\x01"),
+            (2_097_152, b"\x80\x80\x80\x01"),
+        ] {
+            let frame = vec![1u8; len];
+            let wire = encode_all(&mut framing, &[&frame]);
+            assert_eq!(&wire[..field.len()], field, "{len}");
+            assert_eq!(decode_chunks(&mut framing, [&wire[..]]), Ok(vec![frame]));
+        }
+    }
+
+    #[test]
+    fn varint_refuses_an_overlong_or_too_long_length() {
+        let mut framing = build(LengthDelimited::builder().varint());
+        assert_eq!(
+            decode_chunks(&mut framing, [&b"\x80\x00"[..]]),
+            Err(CodecError::Malformed("overlong varint length"))
+        );
+        assert_eq!(
+            decode_chunks(&mut framing, [&b"\x80\x80\x80\x80\x01"[..]]),
+            Err(CodecError::Malformed(
+                "varint length longer than its maximum"
+            ))
+        );
+        let mut five = build(
+            LengthDelimited::builder()
+                .varint_max_bytes(5)
+                .max_frame_length(usize::MAX),
+        );
+        assert_eq!(
+            decode_chunks(&mut five, [&b"\x80\x80\x80\x80\x01"[..]]),
+            Ok(vec![])
+        );
+    }
+
+    #[test]
+    fn an_oversize_length_is_refused_once_the_field_is_in_and_nothing_is_reserved() {
+        let mut framing = build(LengthDelimited::builder().max_frame_length(4));
+        let mut src = BytesMut::from(&b"\0\0\0"[..]);
+        assert_eq!(framing.decode(&mut src), Ok(None));
+        src.extend_from_slice(b"\x05");
+        assert_eq!(
+            framing.decode(&mut src),
+            Err(CodecError::FrameTooLarge { len: 5, max: 4 })
+        );
+
+        let mut big = build(
+            LengthDelimited::builder()
+                .length_field_length(8)
+                .max_frame_length(usize::MAX),
+        );
+        let mut src = BytesMut::with_capacity(16);
+        src.extend_from_slice(&[0, 0, 0, 0x7f, 0xff, 0xff, 0xff, 0xff, 1, 2]);
+        assert_eq!(big.decode(&mut src), Ok(None));
+        assert!(src.capacity() < 1024, "{}", src.capacity());
+    }
+
+    #[test]
+    fn a_max_the_width_cannot_express_is_clamped_to_it() {
+        let framing = build(
+            LengthDelimited::builder()
+                .length_field_length(1)
+                .max_frame_length(1000),
+        );
+        assert_eq!(framing.check(&[0; 255]), Ok(()));
+        assert_eq!(
+            framing.check(&[0; 256]),
+            Err(FrameError::TooLarge { len: 256, max: 255 })
+        );
+        assert_eq!(framing.max_buffered(), 256);
+    }
+
+    #[test]
+    fn bad_settings_are_config_errors() {
+        for width in [0, 5, 6, 7, 9] {
+            assert!(matches!(
+                LengthDelimited::builder()
+                    .length_field_length(width)
+                    .build(),
+                Err(ConfigError::BadFraming {
+                    setting: "length_field_length",
+                    ..
+                })
+            ));
+        }
+        assert_eq!(
+            LengthDelimited::builder().max_frame_length(0).build(),
+            Err(ConfigError::ZeroLimit {
+                name: "max_frame_length"
+            })
+        );
+        for bytes in [0, 10] {
+            assert!(LengthDelimited::builder()
+                .varint_max_bytes(bytes)
+                .build()
+                .is_err());
+        }
+        assert!(LengthDelimited::builder()
+            .num_skip(Some(5))
+            .build()
+            .is_err());
+        assert!(LengthDelimited::builder()
+            .varint()
+            .length_field_offset(1)
+            .num_skip(Some(2))
+            .build()
+            .is_err());
+        assert!(LengthDelimited::builder()
+            .length_field_length(1)
+            .length_adjustment(-256)
+            .build()
+            .is_err());
+    }
+}

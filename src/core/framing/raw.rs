@@ -63,3 +63,20 @@ impl Framing for Raw {
         "raw"
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::framing::testkit::decode_chunks;
+
+    #[test]
+    fn raw_returns_each_chunk_and_refuses_an_empty_frame() {
+        let chunks: [&[u8]; 3] = [b"ab", b"", b"\0\n"];
+        assert_eq!(
+            decode_chunks(&mut Raw, chunks),
+            Ok(vec![b"ab".to_vec(), b"\0\n".to_vec()])
+        );
+        assert_eq!(Raw.check(b""), Err(FrameError::Empty));
+        assert!(!Raw.delimits_frames());
+    }
+}

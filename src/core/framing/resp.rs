@@ -478,3 +478,148 @@ fn parse_value(src: &[u8], start: usize, depth: usize) -> Result<(RespValue, usi
     };
     Ok((value, next))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::framing::testkit::{assert_every_split, decode_chunks, encode_all};
+
+    #[test]
+    fn an_inline_command_is_written_as_an_array_of_bulk_strings() {
+        let mut resp = Resp::new();
+        assert_eq!(
+            encode_all(&mut resp, &[b"  SET k\tv \r\n"]),
+            b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n"
+        );
+        assert_eq!(
+            resp.check(b" \r\n"),
+            Err(FrameError::Malformed("an inline command needs a word"))
+        );
+    }
+
+    #[test]
+    fn an_array_frame_is_written_as_is_only_when_it_is_one_whole_array() {
+        let mut resp = Resp::new();
+        let cmd = Resp::command([&b"SET"[..], b"k", b"a\r\nb"]);
+        assert_eq!(encode_all(&mut resp, &[&cmd]), cmd);
+        let refused = FrameError::Malformed("not exactly one complete RESP array");
+        assert_eq!(resp.check(&cmd[..cmd.len() - 1]), Err(refused));
+        assert_eq!(resp.check(&[&cmd[..], b"+OK\r\n"].concat()), Err(refused));
+        assert_eq!(resp.check(b"*1\r\n$1\r\nab\r\n"), Err(refused));
+        assert_eq!(resp.check(b"*-1\r\n"), Ok(()));
+    }
+
+    #[test]
+    fn every_reply_type_is_one_frame_at_every_split_point() {
+        let replies: &[&[u8]] = &[
+            b"+PONG\r\n",
+            b"-ERR wrong\r\n",
+            b":-42\r\n",
+            b"$5\r\na\r\n\0b\r\n",
+            b"$0\r\n\r\n",
+            b"$-1\r\n",
+            b"*-1\r\n",
+            b"*0\r\n",
+            b"*3\r\n:1\r\n*2\r\n$1\r\nx\r\n*0\r\n$-1\r\n",
+            b"_\r\n",
+            b"#t\r\n",
+            b",1.5\r\n",
+            b"(12345678901234567890\r\n",
+        ];
+        assert_every_split(&Resp::new(), &replies.concat(), replies);
+    }
+
+    #[test]
+    fn a_split_array_is_resumed_not_parsed_again() {
+        let mut resp = Resp::new();
+        let mut src = BytesMut::from(&b"*2\r\n$3\r\nabc\r\n$2\r\n"[..]);
+        assert_eq!(resp.decode(&mut src), Ok(None));
+        assert_eq!(resp.scanner.pos, 13);
+        assert_eq!(resp.scanner.open, [1]);
+        src.extend_from_slice(b"de\r\n");
+        assert_eq!(resp.decode(&mut src).unwrap().unwrap().len(), 21);
+        assert_eq!(resp.scanner, Scanner::default());
+    }
+
+    #[test]
+    fn an_announced_bulk_above_the_limit_is_refused_without_waiting_or_reserving() {
+        let mut resp = Resp::new().max_frame(100).unwrap();
+        let mut src = BytesMut::with_capacity(64);
+        src.extend_from_slice(b"$1000000000\r\n");
+        assert!(matches!(
+            resp.decode(&mut src),
+            Err(CodecError::FrameTooLarge { max: 100, .. })
+        ));
+        assert!(src.capacity() < 1024);
+        assert_eq!(
+            decode_chunks(&mut resp, [&[b'+'; 101][..]]),
+            Err(CodecError::FrameTooLarge { len: 101, max: 100 })
+        );
+    }
+
+    #[test]
+    fn arrays_nested_past_max_depth_are_refused() {
+        let mut resp = Resp::new().max_depth(2).unwrap();
+        assert_eq!(
+            decode_chunks(&mut resp, [&b"*1\r\n*1\r\n:1\r\n"[..]])
+                .unwrap()
+                .len(),
+            1
+        );
+        assert_eq!(
+            decode_chunks(&mut resp, [&b"*1\r\n*1\r\n*1\r\n:1\r\n"[..]]),
+            Err(CodecError::Malformed("RESP arrays nested too deep"))
+        );
+    }
+
+    #[test]
+    fn bytes_that_break_resp_are_malformed() {
+        for (wire, why) in [
+            (&b"?x\r\n"[..], "unknown RESP type"),
+            (b"+OK\n", "a RESP line must end in CRLF"),
+            (b":12a\r\n", "bad RESP integer"),
+            (b"$-2\r\n", "bad RESP bulk length"),
+            (b"$1\r\nab\r\n", "a RESP bulk string must end in CRLF"),
+            (b"*-5\r\n", "bad RESP array length"),
+            (b"#x\r\n", "bad RESP boolean"),
+        ] {
+            assert_eq!(
+                decode_chunks(&mut Resp::new(), [wire]),
+                Err(CodecError::Malformed(why)),
+                "{wire:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn resp_values_parse_from_whole_replies() {
+        use RespValue::*;
+        assert_eq!(
+            RespValue::parse(b"*4\r\n+OK\r\n-ERR x\r\n$2\r\n\r\n\r\n*2\r\n:5\r\n$-1\r\n"),
+            Ok(Array(vec![
+                Simple(b"OK".to_vec()),
+                Error(b"ERR x".to_vec()),
+                Bulk(b"\r\n".to_vec()),
+                Array(vec![Integer(5), Null]),
+            ]))
+        );
+        assert_eq!(RespValue::parse(b"#f\r\n"), Ok(Boolean(false)));
+        assert_eq!(RespValue::parse(b",2.5\r\n"), Ok(Double(2.5)));
+        assert_eq!(RespValue::parse(b"*-1\r\n"), Ok(Null));
+        assert!(RespValue::parse(b"*2\r\n:1\r\n").is_err());
+        assert!(RespValue::parse(b"*1000000000\r\n").is_err());
+        assert!(RespValue::parse(b"").is_err());
+    }
+
+    #[test]
+    fn zero_limits_are_config_errors() {
+        assert_eq!(
+            Resp::new().max_frame(0),
+            Err(ConfigError::ZeroLimit { name: "max_frame" })
+        );
+        assert_eq!(
+            Resp::new().max_depth(0),
+            Err(ConfigError::ZeroLimit { name: "max_depth" })
+        );
+    }
+}
