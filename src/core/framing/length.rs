@@ -135,6 +135,7 @@ impl LengthDelimited {
         }
     }
 
+    #[inline]
     /// Reads the length field at `offset`: its value and its length in bytes, `None` when
     /// more bytes are needed.
     fn read_field(&self, src: &[u8]) -> Result<Option<(u64, usize)>, CodecError> {
@@ -144,14 +145,7 @@ impl LengthDelimited {
                 let Some(field) = bytes.get(..width) else {
                     return Ok(None);
                 };
-                let value = if big_endian {
-                    field.iter().fold(0u64, |v, &b| (v << 8) | u64::from(b))
-                } else {
-                    field
-                        .iter()
-                        .rev()
-                        .fold(0u64, |v, &b| (v << 8) | u64::from(b))
-                };
+                let value = read_uint(field, big_endian);
                 Ok(Some((value, width)))
             }
             Field::Varint { max_bytes } => {
@@ -175,18 +169,14 @@ impl LengthDelimited {
         }
     }
 
-    /// Appends the length field for a payload of `len` bytes (checked before).
+    /// Appends the length field for a payload of `len` bytes (checked before, so the value
+    /// is neither negative nor too large for the field).
+    #[inline]
     fn write_field(&self, len: usize, dst: &mut Vec<u8>) {
-        let value = (len as i128 - self.adjustment as i128) as u64;
+        let value = (len as u64).wrapping_sub(self.adjustment as i64 as u64);
         match self.field {
             Field::Fixed { width, big_endian } => {
-                let all = value.to_be_bytes();
-                let field = &all[8 - width..];
-                if big_endian {
-                    dst.extend_from_slice(field);
-                } else {
-                    dst.extend(field.iter().rev());
-                }
+                write_uint(value, width, big_endian, dst);
             }
             Field::Varint { .. } => {
                 let mut v = value;
@@ -199,6 +189,60 @@ impl LengthDelimited {
                     }
                     dst.push(b | 0x80);
                 }
+            }
+        }
+    }
+}
+
+/// Reads an unsigned integer of 1 to 8 bytes (constant-size reads for the usual widths).
+#[inline]
+fn read_uint(field: &[u8], big_endian: bool) -> u64 {
+    macro_rules! read {
+        ($t:ty, $n:literal) => {{
+            let mut bytes = [0u8; $n];
+            bytes.copy_from_slice(field);
+            u64::from(if big_endian {
+                <$t>::from_be_bytes(bytes)
+            } else {
+                <$t>::from_le_bytes(bytes)
+            })
+        }};
+    }
+    match field.len() {
+        1 => u64::from(field[0]),
+        2 => read!(u16, 2),
+        4 => read!(u32, 4),
+        8 => read!(u64, 8),
+        _ if big_endian => field.iter().fold(0, |v, &b| (v << 8) | u64::from(b)),
+        _ => field.iter().rev().fold(0, |v, &b| (v << 8) | u64::from(b)),
+    }
+}
+
+/// Appends `value` as an unsigned integer of `width` bytes (it fits: checked before).
+#[inline]
+fn write_uint(value: u64, width: usize, big_endian: bool, dst: &mut Vec<u8>) {
+    macro_rules! write {
+        ($t:ty) => {{
+            let v = value as $t;
+            dst.extend_from_slice(&if big_endian {
+                v.to_be_bytes()
+            } else {
+                v.to_le_bytes()
+            })
+        }};
+    }
+    match width {
+        1 => dst.push(value as u8),
+        2 => write!(u16),
+        4 => write!(u32),
+        8 => write!(u64),
+        _ => {
+            let all = value.to_be_bytes();
+            let field = &all[8 - width..];
+            if big_endian {
+                dst.extend_from_slice(field);
+            } else {
+                dst.extend(field.iter().rev());
             }
         }
     }
@@ -363,13 +407,17 @@ impl Framing for LengthDelimited {
         let Some((value, field_len)) = self.read_field(src)? else {
             return Ok(None);
         };
-        let payload = i128::from(value) + self.adjustment as i128;
-        if payload < 0 {
+        let adjusted = if self.adjustment >= 0 {
+            Some(value.saturating_add(self.adjustment as u64))
+        } else {
+            value.checked_sub(self.adjustment.unsigned_abs() as u64)
+        };
+        let Some(payload) = adjusted else {
             return Err(CodecError::Malformed("length field below the adjustment"));
-        }
-        if payload > self.max_payload as i128 {
+        };
+        if payload > self.max_payload as u64 {
             return Err(CodecError::FrameTooLarge {
-                len: u64::try_from(payload).unwrap_or(u64::MAX),
+                len: payload,
                 max: self.max_payload,
             });
         }
