@@ -107,6 +107,10 @@ mod metrics;
 pub use crate::core::backoff::Jitter;
 pub use crate::core::codec::{Codec, Decoder};
 pub use crate::core::endpoint::Endpoint;
+pub use crate::core::framing::{
+    Delimited, DelimitedBuilder, Framing, LengthDelimited, LengthDelimitedBuilder, Lines, Raw,
+    Resp, RespValue,
+};
 pub use crate::core::heartbeat::{Heartbeat, Ping};
 pub use crate::core::predicate::Predicate;
 pub use crate::core::settings::ProofOfLife;
