@@ -79,6 +79,16 @@ pub enum ConfigError {
         /// Why the codec refuses it.
         source: FrameError,
     },
+    /// A heartbeat reply predicate or a handshake was set with a framing that does not cut the
+    /// byte stream into the peer's frames (raw chunks): a reply must be a whole decoded frame,
+    /// or application bytes glued to it would be taken for it.
+    #[error("{what} needs a framing that delimits frames; {framing} does not")]
+    ReplyNeedsFraming {
+        /// `"heartbeat reply"` or `"handshake"`.
+        what: &'static str,
+        /// The framing's name.
+        framing: String,
+    },
     /// libzmq refused the socket or the context it was asked to make.
     #[error("libzmq: {0}")]
     Zmq(String),
@@ -152,6 +162,15 @@ pub enum CodecError {
     /// below the length adjustment, a RESP value that breaks the protocol or nests too deep.
     #[error("peer broke the framing: {0}")]
     Malformed(&'static str),
+    /// More bytes of one incomplete frame arrived than the framing's
+    /// [`max_buffered`](crate::Framing::max_buffered) allows.
+    #[error("peer sent {buffered} bytes of an incomplete frame, above the limit of {max}")]
+    Overbuffered {
+        /// The bytes buffered.
+        buffered: usize,
+        /// The limit.
+        max: usize,
+    },
 }
 
 /// A frame refused by [`Link::send`](crate::Link::send) and its variants; the frame is given

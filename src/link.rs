@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvError, RecvTimeoutError, Sender, TryRecvError};
 
 use crate::builder::{Builder, Config, Overflow};
-use crate::core::codec::Codec;
+use crate::core::framing::BoxedFraming;
 use crate::error::{ConfigError, SendError};
 use crate::event::{Event, State};
 use crate::io::event_loop::{IoSettings, IoThread};
@@ -49,7 +49,8 @@ struct Inner {
     tx: Sender<Command>,
     shared: Arc<Shared>,
     events: Events,
-    codec: Codec,
+    /// A copy of the link's framing, to check frames at the call.
+    framing: BoxedFraming,
     overflow: Overflow,
     max_frames: usize,
     max_bytes: usize,
@@ -128,7 +129,7 @@ impl Link {
                     shared: shared.clone(),
                 },
                 shared,
-                codec: config.core.codec,
+                framing: config.core.framing.clone(),
                 overflow: config.overflow,
                 max_frames: config.core.outbox_frames,
                 max_bytes: config.core.outbox_bytes,
@@ -200,7 +201,7 @@ impl Link {
     fn submit(&self, frame: Vec<u8>, wait: Wait, ttl: Option<Duration>) -> Result<(), SendError> {
         let inner = &*self.inner;
         let shared = &*inner.shared;
-        if let Err(e) = inner.codec.check_frame(&frame) {
+        if let Err(e) = inner.framing.check(&frame) {
             return Err(self.reject(SendError::Invalid(frame, e)));
         }
         if shared.closed.load(Ordering::SeqCst) {

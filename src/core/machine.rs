@@ -50,14 +50,15 @@ use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use bytes::BytesMut;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 
 use super::backoff::Backoff;
-use super::codec::Decoder;
 use super::counters::Counters;
 use super::endpoint::Host;
 use super::endpoints::{fmt_addr, Endpoints};
+use super::framing::BoxedFraming;
 use super::heartbeat::{HeartbeatState, Ping};
 use super::outbox::{Outbox, Queued};
 use super::settings::{ProofOfLife, Settings};
@@ -189,7 +190,10 @@ pub(crate) struct Machine {
     /// Frames handed out by `poll_transmit` and not yet confirmed.
     in_flight: Vec<Queued>,
     in_flight_control: Vec<Vec<u8>>,
-    decoder: Decoder,
+    /// The link's framing: decodes `rx`, encodes control frames and the outbox's frames.
+    framing: BoxedFraming,
+    /// Bytes received on the current connection and not yet decoded into frames.
+    rx: BytesMut,
     actions: VecDeque<Action>,
     closing: bool,
     endpoints: Endpoints,
@@ -212,7 +216,7 @@ impl Machine {
     pub(crate) fn new(mut cfg: Settings, seed: u64, now: Instant) -> Machine {
         let mut rng = StdRng::seed_from_u64(seed);
         let endpoints = Endpoints::new(std::mem::take(&mut cfg.endpoints), &mut rng);
-        let decoder = cfg.codec.decoder();
+        let framing = cfg.framing.clone();
         let outbox = Outbox::new(cfg.outbox_frames, cfg.outbox_bytes);
         let backoff = Backoff::new(cfg.backoff.clone());
         Machine {
@@ -234,7 +238,8 @@ impl Machine {
             control: VecDeque::new(),
             in_flight: Vec::new(),
             in_flight_control: Vec::new(),
-            decoder,
+            framing,
+            rx: BytesMut::new(),
             actions: VecDeque::new(),
             closing: false,
             endpoints,
@@ -310,11 +315,18 @@ impl Machine {
         if self.state == State::Connected && matches!(self.cfg.proof, ProofOfLife::Inbound) {
             self.step(now, Ev::Alive);
         }
-        self.decoder.feed(bytes);
+        self.rx.extend_from_slice(bytes);
         loop {
-            match self.decoder.decode() {
+            match self.framing.decode(&mut self.rx) {
                 Ok(Some(frame)) => self.on_frame(now, frame),
-                Ok(None) => break,
+                Ok(None) => {
+                    let max = self.framing.max_buffered();
+                    if self.rx.len() > max {
+                        let buffered = self.rx.len();
+                        self.step(now, Ev::ProtocolError(CodecError::Overbuffered { buffered, max }));
+                    }
+                    break;
+                }
                 Err(e) => {
                     self.step(now, Ev::ProtocolError(e));
                     break;
@@ -359,7 +371,9 @@ impl Machine {
                 }
                 self.c.heartbeats_sent += 1;
                 let ping = self.encoded_ping();
-                self.control.push_back(ping);
+                if !ping.is_empty() {
+                    self.control.push_back(ping);
+                }
             }
         }
         self.check_flushed(now);
@@ -402,15 +416,22 @@ impl Machine {
             self.in_flight_control.push(c);
         }
         if self.state == State::Ready {
+            // A batch holds one frame at least, and no more frames once the payloads would
+            // pass the limit (the framing's own bytes are not counted).
             let limit = self.cfg.batch_bytes;
             while let Some(len) = self.outbox.front_len() {
-                let encoded = self.cfg.codec.encoded_len(len);
-                if !buf.is_empty() && buf.len() + encoded > limit {
+                if !buf.is_empty() && buf.len().saturating_add(len) > limit {
                     break;
                 }
                 let q = self.outbox.pop_front().expect("front exists");
-                self.cfg.codec.encode_into(&q.frame, buf);
-                self.in_flight.push(q);
+                match self.framing.encode(&q.frame, buf) {
+                    Ok(()) => self.in_flight.push(q),
+                    Err(e) => {
+                        // The framing accepted the frame at `send` and refuses it now.
+                        log::debug!("relink: the framing refused a queued frame: {e}");
+                        self.abandon_all(vec![q.frame], AbandonReason::Unencodable);
+                    }
+                }
             }
         }
         !buf.is_empty()
@@ -653,7 +674,8 @@ impl Machine {
         self.timers.disarm(Timer::Dial);
         self.timers.disarm(Timer::SendRetry);
         self.c.connects += 1;
-        self.decoder.reset();
+        self.rx = BytesMut::new();
+        self.framing.reset();
         self.control.clear();
         self.heartbeat = self
             .cfg
@@ -663,9 +685,11 @@ impl Machine {
         self.handshake_pending = false;
         if let ProofOfLife::Handshake { hello, timeout, .. } = &self.cfg.proof {
             for h in hello {
-                let mut buf = Vec::with_capacity(self.cfg.codec.encoded_len(h.len()));
-                self.cfg.codec.encode_into(h, &mut buf);
-                self.control.push_back(buf);
+                let mut buf = Vec::new();
+                match self.framing.encode(h, &mut buf) {
+                    Ok(()) => self.control.push_back(buf),
+                    Err(e) => log::warn!("relink: the framing refused a hello frame: {e}"),
+                }
             }
             self.handshake_pending = true;
             let t = now + *timeout;
@@ -794,7 +818,8 @@ impl Machine {
         self.control.clear();
         self.heartbeat = None;
         self.handshake_pending = false;
-        self.decoder.reset();
+        self.rx = BytesMut::new();
+        self.framing.reset();
         // Any later input of this dial is stale.
         self.generation += 1;
     }
@@ -919,12 +944,14 @@ impl Machine {
         self.actions.push_back(Action::Emit(ev));
     }
 
-    fn encoded_ping(&self) -> Vec<u8> {
+    fn encoded_ping(&mut self) -> Vec<u8> {
         match self.cfg.heartbeat.as_ref().map(|h| &h.ping) {
             Some(Ping::Raw(b)) => b.clone(),
             Some(Ping::Frame(f)) => {
-                let mut buf = Vec::with_capacity(self.cfg.codec.encoded_len(f.len()));
-                self.cfg.codec.encode_into(f, &mut buf);
+                let mut buf = Vec::new();
+                if let Err(e) = self.framing.encode(f, &mut buf) {
+                    log::warn!("relink: the framing refused the heartbeat ping: {e}");
+                }
                 buf
             }
             None => Vec::new(),

@@ -148,7 +148,7 @@ impl Framing for Delimited {
     fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Vec<u8>>, CodecError> {
         let d = self.delimiter.len();
         // A frame within the limit has its delimiter within these bytes.
-        let window = &src[..src.len().min(self.max_length + d)];
+        let window = &src[..src.len().min(self.max_length.saturating_add(d))];
         match find(window, &self.delimiter, self.scan) {
             Some(at) => {
                 self.scan = 0;
@@ -157,7 +157,7 @@ impl Framing for Delimited {
                 src.advance(at + d);
                 Ok(Some(frame))
             }
-            None if window.len() == self.max_length + d => Err(CodecError::LineTooLong {
+            None if window.len() == self.max_length.saturating_add(d) => Err(CodecError::LineTooLong {
                 max: self.max_length,
             }),
             None => {
@@ -230,6 +230,8 @@ impl Framing for Delimited {
 pub struct Lines {
     crlf: bool,
     max_length: usize,
+    /// `max_length` counts a `\r` before the `\n` (as [`Codec::Lines`](crate::Codec::Lines)).
+    cr_counts: bool,
     /// `src[..scan]` holds no `\n` (decoding state).
     scan: usize,
 }
@@ -249,6 +251,7 @@ impl Lines {
         Lines {
             crlf: false,
             max_length: Lines::DEFAULT_MAX_LENGTH,
+            cr_counts: false,
             scan: 0,
         }
     }
@@ -266,6 +269,20 @@ impl Lines {
         self.max_length = max_length;
         self
     }
+
+    /// `max_length` counts a `\r` just before the `\n`, and a line is refused as soon as
+    /// `max_length + 1` bytes arrived without a `\n`: the rule of
+    /// [`Codec::Lines`](crate::Codec::Lines).
+    pub(crate) fn counting_cr(mut self) -> Self {
+        self.cr_counts = true;
+        self
+    }
+
+    /// The bytes a line within the limit has before its `\n`, at most.
+    fn room(&self) -> usize {
+        self.max_length
+            .saturating_add(if self.cr_counts { 0 } else { 1 })
+    }
 }
 
 impl Framing for Lines {
@@ -282,14 +299,15 @@ impl Framing for Lines {
 
     fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Vec<u8>>, CodecError> {
         // A line within the limit, with a `\r`, has its `\n` within these bytes.
-        let window = &src[..src.len().min(self.max_length + 2)];
+        let window = &src[..src.len().min(self.room().saturating_add(1))];
         match window[self.scan..].iter().position(|&b| b == b'\n') {
             Some(i) => {
                 let at = self.scan + i;
                 self.scan = 0;
-                let line = &window[..at];
-                let line = line.strip_suffix(b"\r").unwrap_or(line);
-                if line.len() > self.max_length {
+                let raw = &window[..at];
+                let line = raw.strip_suffix(b"\r").unwrap_or(raw);
+                let counted = if self.cr_counts { raw.len() } else { line.len() };
+                if counted > self.max_length {
                     return Err(CodecError::LineTooLong {
                         max: self.max_length,
                     });
@@ -298,7 +316,7 @@ impl Framing for Lines {
                 src.advance(at + 1);
                 Ok(Some(frame))
             }
-            None if window.len() == self.max_length + 2 => Err(CodecError::LineTooLong {
+            None if window.len() > self.room() => Err(CodecError::LineTooLong {
                 max: self.max_length,
             }),
             None => {
@@ -325,9 +343,9 @@ impl Framing for Lines {
         self.scan = 0;
     }
 
-    /// The longest line and a `\r\n`.
+    /// The longest line and its line end.
     fn max_buffered(&self) -> usize {
-        self.max_length.saturating_add(2)
+        self.room().saturating_add(1)
     }
 
     fn name(&self) -> &str {

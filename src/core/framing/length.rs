@@ -127,6 +127,15 @@ impl LengthDelimited {
         }
     }
 
+    /// len32 with frames of at most `max` bytes (clamped to `u32::MAX`), 0 allowed: the
+    /// framing of [`Codec::LengthPrefixed`](crate::Codec::LengthPrefixed).
+    pub(crate) fn len32_max(max: usize) -> LengthDelimited {
+        LengthDelimited {
+            max_payload: max.min(usize::try_from(u32::MAX).unwrap_or(usize::MAX)),
+            ..LengthDelimited::len32()
+        }
+    }
+
     /// The number of bytes of the length field, or the most it can take (varint).
     fn field_max_len(&self) -> usize {
         match self.field {
@@ -465,7 +474,10 @@ impl Framing for LengthDelimited {
     fn name(&self) -> &str {
         match self.field {
             Field::Varint { .. } => "varint",
-            _ if *self == LengthDelimited::len32() => "len32",
+            Field::Fixed {
+                width: 4,
+                big_endian: true,
+            } if self.offset == 0 && self.adjustment == 0 && self.num_skip.is_none() => "len32",
             Field::Fixed { .. } => "length",
         }
     }

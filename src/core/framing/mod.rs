@@ -81,7 +81,7 @@ pub const DEFAULT_MAX_FRAME: usize = 16 * 1024 * 1024;
 /// assert_eq!(Typed.decode(&mut src)?, None);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub trait Framing: Send + 'static {
+pub trait Framing: Send + Sync + 'static {
     /// Appends the wire form of `frame` to `dst`, or refuses the frame (it is then handed back
     /// to the caller of send).
     ///
@@ -129,6 +129,58 @@ pub trait Framing: Send + 'static {
     /// Short name for logs. Defaults to `"custom"`.
     fn name(&self) -> &str {
         "custom"
+    }
+}
+
+/// A framing the link can hold and clone: any `Framing + Clone`, behind one object-safe trait.
+pub(crate) trait DynFraming: Framing {
+    /// A copy with the same settings and state.
+    fn clone_box(&self) -> Box<dyn DynFraming>;
+}
+
+impl<T: Framing + Clone> DynFraming for T {
+    fn clone_box(&self) -> Box<dyn DynFraming> {
+        Box::new(self.clone())
+    }
+}
+
+/// The framing of one link, boxed: what the builder stores, the core decodes and encodes
+/// with, and the handle checks frames with.
+pub(crate) struct BoxedFraming(pub(crate) Box<dyn DynFraming>);
+
+impl BoxedFraming {
+    /// Boxes a framing; a [`Codec`](crate::Codec) becomes the built-in it names (with its
+    /// decoding state), not a stateless adapter.
+    pub(crate) fn new<F: Framing + Clone>(framing: F) -> BoxedFraming {
+        if let Some(codec) = (&framing as &dyn std::any::Any).downcast_ref::<crate::Codec>() {
+            return codec.framing();
+        }
+        BoxedFraming(Box::new(framing))
+    }
+}
+
+impl Clone for BoxedFraming {
+    fn clone(&self) -> Self {
+        BoxedFraming(self.0.clone_box())
+    }
+}
+
+impl std::fmt::Debug for BoxedFraming {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Framing({})", self.0.name())
+    }
+}
+
+impl std::ops::Deref for BoxedFraming {
+    type Target = dyn DynFraming;
+    fn deref(&self) -> &Self::Target {
+        &*self.0
+    }
+}
+
+impl std::ops::DerefMut for BoxedFraming {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut *self.0
     }
 }
 

@@ -437,15 +437,15 @@ fn row11_a_silent_peer_is_declared_dead_within_the_bound() {
 
 #[test]
 fn row11_a_peer_that_answers_is_never_declared_dead() {
-    let hb = Heartbeat::new(1000 * MS, Ping::Raw(b"p".to_vec()))
+    let hb = Heartbeat::new(1000 * MS, Ping::Raw(b"p\n".to_vec()))
         .max_missed(1)
         .reply(Predicate::new(|f| f == b"P"));
-    let mut s = Sim::ready(Sim::builder().heartbeat(hb));
+    let mut s = Sim::ready(Sim::builder().codec(Codec::lines()).heartbeat(hb));
     for _ in 0..100 {
         s.next_timer();
         s.transmit();
         s.now += 10 * MS;
-        s.data(b"P");
+        s.data(b"P\n");
     }
     assert_eq!(s.m.state(), Ready);
     assert_eq!(s.metrics().last_rtt, Some(10 * MS));
@@ -455,13 +455,13 @@ fn row11_a_peer_that_answers_is_never_declared_dead() {
 #[test]
 fn a_frame_like_the_heartbeat_reply_is_delivered_when_no_ping_awaits_it() {
     let hb =
-        Heartbeat::new(1000 * MS, Ping::Raw(b"p".to_vec())).reply(Predicate::new(|f| f == b"P"));
-    let mut s = Sim::ready(Sim::builder().heartbeat(hb));
-    s.data(b"P");
+        Heartbeat::new(1000 * MS, Ping::Raw(b"p\n".to_vec())).reply(Predicate::new(|f| f == b"P"));
+    let mut s = Sim::ready(Sim::builder().codec(Codec::lines()).heartbeat(hb));
+    s.data(b"P\n");
     assert_eq!(s.frames(), [b"P".to_vec()], "the application's own answer");
     s.next_timer();
     s.transmit();
-    s.data(b"P");
+    s.data(b"P\n");
     assert_eq!(s.frames().len(), 1, "the answer to our ping is swallowed");
 }
 
