@@ -41,8 +41,8 @@ use std::time::{Duration, Instant};
 use clap::{Parser, ValueEnum};
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use relink::{
-    Codec, ConfigError, Delimited, Event, Heartbeat, Jitter, LengthDelimited, Lines, Link,
-    Metrics, Ping, Predicate, ProofOfLife, RecvTimeoutError, Resp, SendError, Transition,
+    Codec, ConfigError, Delimited, Event, Heartbeat, Jitter, LengthDelimited, Lines, Link, Metrics,
+    Ping, Predicate, ProofOfLife, RecvTimeoutError, Resp, SendError, Transition,
 };
 
 /// Exit status for a bad option or a configuration the builder refuses.
@@ -180,9 +180,9 @@ fn parse_codec(s: &str) -> Result<CodecArg, String> {
             "le" => b.little_endian(),
             other => return Err(format!("byte order {other:?}: use be or le")),
         };
-        return Ok(CodecArg::Length(length(b).map_err(|e| {
-            format!("{e} (len:W needs W of 1, 2, 3, 4 or 8)")
-        })?));
+        return Ok(CodecArg::Length(
+            length(b).map_err(|e| format!("{e} (len:W needs W of 1, 2, 3, 4 or 8)"))?,
+        ));
     }
     match s {
         "raw" => Ok(CodecArg::Raw),

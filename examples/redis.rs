@@ -38,7 +38,9 @@ fn start_redis(port: u16) -> Result<Child, String> {
     let deadline = Instant::now() + Duration::from_secs(5);
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         if Instant::now() > deadline {
-            return Err(format!("redis-server did not listen on port {port} within 5 s"));
+            return Err(format!(
+                "redis-server did not listen on port {port} within 5 s"
+            ));
         }
         thread::sleep(Duration::from_millis(10));
     }
@@ -73,7 +75,10 @@ impl Replies {
                     Ok(_) => self.parsed += 1,
                     Err(e) => {
                         self.unparsable += 1;
-                        println!("  unparsable reply ({e}): {:?}", String::from_utf8_lossy(&f));
+                        println!(
+                            "  unparsable reply ({e}): {:?}",
+                            String::from_utf8_lossy(&f)
+                        );
                     }
                 }
             }
@@ -176,7 +181,11 @@ fn run() -> Result<bool, String> {
         abandoned,
         m.frames_rejected,
         m.outbox_frames,
-        if adds_up { "adds up" } else { "DOES NOT ADD UP" }
+        if adds_up {
+            "adds up"
+        } else {
+            "DOES NOT ADD UP"
+        }
     );
     println!(
         "replies received {} (parsed {}, of which redis errors {}; unparsable {}); \

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use crate::core::backoff::{BackoffConfig, Jitter};
 use crate::core::codec::Codec;
-use crate::core::framing::{BoxedFraming, Framing};
 use crate::core::endpoint::Endpoint;
+use crate::core::framing::{BoxedFraming, Framing};
 use crate::core::heartbeat::{Heartbeat, Ping};
 use crate::core::settings::{ProofOfLife, Settings};
 use crate::error::ConfigError;
@@ -167,7 +167,9 @@ impl Builder {
     /// own. The link holds its own copy (cloned per link); the handle checks every frame with
     /// [`Framing::check`] at `send`. Defaults to [`Codec::Raw`].
     pub fn codec<F: Framing + Clone>(mut self, codec: F) -> Builder {
-        self.codec = (&codec as &dyn std::any::Any).downcast_ref::<Codec>().cloned();
+        self.codec = (&codec as &dyn std::any::Any)
+            .downcast_ref::<Codec>()
+            .cloned();
         self.config.core.framing = BoxedFraming::new(codec);
         self
     }
@@ -516,14 +518,12 @@ impl Builder {
             match &hb.ping {
                 Ping::Raw(p) if p.is_empty() => return Err(ConfigError::EmptyPing),
                 Ping::Raw(_) => {}
-                Ping::Frame(p) => {
-                    framing
-                        .check(p)
-                        .map_err(|source| ConfigError::Unencodable {
-                            what: "heartbeat ping",
-                            source,
-                        })?
-                }
+                Ping::Frame(p) => framing
+                    .check(p)
+                    .map_err(|source| ConfigError::Unencodable {
+                        what: "heartbeat ping",
+                        source,
+                    })?,
             }
         }
         if c.core.outbox_frames == 0 {

@@ -194,6 +194,15 @@ impl Cat {
         (status, took)
     }
 
+    /// [`Cat::finish`] for a run that must succeed: asserts a zero exit within `bound` and
+    /// returns everything relink-cat wrote on stderr.
+    fn finish_within(&mut self, keep_stdin: bool, bound: Duration) -> String {
+        let (status, took) = self.finish(keep_stdin, WAIT);
+        assert!(status.success(), "{status}\n{}", self.transcript());
+        assert!(took < bound, "exit took {took:?}");
+        self.stderr.text()
+    }
+
     fn transcript(&mut self) -> String {
         while let Ok(l) = self.stdout.rx.try_recv() {
             self.stdout.seen.push(l);
@@ -246,6 +255,11 @@ fn assert_usage_error(args: &[&str], words: &[&str]) {
 }
 
 /// The `key=value` pairs of a status line, after its first word.
+/// Asserts that `text` contains `part`, quoting all of it otherwise.
+fn assert_has(text: &str, part: &str) {
+    assert!(text.contains(part), "{text}");
+}
+
 fn fields(line: &str) -> Vec<(&str, &str)> {
     line.split(' ')
         .skip(1)
@@ -377,15 +391,9 @@ fn stdin_eof_closes_the_link_and_exits_zero_promptly() {
     cat.expect_stderr("state from=Connected to=Ready ");
     cat.type_line("last words");
     cat.expect_stdout("last words");
-    let (status, took) = cat.finish(false, WAIT);
-    assert!(status.success(), "{status}\n{}", cat.transcript());
     // The outbox is empty, so the close has nothing to flush: well under the 1 s flush bound.
-    assert!(took < Duration::from_secs(3), "exit took {took:?}");
-    let stderr = cat.stderr.text();
-    assert!(
-        stderr.contains("state from=Ready to=Closed cause=closed"),
-        "{stderr}"
-    );
+    let stderr = cat.finish_within(false, Duration::from_secs(3));
+    assert_has(&stderr, "state from=Ready to=Closed cause=closed");
     assert!(peer.wait_all_closed(WAIT), "the connection was not closed");
 }
 
@@ -395,15 +403,9 @@ fn stdin_eof_while_the_server_is_down_reports_the_queued_line_abandoned_and_exit
     let mut cat = Cat::start(&["--status", &endpoint]);
     cat.expect_stderr("state from=Connecting to=Backoff cause=refused ");
     cat.type_line("lost");
-    let (status, took) = cat.finish(false, WAIT);
-    assert!(status.success(), "{status}\n{}", cat.transcript());
     // The close waits at most 1 s for the link to come back before abandoning.
-    assert!(took < Duration::from_secs(5), "exit took {took:?}");
-    let stderr = cat.stderr.text();
-    assert!(
-        stderr.contains(r#"abandoned reason=shutdown bytes=4 frame="lost""#),
-        "{stderr}"
-    );
+    let stderr = cat.finish_within(false, Duration::from_secs(5));
+    assert_has(&stderr, r#"abandoned reason=shutdown bytes=4 frame="lost""#);
     let last = stderr.lines().last().unwrap_or_default();
     assert!(last.starts_with("metrics state=Closed "), "{last}");
     assert!(
@@ -418,14 +420,8 @@ fn ctrl_c_closes_gracefully_and_exits_zero() {
     let mut cat = Cat::start(&["--status", &peer.endpoint()]);
     cat.expect_stderr("state from=Connected to=Ready ");
     cat.interrupt();
-    let (status, took) = cat.finish(true, WAIT);
-    assert!(status.success(), "{status}\n{}", cat.transcript());
-    assert!(took < Duration::from_secs(3), "exit took {took:?}");
-    let stderr = cat.stderr.text();
-    assert!(
-        stderr.contains("state from=Ready to=Closed cause=closed"),
-        "{stderr}"
-    );
+    let stderr = cat.finish_within(true, Duration::from_secs(3));
+    assert_has(&stderr, "state from=Ready to=Closed cause=closed");
 }
 
 #[test]
@@ -442,6 +438,16 @@ fn a_line_typed_before_the_server_is_up_is_delivered_when_it_comes_up() {
     let (status, _) = cat.finish(false, WAIT);
     assert!(status.success(), "{status}\n{}", cat.transcript());
 }
+
+/// A heartbeat redis-server answers: `PING` every 200 ms, `+PONG` back.
+const REDIS_HEARTBEAT: [&str; 6] = [
+    "--heartbeat",
+    r"PING\r\n",
+    "--heartbeat-reply",
+    "+PONG",
+    "--heartbeat-interval",
+    "200ms",
+];
 
 fn redis() -> RedisServer {
     RedisServer::start().expect("redis-server is not on PATH")
@@ -462,20 +468,21 @@ fn ping_on_stdin_gets_pong_from_redis_server() {
 #[ignore = "needs redis-server"]
 fn a_redis_restart_goes_through_backoff_and_back_to_ready() {
     let mut server = redis();
-    let mut cat = Cat::start(&[
-        "--status",
-        "--heartbeat",
-        r"PING\r\n",
-        "--heartbeat-reply",
-        "+PONG",
-        "--heartbeat-interval",
-        "200ms",
-        "--backoff",
-        "100ms..1s",
-        "--status-interval",
-        "100ms",
-        &server.endpoint(),
-    ]);
+    let endpoint = server.endpoint();
+    let mut cat = Cat::start(
+        &[
+            &["--status"][..],
+            &REDIS_HEARTBEAT,
+            &[
+                "--backoff",
+                "100ms..1s",
+                "--status-interval",
+                "100ms",
+                &endpoint,
+            ],
+        ]
+        .concat(),
+    );
     cat.expect_stderr("state from=Connected to=Ready ");
     // The heartbeat's replies are recognised: a round trip is measured.
     cat.expect_stderr_where("metrics state=Ready ", |l| !l.contains(" rtt_us=- "));
@@ -497,16 +504,8 @@ fn a_redis_restart_goes_through_backoff_and_back_to_ready() {
 #[ignore = "needs redis-server"]
 fn a_ping_typed_while_the_heartbeat_pings_redis_still_gets_its_pong() {
     let server = redis();
-    let mut cat = Cat::start(&[
-        "--quiet",
-        "--heartbeat",
-        r"PING\r\n",
-        "--heartbeat-reply",
-        "+PONG",
-        "--heartbeat-interval",
-        "200ms",
-        &server.endpoint(),
-    ]);
+    let endpoint = server.endpoint();
+    let mut cat = Cat::start(&[&["--quiet"][..], &REDIS_HEARTBEAT, &[&endpoint]].concat());
     cat.type_line("PING");
     cat.expect_stdout("+PONG");
     let (status, _) = cat.finish(false, WAIT);
@@ -518,7 +517,10 @@ fn a_ping_typed_while_the_heartbeat_pings_redis_still_gets_its_pong() {
 #[test]
 fn bad_codec_specs_exit_with_status_2_and_say_what_is_wrong() {
     let endpoint = util::refused_endpoint();
-    assert_usage_error(&["--codec", "len:5", &endpoint], &["len:5", "1, 2, 3, 4 or 8"]);
+    assert_usage_error(
+        &["--codec", "len:5", &endpoint],
+        &["len:5", "1, 2, 3, 4 or 8"],
+    );
     assert_usage_error(&["--codec", "len:2:xe", &endpoint], &["xe", "be or le"]);
     assert_usage_error(&["--codec", "len:two", &endpoint], &["two", "width"]);
     assert_usage_error(&["--codec", "delim:", &endpoint], &["delimiter", "empty"]);
@@ -538,7 +540,14 @@ fn help_lists_every_codec_spec_and_crlf() {
     assert!(out.status.success());
     let help = String::from_utf8_lossy(&out.stdout);
     for word in [
-        "raw", "lines", "len32", "len:W[:be|le]", "varint", "delim:SEQ", "resp", "--crlf",
+        "raw",
+        "lines",
+        "len32",
+        "len:W[:be|le]",
+        "varint",
+        "delim:SEQ",
+        "resp",
+        "--crlf",
     ] {
         assert!(help.contains(word), "{word} missing from --help:\n{help}");
     }

@@ -21,8 +21,8 @@ use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use relink::{Builder, Cause, Codec, Event, Jitter, Link, Resolver, State, Transition};
-use util::{free_port, refused_endpoint, wait_for, Behaviour, Peer};
+use relink::{Builder, Cause, Codec, Event, Jitter, Link, Resolver, State};
+use util::{free_port, refused_endpoint, wait_for, watched, Behaviour, Peer, Watch};
 
 /// Bound on any single wait for something that should happen at once on loopback.
 const T: Duration = Duration::from_secs(5);
@@ -36,35 +36,6 @@ const CHILD_ENV: &str = "RELINK_TEST_IN_NAMESPACES";
 // ---------------------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------------------
-
-/// Takes events from `link` into `seen` until a transition satisfies `pred`, and returns it;
-/// None after `timeout`. Frames and other events are dropped.
-fn wait_transition(
-    link: &Link,
-    seen: &mut Vec<Transition>,
-    timeout: Duration,
-    pred: impl Fn(&Transition) -> bool,
-) -> Option<Transition> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        match link.events().recv_deadline(deadline) {
-            Ok(Event::State(t)) => {
-                seen.push(t.clone());
-                if pred(&t) {
-                    return Some(t);
-                }
-            }
-            Ok(_) => {}
-            Err(_) => return None,
-        }
-    }
-}
-
-/// Waits for the link to enter `state`, panicking with the transitions seen if it does not.
-fn expect_state(link: &Link, seen: &mut Vec<Transition>, state: State, what: &str) -> Transition {
-    wait_transition(link, seen, T, |t| t.to == state)
-        .unwrap_or_else(|| panic!("{what}: no transition to {state} within {T:?}; seen {seen:?}"))
-}
 
 /// Sends `payload` (a line) and waits for the echo. Any other event fails the round trip.
 fn round_trip(link: &Link, payload: &str, timeout: Duration) -> Result<Duration, String> {
@@ -188,6 +159,17 @@ fn in_child() -> bool {
     std::env::var_os(CHILD_ENV).is_some()
 }
 
+/// True in the child that runs `test` in namespaces whose `/etc/hosts` gives localhost both
+/// loopback addresses; in the parent, runs that child (see [`rerun_in_namespaces`]) and
+/// returns false.
+fn in_dual_stack_child(test: &str) -> bool {
+    if in_child() {
+        return true;
+    }
+    rerun_in_namespaces(test, &[("/etc/hosts", DUAL_STACK_HOSTS)]);
+    false
+}
+
 /// Runs the test named `test` again in a child process, inside new mount and network
 /// namespaces where loopback is up and each `(path, contents)` of `files` is bound over
 /// `path`. Fails plainly with the child's output if the child cannot be set up or its test
@@ -253,6 +235,13 @@ fn localhost_addrs(port: u16) -> Vec<SocketAddr> {
 
 /// In the namespaced child: checks that IPv6 loopback works and `localhost` resolves to both
 /// loopback addresses, failing plainly otherwise. Returns the answer for `port`.
+/// In the child that runs `test` (see [`in_dual_stack_child`]), the dual-stack answer for
+/// `localhost` on `port` ([`require_dual_stack_localhost`]); None in the parent, once the
+/// child has run.
+fn dual_stack_answer(test: &str, port: u16) -> Option<Vec<SocketAddr>> {
+    in_dual_stack_child(test).then(|| require_dual_stack_localhost(port))
+}
+
 fn require_dual_stack_localhost(port: u16) -> Vec<SocketAddr> {
     if let Err(e) = TcpListener::bind((Ipv6Addr::LOCALHOST, 0)) {
         panic!("IPv6 loopback is unavailable: binding [::1]:0 failed: {e}");
@@ -277,13 +266,15 @@ fn localhost_builder(port: u16) -> Builder {
 
 /// Dials `tcp://localhost:PORT` until Ready on `listening` (the only address with a listener),
 /// then echoes frames. Asserts the addresses dialled follow the resolver's answer, in order,
-/// up to `listening`; returns the time to Ready.
-fn reach_localhost_peer(port: u16, answer: &[SocketAddr], listening: SocketAddr) -> Duration {
+/// up to `listening`, Ready within 2 s.
+fn reach_localhost_peer(port: u16, answer: &[SocketAddr], listening: SocketAddr) {
     let start = Instant::now();
     let link = localhost_builder(port).build().unwrap();
-    let mut seen = Vec::new();
-    let ready = wait_transition(&link, &mut seen, T, |t| t.to == State::Ready)
-        .unwrap_or_else(|| panic!("no Ready within {T:?} for {listening}; seen {seen:?}"));
+    let mut w = Watch::new(&link);
+    let (_, ready) = w
+        .try_until(T, |t| t.to == State::Ready)
+        .unwrap_or_else(|| panic!("no Ready within {T:?} for {listening}; seen {}", w.trace()));
+    let seen = w.since(0);
     let took = start.elapsed();
     assert_eq!(ready.endpoint.as_deref(), Some(&*endpoint_of(listening)));
     assert_eq!(link.metrics().peer_addr, Some(listening));
@@ -316,7 +307,7 @@ fn reach_localhost_peer(port: u16, answer: &[SocketAddr], listening: SocketAddr)
         ms(took)
     );
     link.close(T);
-    took
+    assert!(took < Duration::from_secs(2), "Ready after {took:?}");
 }
 
 // ---------------------------------------------------------------------------------------
@@ -331,42 +322,37 @@ fn a_host_name_is_dialled_by_the_address_it_resolves_to() {
         answer.contains(&peer.addr()),
         "localhost does not resolve to 127.0.0.1 here: {answer:?}"
     );
-    let took = reach_localhost_peer(peer.port(), &answer, peer.addr());
-    assert!(took < Duration::from_secs(2), "Ready after {took:?}");
+    reach_localhost_peer(peer.port(), &answer, peer.addr());
 }
 
 #[test]
 #[ignore = "needs root and network namespaces"]
 fn localhost_reaches_a_peer_listening_on_ipv6_loopback_only() {
-    if !in_child() {
-        return rerun_in_namespaces(
-            "localhost_reaches_a_peer_listening_on_ipv6_loopback_only",
-            &[("/etc/hosts", DUAL_STACK_HOSTS)],
-        );
-    }
     let port = free_port(); // free on 127.0.0.1: the IPv4 address is refused
-    let answer = require_dual_stack_localhost(port);
+    let Some(answer) = dual_stack_answer(
+        "localhost_reaches_a_peer_listening_on_ipv6_loopback_only",
+        port,
+    ) else {
+        return;
+    };
     let listener = TcpListener::bind((Ipv6Addr::LOCALHOST, port))
         .unwrap_or_else(|e| panic!("bind [::1]:{port}: {e}"));
     let server = EchoServer::start(listener);
-    let took = reach_localhost_peer(port, &answer, server.addr);
     // At most one refused address before it, each costing one delay of at most 20 ms.
-    assert!(took < Duration::from_secs(2), "Ready after {took:?}");
+    reach_localhost_peer(port, &answer, server.addr);
 }
 
 #[test]
 #[ignore = "needs root and network namespaces"]
 fn localhost_reaches_a_peer_listening_on_ipv4_loopback_only() {
-    if !in_child() {
-        return rerun_in_namespaces(
-            "localhost_reaches_a_peer_listening_on_ipv4_loopback_only",
-            &[("/etc/hosts", DUAL_STACK_HOSTS)],
-        );
-    }
     let peer = Peer::start(Behaviour::Echo);
-    let answer = require_dual_stack_localhost(peer.port());
-    let took = reach_localhost_peer(peer.port(), &answer, peer.addr());
-    assert!(took < Duration::from_secs(2), "Ready after {took:?}");
+    let Some(answer) = dual_stack_answer(
+        "localhost_reaches_a_peer_listening_on_ipv4_loopback_only",
+        peer.port(),
+    ) else {
+        return;
+    };
+    reach_localhost_peer(peer.port(), &answer, peer.addr());
 }
 
 // ---------------------------------------------------------------------------------------
@@ -408,12 +394,13 @@ fn an_unresolvable_name_backs_off_with_cause_dns_and_growing_delays() {
         .build()
         .unwrap();
     let expected_ms = [50, 100, 200, 400, 400];
-    let mut seen = Vec::new();
+    let mut w = Watch::new(&link);
     let mut delays = Vec::new();
     for (i, d) in expected_ms.iter().enumerate() {
         let bound = lookup + Duration::from_millis(*d) + T;
-        let t = wait_transition(&link, &mut seen, bound, |t| t.to == State::Backoff)
-            .unwrap_or_else(|| panic!("backoff {} did not come; seen {seen:?}", i + 1));
+        let (_, t) = w
+            .try_until(bound, |t| t.to == State::Backoff)
+            .unwrap_or_else(|| panic!("backoff {} did not come; seen {}", i + 1, w.trace()));
         assert_eq!(t.cause, Cause::Dns, "{t:?}");
         assert_eq!(t.attempt, i as u32 + 1, "{t:?}");
         assert_eq!(
@@ -430,6 +417,7 @@ fn an_unresolvable_name_backs_off_with_cause_dns_and_growing_delays() {
         .map(|d| Duration::from_millis(*d))
         .collect();
     assert_eq!(delays, want, "delays after each DNS failure");
+    let seen = w.since(0);
     assert!(
         seen.iter()
             .all(|t| matches!(t.to, State::Connecting | State::Backoff)),
@@ -439,17 +427,29 @@ fn an_unresolvable_name_backs_off_with_cause_dns_and_growing_delays() {
     assert_eq!(m.connects, 0);
 }
 
-/// Round trips on `echo` for `window` while `failing` keeps failing to resolve its name.
+/// Round trips on a lines link to an echo peer for `window` while the link `failing` builds
+/// (with a short backoff) keeps failing to resolve its name, and
+/// checks that the failing link did not slow them: at least 20, none slower than 500 ms.
 /// Returns (round trips, slowest round trip, DNS failures of `failing` in the window).
 fn round_trips_beside_a_failing_link(
-    echo: &Link,
-    failing: &Link,
+    failing: Builder,
     window: Duration,
 ) -> (usize, Duration, usize) {
+    let peer = Peer::start(Behaviour::Echo);
+    let echo = Link::builder(&peer.endpoint())
+        .codec(Codec::lines())
+        .build()
+        .unwrap();
+    Watch::new(&echo).until_state(State::Ready, T);
+    let failing = failing
+        .backoff(Duration::from_millis(20), Duration::from_millis(100))
+        .connect_timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
     let end = Instant::now() + window;
     let (mut n, mut slowest, mut dns_failures) = (0, Duration::ZERO, 0);
     while Instant::now() < end {
-        let rtt = round_trip(echo, &format!("rt-{n}"), T).unwrap_or_else(|e| {
+        let rtt = round_trip(&echo, &format!("rt-{n}"), T).unwrap_or_else(|e| {
             panic!("round trip {n} beside the failing link: {e}");
         });
         slowest = slowest.max(rtt);
@@ -464,27 +464,20 @@ fn round_trips_beside_a_failing_link(
             }
         }
     }
+    assert!(n >= 20, "only {n} round trips in {window:?}");
+    assert!(slowest < Duration::from_millis(500), "slowest {slowest:?}");
+    failing.close(T);
+    echo.close(T);
     (n, slowest, dns_failures)
 }
 
 #[test]
 fn a_link_failing_to_resolve_its_name_does_not_slow_another_link() {
     let lookup = Duration::ZERO;
-    let peer = Peer::start(Behaviour::Echo);
-    let echo = Link::builder(&peer.endpoint())
-        .codec(Codec::lines())
-        .build()
-        .unwrap();
-    let mut seen = Vec::new();
-    expect_state(&echo, &mut seen, State::Ready, "the echo link");
-    let failing = Link::builder(INVALID)
-        .resolver(nxdomain())
-        .backoff(Duration::from_millis(20), Duration::from_millis(100))
-        .connect_timeout(Duration::from_secs(10))
-        .build()
-        .unwrap();
-    let (n, slowest, dns_failures) =
-        round_trips_beside_a_failing_link(&echo, &failing, Duration::from_secs(3));
+    let (n, slowest, dns_failures) = round_trips_beside_a_failing_link(
+        Link::builder(INVALID).resolver(nxdomain()),
+        Duration::from_secs(3),
+    );
     println!(
         "{n} round trips in 3 s, slowest {:.1} ms, while the other link failed DNS \
          {dns_failures} times",
@@ -492,10 +485,6 @@ fn a_link_failing_to_resolve_its_name_does_not_slow_another_link() {
     );
     let _ = lookup;
     assert!(dns_failures >= 5, "only {dns_failures} DNS failures in 3 s");
-    assert!(n >= 20, "only {n} round trips in 3 s");
-    assert!(slowest < Duration::from_millis(500), "slowest {slowest:?}");
-    failing.close(T);
-    echo.close(T);
 }
 
 #[test]
@@ -504,21 +493,10 @@ fn a_resolver_that_takes_two_seconds_delays_only_the_link_that_asked() {
         std::thread::sleep(Duration::from_secs(2));
         Err(format!("{host}: timed out"))
     });
-    let peer = Peer::start(Behaviour::Echo);
-    let echo = Link::builder(&peer.endpoint())
-        .codec(Codec::lines())
-        .build()
-        .unwrap();
-    let mut seen = Vec::new();
-    expect_state(&echo, &mut seen, State::Ready, "the echo link");
-    let failing = Link::builder(INVALID)
-        .resolver(slow)
-        .backoff(Duration::from_millis(20), Duration::from_millis(100))
-        .connect_timeout(Duration::from_secs(10))
-        .build()
-        .unwrap();
-    let (n, slowest, dns_failures) =
-        round_trips_beside_a_failing_link(&echo, &failing, Duration::from_secs(3));
+    let (n, slowest, dns_failures) = round_trips_beside_a_failing_link(
+        Link::builder(INVALID).resolver(slow),
+        Duration::from_secs(3),
+    );
     println!(
         "{n} round trips in 3 s beside a 2 s resolver, slowest {:.1} ms, {dns_failures} DNS failures",
         ms(slowest)
@@ -527,10 +505,6 @@ fn a_resolver_that_takes_two_seconds_delays_only_the_link_that_asked() {
         dns_failures >= 1,
         "the slow answer came back as a dns failure"
     );
-    assert!(n >= 20, "only {n} round trips in 3 s");
-    assert!(slowest < Duration::from_millis(500), "slowest {slowest:?}");
-    failing.close(T);
-    echo.close(T);
 }
 
 #[test]
@@ -556,20 +530,8 @@ fn a_resolver_that_never_answers_delays_only_the_link_that_asked() {
         lookup >= Duration::from_secs(1),
         "the lookup did not wait for the silent server: {lookup:?}"
     );
-    let peer = Peer::start(Behaviour::Echo);
-    let echo = Link::builder(&peer.endpoint())
-        .codec(Codec::lines())
-        .build()
-        .unwrap();
-    let mut seen = Vec::new();
-    expect_state(&echo, &mut seen, State::Ready, "the echo link");
-    let failing = Link::builder(INVALID)
-        .backoff(Duration::from_millis(20), Duration::from_millis(100))
-        .connect_timeout(Duration::from_secs(10))
-        .build()
-        .unwrap();
     let (n, slowest, dns_failures) =
-        round_trips_beside_a_failing_link(&echo, &failing, Duration::from_secs(5));
+        round_trips_beside_a_failing_link(Link::builder(INVALID), Duration::from_secs(5));
     println!(
         "{n} round trips in 5 s, slowest {:.1} ms, while the other link's lookups each took \
          {:.0} ms ({dns_failures} failed)",
@@ -577,10 +539,6 @@ fn a_resolver_that_never_answers_delays_only_the_link_that_asked() {
         ms(lookup)
     );
     assert!(dns_failures >= 1, "no DNS failure in 5 s");
-    assert!(n >= 20, "only {n} round trips in 5 s");
-    assert!(slowest < Duration::from_millis(500), "slowest {slowest:?}");
-    failing.close(T);
-    echo.close(T);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -591,16 +549,15 @@ fn a_resolver_that_never_answers_delays_only_the_link_that_asked() {
 fn a_link_with_two_endpoints_moves_to_the_other_when_its_server_dies_and_back_when_one_returns() {
     let a = Peer::start(Behaviour::Echo);
     let b = Peer::start(Behaviour::Echo);
-    let link = Link::builder(&a.endpoint())
-        .endpoint(&b.endpoint())
-        .codec(Codec::lines())
-        .native_retries(0)
-        .min_stable(Duration::from_millis(50))
-        .backoff(Duration::from_millis(100), Duration::from_millis(400))
-        .build()
-        .unwrap();
-    let mut seen = Vec::new();
-    let first = expect_state(&link, &mut seen, State::Ready, "first connection");
+    let (link, mut w) = watched(
+        Link::builder(&a.endpoint())
+            .endpoint(&b.endpoint())
+            .codec(Codec::lines())
+            .native_retries(0)
+            .min_stable(Duration::from_millis(50))
+            .backoff(Duration::from_millis(100), Duration::from_millis(400)),
+    );
+    let first = w.until_state(State::Ready, T);
     round_trip(&link, "before", T).unwrap();
     let first_ep = first.endpoint.clone().unwrap();
     assert!(
@@ -619,10 +576,10 @@ fn a_link_with_two_endpoints_moves_to_the_other_when_its_server_dies_and_back_wh
     // The server in use dies: the next attempt goes to the other one.
     let killed_at = Instant::now();
     dead.stop();
-    let lost = expect_state(&link, &mut seen, State::Backoff, "losing the first server");
+    let lost = w.until_state(State::Backoff, T);
     assert_eq!(lost.cause, Cause::PeerClosed, "{lost:?}");
     let delay = lost.next_retry.unwrap();
-    let moved = expect_state(&link, &mut seen, State::Ready, "moving to the other server");
+    let moved = w.until_state(State::Ready, T);
     let took = killed_at.elapsed();
     println!(
         "moved from {first_ep} to {} in {:.1} ms (backoff delay drawn: {:.1} ms)",
@@ -641,16 +598,17 @@ fn a_link_with_two_endpoints_moves_to_the_other_when_its_server_dies_and_back_wh
     // Both dead: the link keeps backing off.
     let port = alive.port();
     alive.stop();
-    let mark = seen.len();
+    let mark = w.transitions.len();
     let mut backoffs = 0;
     while backoffs < 3 {
-        let t = expect_state(&link, &mut seen, State::Backoff, "both servers down");
+        let t = w.until_state(State::Backoff, T);
         assert!(
             matches!(t.cause, Cause::PeerClosed | Cause::Refused),
             "{t:?}"
         );
         backoffs += 1;
     }
+    let seen = w.since(0);
     assert!(
         seen[mark..].iter().all(|t| t.to != State::Ready),
         "Ready with both servers down: {:?}",
@@ -659,7 +617,7 @@ fn a_link_with_two_endpoints_moves_to_the_other_when_its_server_dies_and_back_wh
 
     // One comes back on its port: Ready on it.
     let back = Peer::start_on(port, Behaviour::Echo).expect("restart on the same port");
-    let again = expect_state(&link, &mut seen, State::Ready, "a server back");
+    let again = w.until_state(State::Ready, T);
     assert_eq!(again.endpoint, Some(back.endpoint()));
     round_trip(&link, "after-return", T).unwrap();
     link.close(T);
@@ -679,11 +637,12 @@ fn dial_order(a: &str, b: &str, seed: Option<u64>, n: usize) -> Vec<String> {
         builder = builder.rng_seed(s);
     }
     let link = builder.build().unwrap();
-    let mut seen = Vec::new();
+    let mut w = Watch::new(&link);
     let mut order = Vec::new();
     while order.len() < n {
-        let t = wait_transition(&link, &mut seen, T, |t| t.to == State::Connecting)
-            .unwrap_or_else(|| panic!("dial {} did not come; seen {seen:?}", order.len() + 1));
+        let (_, t) = w
+            .try_until(T, |t| t.to == State::Connecting)
+            .unwrap_or_else(|| panic!("dial {} did not come; seen {}", order.len() + 1, w.trace()));
         order.push(t.endpoint.expect("a dial names its endpoint"));
     }
     link.close(Duration::from_millis(200));

@@ -14,8 +14,8 @@ use bytes::{Buf, BytesMut};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use relink::{
-    Cause, Codec, CodecError, ConfigError, Event, FrameError, Framing, Heartbeat, Link, LinkError,
-    Lines, Ping, Predicate, ProofOfLife, Raw, Resp, RespValue, SendError, State,
+    Cause, Codec, CodecError, ConfigError, Event, FrameError, Framing, Heartbeat, Lines, Link,
+    LinkError, Ping, Predicate, ProofOfLife, Raw, Resp, RespValue, SendError, State,
 };
 use util::{Behaviour, Conn, Peer, RedisServer};
 
@@ -215,7 +215,9 @@ fn raw_chunks_with_a_heartbeat_reply_or_a_handshake_are_a_config_error() {
         Link::builder("tcp://127.0.0.1:6379")
             .codec(Codec::Raw)
             .heartbeat(hb()),
-        Link::builder("tcp://127.0.0.1:6379").codec(Raw).heartbeat(hb()),
+        Link::builder("tcp://127.0.0.1:6379")
+            .codec(Raw)
+            .heartbeat(hb()),
     ] {
         assert_eq!(
             builder.build().err(),

@@ -5,7 +5,6 @@
 //! Times are measured on a real clock, so every bound has a generous [`SLACK`]. The ignored
 //! tests need redis-server, or root and network namespaces (`cargo test -- --ignored`).
 
-mod netns;
 mod util;
 
 use std::io::ErrorKind;
@@ -14,7 +13,7 @@ use std::time::{Duration, Instant};
 use relink::{
     Cause, Codec, Event, Heartbeat, Link, Ping, Predicate, ProofOfLife, State, Transition,
 };
-use util::{Behaviour, Peer, RedisServer};
+use util::{lines_to, netns, show, watched, Behaviour, Peer, RedisServer, Watch};
 
 /// Room for scheduling delays on a loaded two-core machine, on top of every time bound.
 const SLACK: Duration = Duration::from_millis(500);
@@ -30,58 +29,6 @@ fn heartbeat_200ms() -> Heartbeat {
     Heartbeat::new(ms(200), Ping::Raw(b"ping\n".to_vec())).max_missed(2)
 }
 
-/// Receives events until a transition satisfying `f` arrives; returns it with the instant it
-/// was received. Every transition seen on the way is appended to `seen`. Panics at `timeout`,
-/// listing what was seen.
-fn wait_transition(
-    link: &Link,
-    timeout: Duration,
-    seen: &mut Vec<Transition>,
-    f: impl Fn(&Transition) -> bool,
-) -> (Transition, Instant) {
-    let deadline = Instant::now() + timeout;
-    loop {
-        match link.events().recv_deadline(deadline) {
-            Ok(Event::State(t)) => {
-                let at = Instant::now();
-                seen.push(t.clone());
-                if f(&t) {
-                    return (t, at);
-                }
-            }
-            Ok(_) => {}
-            Err(e) => panic!(
-                "no matching transition within {timeout:?} ({e}); seen: {}",
-                show(seen)
-            ),
-        }
-    }
-}
-
-/// Takes every event already waiting (bounded), returning the transitions among them and the
-/// number of frames.
-fn drain(link: &Link) -> (Vec<Transition>, usize) {
-    let mut transitions = Vec::new();
-    let mut frames = 0;
-    for _ in 0..1_000_000 {
-        match link.events().try_recv() {
-            Ok(Event::State(t)) => transitions.push(t),
-            Ok(Event::Frame(_)) => frames += 1,
-            Ok(_) => {}
-            Err(_) => break,
-        }
-    }
-    (transitions, frames)
-}
-
-fn show(ts: &[Transition]) -> String {
-    let parts: Vec<String> = ts
-        .iter()
-        .map(|t| format!("{}->{}({},attempt={})", t.from, t.to, t.cause, t.attempt))
-        .collect();
-    format!("[{}]", parts.join(", "))
-}
-
 fn is_heartbeat_death(t: &Transition) -> bool {
     t.cause == Cause::HeartbeatTimeout
 }
@@ -92,26 +39,21 @@ fn a_peer_that_stays_connected_but_never_answers_is_declared_dead_within_the_bou
     let peer = Peer::start(Behaviour::Silent);
     let hb = heartbeat_200ms();
     let bound = hb.bound();
-    let link = Link::builder(&peer.endpoint())
-        .heartbeat(hb)
-        .backoff(ms(50), ms(200))
-        .build()
-        .unwrap();
-    let mut seen = Vec::new();
-    let (_, ready_at) = wait_transition(&link, T, &mut seen, |t| t.to == State::Ready);
+    let (link, mut w) = watched(
+        Link::builder(&peer.endpoint())
+            .heartbeat(hb)
+            .backoff(ms(50), ms(200)),
+    );
+    let (ready_at, _) = w.until(T, |t| t.to == State::Ready);
 
-    let (dead, dead_at) = wait_transition(&link, bound + SLACK + T, &mut seen, |t| {
-        t.from == State::Ready && t.to != State::Ready
-    });
+    let (dead_at, _) = w.expect_step(
+        bound + SLACK + T,
+        |t| t.from == State::Ready && t.to != State::Ready,
+        (State::Ready, State::Backoff, Cause::HeartbeatTimeout),
+    );
     let took = dead_at - ready_at;
     let sent = link.metrics().heartbeats_sent;
     eprintln!("silent peer: declared dead {took:?} after Ready (bound {bound:?})");
-    assert_eq!(
-        (dead.from, dead.to, dead.cause),
-        (State::Ready, State::Backoff, Cause::HeartbeatTimeout),
-        "seen: {}",
-        show(&seen)
-    );
     assert!(
         took <= bound + SLACK,
         "declared dead {took:?} after Ready; the bound is {bound:?} (+{SLACK:?} slack)"
@@ -127,7 +69,7 @@ fn a_peer_that_stays_connected_but_never_answers_is_declared_dead_within_the_bou
     assert!(
         peer.wait_accepts(2, T),
         "the link did not dial again after the heartbeat timeout; seen: {}",
-        show(&seen)
+        w.trace()
     );
     link.close(ms(500));
 }
@@ -140,33 +82,27 @@ fn a_sigstopped_redis_server_is_declared_dead_within_the_bound_and_used_again_af
         .max_missed(2)
         .reply(Predicate::starts_with(&b"+PONG"[..]));
     let bound = hb.bound();
-    let link = Link::builder(&redis.endpoint())
-        .codec(Codec::lines())
-        .heartbeat(hb)
-        .backoff(ms(50), ms(400))
-        .build()
-        .unwrap();
-    let mut seen = Vec::new();
-    wait_transition(&link, T, &mut seen, |t| t.to == State::Ready);
+    let (link, mut w) = watched(
+        lines_to(&redis.endpoint())
+            .heartbeat(hb)
+            .backoff(ms(50), ms(400)),
+    );
+    w.until(T, |t| t.to == State::Ready);
     let rtt = util::wait_for(T, || link.metrics().last_rtt);
-    assert!(rtt.is_some(), "no PONG measured; seen: {}", show(&seen));
-    seen.extend(drain(&link).0);
-    assert_eq!(link.state(), State::Ready, "seen: {}", show(&seen));
+    assert!(rtt.is_some(), "no PONG measured; seen: {}", w.trace());
+    w.drain();
+    assert_eq!(link.state(), State::Ready, "seen: {}", w.trace());
 
     // Frozen: the TCP connection stays up, nothing answers.
     redis.stop_signal();
     let stopped_at = Instant::now();
-    let (dead, dead_at) = wait_transition(&link, bound + SLACK + T, &mut seen, |t| {
-        t.from == State::Ready && t.to != State::Ready
-    });
+    let (dead_at, _) = w.expect_step(
+        bound + SLACK + T,
+        |t| t.from == State::Ready && t.to != State::Ready,
+        (State::Ready, State::Backoff, Cause::HeartbeatTimeout),
+    );
     let took = dead_at - stopped_at;
     eprintln!("redis-server: declared dead {took:?} after SIGSTOP (bound {bound:?})");
-    assert_eq!(
-        (dead.to, dead.cause),
-        (State::Backoff, Cause::HeartbeatTimeout),
-        "seen: {}",
-        show(&seen)
-    );
     assert!(
         took <= bound + SLACK,
         "declared dead {took:?} after SIGSTOP; the bound is {bound:?} (+{SLACK:?} slack)"
@@ -179,39 +115,30 @@ fn a_sigstopped_redis_server_is_declared_dead_within_the_bound_and_used_again_af
     let mut answered = false;
     while !answered && Instant::now() < recovered_by {
         if link.state() != State::Ready {
-            wait_transition(&link, T, &mut seen, |t| t.to == State::Ready);
+            w.until(T, |t| t.to == State::Ready);
         }
         link.send(b"PING relink".to_vec()).unwrap();
         // Redis answers a bulk string: "$6", "relink". A flap before it means: ask again.
-        let asked_until = Instant::now() + 2 * bound;
-        while let Ok(ev) = link.events().recv_deadline(asked_until) {
-            match ev {
-                Event::Frame(f) if f == b"relink" => {
-                    answered = true;
-                    break;
-                }
-                Event::State(t) => {
-                    let left_ready = t.from == State::Ready;
-                    seen.push(t);
-                    if left_ready {
-                        break;
-                    }
-                }
-                _ => {}
-            }
-        }
+        let (frames, transitions) = (w.frames.len(), w.transitions.len());
+        w.until_seen(2 * bound, |w| {
+            w.frames[frames..].iter().any(|f| f == b"relink")
+                || w.since(transitions).iter().any(|t| t.from == State::Ready)
+        });
+        answered = w.frames[frames..].iter().any(|f| f == b"relink");
     }
     assert!(
         answered,
         "redis-server did not answer through the link after SIGCONT; seen: {}",
-        show(&seen)
+        w.trace()
     );
 
     // And it stays alive: the heartbeat's pings are answered for two whole bounds.
     let before = link.metrics();
     let left_ready = util::wait_until(2 * bound, || link.state() != State::Ready);
     let after = link.metrics();
-    let (late, _) = drain(&link);
+    let mark = w.transitions.len();
+    w.drain();
+    let late = w.since(mark);
     assert!(
         !left_ready && late.is_empty(),
         "the link did not stay Ready after SIGCONT: {}",
@@ -283,16 +210,9 @@ fn netns_helper_runs_a_link_in_namespace_a_and_reports_on_stdout() {
 #[ignore = "needs root and network namespaces"]
 fn a_blackholed_peer_that_sends_no_fin_or_rst_is_declared_dead_within_the_bound() {
     let bound = heartbeat_200ms().bound();
-    let pair = netns::NetnsPair::create()
-        .unwrap_or_else(|e| panic!("this test needs root and network namespaces: {e}"));
+    let pair = netns::netns_pair();
     let port = 7000;
-    let _echo = pair
-        .start_echo_in_b(port)
-        .unwrap_or_else(|e| panic!("cannot start the echo peer in namespace B: {e}"));
-    assert!(
-        pair.wait_listening(&pair.b, port, T),
-        "the echo peer does not listen in namespace B"
-    );
+    let _echo = pair.echo_in_b(port, T);
     let exe = std::env::current_exe().expect("path of the test binary");
     let exe = exe.to_str().expect("a UTF-8 path");
     let args: Vec<String> = [CHILD_TEST, "--exact", "--ignored", "--nocapture"]
@@ -370,7 +290,7 @@ fn an_idle_only_heartbeat_sends_no_ping_while_the_link_carries_data() {
         .unwrap();
     // Queued now, sent in the same pass that makes the link Ready.
     link.send(b"data-0".to_vec()).unwrap();
-    wait_transition(&link, T, &mut Vec::new(), |t| t.to == State::Ready);
+    Watch::new(&link).until(T, |t| t.to == State::Ready);
 
     let mut seen = Vec::new();
     let every = interval / 4;
@@ -457,9 +377,10 @@ fn a_link_whose_reading_is_paused_is_never_declared_dead() {
             _ => {}
         }
     }
-    let (late, late_frames) = drain(&link);
-    transitions.extend(late);
-    frames += late_frames;
+    let mut late = Watch::new(&link);
+    late.drain();
+    transitions.extend(late.since(0));
+    frames += late.frames.len();
     let m = link.metrics();
     assert!(
         transitions.iter().all(|t| t.to != State::Backoff),
@@ -483,30 +404,25 @@ fn a_link_whose_reading_is_paused_is_never_declared_dead() {
 fn a_handshake_that_gets_no_reply_times_out_and_counts_as_a_failure() {
     let peer = Peer::start(Behaviour::Silent);
     let timeout = ms(300);
-    let link = Link::builder(&peer.endpoint())
-        .codec(Codec::lines())
-        .ready_when(ProofOfLife::Handshake {
-            hello: vec![b"HELLO".to_vec()],
-            accept: Predicate::starts_with(&b"WELCOME"[..]),
-            timeout,
-        })
-        .backoff(ms(50), ms(200))
-        .build()
-        .unwrap();
-    let mut seen = Vec::new();
+    let (link, mut w) = watched(
+        Link::builder(&peer.endpoint())
+            .codec(Codec::lines())
+            .ready_when(ProofOfLife::Handshake {
+                hello: vec![b"HELLO".to_vec()],
+                accept: Predicate::starts_with(&b"WELCOME"[..]),
+                timeout,
+            })
+            .backoff(ms(50), ms(200)),
+    );
     let mut attempts = Vec::new();
     for _ in 0..2 {
-        let (_, connected_at) = wait_transition(&link, T, &mut seen, |t| t.to == State::Connected);
-        let (t, failed_at) = wait_transition(&link, timeout + SLACK + T, &mut seen, |t| {
-            t.from == State::Connected
-        });
-        let took = failed_at - connected_at;
-        assert_eq!(
-            (t.to, t.cause),
-            (State::Backoff, Cause::HandshakeTimeout),
-            "seen: {}",
-            show(&seen)
+        let (connected_at, _) = w.until(T, |t| t.to == State::Connected);
+        let (failed_at, t) = w.expect_step(
+            timeout + SLACK + T,
+            |t| t.from == State::Connected,
+            (State::Connected, State::Backoff, Cause::HandshakeTimeout),
         );
+        let took = failed_at - connected_at;
         assert!(
             took >= timeout / 2 && took <= timeout + SLACK,
             "handshake timed out after {took:?}; the timeout is {timeout:?}"
@@ -517,16 +433,16 @@ fn a_handshake_that_gets_no_reply_times_out_and_counts_as_a_failure() {
         attempts[1],
         attempts[0] + 1,
         "the failure count did not grow: {}",
-        show(&seen)
+        w.trace()
     );
     assert!(
         attempts[0] >= 1,
         "a handshake timeout must count as a failure"
     );
     assert!(
-        seen.iter().all(|t| t.to != State::Ready),
+        w.since(0).iter().all(|t| t.to != State::Ready),
         "Ready without a reply: {}",
-        show(&seen)
+        w.trace()
     );
     assert!(link.metrics().consecutive_failures >= 2);
     link.close(ms(500));

@@ -12,12 +12,12 @@ use std::time::{Duration, Instant};
 
 use relink::{
     AbandonReason, Builder, Cause, Codec, CodecError, ConfigError, Event, Events, FrameError,
-    Heartbeat, Jitter, Link, LinkError, Overflow, Ping, Predicate, ProofOfLife, RecvTimeoutError,
-    SendError, State, Transition,
+    Heartbeat, Jitter, Link, LinkError, Overflow, Ping, Predicate, ProofOfLife, SendError, State,
+    Transition,
 };
 use util::{
-    decode_length_prefixed, decode_lines, duplicates, encode_length_prefixed, first_out_of_order,
-    parse_seq, refused_endpoint, seq_payload, Behaviour, Peer,
+    assert_accounted, decode_length_prefixed, decode_lines, duplicates, encode_length_prefixed,
+    first_out_of_order, parse_seq, refused_endpoint, seq_payload, watched, Behaviour, Peer, Watch,
 };
 
 /// Bound on any single wait for something that should happen at once on loopback.
@@ -35,92 +35,6 @@ const _: () = {
 // Helpers
 // ---------------------------------------------------------------------------------------
 
-/// Everything a test took from a link's event channel, by kind.
-#[derive(Default)]
-struct Seen {
-    transitions: Vec<Transition>,
-    frames: Vec<Vec<u8>>,
-    errors: Vec<LinkError>,
-    abandoned: Vec<(Vec<u8>, AbandonReason)>,
-}
-
-impl Seen {
-    fn take(&mut self, ev: Event) {
-        match ev {
-            Event::State(t) => self.transitions.push(t),
-            Event::Frame(f) => self.frames.push(f),
-            Event::Error(e) => self.errors.push(e),
-            Event::Abandoned { frame, reason } => self.abandoned.push((frame, reason)),
-            other => panic!("an event this file does not know: {other:?}"),
-        }
-    }
-
-    /// Whether a transition into `state` was seen at or after transition number `from`.
-    fn entered_since(&self, from: usize, state: State) -> bool {
-        self.transitions.iter().skip(from).any(|t| t.to == state)
-    }
-
-    fn frame_bytes(&self) -> usize {
-        self.frames.iter().map(Vec::len).sum()
-    }
-
-    /// A short account for failure messages (frames by count, not content).
-    fn summary(&self) -> String {
-        let ts: Vec<String> = self
-            .transitions
-            .iter()
-            .map(|t| format!("{}->{} ({})", t.from, t.to, t.cause))
-            .collect();
-        format!(
-            "transitions [{}], {} frames ({} bytes), errors {:?}, {} abandoned",
-            ts.join(", "),
-            self.frames.len(),
-            self.frame_bytes(),
-            self.errors,
-            self.abandoned.len()
-        )
-    }
-}
-
-/// Takes events into `seen` until `done` holds; panics with what was seen if it does not
-/// within `timeout`.
-fn read_until(
-    events: &Events,
-    seen: &mut Seen,
-    timeout: Duration,
-    what: &str,
-    mut done: impl FnMut(&Seen) -> bool,
-) {
-    let deadline = Instant::now() + timeout;
-    while !done(seen) {
-        match events.recv_deadline(deadline) {
-            Ok(ev) => seen.take(ev),
-            Err(e) => panic!("waiting for {what}: {e:?}; seen: {}", seen.summary()),
-        }
-    }
-}
-
-/// Takes events until the link enters `state` (counting only transitions from number `from`).
-fn read_until_state(events: &Events, seen: &mut Seen, from: usize, state: State) {
-    read_until(events, seen, T, &format!("state {state}"), |s| {
-        s.entered_since(from, state)
-    });
-}
-
-/// Takes every event left, until the channel reports the link gone (bounded).
-fn drain_to_end(events: &Events, seen: &mut Seen) {
-    let deadline = Instant::now() + T;
-    loop {
-        match events.recv_deadline(deadline) {
-            Ok(ev) => seen.take(ev),
-            Err(RecvTimeoutError::Disconnected) => return,
-            Err(RecvTimeoutError::Timeout) => {
-                panic!("the event channel stayed open; seen: {}", seen.summary())
-            }
-        }
-    }
-}
-
 /// Every transition starts in the state the one before it entered.
 fn assert_chained(ts: &[Transition]) {
     for w in ts.windows(2) {
@@ -130,6 +44,29 @@ fn assert_chained(ts: &[Transition]) {
             w[1], w[0]
         );
     }
+}
+
+/// A link to a port where nothing listens, whose libzmq redial waits 30 s: it stays in
+/// Connecting. Returned once it is there, with its watcher.
+fn stuck_connecting() -> (Link, Watch) {
+    let (link, mut seen) = watched(
+        Link::builder(&refused_endpoint())
+            .native_retries(100)
+            .reconnect_ivl(Duration::from_secs(30))
+            .connect_timeout(Duration::from_secs(30)),
+    );
+    seen.until_entered(0, State::Connecting, T);
+    (link, seen)
+}
+
+/// `close` on a link already closed: returns at once (well within 3 s) and the link stays
+/// Closed. Returns the final metrics again.
+fn close_again(link: &Link) -> relink::Metrics {
+    let start = Instant::now();
+    let again = link.close(Duration::from_secs(1));
+    assert!(start.elapsed() < Duration::from_secs(3));
+    assert_eq!(link.state(), State::Closed);
+    again
 }
 
 /// A builder with short backoff delays, so reconnection tests stay quick.
@@ -167,10 +104,7 @@ fn timed_drop(link: Link, bound: Duration) -> Option<Duration> {
 #[test]
 fn raw_bytes_sent_to_an_echo_peer_come_back_as_the_same_byte_stream() {
     let peer = Peer::start(Behaviour::Echo);
-    let link = Link::builder(&peer.endpoint())
-        .codec(Codec::Raw)
-        .build()
-        .unwrap();
+    let (link, mut seen) = watched(Link::builder(&peer.endpoint()).codec(Codec::Raw));
     let mut sent: Vec<Vec<u8>> = (0..40)
         .map(|i| format!("raw-{i}|").repeat(i + 1).into_bytes())
         .collect();
@@ -180,9 +114,8 @@ fn raw_bytes_sent_to_an_echo_peer_come_back_as_the_same_byte_stream() {
     for f in &sent {
         link.send(f.clone()).unwrap();
     }
-    let mut seen = Seen::default();
-    read_until(link.events(), &mut seen, T, "the echo", |s| {
-        s.frame_bytes() >= wire.len()
+    seen.expect_seen(T, "the echo", |s| {
+        s.frames.iter().map(Vec::len).sum::<usize>() >= wire.len()
     });
     assert_eq!(seen.frames.concat(), wire, "echoed stream differs");
     assert!(seen.frames.iter().all(|f| !f.is_empty()));
@@ -192,16 +125,13 @@ fn raw_bytes_sent_to_an_echo_peer_come_back_as_the_same_byte_stream() {
     assert_eq!(m.frames_sent, sent.len() as u64);
     assert_eq!(m.bytes_received, wire.len() as u64);
     assert_eq!(m.unaccounted(), 0);
-    assert_chained(&seen.transitions);
+    assert_chained(&seen.since(0));
 }
 
 #[test]
 fn length_prefixed_frames_sent_to_an_echo_peer_come_back_one_for_one() {
     let peer = Peer::start(Behaviour::Echo);
-    let link = Link::builder(&peer.endpoint())
-        .codec(Codec::length_prefixed())
-        .build()
-        .unwrap();
+    let (link, mut seen) = watched(Link::builder(&peer.endpoint()).codec(Codec::length_prefixed()));
     let mut sent: Vec<Vec<u8>> = (0..50u64).map(seq_payload).collect();
     sent.insert(10, Vec::new()); // a zero-length frame is legal
     sent.push(vec![0u8; 5]); // bytes that look like a length prefix
@@ -209,10 +139,7 @@ fn length_prefixed_frames_sent_to_an_echo_peer_come_back_one_for_one() {
     for f in &sent {
         link.send(f.clone()).unwrap();
     }
-    let mut seen = Seen::default();
-    read_until(link.events(), &mut seen, T, "the echo", |s| {
-        s.frames.len() >= sent.len()
-    });
+    seen.expect_seen(T, "the echo", |s| s.frames.len() >= sent.len());
     assert_eq!(seen.frames, sent, "echoed frames differ");
     let wire: Vec<u8> = sent
         .iter()
@@ -229,10 +156,7 @@ fn length_prefixed_frames_sent_to_an_echo_peer_come_back_one_for_one() {
 #[test]
 fn lines_sent_to_an_echo_peer_come_back_one_for_one() {
     let peer = Peer::start(Behaviour::Echo);
-    let link = Link::builder(&peer.endpoint())
-        .codec(Codec::lines())
-        .build()
-        .unwrap();
+    let (link, mut seen) = watched(Link::builder(&peer.endpoint()).codec(Codec::lines()));
     let mut sent: Vec<Vec<u8>> = (0..50u64).map(seq_payload).collect();
     sent.insert(5, Vec::new()); // an empty line is a legal empty frame
     sent.push(b"with\ttabs and \x00 bytes".to_vec());
@@ -240,10 +164,7 @@ fn lines_sent_to_an_echo_peer_come_back_one_for_one() {
     for f in &sent {
         link.send(f.clone()).unwrap();
     }
-    let mut seen = Seen::default();
-    read_until(link.events(), &mut seen, T, "the echo", |s| {
-        s.frames.len() >= sent.len()
-    });
+    seen.expect_seen(T, "the echo", |s| s.frames.len() >= sent.len());
     assert_eq!(seen.frames, sent, "echoed lines differ");
     let wire_len: usize = sent.iter().map(|f| f.len() + 1).sum();
     assert!(peer.wait_received_len(wire_len, T));
@@ -254,7 +175,7 @@ fn lines_sent_to_an_echo_peer_come_back_one_for_one() {
     let m = link.close(T);
     assert_eq!(m.frames_sent, sent.len() as u64);
     assert_eq!(m.frames_received, sent.len() as u64);
-    assert_eq!(m.unaccounted(), 0);
+    assert_accounted(&m, "lines round trip");
 }
 
 // ---------------------------------------------------------------------------------------
@@ -272,8 +193,8 @@ fn eight_threads_sending_at_once_keep_each_threads_order_with_no_loss_or_duplica
         .overflow(Overflow::Block(Duration::from_secs(10)))
         .build()
         .unwrap();
-    let mut seen = Seen::default();
-    read_until_state(link.events(), &mut seen, 0, State::Ready);
+    let mut seen = Watch::on(link.events());
+    seen.until_entered(0, State::Ready, T);
 
     let mut audits = 0;
     thread::scope(|s| {
@@ -355,29 +276,29 @@ fn a_link_whose_peer_restarts_on_the_same_port_comes_back_to_ready_and_frames_fl
         .build()
         .unwrap();
     let ev = link.events();
-    let mut seen = Seen::default();
+    let mut seen = Watch::on(ev);
     link.send(b"before".to_vec()).unwrap();
-    read_until(ev, &mut seen, T, "the first echo", |s| !s.frames.is_empty());
+    seen.expect_seen(T, "the first echo", |s| !s.frames.is_empty());
     assert_eq!(link.state(), State::Ready);
     let ready_at = seen
-        .transitions
+        .since(0)
         .iter()
         .rposition(|t| t.to == State::Ready)
         .expect("a transition into Ready");
 
     peer.stop();
-    read_until_state(ev, &mut seen, ready_at + 1, State::Backoff);
-    let lost = &seen.transitions[ready_at + 1];
+    seen.until_entered(ready_at + 1, State::Backoff, T);
+    let lost = &seen.since(0)[ready_at + 1];
     assert_eq!(
         (lost.from, lost.to, lost.cause),
         (State::Ready, State::Backoff, Cause::PeerClosed),
         "first transition after the peer stopped; seen: {}",
-        seen.summary()
+        seen.trace()
     );
     // While nothing listens the link keeps trying and is refused.
     let lost_at = ready_at + 1;
-    read_until(ev, &mut seen, T, "a refused redial", |s| {
-        s.transitions[lost_at..]
+    seen.expect_seen(T, "a refused redial", |s| {
+        s.since(lost_at)
             .iter()
             .any(|t| t.cause == Cause::Refused && t.to == State::Backoff)
     });
@@ -385,22 +306,22 @@ fn a_link_whose_peer_restarts_on_the_same_port_comes_back_to_ready_and_frames_fl
 
     let peer = Peer::start_on(port, Behaviour::Echo).expect("restart the peer on its port");
     let refused_at = seen.transitions.len();
-    read_until_state(ev, &mut seen, refused_at, State::Ready);
-    assert_chained(&seen.transitions);
-    let outage = &seen.transitions[lost_at..];
+    seen.until_entered(refused_at, State::Ready, T);
+    assert_chained(&seen.since(0));
+    let outage = &seen.since(lost_at);
     assert!(
         outage
             .iter()
             .all(|t| t.to != State::Closed && t.to != State::Cooldown),
         "{}",
-        seen.summary()
+        seen.trace()
     );
 
     let before = seen.frames.len();
     for i in 0..20 {
         link.send(seq_payload(i)).unwrap();
     }
-    read_until(ev, &mut seen, T, "echoes after the restart", |s| {
+    seen.expect_seen(T, "echoes after the restart", |s| {
         s.frames.len() >= before + 20
     });
     let after: Vec<Vec<u8>> = (0..20).map(seq_payload).collect();
@@ -660,18 +581,18 @@ fn an_oversized_inbound_frame_resets_the_connection_with_a_codec_error_and_the_l
         .build()
         .unwrap();
     let ev = link.events();
-    let mut seen = Seen::default();
+    let mut seen = Watch::on(ev);
     assert!(peer.wait_accepts(1, T), "no first connection");
     // Second connection: a well-formed frame one byte above the limit.
     peer.set_behaviour(Behaviour::Garbage(encode_length_prefixed(&[7u8; MAX + 1])));
 
-    let protocol_failures = |s: &Seen| {
+    let protocol_failures = |s: &Watch| {
         s.transitions
             .iter()
-            .filter(|t| t.cause == Cause::Protocol)
+            .filter(|(_, t)| t.cause == Cause::Protocol)
             .count()
     };
-    read_until(ev, &mut seen, T, "the first protocol failure", |s| {
+    seen.expect_seen(T, "the first protocol failure", |s| {
         protocol_failures(s) >= 1 && !s.errors.is_empty()
     });
     assert!(
@@ -686,7 +607,7 @@ fn an_oversized_inbound_frame_resets_the_connection_with_a_codec_error_and_the_l
     assert!(peer.wait_accepts(2, T), "the link did not reconnect");
     // Third connection onwards: a healthy echo.
     peer.set_behaviour(Behaviour::Echo);
-    read_until(ev, &mut seen, T, "the second protocol failure", |s| {
+    seen.expect_seen(T, "the second protocol failure", |s| {
         protocol_failures(s) >= 2 && s.errors.len() >= 2
     });
     assert!(
@@ -697,11 +618,7 @@ fn an_oversized_inbound_frame_resets_the_connection_with_a_codec_error_and_the_l
         "{:?}",
         seen.errors
     );
-    for t in seen
-        .transitions
-        .iter()
-        .filter(|t| t.cause == Cause::Protocol)
-    {
+    for t in seen.since(0).iter().filter(|t| t.cause == Cause::Protocol) {
         assert_eq!(t.to, State::Backoff, "{t:?}");
         assert!(matches!(t.from, State::Connected | State::Ready), "{t:?}");
     }
@@ -715,15 +632,13 @@ fn an_oversized_inbound_frame_resets_the_connection_with_a_codec_error_and_the_l
     assert!(peer.wait_accepts(3, T), "no third connection");
     let mark = seen.transitions.len();
     link.send(b"healthy".to_vec()).unwrap();
-    read_until(ev, &mut seen, T, "an echo on the healthy connection", |s| {
+    seen.expect_seen(T, "an echo on the healthy connection", |s| {
         !s.frames.is_empty()
     });
     assert_eq!(seen.frames, vec![b"healthy".to_vec()]);
     assert_eq!(link.state(), State::Ready);
-    assert!(seen.transitions[mark..]
-        .iter()
-        .all(|t| t.cause != Cause::Protocol));
-    assert_chained(&seen.transitions);
+    assert!(seen.since(mark).iter().all(|t| t.cause != Cause::Protocol));
+    assert_chained(&seen.since(0));
     let m = link.close(T);
     assert!(m.connects >= 3, "{m:?}");
     assert_eq!(m.unaccounted(), 0);
@@ -736,15 +651,7 @@ fn an_oversized_inbound_frame_resets_the_connection_with_a_codec_error_and_the_l
 #[test]
 fn close_while_connecting_returns_promptly_gives_queued_frames_back_and_refuses_later_sends() {
     // Nothing listens; libzmq's own redial waits long, so the link stays in Connecting.
-    let link = Link::builder(&refused_endpoint())
-        .native_retries(100)
-        .reconnect_ivl(Duration::from_secs(30))
-        .connect_timeout(Duration::from_secs(30))
-        .build()
-        .unwrap();
-    let ev = link.events();
-    let mut seen = Seen::default();
-    read_until_state(ev, &mut seen, 0, State::Connecting);
+    let (link, mut seen) = stuck_connecting();
     let queued: Vec<Vec<u8>> = (0..3).map(seq_payload).collect();
     for f in &queued {
         link.send(f.clone()).unwrap();
@@ -768,7 +675,7 @@ fn close_while_connecting_returns_promptly_gives_queued_frames_back_and_refuses_
     assert_eq!(m.outbox_frames, 0);
     assert_eq!(m.unaccounted(), 0);
 
-    drain_to_end(ev, &mut seen);
+    seen.finish();
     let given_back: Vec<Vec<u8>> = seen
         .abandoned
         .iter()
@@ -778,9 +685,10 @@ fn close_while_connecting_returns_promptly_gives_queued_frames_back_and_refuses_
         })
         .collect();
     assert_eq!(given_back, queued, "queued frames not given back in order");
-    let last = seen.transitions.last().expect("transitions");
+    let ts = seen.since(0);
+    let last = ts.last().expect("transitions");
     assert_eq!((last.to, last.cause), (State::Closed, Cause::Closed));
-    assert_chained(&seen.transitions);
+    assert_chained(&seen.since(0));
 
     match link.send(b"late".to_vec()) {
         Err(SendError::Closed(f)) => assert_eq!(f, b"late"),
@@ -790,10 +698,7 @@ fn close_while_connecting_returns_promptly_gives_queued_frames_back_and_refuses_
         Err(SendError::Closed(f)) => assert_eq!(f, b"later"),
         other => panic!("try_send after close: {other:?}"),
     }
-    let start = Instant::now();
-    let again = link.close(Duration::from_secs(1));
-    assert!(start.elapsed() < Duration::from_secs(3));
-    assert_eq!(link.state(), State::Closed);
+    let again = close_again(&link);
     assert_eq!(again.frames_rejected, 2);
     assert_eq!(again.abandoned, m.abandoned);
     assert_eq!(again.unaccounted(), 0);
@@ -802,13 +707,8 @@ fn close_while_connecting_returns_promptly_gives_queued_frames_back_and_refuses_
 #[test]
 fn close_while_connected_flushes_the_outbox_closes_the_connection_and_refuses_later_sends() {
     let peer = Peer::start(Behaviour::Sink);
-    let link = Link::builder(&peer.endpoint())
-        .codec(Codec::lines())
-        .build()
-        .unwrap();
-    let ev = link.events();
-    let mut seen = Seen::default();
-    read_until_state(ev, &mut seen, 0, State::Ready);
+    let (link, mut seen) = watched(Link::builder(&peer.endpoint()).codec(Codec::lines()));
+    seen.until_entered(0, State::Ready, T);
     assert!(peer.wait_accepts(1, T));
     let lines: Vec<Vec<u8>> = (0..100).map(seq_payload).collect();
     for l in &lines {
@@ -829,8 +729,9 @@ fn close_while_connected_flushes_the_outbox_closes_the_connection_and_refuses_la
     assert_eq!(got, lines, "flushed lines differ");
     assert!(rest.is_empty());
 
-    drain_to_end(ev, &mut seen);
-    let last = seen.transitions.last().expect("transitions");
+    seen.finish();
+    let ts = seen.since(0);
+    let last = ts.last().expect("transitions");
     assert_eq!(
         (last.from, last.to, last.cause),
         (State::Ready, State::Closed, Cause::Closed)
@@ -840,10 +741,7 @@ fn close_while_connected_flushes_the_outbox_closes_the_connection_and_refuses_la
         Err(SendError::Closed(f)) => assert_eq!(f, b"late"),
         other => panic!("send after close: {other:?}"),
     }
-    let start = Instant::now();
-    let again = link.close(Duration::from_secs(1));
-    assert!(start.elapsed() < Duration::from_secs(3));
-    assert_eq!(link.state(), State::Closed);
+    let again = close_again(&link);
     assert_eq!(again.frames_sent, m.frames_sent);
     assert_eq!(again.unaccounted(), 0);
     assert_eq!(peer.accept_count(), 1, "the link dialled again after close");
@@ -858,23 +756,23 @@ fn dropping_the_last_handle_of_a_connected_link_closes_it_without_hanging() {
     let peer = Peer::start(Behaviour::Echo);
     let link = Link::builder(&peer.endpoint()).build().unwrap();
     let events = link.events().clone();
-    let mut seen = Seen::default();
-    read_until_state(&events, &mut seen, 0, State::Ready);
+    let mut seen = Watch::on(&events);
+    seen.until_entered(0, State::Ready, T);
 
     // A clone going away leaves the link running.
     let clone = link.clone();
     drop(clone);
     link.send(b"still up".to_vec()).unwrap();
-    read_until(&events, &mut seen, T, "the echo", |s| {
-        s.frame_bytes() >= b"still up".len()
+    seen.expect_seen(T, "the echo", |s| {
+        s.frames.iter().map(Vec::len).sum::<usize>() >= b"still up".len()
     });
     assert_eq!(link.state(), State::Ready);
 
     let took = timed_drop(link, Duration::from_secs(10)).expect("dropping the link hung");
     assert!(took < Duration::from_secs(3), "drop took {took:?}");
     assert!(peer.wait_closed(0, T), "the connection stayed open");
-    drain_to_end(&events, &mut seen);
-    assert_eq!(seen.transitions.last().map(|t| t.to), Some(State::Closed));
+    seen.finish();
+    assert_eq!(seen.since(0).last().map(|t| t.to), Some(State::Closed));
 }
 
 #[test]
@@ -894,8 +792,8 @@ fn dropping_the_last_handle_with_frames_queued_for_an_unreachable_peer_does_not_
 
     let took = timed_drop(link, Duration::from_secs(10)).expect("dropping the link hung");
     assert!(took < Duration::from_secs(3), "drop took {took:?}");
-    let mut seen = Seen::default();
-    drain_to_end(&events, &mut seen);
+    let mut seen = Watch::on(&events);
+    seen.finish();
     let given_back: Vec<Vec<u8>> = seen.abandoned.iter().map(|(f, _)| f.clone()).collect();
     assert_eq!(given_back, frames, "queued frames not all given back");
     assert!(seen
@@ -917,8 +815,8 @@ fn dropping_the_last_handle_with_data_stuck_for_a_peer_that_stopped_reading_does
         .build()
         .unwrap();
     let events = link.events().clone();
-    let mut seen = Seen::default();
-    read_until_state(&events, &mut seen, 0, State::Ready);
+    let mut seen = Watch::on(&events);
+    seen.until_entered(0, State::Ready, T);
     let chunk = vec![b'z'; 64 * 1024];
     let mut full = false;
     for _ in 0..2000 {
@@ -941,7 +839,7 @@ fn dropping_the_last_handle_with_data_stuck_for_a_peer_that_stopped_reading_does
 
     let took = timed_drop(link, Duration::from_secs(10)).expect("dropping the link hung");
     assert!(took < Duration::from_secs(4), "drop took {took:?}");
-    drain_to_end(&events, &mut seen);
+    seen.finish();
     assert!(
         !seen.abandoned.is_empty()
             && seen
@@ -949,7 +847,7 @@ fn dropping_the_last_handle_with_data_stuck_for_a_peer_that_stopped_reading_does
                 .iter()
                 .all(|(f, r)| *r == AbandonReason::Shutdown && *f == chunk),
         "{}",
-        seen.summary()
+        seen.trace()
     );
 }
 
@@ -976,8 +874,8 @@ fn clones_of_a_link_and_of_its_events_work_from_other_threads() {
         let events = link.events().clone();
         let n = expected.len();
         let reader = s.spawn(move || {
-            let mut seen = Seen::default();
-            read_until(&events, &mut seen, T, "echoes", |s| s.frames.len() >= n);
+            let mut seen = Watch::on(&events);
+            seen.expect_seen(T, "echoes", |s| s.frames.len() >= n);
             seen.frames
         });
         reader.join().expect("reader thread panicked")
@@ -1023,10 +921,8 @@ fn send_refuses_a_frame_the_codec_cannot_encode_and_gives_it_back() {
 
     // The link is unharmed: a good frame goes through, and only it reaches the peer.
     lines.send(b"fine".to_vec()).unwrap();
-    let mut seen = Seen::default();
-    read_until(lines.events(), &mut seen, T, "the echo", |s| {
-        !s.frames.is_empty()
-    });
+    let mut seen = Watch::on(lines.events());
+    seen.expect_seen(T, "the echo", |s| !s.frames.is_empty());
     assert_eq!(seen.frames, vec![b"fine".to_vec()]);
     assert_eq!(peer.received_all(), b"fine\n");
     let m = lines.close(T);
@@ -1070,14 +966,13 @@ fn send_refuses_a_frame_the_codec_cannot_encode_and_gives_it_back() {
 fn a_slow_reader_loses_no_event_because_the_link_pauses_reading_instead() {
     const N: u64 = 500;
     let peer = Peer::start(Behaviour::Echo);
-    let link = Link::builder(&peer.endpoint())
-        .codec(Codec::lines())
-        .events_capacity(4)
-        .build()
-        .unwrap();
+    let (link, mut seen) = watched(
+        Link::builder(&peer.endpoint())
+            .codec(Codec::lines())
+            .events_capacity(4),
+    );
     let ev = link.events();
-    let mut seen = Seen::default();
-    read_until_state(ev, &mut seen, 0, State::Ready);
+    seen.until_entered(0, State::Ready, T);
 
     let pad = "p".repeat(200);
     let expected: Vec<Vec<u8>> = (0..N)
@@ -1133,19 +1028,12 @@ fn a_slow_reader_loses_no_event_because_the_link_pauses_reading_instead() {
 #[test]
 fn state_agrees_with_a_transition_already_received() {
     // Nothing listens and libzmq's redial waits 30 s: the link stays in Connecting.
-    let link = Link::builder(&refused_endpoint())
-        .native_retries(100)
-        .reconnect_ivl(Duration::from_secs(30))
-        .connect_timeout(Duration::from_secs(30))
-        .build()
-        .unwrap();
-    let mut seen = Seen::default();
-    read_until_state(link.events(), &mut seen, 0, State::Connecting);
+    let (link, seen) = stuck_connecting();
     assert_eq!(
         link.state(),
         State::Connecting,
         "the application already holds the transition {:?}",
-        seen.transitions
+        seen.since(0)
     );
     link.close(Duration::from_millis(100));
 }

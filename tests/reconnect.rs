@@ -38,46 +38,6 @@ fn fmt_ms(d: &[Duration]) -> String {
     v.join(",")
 }
 
-/// The next state change (and when the test received it), skipping other events; `None`
-/// when none comes before `deadline`.
-fn next_transition(link: &Link, deadline: Instant) -> Option<(Instant, Transition)> {
-    loop {
-        match link.events().recv_deadline(deadline) {
-            Ok(Event::State(t)) => return Some((Instant::now(), t)),
-            Ok(_) => continue,
-            Err(_) => return None,
-        }
-    }
-}
-
-/// State changes up to and including the first one into `to`. Panics with what it saw if
-/// none comes within `timeout`.
-fn until_state(link: &Link, to: State, timeout: Duration) -> Vec<(Instant, Transition)> {
-    let deadline = Instant::now() + timeout;
-    let mut seen = Vec::new();
-    loop {
-        match next_transition(link, deadline) {
-            Some((at, t)) => {
-                let done = t.to == to;
-                seen.push((at, t));
-                if done {
-                    return seen;
-                }
-            }
-            None => panic!(
-                "no transition to {to} within {timeout:?}; saw {:?}",
-                seen.iter().map(|(_, t)| t).collect::<Vec<_>>()
-            ),
-        }
-    }
-}
-
-/// The next state change, which must come within `timeout`.
-fn expect_transition(link: &Link, timeout: Duration) -> (Instant, Transition) {
-    next_transition(link, Instant::now() + timeout)
-        .unwrap_or_else(|| panic!("no state change within {timeout:?}"))
-}
-
 fn assert_step(t: &Transition, from: State, to: State, cause: Cause) {
     assert_eq!(
         (t.from, t.to, t.cause),
@@ -109,12 +69,15 @@ impl RefusedTrace {
 /// dialled again after the last one (so `n` gaps between dials).
 fn trace_refused(link: &Link, n: usize, timeout: Duration) -> RefusedTrace {
     let deadline = Instant::now() + timeout;
+    let mut w = Watch::new(link);
     let mut trace = RefusedTrace {
         dials: Vec::new(),
         backoffs: Vec::new(),
     };
     while trace.dials.len() < n + 1 {
-        let Some((at, t)) = next_transition(link, deadline) else {
+        let Some((at, t)) =
+            w.try_until(deadline.saturating_duration_since(Instant::now()), |_| true)
+        else {
             panic!(
                 "only {} dials and {} backoffs within {timeout:?}",
                 trace.dials.len(),
@@ -207,7 +170,7 @@ fn a_link_started_while_the_peer_is_down_retries_with_growing_jittered_gaps_then
     // The peer comes up on that port: both links connect.
     let peer = Peer::start_on(port, Behaviour::Echo).expect("start the peer on its port");
     for link in [&a, &b] {
-        let seen = until_state(link, State::Ready, T);
+        let seen = Watch::new(link).through(State::Ready, T);
         let (_, last) = seen.last().unwrap();
         assert_eq!(last.cause, Cause::Alive);
     }
@@ -282,23 +245,20 @@ fn an_accept_then_close_peer_sees_growing_gaps_from_relink_but_steady_redials_fr
 fn a_link_returns_to_ready_after_its_peer_restarts_on_the_same_port() {
     let peer = Peer::start(Behaviour::Echo);
     let port = peer.port();
-    let link = Link::builder(&peer.endpoint())
-        .backoff(ms(50), ms(400))
-        .build()
-        .expect("build");
-    until_state(&link, State::Ready, T);
+    let (link, mut w) = watched(Link::builder(&peer.endpoint()).backoff(ms(50), ms(400)));
+    w.through(State::Ready, T);
 
     peer.stop();
-    let (_, t) = expect_transition(&link, T);
+    let (_, t) = w.next(T);
     assert_step(&t, State::Ready, State::Backoff, Cause::PeerClosed);
     // Let it fail a few times against the closed port.
     for _ in 0..2 {
-        let seen = until_state(&link, State::Backoff, T);
+        let seen = w.through(State::Backoff, T);
         assert_eq!(seen.last().unwrap().1.cause, Cause::Refused);
     }
 
     let peer = Peer::start_on(port, Behaviour::Echo).expect("restart on the same port");
-    let seen = until_state(&link, State::Ready, T);
+    let seen = w.through(State::Ready, T);
     assert_eq!(seen.last().unwrap().1.cause, Cause::Alive);
     assert!(peer.wait_accepts(1, T));
     let m = link.metrics();
@@ -312,13 +272,13 @@ fn a_link_returns_to_ready_after_its_peer_restarts_on_the_same_port() {
 fn max_attempts_lead_to_cooldown_whose_probes_reconnect_once_the_peer_is_up() {
     let port = free_port();
     let cooldown = Duration::from_secs(1);
-    let link = Link::builder(&endpoint_for(port))
-        .native_retries(0)
-        .backoff(ms(20), ms(100))
-        .max_attempts(3)
-        .cooldown(cooldown)
-        .build()
-        .expect("build");
+    let (link, mut w) = watched(
+        Link::builder(&endpoint_for(port))
+            .native_retries(0)
+            .backoff(ms(20), ms(100))
+            .max_attempts(3)
+            .cooldown(cooldown),
+    );
 
     let expected = [
         (State::Idle, State::Connecting, Cause::Start),
@@ -330,7 +290,7 @@ fn max_attempts_lead_to_cooldown_whose_probes_reconnect_once_the_peer_is_up() {
     ];
     let mut entered_cooldown = None;
     for (from, to, cause) in expected {
-        let (at, t) = expect_transition(&link, T);
+        let (at, t) = w.next(T);
         assert_step(&t, from, to, cause);
         if to == State::Cooldown {
             assert_eq!(t.attempt, 3, "{t:?}");
@@ -341,24 +301,24 @@ fn max_attempts_lead_to_cooldown_whose_probes_reconnect_once_the_peer_is_up() {
     assert_eq!(link.state(), State::Cooldown);
 
     // The probe after the cooldown, refused again: back to Cooldown, counter still growing.
-    let (probe_at, t) = expect_transition(&link, cooldown + T);
+    let (probe_at, t) = w.next(cooldown + T);
     assert_step(&t, State::Cooldown, State::Connecting, Cause::CooldownOver);
     let waited = probe_at - entered_cooldown.unwrap();
     assert!(
         waited >= cooldown - ms(100) && waited < cooldown + ms(3000),
         "the probe came {waited:?} after entering a {cooldown:?} cooldown"
     );
-    let (_, t) = expect_transition(&link, T);
+    let (_, t) = w.next(T);
     assert_step(&t, State::Connecting, State::Cooldown, Cause::Refused);
     assert_eq!(t.attempt, 4, "{t:?}");
 
     // The peer comes up: the next probe connects.
     let peer = Peer::start_on(port, Behaviour::Echo).expect("start the peer on its port");
-    let (_, t) = expect_transition(&link, cooldown + T);
+    let (_, t) = w.next(cooldown + T);
     assert_step(&t, State::Cooldown, State::Connecting, Cause::CooldownOver);
-    let (_, t) = expect_transition(&link, T);
+    let (_, t) = w.next(T);
     assert_step(&t, State::Connecting, State::Connected, Cause::TcpConnected);
-    let (_, t) = expect_transition(&link, T);
+    let (_, t) = w.next(T);
     assert_step(&t, State::Connected, State::Ready, Cause::Alive);
     assert!(peer.wait_accepts(1, T));
     link.close(ms(500));
@@ -379,10 +339,10 @@ fn slow_refused_link(max_attempts: Option<u32>) -> Link {
 
 /// Calls `reconnect_now` and checks that the link dials at once, well before any timer,
 /// keeping the failure count `failures`.
-fn reconnect_now_dials_at_once(link: &Link, from: State, failures: u32) {
+fn reconnect_now_dials_at_once(link: &Link, w: &mut Watch, from: State, failures: u32) {
     let asked = Instant::now();
     link.reconnect_now();
-    let (at, t) = expect_transition(link, T);
+    let (at, t) = w.next(T);
     assert_step(&t, from, State::Connecting, Cause::ReconnectNow);
     assert!(
         at - asked < Duration::from_secs(2),
@@ -395,21 +355,27 @@ fn reconnect_now_dials_at_once(link: &Link, from: State, failures: u32) {
     );
 }
 
+/// [`reconnect_now_dials_at_once`], then the transition that ends that dial.
+fn redial_now(link: &Link, w: &mut Watch, from: State, failures: u32) -> Transition {
+    reconnect_now_dials_at_once(link, w, from, failures);
+    w.next(T).1
+}
+
 #[test]
 fn reconnect_now_cuts_a_backoff_short_and_keeps_the_attempt_counter() {
     let link = slow_refused_link(None);
-    let (_, t) = expect_transition(&link, T);
+    let mut w = Watch::new(&link);
+    let (_, t) = w.next(T);
     assert_step(&t, State::Idle, State::Connecting, Cause::Start);
-    let (_, t) = expect_transition(&link, T);
+    let (_, t) = w.next(T);
     assert_step(&t, State::Connecting, State::Backoff, Cause::Refused);
     assert_eq!(
         (t.attempt, t.next_retry),
         (1, Some(Duration::from_secs(10)))
     );
 
-    reconnect_now_dials_at_once(&link, State::Backoff, 1);
     // Refused again: the second failure in a row, so the second (doubled) delay.
-    let (_, t) = expect_transition(&link, T);
+    let t = redial_now(&link, &mut w, State::Backoff, 1);
     assert_step(&t, State::Connecting, State::Backoff, Cause::Refused);
     assert_eq!(
         (t.attempt, t.next_retry),
@@ -417,8 +383,7 @@ fn reconnect_now_cuts_a_backoff_short_and_keeps_the_attempt_counter() {
     );
     assert_eq!(link.metrics().consecutive_failures, 2);
 
-    reconnect_now_dials_at_once(&link, State::Backoff, 2);
-    let (_, t) = expect_transition(&link, T);
+    let t = redial_now(&link, &mut w, State::Backoff, 2);
     assert_step(&t, State::Connecting, State::Backoff, Cause::Refused);
     assert_eq!(t.attempt, 3);
     assert_eq!(link.metrics().consecutive_failures, 3);
@@ -428,11 +393,11 @@ fn reconnect_now_cuts_a_backoff_short_and_keeps_the_attempt_counter() {
 #[test]
 fn reconnect_now_cuts_a_cooldown_short_and_keeps_the_attempt_counter() {
     let link = slow_refused_link(Some(2));
-    let seen = until_state(&link, State::Backoff, T);
+    let mut w = Watch::new(&link);
+    let seen = w.through(State::Backoff, T);
     assert_eq!(seen.last().unwrap().1.attempt, 1);
 
-    reconnect_now_dials_at_once(&link, State::Backoff, 1);
-    let (_, t) = expect_transition(&link, T);
+    let t = redial_now(&link, &mut w, State::Backoff, 1);
     assert_step(&t, State::Connecting, State::Cooldown, Cause::Refused);
     assert_eq!(
         (t.attempt, t.next_retry),
@@ -445,8 +410,7 @@ fn reconnect_now_cuts_a_cooldown_short_and_keeps_the_attempt_counter() {
         "{m:?}"
     );
 
-    reconnect_now_dials_at_once(&link, State::Cooldown, 2);
-    let (_, t) = expect_transition(&link, T);
+    let t = redial_now(&link, &mut w, State::Cooldown, 2);
     assert_step(&t, State::Connecting, State::Cooldown, Cause::Refused);
     assert_eq!(t.attempt, 3);
     assert_eq!(link.metrics().consecutive_failures, 3);
@@ -457,12 +421,12 @@ fn reconnect_now_cuts_a_cooldown_short_and_keeps_the_attempt_counter() {
 fn frames_flow_again_after_a_peer_restart(immediate: bool) {
     let peer = Peer::start(Behaviour::Echo);
     let port = peer.port();
-    let link = Link::builder(&peer.endpoint())
-        .codec(Codec::lines())
-        .immediate(immediate)
-        .backoff(ms(50), ms(400))
-        .build()
-        .expect("build");
+    let (link, mut w) = watched(
+        Link::builder(&peer.endpoint())
+            .codec(Codec::lines())
+            .immediate(immediate)
+            .backoff(ms(50), ms(400)),
+    );
     let expect_echo = |payload: &[u8]| {
         link.send(payload.to_vec()).expect("send");
         let deadline = Instant::now() + T;
@@ -479,15 +443,15 @@ fn frames_flow_again_after_a_peer_restart(immediate: bool) {
         }
     };
 
-    until_state(&link, State::Ready, T);
+    w.through(State::Ready, T);
     expect_echo(b"before");
 
     peer.stop();
-    let (_, t) = expect_transition(&link, T);
+    let (_, t) = w.next(T);
     assert_step(&t, State::Ready, State::Backoff, Cause::PeerClosed);
 
     let peer = Peer::start_on(port, Behaviour::Echo).expect("restart on the same port");
-    until_state(&link, State::Ready, T);
+    w.through(State::Ready, T);
     expect_echo(b"after");
     assert_eq!(peer.received_all(), b"after\n");
     let m = link.close(ms(500));

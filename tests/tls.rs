@@ -16,8 +16,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use relink::{Cause, Codec, Event, Link, ProofOfLife, State, Transition};
-use util::{encode_length_prefixed, endpoint_for, free_port, wait_for};
+use relink::{Cause, Codec, Event, Link, ProofOfLife, State};
+use util::{encode_length_prefixed, endpoint_for, free_port, wait_for, watched};
 
 /// Bound on any single wait for something that should happen at once on loopback.
 const T: Duration = Duration::from_secs(10);
@@ -164,28 +164,6 @@ fn frame(round: usize, i: usize) -> Vec<u8> {
     f
 }
 
-/// Takes events until a transition satisfies `pred`; panics with those seen after `T`.
-fn expect_transition(
-    link: &Link,
-    seen: &mut Vec<Transition>,
-    what: &str,
-    pred: impl Fn(&Transition) -> bool,
-) -> Transition {
-    let deadline = Instant::now() + T;
-    loop {
-        match link.events().recv_deadline(deadline) {
-            Ok(Event::State(t)) => {
-                seen.push(t.clone());
-                if pred(&t) {
-                    return t;
-                }
-            }
-            Ok(other) => panic!("{what}: unexpected event {other:?}"),
-            Err(e) => panic!("{what}: {e:?}; transitions seen: {seen:?}"),
-        }
-    }
-}
-
 /// Sends `FRAMES` frames of `round` and checks they all come back, in order. Returns the
 /// time taken and the payload bytes sent.
 fn push_round(link: &Link, round: usize) -> (Duration, usize) {
@@ -282,37 +260,33 @@ fn frames_cross_a_verified_tls_tunnel_in_order_and_the_link_survives_a_tls_serve
 
     // The hello goes through the tunnel and the TLS server and back: Ready means the whole
     // path is up, not just the local TCP connection to the tunnel.
-    let link = Link::builder(&endpoint_for(tunnel_port))
-        .codec(Codec::length_prefixed())
-        .ready_when(ProofOfLife::handshake(vec![b"hello".to_vec()], |f| {
-            f == b"hello"
-        }))
-        .native_retries(0)
-        .backoff(Duration::from_millis(50), Duration::from_millis(500))
-        .build()
-        .unwrap();
-    let mut seen = Vec::new();
-    expect_transition(&link, &mut seen, "first Ready", |t| t.to == State::Ready);
+    let (link, mut w) = watched(
+        Link::builder(&endpoint_for(tunnel_port))
+            .codec(Codec::length_prefixed())
+            .ready_when(ProofOfLife::handshake(vec![b"hello".to_vec()], |f| {
+                f == b"hello"
+            }))
+            .native_retries(0)
+            .backoff(Duration::from_millis(50), Duration::from_millis(500)),
+    );
+    w.until(T, |t| t.to == State::Ready);
     let (first_took, bytes) = push_round(&link, 1);
 
     // The TLS server dies (with the connection it forked): the link notices, backs off,
     // and is Ready again once the server is back on its port.
     procs.kill("server");
-    let lost = expect_transition(&link, &mut seen, "losing the server", |t| {
-        t.from == State::Ready
-    });
+    let (_, lost) = w.until(T, |t| t.from == State::Ready);
     assert!(lost.cause.is_failure(), "{lost:?}");
     // While the server is down, the tunnel still accepts, but the hello gets no reply: the
     // attempt fails without reaching Ready.
-    let mark = seen.len();
-    let failed = expect_transition(&link, &mut seen, "a failed attempt", |t| {
-        t.to == State::Backoff
-    });
+    let mark = w.transitions.len();
+    let (_, failed) = w.until(T, |t| t.to == State::Backoff);
     assert_eq!(failed.from, State::Connected, "{failed:?}");
     assert!(
         matches!(failed.cause, Cause::PeerClosed | Cause::HandshakeTimeout),
         "{failed:?}"
     );
+    let seen = w.since(0);
     assert!(
         seen[mark..].iter().all(|t| t.to != State::Ready),
         "{seen:?}"
@@ -320,9 +294,7 @@ fn frames_cross_a_verified_tls_tunnel_in_order_and_the_link_survives_a_tls_serve
     procs.spawn("server", "socat", &tls_echo_server_args(server_port));
     let back_at = Instant::now();
     procs.wait_port("server", server_port);
-    expect_transition(&link, &mut seen, "Ready after the restart", |t| {
-        t.to == State::Ready
-    });
+    w.until(T, |t| t.to == State::Ready);
     let recovered = back_at.elapsed();
     let (second_took, _) = push_round(&link, 2);
     let m = link.close(T);

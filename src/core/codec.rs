@@ -150,7 +150,9 @@ impl Codec {
     pub fn check_frame(&self, frame: &[u8]) -> Result<(), FrameError> {
         match *self {
             Codec::Raw => Raw.check(frame),
-            Codec::LengthPrefixed { max_frame } => LengthDelimited::len32_max(max_frame).check(frame),
+            Codec::LengthPrefixed { max_frame } => {
+                LengthDelimited::len32_max(max_frame).check(frame)
+            }
             Codec::Lines { max_line } => self.lines_framing(max_line).check(frame),
         }
     }
@@ -221,7 +223,9 @@ impl Framing for Codec {
     fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Vec<u8>>, CodecError> {
         match *self {
             Codec::Raw => Raw.decode(src),
-            Codec::LengthPrefixed { max_frame } => LengthDelimited::len32_max(max_frame).decode(src),
+            Codec::LengthPrefixed { max_frame } => {
+                LengthDelimited::len32_max(max_frame).decode(src)
+            }
             Codec::Lines { max_line } => self.lines_framing(max_line).decode(src),
         }
     }
@@ -233,7 +237,9 @@ impl Framing for Codec {
     fn max_buffered(&self) -> usize {
         match *self {
             Codec::Raw => Raw.max_buffered(),
-            Codec::LengthPrefixed { max_frame } => LengthDelimited::len32_max(max_frame).max_buffered(),
+            Codec::LengthPrefixed { max_frame } => {
+                LengthDelimited::len32_max(max_frame).max_buffered()
+            }
             Codec::Lines { max_line } => self.lines_framing(max_line).max_buffered(),
         }
     }

@@ -22,7 +22,7 @@
 //! |---|------|-------|----|--------|
 //! | 1 | Idle | Start | Connecting | dial (resolve the name, or connect) |
 //! | 2 | Connecting | Resolved(addresses) | Connecting | connect to the next address |
-//! | 3 | Connecting | Resolved(error) | Backoff/Cooldown | failure `dns` |
+//! | 3 | Connecting | Resolved(error) | Backoff/Cooldown | failure `dns`; a resolver that panicked: error event, failure `callback-panic` |
 //! | 4 | Connecting | TcpConnected | Connected, or Ready if the connect is the proof | send hello, start heartbeat |
 //! | 5 | Connecting | ConnectFailed, native redials left | Connecting | count a failure, the socket redials by itself (`native_retries` per outage) |
 //! | 6 | Connecting | ConnectFailed, none left | Backoff/Cooldown | stop the native redial, failure `refused` |
@@ -41,6 +41,7 @@
 //! | 19 | any but Closed | Close, frames queued | same | flush until the deadline |
 //! | 20 | any but Closed | Flushed (closing, outbox empty) | Closed | stop |
 //! | 21 | any but Closed | CloseDeadline | Closed | abandon the rest (`shutdown`) |
+//! | 22 | Connected, Ready | CallbackPanicked (a predicate or the codec) | Backoff/Cooldown | close, error event, failure `callback-panic` |
 //!
 //! Backoff/Cooldown: Cooldown when the failures in a row reach `max_attempts`, else Backoff.
 //! Any other pair is ignored and counted. Inputs carry the generation of the dial they belong
@@ -59,11 +60,12 @@ use super::counters::Counters;
 use super::endpoint::Host;
 use super::endpoints::{fmt_addr, Endpoints};
 use super::framing::BoxedFraming;
+use super::guard::{guarded, Panicked};
 use super::heartbeat::{HeartbeatState, Ping};
 use super::outbox::{Outbox, Queued};
 use super::settings::{ProofOfLife, Settings};
 use super::timers::{Timer, Timers};
-use crate::error::{CodecError, LinkError};
+use crate::error::{Callback, CodecError, LinkError};
 use crate::event::{AbandonReason, Cause, Event, State, Transition};
 use crate::metrics::Metrics;
 
@@ -84,12 +86,12 @@ pub(crate) enum Input {
     /// The answer to a `Resolve` action.
     Resolved {
         generation: u64,
-        result: Result<Vec<SocketAddr>, String>,
+        result: Result<Vec<SocketAddr>, Unresolved>,
     },
     /// The answer to a `Refresh` action.
     Refreshed {
         endpoint: usize,
-        result: Result<Vec<SocketAddr>, String>,
+        result: Result<Vec<SocketAddr>, Unresolved>,
     },
     /// The TCP connection of this dial came up.
     Connected { generation: u64 },
@@ -99,6 +101,27 @@ pub(crate) enum Input {
     ConnectFailed { generation: u64 },
     /// The IO side stopped (true) or resumed (false) reading because the application is slow.
     ReadPaused(bool),
+}
+
+/// Why a lookup gave no address.
+#[derive(Debug)]
+pub(crate) enum Unresolved {
+    /// The name did not resolve; a short reason.
+    Failed(String),
+    /// The resolver panicked.
+    Panicked(Panicked),
+}
+
+impl From<&str> for Unresolved {
+    fn from(reason: &str) -> Unresolved {
+        Unresolved::Failed(reason.to_string())
+    }
+}
+
+impl From<String> for Unresolved {
+    fn from(reason: String) -> Unresolved {
+        Unresolved::Failed(reason)
+    }
 }
 
 /// What the machine asks the IO side to do.
@@ -142,7 +165,7 @@ enum Ev {
     Start,
     Close(Instant),
     ReconnectNow,
-    Resolved(Result<Vec<SocketAddr>, String>),
+    Resolved(Result<Vec<SocketAddr>, Unresolved>),
     TcpConnected,
     ConnectFailed,
     DialTimeout,
@@ -152,6 +175,8 @@ enum Ev {
     HeartbeatDead,
     ProtocolError(CodecError),
     Unreachable,
+    /// Application code run for this connection panicked (a predicate, the codec).
+    CallbackPanicked(Panicked),
     Stable,
     RetryTimer,
     Flushed,
@@ -282,6 +307,10 @@ impl Machine {
                     self.step(now, Ev::Resolved(result))
                 } else {
                     self.c.ignored += 1;
+                    if let Err(Unresolved::Panicked(p)) = result {
+                        // Too late to fail its dial, but the application still hears of it.
+                        self.report_panic(&p);
+                    }
                 }
             }
             Input::Refreshed { endpoint, result } => self.refreshed(now, endpoint, result),
@@ -317,18 +346,24 @@ impl Machine {
         }
         self.rx.extend_from_slice(bytes);
         loop {
-            match self.framing.decode(&mut self.rx) {
-                Ok(Some(frame)) => self.on_frame(now, frame),
-                Ok(None) => {
+            let (framing, rx) = (&mut self.framing, &mut self.rx);
+            match guarded(Callback::Decode, || framing.decode(rx)) {
+                Ok(Ok(Some(frame))) => self.on_frame(now, frame),
+                Ok(Ok(None)) => {
                     let max = self.framing.max_buffered();
                     if self.rx.len() > max {
                         let buffered = self.rx.len();
-                        self.step(now, Ev::ProtocolError(CodecError::Overbuffered { buffered, max }));
+                        let e = CodecError::Overbuffered { buffered, max };
+                        self.step(now, Ev::ProtocolError(e));
                     }
                     break;
                 }
-                Err(e) => {
+                Ok(Err(e)) => {
                     self.step(now, Ev::ProtocolError(e));
+                    break;
+                }
+                Err(p) => {
+                    self.step(now, Ev::CallbackPanicked(p));
                     break;
                 }
             }
@@ -370,9 +405,10 @@ impl Machine {
                     self.c.heartbeats_missed += 1;
                 }
                 self.c.heartbeats_sent += 1;
-                let ping = self.encoded_ping();
-                if !ping.is_empty() {
-                    self.control.push_back(ping);
+                match self.encoded_ping() {
+                    Ok(ping) if ping.is_empty() => {}
+                    Ok(ping) => self.control.push_back(ping),
+                    Err(p) => self.step(now, Ev::CallbackPanicked(p)),
                 }
             }
         }
@@ -424,17 +460,33 @@ impl Machine {
                     break;
                 }
                 let q = self.outbox.pop_front().expect("front exists");
-                match self.framing.encode(&q.frame, buf) {
-                    Ok(()) => self.in_flight.push(q),
-                    Err(e) => {
+                let framing = &mut self.framing;
+                match guarded(Callback::Encode, || framing.encode(&q.frame, buf)) {
+                    Ok(Ok(())) => self.in_flight.push(q),
+                    Ok(Err(e)) => {
                         // The framing accepted the frame at `send` and refuses it now.
                         log::debug!("relink: the framing refused a queued frame: {e}");
                         self.abandon_all(vec![q.frame], AbandonReason::Unencodable);
+                    }
+                    Err(p) => {
+                        // The frame stays first in the outbox: it is never lost without a
+                        // word, and its deadline (if any) or a close still ends it.
+                        self.outbox.push_front(q);
+                        return self.encode_panicked(now, buf, p);
                     }
                 }
             }
         }
         !buf.is_empty()
+    }
+
+    /// The codec panicked while a batch was being built: nothing of it is written, the frames
+    /// taken for it go back to the outbox and the connection fails.
+    fn encode_panicked(&mut self, now: Instant, buf: &mut Vec<u8>, p: Panicked) -> bool {
+        buf.clear();
+        self.requeue_in_flight();
+        self.step(now, Ev::CallbackPanicked(p));
+        false
     }
 
     /// What became of the batch from the last `poll_transmit`.
@@ -499,6 +551,7 @@ impl Machine {
             reading_paused: self.read_paused,
             events_dropped: 0,
             ignored_inputs: self.c.ignored,
+            callback_panics: self.c.callback_panics,
         }
     }
 
@@ -510,9 +563,13 @@ impl Machine {
             (Closed, _) => self.c.ignored += 1,
             (Idle, Ev::Start) => self.dial(now, Cause::Start),
             (Connecting, Ev::Resolved(Ok(addrs))) => self.resolved(now, addrs),
-            (Connecting, Ev::Resolved(Err(reason))) => {
+            (Connecting, Ev::Resolved(Err(Unresolved::Failed(reason)))) => {
                 log::debug!("relink: resolving failed: {reason}");
                 self.fail(now, Cause::Dns)
+            }
+            (Connecting, Ev::Resolved(Err(Unresolved::Panicked(p)))) => {
+                self.report_panic(&p);
+                self.fail(now, Cause::CallbackPanic)
             }
             (Connecting, Ev::TcpConnected) => self.tcp_connected(now),
             (Connecting, Ev::ConnectFailed) if self.native_left > 0 => {
@@ -548,6 +605,10 @@ impl Machine {
                 self.fail(now, Cause::Protocol)
             }
             (Connected | Ready, Ev::Unreachable) => self.fail(now, Cause::Unreachable),
+            (Connected | Ready, Ev::CallbackPanicked(p)) => {
+                self.report_panic(&p);
+                self.fail(now, Cause::CallbackPanic)
+            }
             (Ready, Ev::Stable) => {
                 self.failures = 0;
                 self.native_used = 0;
@@ -642,7 +703,12 @@ impl Machine {
 
     /// A background answer: replaces the cached one (a failure keeps the old answer), and the
     /// next refresh is armed. No state changes.
-    fn refreshed(&mut self, now: Instant, idx: usize, result: Result<Vec<SocketAddr>, String>) {
+    /// A resolver that panicked in the background is reported; the connection in use is not
+    /// touched.
+    fn refreshed(&mut self, now: Instant, idx: usize, result: Result<Vec<SocketAddr>, Unresolved>) {
+        if let Err(Unresolved::Panicked(p)) = &result {
+            self.report_panic(p);
+        }
         if self.state == State::Closed || idx >= self.endpoints.len() {
             self.c.ignored += 1;
             return;
@@ -675,7 +741,8 @@ impl Machine {
         self.timers.disarm(Timer::SendRetry);
         self.c.connects += 1;
         self.rx = BytesMut::new();
-        self.framing.reset();
+        let framing = &mut self.framing;
+        let reset = guarded(Callback::Decode, || framing.reset());
         self.control.clear();
         self.heartbeat = self
             .cfg
@@ -683,12 +750,16 @@ impl Machine {
             .as_ref()
             .map(|hb| HeartbeatState::start(hb, now, self.read_paused));
         self.handshake_pending = false;
+        let mut panicked = reset.err();
         if let ProofOfLife::Handshake { hello, timeout, .. } = &self.cfg.proof {
-            for h in hello {
-                let mut buf = Vec::new();
-                match self.framing.encode(h, &mut buf) {
-                    Ok(()) => self.control.push_back(buf),
-                    Err(e) => log::warn!("relink: the framing refused a hello frame: {e}"),
+            for h in hello.iter().take_while(|_| panicked.is_none()) {
+                match encode(&mut self.framing, h) {
+                    Ok(Some(buf)) => self.control.push_back(buf),
+                    Ok(None) => {}
+                    Err(p) => {
+                        panicked = Some(p);
+                        break;
+                    }
                 }
             }
             self.handshake_pending = true;
@@ -696,7 +767,9 @@ impl Machine {
             self.timers.arm(Timer::Handshake, t);
         }
         self.transition(now, State::Connected, Cause::TcpConnected);
-        if matches!(self.cfg.proof, ProofOfLife::Connect) {
+        if let Some(p) = panicked {
+            self.step(now, Ev::CallbackPanicked(p));
+        } else if matches!(self.cfg.proof, ProofOfLife::Connect) {
             self.ready(now);
         }
     }
@@ -731,14 +804,22 @@ impl Machine {
     fn on_frame(&mut self, now: Instant, frame: Vec<u8>) {
         if self.handshake_pending {
             if let ProofOfLife::Handshake { accept, .. } = &self.cfg.proof {
-                if accept.test(&frame) {
-                    self.step(now, Ev::Alive);
-                    return;
+                match guarded(Callback::Handshake, || accept.test(&frame)) {
+                    Ok(true) => {
+                        self.step(now, Ev::Alive);
+                        return;
+                    }
+                    Ok(false) => {}
+                    Err(p) => return self.step(now, Ev::CallbackPanicked(p)),
                 }
             }
         }
         if let Some(reply) = self.cfg.heartbeat.as_ref().and_then(|h| h.reply.as_ref()) {
-            if reply.test(&frame) {
+            let is_reply = match guarded(Callback::HeartbeatReply, || reply.test(&frame)) {
+                Ok(r) => r,
+                Err(p) => return self.step(now, Ev::CallbackPanicked(p)),
+            };
+            if is_reply {
                 // Only the replies to our own pings are swallowed: an application that sends
                 // the same command as the ping still gets its answers.
                 if let Some(rtt) = self.heartbeat.as_mut().and_then(|h| h.on_reply(now)) {
@@ -750,6 +831,13 @@ impl Machine {
         self.c.received += 1;
         log::trace!("relink: frame of {} bytes received", frame.len());
         self.emit(Event::Frame(frame));
+    }
+
+    /// Tells the application that its code panicked, and counts it.
+    fn report_panic(&mut self, p: &Panicked) {
+        self.c.callback_panics += 1;
+        log::warn!("relink: {}", p.to_error());
+        self.emit(Event::Error(p.to_error()));
     }
 
     /// A failed attempt or a lost connection: close it, count it, wait.
@@ -818,8 +906,8 @@ impl Machine {
         self.control.clear();
         self.heartbeat = None;
         self.handshake_pending = false;
+        // The framing itself is reset (guarded) when the next connection comes up.
         self.rx = BytesMut::new();
-        self.framing.reset();
         // Any later input of this dial is stale.
         self.generation += 1;
     }
@@ -944,17 +1032,12 @@ impl Machine {
         self.actions.push_back(Action::Emit(ev));
     }
 
-    fn encoded_ping(&mut self) -> Vec<u8> {
+    /// The ping's bytes; empty when there is none, or when the framing refused it.
+    fn encoded_ping(&mut self) -> Result<Vec<u8>, Panicked> {
         match self.cfg.heartbeat.as_ref().map(|h| &h.ping) {
-            Some(Ping::Raw(b)) => b.clone(),
-            Some(Ping::Frame(f)) => {
-                let mut buf = Vec::new();
-                if let Err(e) = self.framing.encode(f, &mut buf) {
-                    log::warn!("relink: the framing refused the heartbeat ping: {e}");
-                }
-                buf
-            }
-            None => Vec::new(),
+            Some(Ping::Raw(b)) => Ok(b.clone()),
+            Some(Ping::Frame(f)) => Ok(encode(&mut self.framing, f)?.unwrap_or_default()),
+            None => Ok(Vec::new()),
         }
     }
 
@@ -970,6 +1053,22 @@ impl Machine {
             log::trace!("relink: stale {ev:?} from dial {generation} dropped");
         }
     }
+}
+
+/// One control frame (a hello frame, the ping) through the framing, guarded: the framing may
+/// be application code. `None` when the framing refuses it (`build()` checked it, so only a
+/// framing whose `check` and `encode` disagree does).
+fn encode(framing: &mut BoxedFraming, frame: &[u8]) -> Result<Option<Vec<u8>>, Panicked> {
+    guarded(Callback::Encode, || {
+        let mut buf = Vec::new();
+        match framing.encode(frame, &mut buf) {
+            Ok(()) => Some(buf),
+            Err(e) => {
+                log::warn!("relink: the framing refused a control frame: {e}");
+                None
+            }
+        }
+    })
 }
 
 #[cfg(test)]

@@ -157,9 +157,11 @@ impl Framing for Delimited {
                 src.advance(at + d);
                 Ok(Some(frame))
             }
-            None if window.len() == self.max_length.saturating_add(d) => Err(CodecError::LineTooLong {
-                max: self.max_length,
-            }),
+            None if window.len() == self.max_length.saturating_add(d) => {
+                Err(CodecError::LineTooLong {
+                    max: self.max_length,
+                })
+            }
             None => {
                 self.scan = window.len().saturating_sub(d - 1);
                 Ok(None)
@@ -306,7 +308,11 @@ impl Framing for Lines {
                 self.scan = 0;
                 let raw = &window[..at];
                 let line = raw.strip_suffix(b"\r").unwrap_or(raw);
-                let counted = if self.cr_counts { raw.len() } else { line.len() };
+                let counted = if self.cr_counts {
+                    raw.len()
+                } else {
+                    line.len()
+                };
                 if counted > self.max_length {
                     return Err(CodecError::LineTooLong {
                         max: self.max_length,

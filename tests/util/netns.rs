@@ -1,9 +1,8 @@
-//! Network namespaces for the dead-peer tests and the `detect` example: two namespaces joined
-//! by a veth pair, processes started inside them, a blackhole route that silences one side
-//! without a FIN or RST, and the line protocol a link running in a child process reports on.
+//! Network namespaces for the dead-peer tests: two namespaces joined by a veth pair, processes
+//! started inside them, a blackhole route that silences one side without a FIN or RST, a link
+//! built inside one, and the line protocol a link running in a child process reports on.
 //!
-//! Include with `mod netns;` in a test file, or with
-//! `#[path = "../tests/netns/mod.rs"] mod netns;` in an example.
+//! Part of the test kit: `util::netns`.
 //!
 //! Everything here needs root and `ip` (iproute2). The addresses (10.213.0.1/30 in A,
 //! 10.213.0.2/30 in B) exist only inside the two namespaces this module creates, which nothing
@@ -19,17 +18,17 @@
 //! relink-netns t_us=81234901 state from=Connected to=Ready cause=alive attempt=0
 //! relink-netns t_us=81235110 frame len=4
 //! ```
-#![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Read};
 use std::net::Ipv4Addr;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::thread::JoinHandle;
+use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
+use relink::{Builder, Context, Link};
 
 /// The first word of every line a child link prints.
 pub const PREFIX: &str = "relink-netns";
@@ -213,19 +212,7 @@ impl NetnsPair {
         for (k, v) in env {
             cmd.env(k, v);
         }
-        // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec here.
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::prctl(
-                    libc::PR_SET_PDEATHSIG,
-                    libc::SIGKILL as libc::c_ulong,
-                    0,
-                    0,
-                    0,
-                );
-                Ok(())
-            });
-        }
+        super::proc::die_with_parent(&mut cmd);
         let mut child = cmd
             .spawn()
             .map_err(|e| format!("spawn `ip netns exec {ns} {program}`: {e}"))?;
@@ -263,6 +250,19 @@ impl NetnsPair {
             &[format!("TCP-LISTEN:{port},reuseaddr,fork"), "PIPE".into()],
             &[],
         )
+    }
+
+    /// Starts the echo peer in namespace B ([`NetnsPair::start_echo_in_b`]) and waits until it
+    /// listens; panics if it does not within `timeout`.
+    pub fn echo_in_b(&self, port: u16, timeout: Duration) -> Process {
+        let echo = self
+            .start_echo_in_b(port)
+            .unwrap_or_else(|e| panic!("cannot start the echo peer in namespace B: {e}"));
+        assert!(
+            self.wait_listening(&self.b, port, timeout),
+            "the echo peer does not listen in namespace B"
+        );
+        echo
     }
 
     /// Waits (bounded) until something listens on TCP `port` in namespace `ns`.
@@ -548,4 +548,41 @@ pub fn run_child_link(endpoint: &str, interval: Duration, max_missed: u32, limit
     }
     link.close(Duration::from_millis(200));
     say("ended".into());
+}
+
+/// Builds a link on a thread that entered network namespace `ns`, with a libzmq context of
+/// its own created there: libzmq starts its IO thread at the context's first socket, and every
+/// thread inherits the namespace of the thread that starts it, so the link's IO thread and
+/// libzmq's both live in `ns` while the test thread stays where it is.
+pub fn build_in_namespace(
+    ns: &str,
+    make: impl FnOnce(&Context) -> Builder + Send + 'static,
+) -> Link {
+    use std::os::unix::io::AsRawFd;
+    let path = std::path::Path::new("/run/netns").join(ns);
+    thread::spawn(move || {
+        let file =
+            std::fs::File::open(&path).unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
+        // SAFETY: setns(2) with a valid namespace descriptor; it changes this thread only.
+        let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+        assert_eq!(
+            rc,
+            0,
+            "setns into {}: {}",
+            path.display(),
+            std::io::Error::last_os_error()
+        );
+        let ctx = Context::with_max_sockets(64).expect("a context of its own");
+        make(&ctx)
+            .build()
+            .expect("build the link inside the namespace")
+    })
+    .join()
+    .expect("the namespace thread panicked")
+}
+
+/// A fresh [`NetnsPair`]; panics saying that the test needs root if it cannot be made.
+pub fn netns_pair() -> NetnsPair {
+    NetnsPair::create()
+        .unwrap_or_else(|e| panic!("this test needs root and network namespaces: {e}"))
 }
