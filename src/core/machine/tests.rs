@@ -1087,8 +1087,8 @@ fn panic_errors(s: &Sim) -> Vec<(crate::error::Callback, Option<String>)> {
 #[test]
 fn row22_a_reply_predicate_that_panics_once_fails_the_connection_then_the_link_recovers() {
     let hb = Heartbeat::new(1000 * MS, Ping::Raw(b"p".to_vec())).reply(panicking(false, false));
-    let mut s = Sim::ready(Sim::builder().heartbeat(hb));
-    s.data(b"first");
+    let mut s = Sim::ready(Sim::builder().codec(Codec::lines()).heartbeat(hb));
+    s.data(b"first\n");
     let errors = panic_errors(&s);
     assert_eq!(
         errors,
@@ -1127,7 +1127,7 @@ fn row22_a_reply_predicate_that_panics_once_fails_the_connection_then_the_link_r
     s.next_timer();
     s.tcp_up();
     assert_eq!(s.m.state(), Ready);
-    s.data(b"second");
+    s.data(b"second\n");
     assert_eq!(s.frames(), [b"second".to_vec()]);
     assert_eq!(s.metrics().callback_panics, 1);
 }
@@ -1136,6 +1136,7 @@ fn row22_a_reply_predicate_that_panics_once_fails_the_connection_then_the_link_r
 fn row22_a_reply_predicate_that_always_panics_backs_off_with_growing_delays_then_cools_down() {
     let hb = Heartbeat::new(1000 * MS, Ping::Raw(b"p".to_vec())).reply(panicking(true, false));
     let b = Sim::builder()
+        .codec(Codec::lines())
         .heartbeat(hb)
         .jitter(Jitter::None)
         .max_attempts(5)
@@ -1143,7 +1144,7 @@ fn row22_a_reply_predicate_that_always_panics_backs_off_with_growing_delays_then
     let mut s = Sim::connecting(b);
     for _ in 0..5 {
         s.tcp_up();
-        s.data(b"x");
+        s.data(b"x\n");
         assert_eq!(s.last_transition().cause, Cause::CallbackPanic);
         s.next_timer();
     }
