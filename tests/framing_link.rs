@@ -304,8 +304,8 @@ fn scripted_redis_peer() -> Peer {
                     }
                     other => panic!("unexpected command {:?}", String::from_utf8_lossy(other)),
                 }
-                if rng.gen_bool(0.6) && !out.is_empty() {
-                    let cut = rng.gen_range(1..=out.len());
+                if rng.random_bool(0.6) && !out.is_empty() {
+                    let cut = rng.random_range(1..=out.len());
                     if conn.write_all(&out[..cut]).is_err() {
                         return;
                     }
