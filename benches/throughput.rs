@@ -11,6 +11,9 @@
 //! - `raw_zmq`: a bare ZMQ_STREAM socket, one zmq message per frame, blocking sends from one
 //!   thread, with the send high-water mark raised.
 //! - `std_tcp`: `std::net::TcpStream` behind a `BufWriter`.
+//! - `relink_user`: the `relink` sender with a len32 framing written in this file against the
+//!   public [`Framing`] trait instead of the built-in (`Codec::length_prefixed`), to measure
+//!   what a user's framing costs through the trait (`ratio_user` = relink_user / relink).
 //!
 //! The sink is a thread that reads and discards, counting bytes. A run is timed from the first
 //! send until the sink has read every byte. Rounds are interleaved (every round runs every
@@ -18,7 +21,7 @@
 //! The last lines are one summary per size:
 //!
 //! `throughput size=<bytes> relink_mps=<x> relink4_mps=<x4> raw_zmq_mps=<y> std_tcp_mps=<z>
-//! ratio_raw=<x/y> ratio_std=<x/z> ratio_4v1=<x4/x>`
+//! ratio_raw=<x/y> ratio_std=<x/z> ratio_4v1=<x4/x> relink_user_mps=<u> ratio_user=<u/x>`
 //!
 //! where `*_mps` is millions of frames per second.
 //!
@@ -34,7 +37,8 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use relink::{Codec, Link, Overflow, State};
+use bytes::{Buf, BytesMut};
+use relink::{Codec, CodecError, FrameError, Framing, Link, Overflow, State};
 
 use support::peer::Peer;
 
@@ -52,14 +56,16 @@ enum Sender {
     Relink4,
     RawZmq,
     StdTcp,
+    RelinkUser,
 }
 
 impl Sender {
-    const ALL: [Sender; 4] = [
+    const ALL: [Sender; 5] = [
         Sender::Relink,
         Sender::Relink4,
         Sender::RawZmq,
         Sender::StdTcp,
+        Sender::RelinkUser,
     ];
 
     fn name(self) -> &'static str {
@@ -68,6 +74,7 @@ impl Sender {
             Sender::Relink4 => "relink4",
             Sender::RawZmq => "raw_zmq",
             Sender::StdTcp => "std_tcp",
+            Sender::RelinkUser => "relink_user",
         }
     }
 
@@ -76,8 +83,9 @@ impl Sender {
     fn run(self, size: usize, frames: usize) -> Duration {
         let sink = Sink::start((frames * (PREFIX + size)) as u64);
         let elapsed = match self {
-            Sender::Relink => run_relink(&sink, size, frames, 1),
-            Sender::Relink4 => run_relink(&sink, size, frames, PRODUCERS),
+            Sender::Relink => run_relink(&sink, size, frames, 1, false),
+            Sender::Relink4 => run_relink(&sink, size, frames, PRODUCERS, false),
+            Sender::RelinkUser => run_relink(&sink, size, frames, 1, true),
             Sender::RawZmq => run_raw_zmq(&sink, size, frames),
             Sender::StdTcp => run_std_tcp(&sink, size, frames),
         };
@@ -138,9 +146,55 @@ impl Sink {
     }
 }
 
-fn run_relink(sink: &Sink, size: usize, frames: usize, producers: usize) -> Duration {
-    let link = Link::builder(&sink.endpoint())
-        .codec(Codec::length_prefixed())
+/// A user's len32: a u32 big-endian length, then the frame, at most 16 MiB.
+#[derive(Debug, Clone)]
+struct UserLen32;
+
+impl Framing for UserLen32 {
+    fn encode(&mut self, frame: &[u8], dst: &mut Vec<u8>) -> Result<(), FrameError> {
+        self.check(frame)?;
+        dst.extend_from_slice(&(frame.len() as u32).to_be_bytes());
+        dst.extend_from_slice(frame);
+        Ok(())
+    }
+
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Vec<u8>>, CodecError> {
+        let Some(head) = src.get(..4) else {
+            return Ok(None);
+        };
+        let len = u32::from_be_bytes([head[0], head[1], head[2], head[3]]) as usize;
+        if len > 16 << 20 {
+            return Err(CodecError::FrameTooLarge {
+                len: len as u64,
+                max: 16 << 20,
+            });
+        }
+        if src.len() < 4 + len {
+            return Ok(None);
+        }
+        src.advance(4);
+        Ok(Some(src.split_to(len).to_vec()))
+    }
+
+    fn check(&self, frame: &[u8]) -> Result<(), FrameError> {
+        if frame.len() > 16 << 20 {
+            return Err(FrameError::TooLarge {
+                len: frame.len(),
+                max: 16 << 20,
+            });
+        }
+        Ok(())
+    }
+}
+
+fn run_relink(sink: &Sink, size: usize, frames: usize, producers: usize, user: bool) -> Duration {
+    let builder = Link::builder(&sink.endpoint());
+    let builder = if user {
+        builder.codec(UserLen32)
+    } else {
+        builder.codec(Codec::length_prefixed())
+    };
+    let link = builder
         .overflow(Overflow::Block(RUN_BOUND))
         .build()
         .expect("build the link");
@@ -247,7 +301,7 @@ fn sig4(x: f64) -> String {
 
 fn main() {
     // `cargo bench` adds `--bench`; unknown arguments are ignored. For profiling one case:
-    // `--only=<sender>` (relink, relink4, raw_zmq, std_tcp) and `--size=<bytes>` (64, 1024,
+    // `--only=<sender>` (relink, relink4, raw_zmq, std_tcp, relink_user) and `--size=<bytes>` (64, 1024,
     // 65536) narrow the runs; the summary lines need every sender.
     let quick = support::flag("quick");
     let only = support::arg("only");
@@ -335,17 +389,19 @@ fn main() {
     println!("# *_mps: millions of frames per second (median of {rounds} rounds)");
     for (si, &(size, _)) in plan.iter().enumerate() {
         let m: Vec<f64> = mps[si].iter().map(|v| median(v)).collect();
-        let (x, x4, y, z) = (m[0], m[1], m[2], m[3]);
+        let (x, x4, y, z, u) = (m[0], m[1], m[2], m[3], m[4]);
         println!(
             "throughput size={size} relink_mps={} relink4_mps={} raw_zmq_mps={} std_tcp_mps={} \
-             ratio_raw={:.3} ratio_std={:.3} ratio_4v1={:.3}",
+             ratio_raw={:.3} ratio_std={:.3} ratio_4v1={:.3} relink_user_mps={} ratio_user={:.3}",
             sig4(x),
             sig4(x4),
             sig4(y),
             sig4(z),
             x / y,
             x / z,
-            x4 / x
+            x4 / x,
+            sig4(u),
+            u / x
         );
     }
 }
