@@ -3,13 +3,16 @@
 //! Run with `cargo bench --bench throughput` (a few minutes) or
 //! `cargo bench --bench throughput -- --quick` (under 30 s).
 //!
-//! Seven senders are compared, each writing the same bytes on the wire (a 4-byte big-endian
+//! Eight senders are compared, each writing the same bytes on the wire (a 4-byte big-endian
 //! length, then the payload) for 64 B, 1 KiB and 64 KiB payloads:
 //! - `relink`: one [`Link`] with the length-prefixed codec and `Overflow::Block`, so the
 //!   producer waits for room and never loses a frame; one producer thread, `send` per frame.
 //! - `relink_batch`: the same link, frames handed over in [`Batch`]es of up to 1024 frames
 //!   (64 KiB of payload at most) with `send_batch`.
 //! - `relink4`: the same link fed by four producer threads splitting the same total.
+//! - `relink_user`: the `relink` sender with a len32 framing written in this file against the
+//!   public [`Framing`] trait instead of the built-in (`Codec::length_prefixed`), to measure
+//!   what a user's framing costs through the trait (`ratio_user` = relink_user / relink).
 //! - `raw_zmq`: a bare ZMQ_STREAM socket, one zmq message per frame, blocking sends from one
 //!   thread, with the send high-water mark raised.
 //! - `std_tcp`: `std::net::TcpStream` behind a `BufWriter`.
@@ -26,7 +29,7 @@
 //! `throughput size=<bytes> relink_mps=<x> relink_batch_mps=<b> relink4_mps=<x4>
 //! raw_zmq_mps=<y> std_tcp_mps=<z> tokio_mps=<t> tokio_stubborn_mps=<s> ratio_raw=<x/y>
 //! ratio_std=<x/z> ratio_tokio=<x/t> ratio_stubborn=<x/s> ratio_batch_std=<b/z>
-//! ratio_batch_tokio=<b/t> ratio_4v1=<x4/x>`
+//! ratio_batch_tokio=<b/t> ratio_4v1=<x4/x> relink_user_mps=<u> ratio_user=<u/x>`
 //!
 //! where `*_mps` is millions of frames per second.
 //!
@@ -42,8 +45,8 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use relink::{Batch, Codec, Link, Overflow, State};
+use bytes::{Buf, Bytes, BytesMut};
+use relink::{Batch, Codec, CodecError, FrameError, Framing, Link, Overflow, State};
 
 use support::peer::Peer;
 use support::tokio_client::TokioClient;
@@ -65,10 +68,11 @@ enum Sender {
     StdTcp,
     Tokio,
     TokioStubborn,
+    RelinkUser,
 }
 
 impl Sender {
-    const ALL: [Sender; 7] = [
+    const ALL: [Sender; 8] = [
         Sender::Relink,
         Sender::RelinkBatch,
         Sender::Relink4,
@@ -76,6 +80,7 @@ impl Sender {
         Sender::StdTcp,
         Sender::Tokio,
         Sender::TokioStubborn,
+        Sender::RelinkUser,
     ];
 
     fn name(self) -> &'static str {
@@ -87,6 +92,7 @@ impl Sender {
             Sender::StdTcp => "std_tcp",
             Sender::Tokio => "tokio",
             Sender::TokioStubborn => "tokio_stubborn",
+            Sender::RelinkUser => "relink_user",
         }
     }
 
@@ -95,9 +101,10 @@ impl Sender {
     fn run(self, size: usize, frames: usize) -> Duration {
         let sink = Sink::start((frames * (PREFIX + size)) as u64);
         let elapsed = match self {
-            Sender::Relink => run_relink(&sink, size, frames, 1),
+            Sender::Relink => run_relink(&sink, size, frames, 1, false),
             Sender::RelinkBatch => run_relink_batch(&sink, size, frames),
-            Sender::Relink4 => run_relink(&sink, size, frames, PRODUCERS),
+            Sender::Relink4 => run_relink(&sink, size, frames, PRODUCERS, false),
+            Sender::RelinkUser => run_relink(&sink, size, frames, 1, true),
             Sender::RawZmq => run_raw_zmq(&sink, size, frames),
             Sender::StdTcp => run_std_tcp(&sink, size, frames),
             Sender::Tokio => run_tokio(&sink, size, frames, false),
@@ -160,8 +167,8 @@ impl Sink {
     }
 }
 
-fn run_relink(sink: &Sink, size: usize, frames: usize, producers: usize) -> Duration {
-    let link = relink_link(sink);
+fn run_relink(sink: &Sink, size: usize, frames: usize, producers: usize, user: bool) -> Duration {
+    let link = relink_link(sink, user);
     let payload = vec![0xA5u8; size];
     let barrier = Arc::new(Barrier::new(producers + 1));
     let threads: Vec<_> = (0..producers)
@@ -195,9 +202,55 @@ fn run_relink(sink: &Sink, size: usize, frames: usize, producers: usize) -> Dura
     done - start
 }
 
-fn relink_link(sink: &Sink) -> Link {
-    let link = Link::builder(&sink.endpoint())
-        .codec(Codec::length_prefixed())
+/// A user's len32: a u32 big-endian length, then the frame, at most 16 MiB.
+#[derive(Debug, Clone)]
+struct UserLen32;
+
+impl Framing for UserLen32 {
+    fn encode(&mut self, frame: &[u8], dst: &mut Vec<u8>) -> Result<(), FrameError> {
+        self.check(frame)?;
+        dst.extend_from_slice(&(frame.len() as u32).to_be_bytes());
+        dst.extend_from_slice(frame);
+        Ok(())
+    }
+
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Vec<u8>>, CodecError> {
+        let Some(head) = src.get(..4) else {
+            return Ok(None);
+        };
+        let len = u32::from_be_bytes([head[0], head[1], head[2], head[3]]) as usize;
+        if len > 16 << 20 {
+            return Err(CodecError::FrameTooLarge {
+                len: len as u64,
+                max: 16 << 20,
+            });
+        }
+        if src.len() < 4 + len {
+            return Ok(None);
+        }
+        src.advance(4);
+        Ok(Some(src.split_to(len).to_vec()))
+    }
+
+    fn check(&self, frame: &[u8]) -> Result<(), FrameError> {
+        if frame.len() > 16 << 20 {
+            return Err(FrameError::TooLarge {
+                len: frame.len(),
+                max: 16 << 20,
+            });
+        }
+        Ok(())
+    }
+}
+
+fn relink_link(sink: &Sink, user: bool) -> Link {
+    let builder = Link::builder(&sink.endpoint());
+    let builder = if user {
+        builder.codec(UserLen32)
+    } else {
+        builder.codec(Codec::length_prefixed())
+    };
+    let link = builder
         .overflow(Overflow::Block(RUN_BOUND))
         .build()
         .expect("build the link");
@@ -210,7 +263,7 @@ fn relink_link(sink: &Sink) -> Link {
 }
 
 fn run_relink_batch(sink: &Sink, size: usize, frames: usize) -> Duration {
-    let link = relink_link(sink);
+    let link = relink_link(sink, false);
     let payload = vec![0xA5u8; size];
     let per_batch = (64 * 1024 / size).clamp(1, 1024);
     let start = Instant::now();
@@ -314,7 +367,7 @@ fn sig4(x: f64) -> String {
 fn main() {
     // `cargo bench` adds `--bench`; unknown arguments are ignored. For profiling one case:
     // `--only=<sender>` (relink, relink_batch, relink4, raw_zmq, std_tcp, tokio,
-    // tokio_stubborn) and `--size=<bytes>` (64, 1024,
+    // tokio_stubborn, relink_user) and `--size=<bytes>` (64, 1024,
     // 65536) narrow the runs; the summary lines need every sender.
     let quick = support::flag("quick");
     let only = support::arg("only");
@@ -402,12 +455,13 @@ fn main() {
     println!("# *_mps: millions of frames per second (median of {rounds} rounds)");
     for (si, &(size, _)) in plan.iter().enumerate() {
         let m: Vec<f64> = mps[si].iter().map(|v| median(v)).collect();
-        let (x, b, x4, y, z, t, st) = (m[0], m[1], m[2], m[3], m[4], m[5], m[6]);
+        let (x, b, x4, y, z, t, st, u) = (m[0], m[1], m[2], m[3], m[4], m[5], m[6], m[7]);
         println!(
             "throughput size={size} relink_mps={} relink_batch_mps={} relink4_mps={} \
              raw_zmq_mps={} std_tcp_mps={} tokio_mps={} tokio_stubborn_mps={} \
              ratio_raw={:.3} ratio_std={:.3} ratio_tokio={:.3} ratio_stubborn={:.3} \
-             ratio_batch_std={:.3} ratio_batch_tokio={:.3} ratio_4v1={:.3}",
+             ratio_batch_std={:.3} ratio_batch_tokio={:.3} ratio_4v1={:.3} \
+             relink_user_mps={} ratio_user={:.3}",
             sig4(x),
             sig4(b),
             sig4(x4),
@@ -421,7 +475,9 @@ fn main() {
             x / st,
             b / z,
             b / t,
-            x4 / x
+            x4 / x,
+            sig4(u),
+            u / x
         );
     }
 }

@@ -8,10 +8,11 @@ use std::time::Duration;
 use crate::core::backoff::{BackoffConfig, Jitter};
 use crate::core::codec::Codec;
 use crate::core::endpoint::Endpoint;
+use crate::core::framing::{BoxedFraming, Framing};
 use crate::core::heartbeat::{Heartbeat, Ping};
 use crate::core::settings::{ProofOfLife, Settings};
 use crate::error::ConfigError;
-use crate::io::{Context, Keepalive, Resolver, SocketOptions};
+use crate::io::{Context, IoPool, Keepalive, Resolver, SocketOptions};
 
 /// All defaults, in one place.
 pub mod defaults {
@@ -133,6 +134,9 @@ pub struct Builder {
     endpoints: Vec<String>,
     config: Config,
     context: Option<Context>,
+    io_pool: Option<IoPool>,
+    /// The codec given, when it is a [`Codec`]: its limits are checked by `build()`.
+    codec: Option<Codec>,
 }
 
 const MAX_ZMQ_MS: u128 = i32::MAX as u128;
@@ -142,10 +146,12 @@ impl Builder {
         Builder {
             endpoints: vec![endpoint.to_string()],
             context: None,
+            io_pool: None,
+            codec: None,
             config: Config {
                 core: Settings {
                     endpoints: Vec::new(),
-                    codec: Codec::Raw,
+                    framing: BoxedFraming::new(Codec::Raw),
                     backoff: BackoffConfig {
                         base: defaults::BACKOFF_BASE,
                         max: defaults::BACKOFF_MAX,
@@ -231,9 +237,16 @@ impl Builder {
         self
     }
 
-    /// How frames are cut on the wire. Defaults to [`Codec::Raw`].
-    pub fn codec(mut self, codec: Codec) -> Builder {
-        self.config.core.codec = codec;
+    /// How frames are cut on the wire: any [`Framing`] — a [`Codec`], a built-in framing
+    /// ([`LengthDelimited`](crate::LengthDelimited), [`Delimited`](crate::Delimited),
+    /// [`Lines`](crate::Lines), [`Resp`](crate::Resp), [`Raw`](crate::Raw)) or a type of one's
+    /// own. The link holds its own copy (cloned per link); the handle checks every frame with
+    /// [`Framing::check`] at `send`. Defaults to [`Codec::Raw`].
+    pub fn codec<F: Framing + Clone>(mut self, codec: F) -> Builder {
+        self.codec = (&codec as &dyn std::any::Any)
+            .downcast_ref::<Codec>()
+            .cloned();
+        self.config.core.framing = BoxedFraming::new(codec);
         self
     }
 
@@ -669,14 +682,28 @@ impl Builder {
         self
     }
 
-    pub(crate) fn validate(self) -> Result<(Config, Context), ConfigError> {
+    /// The IO threads the link runs on, shared with the other links given the same pool (for
+    /// many links: [`IoPool::global`], one thread per core). Defaults to a thread of the
+    /// link's own (a pool of one thread, which exits once the link is closed): measured the
+    /// fastest for a single busy link (see the README's "Many links").
+    pub fn io_pool(mut self, pool: &IoPool) -> Builder {
+        self.io_pool = Some(pool.clone());
+        self
+    }
+
+    pub(crate) fn validate(self) -> Result<(Config, Context, IoPool), ConfigError> {
         let context = self.context.clone();
+        let pool = self.io_pool.clone();
         let config = self.into_config()?;
         let context = match context {
             Some(ctx) => ctx,
             None => Context::global()?,
         };
-        Ok((config, context))
+        let pool = match pool {
+            Some(pool) => pool,
+            None => IoPool::new(1)?,
+        };
+        Ok((config, context, pool))
     }
 
     /// Checks every setting; no libzmq object is made.
@@ -774,7 +801,7 @@ impl Builder {
             positive("tcp_maxrt", d)?;
             fits_zmq_ms("tcp_maxrt", d)?;
         }
-        match c.core.codec {
+        match self.codec.unwrap_or_default() {
             Codec::LengthPrefixed { max_frame } => {
                 if max_frame == 0 {
                     return Err(ConfigError::ZeroLimit { name: "max_frame" });
@@ -792,15 +819,22 @@ impl Builder {
             }
             _ => {}
         }
+        let framing = &c.core.framing;
+        let needs_framing = |what| ConfigError::ReplyNeedsFraming {
+            what,
+            framing: framing.name().to_string(),
+        };
         if let ProofOfLife::Handshake { hello, timeout, .. } = &c.core.proof {
             positive("handshake timeout", *timeout)?;
             if hello.is_empty() {
                 return Err(ConfigError::EmptyHandshake);
             }
+            if !framing.delimits_frames() {
+                return Err(needs_framing("handshake"));
+            }
             for h in hello {
-                c.core
-                    .codec
-                    .check_frame(h)
+                framing
+                    .check(h)
                     .map_err(|source| ConfigError::Unencodable {
                         what: "hello frame",
                         source,
@@ -809,18 +843,18 @@ impl Builder {
         }
         if let Some(hb) = &c.core.heartbeat {
             positive("heartbeat interval", hb.interval)?;
+            if hb.reply.is_some() && !framing.delimits_frames() {
+                return Err(needs_framing("heartbeat reply"));
+            }
             match &hb.ping {
                 Ping::Raw(p) if p.is_empty() => return Err(ConfigError::EmptyPing),
                 Ping::Raw(_) => {}
-                Ping::Frame(p) => {
-                    c.core
-                        .codec
-                        .check_frame(p)
-                        .map_err(|source| ConfigError::Unencodable {
-                            what: "heartbeat ping",
-                            source,
-                        })?
-                }
+                Ping::Frame(p) => framing
+                    .check(p)
+                    .map_err(|source| ConfigError::Unencodable {
+                        what: "heartbeat ping",
+                        source,
+                    })?,
             }
         }
         if c.core.outbox_frames == 0 {

@@ -48,7 +48,11 @@
 //!
 //! # In scope
 //! - One client link per [`Link`] to one or several `tcp://host:port` servers speaking raw TCP,
-//!   framed by a [`Codec`]: raw chunks, u32 length prefix, or lines.
+//!   framed by any [`Framing`]: the public, sans-IO framing trait, implemented by a type of
+//!   your own or by a built-in — [`LengthDelimited`] (width 1 to 8 bytes, either byte order,
+//!   offset, adjustment, varint), [`Delimited`], [`Lines`], [`Resp`] (redis), [`Raw`], and
+//!   [`Codec`] (raw, len32, lines). A heartbeat or handshake reply is always a whole decoded
+//!   frame; with raw chunks `build()` refuses a reply predicate.
 //! - Reconnection: libzmq's own redial for the first failures, then relink's backoff (full
 //!   jitter by default), max attempts leading to a Cooldown that probes again, a flap guard
 //!   (the attempt counter resets only after a connection proved alive and stable).
@@ -161,16 +165,18 @@
 //! thread and never reaches another link. The process's panic hook still runs first: by
 //! default it prints the panic to stderr. (With `panic = "abort"` nothing can be caught.)
 //!
-//! Should the IO thread itself stop (a bug in relink), the link is Closed: [`Link::state`] and
+//! Should the IO loop itself panic while serving a link (a bug in relink), that link is Closed,
+//! and the other links of its IO thread carry on: [`Link::state`] and
 //! the final [`Metrics`] say so, new sends are refused, and every blocked caller (`send` with
 //! [`Overflow::Block`], [`Link::close`], [`Link::metrics`], event receivers) returns at once;
 //! the event stream ends with [`LinkError::IoThreadPanicked`].
 //!
 //! # Architecture
-//! A [`Link`] is a crossbeam sender of commands plus an eventfd that wakes a dedicated IO
-//! thread. The IO thread owns the ZMQ_STREAM socket and its monitor and is the only code that
-//! calls zmq or reads the clock. Everything else (state machine, backoff, heartbeat, outbox,
-//! codec) is a pure core that takes `now` as an argument and returns its next deadline, so every
+//! A [`Link`] is a crossbeam sender of commands to an IO thread plus that thread's eventfd. An
+//! IO thread of an [`IoPool`] serves one link (the default: a thread of its own) or many (links
+//! given the same pool, e.g. [`IoPool::global`], a thread per core): it owns each link's ZMQ_STREAM socket and monitor and is the only code that calls
+//! zmq or reads the clock. Everything else (state machine, backoff, heartbeat, outbox,
+//! framing) is a pure core that takes `now` as an argument and returns its next deadline, so every
 //! timer is tested in simulated time. Links share one libzmq context per process by default.
 //!
 //! The source tree shows the layers; imports run one way, from the public face to `io` to
@@ -180,11 +186,12 @@
 //! src/link.rs      the handle (Link, Events) and Builder::build
 //! src/builder.rs   the builder, its defaults and checks; the core's settings kept apart
 //! src/event.rs, error.rs, metrics.rs   plain data every layer uses; they import no layer
-//! src/io/          the IO thread: event_loop, shared (handle state), resolver (thread pool),
+//! src/io/          the IO threads: pool, event_loop, shared (handle state), resolver (threads),
 //!                  socket (options, send), context, ffi (the only unsafe code)
 //! src/core/        sans-IO policy: machine (transition table), timers, endpoints (order, DNS
-//!                  cache), counters, backoff, heartbeat, outbox, codec, endpoint, predicate,
-//!                  settings, guard (every call into application code)
+//!                  cache), counters, backoff, heartbeat, outbox, framing (the trait and the
+//!                  built-ins), codec, endpoint, predicate, settings, guard (every call into
+//!                  application code)
 //! ```
 #![warn(missing_docs, missing_debug_implementations)]
 #![deny(unsafe_code)]
@@ -207,6 +214,10 @@ mod metrics;
 pub use crate::core::backoff::Jitter;
 pub use crate::core::codec::{Codec, Decoder};
 pub use crate::core::endpoint::Endpoint;
+pub use crate::core::framing::{
+    Delimited, DelimitedBuilder, Framing, LengthDelimited, LengthDelimitedBuilder, Lines, Raw,
+    Resp, RespValue,
+};
 pub use crate::core::heartbeat::{Heartbeat, Ping};
 pub use crate::core::predicate::Predicate;
 pub use crate::core::settings::ProofOfLife;
@@ -217,7 +228,7 @@ pub use error::{
     RecvTimeoutError, SendError, TryRecvError,
 };
 pub use event::{AbandonReason, Cause, Event, State, Transition};
-pub use io::{Context, Keepalive, Resolver};
+pub use io::{Context, IoPool, Keepalive, Resolver};
 pub use link::{Events, Link, Recv};
 pub use metrics::{Abandoned, Metrics};
 

@@ -5,28 +5,30 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context as TaskContext, Poll};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{self as channel, Receiver, Sender};
+use crossbeam_channel::{self as channel, Receiver};
 use event_listener::EventListener;
 
 use crate::batch::Batch;
 use crate::builder::{Builder, Config, Overflow};
-use crate::core::codec::Codec;
+use crate::core::framing::BoxedFraming;
 use crate::error::{BatchError, ConfigError, RecvError, RecvTimeoutError, SendError, TryRecvError};
 use crate::event::{Event, State};
-use crate::io::event_loop::{IoSettings, IoThread};
-use crate::io::shared::{Command, Shared};
-use crate::io::Context;
+use crate::io::event_loop::{next_link_id, IoSettings, Slot, Wiring};
+use crate::io::pool::WorkerRef;
+use crate::io::shared::{Command, Msg, Route, Shared};
+use crate::io::{Context, IoPool};
 use crate::metrics::Metrics;
 
 /// A self-healing TCP link. Cheap to clone; every clone drives the same link, from any thread.
 ///
-/// Dropping the last clone closes the link as [`close`](Link::close) does, bounded by the
-/// builder's `close_timeout`.
+/// Dropping the last clone starts the close [`close`](Link::close) makes, bounded by the
+/// builder's `close_timeout`, and returns at once: the IO thread finishes it on its own
+/// (flushes the outbox until `close_timeout`, gives what is left back in `Abandoned` events to
+/// any [`Events`] clone still held, closes the socket).
 ///
 /// # Examples
 /// Every clone drives the same link: here one thread sends and another reads the replies.
@@ -69,18 +71,21 @@ pub struct Link {
 }
 
 struct Inner {
-    tx: Sender<Command>,
+    route: Route,
+    /// Keeps the IO thread from exiting while a handle can still reach it.
+    _worker: Arc<WorkerRef>,
     shared: Arc<Shared>,
     events: Events,
-    codec: Codec,
+    /// A copy of the link's framing, to check frames at the call.
+    framing: BoxedFraming,
     overflow: Overflow,
     max_frames: usize,
     max_bytes: usize,
     frame_ttl: Option<Duration>,
     close_timeout: Duration,
     linger: Duration,
+    /// Disconnected when the IO thread has freed the link's slot.
     done: Receiver<()>,
-    thread: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl fmt::Debug for Link {
@@ -108,8 +113,8 @@ impl Builder {
     /// [`ConfigError`] for a setting out of range or a libzmq object that could not be made;
     /// see the example there. Examples of whole configurations are on [`Builder`].
     pub fn build(self) -> Result<Link, ConfigError> {
-        let (config, context) = self.validate()?;
-        Link::start(config, context)
+        let (config, context, pool) = self.validate()?;
+        Link::start(config, context, pool)
     }
 }
 
@@ -121,46 +126,62 @@ impl Link {
         Builder::new(endpoint)
     }
 
-    fn start(config: Config, context: Context) -> Result<Link, ConfigError> {
-        let shared = Arc::new(Shared::new().map_err(|e| ConfigError::Zmq(e.to_string()))?);
-        let (tx, rx) = crossbeam_channel::unbounded();
-        let (events_tx, events_rx) = crossbeam_channel::bounded(config.events_capacity);
+    fn start(config: Config, context: Context, pool: IoPool) -> Result<Link, ConfigError> {
+        let worker = pool.place();
+        let link = Link::start_on(config, context, worker.clone());
+        if link.is_err() {
+            worker.wake.links.fetch_sub(1, Ordering::SeqCst);
+        }
+        link
+    }
+
+    /// Makes the link's sockets here, so that errors reach `build()`, then hands the link to
+    /// its IO thread.
+    fn start_on(
+        config: Config,
+        context: Context,
+        worker: Arc<WorkerRef>,
+    ) -> Result<Link, ConfigError> {
+        let shared = Arc::new(Shared::new(worker.wake.clone()));
+        let route = Route {
+            id: next_link_id(),
+            tx: worker.tx.clone(),
+        };
+        // Unbounded underneath, so that an idle link holds no buffer; `events_capacity` is
+        // kept by the IO thread (`Shared::events_queued`).
+        let (events_tx, events_rx) = crossbeam_channel::unbounded();
+        let (done_tx, done) = crossbeam_channel::bounded::<()>(0);
         let seed = config.rng_seed.unwrap_or_else(rand::random);
         let io = IoSettings {
             socket: config.socket.clone(),
             resolver: config.resolver.clone(),
             events_capacity: config.events_capacity,
         };
-        let io = IoThread::new(
-            config.core.clone(),
-            io,
+        let wiring = Wiring {
             context,
             seed,
-            shared.clone(),
-            rx,
-            tx.clone(),
-            events_tx,
-        )?;
-        let (done_tx, done) = crossbeam_channel::bounded::<()>(0);
-        let io_shared = shared.clone();
-        let thread = std::thread::Builder::new()
-            .name("relink-io".into())
-            .spawn(move || {
-                io.run();
-                io_shared.finish();
-                drop(done_tx);
-            })
-            .map_err(|e| ConfigError::Zmq(format!("spawn IO thread: {e}")))?;
+            shared: shared.clone(),
+            route: route.clone(),
+            events: events_tx,
+            done: done_tx,
+        };
+        let slot = Slot::new(config.core.clone(), io, wiring)?;
+        worker
+            .tx
+            .send(Msg::Register(Box::new(slot)))
+            .map_err(|_| ConfigError::NoRoom("the IO thread has stopped".into()))?;
+        worker.wake.wake();
         Ok(Link {
             inner: Arc::new(Inner {
-                tx,
+                route,
+                _worker: worker,
                 events: Events {
                     rx: events_rx,
                     shared: shared.clone(),
                     listener: None,
                 },
                 shared,
-                codec: config.core.codec,
+                framing: config.core.framing.clone(),
                 overflow: config.overflow,
                 max_frames: config.core.outbox_frames,
                 max_bytes: config.core.outbox_bytes,
@@ -168,7 +189,6 @@ impl Link {
                 close_timeout: config.close_timeout,
                 linger: config.socket.linger,
                 done,
-                thread: Mutex::new(Some(thread)),
             }),
         })
     }
@@ -339,7 +359,7 @@ impl Link {
     fn submit(&self, frame: Vec<u8>, wait: Wait, ttl: Option<Duration>) -> Result<(), SendError> {
         let inner = &*self.inner;
         let shared = &*inner.shared;
-        if let Err(e) = inner.codec.check_frame(&frame) {
+        if let Err(e) = inner.framing.check(&frame) {
             return Err(self.reject(SendError::Invalid(frame, e)));
         }
         if shared.closed.load(Ordering::SeqCst) {
@@ -386,7 +406,7 @@ impl Link {
             self.unreserve(frames, bytes);
             return Err(cmd);
         }
-        let sent = inner.tx.send(cmd);
+        let sent = inner.route.send(cmd);
         shared.sending.fetch_sub(1, Ordering::SeqCst);
         match sent {
             Ok(()) => {
@@ -693,11 +713,11 @@ impl Link {
     /// Refuses the whole batch if the codec refuses one of its frames, or if the link is
     /// closed.
     fn check_batch(&self, batch: Batch) -> Result<Batch, BatchError> {
-        let codec = &self.inner.codec;
+        let framing = &self.inner.framing;
         if let Some((index, error)) = batch
             .iter()
             .enumerate()
-            .find_map(|(i, f)| codec.check_frame(f).err().map(|e| (i, e)))
+            .find_map(|(i, f)| framing.check(f).err().map(|e| (i, e)))
         {
             self.reject_frames(batch.len());
             return Err(BatchError::Invalid {
@@ -791,7 +811,7 @@ impl Link {
     pub async fn send_async(&self, frame: impl Into<Vec<u8>>) -> Result<(), SendError> {
         let frame = frame.into();
         let inner = &*self.inner;
-        if let Err(e) = inner.codec.check_frame(&frame) {
+        if let Err(e) = inner.framing.check(&frame) {
             return Err(self.reject(SendError::Invalid(frame, e)));
         }
         if inner.shared.closed.load(Ordering::SeqCst) {
@@ -979,7 +999,7 @@ impl Link {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn reconnect_now(&self) {
-        if self.inner.tx.send(Command::ReconnectNow).is_ok() {
+        if self.inner.route.send(Command::ReconnectNow).is_ok() {
             self.inner.shared.wake();
         }
     }
@@ -1019,7 +1039,7 @@ impl Link {
         let shared = &*self.inner.shared;
         let (tx, rx) = crossbeam_channel::bounded(1);
         let live = !shared.closed.load(Ordering::SeqCst)
-            && self.inner.tx.send(Command::Metrics(tx)).is_ok();
+            && self.inner.route.send(Command::Metrics(tx)).is_ok();
         let mut m = None;
         if live {
             shared.wake();
@@ -1055,15 +1075,15 @@ impl Link {
     /// handles see when the IO thread stops. Not part of the API.
     #[doc(hidden)]
     pub fn __panic_io_thread_for_tests(&self) {
-        if self.inner.tx.send(Command::PanicForTests).is_ok() {
+        if self.inner.route.send(Command::PanicForTests).is_ok() {
             self.inner.shared.wake();
         }
     }
 
     /// Closes the link: refuses new frames, flushes the outbox until `timeout`, abandons what
     /// is left (reason `Shutdown`, each frame returned in an event), closes the socket with a
-    /// bounded linger and joins the IO thread. Returns the final metrics. Closing again is
-    /// harmless.
+    /// bounded linger and waits until its IO thread has let the link go (other links on that
+    /// thread carry on). Returns the final metrics. Closing again is harmless.
     ///
     /// # Examples
     /// ```
@@ -1082,13 +1102,18 @@ impl Link {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn close(&self, timeout: Duration) -> Metrics {
-        self.inner.close(timeout);
+        self.inner.start_close(timeout);
+        // The IO thread stops at the deadline, then closes the socket (bounded by linger).
+        let bound = timeout + self.inner.linger + Duration::from_secs(2);
+        if let Err(channel::RecvTimeoutError::Timeout) = self.inner.done.recv_timeout(bound) {
+            log::error!("relink: the link did not close within {bound:?}");
+        }
         self.metrics()
     }
 
     /// Closes the link as [`close`](Link::close) does, without blocking the thread: resolves
     /// with the final metrics once the IO thread has flushed (until `timeout`), abandoned what
-    /// is left and closed the socket (bounded by the linger). Woken by the IO thread when it
+    /// is left, closed the socket (libzmq keeps the bounded linger) and let the link go. Woken by the IO thread when it
     /// finishes; works on any executor. Closing again is harmless.
     ///
     /// # Examples
@@ -1110,18 +1135,6 @@ impl Link {
                 break;
             }
             listener.await;
-        }
-        // The thread has only its exit left: joined if it is gone, else left to end alone.
-        let handle = self
-            .inner
-            .thread
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
-        if let Some(h) = handle {
-            if h.is_finished() {
-                let _ = h.join();
-            }
         }
         self.with_rejected(self.final_snapshot())
     }
@@ -1145,38 +1158,20 @@ impl Drop for Waiting<'_> {
 }
 
 impl Inner {
-    /// Refuses new frames, asks the IO thread to close by `now + timeout`, and wakes the
-    /// senders waiting for room.
+    /// Refuses new frames and asks the IO thread to close by `now + timeout`; never waits.
     fn start_close(&self, timeout: Duration) {
         self.shared.closed.store(true, Ordering::SeqCst);
         let deadline = Instant::now() + timeout;
-        if self.tx.send(Command::Close { deadline }).is_ok() {
+        if self.route.send(Command::Close { deadline }).is_ok() {
             self.shared.wake();
         }
         self.shared.wake_room_waiters();
-    }
-
-    fn close(&self, timeout: Duration) {
-        self.start_close(timeout);
-        // The IO thread stops at the deadline, then closes the socket (bounded by linger).
-        let bound = timeout + self.linger + Duration::from_secs(2);
-        match self.done.recv_timeout(bound) {
-            Err(channel::RecvTimeoutError::Disconnected) | Ok(()) => {
-                let handle = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
-                if let Some(h) = handle {
-                    let _ = h.join();
-                }
-            }
-            Err(channel::RecvTimeoutError::Timeout) => {
-                log::error!("relink: the IO thread did not stop within {bound:?}; detached");
-            }
-        }
     }
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        self.close(self.close_timeout);
+        self.start_close(self.close_timeout);
     }
 }
 
@@ -1447,6 +1442,7 @@ impl Events {
     }
 
     fn took(&self, ev: Event) -> Event {
+        self.shared.events_queued.fetch_sub(1, Ordering::SeqCst);
         if self.shared.reader_waiting.load(Ordering::SeqCst) {
             self.shared.wake();
         }
@@ -1512,6 +1508,7 @@ fn assert_send_sync() {
     is::<Link>();
     is::<Events>();
     is::<crate::Context>();
+    is::<crate::IoPool>();
     fn is_send<T: Send + Sync + 'static>() {}
     is_send::<Event>();
     is_send::<Metrics>();

@@ -13,6 +13,7 @@
 //! - [`heartbeat`]: when to ping and when a silent connection is dead.
 //! - [`outbox`]: frames waiting for a Ready connection.
 //! - [`codec`]: framing, bytes to frames and back.
+//! - [`framing`]: the [`Framing`](framing::Framing) trait and the built-in framings.
 //! - [`endpoint`]: `tcp://host:port`, parsed.
 //! - [`predicate`]: a shareable test on a frame (handshake and heartbeat replies).
 //! - [`settings`]: what the core is told, built once by the builder, and the proof of life.
@@ -23,6 +24,7 @@ pub(crate) mod codec;
 mod counters;
 pub(crate) mod endpoint;
 mod endpoints;
+pub(crate) mod framing;
 pub(crate) mod guard;
 pub(crate) mod heartbeat;
 pub(crate) mod machine;
