@@ -82,6 +82,9 @@ pub enum ConfigError {
     /// libzmq refused the socket or the context it was asked to make.
     #[error("libzmq: {0}")]
     Zmq(String),
+    /// The TLS settings cannot be used (a PEM file, a key, the server name).
+    #[error("tls: {0}")]
+    Tls(#[from] crate::TlsConfigError),
 }
 
 /// Why a codec refuses to encode a frame.
@@ -169,4 +172,48 @@ pub enum LinkError {
     /// were dropped (their frames are still counted in the metrics).
     #[error("{0} events dropped: the application is not reading events")]
     EventsDropped(u64),
+}
+
+/// Why a TLS handshake or session failed. A handshake failure fails the connection attempt
+/// with its own cause; the link never falls back to plaintext.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TlsError {
+    /// The server's certificate is not signed by any trusted root.
+    #[error("server certificate has an unknown issuer")]
+    UnknownIssuer,
+    /// The server's certificate is valid, but not for the name the link expects.
+    #[error("server certificate is not valid for {expected:?}{}", presented_names(.presented))]
+    WrongName {
+        /// The server name the link checks (its endpoint's host or `Tls::server_name`).
+        expected: String,
+        /// The names the certificate is valid for, when known.
+        presented: Vec<String>,
+    },
+    /// The server's certificate has expired.
+    #[error("server certificate has expired")]
+    Expired,
+    /// Another problem with the server's certificate (not yet valid, revoked, bad signature,
+    /// wrong usage, …), described.
+    #[error("bad server certificate: {0}")]
+    BadCertificate(String),
+    /// The peer sent a fatal alert, described (`"handshake failure"`, `"certificate
+    /// required"`, …): it refused the handshake, for instance a server that requires a client
+    /// certificate.
+    #[error("tls alert from peer: {0}")]
+    Alert(String),
+    /// The peer sent bytes that are not TLS: a plaintext server, or garbage.
+    #[error("peer does not speak tls")]
+    NotTls,
+    /// Any other TLS failure, described.
+    #[error("tls: {0}")]
+    Other(String),
+}
+
+fn presented_names(names: &[String]) -> String {
+    if names.is_empty() {
+        String::new()
+    } else {
+        format!(" (it is for {})", names.join(", "))
+    }
 }

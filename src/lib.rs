@@ -96,6 +96,12 @@ mod machine;
 mod metrics;
 mod outbox;
 mod resolver;
+// The TLS session and settings; the link's byte path takes them in the next step.
+#[allow(dead_code)]
+#[path = "core/tls.rs"]
+mod tls;
+#[allow(dead_code)]
+mod tls_config;
 
 pub use codec::{Codec, Decoder};
 pub use config::{
@@ -103,10 +109,11 @@ pub use config::{
     ProofOfLife, Resolver,
 };
 pub use crossbeam_channel::{RecvError, RecvTimeoutError, TryRecvError};
-pub use error::{CodecError, ConfigError, FrameError, LinkError, SendError};
+pub use error::{CodecError, ConfigError, FrameError, LinkError, SendError, TlsError};
 pub use event::{AbandonReason, Cause, Event, State, Transition};
 pub use link::{Events, Link};
 pub use metrics::{Abandoned, Metrics};
+pub use tls_config::{Tls, TlsConfigError};
 
 /// The README's examples, compiled and run as doctests.
 #[cfg(doctest)]
