@@ -178,7 +178,11 @@ impl Tls {
     /// PKCS#1 or SEC1 PEM) for servers that require one (mutual TLS).
     ///
     /// Defaults to none.
-    pub fn client_auth(mut self, cert_chain_pem: impl AsRef<[u8]>, key_pem: impl AsRef<[u8]>) -> Tls {
+    pub fn client_auth(
+        mut self,
+        cert_chain_pem: impl AsRef<[u8]>,
+        key_pem: impl AsRef<[u8]>,
+    ) -> Tls {
         self.client_auth = Some((
             Pem::Inline(cert_chain_pem.as_ref().to_vec()),
             Pem::Inline(key_pem.as_ref().to_vec()),
@@ -231,8 +235,7 @@ impl Tls {
                 .into())
             }
         };
-        ServerName::try_from(name.clone())
-            .map_err(|_| TlsConfigError::BadServerName(name).into())
+        ServerName::try_from(name.clone()).map_err(|_| TlsConfigError::BadServerName(name).into())
     }
 
     /// The rustls configuration shared by every connection of a link, made once at `build()`:
@@ -389,7 +392,12 @@ impl ServerCertVerifier for NoVerification {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+        verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
     }
 
     fn verify_tls13_signature(
@@ -398,7 +406,12 @@ impl ServerCertVerifier for NoVerification {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+        verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {

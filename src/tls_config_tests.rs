@@ -2,8 +2,7 @@
 
 use super::*;
 
-#[path = "../tests/util_tls/certs.rs"]
-mod certs;
+use crate::tls::test_certs as certs;
 
 fn tls_error(result: Result<impl fmt::Debug, ConfigError>) -> TlsConfigError {
     match result.unwrap_err() {
@@ -67,14 +66,24 @@ fn an_ip_endpoint_needs_a_server_name() {
 
 #[test]
 fn a_malformed_server_name_is_refused() {
-    let err = tls_error(Tls::new().server_name("no spaces allowed").resolve_server_name("h", false));
-    assert_eq!(err, TlsConfigError::BadServerName("no spaces allowed".into()));
+    let err = tls_error(
+        Tls::new()
+            .server_name("no spaces allowed")
+            .resolve_server_name("h", false),
+    );
+    assert_eq!(
+        err,
+        TlsConfigError::BadServerName("no spaces allowed".into())
+    );
 }
 
 #[test]
 fn a_ca_pem_without_certificates_is_refused() {
     let err = tls_error(Tls::new().ca_pem("just text\n").client_config());
-    assert!(matches!(err, TlsConfigError::NoCertificate { .. }), "{err:?}");
+    assert!(
+        matches!(err, TlsConfigError::NoCertificate { .. }),
+        "{err:?}"
+    );
     assert_eq!(err.to_string(), "no certificate in CA (PEM given inline)");
 }
 

@@ -41,7 +41,10 @@ fn tls_redis_answers_ping_through_a_verified_handshake_by_name_and_by_address() 
         })
         .collect();
     times.sort();
-    eprintln!("TLS handshake on loopback (connect + handshake, median of 20): {:?}", times[10]);
+    eprintln!(
+        "TLS handshake on loopback (connect + handshake, median of 20): {:?}",
+        times[10]
+    );
 }
 
 #[test]
@@ -91,7 +94,10 @@ fn mutual_tls_redis_refuses_a_client_without_a_certificate_and_serves_one_with()
     // alert, or the connection closed) comes with the first reply.
     let anonymous = client_config(&kit.pki.ca.cert, None);
     let refused = connect(redis.addr(), anonymous, SERVER_NAME, T).and_then(|mut s| ping(&mut s));
-    assert!(refused.is_err(), "served without a client certificate: {refused:?}");
+    assert!(
+        refused.is_err(),
+        "served without a client certificate: {refused:?}"
+    );
 
     let with_cert = client_config(&kit.pki.ca.cert, Some(&kit.pki.client));
     let mut stream = connect(redis.addr(), with_cert, SERVER_NAME, T).unwrap();
@@ -110,7 +116,10 @@ fn tls_redis_restarts_on_its_port_and_serves_a_new_handshake() {
 
     redis.restart();
     assert_eq!(redis.port(), port);
-    assert!(ping(&mut before).is_err(), "the old connection died with the old server");
+    assert!(
+        ping(&mut before).is_err(),
+        "the old connection died with the old server"
+    );
     let mut after = connect(redis.addr(), config, SERVER_NAME, T).unwrap();
     assert_eq!(ping(&mut after).unwrap(), b"+PONG\r\n");
 }
@@ -128,7 +137,10 @@ fn a_stopped_tls_redis_accepts_tcp_but_completes_no_handshake_until_continued() 
     let started = Instant::now();
     let err = connect(redis.addr(), config.clone(), SERVER_NAME, short).unwrap_err();
     assert!(
-        matches!(err.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut),
+        matches!(
+            err.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ),
         "{err}"
     );
     assert!(started.elapsed() < T);

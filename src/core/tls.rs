@@ -61,9 +61,8 @@ impl TlsSession {
                 settings.server_name.to_str()
             );
         }
-        let mut conn =
-            ClientConnection::new(settings.config.clone(), settings.server_name.clone())
-                .map_err(|e| TlsError::Other(e.to_string()))?;
+        let mut conn = ClientConnection::new(settings.config.clone(), settings.server_name.clone())
+            .map_err(|e| TlsError::Other(e.to_string()))?;
         // The caller takes the ciphertext after every send: rustls need not bound it, and a
         // bound would make a large frame fail half-written.
         conn.set_buffer_limit(None);
@@ -227,6 +226,11 @@ fn alert_text(debug: &str) -> String {
     }
     text
 }
+
+/// The test PKI, shared with the integration tests' kit.
+#[cfg(test)]
+#[path = "../../tests/util_tls/certs.rs"]
+pub(crate) mod test_certs;
 
 #[cfg(test)]
 #[path = "tls_tests.rs"]

@@ -13,10 +13,7 @@ use rustls::{RootCertStore, ServerConfig, ServerConnection};
 use super::*;
 use crate::Tls;
 
-#[path = "../../tests/util_tls/certs.rs"]
-mod certs;
-
-use certs::{Pem, Pki, OTHER_NAME, SERVER_NAME};
+use super::test_certs::{Pem, Pki, OTHER_NAME, SERVER_NAME};
 
 fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
@@ -118,7 +115,7 @@ impl Wire {
             let mut c2s = Vec::new();
             self.client.take_ciphertext(&mut c2s);
             self.client_wire.extend_from_slice(&c2s);
-            self.to_server(&c2s);
+            self.deliver_to_server(&c2s);
             let mut s2c = Vec::new();
             while self.server.wants_write() {
                 self.server.write_tls(&mut s2c).unwrap();
@@ -133,7 +130,7 @@ impl Wire {
         panic!("the two sides are still talking after 20 rounds");
     }
 
-    fn to_server(&mut self, mut bytes: &[u8]) {
+    fn deliver_to_server(&mut self, mut bytes: &[u8]) {
         while !bytes.is_empty() && self.server_error.is_none() {
             if self.server.read_tls(&mut bytes).unwrap() == 0 {
                 break;
@@ -267,7 +264,10 @@ fn a_certificate_for_another_name_fails_with_wrong_name_and_no_application_byte_
     }
     assert!(err.to_string().contains(OTHER_NAME), "{err}");
     assert!(wire.client.send_plaintext(b"PING\r\n").is_err());
-    assert!(wire.client.feed(b"more").is_err(), "a failed session stays failed");
+    assert!(
+        wire.client.feed(b"more").is_err(),
+        "a failed session stays failed"
+    );
     wire.pump().ok();
     assert!(wire.server_plaintext.is_empty());
 }
@@ -342,7 +342,10 @@ fn garbage_instead_of_a_server_hello_is_not_tls_and_never_panics() {
             match reply_to_client_hello(&garbage) {
                 Ok(()) => assert!(len < 6, "{len} bytes of garbage accepted"),
                 Err(e) => assert!(
-                    matches!(e, TlsError::NotTls | TlsError::Alert(_) | TlsError::Other(_)),
+                    matches!(
+                        e,
+                        TlsError::NotTls | TlsError::Alert(_) | TlsError::Other(_)
+                    ),
                     "{e:?}"
                 ),
             }

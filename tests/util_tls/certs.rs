@@ -87,9 +87,10 @@ fn make_leaf(ca: &Ca, names: &[&str], usage: ExtendedKeyUsagePurpose, expired: b
     let key = KeyPair::generate().unwrap();
     let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
     let mut params = CertificateParams::new(names.clone()).unwrap();
-    params
-        .distinguished_name
-        .push(DnType::CommonName, names.first().cloned().unwrap_or_default());
+    params.distinguished_name.push(
+        DnType::CommonName,
+        names.first().cloned().unwrap_or_default(),
+    );
     params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
     params.extended_key_usages = vec![usage];
     if expired {

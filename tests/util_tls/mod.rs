@@ -297,7 +297,8 @@ pub fn connect(
     let sock = TcpStream::connect_timeout(&addr, timeout)?;
     sock.set_read_timeout(Some(timeout))?;
     sock.set_write_timeout(Some(timeout))?;
-    let conn = ClientConnection::new(config, name).map_err(io::Error::other)?;
+    let conn =
+        ClientConnection::new(config, name).map_err(|e| io::Error::new(io::ErrorKind::Other, e))?;
     let mut stream = StreamOwned::new(conn, sock);
     while stream.conn.is_handshaking() {
         stream.conn.complete_io(&mut stream.sock)?;
