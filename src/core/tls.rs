@@ -199,7 +199,7 @@ fn classify(e: rustls::Error, server_name: &str) -> TlsError {
             },
             CertificateError::NotValidForNameContext { presented, .. } => TlsError::WrongName {
                 expected: server_name.to_string(),
-                presented,
+                presented: presented.into_iter().map(plain_name).collect(),
             },
             CertificateError::Expired | CertificateError::ExpiredContext { .. } => {
                 TlsError::Expired
@@ -212,6 +212,23 @@ fn classify(e: rustls::Error, server_name: &str) -> TlsError {
         | E::InappropriateHandshakeMessage { .. }
         | E::PeerSentOversizedRecord => TlsError::NotTls,
         other => TlsError::Other(other.to_string()),
+    }
+}
+
+/// webpki's `DnsName("a.example")` → `a.example`, `IpAddress(10.0.0.1)` → `10.0.0.1`; any
+/// other form as it is.
+fn plain_name(presented: String) -> String {
+    let inner = presented
+        .strip_prefix("DnsName(\"")
+        .and_then(|rest| rest.strip_suffix("\")"))
+        .or_else(|| {
+            presented
+                .strip_prefix("IpAddress(")
+                .and_then(|rest| rest.strip_suffix(')'))
+        });
+    match inner {
+        Some(name) => name.to_string(),
+        None => presented,
     }
 }
 
