@@ -83,14 +83,15 @@ impl TlsSession {
         }
         while !ciphertext.is_empty() && !self.peer_closed {
             // read_tls takes at most what its buffer has room for; each pass frees the room
-            // again, and a pass that takes nothing ends the loop (so it is bounded).
+            // again. Every pass takes at least one byte or ends the loop, so it is bounded.
             let taken = match self.conn.read_tls(&mut ciphertext) {
                 Ok(n) => n,
                 Err(e) => return Err(self.fail(TlsError::Other(e.to_string()))),
             };
             self.process()?;
-            if taken == 0 {
-                break;
+            if taken == 0 && !self.peer_closed {
+                // Never drop bytes silently: a session that cannot take them has failed.
+                return Err(self.fail(TlsError::Other("tls input not taken".into())));
             }
         }
         Ok(())
