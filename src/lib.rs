@@ -103,6 +103,7 @@ mod event;
 mod io;
 mod link;
 mod metrics;
+mod tls;
 
 pub use crate::core::backoff::Jitter;
 pub use crate::core::codec::{Codec, Decoder};
@@ -112,11 +113,14 @@ pub use crate::core::predicate::Predicate;
 pub use crate::core::settings::ProofOfLife;
 pub use builder::{defaults, Builder, Overflow};
 pub use crossbeam_channel::{RecvError, RecvTimeoutError, TryRecvError};
-pub use error::{CodecError, ConfigError, FrameError, LinkError, SendError};
+pub use error::{
+    CodecError, ConfigError, FrameError, LinkError, SendError, TlsConfigError, TlsError,
+};
 pub use event::{AbandonReason, Cause, Event, State, Transition};
 pub use io::{Context, Keepalive, Resolver};
 pub use link::{Events, Link};
 pub use metrics::{Abandoned, Metrics};
+pub use tls::Tls;
 
 /// The README's examples, compiled and run as doctests.
 #[cfg(doctest)]

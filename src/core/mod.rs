@@ -13,6 +13,8 @@
 //! - [`heartbeat`]: when to ping and when a silent connection is dead.
 //! - [`outbox`]: frames waiting for a Ready connection.
 //! - [`codec`]: framing, bytes to frames and back.
+//! - [`tls`]: the TLS session of one connection (rustls, sans-IO), between the socket's
+//!   bytes and the framing.
 //! - [`endpoint`]: `tcp://host:port`, parsed.
 //! - [`predicate`]: a shareable test on a frame (handshake and heartbeat replies).
 //! - [`settings`]: what the core is told, built once by the builder, and the proof of life.
@@ -28,5 +30,6 @@ mod outbox;
 pub(crate) mod predicate;
 pub(crate) mod settings;
 mod timers;
+pub(crate) mod tls;
 
 pub(crate) use endpoints::fmt_addr;
