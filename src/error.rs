@@ -172,6 +172,10 @@ pub enum LinkError {
     /// were dropped (their frames are still counted in the metrics).
     #[error("{0} events dropped: the application is not reading events")]
     EventsDropped(u64),
+    /// A TLS handshake failed (the attempt fails with [`Cause::Tls`](crate::Cause::Tls)), or
+    /// an established TLS session broke (a bad record, a fatal alert from the peer).
+    #[error("tls: {0}")]
+    Tls(TlsError),
 }
 
 /// Why a TLS handshake or session failed. A handshake failure fails the connection attempt
@@ -205,6 +209,11 @@ pub enum TlsError {
     /// The peer sent bytes that are not TLS: a plaintext server, or garbage.
     #[error("peer does not speak tls")]
     NotTls,
+    /// The handshake did not complete within
+    /// [`Tls::handshake_timeout`](crate::Tls::handshake_timeout): a stopped server, or one
+    /// that waits for something else.
+    #[error("handshake did not complete within {0:?}")]
+    HandshakeTimeout(std::time::Duration),
     /// Any other TLS failure, described.
     #[error("tls: {0}")]
     Other(String),
@@ -223,7 +232,7 @@ fn presented_names(names: &[String]) -> String {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum TlsConfigError {
-    /// The endpoint is an IP address and no [`Tls::server_name`] was given.
+    /// The endpoint is an IP address and no [`Tls::server_name`](crate::Tls::server_name) was given.
     #[error("endpoint host {host} is an IP address: set Tls::server_name (a DNS name, or the IP to check against the certificate)")]
     ServerNameRequired {
         /// The endpoint's host.
@@ -268,7 +277,7 @@ pub enum TlsConfigError {
         /// Why.
         reason: String,
     },
-    /// No root is trusted: [`Tls::web_roots`] was turned off and no CA was given.
+    /// No root is trusted: [`Tls::web_roots`](crate::Tls::web_roots) was turned off and no CA was given.
     #[error("no trust roots: web roots are off and no CA was given")]
     NoTrustRoots,
     /// The client key does not belong to the client certificate.

@@ -84,6 +84,12 @@ pub enum Cause {
     HandshakeTimeout,
     /// The peer broke the framing or a limit; the connection was reset.
     Protocol,
+    /// The TLS handshake failed (unknown issuer, wrong name, expired certificate, an alert
+    /// from the peer, a peer that does not speak TLS, no handshake within its timeout), or an
+    /// established TLS session broke. The reason is in an [`Event::Error`] with
+    /// [`LinkError::Tls`](crate::LinkError::Tls) and in the transition's log line. Never
+    /// followed by a plaintext attempt.
+    Tls,
     /// libzmq could not reach the peer to send (immediate mode, peer gone).
     Unreachable,
     /// The backoff delay ran out.
@@ -113,6 +119,7 @@ impl Cause {
             Cause::HeartbeatTimeout => "heartbeat-timeout",
             Cause::HandshakeTimeout => "handshake-timeout",
             Cause::Protocol => "protocol",
+            Cause::Tls => "tls-handshake",
             Cause::Unreachable => "unreachable",
             Cause::RetryTimer => "retry-timer",
             Cause::CooldownOver => "cooldown-over",
@@ -133,6 +140,7 @@ impl Cause {
                 | Cause::HeartbeatTimeout
                 | Cause::HandshakeTimeout
                 | Cause::Protocol
+                | Cause::Tls
                 | Cause::Unreachable
         )
     }

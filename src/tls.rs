@@ -8,6 +8,7 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, CryptoProvider};
@@ -16,7 +17,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 
 use crate::error::ConfigError;
-use crate::core::tls::TlsSettings;
+use crate::core::tls::{TlsSettings, TLS_HANDSHAKE_TIMEOUT};
 use crate::error::TlsConfigError;
 
 /// TLS settings for a link: a by-value builder.
@@ -50,6 +51,7 @@ pub struct Tls {
     client_auth: Option<(Pem, Pem)>,
     alpn: Vec<Vec<u8>>,
     skip_verification: bool,
+    handshake_timeout: Option<Duration>,
 }
 
 /// PEM text given inline or as a file read when the link is built.
@@ -130,6 +132,7 @@ impl fmt::Debug for Tls {
             )
             .field("alpn", &self.alpn)
             .field("skip_verification", &self.skip_verification)
+            .field("handshake_timeout", &self.handshake_timeout)
             .finish()
     }
 }
@@ -207,6 +210,22 @@ impl Tls {
     pub fn alpn(mut self, protocols: Vec<Vec<u8>>) -> Tls {
         self.alpn = protocols;
         self
+    }
+
+    /// How long a handshake may take, from the TCP connect to its completion; past it the
+    /// attempt fails with [`Cause::Tls`](crate::Cause::Tls) and
+    /// [`TlsError::HandshakeTimeout`](crate::TlsError::HandshakeTimeout).
+    ///
+    /// Defaults to [`defaults::TLS_HANDSHAKE_TIMEOUT`](crate::defaults::TLS_HANDSHAKE_TIMEOUT)
+    /// (10 s).
+    pub fn handshake_timeout(mut self, timeout: Duration) -> Tls {
+        self.handshake_timeout = Some(timeout);
+        self
+    }
+
+    /// The handshake bound in force.
+    pub(crate) fn handshake_bound(&self) -> Duration {
+        self.handshake_timeout.unwrap_or(TLS_HANDSHAKE_TIMEOUT)
     }
 
     /// **For tests only**: accepts any server certificate, for any name, from anyone. The
@@ -302,6 +321,7 @@ impl Tls {
             config,
             server_name: self.resolve_server_name(endpoint_host, is_ip)?,
             skip_verification: self.skip_verification,
+            handshake_timeout: self.handshake_bound(),
         })
     }
 }

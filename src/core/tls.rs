@@ -18,14 +18,15 @@
 
 use std::io::{Read, Write};
 use std::sync::Arc;
+use std::time::Duration;
 
 use rustls::pki_types::ServerName;
 use rustls::{CertificateError, ClientConfig, ClientConnection};
 
 use crate::error::TlsError;
 
-/// What a session needs, made once per link and endpoint by
-/// [`Tls::settings`](crate::Tls): the verified client configuration and the name to check.
+/// What a session needs, made once per link and endpoint when the link is built: the client
+/// configuration (shared by every endpoint) and the name to check.
 #[derive(Debug, Clone)]
 pub(crate) struct TlsSettings {
     /// The rustls configuration, shared by every session of the link.
@@ -34,7 +35,12 @@ pub(crate) struct TlsSettings {
     pub(crate) server_name: ServerName<'static>,
     /// Certificate verification is off (a test-only setting): each session logs a warning.
     pub(crate) skip_verification: bool,
+    /// How long a handshake may take from the TCP connect.
+    pub(crate) handshake_timeout: Duration,
 }
+
+/// Default bound on a TLS handshake, from the TCP connect to its completion.
+pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The client side of one TLS connection, sans IO.
 #[derive(Debug)]

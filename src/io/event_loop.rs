@@ -400,6 +400,11 @@ impl IoThread {
             match action {
                 Action::Emit(ev) => self.deliver(ev),
                 Action::Connect { generation, addr } => self.connect(now, generation, addr),
+                Action::Send(mut bytes) => {
+                    if let Some((rid, _)) = &self.rid {
+                        let _ = send_batch(&self.socket, rid, &mut bytes);
+                    }
+                }
                 Action::Disconnect => {
                     // A lost connection's queued messages must be dropped, not flushed by
                     // libzmq's own redial during the linger period to the next connection.
@@ -489,8 +494,13 @@ impl IoThread {
                 Some((rid, _)) => {
                     // The batch moves into the zmq message without a copy; the next one
                     // starts with room for a whole batch.
-                    let data = std::mem::replace(&mut self.buf, Vec::with_capacity(self.batch_cap));
-                    send_batch(&self.socket, rid, data)
+                    let mut data =
+                        std::mem::replace(&mut self.buf, Vec::with_capacity(self.batch_cap));
+                    let result = send_batch(&self.socket, rid, &mut data);
+                    if !data.is_empty() {
+                        self.machine.transmit_unsent(data);
+                    }
+                    result
                 }
             };
             self.machine.transmit_done(now, result);
