@@ -19,6 +19,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
 
+#[allow(unused_imports)]
 pub use super::pki::{Pem, Pki, PkiFiles, OTHER_NAME, SERVER_NAME};
 
 /// A fresh PKI and its PEM files in a temp dir of their own, removed on drop.
@@ -323,4 +324,208 @@ pub fn ping(stream: &mut TlsStream) -> io::Result<Vec<u8>> {
 /// The rustls error inside an `io::Error` from [`connect`] or [`ping`], if that is what it is.
 pub fn rustls_error(e: &io::Error) -> Option<&rustls::Error> {
     e.get_ref()?.downcast_ref::<rustls::Error>()
+}
+
+/// What an in-process TLS server does with the plaintext it decrypts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Serve {
+    /// Sends it back.
+    Echo,
+    /// Keeps it (see [`TlsServer::plaintext`]).
+    Record,
+}
+
+/// What a [`TlsServer`] saw, over all its connections.
+#[derive(Debug, Default)]
+pub struct Seen {
+    /// Every byte that arrived on its sockets, before decryption (capped at 1 MiB).
+    pub raw: Vec<u8>,
+    /// Every byte decrypted (capped at 1 MiB in `Record`; empty in `Echo`).
+    pub plaintext: Vec<u8>,
+    /// Bytes decrypted, all of them.
+    pub plaintext_len: usize,
+    /// Connections accepted.
+    pub connections: usize,
+    /// Handshakes completed.
+    pub handshakes: usize,
+    /// Why each failed handshake failed, as rustls said.
+    pub errors: Vec<String>,
+}
+
+/// A rustls server on 127.0.0.1 in a thread of this process: no redis, no openssl. Each
+/// connection has a thread; all of them stop when the server is dropped (a stop flag and
+/// 20 ms socket timeouts; the joins are bounded).
+#[derive(Debug)]
+pub struct TlsServer {
+    addr: SocketAddr,
+    seen: Arc<std::sync::Mutex<Seen>>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    threads: Arc<std::sync::Mutex<Vec<std::thread::JoinHandle<()>>>>,
+    acceptor: Option<std::thread::JoinHandle<()>>,
+}
+
+/// A rustls server configuration presenting `cert`, requiring a client certificate signed by
+/// `client_ca` when given.
+pub fn server_config(cert: &Pem, client_ca: Option<&str>) -> Arc<rustls::ServerConfig> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let chain = CertificateDer::pem_slice_iter(cert.cert.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap();
+    let key = PrivateKeyDer::from_pem_slice(cert.key.as_bytes()).unwrap();
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .unwrap();
+    let builder = match client_ca {
+        None => builder.with_no_client_auth(),
+        Some(ca) => {
+            let mut roots = RootCertStore::empty();
+            for c in CertificateDer::pem_slice_iter(ca.as_bytes()) {
+                roots.add(c.unwrap()).unwrap();
+            }
+            let verifier =
+                rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                    .build()
+                    .unwrap();
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    Arc::new(builder.with_single_cert(chain, key).unwrap())
+}
+
+const SEEN_CAP: usize = 1 << 20;
+
+impl TlsServer {
+    /// Listens on 127.0.0.1 (a free port) with `config`.
+    pub fn start(config: Arc<rustls::ServerConfig>, serve: Serve) -> TlsServer {
+        use std::sync::atomic::AtomicBool;
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen = Arc::new(std::sync::Mutex::new(Seen::default()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let threads = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let acceptor = {
+            let (seen, stop, threads) = (seen.clone(), stop.clone(), threads.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::SeqCst) {
+                    match listener.accept() {
+                        Ok((sock, _)) => {
+                            seen.lock().unwrap().connections += 1;
+                            let (config, seen, stop) = (config.clone(), seen.clone(), stop.clone());
+                            let t = std::thread::spawn(move || {
+                                serve_one(sock, config, serve, &seen, &stop)
+                            });
+                            threads.lock().unwrap().push(t);
+                        }
+                        Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                    }
+                }
+            })
+        };
+        TlsServer {
+            addr,
+            seen,
+            stop,
+            threads,
+            acceptor: Some(acceptor),
+        }
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `tcp://localhost:PORT`: the name the kit's valid server certificate is for.
+    pub fn named_endpoint(&self) -> String {
+        format!("tcp://{SERVER_NAME}:{}", self.addr.port())
+    }
+
+    /// Reads what it saw so far.
+    pub fn seen<T>(&self, f: impl FnOnce(&Seen) -> T) -> T {
+        f(&self.seen.lock().unwrap())
+    }
+}
+
+impl Drop for TlsServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(a) = self.acceptor.take() {
+            let _ = a.join();
+        }
+        for t in self.threads.lock().unwrap().drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+fn serve_one(
+    mut sock: TcpStream,
+    config: Arc<rustls::ServerConfig>,
+    serve: Serve,
+    seen: &std::sync::Mutex<Seen>,
+    stop: &std::sync::atomic::AtomicBool,
+) {
+    let _ = sock.set_nonblocking(false);
+    let _ = sock.set_read_timeout(Some(Duration::from_millis(20)));
+    let _ = sock.set_write_timeout(Some(Duration::from_secs(5)));
+    let mut conn = rustls::ServerConnection::new(config).unwrap();
+    conn.set_buffer_limit(None);
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut handshaking = true;
+    while !stop.load(Ordering::SeqCst) {
+        while conn.wants_write() {
+            if conn.write_tls(&mut sock).is_err() {
+                return;
+            }
+        }
+        let n = match sock.read(&mut buf) {
+            Ok(0) => return,
+            Ok(n) => n,
+            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+                continue
+            }
+            Err(_) => return,
+        };
+        {
+            let mut s = seen.lock().unwrap();
+            let room = SEEN_CAP.saturating_sub(s.raw.len());
+            s.raw.extend_from_slice(&buf[..n.min(room)]);
+        }
+        let mut rd = &buf[..n];
+        while !rd.is_empty() {
+            if conn.read_tls(&mut rd).unwrap_or(0) == 0 {
+                break;
+            }
+            if let Err(e) = conn.process_new_packets() {
+                seen.lock().unwrap().errors.push(e.to_string());
+                // The alert goes to the client, then the connection ends.
+                while conn.wants_write() {
+                    if conn.write_tls(&mut sock).is_err() {
+                        break;
+                    }
+                }
+                return;
+            }
+        }
+        if handshaking && !conn.is_handshaking() {
+            handshaking = false;
+            seen.lock().unwrap().handshakes += 1;
+        }
+        let mut plain = Vec::new();
+        let _ = conn.reader().read_to_end(&mut plain);
+        if plain.is_empty() {
+            continue;
+        }
+        {
+            let mut s = seen.lock().unwrap();
+            s.plaintext_len += plain.len();
+            if serve == Serve::Record {
+                let room = SEEN_CAP.saturating_sub(s.plaintext.len());
+                s.plaintext.extend_from_slice(&plain[..plain.len().min(room)]);
+            }
+        }
+        if serve == Serve::Echo && conn.writer().write_all(&plain).is_err() {
+            return;
+        }
+    }
 }
