@@ -176,6 +176,69 @@ pub enum LinkError {
     /// an established TLS session broke (a bad record, a fatal alert from the peer).
     #[error("tls: {0}")]
     Tls(TlsError),
+    /// Application code that relink runs (a predicate, the resolver, a codec) panicked. The
+    /// panic was caught where the code was called and counted as a failure of the connection:
+    /// the link resets it, backs off and tries again (see [`Cause::CallbackPanic`]).
+    ///
+    /// [`Cause::CallbackPanic`]: crate::Cause::CallbackPanic
+    #[error("{callback} panicked{}", message_suffix(.message))]
+    CallbackPanicked {
+        /// What panicked.
+        callback: Callback,
+        /// The panic message, when the panic's payload is a string (`panic!("boom")`);
+        /// `None` for any other payload (`std::panic::panic_any(42)`).
+        message: Option<String>,
+    },
+    /// The link's IO thread stopped on a panic in relink itself. The link is Closed: sends are
+    /// refused, blocked callers return, and the event stream ends after this event.
+    #[error("the IO thread stopped on a panic{}", message_suffix(.message))]
+    IoThreadPanicked {
+        /// The panic message, when the payload is a string.
+        message: Option<String>,
+    },
+}
+
+fn message_suffix(message: &Option<String>) -> String {
+    match message {
+        Some(m) => format!(": {m}"),
+        None => String::new(),
+    }
+}
+
+/// Application code that relink runs on its own threads, named in
+/// [`LinkError::CallbackPanicked`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Callback {
+    /// The heartbeat's reply predicate ([`Heartbeat::reply`](crate::Heartbeat::reply)).
+    HeartbeatReply,
+    /// The handshake's accept predicate ([`ProofOfLife::Handshake`](crate::ProofOfLife)).
+    Handshake,
+    /// The resolver closure ([`Resolver`](crate::Resolver)).
+    Resolver,
+    /// The codec, decoding what the peer sent.
+    Decode,
+    /// The codec, encoding a frame (a queued frame, a hello frame or the heartbeat ping).
+    Encode,
+}
+
+impl Callback {
+    /// How the callback is named in messages (`"heartbeat reply predicate"`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Callback::HeartbeatReply => "heartbeat reply predicate",
+            Callback::Handshake => "handshake predicate",
+            Callback::Resolver => "resolver",
+            Callback::Decode => "codec decoder",
+            Callback::Encode => "codec encoder",
+        }
+    }
+}
+
+impl std::fmt::Display for Callback {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// Why a TLS handshake or session failed. A handshake failure fails the connection attempt

@@ -92,6 +92,12 @@ pub enum Cause {
     Tls,
     /// libzmq could not reach the peer to send (immediate mode, peer gone).
     Unreachable,
+    /// Application code run by the link panicked: a predicate, the codec, or the resolver
+    /// (then the dial failed). The panic was caught and reported first in an
+    /// [`Event::Error`] with [`LinkError::CallbackPanicked`]; the connection was reset and the
+    /// link backs off and tries again like after any failure, so the backoff (and
+    /// `max_attempts`, Cooldown) bound a callback that panics every time.
+    CallbackPanic,
     /// The backoff delay ran out.
     RetryTimer,
     /// The cooldown period ran out.
@@ -121,6 +127,7 @@ impl Cause {
             Cause::Protocol => "protocol",
             Cause::Tls => "tls-handshake",
             Cause::Unreachable => "unreachable",
+            Cause::CallbackPanic => "callback-panic",
             Cause::RetryTimer => "retry-timer",
             Cause::CooldownOver => "cooldown-over",
             Cause::AttemptsExhausted => "attempts-exhausted",
@@ -142,6 +149,7 @@ impl Cause {
                 | Cause::Protocol
                 | Cause::Tls
                 | Cause::Unreachable
+                | Cause::CallbackPanic
         )
     }
 }

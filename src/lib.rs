@@ -73,6 +73,24 @@
 //! Every transition is emitted as an [`Event::State`] with its [`Cause`]. The full transition
 //! table, one row per (state, input) pair, is in `docs/design.md` ("The transition table").
 //!
+//! # Application code that panics
+//! relink calls the application's code on its own threads: the [`Predicate`]s of a handshake
+//! and of the heartbeat reply on the IO thread, the [`Resolver`] on a resolver thread (and the
+//! codec, framing code that will be the application's too). A panic there is caught where the
+//! code is called and treated as a failure of the connection: the application receives
+//! [`Event::Error`] with [`LinkError::CallbackPanicked`] (`heartbeat reply predicate
+//! panicked: boom`), then the transition to Backoff (or Cooldown) with cause
+//! [`Cause::CallbackPanic`]; the link resets the connection, backs off and tries again, so the
+//! backoff bounds a callback that panics every time. A resolver panic fails that dial the same
+//! way. [`Metrics::callback_panics`] counts them. The panic never unwinds through the IO
+//! thread and never reaches another link. The process's panic hook still runs first: by
+//! default it prints the panic to stderr. (With `panic = "abort"` nothing can be caught.)
+//!
+//! Should the IO thread itself stop (a bug in relink), the link is Closed: [`Link::state`] and
+//! the final [`Metrics`] say so, new sends are refused, and every blocked caller (`send` with
+//! [`Overflow::Block`], [`Link::close`], [`Link::metrics`], event receivers) returns at once;
+//! the event stream ends with [`LinkError::IoThreadPanicked`].
+//!
 //! # Architecture
 //! A [`Link`] is a crossbeam sender of commands plus an eventfd that wakes a dedicated IO
 //! thread. The IO thread owns the ZMQ_STREAM socket and its monitor and is the only code that
@@ -91,7 +109,7 @@
 //!                  socket (options, send), context, ffi (the only unsafe code)
 //! src/core/        sans-IO policy: machine (transition table), timers, endpoints (order, DNS
 //!                  cache), counters, backoff, heartbeat, outbox, codec, endpoint, predicate,
-//!                  settings
+//!                  settings, guard (every call into application code)
 //! ```
 #![warn(missing_docs, missing_debug_implementations)]
 #![deny(unsafe_code)]
@@ -114,7 +132,7 @@ pub use crate::core::settings::ProofOfLife;
 pub use builder::{defaults, Builder, Overflow};
 pub use crossbeam_channel::{RecvError, RecvTimeoutError, TryRecvError};
 pub use error::{
-    CodecError, ConfigError, FrameError, LinkError, SendError, TlsConfigError, TlsError,
+    Callback, CodecError, ConfigError, FrameError, LinkError, SendError, TlsConfigError, TlsError,
 };
 pub use event::{AbandonReason, Cause, Event, State, Transition};
 pub use io::{Context, Keepalive, Resolver};

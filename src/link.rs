@@ -356,6 +356,15 @@ impl Link {
         m
     }
 
+    /// Makes the link's IO thread panic, as a bug in relink would: for tests of what the
+    /// handles see when the IO thread stops. Not part of the API.
+    #[doc(hidden)]
+    pub fn __panic_io_thread_for_tests(&self) {
+        if self.inner.tx.send(Command::PanicForTests).is_ok() {
+            self.inner.shared.wake();
+        }
+    }
+
     /// Closes the link: refuses new frames, flushes the outbox until `timeout`, abandons what
     /// is left (reason `Shutdown`, each frame returned in an event), closes the socket with a
     /// bounded linger and joins the IO thread. Returns the final metrics. Closing again is

@@ -81,6 +81,10 @@ pub struct Metrics {
     pub events_dropped: u64,
     /// Inputs that had no row in the transition table (ignored, as the contract says).
     pub ignored_inputs: u64,
+    /// Panics caught in application code the link ran (predicates, codec, resolver); each
+    /// was reported in an `Event::Error` and, unless it came too late to matter, failed the
+    /// connection or the dial with cause `callback-panic`.
+    pub callback_panics: u64,
 }
 
 impl Metrics {
@@ -119,6 +123,7 @@ impl Metrics {
             reading_paused: false,
             events_dropped: 0,
             ignored_inputs: 0,
+            callback_panics: 0,
         }
     }
 }

@@ -18,6 +18,7 @@ pub(super) struct Counters {
     pub(super) heartbeats_sent: u64,
     pub(super) heartbeats_missed: u64,
     pub(super) ignored: u64,
+    pub(super) callback_panics: u64,
     pub(super) released_frames: u64,
     pub(super) released_bytes: u64,
 }

@@ -22,7 +22,7 @@
 //! |---|------|-------|----|--------|
 //! | 1 | Idle | Start | Connecting | dial (resolve the name, or connect) |
 //! | 2 | Connecting | Resolved(addresses) | Connecting | connect to the next address |
-//! | 3 | Connecting | Resolved(error) | Backoff/Cooldown | failure `dns` |
+//! | 3 | Connecting | Resolved(error) | Backoff/Cooldown | failure `dns`; a resolver that panicked: error event, failure `callback-panic` |
 //! | 4 | Connecting | TcpConnected | Connected, or Ready if the connect is the proof | send hello, start heartbeat |
 //! | 5 | Connecting | ConnectFailed, native redials left | Connecting | count a failure, the socket redials by itself (`native_retries` per outage) |
 //! | 6 | Connecting | ConnectFailed, none left | Backoff/Cooldown | stop the native redial, failure `refused` |
@@ -41,6 +41,7 @@
 //! | 19 | any but Closed | Close, frames queued | same | flush until the deadline |
 //! | 20 | any but Closed | Flushed (closing, outbox empty) | Closed | stop |
 //! | 21 | any but Closed | CloseDeadline | Closed | abandon the rest (`shutdown`) |
+//! | 22 | Connected, Ready | CallbackPanicked (a predicate or the codec) | Backoff/Cooldown | close, error event, failure `callback-panic` |
 //!
 //! Backoff/Cooldown: Cooldown when the failures in a row reach `max_attempts`, else Backoff.
 //! Any other pair is ignored and counted. Inputs carry the generation of the dial they belong
@@ -54,16 +55,17 @@ use rand::rngs::StdRng;
 use rand::SeedableRng;
 
 use super::backoff::Backoff;
-use super::codec::Decoder;
+use super::codec::{Codec, Decoder};
 use super::counters::Counters;
 use super::endpoint::Host;
 use super::endpoints::{fmt_addr, Endpoints};
+use super::guard::{guarded, Panicked};
 use super::heartbeat::{HeartbeatState, Ping};
 use super::outbox::{Outbox, Queued};
 use super::settings::{ProofOfLife, Settings};
 use super::timers::{Timer, Timers};
 use super::tls::TlsSession;
-use crate::error::{CodecError, LinkError, TlsError};
+use crate::error::{Callback, CodecError, LinkError, TlsError};
 use crate::event::{AbandonReason, Cause, Event, State, Transition};
 use crate::metrics::Metrics;
 
@@ -84,12 +86,12 @@ pub(crate) enum Input {
     /// The answer to a `Resolve` action.
     Resolved {
         generation: u64,
-        result: Result<Vec<SocketAddr>, String>,
+        result: Result<Vec<SocketAddr>, Unresolved>,
     },
     /// The answer to a `Refresh` action.
     Refreshed {
         endpoint: usize,
-        result: Result<Vec<SocketAddr>, String>,
+        result: Result<Vec<SocketAddr>, Unresolved>,
     },
     /// The TCP connection of this dial came up.
     Connected { generation: u64 },
@@ -99,6 +101,27 @@ pub(crate) enum Input {
     ConnectFailed { generation: u64 },
     /// The IO side stopped (true) or resumed (false) reading because the application is slow.
     ReadPaused(bool),
+}
+
+/// Why a lookup gave no address.
+#[derive(Debug)]
+pub(crate) enum Unresolved {
+    /// The name did not resolve; a short reason.
+    Failed(String),
+    /// The resolver panicked.
+    Panicked(Panicked),
+}
+
+impl From<&str> for Unresolved {
+    fn from(reason: &str) -> Unresolved {
+        Unresolved::Failed(reason.to_string())
+    }
+}
+
+impl From<String> for Unresolved {
+    fn from(reason: String) -> Unresolved {
+        Unresolved::Failed(reason)
+    }
 }
 
 /// What the machine asks the IO side to do.
@@ -145,7 +168,7 @@ enum Ev {
     Start,
     Close(Instant),
     ReconnectNow,
-    Resolved(Result<Vec<SocketAddr>, String>),
+    Resolved(Result<Vec<SocketAddr>, Unresolved>),
     TcpConnected,
     ConnectFailed,
     DialTimeout,
@@ -157,6 +180,8 @@ enum Ev {
     /// The TLS session failed (handshake or record).
     Tls(TlsError),
     Unreachable,
+    /// Application code run for this connection panicked (a predicate, the codec).
+    CallbackPanicked(Panicked),
     Stable,
     RetryTimer,
     Flushed,
@@ -299,6 +324,10 @@ impl Machine {
                     self.step(now, Ev::Resolved(result))
                 } else {
                     self.c.ignored += 1;
+                    if let Err(Unresolved::Panicked(p)) = result {
+                        // Too late to fail its dial, but the application still hears of it.
+                        self.report_panic(&p);
+                    }
                 }
             }
             Input::Refreshed { endpoint, result } => self.refreshed(now, endpoint, result),
@@ -370,11 +399,16 @@ impl Machine {
         }
         self.decoder.feed(bytes);
         loop {
-            match self.decoder.decode() {
-                Ok(Some(frame)) => self.on_frame(now, frame),
-                Ok(None) => break,
-                Err(e) => {
+            let decoder = &mut self.decoder;
+            match guarded(Callback::Decode, || decoder.decode()) {
+                Ok(Ok(Some(frame))) => self.on_frame(now, frame),
+                Ok(Ok(None)) => break,
+                Ok(Err(e)) => {
                     self.step(now, Ev::ProtocolError(e));
+                    break;
+                }
+                Err(p) => {
+                    self.step(now, Ev::CallbackPanicked(p));
                     break;
                 }
             }
@@ -416,8 +450,10 @@ impl Machine {
                     self.c.heartbeats_missed += 1;
                 }
                 self.c.heartbeats_sent += 1;
-                let ping = self.encoded_ping();
-                self.control.push_back(ping);
+                match self.encoded_ping() {
+                    Ok(ping) => self.control.push_back(ping),
+                    Err(p) => self.step(now, Ev::CallbackPanicked(p)),
+                }
             }
         }
         self.check_flushed(now);
@@ -512,16 +548,34 @@ impl Machine {
         if self.state == State::Ready {
             let limit = self.cfg.batch_bytes;
             while let Some(len) = self.outbox.front_len() {
-                let encoded = self.cfg.codec.encoded_len(len);
+                let codec = &self.cfg.codec;
+                let encoded = match guarded(Callback::Encode, || codec.encoded_len(len)) {
+                    Ok(n) => n,
+                    Err(p) => return self.encode_panicked(now, buf, p),
+                };
                 if !buf.is_empty() && buf.len() + encoded > limit {
                     break;
                 }
                 let q = self.outbox.pop_front().expect("front exists");
-                self.cfg.codec.encode_into(&q.frame, buf);
+                if let Err(p) = guarded(Callback::Encode, || codec.encode_into(&q.frame, buf)) {
+                    // The frame stays first in the outbox: it is never lost without a word,
+                    // and its deadline (if any) or a close still ends it.
+                    self.outbox.push_front(q);
+                    return self.encode_panicked(now, buf, p);
+                }
                 self.in_flight.push(q);
             }
         }
         !buf.is_empty()
+    }
+
+    /// The codec panicked while a batch was being built: nothing of it is written, the frames
+    /// taken for it go back to the outbox and the connection fails.
+    fn encode_panicked(&mut self, now: Instant, buf: &mut Vec<u8>, p: Panicked) -> bool {
+        buf.clear();
+        self.requeue_in_flight();
+        self.step(now, Ev::CallbackPanicked(p));
+        false
     }
 
     /// What became of the batch from the last `poll_transmit`.
@@ -596,6 +650,7 @@ impl Machine {
             reading_paused: self.read_paused,
             events_dropped: 0,
             ignored_inputs: self.c.ignored,
+            callback_panics: self.c.callback_panics,
         }
     }
 
@@ -607,9 +662,13 @@ impl Machine {
             (Closed, _) => self.c.ignored += 1,
             (Idle, Ev::Start) => self.dial(now, Cause::Start),
             (Connecting, Ev::Resolved(Ok(addrs))) => self.resolved(now, addrs),
-            (Connecting, Ev::Resolved(Err(reason))) => {
+            (Connecting, Ev::Resolved(Err(Unresolved::Failed(reason)))) => {
                 log::debug!("relink: resolving failed: {reason}");
                 self.fail(now, Cause::Dns)
+            }
+            (Connecting, Ev::Resolved(Err(Unresolved::Panicked(p)))) => {
+                self.report_panic(&p);
+                self.fail(now, Cause::CallbackPanic)
             }
             (Connecting, Ev::TcpConnected) => self.tcp_connected(now),
             (Connecting, Ev::ConnectFailed) if self.native_left > 0 => {
@@ -650,6 +709,10 @@ impl Machine {
                 self.fail(now, Cause::Protocol)
             }
             (Connected | Ready, Ev::Unreachable) => self.fail(now, Cause::Unreachable),
+            (Connected | Ready, Ev::CallbackPanicked(p)) => {
+                self.report_panic(&p);
+                self.fail(now, Cause::CallbackPanic)
+            }
             (Ready, Ev::Stable) => {
                 self.failures = 0;
                 self.native_used = 0;
@@ -744,7 +807,12 @@ impl Machine {
 
     /// A background answer: replaces the cached one (a failure keeps the old answer), and the
     /// next refresh is armed. No state changes.
-    fn refreshed(&mut self, now: Instant, idx: usize, result: Result<Vec<SocketAddr>, String>) {
+    /// A resolver that panicked in the background is reported; the connection in use is not
+    /// touched.
+    fn refreshed(&mut self, now: Instant, idx: usize, result: Result<Vec<SocketAddr>, Unresolved>) {
+        if let Err(Unresolved::Panicked(p)) = &result {
+            self.report_panic(p);
+        }
         if self.state == State::Closed || idx >= self.endpoints.len() {
             self.c.ignored += 1;
             return;
@@ -834,17 +902,24 @@ impl Machine {
             .as_ref()
             .map(|hb| HeartbeatState::start(hb, now, self.read_paused));
         self.handshake_pending = false;
+        let mut panicked = None;
         if let ProofOfLife::Handshake { hello, timeout, .. } = &self.cfg.proof {
             for h in hello {
-                let mut buf = Vec::with_capacity(self.cfg.codec.encoded_len(h.len()));
-                self.cfg.codec.encode_into(h, &mut buf);
-                self.control.push_back(buf);
+                match encode(&self.cfg.codec, h) {
+                    Ok(buf) => self.control.push_back(buf),
+                    Err(p) => {
+                        panicked = Some(p);
+                        break;
+                    }
+                }
             }
             self.handshake_pending = true;
             let t = now + *timeout;
             self.timers.arm(Timer::Handshake, t);
         }
-        if matches!(self.cfg.proof, ProofOfLife::Connect) {
+        if let Some(p) = panicked {
+            self.step(now, Ev::CallbackPanicked(p));
+        } else if matches!(self.cfg.proof, ProofOfLife::Connect) {
             self.ready(now);
         }
     }
@@ -879,14 +954,22 @@ impl Machine {
     fn on_frame(&mut self, now: Instant, frame: Vec<u8>) {
         if self.handshake_pending {
             if let ProofOfLife::Handshake { accept, .. } = &self.cfg.proof {
-                if accept.test(&frame) {
-                    self.step(now, Ev::Alive);
-                    return;
+                match guarded(Callback::Handshake, || accept.test(&frame)) {
+                    Ok(true) => {
+                        self.step(now, Ev::Alive);
+                        return;
+                    }
+                    Ok(false) => {}
+                    Err(p) => return self.step(now, Ev::CallbackPanicked(p)),
                 }
             }
         }
         if let Some(reply) = self.cfg.heartbeat.as_ref().and_then(|h| h.reply.as_ref()) {
-            if reply.test(&frame) {
+            let is_reply = match guarded(Callback::HeartbeatReply, || reply.test(&frame)) {
+                Ok(r) => r,
+                Err(p) => return self.step(now, Ev::CallbackPanicked(p)),
+            };
+            if is_reply {
                 // Only the replies to our own pings are swallowed: an application that sends
                 // the same command as the ping still gets its answers.
                 if let Some(rtt) = self.heartbeat.as_mut().and_then(|h| h.on_reply(now)) {
@@ -898,6 +981,13 @@ impl Machine {
         self.c.received += 1;
         log::trace!("relink: frame of {} bytes received", frame.len());
         self.emit(Event::Frame(frame));
+    }
+
+    /// Tells the application that its code panicked, and counts it.
+    fn report_panic(&mut self, p: &Panicked) {
+        self.c.callback_panics += 1;
+        log::warn!("relink: {}", p.to_error());
+        self.emit(Event::Error(p.to_error()));
     }
 
     /// A failed attempt or a lost connection: close it, count it, wait.
@@ -1112,15 +1202,11 @@ impl Machine {
         self.actions.push_back(Action::Emit(ev));
     }
 
-    fn encoded_ping(&self) -> Vec<u8> {
+    fn encoded_ping(&self) -> Result<Vec<u8>, Panicked> {
         match self.cfg.heartbeat.as_ref().map(|h| &h.ping) {
-            Some(Ping::Raw(b)) => b.clone(),
-            Some(Ping::Frame(f)) => {
-                let mut buf = Vec::with_capacity(self.cfg.codec.encoded_len(f.len()));
-                self.cfg.codec.encode_into(f, &mut buf);
-                buf
-            }
-            None => Vec::new(),
+            Some(Ping::Raw(b)) => Ok(b.clone()),
+            Some(Ping::Frame(f)) => encode(&self.cfg.codec, f),
+            None => Ok(Vec::new()),
         }
     }
 
@@ -1136,6 +1222,15 @@ impl Machine {
             log::trace!("relink: stale {ev:?} from dial {generation} dropped");
         }
     }
+}
+
+/// One frame through the codec, guarded: the codec is application code once codecs are.
+fn encode(codec: &Codec, frame: &[u8]) -> Result<Vec<u8>, Panicked> {
+    guarded(Callback::Encode, || {
+        let mut buf = Vec::with_capacity(codec.encoded_len(frame.len()));
+        codec.encode_into(frame, &mut buf);
+        buf
+    })
 }
 
 #[cfg(test)]

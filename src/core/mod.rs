@@ -18,12 +18,14 @@
 //! - [`endpoint`]: `tcp://host:port`, parsed.
 //! - [`predicate`]: a shareable test on a frame (handshake and heartbeat replies).
 //! - [`settings`]: what the core is told, built once by the builder, and the proof of life.
+//! - [`guard`]: the guard around every call into application code (a panic becomes a value).
 
 pub(crate) mod backoff;
 pub(crate) mod codec;
 mod counters;
 pub(crate) mod endpoint;
 mod endpoints;
+pub(crate) mod guard;
 pub(crate) mod heartbeat;
 pub(crate) mod machine;
 mod outbox;

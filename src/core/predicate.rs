@@ -4,6 +4,12 @@ use std::fmt;
 use std::sync::Arc;
 
 /// A shareable test on a frame (`Fn(&[u8]) -> bool`).
+///
+/// It runs on the link's IO thread. If it panics, the panic is caught there and counts as a
+/// failure of the connection: an [`Event::Error`](crate::Event) with
+/// [`LinkError::CallbackPanicked`](crate::LinkError::CallbackPanicked), then a transition
+/// with cause [`CallbackPanic`](crate::Cause::CallbackPanic), a reset and a backoff. The frame
+/// it was asked about is not delivered.
 #[derive(Clone)]
 pub struct Predicate(pub(crate) Arc<PredicateFn>);
 

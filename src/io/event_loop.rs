@@ -7,6 +7,7 @@
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -19,6 +20,7 @@ use super::resolver::{self, Resolver};
 use super::shared::{Command, Lookup, Shared};
 use super::socket::{apply_options, ms, send_batch, SocketOptions};
 use crate::core::fmt_addr;
+use crate::core::guard::panic_message;
 use crate::core::machine::{Action, Input, Machine, TxResult};
 use crate::core::settings::Settings;
 use crate::error::{ConfigError, LinkError};
@@ -155,7 +157,26 @@ impl IoThread {
         })
     }
 
+    /// Runs the link until it is closed. Never unwinds: application code is guarded where it is
+    /// called, and if the loop itself panics (a bug in relink) the link is closed here and the
+    /// handles are told (see [`IoThread::stop_after_panic`]). Whatever happens, a [`StopGuard`]
+    /// leaves the shared state Closed when this returns.
     pub(crate) fn run(mut self) {
+        let _stop = StopGuard(self.shared.clone());
+        let outcome = catch_unwind(AssertUnwindSafe(|| self.run_loop()));
+        let finish = catch_unwind(AssertUnwindSafe(move || match outcome {
+            Ok(()) => self.shutdown(),
+            Err(payload) => self.stop_after_panic(panic_message(payload.as_ref())),
+        }));
+        if let Err(payload) = finish {
+            log::error!(
+                "relink: the IO thread panicked while stopping: {}",
+                panic_message(payload.as_ref()).unwrap_or_default()
+            );
+        }
+    }
+
+    fn run_loop(&mut self) {
         self.machine.handle_input(Instant::now(), Input::Start);
         self.carry_out(Instant::now());
         let mut busy = false;
@@ -217,7 +238,6 @@ impl IoThread {
             self.publish();
             busy = self.machine.traffic() != before;
         }
-        self.shutdown();
     }
 
     fn poll_timeout_ms(&self) -> i64 {
@@ -384,6 +404,7 @@ impl IoThread {
                 let _ = reply.send(self.snapshot(now));
                 return;
             }
+            Command::PanicForTests => panic!("IO thread panic requested by a test"),
         };
         self.machine.handle_input(now, input);
     }
@@ -509,6 +530,8 @@ impl IoThread {
                 break;
             }
         }
+        // A batch that could not be built (the codec panicked) leaves actions behind.
+        self.carry_out(now);
     }
 
     fn deliver(&mut self, ev: Event) {
@@ -632,5 +655,86 @@ impl IoThread {
         // Wake any sender blocked on room: the link is closed.
         let _g = self.shared.room.lock().unwrap_or_else(|e| e.into_inner());
         self.shared.room_cv.notify_all();
+    }
+
+    /// The loop panicked (a bug in relink, not application code: that is guarded where it is
+    /// called). The machine may be half-way through a step, so it is not driven again: the
+    /// link is closed as it stands. New frames are refused; frames still on their way are
+    /// given back as abandoned (`shutdown`); the application gets what events were waiting,
+    /// then an [`LinkError::IoThreadPanicked`], then the end of the stream; the final metrics
+    /// are the machine's last counters with state Closed.
+    fn stop_after_panic(mut self, message: Option<String>) {
+        log::error!(
+            "relink: the IO thread panicked ({}); the link is closed",
+            message.as_deref().unwrap_or("no message")
+        );
+        let now = Instant::now();
+        self.shared.closed.store(true, Ordering::SeqCst);
+        let until = now + Duration::from_secs(1);
+        while self.shared.sending.load(Ordering::SeqCst) > 0 && Instant::now() < until {
+            std::thread::yield_now();
+        }
+        let mut late = Vec::new();
+        while let Ok(cmd) = self.commands.try_recv() {
+            // A metrics request is answered by the final snapshot once its reply channel is
+            // dropped here.
+            if let Command::Send { frame, .. } = cmd {
+                late.push(frame);
+            }
+        }
+        let machine = &self.machine;
+        let mut snapshot = catch_unwind(AssertUnwindSafe(|| machine.metrics(now)))
+            .unwrap_or_else(|_| Metrics::empty(State::Closed));
+        snapshot.state = State::Closed;
+        snapshot.events_dropped = self.events_dropped;
+        snapshot.frames_submitted += late.len() as u64;
+        snapshot.abandoned.shutdown += late.len() as u64;
+        *self
+            .shared
+            .final_metrics
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(snapshot);
+        {
+            let mut leftover = self
+                .shared
+                .leftover
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            leftover.extend(self.pending.drain(..));
+            leftover.push_back(Event::Error(LinkError::IoThreadPanicked { message }));
+            leftover.extend(late.into_iter().map(|frame| Event::Abandoned {
+                frame,
+                reason: crate::event::AbandonReason::Shutdown,
+            }));
+        }
+        self.shared
+            .state
+            .store(State::Closed as u8, Ordering::Release);
+        self.disconnect_with(true);
+        ffi::stop_monitor(&mut self.socket);
+        // Dropping `self` closes the sockets and the events channel: receivers get the
+        // leftover events, then an error.
+    }
+}
+
+/// Leaves the shared state Closed when the IO thread ends, however it ends: new frames
+/// refused, `state()` Closed, a final snapshot that says Closed, and every sender blocked on
+/// room woken. (The events channel closes with the `IoThread` that holds its sender.)
+struct StopGuard(Arc<Shared>);
+
+impl Drop for StopGuard {
+    fn drop(&mut self) {
+        let shared = &*self.0;
+        shared.closed.store(true, Ordering::SeqCst);
+        shared.state.store(State::Closed as u8, Ordering::Release);
+        {
+            let mut m = shared
+                .final_metrics
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            m.get_or_insert_with(|| Metrics::empty(State::Closed)).state = State::Closed;
+        }
+        let _g = shared.room.lock().unwrap_or_else(|e| e.into_inner());
+        shared.room_cv.notify_all();
     }
 }

@@ -12,12 +12,20 @@ use std::sync::{Arc, OnceLock};
 use crossbeam_channel::{Receiver, Sender};
 
 use super::shared::{Command, Lookup, Shared};
+use crate::core::guard::guarded;
+use crate::core::machine::Unresolved;
+use crate::error::Callback;
 
 /// Resolver threads in the pool.
 const WORKERS: usize = 4;
 
 /// Resolves a host name to its addresses; replaces the system resolver (getaddrinfo) for a
 /// link, for tests or for a service-discovery lookup. Runs on relink's resolver threads.
+///
+/// A resolver that panics fails that dial: the panic is caught on the resolver thread (which
+/// keeps serving), reported in an [`Event::Error`](crate::Event) with
+/// [`LinkError::CallbackPanicked`](crate::LinkError::CallbackPanicked), and the link backs
+/// off with cause [`CallbackPanic`](crate::Cause::CallbackPanic).
 #[derive(Clone)]
 pub struct Resolver(Arc<ResolverFn>);
 
@@ -58,8 +66,13 @@ fn pool() -> &'static Sender<Job> {
                 .spawn(move || {
                     for job in rx.iter() {
                         let result = match &job.custom {
-                            Some(r) => (r.0)(&job.host, job.port),
-                            None => lookup(&job.host, job.port),
+                            Some(r) => {
+                                match guarded(Callback::Resolver, || (r.0)(&job.host, job.port)) {
+                                    Ok(answer) => answer.map_err(Unresolved::Failed),
+                                    Err(p) => Err(Unresolved::Panicked(p)),
+                                }
+                            }
+                            None => lookup(&job.host, job.port).map_err(Unresolved::Failed),
                         };
                         let cmd = Command::Resolved {
                             lookup: job.lookup,

@@ -10,6 +10,7 @@ use std::time::Instant;
 use crossbeam_channel::Sender;
 
 use super::ffi::EventFd;
+use crate::core::machine::Unresolved;
 use crate::event::{Event, State};
 use crate::metrics::Metrics;
 
@@ -27,8 +28,10 @@ pub(crate) enum Command {
     Metrics(Sender<Metrics>),
     Resolved {
         lookup: Lookup,
-        result: Result<Vec<SocketAddr>, String>,
+        result: Result<Vec<SocketAddr>, Unresolved>,
     },
+    /// Makes the IO thread panic, so that tests can check what the handles see when it stops.
+    PanicForTests,
 }
 
 /// Which question a resolver answer belongs to.

@@ -1,0 +1,108 @@
+//! The guard around every call into application code: a panic is caught where the code is
+//! called and comes back as a value, so it never unwinds through the IO loop or reaches another
+//! link.
+//!
+//! The process's panic hook still runs first (by default it prints the panic to stderr); the
+//! guard only stops the unwinding. With `panic = "abort"` nothing can be caught.
+
+use std::any::Any;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use crate::error::{Callback, LinkError};
+
+/// A caught panic: what panicked, and its message when the payload is a string.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Panicked {
+    pub callback: Callback,
+    pub message: Option<String>,
+}
+
+impl Panicked {
+    /// The error the application is told of.
+    pub(crate) fn to_error(&self) -> LinkError {
+        LinkError::CallbackPanicked {
+            callback: self.callback,
+            message: self.message.clone(),
+        }
+    }
+}
+
+/// Runs `f`, application code named `what`; a panic in it comes back as `Err`.
+///
+/// `AssertUnwindSafe` is sound here because whatever `f` borrows is either reset after a panic
+/// (the caller treats it as a failure of the connection, which drops the per-connection state)
+/// or belongs to the application.
+pub(crate) fn guarded<T>(what: Callback, f: impl FnOnce() -> T) -> Result<T, Panicked> {
+    catch_unwind(AssertUnwindSafe(f)).map_err(|payload| Panicked {
+        callback: what,
+        message: panic_message(payload.as_ref()),
+    })
+}
+
+/// The message of a panic payload, when it is a string (`panic!("literal")` gives a `&str`,
+/// `panic!("{x}")` a `String`).
+pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> Option<String> {
+    if let Some(s) = payload.downcast_ref::<&'static str>() {
+        Some((*s).to_string())
+    } else {
+        payload.downcast_ref::<String>().cloned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_call_that_returns_gives_its_value() {
+        assert_eq!(guarded(Callback::Resolver, || 7), Ok(7));
+    }
+
+    #[test]
+    fn a_literal_panic_gives_its_message() {
+        let r: Result<(), _> = guarded(Callback::HeartbeatReply, || panic!("boom"));
+        assert_eq!(
+            r,
+            Err(Panicked {
+                callback: Callback::HeartbeatReply,
+                message: Some("boom".into())
+            })
+        );
+    }
+
+    #[test]
+    fn a_formatted_panic_gives_its_message() {
+        let n = 3;
+        let r: Result<(), _> = guarded(Callback::Handshake, || panic!("bad frame {n}"));
+        assert_eq!(r.unwrap_err().message.as_deref(), Some("bad frame 3"));
+    }
+
+    #[test]
+    fn a_panic_with_another_payload_has_no_message() {
+        let r: Result<(), _> = guarded(Callback::Decode, || std::panic::panic_any(42_u32));
+        assert_eq!(
+            r,
+            Err(Panicked {
+                callback: Callback::Decode,
+                message: None
+            })
+        );
+    }
+
+    #[test]
+    fn the_error_names_the_callback_and_the_message() {
+        let p = Panicked {
+            callback: Callback::HeartbeatReply,
+            message: Some("boom".into()),
+        };
+        assert_eq!(
+            p.to_error().to_string(),
+            "heartbeat reply predicate panicked: boom"
+        );
+        let p = Panicked {
+            callback: Callback::Resolver,
+            message: None,
+        };
+        assert_eq!(p.to_error().to_string(), "resolver panicked");
+    }
+}
