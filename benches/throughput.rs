@@ -11,6 +11,8 @@
 //! - `raw_zmq`: a bare ZMQ_STREAM socket, one zmq message per frame, blocking sends from one
 //!   thread, with the send high-water mark raised.
 //! - `std_tcp`: `std::net::TcpStream` behind a `BufWriter`.
+//! - `relink_tls`: `relink` with TLS (rustls, ring), verified against a private CA, to a
+//!   TLS sink (a rustls server thread that decrypts and counts); for 1 KiB and 64 KiB only.
 //!
 //! The sink is a thread that reads and discards, counting bytes. A run is timed from the first
 //! send until the sink has read every byte. Rounds are interleaved (every round runs every
@@ -20,6 +22,9 @@
 //! `throughput size=<bytes> relink_mps=<x> relink4_mps=<x4> raw_zmq_mps=<y> std_tcp_mps=<z>
 //! ratio_raw=<x/y> ratio_std=<x/z> ratio_4v1=<x4/x>`
 //!
+//! then, for 1 KiB and 64 KiB, `throughput_tls size=<bytes> relink_mps=<x> relink_tls_mps=<t>
+//! ratio_tls=<t/x>`, and the TLS handshake on loopback (TCP connect to Ready, median of
+//! `N` links): `tls_handshake n=<N> median_ms=<m> min_ms=<a> max_ms=<b>`,
 //! where `*_mps` is millions of frames per second.
 //!
 //! To profile one case, `--only=<sender>` and `--size=<bytes>` narrow the runs (no summary
@@ -37,6 +42,7 @@ use std::time::{Duration, Instant};
 use relink::{Codec, Link, Overflow, State};
 
 use support::peer::Peer;
+use support::tls::Pki;
 
 /// Bytes of the length prefix every sender writes before a payload.
 const PREFIX: usize = 4;
@@ -52,14 +58,16 @@ enum Sender {
     Relink4,
     RawZmq,
     StdTcp,
+    RelinkTls,
 }
 
 impl Sender {
-    const ALL: [Sender; 4] = [
+    const ALL: [Sender; 5] = [
         Sender::Relink,
         Sender::Relink4,
         Sender::RawZmq,
         Sender::StdTcp,
+        Sender::RelinkTls,
     ];
 
     fn name(self) -> &'static str {
@@ -68,16 +76,24 @@ impl Sender {
             Sender::Relink4 => "relink4",
             Sender::RawZmq => "raw_zmq",
             Sender::StdTcp => "std_tcp",
+            Sender::RelinkTls => "relink_tls",
         }
+    }
+
+    /// Whether this sender runs at this size (TLS: 1 KiB and 64 KiB).
+    fn runs_at(self, size: usize) -> bool {
+        self != Sender::RelinkTls || size >= 1024
     }
 
     /// Sends `frames` frames of `size` bytes to a fresh sink; returns the time from the first
     /// send until the sink read the last byte.
-    fn run(self, size: usize, frames: usize) -> Duration {
-        let sink = Sink::start((frames * (PREFIX + size)) as u64);
+    fn run(self, size: usize, frames: usize, pki: &Pki) -> Duration {
+        let tls = (self == Sender::RelinkTls).then(|| support::tls::server_config(pki));
+        let sink = Sink::start((frames * (PREFIX + size)) as u64, tls);
         let elapsed = match self {
-            Sender::Relink => run_relink(&sink, size, frames, 1),
-            Sender::Relink4 => run_relink(&sink, size, frames, PRODUCERS),
+            Sender::Relink => run_relink(&sink, size, frames, 1, None),
+            Sender::RelinkTls => run_relink(&sink, size, frames, 1, Some(pki)),
+            Sender::Relink4 => run_relink(&sink, size, frames, PRODUCERS, None),
             Sender::RawZmq => run_raw_zmq(&sink, size, frames),
             Sender::StdTcp => run_std_tcp(&sink, size, frames),
         };
@@ -87,16 +103,24 @@ impl Sender {
 }
 
 /// A local TCP server that reads and discards, and reports the instant it has read the
-/// expected number of bytes from its one connection.
+/// expected number of bytes from its one connection; with a TLS configuration it decrypts
+/// first and counts the plaintext.
 struct Sink {
     peer: Peer,
     done: mpsc::Receiver<Result<Instant, String>>,
 }
 
 impl Sink {
-    fn start(expected: u64) -> Sink {
+    fn start(expected: u64, tls: Option<Arc<rustls::ServerConfig>>) -> Sink {
         let (tx, done) = mpsc::channel();
-        let peer = Peer::start(move |mut stream: TcpStream, _| {
+        let peer = Peer::start(move |stream: TcpStream, _| {
+            let mut stream: Box<dyn Read> = match &tls {
+                None => Box::new(stream),
+                Some(config) => Box::new(rustls::StreamOwned::new(
+                    rustls::ServerConnection::new(config.clone()).expect("tls session"),
+                    stream,
+                )),
+            };
             let mut buf = vec![0u8; 256 * 1024];
             let mut total = 0u64;
             let result = loop {
@@ -138,12 +162,20 @@ impl Sink {
     }
 }
 
-fn run_relink(sink: &Sink, size: usize, frames: usize, producers: usize) -> Duration {
-    let link = Link::builder(&sink.endpoint())
+fn run_relink(
+    sink: &Sink,
+    size: usize,
+    frames: usize,
+    producers: usize,
+    tls: Option<&Pki>,
+) -> Duration {
+    let mut builder = Link::builder(&sink.endpoint())
         .codec(Codec::length_prefixed())
-        .overflow(Overflow::Block(RUN_BOUND))
-        .build()
-        .expect("build the link");
+        .overflow(Overflow::Block(RUN_BOUND));
+    if let Some(pki) = tls {
+        builder = builder.tls(support::tls::client(pki));
+    }
+    let link = builder.build().expect("build the link");
     support::wait_state(
         &link,
         State::Ready,
@@ -280,9 +312,10 @@ fn main() {
             .join(", ")
     );
 
+    let pki = Pki::new();
     // One short warm-up run of each sender, not counted.
     for &sender in &senders {
-        sender.run(64, 10_000);
+        sender.run(1024, 10_000, &pki);
     }
 
     // mps[size index][sender index] = one figure per round.
@@ -291,7 +324,10 @@ fn main() {
     for round in 0..rounds {
         for (si, &(size, frames)) in plan.iter().enumerate() {
             for (ki, &sender) in senders.iter().enumerate() {
-                let elapsed = sender.run(size, frames);
+                if !sender.runs_at(size) {
+                    continue;
+                }
+                let elapsed = sender.run(size, frames, &pki);
                 let rate = frames as f64 / elapsed.as_secs_f64() / 1e6;
                 mps[si][ki].push(rate);
                 eprintln!(
@@ -314,6 +350,9 @@ fn main() {
     for (si, &(size, _)) in plan.iter().enumerate() {
         for (ki, sender) in senders.iter().enumerate() {
             let v = &mps[si][ki];
+            if v.is_empty() {
+                continue;
+            }
             let med = median(v);
             let min = v.iter().copied().fold(f64::INFINITY, f64::min);
             let max = v.iter().copied().fold(0.0, f64::max);
@@ -334,7 +373,7 @@ fn main() {
     println!();
     println!("# *_mps: millions of frames per second (median of {rounds} rounds)");
     for (si, &(size, _)) in plan.iter().enumerate() {
-        let m: Vec<f64> = mps[si].iter().map(|v| median(v)).collect();
+        let m: Vec<f64> = mps[si][..4].iter().map(|v| median(v)).collect();
         let (x, x4, y, z) = (m[0], m[1], m[2], m[3]);
         println!(
             "throughput size={size} relink_mps={} relink4_mps={} raw_zmq_mps={} std_tcp_mps={} \
@@ -348,4 +387,58 @@ fn main() {
             x4 / x
         );
     }
+    for (si, &(size, _)) in plan.iter().enumerate() {
+        if !Sender::RelinkTls.runs_at(size) {
+            continue;
+        }
+        let (x, t) = (median(&mps[si][0]), median(&mps[si][4]));
+        println!(
+            "throughput_tls size={size} relink_mps={} relink_tls_mps={} ratio_tls={:.3}",
+            sig4(x),
+            sig4(t),
+            t / x
+        );
+    }
+    let n = if quick { 21 } else { 51 };
+    let mut ms: Vec<f64> = (0..n)
+        .map(|_| handshake_time(&pki).as_secs_f64() * 1e3)
+        .collect();
+    ms.sort_by(f64::total_cmp);
+    println!(
+        "tls_handshake n={n} median_ms={:.3} min_ms={:.3} max_ms={:.3}",
+        median(&ms),
+        ms[0],
+        ms[n - 1]
+    );
+}
+
+/// One link to a fresh TLS sink: the time from its TCP connect (the Connected event) to its
+/// handshake's completion (Ready, the connect being the proof of life), as the application
+/// sees the two events.
+fn handshake_time(pki: &Pki) -> Duration {
+    let sink = Sink::start(0, Some(support::tls::server_config(pki)));
+    let link = Link::builder(&sink.endpoint())
+        .tls(support::tls::client(pki))
+        .build()
+        .expect("build the link");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut connected = None;
+    let took = loop {
+        match link.events().recv_deadline(deadline) {
+            Ok(relink::Event::State(t)) if t.to == State::Connected => {
+                connected = Some(Instant::now())
+            }
+            Ok(relink::Event::State(t)) if t.to == State::Ready => {
+                break Instant::now() - connected.expect("Connected before Ready")
+            }
+            Ok(relink::Event::State(t)) if t.cause.is_failure() => {
+                panic!("handshake failed: {t:?}")
+            }
+            Ok(_) => {}
+            Err(e) => panic!("no Ready within 10 s: {e}"),
+        }
+    };
+    link.close(Duration::from_secs(1));
+    sink.join();
+    took
 }

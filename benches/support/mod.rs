@@ -1,6 +1,6 @@
 //! What the measurement programs in `benches/` share: the peer they measure against
 //! ([`peer`]), the network namespaces and the `redis-server` child of the `detect` program
-//! ([`netns`], [`redis`]), and a few small helpers: waiting for a link's state, reading this
+//! ([`netns`], [`redis`]), TLS settings and a PKI for TLS sinks ([`tls`]), and a few small helpers: waiting for a link's state, reading this
 //! process's memory and CPU use, and the command line.
 //!
 //! Each program includes it with `mod support;` and uses a part of it.
@@ -9,6 +9,7 @@
 pub mod netns;
 pub mod peer;
 pub mod redis;
+pub mod tls;
 
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
