@@ -127,7 +127,8 @@ impl IoThread {
         let resolver = io.resolver;
         let immediate = io.socket.immediate;
         let linger = io.socket.linger;
-        let batch_cap = settings.batch_bytes.min(1 << 20) + 64;
+        // Room for a batch's TLS records too (about 22 bytes per 16 KiB record).
+        let batch_cap = settings.batch_bytes.min(1 << 20) + 64 + settings.batch_bytes.min(1 << 20) / 256;
         let machine = Machine::new(settings, seed, Instant::now());
         Ok(IoThread {
             machine,

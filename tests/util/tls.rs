@@ -492,11 +492,15 @@ fn serve_one(
             s.raw.extend_from_slice(&buf[..n.min(room)]);
         }
         let mut rd = &buf[..n];
+        let mut plain = Vec::new();
         while !rd.is_empty() {
             if conn.read_tls(&mut rd).unwrap_or(0) == 0 {
                 break;
             }
-            if let Err(e) = conn.process_new_packets() {
+            let processed = conn.process_new_packets();
+            // rustls holds at most 16 KiB of plaintext: take it after every pass.
+            let _ = conn.reader().read_to_end(&mut plain);
+            if let Err(e) = processed {
                 seen.lock().unwrap().errors.push(e.to_string());
                 // The alert goes to the client, then the connection ends.
                 while conn.wants_write() {
@@ -511,8 +515,6 @@ fn serve_one(
             handshaking = false;
             seen.lock().unwrap().handshakes += 1;
         }
-        let mut plain = Vec::new();
-        let _ = conn.reader().read_to_end(&mut plain);
         if plain.is_empty() {
             continue;
         }
