@@ -10,9 +10,9 @@ use crate::core::codec::Codec;
 use crate::core::endpoint::{Endpoint, Host};
 use crate::core::heartbeat::{Heartbeat, Ping};
 use crate::core::settings::{ProofOfLife, Settings};
-use crate::tls::Tls;
 use crate::error::ConfigError;
 use crate::io::{Context, Keepalive, Resolver, SocketOptions};
+use crate::tls::Tls;
 
 /// All defaults, in one place.
 pub mod defaults {

@@ -51,11 +51,14 @@
 //! - Accounting: every frame given to [`Link::send`] is sent, abandoned with a reason and handed
 //!   back in an [`Event::Abandoned`], or refused at the call with the frame given back.
 //! - Names resolved off every IO thread; several endpoints tried in a per-link order.
+//! - TLS on the link itself ([`Builder::tls`], [`Tls`]): a rustls session per connection
+//!   between the socket's bytes and the framing, the server verified by default (trust roots,
+//!   server name, optional client certificate for mutual TLS, ALPN). A failed handshake is a
+//!   failed attempt with cause [`Cause::Tls`] and the reason in [`LinkError::Tls`]; there is
+//!   never a plaintext fallback.
 //!
 //! # Out of scope
 //! - Servers (relink only dials).
-//! - Encryption and authentication: ZMQ_STREAM carries plain TCP. Put TLS around it (see the
-//!   README's "Security").
 //! - Delivery guarantees beyond "handed to the socket": bytes in kernel buffers when a
 //!   connection dies are lost, as with any TCP client. End-to-end acknowledgement belongs to
 //!   the protocol on top.
@@ -107,9 +110,10 @@
 //! src/event.rs, error.rs, metrics.rs   plain data every layer uses; they import no layer
 //! src/io/          the IO thread: event_loop, shared (handle state), resolver (thread pool),
 //!                  socket (options, send), context, ffi (the only unsafe code)
+//! src/tls.rs       Tls, the public TLS settings (PEM read and checked at build())
 //! src/core/        sans-IO policy: machine (transition table), timers, endpoints (order, DNS
-//!                  cache), counters, backoff, heartbeat, outbox, codec, endpoint, predicate,
-//!                  settings, guard (every call into application code)
+//!                  cache), counters, backoff, heartbeat, outbox, codec, tls (the session of
+//!                  one connection), endpoint, predicate, settings, guard (every call into application code)
 //! ```
 #![warn(missing_docs, missing_debug_implementations)]
 #![deny(unsafe_code)]

@@ -16,8 +16,8 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 
-use crate::error::ConfigError;
 use crate::core::tls::{TlsSettings, TLS_HANDSHAKE_TIMEOUT};
+use crate::error::ConfigError;
 use crate::error::TlsConfigError;
 
 /// TLS settings for a link: a by-value builder.

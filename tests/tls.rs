@@ -107,10 +107,17 @@ fn tls_a_certificate_for_another_name_fails_the_handshake_and_no_application_byt
     assert_eq!(m.frames_sent, 0);
     assert_eq!(m.outbox_frames, 1, "the frame waits for a verified server");
     link.close(ms(300));
-    assert_eq!(server.seen(|s| s.plaintext_len), 0, "the peer decrypted bytes");
+    assert_eq!(
+        server.seen(|s| s.plaintext_len),
+        0,
+        "the peer decrypted bytes"
+    );
     let raw = server.seen(|s| s.raw.clone());
     assert!(!raw.is_empty(), "the peer recorded the client's handshake");
-    assert!(!contains(&raw, b"SECRET"), "the frame went out in plaintext");
+    assert!(
+        !contains(&raw, b"SECRET"),
+        "the frame went out in plaintext"
+    );
 }
 
 #[test]
@@ -177,16 +184,20 @@ fn not_tls(behaviour: Behaviour, want: impl Fn(&TlsError) -> bool) {
 
 #[test]
 fn tls_a_plaintext_peer_fails_the_handshake_within_its_bound() {
-    not_tls(Behaviour::Garbage(b"-ERR this is plain redis\r\n".to_vec()), |e| {
-        matches!(e, TlsError::NotTls)
-    });
+    not_tls(
+        Behaviour::Garbage(b"-ERR this is plain redis\r\n".to_vec()),
+        |e| matches!(e, TlsError::NotTls),
+    );
 }
 
 #[test]
 fn tls_a_peer_that_sends_garbage_instead_of_a_server_hello_fails_the_handshake() {
     let garbage: Vec<u8> = (0..4096u32).map(|i| (i * 7919 % 251) as u8).collect();
     not_tls(Behaviour::Garbage(garbage), |e| {
-        matches!(e, TlsError::NotTls | TlsError::Alert(_) | TlsError::Other(_))
+        matches!(
+            e,
+            TlsError::NotTls | TlsError::Alert(_) | TlsError::Other(_)
+        )
     });
 }
 
@@ -299,7 +310,10 @@ fn redis_mutual_tls_refuses_a_link_without_a_client_certificate_and_accepts_one_
     w.until(T, tls_failure);
     assert!(w.frames.is_empty());
     let errors = tls_errors(&w);
-    assert!(matches!(errors.first(), Some(TlsError::Alert(_))), "{errors:?}");
+    assert!(
+        matches!(errors.first(), Some(TlsError::Alert(_))),
+        "{errors:?}"
+    );
     without.close(ms(300));
 
     let tls = Tls::new().client_auth(&kit.pki.client.cert, &kit.pki.client.key);

@@ -697,7 +697,9 @@ impl Machine {
             (Connecting, Ev::DialTimeout) => self.fail(now, Cause::ConnectTimeout),
             (Connected, Ev::Alive) => self.ready(now),
             (Connected, Ev::HandshakeTimeout) if self.tls_handshaking() => {
-                let bound = self.tls_settings().map_or(Duration::ZERO, |t| t.handshake_timeout);
+                let bound = self
+                    .tls_settings()
+                    .map_or(Duration::ZERO, |t| t.handshake_timeout);
                 self.tls_failed(now, TlsError::HandshakeTimeout(bound))
             }
             (Connected, Ev::HandshakeTimeout) => self.fail(now, Cause::HandshakeTimeout),
@@ -849,7 +851,9 @@ impl Machine {
         self.heartbeat = None;
         self.handshake_pending = false;
         self.tls_retry = None;
-        let session = self.tls_settings().map(|t| (TlsSession::new(t), t.handshake_timeout));
+        let session = self
+            .tls_settings()
+            .map(|t| (TlsSession::new(t), t.handshake_timeout));
         self.transition(now, State::Connected, Cause::TcpConnected);
         match session {
             None => self.link_up(now),

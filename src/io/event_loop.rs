@@ -128,7 +128,8 @@ impl IoThread {
         let immediate = io.socket.immediate;
         let linger = io.socket.linger;
         // Room for a batch's TLS records too (about 22 bytes per 16 KiB record).
-        let batch_cap = settings.batch_bytes.min(1 << 20) + 64 + settings.batch_bytes.min(1 << 20) / 256;
+        let batch_cap =
+            settings.batch_bytes.min(1 << 20) + 64 + settings.batch_bytes.min(1 << 20) / 256;
         let machine = Machine::new(settings, seed, Instant::now());
         Ok(IoThread {
             machine,

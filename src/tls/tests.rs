@@ -153,14 +153,18 @@ fn build_refuses_an_ip_endpoint_without_a_server_name() {
 #[test]
 fn build_refuses_a_bad_ca_pem() {
     let b = crate::Link::builder("tcp://localhost:6379")
-        .tls(Tls::new().ca_pem(b"-----BEGIN CERTIFICATE-----\nnot base64!\n".to_vec()));
+        .tls(Tls::new().ca_pem(b"-----BEGIN CERTIFICATE-----\nnot base64!\n"));
     assert!(matches!(b.into_config().unwrap_err(), ConfigError::Tls(_)));
 }
 
 #[test]
 fn each_endpoint_checks_its_own_host_name_unless_one_is_set() {
     let names = |b: crate::Builder| -> Vec<String> {
-        b.into_config().unwrap().core.tls.unwrap()
+        b.into_config()
+            .unwrap()
+            .core
+            .tls
+            .unwrap()
             .iter()
             .map(|s| s.server_name.to_str().into_owned())
             .collect()
@@ -168,5 +172,8 @@ fn each_endpoint_checks_its_own_host_name_unless_one_is_set() {
     let b = crate::Link::builder("tcp://a.example:1").endpoint("tcp://b.example:2");
     assert_eq!(names(b.tls(Tls::new())), ["a.example", "b.example"]);
     let b = crate::Link::builder("tcp://a.example:1").endpoint("tcp://10.0.0.1:2");
-    assert_eq!(names(b.tls(Tls::new().server_name("c.example"))), ["c.example", "c.example"]);
+    assert_eq!(
+        names(b.tls(Tls::new().server_name("c.example"))),
+        ["c.example", "c.example"]
+    );
 }

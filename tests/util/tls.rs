@@ -6,7 +6,6 @@
 //! has a timeout, and the child is killed (SIGKILL, even while SIGSTOPped) and reaped on drop.
 #![allow(dead_code)]
 
-
 use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
@@ -382,10 +381,12 @@ pub fn server_config(cert: &Pem, client_ca: Option<&str>) -> Arc<rustls::ServerC
             for c in CertificateDer::pem_slice_iter(ca.as_bytes()) {
                 roots.add(c.unwrap()).unwrap();
             }
-            let verifier =
-                rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
-                    .build()
-                    .unwrap();
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider,
+            )
+            .build()
+            .unwrap();
             builder.with_client_cert_verifier(verifier)
         }
     };
@@ -481,7 +482,12 @@ fn serve_one(
         let n = match sock.read(&mut buf) {
             Ok(0) => return,
             Ok(n) => n,
-            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
                 continue
             }
             Err(_) => return,
@@ -523,7 +529,8 @@ fn serve_one(
             s.plaintext_len += plain.len();
             if serve == Serve::Record {
                 let room = SEEN_CAP.saturating_sub(s.plaintext.len());
-                s.plaintext.extend_from_slice(&plain[..plain.len().min(room)]);
+                s.plaintext
+                    .extend_from_slice(&plain[..plain.len().min(room)]);
             }
         }
         if serve == Serve::Echo && conn.writer().write_all(&plain).is_err() {

@@ -17,14 +17,13 @@ fn server(cert: &Pem) -> ServerConnection {
         .collect::<Result<Vec<_>, _>>()
         .unwrap();
     let key = PrivateKeyDer::from_pem_slice(cert.key.as_bytes()).unwrap();
-    let config = ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_no_client_auth()
-    .with_single_cert(chain, key)
-    .unwrap();
+    let config =
+        ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(chain, key)
+            .unwrap();
     ServerConnection::new(Arc::new(config)).unwrap()
 }
 
@@ -116,7 +115,11 @@ fn tls_nothing_but_the_handshake_leaves_before_it_completes_and_its_completion_i
     let mut s = Sim::connecting(tls_builder(&pki).ready_when(hello));
     s.submit(b"queued before the connect");
     s.tcp_up();
-    assert_eq!(s.m.state(), Connected, "the TCP connect alone is not the proof");
+    assert_eq!(
+        s.m.state(),
+        Connected,
+        "the TCP connect alone is not the proof"
+    );
     s.transmit();
     assert_eq!(s.written[0], 0x16, "a TLS handshake record comes first");
     assert!(!contains(&s.written, b"queued"));
@@ -159,7 +162,10 @@ fn tls_the_hello_and_pings_go_after_the_handshake_inside_the_session() {
     peer.pump(&mut s);
     assert_eq!(peer.plaintext, b"HELLO\nPING\n");
     peer.send(&mut s, b"PONG\n");
-    assert!(s.frames().is_empty(), "the reply is the heartbeat's, not the app's");
+    assert!(
+        s.frames().is_empty(),
+        "the reply is the heartbeat's, not the app's"
+    );
     assert!(s.metrics().last_rtt.is_some());
 }
 
@@ -180,7 +186,11 @@ fn tls_a_certificate_for_another_name_fails_with_the_tls_cause_and_lets_no_frame
     ));
     assert!(peer.plaintext.is_empty());
     assert!(!contains(&peer.raw, b"secret"));
-    assert_eq!(s.metrics().outbox_frames, 1, "the frame waits for a verified server");
+    assert_eq!(
+        s.metrics().outbox_frames,
+        1,
+        "the frame waits for a verified server"
+    );
     assert_eq!(s.metrics().frames_sent, 0);
 }
 
