@@ -105,8 +105,8 @@ impl Changes for &Link {
                     }))
                 }
                 Ok(_) => continue,
-                Err(RecvTimeoutError::Timeout) => return Ok(None),
-                Err(RecvTimeoutError::Disconnected) => return Err("the link closed".into()),
+                Err(relink::RecvTimeoutError::Timeout) => return Ok(None),
+                Err(relink::RecvTimeoutError::Disconnected) => return Err("the link closed".into()),
             }
         }
     }
@@ -192,10 +192,10 @@ fn run_trials(
         state: "Idle".into(),
         since_us: mono_us(),
     };
-    let mut rng = rand::thread_rng();
+    let mut rng = rand::rng();
     let mut out = Vec::with_capacity(s.trials);
     for i in 0..s.trials {
-        let phase = s.interval.mul_f64(rng.gen_range(0.0..1.0));
+        let phase = s.interval.mul_f64(rng.random_range(0.0..1.0));
         wait_healthy(
             src,
             &mut tr,

@@ -568,10 +568,7 @@ impl ZmqContext {
         let rc =
             unsafe { zmq_sys::zmq_ctx_set(ptr, zmq_sys::ZMQ_MAX_SOCKETS as c_int, max_sockets) };
         if rc != 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::Other,
-                "zmq_ctx_set(ZMQ_MAX_SOCKETS) failed",
-            ));
+            return Err(io::Error::other("zmq_ctx_set(ZMQ_MAX_SOCKETS) failed"));
         }
         Ok(ctx)
     }

@@ -89,6 +89,46 @@ pub(crate) struct Config {
 
 /// Builds a [`Link`](crate::Link). Made by [`Link::builder`](crate::Link::builder); every
 /// setter says its default; [`build`](Builder::build) checks everything once.
+///
+/// # Examples
+/// A link to a line-based service, with a heartbeat, a bounded outbox and a give-up point:
+/// ```
+/// use std::time::Duration;
+/// use relink::{Codec, Event, Heartbeat, Link, Overflow, Ping, Predicate};
+/// # use std::io::{Read, Write};
+/// # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+/// # let port = listener.local_addr()?.port();
+/// # std::thread::spawn(move || {
+/// #     let (mut s, _) = listener.accept().unwrap();
+/// #     let mut buf = [0u8; 1024];
+/// #     while let Ok(n) = s.read(&mut buf) {
+/// #         if n == 0 || s.write_all(&buf[..n]).is_err() { break; }
+/// #     }
+/// # });
+///
+/// let link = Link::builder(&format!("tcp://127.0.0.1:{port}")) // a local echo server
+///     .codec(Codec::lines())
+///     .backoff(Duration::from_millis(100), Duration::from_secs(5))
+///     .max_attempts(10)
+///     .cooldown(Duration::from_secs(30))
+///     .heartbeat(
+///         Heartbeat::new(Duration::from_secs(1), Ping::Frame(b"PING".to_vec()))
+///             .reply(Predicate::starts_with("PING")),
+///     )
+///     .outbox_limits(1_000, 1 << 20)
+///     .overflow(Overflow::Block(Duration::from_millis(100)))
+///     .frame_ttl(Duration::from_secs(10))
+///     .build()?;
+/// link.send("hello")?;
+/// let reply = loop {
+///     if let Event::Frame(f) = link.events().recv_timeout(Duration::from_secs(5))? {
+///         break f;
+///     }
+/// };
+/// assert_eq!(reply, b"hello");
+/// link.close(Duration::from_secs(1));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug)]
 #[must_use = "a builder does nothing until build() is called"]
 pub struct Builder {
@@ -157,6 +197,40 @@ impl Builder {
     /// Adds another server. Each new attempt goes to the next one, starting from a point and
     /// in an order drawn per link, so a fleet spreads over its servers. Defaults to the one
     /// endpoint given to `Link::builder`.
+    ///
+    /// # Examples
+    /// The endpoints group ([`endpoint`](Builder::endpoint), [`resolver`](Builder::resolver),
+    /// [`dns_refresh`](Builder::dns_refresh)): a link with a server that is down and one that is
+    /// up ends up on the one that is up.
+    /// ```
+    /// use std::time::Duration;
+    /// use relink::{Event, Link, State};
+    /// # use std::io::{Read, Write};
+    /// # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    /// # let port = listener.local_addr()?.port();
+    /// # std::thread::spawn(move || {
+    /// #     let (mut s, _) = listener.accept().unwrap();
+    /// #     let mut buf = [0u8; 1024];
+    /// #     while let Ok(n) = s.read(&mut buf) {
+    /// #         if n == 0 || s.write_all(&buf[..n]).is_err() { break; }
+    /// #     }
+    /// # });
+    /// # let dead = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    /// let up = format!("tcp://127.0.0.1:{port}"); // a local echo server
+    /// let link = Link::builder(&format!("tcp://127.0.0.1:{dead}")) // nobody listens here
+    ///     .endpoint(&up)
+    ///     .native_retries(0)
+    ///     .backoff(Duration::from_millis(10), Duration::from_millis(100))
+    ///     .build()?;
+    /// let ready = loop {
+    ///     if let Event::State(t) = link.events().recv_timeout(Duration::from_secs(5))? {
+    ///         if t.to == State::Ready { break t; }
+    ///     }
+    /// };
+    /// assert_eq!(ready.endpoint, Some(up));
+    /// link.close(Duration::from_millis(100));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn endpoint(mut self, endpoint: &str) -> Builder {
         self.endpoints.push(endpoint.to_string());
         self
@@ -169,38 +243,89 @@ impl Builder {
     }
 
     /// Backoff delays grow from `base` to `max` (before jitter). Defaults to 200 ms .. 8 s.
+    ///
+    /// # Examples
+    /// The backoff group ([`backoff`](Builder::backoff), [`backoff_factor`](Builder::backoff_factor),
+    /// [`backoff_floor`](Builder::backoff_floor), [`jitter`](Builder::jitter),
+    /// [`max_attempts`](Builder::max_attempts), [`cooldown`](Builder::cooldown),
+    /// [`native_retries`](Builder::native_retries), [`rng_seed`](Builder::rng_seed)) says how long a
+    /// link waits between attempts, and when it rests:
+    /// ```
+    /// use std::time::Duration;
+    /// use relink::{Event, Jitter, Link, State};
+    ///
+    /// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    /// // Nobody listens on `port`: every dial is refused.
+    /// let link = Link::builder(&format!("tcp://127.0.0.1:{port}"))
+    ///     .backoff(Duration::from_millis(20), Duration::from_secs(2)) // 20 ms, 40 ms, 80 ms, ...
+    ///     .backoff_factor(2.0)
+    ///     .backoff_floor(Duration::from_millis(5))
+    ///     .jitter(Jitter::Proportional(0.2)) // each delay within ±20 %
+    ///     .max_attempts(3) // then rest in Cooldown
+    ///     .cooldown(Duration::from_secs(30))
+    ///     .native_retries(0) // every retry waits relink's delay
+    ///     .rng_seed(7) // the same delays on every run
+    ///     .build()?;
+    /// let mut waits = Vec::new();
+    /// while waits.last().map(|&(_, to, _)| to) != Some(State::Cooldown) {
+    ///     if let Event::State(t) = link.events().recv_timeout(Duration::from_secs(5))? {
+    ///         if let Some(d) = t.next_retry {
+    ///             waits.push((t.attempt, t.to, d));
+    ///         }
+    ///     }
+    /// }
+    /// let (first, to, d) = waits[0];
+    /// assert_eq!((first, to), (1, State::Backoff));
+    /// assert!(d >= Duration::from_millis(16) && d <= Duration::from_millis(24));
+    /// assert_eq!(waits[2], (3, State::Cooldown, Duration::from_secs(30)));
+    /// link.close(Duration::from_millis(100));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn backoff(mut self, base: Duration, max: Duration) -> Builder {
         self.config.core.backoff.base = base;
         self.config.core.backoff.max = max;
         self
     }
 
-    /// Growth of the delay per failure. Defaults to 2.
+    /// Growth of the delay per attempt ([`Metrics::attempt`](crate::Metrics::attempt)).
+    /// Defaults to 2.
+    ///
+    /// See the example on [`Builder::backoff`].
     pub fn backoff_factor(mut self, factor: f64) -> Builder {
         self.config.core.backoff.factor = factor;
         self
     }
 
     /// No delay is ever shorter than this. Defaults to 10 ms.
+    ///
+    /// See the example on [`Builder::backoff`].
     pub fn backoff_floor(mut self, floor: Duration) -> Builder {
         self.config.core.backoff.floor = floor;
         self
     }
 
     /// How delays are randomised. Defaults to [`Jitter::Full`].
+    ///
+    /// See the example on [`Builder::backoff`].
     pub fn jitter(mut self, jitter: Jitter) -> Builder {
         self.config.core.backoff.jitter = jitter;
         self
     }
 
-    /// Failed attempts in a row (libzmq's own redials included) before the link rests in
-    /// Cooldown. Defaults to none (never).
+    /// Attempts ([`Metrics::attempt`](crate::Metrics::attempt): relink's dials since the last
+    /// stable connection, libzmq's own redials not counted) that may fail before the link rests
+    /// in Cooldown; each probe after a Cooldown that fails rests again. Defaults to none
+    /// (never).
+    ///
+    /// See the example on [`Builder::backoff`].
     pub fn max_attempts(mut self, n: u32) -> Builder {
         self.config.core.max_attempts = Some(n);
         self
     }
 
     /// How long Cooldown lasts before a probe. Defaults to 60 s.
+    ///
+    /// See the example on [`Builder::backoff`].
     pub fn cooldown(mut self, period: Duration) -> Builder {
         self.config.core.cooldown = period;
         self
@@ -210,18 +335,64 @@ impl Builder {
     /// for a brief blip) before relink stops it and waits its own jittered delay between every
     /// later attempt. Counted from the last stable connection. Defaults to 1; 0 gives every
     /// retry to relink.
+    ///
+    /// See the example on [`Builder::backoff`].
     pub fn native_retries(mut self, n: u32) -> Builder {
         self.config.core.native_retries = n;
         self
     }
 
     /// A fixed seed for the backoff's random draws, for tests. Defaults to OS entropy.
+    ///
+    /// See the example on [`Builder::backoff`].
     pub fn rng_seed(mut self, seed: u64) -> Builder {
         self.config.rng_seed = Some(seed);
         self
     }
 
     /// What makes a connection Ready. Defaults to [`ProofOfLife::Connect`].
+    ///
+    /// # Examples
+    /// The proof-of-life group ([`ready_when`](Builder::ready_when),
+    /// [`min_stable`](Builder::min_stable), [`heartbeat`](Builder::heartbeat)) says when a
+    /// connection counts as alive, and when as dead:
+    /// ```
+    /// use std::time::Duration;
+    /// use relink::{Cause, Codec, Event, Heartbeat, Link, Ping, Predicate, ProofOfLife, State};
+    /// # use std::io::{Read, Write};
+    /// # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    /// # let port = listener.local_addr()?.port();
+    /// # std::thread::spawn(move || {
+    /// #     let (mut s, _) = listener.accept().unwrap();
+    /// #     let mut buf = [0u8; 1024];
+    /// #     while let Ok(n) = s.read(&mut buf) {
+    /// #         if n == 0 || s.write_all(&buf[..n]).is_err() { break; }
+    /// #     }
+    /// # });
+    ///
+    /// let link = Link::builder(&format!("tcp://127.0.0.1:{port}")) // a local echo server
+    ///     .codec(Codec::lines())
+    ///     // Ready once the peer answers HELLO; the reply is not delivered.
+    ///     .ready_when(ProofOfLife::handshake(vec![b"HELLO".to_vec()], |r| r == b"HELLO"))
+    ///     .min_stable(Duration::from_millis(500))
+    ///     .heartbeat(
+    ///         Heartbeat::new(Duration::from_millis(50), Ping::Frame(b"PING".to_vec()))
+    ///             .reply(Predicate::starts_with("PING")),
+    ///     )
+    ///     .build()?;
+    /// let ready = loop {
+    ///     if let Event::State(t) = link.events().recv_timeout(Duration::from_secs(5))? {
+    ///         if t.to == State::Ready { break t; }
+    ///     }
+    /// };
+    /// assert_eq!((ready.from, ready.cause), (State::Connected, Cause::Alive));
+    /// // The echoed pings are recognised as replies, not delivered: no event comes.
+    /// assert!(link.events().recv_timeout(Duration::from_millis(300)).is_err());
+    /// let m = link.metrics();
+    /// assert!(m.heartbeats_sent >= 1 && m.last_rtt.is_some());
+    /// link.close(Duration::from_millis(100));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn ready_when(mut self, proof: ProofOfLife) -> Builder {
         self.config.core.proof = proof;
         self
@@ -229,6 +400,8 @@ impl Builder {
 
     /// How long a Ready connection must last before the attempt counter resets; a drop
     /// sooner counts as a failure (flap guard). Defaults to 1 s. Zero resets on Ready.
+    ///
+    /// See the example on [`Builder::ready_when`].
     pub fn min_stable(mut self, d: Duration) -> Builder {
         self.config.core.min_stable = d;
         self
@@ -248,6 +421,8 @@ impl Builder {
     }
 
     /// The application heartbeat. Defaults to none.
+    ///
+    /// See the example on [`Builder::ready_when`].
     pub fn heartbeat(mut self, hb: Heartbeat) -> Builder {
         self.config.core.heartbeat = Some(hb);
         self
@@ -255,6 +430,50 @@ impl Builder {
 
     /// Bound on a connection attempt, including name resolution (also given to libzmq as
     /// ZMQ_CONNECT_TIMEOUT). Defaults to 5 s.
+    ///
+    /// # Examples
+    /// The socket group ([`connect_timeout`](Builder::connect_timeout),
+    /// [`immediate`](Builder::immediate), [`reconnect_ivl`](Builder::reconnect_ivl),
+    /// [`reconnect_ivl_max`](Builder::reconnect_ivl_max), [`linger`](Builder::linger),
+    /// [`hwm`](Builder::hwm), [`tcp_keepalive`](Builder::tcp_keepalive),
+    /// [`tcp_maxrt`](Builder::tcp_maxrt)) is handed to libzmq and the kernel:
+    /// ```
+    /// use std::time::Duration;
+    /// use relink::{ConfigError, Keepalive, Link, State};
+    /// # use std::io::{Read, Write};
+    /// # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    /// # let port = listener.local_addr()?.port();
+    /// # std::thread::spawn(move || {
+    /// #     let (mut s, _) = listener.accept().unwrap();
+    /// #     let mut buf = [0u8; 1024];
+    /// #     while let Ok(n) = s.read(&mut buf) {
+    /// #         if n == 0 || s.write_all(&buf[..n]).is_err() { break; }
+    /// #     }
+    /// # });
+    ///
+    /// let link = Link::builder(&format!("tcp://127.0.0.1:{port}")) // a local echo server
+    ///     .connect_timeout(Duration::from_secs(2))
+    ///     .immediate(false)
+    ///     .reconnect_ivl(Duration::from_millis(100))
+    ///     .reconnect_ivl_max(Duration::from_secs(1))
+    ///     .linger(Duration::from_millis(100))
+    ///     .hwm(128, 128)
+    ///     .tcp_keepalive(Keepalive::new(Duration::from_secs(30)))
+    ///     .tcp_maxrt(Duration::from_secs(10))
+    ///     .build()?;
+    /// while link.state() != State::Ready {
+    ///     link.events().recv_timeout(Duration::from_secs(5))?;
+    /// }
+    /// link.close(Duration::from_millis(100));
+    ///
+    /// // Checked once, in build(): libzmq's redial gap must not shrink as it grows.
+    /// let bad = Link::builder("tcp://127.0.0.1:6379")
+    ///     .reconnect_ivl(Duration::from_secs(1))
+    ///     .reconnect_ivl_max(Duration::from_millis(100))
+    ///     .build();
+    /// assert!(matches!(bad, Err(ConfigError::MaxBelowBase { .. })));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn connect_timeout(mut self, d: Duration) -> Builder {
         self.config.socket.connect_timeout = d;
         self
@@ -262,30 +481,40 @@ impl Builder {
 
     /// libzmq's ZMQ_IMMEDIATE. With `true`, libzmq never redials a STREAM endpoint after a
     /// drop, so relink always does. Defaults to false.
+    ///
+    /// See the example on [`Builder::connect_timeout`].
     pub fn immediate(mut self, yes: bool) -> Builder {
         self.config.socket.immediate = yes;
         self
     }
 
     /// libzmq's ZMQ_RECONNECT_IVL: the gap of its own redial. Defaults to 100 ms.
+    ///
+    /// See the example on [`Builder::connect_timeout`].
     pub fn reconnect_ivl(mut self, d: Duration) -> Builder {
         self.config.socket.reconnect_ivl = d;
         self
     }
 
     /// libzmq's ZMQ_RECONNECT_IVL_MAX (0: no growth). Defaults to 0.
+    ///
+    /// See the example on [`Builder::connect_timeout`].
     pub fn reconnect_ivl_max(mut self, d: Duration) -> Builder {
         self.config.socket.reconnect_ivl_max = d;
         self
     }
 
     /// libzmq's ZMQ_LINGER, always bounded. Defaults to 200 ms.
+    ///
+    /// See the example on [`Builder::connect_timeout`].
     pub fn linger(mut self, d: Duration) -> Builder {
         self.config.socket.linger = d;
         self
     }
 
     /// libzmq's send and receive high-water marks, in messages. Defaults to 64 and 64.
+    ///
+    /// See the example on [`Builder::connect_timeout`].
     pub fn hwm(mut self, sndhwm: i32, rcvhwm: i32) -> Builder {
         self.config.socket.sndhwm = sndhwm;
         self.config.socket.rcvhwm = rcvhwm;
@@ -293,6 +522,8 @@ impl Builder {
     }
 
     /// TCP keepalive (kernel backstop for idle links). Defaults to the system's (off).
+    ///
+    /// See the example on [`Builder::connect_timeout`].
     pub fn tcp_keepalive(mut self, k: Keepalive) -> Builder {
         self.config.socket.keepalive = Some(k);
         self
@@ -300,6 +531,8 @@ impl Builder {
 
     /// TCP_USER_TIMEOUT (libzmq's ZMQ_TCP_MAXRT): unacknowledged data older than this resets
     /// the connection (kernel backstop for links that send). Defaults to the system's.
+    ///
+    /// See the example on [`Builder::connect_timeout`].
     pub fn tcp_maxrt(mut self, d: Duration) -> Builder {
         self.config.socket.tcp_maxrt = Some(d);
         self
@@ -307,6 +540,39 @@ impl Builder {
 
     /// Outbox limits: frames waiting to be sent, in number and in bytes. Defaults to 10 000
     /// frames and 16 MiB.
+    ///
+    /// # Examples
+    /// The outbox group ([`outbox_limits`](Builder::outbox_limits), [`overflow`](Builder::overflow),
+    /// [`frame_ttl`](Builder::frame_ttl), [`abandon_on_disconnect`](Builder::abandon_on_disconnect))
+    /// bounds what waits to be sent; every frame ends in one reported outcome:
+    /// ```
+    /// use std::time::Duration;
+    /// use relink::{AbandonReason, Event, Link, Overflow, SendError};
+    ///
+    /// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    /// // Nobody listens on `port`: frames wait in the outbox.
+    /// let link = Link::builder(&format!("tcp://127.0.0.1:{port}"))
+    ///     .outbox_limits(2, 64 * 1024)
+    ///     .overflow(Overflow::RejectNew)
+    ///     .frame_ttl(Duration::from_secs(60))
+    ///     .abandon_on_disconnect(true)
+    ///     .build()?;
+    /// link.send("one")?;
+    /// link.send("two")?;
+    /// // At the limit the frame is refused and given back.
+    /// assert_eq!(link.send("three"), Err(SendError::Full(b"three".to_vec())));
+    /// // Closing abandons what is still queued; each frame comes back in an event.
+    /// let m = link.close(Duration::from_millis(50));
+    /// assert_eq!((m.frames_rejected, m.abandoned.shutdown), (1, 2));
+    /// let mut back = Vec::new();
+    /// while let Ok(ev) = link.events().try_recv() {
+    ///     if let Event::Abandoned { frame, reason: AbandonReason::Shutdown } = ev {
+    ///         back.push(frame);
+    ///     }
+    /// }
+    /// assert_eq!(back, [b"one".to_vec(), b"two".to_vec()]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn outbox_limits(mut self, frames: usize, bytes: usize) -> Builder {
         self.config.core.outbox_frames = frames;
         self.config.core.outbox_bytes = bytes;
@@ -314,6 +580,8 @@ impl Builder {
     }
 
     /// What `send` does at the outbox limit. Defaults to [`Overflow::RejectNew`].
+    ///
+    /// See the example on [`Builder::outbox_limits`]. and on [`Overflow`].
     pub fn overflow(mut self, policy: Overflow) -> Builder {
         self.config.overflow = policy;
         self
@@ -321,6 +589,8 @@ impl Builder {
 
     /// Default lifetime of a queued frame; an unsent frame older than this is abandoned as
     /// Expired. Defaults to none (frames wait until sent, closed or dropped).
+    ///
+    /// See the example on [`Builder::outbox_limits`]. and on [`Link::send_with_ttl`](crate::Link::send_with_ttl).
     pub fn frame_ttl(mut self, ttl: Duration) -> Builder {
         self.config.frame_ttl = Some(ttl);
         self
@@ -328,6 +598,8 @@ impl Builder {
 
     /// Abandon queued frames (reason ConnectionLost) when a connection drops, instead of
     /// keeping them for the next one. Defaults to false.
+    ///
+    /// See the example on [`Builder::outbox_limits`].
     pub fn abandon_on_disconnect(mut self, yes: bool) -> Builder {
         self.config.core.abandon_on_disconnect = yes;
         self
@@ -335,12 +607,49 @@ impl Builder {
 
     /// Capacity of the event channel; when it is full, the link stops reading the socket.
     /// Defaults to 1024.
+    ///
+    /// # Examples
+    /// The events group ([`events_capacity`](Builder::events_capacity),
+    /// [`close_timeout`](Builder::close_timeout)): dropping the last handle closes the link, and
+    /// the event stream ends with the transition to Closed.
+    /// ```
+    /// use std::time::Duration;
+    /// use relink::{Event, Link, State};
+    /// # use std::io::{Read, Write};
+    /// # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    /// # let port = listener.local_addr()?.port();
+    /// # std::thread::spawn(move || {
+    /// #     let (mut s, _) = listener.accept().unwrap();
+    /// #     let mut buf = [0u8; 1024];
+    /// #     while let Ok(n) = s.read(&mut buf) {
+    /// #         if n == 0 || s.write_all(&buf[..n]).is_err() { break; }
+    /// #     }
+    /// # });
+    ///
+    /// let link = Link::builder(&format!("tcp://127.0.0.1:{port}")) // a local echo server
+    ///     .events_capacity(64) // 64 events waiting: the link stops reading the socket
+    ///     .close_timeout(Duration::from_millis(200))
+    ///     .build()?;
+    /// let events = link.events().clone();
+    /// while link.state() != State::Ready {
+    ///     events.recv_timeout(Duration::from_secs(5))?;
+    /// }
+    /// drop(link); // the last handle: closes, bounded by close_timeout
+    /// let mut last = None;
+    /// while let Ok(ev) = events.recv() {
+    ///     last = Some(ev);
+    /// }
+    /// assert!(matches!(last, Some(Event::State(t)) if t.to == State::Closed));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn events_capacity(mut self, n: usize) -> Builder {
         self.config.events_capacity = n;
         self
     }
 
     /// Bound on the close run when the last handle is dropped. Defaults to 1 s.
+    ///
+    /// See the example on [`Builder::events_capacity`].
     pub fn close_timeout(mut self, d: Duration) -> Builder {
         self.config.close_timeout = d;
         self
@@ -348,6 +657,8 @@ impl Builder {
 
     /// How often the name in use is resolved again, in the background (the next dial finds
     /// the fresh answer); a failed dial also asks again. Defaults to 60 s.
+    ///
+    /// See the example on [`Resolver`].
     pub fn dns_refresh(mut self, d: Duration) -> Builder {
         self.config.core.dns_refresh = d;
         self
@@ -361,12 +672,16 @@ impl Builder {
 
     /// How host names are resolved. Defaults to the system resolver (getaddrinfo), run on
     /// relink's resolver threads, never on an IO thread.
+    ///
+    /// See the example on [`Resolver`].
     pub fn resolver(mut self, r: Resolver) -> Builder {
         self.config.resolver = Some(r);
         self
     }
 
     /// The libzmq context to share. Defaults to [`Context::global`].
+    ///
+    /// See the example on [`Context`].
     pub fn context(mut self, ctx: &Context) -> Builder {
         self.context = Some(ctx.clone());
         self

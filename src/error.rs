@@ -1,4 +1,5 @@
-//! Error types, one per concern: configuration, sending, the wire format and the link itself.
+//! Error types, one per concern: configuration, sending, receiving events, the wire format and
+//! the link itself.
 
 use std::time::Duration;
 
@@ -6,6 +7,28 @@ use std::time::Duration;
 ///
 /// Every check is made once, in `build()`; a link that was built never fails for a
 /// configuration reason later.
+///
+/// # Examples
+/// ```
+/// use std::time::Duration;
+/// use relink::{ConfigError, Link};
+///
+/// let err = Link::builder("tcp://127.0.0.1:6379")
+///     .backoff(Duration::from_secs(5), Duration::from_secs(1))
+///     .build()
+///     .unwrap_err();
+/// assert_eq!(err, ConfigError::MaxBelowBase {
+///     base: Duration::from_secs(5),
+///     max: Duration::from_secs(1),
+/// });
+/// assert_eq!(err.to_string(), "backoff max (1s) is below its base (5s)");
+///
+/// let err = Link::builder("localhost:6379").build().unwrap_err();
+/// assert_eq!(err.to_string(), "bad endpoint \"localhost:6379\": must start with tcp://");
+///
+/// let err = Link::builder("tcp://127.0.0.1:6379").outbox_limits(0, 1024).build();
+/// assert_eq!(err.unwrap_err(), ConfigError::ZeroLimit { name: "outbox frames" });
+/// ```
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConfigError {
@@ -129,6 +152,28 @@ pub enum CodecError {
 
 /// A frame refused by [`Link::send`](crate::Link::send) and its variants; the frame is given
 /// back.
+///
+/// # Examples
+/// ```
+/// use std::time::Duration;
+/// use relink::{Link, SendError};
+///
+/// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+/// // Nobody listens on `port`: frames wait in the outbox.
+/// let link = Link::builder(&format!("tcp://127.0.0.1:{port}"))
+///     .outbox_limits(1, 1024)
+///     .build()?;
+/// link.send("first")?;
+/// match link.send("second") {
+///     Err(SendError::Full(frame)) => assert_eq!(frame, b"second"), // keep it, try later
+///     other => panic!("{other:?}"),
+/// }
+/// link.close(Duration::from_millis(50));
+/// let err = link.send("third").unwrap_err();
+/// assert_eq!(err.to_string(), "link closed");
+/// assert_eq!(err.into_inner(), b"third");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum SendError {
@@ -154,6 +199,40 @@ impl SendError {
 }
 
 /// Something that went wrong on the link and is reported in an [`Event::Error`](crate::Event).
+///
+/// # Examples
+/// A peer that breaks the framing:
+/// ```
+/// use std::time::Duration;
+/// use relink::{Cause, Codec, CodecError, Event, Link, LinkError};
+/// # use std::io::{Read, Write};
+/// # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+/// # let port = listener.local_addr()?.port();
+/// # std::thread::spawn(move || {
+/// #     let (mut s, _) = listener.accept().unwrap();
+/// #     s.write_all(&[0xff; 4]).unwrap();
+/// #     let _ = s.read(&mut [0u8; 1]); // until the link resets the connection
+/// # });
+///
+/// // The server on `port` announces a frame of 4 GiB.
+/// let link = Link::builder(&format!("tcp://127.0.0.1:{port}"))
+///     .codec(Codec::LengthPrefixed { max_frame: 1024 })
+///     .build()?;
+/// let err = loop {
+///     if let Event::Error(e) = link.events().recv_timeout(Duration::from_secs(5))? {
+///         break e;
+///     }
+/// };
+/// let too_large = CodecError::FrameTooLarge { len: u32::MAX as u64, max: 1024 };
+/// assert_eq!(err, LinkError::Codec(too_large));
+/// // The connection was reset and counts as a failure.
+/// match link.events().recv_timeout(Duration::from_secs(5))? {
+///     Event::State(t) => assert_eq!(t.cause, Cause::Protocol),
+///     other => panic!("{other:?}"),
+/// }
+/// link.close(Duration::from_millis(50));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum LinkError {
@@ -352,4 +431,41 @@ pub enum TlsConfigError {
     /// rustls refused the configuration, described.
     #[error("{0}")]
     Rustls(String),
+}
+
+/// [`Events::recv`](crate::Events::recv) found the link closed and every event taken.
+///
+/// # Examples
+/// See [`Events::recv`](crate::Events::recv).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("receiving on an empty and disconnected channel")]
+pub struct RecvError;
+
+/// Why [`Events::try_recv`](crate::Events::try_recv) returned no event.
+///
+/// # Examples
+/// See [`Events::try_recv`](crate::Events::try_recv).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum TryRecvError {
+    /// No event is waiting now; the link is open.
+    #[error("receiving on an empty channel")]
+    Empty,
+    /// The link is closed and every event was taken.
+    #[error("receiving on an empty and disconnected channel")]
+    Disconnected,
+}
+
+/// Why [`Events::recv_timeout`](crate::Events::recv_timeout) or
+/// [`Events::recv_deadline`](crate::Events::recv_deadline) returned no event.
+///
+/// # Examples
+/// See [`Events::recv_timeout`](crate::Events::recv_timeout).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum RecvTimeoutError {
+    /// No event came before the timeout or deadline; the link is open.
+    #[error("timed out waiting on receive operation")]
+    Timeout,
+    /// The link is closed and every event was taken.
+    #[error("channel is empty and disconnected")]
+    Disconnected,
 }

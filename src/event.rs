@@ -6,6 +6,23 @@ use std::fmt;
 use crate::error::LinkError;
 
 /// The state of a link. See the crate docs for the diagram.
+///
+/// # Examples
+/// ```
+/// use relink::State;
+///
+/// fn describe(state: State) -> &'static str {
+///     match state {
+///         State::Ready => "up",
+///         State::Connecting | State::Connected => "coming up",
+///         State::Backoff | State::Cooldown => "down, retrying",
+///         State::Idle | State::Closed => "not running",
+///     }
+/// }
+/// assert_eq!(describe(State::Cooldown), "down, retrying");
+/// assert_eq!(State::Backoff.to_string(), "Backoff");
+/// ```
+/// The crate docs ("States") show every transition between them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum State {
@@ -59,6 +76,15 @@ impl fmt::Display for State {
 }
 
 /// Why the state changed. Displayed as one word (`peer-closed`).
+///
+/// # Examples
+/// ```
+/// use relink::Cause;
+///
+/// assert_eq!(Cause::PeerClosed.to_string(), "peer-closed");
+/// assert!(Cause::HeartbeatTimeout.is_failure()); // counts for the backoff
+/// assert!(!Cause::ReconnectNow.is_failure());
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Cause {
@@ -161,6 +187,16 @@ impl fmt::Display for Cause {
 }
 
 /// Why a frame accepted by `send` was never handed to the socket.
+///
+/// # Examples
+/// ```
+/// use relink::AbandonReason;
+///
+/// assert_eq!(AbandonReason::ConnectionLost.to_string(), "connection-lost");
+/// ```
+/// [`Link::send_with_ttl`](crate::Link::send_with_ttl) and
+/// [`Builder::outbox_limits`](crate::Builder::outbox_limits) show frames coming back with a
+/// reason.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum AbandonReason {
@@ -193,7 +229,32 @@ impl fmt::Display for AbandonReason {
 }
 
 /// A state change, with what the application needs to judge it.
+///
+/// # Examples
+/// The first refused dial:
+/// ```
+/// use std::time::Duration;
+/// use relink::{Cause, Event, Link, State};
+///
+/// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+/// // Nobody listens on `port`.
+/// let endpoint = format!("tcp://127.0.0.1:{port}");
+/// let link = Link::builder(&endpoint).native_retries(0).build()?;
+/// let t = loop {
+///     if let Event::State(t) = link.events().recv_timeout(Duration::from_secs(5))? {
+///         if t.to == State::Backoff { break t; }
+///     }
+/// };
+/// let (from, to, cause, attempt) = (t.from, t.to, t.cause, t.attempt);
+/// println!("{from} -> {to} ({cause}), attempt {attempt}, retry in {:?}", t.next_retry);
+/// assert_eq!((t.from, t.cause, t.attempt), (State::Connecting, Cause::Refused, 1));
+/// assert!(t.cause.is_failure() && t.next_retry.is_some());
+/// assert_eq!(t.endpoint, Some(endpoint));
+/// link.close(Duration::from_millis(50));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Transition {
     /// The state left.
     pub from: State,
@@ -201,8 +262,9 @@ pub struct Transition {
     pub to: State,
     /// Why.
     pub cause: Cause,
-    /// Failed attempts in a row so far, libzmq's own redials included (0 once a connection
-    /// proved stable): what the backoff grows with and `max_attempts` counts.
+    /// The attempt, as [`Metrics::attempt`](crate::Metrics::attempt) defines it and shows at
+    /// the same moment: the ordinal of the latest dial relink made since the last stable
+    /// connection (0 when none was made since), native redials not counted.
     pub attempt: u32,
     /// The delay drawn, when `to` is Backoff or Cooldown.
     pub next_retry: Option<std::time::Duration>,
@@ -211,6 +273,41 @@ pub struct Transition {
 }
 
 /// What the link sends to the application through [`Link::events`](crate::Link::events).
+///
+/// # Examples
+/// ```
+/// use std::time::Duration;
+/// use relink::{Codec, Event, Link};
+/// # use std::io::{Read, Write};
+/// # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+/// # let port = listener.local_addr()?.port();
+/// # std::thread::spawn(move || {
+/// #     let (mut s, _) = listener.accept().unwrap();
+/// #     let mut buf = [0u8; 1024];
+/// #     while let Ok(n) = s.read(&mut buf) {
+/// #         if n == 0 || s.write_all(&buf[..n]).is_err() { break; }
+/// #     }
+/// # });
+///
+/// let link = Link::builder(&format!("tcp://127.0.0.1:{port}")) // a local echo server
+///     .codec(Codec::lines())
+///     .build()?;
+/// link.send("hello")?;
+/// loop {
+///     match link.events().recv_timeout(Duration::from_secs(5))? {
+///         Event::Frame(f) => {
+///             assert_eq!(f, b"hello");
+///             break;
+///         }
+///         Event::State(t) => println!("{} -> {} ({})", t.from, t.to, t.cause),
+///         Event::Abandoned { frame, reason } => eprintln!("not sent ({reason}): {frame:?}"),
+///         Event::Error(e) => eprintln!("link error: {e}"),
+///         _ => {} // more kinds may come
+///     }
+/// }
+/// link.close(Duration::from_millis(100));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Event {

@@ -40,6 +40,12 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! # Platforms
+//! Linux only. relink builds and is tested on Linux (x86_64, glibc) with libzmq 4.3 or newer.
+//! Other systems do not build: the IO thread is woken through a Linux `eventfd`, and the
+//! kernel backstops rely on Linux socket options (`TCP_USER_TIMEOUT`, the keepalive
+//! settings). On any other target the build stops with a `compile_error!` that says so.
+//!
 //! # In scope
 //! - One client link per [`Link`] to one or several `tcp://host:port` servers speaking raw TCP,
 //!   framed by a [`Codec`]: raw chunks, u32 length prefix, or lines.
@@ -64,17 +70,86 @@
 //!   the protocol on top.
 //!
 //! # States
+//! A link is always in one [`State`]. The state machine changes it on an *input*: something
+//! the IO thread saw (a connect, a close, bytes, a timer) or the application asked for.
+//! Every change is emitted as an [`Event::State`] carrying a [`Transition`] with its [`Cause`];
+//! [`Link::state`] and [`Metrics::state`] say where the link is now.
+//!
 //! ```text
-//!   Idle ──► Connecting ──► Connected ──► Ready
-//!               ▲  │            │           │
-//!               │  └──────► Backoff ◄───────┘   (any failure)
-//!               │              │
-//!               ├──────────────┘ retry timer / reconnect_now
-//!               └── Cooldown ◄── max_attempts failures in a row
-//!   any ── close ──► Closed
+//!            Start                 TcpConnected            Alive
+//!   Idle ───────────► Connecting ──────────────► Connected ──────► Ready
+//!                      ▲   │  ▲                     │                │
+//!          RetryTimer  │   │  └─ ConnectFailed      │ failure        │ failure
+//!          ReconnectNow│   │     (native redial)    ▼                ▼
+//!                      │   └────────────────────► Backoff ◄──────────┘
+//!                      │        failure             │ attempt == max_attempts
+//!                      └──────── Cooldown ◄─────────┘
+//!                        CooldownOver / ReconnectNow
+//!
+//!   any state ── Close (outbox flushed, or deadline) ──► Closed (terminal)
 //! ```
-//! Every transition is emitted as an [`Event::State`] with its [`Cause`]. The full transition
-//! table, one row per (state, input) pair, is in `docs/design.md` ("The transition table").
+//!
+//! | # | from | input | to | effect |
+//! |---|------|-------|----|--------|
+//! | 1 | Idle | Start | Connecting | dial (resolve the name, or connect) |
+//! | 2 | Connecting | Resolved(addresses) | Connecting | connect to the next address |
+//! | 3 | Connecting | Resolved(error) | Backoff/Cooldown | failure `dns`; a resolver that panicked: error event, failure `callback-panic` |
+//! | 4 | Connecting | TcpConnected | Connected, or Ready if the connect is the proof | send hello, start heartbeat |
+//! | 5 | Connecting | ConnectFailed, native redials left | Connecting | count a failure, the socket redials by itself (`native_retries` per outage) |
+//! | 6 | Connecting | ConnectFailed, none left | Backoff/Cooldown | stop the native redial, failure `refused` |
+//! | 7 | Connecting | DialTimeout | Backoff/Cooldown | stop the native redial, failure `connect-timeout` |
+//! | 8 | Connected | Alive (first bytes, or accepted reply) | Ready | frames flow |
+//! | 9 | Connected | HandshakeTimeout | Backoff/Cooldown | close, failure |
+//! | 10 | Connected, Ready | Disconnected | Backoff/Cooldown | failure `peer-closed` (flap guard: never an immediate redial) |
+//! | 11 | Connected, Ready | HeartbeatDead | Backoff/Cooldown | close, failure `heartbeat-timeout` |
+//! | 12 | Connected, Ready | ProtocolError | Backoff/Cooldown | close, error event, failure `protocol` |
+//! | 13 | Connected, Ready | Unreachable | Backoff/Cooldown | close, failure `unreachable` |
+//! | 14 | Ready | Stable (`min_stable` elapsed) | Ready | attempt and failure counters reset |
+//! | 15 | Backoff | RetryTimer | Connecting | dial |
+//! | 16 | Cooldown | RetryTimer | Connecting | probe |
+//! | 17 | Backoff, Cooldown | ReconnectNow | Connecting | dial now, counter kept |
+//! | 18 | any but Closed | Close, outbox empty | Closed | stop |
+//! | 19 | any but Closed | Close, frames queued | same | flush until the deadline |
+//! | 20 | any but Closed | Flushed (closing, outbox empty) | Closed | stop |
+//! | 21 | any but Closed | CloseDeadline | Closed | abandon the rest (`shutdown`) |
+//! | 22 | Connected, Ready | CallbackPanicked (a predicate or the codec) | Backoff/Cooldown | close, error event, failure `callback-panic` |
+//!
+//! Backoff/Cooldown: Cooldown when the attempt (relink's dials since the last stable
+//! connection, native redials not counted) reaches `max_attempts`, else Backoff.
+//! Any other pair is ignored and counted. Inputs carry the generation of the dial they belong
+//! to; one from an earlier dial is dropped before it reaches the table.
+//!
+//! "failure" in the diagram is any of rows 3, 6, 7, 9–13 and 22: their causes are the ones
+//! for which [`Cause::is_failure`] is true. An ignored pair shows in
+//! [`Metrics::ignored_inputs`].
+//!
+//! # Examples
+//! Following a link through its states: every transition names where it comes from, where it
+//! goes and why.
+//! ```
+//! use std::time::Duration;
+//! use relink::{Cause, Event, Link, State};
+//!
+//! # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+//! // Nobody listens on `port`: every dial is refused.
+//! let link = Link::builder(&format!("tcp://127.0.0.1:{port}"))
+//!     .native_retries(0)
+//!     .max_attempts(2)
+//!     .backoff(Duration::from_millis(10), Duration::from_millis(50))
+//!     .build()?;
+//! let mut seen = Vec::new();
+//! while let Event::State(t) = link.events().recv_timeout(Duration::from_secs(5))? {
+//!     seen.push((t.from, t.to, t.cause));
+//!     if t.to == State::Cooldown { break; }
+//! }
+//! assert_eq!(seen[0], (State::Idle, State::Connecting, Cause::Start));            // row 1
+//! assert!(seen.contains(&(State::Connecting, State::Backoff, Cause::Refused)));     // row 6
+//! assert!(seen.contains(&(State::Backoff, State::Connecting, Cause::RetryTimer)));  // row 15
+//! assert_eq!(seen.last(), Some(&(State::Connecting, State::Cooldown, Cause::Refused)));
+//! link.close(Duration::from_millis(100));
+//! assert_eq!(link.state(), State::Closed);                                          // row 18
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 //!
 //! # Application code that panics
 //! relink calls the application's code on its own threads: the [`Predicate`]s of a handshake
@@ -118,6 +193,12 @@
 #![warn(missing_docs, missing_debug_implementations)]
 #![deny(unsafe_code)]
 
+#[cfg(not(target_os = "linux"))]
+compile_error!(
+    "relink supports Linux only: it wakes its IO thread through a Linux eventfd and relies on \
+     Linux socket options (TCP_USER_TIMEOUT); see build.md, \"Platforms\""
+);
+
 mod builder;
 mod core;
 mod error;
@@ -134,9 +215,9 @@ pub use crate::core::heartbeat::{Heartbeat, Ping};
 pub use crate::core::predicate::Predicate;
 pub use crate::core::settings::ProofOfLife;
 pub use builder::{defaults, Builder, Overflow};
-pub use crossbeam_channel::{RecvError, RecvTimeoutError, TryRecvError};
 pub use error::{
-    Callback, CodecError, ConfigError, FrameError, LinkError, SendError, TlsConfigError, TlsError,
+    Callback, CodecError, ConfigError, FrameError, LinkError, RecvError, RecvTimeoutError,
+    SendError, TlsConfigError, TlsError, TryRecvError,
 };
 pub use event::{AbandonReason, Cause, Event, State, Transition};
 pub use io::{Context, Keepalive, Resolver};

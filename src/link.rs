@@ -7,11 +7,11 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvError, RecvTimeoutError, Sender, TryRecvError};
+use crossbeam_channel::{self as channel, Receiver, Sender};
 
 use crate::builder::{Builder, Config, Overflow};
 use crate::core::codec::Codec;
-use crate::error::{ConfigError, SendError};
+use crate::error::{ConfigError, RecvError, RecvTimeoutError, SendError, TryRecvError};
 use crate::event::{Event, State};
 use crate::io::event_loop::{IoSettings, IoThread};
 use crate::io::shared::{Command, Shared};
@@ -24,19 +24,37 @@ use crate::metrics::Metrics;
 /// builder's `close_timeout`.
 ///
 /// # Examples
-/// ```no_run
+/// Every clone drives the same link: here one thread sends and another reads the replies.
+/// ```
 /// use std::time::Duration;
 /// use relink::{Codec, Event, Link};
+/// # use std::io::{Read, Write};
+/// # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+/// # let port = listener.local_addr()?.port();
+/// # std::thread::spawn(move || {
+/// #     let (mut s, _) = listener.accept().unwrap();
+/// #     let mut buf = [0u8; 1024];
+/// #     while let Ok(n) = s.read(&mut buf) {
+/// #         if n == 0 || s.write_all(&buf[..n]).is_err() { break; }
+/// #     }
+/// # });
 ///
-/// let link = Link::builder("tcp://127.0.0.1:6379")
+/// let link = Link::builder(&format!("tcp://127.0.0.1:{port}")) // a local echo server
 ///     .codec(Codec::lines())
 ///     .build()?;
-/// link.send(b"PING".to_vec())?;
-/// while let Ok(ev) = link.events().recv_timeout(Duration::from_secs(1)) {
-///     if let Event::Frame(f) = ev {
-///         println!("{}", String::from_utf8_lossy(&f));
+/// let sender = link.clone();
+/// std::thread::spawn(move || {
+///     for i in 0..3 {
+///         sender.send(format!("line {i}")).unwrap();
+///     }
+/// });
+/// let mut replies = Vec::new();
+/// while replies.len() < 3 {
+///     if let Event::Frame(f) = link.events().recv_timeout(Duration::from_secs(5))? {
+///         replies.push(String::from_utf8(f)?);
 ///     }
 /// }
+/// assert_eq!(replies, ["line 0", "line 1", "line 2"]);
 /// link.close(Duration::from_secs(1));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
@@ -80,6 +98,10 @@ enum Wait {
 
 impl Builder {
     /// Checks the configuration and starts the link.
+    ///
+    /// # Errors
+    /// [`ConfigError`] for a setting out of range or a libzmq object that could not be made;
+    /// see the example there. Examples of whole configurations are on [`Builder`].
     pub fn build(self) -> Result<Link, ConfigError> {
         let (config, context) = self.validate()?;
         Link::start(config, context)
@@ -88,6 +110,8 @@ impl Builder {
 
 impl Link {
     /// A builder for a link to `endpoint` (`tcp://host:port`).
+    ///
+    /// See the examples on [`Builder`] and in the crate docs' quick start.
     pub fn builder(endpoint: &str) -> Builder {
         Builder::new(endpoint)
     }
@@ -149,6 +173,39 @@ impl Link {
     /// The frame comes back in the error: [`SendError::Full`] at the limit,
     /// [`SendError::Closed`] after `close`, [`SendError::Invalid`] when the codec cannot
     /// encode it.
+    ///
+    /// # Examples
+    /// ```
+    /// use std::time::Duration;
+    /// use relink::{Codec, Event, Link, SendError};
+    /// # use std::io::{Read, Write};
+    /// # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    /// # let port = listener.local_addr()?.port();
+    /// # std::thread::spawn(move || {
+    /// #     let (mut s, _) = listener.accept().unwrap();
+    /// #     let mut buf = [0u8; 1024];
+    /// #     while let Ok(n) = s.read(&mut buf) {
+    /// #         if n == 0 || s.write_all(&buf[..n]).is_err() { break; }
+    /// #     }
+    /// # });
+    ///
+    /// let link = Link::builder(&format!("tcp://127.0.0.1:{port}")) // a local echo server
+    ///     .codec(Codec::lines())
+    ///     .build()?;
+    /// link.send("PING")?; // queued at once, sent as soon as the link is Ready
+    /// // A line cannot hold a newline: refused at the call, the frame given back.
+    /// let err = link.send("a\nb").unwrap_err();
+    /// assert!(matches!(err, SendError::Invalid(..)));
+    /// assert_eq!(err.into_inner(), b"a\nb");
+    /// loop {
+    ///     if let Event::Frame(f) = link.events().recv_timeout(Duration::from_secs(5))? {
+    ///         assert_eq!(f, b"PING");
+    ///         break;
+    ///     }
+    /// }
+    /// link.close(Duration::from_millis(100));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn send(&self, frame: impl Into<Vec<u8>>) -> Result<(), SendError> {
         let wait = match self.inner.overflow {
             Overflow::RejectNew => Wait::No,
@@ -163,6 +220,25 @@ impl Link {
     ///
     /// # Errors
     /// As [`send`](Link::send).
+    ///
+    /// # Examples
+    /// ```
+    /// use std::time::{Duration, Instant};
+    /// use relink::{Link, Overflow, SendError};
+    ///
+    /// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    /// // Nobody listens on `port`: frames wait in the outbox.
+    /// let link = Link::builder(&format!("tcp://127.0.0.1:{port}"))
+    ///     .outbox_limits(1, 1024)
+    ///     .overflow(Overflow::Block(Duration::from_secs(10))) // `send` would wait 10 s
+    ///     .build()?;
+    /// link.try_send("first")?;
+    /// let start = Instant::now();
+    /// assert_eq!(link.try_send("second"), Err(SendError::Full(b"second".to_vec())));
+    /// assert!(start.elapsed() < Duration::from_secs(5)); // refused without waiting
+    /// link.close(Duration::from_millis(50));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn try_send(&self, frame: impl Into<Vec<u8>>) -> Result<(), SendError> {
         let wait = match self.inner.overflow {
             Overflow::DropOldest => Wait::Force,
@@ -175,6 +251,39 @@ impl Link {
     ///
     /// # Errors
     /// As [`send`](Link::send).
+    ///
+    /// # Examples
+    /// With room for one frame, each call waits until the frame before it went out:
+    /// ```
+    /// use std::time::Duration;
+    /// use relink::{Codec, Event, Link};
+    /// # use std::io::{Read, Write};
+    /// # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    /// # let port = listener.local_addr()?.port();
+    /// # std::thread::spawn(move || {
+    /// #     let (mut s, _) = listener.accept().unwrap();
+    /// #     let mut buf = [0u8; 1024];
+    /// #     while let Ok(n) = s.read(&mut buf) {
+    /// #         if n == 0 || s.write_all(&buf[..n]).is_err() { break; }
+    /// #     }
+    /// # });
+    ///
+    /// let link = Link::builder(&format!("tcp://127.0.0.1:{port}")) // a local echo server
+    ///     .codec(Codec::lines())
+    ///     .outbox_limits(1, 1024)
+    ///     .build()?;
+    /// for line in ["one", "two", "three"] {
+    ///     link.send_timeout(line, Duration::from_secs(5))?;
+    /// }
+    /// let mut replies = 0;
+    /// while replies < 3 {
+    ///     if let Event::Frame(_) = link.events().recv_timeout(Duration::from_secs(5))? {
+    ///         replies += 1;
+    ///     }
+    /// }
+    /// assert_eq!(link.close(Duration::from_millis(100)).frames_sent, 3);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn send_timeout(
         &self,
         frame: impl Into<Vec<u8>>,
@@ -188,6 +297,28 @@ impl Link {
     ///
     /// # Errors
     /// As [`send`](Link::send).
+    ///
+    /// # Examples
+    /// A frame that is worthless once late is given back with reason `Expired`:
+    /// ```
+    /// use std::time::Duration;
+    /// use relink::{AbandonReason, Event, Link};
+    ///
+    /// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    /// // Nobody listens on `port`: the frame cannot be sent in time.
+    /// let link = Link::builder(&format!("tcp://127.0.0.1:{port}")).build()?;
+    /// link.send_with_ttl("price: 42", Duration::from_millis(20))?;
+    /// let (frame, reason) = loop {
+    ///     if let Event::Abandoned { frame, reason } =
+    ///         link.events().recv_timeout(Duration::from_secs(5))?
+    ///     {
+    ///         break (frame, reason);
+    ///     }
+    /// };
+    /// assert_eq!((frame.as_slice(), reason), (&b"price: 42"[..], AbandonReason::Expired));
+    /// assert_eq!(link.close(Duration::from_millis(50)).abandoned.expired, 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn send_with_ttl(&self, frame: impl Into<Vec<u8>>, ttl: Duration) -> Result<(), SendError> {
         let wait = match self.inner.overflow {
             Overflow::RejectNew => Wait::No,
@@ -312,17 +443,95 @@ impl Link {
     /// The channel is bounded (`events_capacity`): when the application falls behind, the link
     /// stops reading the socket, so TCP pushes back on the peer; nothing is dropped. Every
     /// clone of the returned receiver takes from the same stream.
+    ///
+    /// # Examples
+    /// A reader thread of its own, through a clone of the receiver:
+    /// ```
+    /// use std::time::Duration;
+    /// use relink::{Event, Link};
+    /// # use std::io::{Read, Write};
+    /// # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    /// # let port = listener.local_addr()?.port();
+    /// # std::thread::spawn(move || {
+    /// #     let (mut s, _) = listener.accept().unwrap();
+    /// #     let mut buf = [0u8; 1024];
+    /// #     while let Ok(n) = s.read(&mut buf) {
+    /// #         if n == 0 || s.write_all(&buf[..n]).is_err() { break; }
+    /// #     }
+    /// # });
+    ///
+    /// let link = Link::builder(&format!("tcp://127.0.0.1:{port}")).build()?; // a local echo server
+    /// let events = link.events().clone();
+    /// let reader = std::thread::spawn(move || loop {
+    ///     match events.recv_timeout(Duration::from_secs(5)) {
+    ///         Ok(Event::Frame(f)) => return Some(f),
+    ///         Ok(Event::State(t)) => println!("{} -> {} ({})", t.from, t.to, t.cause),
+    ///         Ok(_) => {}
+    ///         Err(_) => return None,
+    ///     }
+    /// });
+    /// link.send("hello")?;
+    /// assert_eq!(reader.join().unwrap(), Some(b"hello".to_vec()));
+    /// link.close(Duration::from_millis(100));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn events(&self) -> &Events {
         &self.inner.events
     }
 
     /// The current state.
+    ///
+    /// # Examples
+    /// ```
+    /// use std::time::Duration;
+    /// use relink::{Link, State};
+    ///
+    /// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    /// // Nobody listens on `port`: the link never gets far.
+    /// let link = Link::builder(&format!("tcp://127.0.0.1:{port}")).build()?;
+    /// assert!(matches!(link.state(), State::Idle | State::Connecting | State::Backoff));
+    /// link.close(Duration::from_millis(50));
+    /// assert_eq!(link.state(), State::Closed);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn state(&self) -> State {
         State::from_u8(self.inner.shared.state.load(Ordering::Acquire))
     }
 
     /// Cuts a Backoff or Cooldown short: dial now. The attempt counter is kept. Ignored in
     /// other states.
+    ///
+    /// # Examples
+    /// The server is known to be back: dial now instead of resting out the cooldown.
+    /// ```
+    /// use std::time::Duration;
+    /// use relink::{Cause, Event, Link, State};
+    ///
+    /// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    /// // Nobody listens on `port` yet.
+    /// let link = Link::builder(&format!("tcp://127.0.0.1:{port}"))
+    ///     .native_retries(0)
+    ///     .max_attempts(1)
+    ///     .cooldown(Duration::from_secs(3600))
+    ///     .build()?;
+    /// loop {
+    ///     if let Event::State(t) = link.events().recv_timeout(Duration::from_secs(5))? {
+    ///         if t.to == State::Cooldown { break; }
+    ///     }
+    /// }
+    /// let _server = std::net::TcpListener::bind(("127.0.0.1", port))?;
+    /// link.reconnect_now();
+    /// let mut causes = Vec::new();
+    /// loop {
+    ///     if let Event::State(t) = link.events().recv_timeout(Duration::from_secs(5))? {
+    ///         causes.push(t.cause);
+    ///         if t.to == State::Ready { break; }
+    ///     }
+    /// }
+    /// assert_eq!(causes, [Cause::ReconnectNow, Cause::TcpConnected, Cause::Alive]);
+    /// link.close(Duration::from_millis(100));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn reconnect_now(&self) {
         if self.inner.tx.send(Command::ReconnectNow).is_ok() {
             self.inner.shared.wake();
@@ -331,6 +540,35 @@ impl Link {
 
     /// A snapshot of the link's metrics, exact at one instant: every frame sent before this
     /// call from this thread is counted.
+    ///
+    /// # Examples
+    /// ```
+    /// use std::time::Duration;
+    /// use relink::{Codec, Event, Link, State};
+    /// # use std::io::{Read, Write};
+    /// # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    /// # let port = listener.local_addr()?.port();
+    /// # std::thread::spawn(move || {
+    /// #     let (mut s, _) = listener.accept().unwrap();
+    /// #     let mut buf = [0u8; 1024];
+    /// #     while let Ok(n) = s.read(&mut buf) {
+    /// #         if n == 0 || s.write_all(&buf[..n]).is_err() { break; }
+    /// #     }
+    /// # });
+    ///
+    /// let link = Link::builder(&format!("tcp://127.0.0.1:{port}")) // a local echo server
+    ///     .codec(Codec::lines())
+    ///     .build()?;
+    /// link.send("hello")?;
+    /// while !matches!(link.events().recv_timeout(Duration::from_secs(5))?, Event::Frame(_)) {}
+    /// let m = link.metrics();
+    /// assert_eq!(m.state, State::Ready);
+    /// assert_eq!((m.connects, m.frames_sent, m.frames_received), (1, 1, 1));
+    /// assert_eq!(m.unaccounted(), 0);
+    /// println!("{} for {:?}, peer {:?}", m.state, m.time_in_state, m.peer_addr);
+    /// link.close(Duration::from_millis(100));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn metrics(&self) -> Metrics {
         let shared = &*self.inner.shared;
         let (tx, rx) = crossbeam_channel::bounded(1);
@@ -369,6 +607,23 @@ impl Link {
     /// is left (reason `Shutdown`, each frame returned in an event), closes the socket with a
     /// bounded linger and joins the IO thread. Returns the final metrics. Closing again is
     /// harmless.
+    ///
+    /// # Examples
+    /// ```
+    /// use std::time::Duration;
+    /// use relink::{Link, SendError, State};
+    ///
+    /// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    /// // Nobody listens on `port`: queued frames cannot go out.
+    /// let link = Link::builder(&format!("tcp://127.0.0.1:{port}")).build()?;
+    /// link.send("a")?;
+    /// link.send("b")?;
+    /// let m = link.close(Duration::from_millis(50)); // flushes for 50 ms, then gives up
+    /// assert_eq!((m.state, m.abandoned.shutdown), (State::Closed, 2));
+    /// assert_eq!(link.send("c"), Err(SendError::Closed(b"c".to_vec())));
+    /// link.close(Duration::from_millis(50)); // closing again is harmless
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn close(&self, timeout: Duration) -> Metrics {
         self.inner.close(timeout);
         self.metrics()
@@ -389,13 +644,13 @@ impl Inner {
         // The IO thread stops at the deadline, then closes the socket (bounded by linger).
         let bound = timeout + self.linger + Duration::from_secs(2);
         match self.done.recv_timeout(bound) {
-            Err(RecvTimeoutError::Disconnected) | Ok(()) => {
+            Err(channel::RecvTimeoutError::Disconnected) | Ok(()) => {
                 let handle = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
                 if let Some(h) = handle {
                     let _ = h.join();
                 }
             }
-            Err(RecvTimeoutError::Timeout) => {
+            Err(channel::RecvTimeoutError::Timeout) => {
                 log::error!("relink: the IO thread did not stop within {bound:?}; detached");
             }
         }
@@ -425,35 +680,148 @@ impl fmt::Debug for Events {
 
 impl Events {
     /// Waits for the next event. Fails only when the link is closed and every event was taken.
+    ///
+    /// # Examples
+    /// A reader thread that runs until the link is closed:
+    /// ```
+    /// use std::time::Duration;
+    /// use relink::{Event, Link, State};
+    ///
+    /// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    /// // Nobody listens on `port`.
+    /// let link = Link::builder(&format!("tcp://127.0.0.1:{port}")).build()?;
+    /// let events = link.events().clone();
+    /// let reader = std::thread::spawn(move || {
+    ///     let mut states = Vec::new();
+    ///     // Err(RecvError) once the link is closed and every event was taken.
+    ///     while let Ok(ev) = events.recv() {
+    ///         if let Event::State(t) = ev {
+    ///             states.push(t.to);
+    ///         }
+    ///     }
+    ///     states
+    /// });
+    /// link.close(Duration::from_millis(50));
+    /// let states = reader.join().unwrap();
+    /// assert_eq!(states.first(), Some(&State::Connecting));
+    /// assert_eq!(states.last(), Some(&State::Closed));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn recv(&self) -> Result<Event, RecvError> {
         match self.rx.recv() {
             Ok(ev) => Ok(self.took(ev)),
-            Err(RecvError) => self.leftover().ok_or(RecvError),
+            Err(channel::RecvError) => self.leftover().ok_or(RecvError),
         }
     }
 
     /// The next event if there is one now.
+    ///
+    /// # Examples
+    /// A loop with other work to do polls without blocking:
+    /// ```
+    /// use std::time::{Duration, Instant};
+    /// use relink::{Event, Link, State, TryRecvError};
+    /// # use std::io::{Read, Write};
+    /// # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    /// # let port = listener.local_addr()?.port();
+    /// # std::thread::spawn(move || {
+    /// #     let (mut s, _) = listener.accept().unwrap();
+    /// #     let mut buf = [0u8; 1024];
+    /// #     while let Ok(n) = s.read(&mut buf) {
+    /// #         if n == 0 || s.write_all(&buf[..n]).is_err() { break; }
+    /// #     }
+    /// # });
+    ///
+    /// let link = Link::builder(&format!("tcp://127.0.0.1:{port}")).build()?; // a local echo server
+    /// let deadline = Instant::now() + Duration::from_secs(5);
+    /// loop {
+    ///     match link.events().try_recv() {
+    ///         Ok(Event::State(t)) if t.to == State::Ready => break,
+    ///         Ok(_) => {}
+    ///         Err(TryRecvError::Empty) => std::thread::sleep(Duration::from_millis(1)), // other work
+    ///         Err(TryRecvError::Disconnected) => unreachable!("the link is open"),
+    ///     }
+    ///     assert!(Instant::now() < deadline);
+    /// }
+    /// link.close(Duration::from_millis(50));
+    /// while link.events().try_recv().is_ok() {} // what was left
+    /// assert_eq!(link.events().try_recv(), Err(TryRecvError::Disconnected));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn try_recv(&self) -> Result<Event, TryRecvError> {
         match self.rx.try_recv() {
             Ok(ev) => Ok(self.took(ev)),
-            Err(TryRecvError::Disconnected) => self.leftover().ok_or(TryRecvError::Disconnected),
-            Err(e) => Err(e),
+            Err(channel::TryRecvError::Disconnected) => {
+                self.leftover().ok_or(TryRecvError::Disconnected)
+            }
+            Err(channel::TryRecvError::Empty) => Err(TryRecvError::Empty),
         }
     }
 
     /// Waits up to `timeout` for the next event.
+    ///
+    /// # Examples
+    /// ```
+    /// use std::time::Duration;
+    /// use relink::{Event, Link, RecvTimeoutError, State};
+    ///
+    /// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    /// // Nobody listens on `port`: one refused dial, then an hour of rest.
+    /// let link = Link::builder(&format!("tcp://127.0.0.1:{port}"))
+    ///     .native_retries(0)
+    ///     .max_attempts(1)
+    ///     .cooldown(Duration::from_secs(3600))
+    ///     .build()?;
+    /// loop {
+    ///     if let Event::State(t) = link.events().recv_timeout(Duration::from_secs(5))? {
+    ///         if t.to == State::Cooldown { break; }
+    ///     }
+    /// }
+    /// let quiet = link.events().recv_timeout(Duration::from_millis(50));
+    /// assert_eq!(quiet, Err(RecvTimeoutError::Timeout));
+    /// link.close(Duration::from_millis(50));
+    /// while link.events().recv_timeout(Duration::from_millis(50)).is_ok() {}
+    /// let end = link.events().recv_timeout(Duration::from_millis(50));
+    /// assert_eq!(end, Err(RecvTimeoutError::Disconnected));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn recv_timeout(&self, timeout: Duration) -> Result<Event, RecvTimeoutError> {
         self.recv_deadline(Instant::now() + timeout)
     }
 
     /// Waits until `deadline` for the next event.
+    ///
+    /// # Examples
+    /// One bound on a wait that takes several events:
+    /// ```
+    /// use std::time::{Duration, Instant};
+    /// use relink::{Link, State};
+    /// # use std::io::{Read, Write};
+    /// # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    /// # let port = listener.local_addr()?.port();
+    /// # std::thread::spawn(move || {
+    /// #     let (mut s, _) = listener.accept().unwrap();
+    /// #     let mut buf = [0u8; 1024];
+    /// #     while let Ok(n) = s.read(&mut buf) {
+    /// #         if n == 0 || s.write_all(&buf[..n]).is_err() { break; }
+    /// #     }
+    /// # });
+    ///
+    /// let link = Link::builder(&format!("tcp://127.0.0.1:{port}")).build()?; // a local echo server
+    /// let deadline = Instant::now() + Duration::from_secs(5);
+    /// while link.state() != State::Ready {
+    ///     link.events().recv_deadline(deadline)?;
+    /// }
+    /// link.close(Duration::from_millis(50));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn recv_deadline(&self, deadline: Instant) -> Result<Event, RecvTimeoutError> {
         match self.rx.recv_deadline(deadline) {
             Ok(ev) => Ok(self.took(ev)),
-            Err(RecvTimeoutError::Disconnected) => {
+            Err(channel::RecvTimeoutError::Disconnected) => {
                 self.leftover().ok_or(RecvTimeoutError::Disconnected)
             }
-            Err(e) => Err(e),
+            Err(channel::RecvTimeoutError::Timeout) => Err(RecvTimeoutError::Timeout),
         }
     }
 

@@ -6,7 +6,27 @@ use std::time::Duration;
 use crate::event::State;
 
 /// Frames abandoned, by reason.
+///
+/// # Examples
+/// ```
+/// use std::time::Duration;
+/// use relink::{AbandonReason, Event, Link};
+///
+/// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+/// // Nobody listens on `port`: nothing is sent.
+/// let link = Link::builder(&format!("tcp://127.0.0.1:{port}")).build()?;
+/// link.send_with_ttl("late", Duration::from_millis(10))?;
+/// link.send("queued")?;
+/// while !matches!(
+///     link.events().recv_timeout(Duration::from_secs(5))?,
+///     Event::Abandoned { reason: AbandonReason::Expired, .. }
+/// ) {}
+/// let a = link.close(Duration::from_millis(50)).abandoned;
+/// assert_eq!((a.expired, a.shutdown, a.total()), (1, 1, 2));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Abandoned {
     /// Their deadline passed while they waited.
     pub expired: u64,
@@ -29,17 +49,57 @@ impl Abandoned {
 ///
 /// The frame counters are exact at the moment of the snapshot:
 /// `frames_submitted == frames_sent + abandoned.total() + frames_rejected + outbox_frames`.
+///
+/// # Examples
+/// Every frame given to the link is in exactly one counter:
+/// ```
+/// use std::time::Duration;
+/// use relink::Link;
+///
+/// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+/// // Nobody listens on `port`: frames wait in the outbox.
+/// let link = Link::builder(&format!("tcp://127.0.0.1:{port}"))
+///     .outbox_limits(2, 1024)
+///     .build()?;
+/// link.send("a")?;
+/// link.send("b")?;
+/// assert!(link.send("c").is_err()); // refused: the outbox is full
+/// let m = link.metrics();
+/// assert_eq!((m.frames_submitted, m.frames_rejected, m.outbox_frames), (3, 1, 2));
+/// assert_eq!(m.unaccounted(), 0);
+/// let m = link.close(Duration::from_millis(50));
+/// assert_eq!((m.abandoned.shutdown, m.outbox_frames, m.frames_sent), (2, 0, 0));
+/// assert_eq!(m.unaccounted(), 0);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+/// [`Link::metrics`](crate::Link::metrics) shows a snapshot of a link that is up.
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct Metrics {
     /// The state.
     pub state: State,
     /// How long the link has been in it.
     pub time_in_state: Duration,
-    /// Ordinal of the current (or next) connection attempt since the last stable connection:
-    /// `consecutive_failures + 1`.
+    /// The attempt: the ordinal of the latest dial relink made since the last stable
+    /// connection.
+    ///
+    /// This is the one meaning of "attempt" everywhere: in [`Transition::attempt`], in the
+    /// `attempt=` of log lines and in relink-cat's status lines.
+    /// - 1 for the first dial after the start or after a stable connection was lost, 2 for the
+    ///   next, and so on; in Backoff or Cooldown it is the dial that failed (the next one will
+    ///   be `attempt + 1`).
+    /// - 0 when no dial was made since the last stable connection: in Idle, and once a Ready
+    ///   connection has lasted `min_stable`.
+    /// - libzmq's own fast redials (`native_retries`) are not attempts; they are counted in
+    ///   [`native_redials`](Metrics::native_redials).
+    /// - The backoff delay grows with it and `max_attempts` counts it.
+    ///
+    /// [`Transition::attempt`]: crate::Transition::attempt
     pub attempt: u32,
-    /// Failed attempts in a row, what the backoff grows with and `max_attempts` counts. Every
-    /// failed dial counts, libzmq's own redials included.
+    /// libzmq's own redials (the `native_retries` fast path) since the last stable connection.
+    pub native_redials: u32,
+    /// Failures in a row since the last stable connection: failed dials, libzmq's own redials
+    /// included, and connections lost before they were stable.
     pub consecutive_failures: u32,
     /// TCP connections established.
     pub connects: u64,
@@ -89,6 +149,8 @@ pub struct Metrics {
 
 impl Metrics {
     /// `submitted − (sent + abandoned + rejected + queued)`: zero in every snapshot.
+    ///
+    /// See the example on [`Metrics`].
     pub fn unaccounted(&self) -> i128 {
         self.frames_submitted as i128
             - (self.frames_sent as i128
@@ -102,6 +164,7 @@ impl Metrics {
             state,
             time_in_state: Duration::ZERO,
             attempt: 0,
+            native_redials: 0,
             consecutive_failures: 0,
             connects: 0,
             reconnects: 0,

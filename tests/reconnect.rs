@@ -338,7 +338,8 @@ fn slow_refused_link(max_attempts: Option<u32>) -> Link {
 }
 
 /// Calls `reconnect_now` and checks that the link dials at once, well before any timer,
-/// keeping the failure count `failures`.
+/// keeping the attempt counter: after `failures` failed attempts the new dial is attempt
+/// `failures + 1`, not 1.
 fn reconnect_now_dials_at_once(link: &Link, w: &mut Watch, from: State, failures: u32) {
     let asked = Instant::now();
     link.reconnect_now();
@@ -350,7 +351,8 @@ fn reconnect_now_dials_at_once(link: &Link, w: &mut Watch, from: State, failures
         at - asked
     );
     assert_eq!(
-        t.attempt, failures,
+        t.attempt,
+        failures + 1,
         "reconnect_now reset the counter: {t:?}"
     );
 }

@@ -8,6 +8,22 @@ use std::time::Duration;
 use rand::Rng;
 
 /// How the backoff delay is randomised.
+///
+/// # Examples
+/// ```
+/// use relink::{ConfigError, Jitter, Link};
+///
+/// // Full jitter, the default, spreads a fleet's reconnects the most.
+/// let builder = Link::builder("tcp://127.0.0.1:6379").jitter(Jitter::Full);
+/// # drop(builder);
+/// // A proportional fraction must be in (0, 1].
+/// let err = Link::builder("tcp://127.0.0.1:6379")
+///     .jitter(Jitter::Proportional(1.5))
+///     .build()
+///     .unwrap_err();
+/// assert_eq!(err, ConfigError::JitterOutOfRange(1.5));
+/// ```
+/// [`Builder::backoff`](crate::Builder::backoff) shows the delays drawn on a live link.
 #[derive(Clone, Copy, Debug, PartialEq)]
 #[non_exhaustive]
 pub enum Jitter {
@@ -100,7 +116,7 @@ fn uniform(rng: &mut impl Rng, lo: Duration, hi: Duration) -> Duration {
         return lo;
     }
     let (lo, hi) = (lo.as_nanos() as u64, hi.as_nanos() as u64);
-    Duration::from_nanos(rng.gen_range(lo..=hi))
+    Duration::from_nanos(rng.random_range(lo..=hi))
 }
 
 #[cfg(test)]

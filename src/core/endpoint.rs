@@ -9,6 +9,18 @@ use crate::error::ConfigError;
 ///
 /// The host is an IPv4 literal, a bracketed IPv6 literal (`tcp://[::1]:6379`) or a name, which
 /// relink resolves itself, off every IO thread (a lookup there would stall every link it serves).
+///
+/// # Examples
+/// ```
+/// use relink::Endpoint;
+///
+/// let v6 = Endpoint::parse("tcp://[::1]:6379")?;
+/// assert_eq!((v6.host(), v6.port()), ("::1".to_string(), 6379));
+/// let name = Endpoint::parse("tcp://Cache.Example:6379")?;
+/// assert_eq!(name.to_string(), "tcp://cache.example:6379"); // names are lowercased
+/// assert!(Endpoint::parse("tcp://127.0.0.1:0").is_err()); // nothing to connect to
+/// # Ok::<(), relink::ConfigError>(())
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Endpoint {
     pub(crate) host: Host,

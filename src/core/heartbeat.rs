@@ -17,6 +17,22 @@ pub const MAX_MISSED: u32 = 2;
 const MAX_OUTSTANDING: usize = 8;
 
 /// The heartbeat's ping.
+///
+/// # Examples
+/// ```
+/// use std::time::Duration;
+/// use relink::{Codec, ConfigError, Heartbeat, Link, Ping};
+///
+/// let every = Duration::from_secs(5);
+/// let lines = || Link::builder("tcp://127.0.0.1:6379").codec(Codec::lines());
+/// // Raw bytes are written as they are, whatever the codec: redis's inline PING.
+/// let raw = Heartbeat::new(every, Ping::Raw(b"PING\r\n".to_vec()));
+/// # drop(lines().heartbeat(raw));
+/// // A Frame goes through the codec, and a line cannot hold a newline.
+/// let framed = Heartbeat::new(every, Ping::Frame(b"PING\r\n".to_vec()));
+/// let err = lines().heartbeat(framed).build().unwrap_err();
+/// assert!(matches!(err, ConfigError::Unencodable { what: "heartbeat ping", .. }));
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Ping {

@@ -11,7 +11,7 @@
 //!          RetryTimer  │   │  └─ ConnectFailed      │ failure        │ failure
 //!          ReconnectNow│   │     (native redial)    ▼                ▼
 //!                      │   └────────────────────► Backoff ◄──────────┘
-//!                      │        failure             │ failures == max_attempts
+//!                      │        failure             │ attempt == max_attempts
 //!                      └──────── Cooldown ◄─────────┘
 //!                        CooldownOver / ReconnectNow
 //!
@@ -33,7 +33,7 @@
 //! | 11 | Connected, Ready | HeartbeatDead | Backoff/Cooldown | close, failure `heartbeat-timeout` |
 //! | 12 | Connected, Ready | ProtocolError | Backoff/Cooldown | close, error event, failure `protocol` |
 //! | 13 | Connected, Ready | Unreachable | Backoff/Cooldown | close, failure `unreachable` |
-//! | 14 | Ready | Stable (`min_stable` elapsed) | Ready | attempt counter reset |
+//! | 14 | Ready | Stable (`min_stable` elapsed) | Ready | attempt and failure counters reset |
 //! | 15 | Backoff | RetryTimer | Connecting | dial |
 //! | 16 | Cooldown | RetryTimer | Connecting | probe |
 //! | 17 | Backoff, Cooldown | ReconnectNow | Connecting | dial now, counter kept |
@@ -43,7 +43,8 @@
 //! | 21 | any but Closed | CloseDeadline | Closed | abandon the rest (`shutdown`) |
 //! | 22 | Connected, Ready | CallbackPanicked (a predicate or the codec) | Backoff/Cooldown | close, error event, failure `callback-panic` |
 //!
-//! Backoff/Cooldown: Cooldown when the failures in a row reach `max_attempts`, else Backoff.
+//! Backoff/Cooldown: Cooldown when the attempt (relink's dials since the last stable
+//! connection, native redials not counted) reaches `max_attempts`, else Backoff.
 //! Any other pair is ignored and counted. Inputs carry the generation of the dial they belong
 //! to; one from an earlier dial is dropped before it reaches the table.
 
@@ -201,7 +202,11 @@ pub(crate) struct Machine {
     state: State,
     since: Instant,
     generation: u64,
+    /// Failed dials and lost connections in a row, libzmq's own redials included.
     failures: u32,
+    /// The attempt: the ordinal of the latest dial relink made since the last stable connection
+    /// (0 when none was made since). The backoff grows with it and `max_attempts` counts it.
+    attempt: u32,
     native_left: u32,
     /// Native redials used since the last stable connection (they are the fast path for the
     /// first failures of an outage, not for every dial).
@@ -263,6 +268,7 @@ impl Machine {
             since: now,
             generation: 0,
             failures: 0,
+            attempt: 0,
             native_left: 0,
             native_used: 0,
             dial_started: now,
@@ -628,7 +634,8 @@ impl Machine {
         Metrics {
             state: self.state,
             time_in_state: now.saturating_duration_since(self.since),
-            attempt: self.failures.saturating_add(1),
+            attempt: self.attempt,
+            native_redials: self.native_used,
             consecutive_failures: self.failures,
             connects: self.c.connects,
             reconnects: self.c.reconnects,
@@ -717,6 +724,7 @@ impl Machine {
             }
             (Ready, Ev::Stable) => {
                 self.failures = 0;
+                self.attempt = 0;
                 self.native_used = 0;
                 self.backoff.reset();
             }
@@ -742,6 +750,7 @@ impl Machine {
 
     fn dial(&mut self, now: Instant, cause: Cause) {
         self.generation += 1;
+        self.attempt = self.attempt.saturating_add(1);
         self.native_left = self.cfg.native_retries.saturating_sub(self.native_used);
         self.dial_started = now;
         self.timers.disarm(Timer::Retry);
@@ -947,6 +956,7 @@ impl Machine {
         }
         if self.cfg.min_stable.is_zero() {
             self.failures = 0;
+            self.attempt = 0;
             self.native_used = 0;
             self.backoff.reset();
         } else {
@@ -1012,8 +1022,9 @@ impl Machine {
             self.abandon_all(frames, AbandonReason::ConnectionLost);
         }
         log::debug!(
-            "relink: attempt failed ({cause}) on {}; {} in a row",
+            "relink: attempt failed ({cause}) on {}: attempt={} failures={}",
             self.endpoint_text().unwrap_or_else(|| "-".into()),
+            self.attempt,
             self.failures
         );
         let failing_since = *self.failing_since.get_or_insert(now);
@@ -1028,13 +1039,14 @@ impl Machine {
                 self.next_outage_warn = self.next_outage_warn.saturating_mul(2);
             }
         }
-        let exhausted = self.cfg.max_attempts.is_some_and(|m| self.failures >= m);
+        let exhausted = self.cfg.max_attempts.is_some_and(|m| self.attempt >= m);
         let (to, delay) = if exhausted {
             (State::Cooldown, self.cfg.cooldown)
         } else {
             (
                 State::Backoff,
-                self.backoff.delay(self.failures, &mut self.rng),
+                // A connection that was stable and dropped is followed by attempt 1's delay.
+                self.backoff.delay(self.attempt.max(1), &mut self.rng),
             )
         };
         self.timers.arm(Timer::Retry, now + delay);
@@ -1169,14 +1181,14 @@ impl Machine {
         };
         match (to, next_retry) {
             (State::Cooldown, Some(d)) => log::warn!(
-                "relink: {} failures in a row on {} (last: {why}); cooling down for {:?}",
-                self.failures,
+                "relink: attempt {} failed on {} (last: {why}); cooling down for {:?}",
+                self.attempt,
                 endpoint.as_deref().unwrap_or("-"),
                 d
             ),
             _ => log::info!(
                 "relink: {from} -> {to} ({why}) attempt={} next_retry={}",
-                self.failures,
+                self.attempt,
                 next_retry.map_or("-".to_string(), |d| format!("{d:?}"))
             ),
         }
@@ -1187,7 +1199,7 @@ impl Machine {
             from,
             to,
             cause,
-            attempt: self.failures,
+            attempt: self.attempt,
             next_retry,
             endpoint,
         }));

@@ -10,6 +10,25 @@ use std::sync::Arc;
 /// [`LinkError::CallbackPanicked`](crate::LinkError::CallbackPanicked), then a transition
 /// with cause [`CallbackPanic`](crate::Cause::CallbackPanic), a reset and a backoff. The frame
 /// it was asked about is not delivered.
+///
+/// # Examples
+/// ```
+/// use std::time::Duration;
+/// use relink::{Heartbeat, Link, Ping, Predicate, ProofOfLife};
+///
+/// let ok = Predicate::new(|reply: &[u8]| reply == b"OK" || reply.starts_with(b"OK "));
+/// let pong = Predicate::starts_with("+PONG");
+/// let ping = Ping::Raw(b"PING\r\n".to_vec());
+/// let builder = Link::builder("tcp://127.0.0.1:6379")
+///     .ready_when(ProofOfLife::Handshake {
+///         hello: vec![b"AUTH secret\r\n".to_vec()],
+///         accept: ok,
+///         timeout: Duration::from_secs(2),
+///     })
+///     .heartbeat(Heartbeat::new(Duration::from_secs(5), ping).reply(pong));
+/// # drop(builder);
+/// ```
+/// [`Builder::ready_when`](crate::Builder::ready_when) shows predicates at work on a live link.
 #[derive(Clone)]
 pub struct Predicate(pub(crate) Arc<PredicateFn>);
 

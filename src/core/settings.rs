@@ -40,6 +40,40 @@ pub(crate) struct Settings {
 }
 
 /// What makes a Connected link Ready (proof of life).
+///
+/// # Examples
+/// A server that greets first (as SMTP and FTP servers do) is alive when its greeting comes:
+/// ```
+/// use std::time::Duration;
+/// use relink::{Codec, Event, Link, ProofOfLife, State};
+/// # use std::io::{Read, Write};
+/// # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+/// # let port = listener.local_addr()?.port();
+/// # std::thread::spawn(move || {
+/// #     let (mut s, _) = listener.accept().unwrap();
+/// #     s.write_all(b"220 hello\r\n").unwrap();
+/// #     let _ = s.read(&mut [0u8; 1]); // until the link closes
+/// # });
+///
+/// // The server on `port` greets with "220 hello".
+/// let link = Link::builder(&format!("tcp://127.0.0.1:{port}"))
+///     .codec(Codec::lines())
+///     .ready_when(ProofOfLife::Inbound)
+///     .build()?;
+/// let mut states = Vec::new();
+/// let greeting = loop {
+///     match link.events().recv_timeout(Duration::from_secs(5))? {
+///         Event::State(t) => states.push(t.to),
+///         Event::Frame(f) => break f,
+///         _ => {}
+///     }
+/// };
+/// assert_eq!(states, [State::Connecting, State::Connected, State::Ready]);
+/// assert_eq!(greeting, b"220 hello");
+/// link.close(Duration::from_millis(50));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+/// [`Builder::ready_when`](crate::Builder::ready_when) shows a handshake.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub enum ProofOfLife {

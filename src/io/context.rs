@@ -12,6 +12,25 @@ pub const MAX_SOCKETS: u32 = 16_384;
 ///
 /// By default all links of a process share one (`Context::global()`), so a thousand links do
 /// not start a thousand libzmq IO threads.
+///
+/// # Examples
+/// Links of one part of a program in a context of their own, with room for two links:
+/// ```
+/// use std::time::Duration;
+/// use relink::{ConfigError, Context, Link};
+///
+/// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+/// let endpoint = format!("tcp://127.0.0.1:{port}"); // nobody listens here
+/// let ctx = Context::with_max_sockets(6)?;
+/// let a = Link::builder(&endpoint).context(&ctx).build()?;
+/// let b = Link::builder(&endpoint).context(&ctx).build()?;
+/// // A third link finds no socket left.
+/// let c = Link::builder(&endpoint).context(&ctx).build();
+/// assert!(matches!(c, Err(ConfigError::Zmq(_))));
+/// a.close(Duration::from_millis(50));
+/// b.close(Duration::from_millis(50));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, Debug)]
 pub struct Context {
     pub(super) raw: Arc<RawContext>,

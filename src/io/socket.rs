@@ -8,7 +8,24 @@ use crate::core::machine::TxResult;
 
 /// TCP keepalive, a kernel backstop: probes an idle connection and resets it when `count`
 /// probes go unanswered.
+///
+/// Made with [`Keepalive::new`] and its setters; the fields can be read.
+///
+/// # Examples
+/// ```
+/// use std::time::Duration;
+/// use relink::{Keepalive, Link};
+///
+/// // First probe after 30 s idle, then every 5 s; reset after 3 unanswered.
+/// let keepalive = Keepalive::new(Duration::from_secs(30))
+///     .interval(Duration::from_secs(5))
+///     .count(3);
+/// assert_eq!(keepalive.idle, Duration::from_secs(30));
+/// let builder = Link::builder("tcp://127.0.0.1:6379").tcp_keepalive(keepalive);
+/// # drop(builder);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Keepalive {
     /// Idle time before the first probe.
     pub idle: Duration,
@@ -16,6 +33,31 @@ pub struct Keepalive {
     pub interval: Duration,
     /// Unanswered probes before the connection is reset.
     pub count: u32,
+}
+
+impl Keepalive {
+    /// Keepalive that sends its first probe after `idle` without traffic.
+    ///
+    /// The interval defaults to `idle / 3` (at least one second) and the count to 3.
+    pub fn new(idle: Duration) -> Keepalive {
+        Keepalive {
+            idle,
+            interval: (idle / 3).max(Duration::from_secs(1)),
+            count: 3,
+        }
+    }
+
+    /// Time between probes once probing started.
+    pub fn interval(mut self, interval: Duration) -> Keepalive {
+        self.interval = interval;
+        self
+    }
+
+    /// Unanswered probes before the kernel resets the connection.
+    pub fn count(mut self, count: u32) -> Keepalive {
+        self.count = count;
+        self
+    }
 }
 
 /// The libzmq socket options a link sets before it connects.

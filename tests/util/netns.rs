@@ -542,8 +542,8 @@ pub fn run_child_link(endpoint: &str, interval: Duration, max_missed: u32, limit
                 t.from, t.to, t.cause, t.attempt
             )),
             Ok(Event::Frame(f)) => say(format!("frame len={}", f.len())),
-            Ok(_) | Err(RecvTimeoutError::Timeout) => {}
-            Err(RecvTimeoutError::Disconnected) => break,
+            Ok(_) | Err(relink::RecvTimeoutError::Timeout) => {}
+            Err(relink::RecvTimeoutError::Disconnected) => break,
         }
     }
     link.close(Duration::from_millis(200));

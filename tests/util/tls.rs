@@ -92,7 +92,13 @@ pub fn restartable_port() -> u16 {
     };
     if let Some((lo, hi)) = pool {
         for _ in 0..500 {
-            let port = (lo + rand::random::<u32>() % (hi - lo)) as u16;
+            let draw = {
+                use std::hash::{BuildHasher, Hasher};
+                let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+                h.write_u32(std::process::id());
+                h.finish() as u32
+            };
+            let port = (lo + draw % (hi - lo)) as u16;
             if TcpListener::bind((Ipv4Addr::LOCALHOST, port)).is_ok() {
                 return port;
             }
@@ -296,8 +302,7 @@ pub fn connect(
     let sock = TcpStream::connect_timeout(&addr, timeout)?;
     sock.set_read_timeout(Some(timeout))?;
     sock.set_write_timeout(Some(timeout))?;
-    let conn =
-        ClientConnection::new(config, name).map_err(|e| io::Error::new(io::ErrorKind::Other, e))?;
+    let conn = ClientConnection::new(config, name).map_err(io::Error::other)?;
     let mut stream = StreamOwned::new(conn, sock);
     while stream.conn.is_handshaking() {
         stream.conn.complete_io(&mut stream.sock)?;

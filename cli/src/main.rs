@@ -1,11 +1,11 @@
 //! `relink-cat`: like `nc`, but it never gives up on the server.
 //!
-//! Run it with `cargo run --example cat -- [OPTIONS] <ENDPOINT>`, for instance against a local
-//! redis-server:
+//! Install it with `cargo install --path cli` (from the repository's top), or run it with
+//! `cargo run -p relink-cat -- [OPTIONS] <ENDPOINT>`, for instance against a local redis-server:
 //!
 //! ```text
-//! cargo run --example cat -- --status --heartbeat 'PING\r\n' --heartbeat-reply '+PONG' \
-//!     tcp://127.0.0.1:6379
+//! relink-cat --status --heartbeat 'PING\r\n' --heartbeat-reply '+PONG' 127.0.0.1:6379
+//! echo PING | relink-cat 127.0.0.1:6379        # prints +PONG, exits 0
 //! ```
 //!
 //! Every line typed on stdin becomes a frame (with `--codec lines` and `len32` the line without
@@ -28,14 +28,23 @@
 //! `--cert FILE --key FILE` present a client certificate (mutual TLS). A TLS redis-server:
 //!
 //! ```text
-//! cargo run --example cat -- --tls --ca ca.crt --server-name localhost tcp://127.0.0.1:6380
+//! relink-cat --tls --ca ca.crt --server-name localhost 127.0.0.1:6380
 //! ```
 //!
 //! A failed handshake shows as `cause=tls-handshake`, with its reason on an `error` line.
 //!
-//! Frames the outbox refuses and frames abandoned are always reported on stderr. End of stdin,
-//! or Ctrl-C, closes the link gracefully (flushing the outbox for up to a second) and exits 0.
-//! A bad option exits 2 with a one-line message.
+//! Frames the outbox refuses and frames abandoned are always reported on stderr.
+//!
+//! At the end of stdin it waits for the outbox to flush (up to `--flush-timeout`), then prints
+//! replies until nothing arrived for `--quiet-time` (socat's `-t`), then closes. Ctrl-C closes
+//! gracefully at once. `--give-up-after N` (attempts) or `--give-up-after 30s` (time without a
+//! Ready connection) ends the run when the server stays away.
+//!
+//! Exit status: 0 every line was delivered; 1 it gave up, or closed with frames refused or
+//! abandoned (or libzmq failed); 2 a bad option; 130 Ctrl-C (SIGINT).
+
+// The option docs below are clap's --help text, written for a terminal, not Markdown.
+#![allow(rustdoc::broken_intra_doc_links, rustdoc::invalid_html_tags)]
 
 use std::io::{self, BufRead, Write};
 use std::process::ExitCode;
@@ -47,13 +56,15 @@ use clap::{Parser, ValueEnum};
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use relink::{
     Codec, ConfigError, Event, Heartbeat, Jitter, Link, Metrics, Ping, Predicate, ProofOfLife,
-    RecvTimeoutError, SendError, Tls, Transition,
+    RecvTimeoutError, SendError, State, Tls, Transition,
 };
 
 /// Exit status for a bad option or a configuration the builder refuses.
 const EXIT_USAGE: u8 = 2;
-/// Exit status when libzmq cannot make the socket.
+/// Exit status when it gave up, frames were not delivered, or libzmq cannot make the socket.
 const EXIT_FAILURE: u8 = 1;
+/// Exit status after Ctrl-C (128 + SIGINT, as shells report it).
+const EXIT_INTERRUPTED: u8 = 130;
 /// How long a close may spend flushing the outbox.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(1);
 /// Longest wait for an event before the stop signals are checked again.
@@ -63,7 +74,7 @@ const TICK: Duration = Duration::from_millis(50);
 #[derive(Debug, Parser)]
 #[command(name = "relink-cat", bin_name = "relink-cat", version)]
 struct Cli {
-    /// The server: tcp://host:port (IPv6 in brackets: tcp://[::1]:6379).
+    /// The server: host:port or tcp://host:port (IPv6 in brackets: [::1]:6379).
     endpoint: String,
 
     /// How frames are cut on the wire.
@@ -100,9 +111,15 @@ struct Cli {
     #[arg(long, value_name = "MODE", value_parser = parse_jitter)]
     jitter: Option<Jitter>,
 
-    /// Failures in a row before the link rests in Cooldown.
+    /// Attempts in a row before the link rests in Cooldown (with --give-up-after: gives up
+    /// instead).
     #[arg(long, value_name = "N")]
     max_attempts: Option<u32>,
+
+    /// Give up (exit 1) after N failed attempts in a row, or after a duration (30s) without a
+    /// Ready connection. Default: never.
+    #[arg(long, value_name = "N|DUR", value_parser = parse_give_up)]
+    give_up_after: Option<GiveUp>,
 
     /// How long Cooldown lasts before a probe.
     #[arg(long, value_name = "DUR", value_parser = parse_duration)]
@@ -145,9 +162,15 @@ struct Cli {
     #[arg(long, value_name = "NAME", requires = "tls")]
     server_name: Option<String>,
 
-    /// After stdin ends, keep printing what arrives for this long before closing.
-    #[arg(long, value_name = "DUR", default_value = "0s", value_parser = parse_duration)]
-    eof_wait: Duration,
+    /// After stdin ends and the outbox is flushed, keep printing replies until nothing
+    /// arrived for this long (socat's -t).
+    #[arg(long, visible_alias = "eof-wait", value_name = "DUR", default_value = "500ms",
+          value_parser = parse_duration)]
+    quiet_time: Duration,
+
+    /// After stdin ends, how long to wait for the outbox to flush before closing.
+    #[arg(long, value_name = "DUR", default_value = "5s", value_parser = parse_duration)]
+    flush_timeout: Duration,
 
     /// Machine-readable state and metrics lines on stderr.
     #[arg(long)]
@@ -181,11 +204,43 @@ enum ReadyWhen {
     Inbound,
 }
 
+/// When to give up on a server that stays away.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum GiveUp {
+    /// After this many failed attempts in a row.
+    Attempts(u32),
+    /// After this long without a Ready connection.
+    After(Duration),
+}
+
+/// Parses `5` (attempts) or `30s` (a duration).
+fn parse_give_up(s: &str) -> Result<GiveUp, String> {
+    if let Ok(n) = s.parse::<u32>() {
+        return match n {
+            0 => Err("--give-up-after must be at least 1 attempt".to_string()),
+            n => Ok(GiveUp::Attempts(n)),
+        };
+    }
+    parse_positive_duration(s).map(GiveUp::After)
+}
+
+/// `host:port` becomes `tcp://host:port`; anything with a scheme is left to the builder.
+fn endpoint_url(endpoint: &str) -> String {
+    if endpoint.contains("://") {
+        endpoint.to_string()
+    } else {
+        format!("tcp://{endpoint}")
+    }
+}
+
 /// Why the main loop stops.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Stop {
-    /// stdin reached its end.
+    /// stdin reached its end, the outbox flushed (or its wait ran out) and the quiet time
+    /// passed.
     Eof,
+    /// `--give-up-after` (or Cooldown with it) was reached.
+    GaveUp,
     /// Ctrl-C (SIGINT).
     Interrupt,
     /// stdout is gone (e.g. `| head -1`).
@@ -321,7 +376,7 @@ fn build_link(cli: &Cli) -> Result<Link, ConfigError> {
         CodecArg::Lines => Codec::lines(),
         CodecArg::Len32 => Codec::length_prefixed(),
     };
-    let mut b = Link::builder(&cli.endpoint).codec(codec);
+    let mut b = Link::builder(&endpoint_url(&cli.endpoint)).codec(codec);
     if let Some(Escaped(ping)) = &cli.heartbeat {
         let mut hb = Heartbeat::new(cli.heartbeat_interval, Ping::Raw(ping.clone()))
             .max_missed(cli.max_missed)
@@ -460,13 +515,14 @@ fn or_dash(v: Option<impl ToString>) -> String {
 /// The `metrics key=value ...` line.
 fn metrics_line(m: &Metrics) -> String {
     format!(
-        "metrics state={} time_in_state_ms={} attempt={} consecutive_failures={} connects={} \
+        "metrics state={} time_in_state_ms={} attempt={} native_redials={} consecutive_failures={} connects={} \
          reconnects={} last_outage_ms={} next_retry_ms={} peer={} submitted={} sent={} \
          rejected={} abandoned={} outbox_frames={} outbox_bytes={} received={} bytes_in={} \
          bytes_out={} hb_sent={} hb_missed={} rtt_us={} paused={}",
         m.state.name(),
         m.time_in_state.as_millis(),
         m.attempt,
+        m.native_redials,
         m.consecutive_failures,
         m.connects,
         m.reconnects,
@@ -550,6 +606,7 @@ fn spawn_reader(link: Link, codec: CodecArg, report: Report, stop: Sender<Stop>)
 }
 
 fn main() -> ExitCode {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("off")).init();
     let cli = match parse_cli() {
         Ok(cli) => cli,
         Err(code) => return code,
@@ -579,7 +636,7 @@ fn main() -> ExitCode {
     let handler = ctrlc::set_handler(move || {
         // A second Ctrl-C gives up on the graceful close.
         if interrupts.fetch_add(1, Ordering::SeqCst) > 0 {
-            std::process::exit(130);
+            std::process::exit(EXIT_INTERRUPTED.into());
         }
         let _ = on_interrupt.try_send(Stop::Interrupt);
     });
@@ -594,7 +651,12 @@ fn main() -> ExitCode {
     };
     let stop = run(&link, &cli, report, &mut output, &stop_rx);
 
-    let last = link.close(CLOSE_TIMEOUT);
+    // Having given up, wait for nothing: queued frames are abandoned at once.
+    let last = link.close(if stop == Stop::GaveUp {
+        Duration::ZERO
+    } else {
+        CLOSE_TIMEOUT
+    });
     // Everything the link had for us is in the channel now that it is closed.
     while let Ok(ev) = link.events().try_recv() {
         handle(ev, report, &mut output);
@@ -602,13 +664,87 @@ fn main() -> ExitCode {
     if report == Report::Status {
         eprintln!("{}", metrics_line(&last));
     }
-    if stop == Stop::Interrupt && report == Report::Human {
-        eprintln!("relink-cat: interrupted, closed");
+    let undelivered = last.frames_rejected + last.abandoned.total();
+    match stop {
+        Stop::Interrupt => {
+            if report == Report::Human {
+                eprintln!("relink-cat: interrupted, closed");
+            }
+            ExitCode::from(EXIT_INTERRUPTED)
+        }
+        Stop::GaveUp => {
+            if report != Report::Quiet {
+                eprintln!(
+                    "relink-cat: gave up after attempt {} ({} frames not delivered)",
+                    last.attempt, undelivered
+                );
+            }
+            ExitCode::from(EXIT_FAILURE)
+        }
+        Stop::Eof | Stop::StdoutClosed if undelivered > 0 => ExitCode::from(EXIT_FAILURE),
+        Stop::Eof | Stop::StdoutClosed => ExitCode::SUCCESS,
     }
-    ExitCode::SUCCESS
 }
 
-/// Prints events until stdin ends (plus `--eof-wait`), Ctrl-C, or stdout goes away.
+/// What the main loop keeps track of between events.
+struct Progress {
+    /// When stdin ended.
+    eof_at: Option<Instant>,
+    /// When the outbox was found empty after stdin ended.
+    flushed_at: Option<Instant>,
+    /// When the last frame arrived.
+    last_frame_at: Option<Instant>,
+    /// Since when the link has not been Ready (None while it is).
+    not_ready_since: Option<Instant>,
+}
+
+impl Progress {
+    /// Whether a transition ends the run under `--give-up-after`.
+    fn gives_up_on(&mut self, t: &Transition, give_up: Option<GiveUp>, now: Instant) -> bool {
+        match t.to {
+            State::Ready => self.not_ready_since = None,
+            _ if t.from == State::Ready => self.not_ready_since = Some(now),
+            _ => {}
+        }
+        let failed = matches!(t.to, State::Backoff | State::Cooldown);
+        match give_up {
+            None => false,
+            // With a give-up mode, Cooldown (--max-attempts) ends the run instead of cycling.
+            Some(_) if t.to == State::Cooldown => true,
+            Some(GiveUp::Attempts(n)) => failed && t.attempt >= n,
+            Some(GiveUp::After(_)) => false,
+        }
+    }
+
+    /// When the run ends by itself, if it is due to: the give-up time or the end of input.
+    fn due(&mut self, link: &Link, cli: &Cli, now: Instant) -> Option<(Instant, Stop)> {
+        let give_up = match (cli.give_up_after, self.not_ready_since) {
+            (Some(GiveUp::After(d)), Some(since)) => Some((since + d, Stop::GaveUp)),
+            _ => None,
+        };
+        let eof = self.eof_at.map(|eof_at| {
+            if self.flushed_at.is_none() && link.metrics().outbox_frames == 0 {
+                self.flushed_at = Some(now);
+            }
+            match self.flushed_at {
+                Some(flushed) => {
+                    let quiet_from = self.last_frame_at.map_or(flushed, |f| f.max(flushed));
+                    (quiet_from + cli.quiet_time, Stop::Eof)
+                }
+                // Not flushed yet (checked again every tick): close at the flush timeout, the
+                // frames left are abandoned.
+                None => (eof_at + cli.flush_timeout, Stop::Eof),
+            }
+        });
+        match (give_up, eof) {
+            (Some(a), Some(b)) => Some(if a.0 <= b.0 { a } else { b }),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
+/// Prints events until the input is done (stdin ended, outbox flushed, a quiet time without
+/// replies), Ctrl-C, stdout goes away, or the give-up mode ends the run.
 fn run(
     link: &Link,
     cli: &Cli,
@@ -616,18 +752,27 @@ fn run(
     output: &mut Output,
     stop_rx: &Receiver<Stop>,
 ) -> Stop {
-    let mut next_status = Instant::now() + cli.status_interval;
-    let mut close_at: Option<Instant> = None;
+    let start = Instant::now();
+    let mut next_status = start + cli.status_interval;
+    let mut p = Progress {
+        eof_at: None,
+        flushed_at: None,
+        last_frame_at: None,
+        not_ready_since: Some(start),
+    };
     loop {
         match stop_rx.try_recv() {
-            Ok(Stop::Eof) if close_at.is_none() => close_at = Some(Instant::now() + cli.eof_wait),
+            Ok(Stop::Eof) if p.eof_at.is_none() => p.eof_at = Some(Instant::now()),
             Ok(Stop::Eof) => {}
             Ok(stop) => return stop,
             Err(TryRecvError::Empty | TryRecvError::Disconnected) => {}
         }
         let now = Instant::now();
-        if close_at.is_some_and(|t| now >= t) {
-            return Stop::Eof;
+        let due = p.due(link, cli, now);
+        if let Some((at, stop)) = due {
+            if now >= at {
+                return stop;
+            }
         }
         if report == Report::Status && now >= next_status {
             eprintln!("{}", metrics_line(&link.metrics()));
@@ -640,11 +785,20 @@ fn run(
         if report == Report::Status {
             wait = wait.min(next_status.saturating_duration_since(now));
         }
-        if let Some(t) = close_at {
-            wait = wait.min(t.saturating_duration_since(now));
+        if let Some((at, _)) = due {
+            wait = wait.min(at.saturating_duration_since(now));
         }
         match link.events().recv_timeout(wait) {
             Ok(ev) => {
+                let now = Instant::now();
+                match &ev {
+                    Event::Frame(_) => p.last_frame_at = Some(now),
+                    Event::State(t) if p.gives_up_on(t, cli.give_up_after, now) => {
+                        handle(ev, report, output);
+                        return Stop::GaveUp;
+                    }
+                    _ => {}
+                }
                 if !handle(ev, report, output) {
                     return Stop::StdoutClosed;
                 }

@@ -1,15 +1,15 @@
-//! The `relink-cat` example (`examples/cat.rs`) run as a program: bad options, an echo peer,
-//! end of stdin, Ctrl-C, a server that comes up late, and redis-server restarts.
+//! The `relink-cat` binary run as a program: bad options, an echo peer, end of stdin and the
+//! quiet time after it, exit codes, Ctrl-C, `host:port`, giving up, a server that comes up
+//! late, and redis-server restarts.
 //!
-//! The example is built once per test run with `cargo build --example cat` (cargo does not
-//! build examples for `cargo test`), then run from the target directory.
+//! The test kit is relink's own (`tests/util` at the top of the repository).
 
+#[path = "../../tests/util/mod.rs"]
 mod util;
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
-use std::sync::OnceLock;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -19,27 +19,9 @@ use util::{Behaviour, Peer, RedisServer};
 /// Bound on anything that normally takes milliseconds (a connect, an echo, an exit).
 const WAIT: Duration = Duration::from_secs(10);
 
-/// The cat example's binary, built on first use.
+/// The relink-cat binary cargo built for these tests.
 fn cat_binary() -> &'static Path {
-    static BINARY: OnceLock<PathBuf> = OnceLock::new();
-    BINARY.get_or_init(|| {
-        let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "--example", "cat", "--quiet"])
-            .current_dir(manifest_dir)
-            .status()
-            .expect("run cargo build --example cat");
-        assert!(
-            status.success(),
-            "cargo build --example cat failed: {status}"
-        );
-        let target_dir = std::env::var_os("CARGO_TARGET_DIR")
-            .map(|d| manifest_dir.join(d))
-            .unwrap_or_else(|| manifest_dir.join("target"));
-        let binary = target_dir.join("debug").join("examples").join("cat");
-        assert!(binary.is_file(), "no binary at {}", binary.display());
-        binary
-    })
+    Path::new(env!("CARGO_BIN_EXE_relink-cat"))
 }
 
 /// One output stream of the child, line by line, with everything seen so far kept for
@@ -174,6 +156,14 @@ impl Cat {
         assert_eq!(rc, 0, "kill(SIGINT): {}", std::io::Error::last_os_error());
     }
 
+    /// Writes `text` to stdin and closes it at once, as `echo text | relink-cat` does.
+    fn pipe(&mut self, text: &str) {
+        let mut stdin = self.stdin.take().expect("stdin is open");
+        stdin
+            .write_all(text.as_bytes())
+            .expect("write to relink-cat's stdin");
+    }
+
     /// Closes stdin (unless `keep_stdin`), waits up to `timeout` for the exit, and collects
     /// what is left of both streams. Returns the status and how long the exit took.
     fn finish(&mut self, keep_stdin: bool, timeout: Duration) -> (ExitStatus, Duration) {
@@ -299,11 +289,115 @@ fn a_bad_escape_in_the_heartbeat_exits_with_status_2_and_a_one_line_message() {
 
 #[test]
 fn a_bad_endpoint_exits_with_status_2_and_the_builders_message() {
-    let expected = relink::Link::builder("127.0.0.1:6379")
+    let expected = relink::Link::builder("udp://127.0.0.1:6379")
         .build()
-        .expect_err("an endpoint without tcp:// is refused")
+        .expect_err("a udp:// endpoint is refused")
         .to_string();
-    assert_usage_error(&["127.0.0.1:6379"], &[&expected]);
+    assert_usage_error(&["udp://127.0.0.1:6379"], &[&expected]);
+    assert_usage_error(&["127.0.0.1"], &["127.0.0.1"]);
+}
+
+#[test]
+fn a_give_up_of_zero_attempts_exits_with_status_2() {
+    let endpoint = util::refused_endpoint();
+    assert_usage_error(&["--give-up-after", "0", &endpoint], &["--give-up-after"]);
+    assert_usage_error(&["--give-up-after", "soon", &endpoint], &["soon"]);
+}
+
+#[test]
+fn a_host_port_endpoint_without_a_scheme_is_dialled_over_tcp() {
+    let peer = Peer::start(Behaviour::Echo);
+    let host_port = peer.addr().to_string();
+    let mut cat = Cat::start(&["--quiet", &host_port]);
+    cat.type_line("plain");
+    cat.expect_stdout("plain");
+    let (status, _) = cat.finish(false, WAIT);
+    assert_eq!(status.code(), Some(0), "{}", cat.transcript());
+}
+
+#[test]
+fn piped_input_waits_for_a_late_reply_then_exits_zero() {
+    // Answers each line 300 ms late, as a slow server does: the default quiet time (500 ms
+    // after the outbox flushed) must still see the reply.
+    let peer = Peer::start(Behaviour::script(|conn| {
+        while let Ok(bytes) = conn.read_some(Duration::from_secs(5)) {
+            if bytes.is_empty() {
+                return;
+            }
+            conn.pause(Duration::from_millis(300));
+            if conn.write_all(b"+PONG\n").is_err() {
+                return;
+            }
+        }
+    }));
+    let mut cat = Cat::start(&["--quiet", &peer.addr().to_string()]);
+    cat.pipe("PING\n");
+    let (status, _) = cat.finish(false, WAIT);
+    assert_eq!(cat.stdout.text(), "+PONG", "{}", cat.transcript());
+    assert_eq!(status.code(), Some(0), "{}", cat.transcript());
+    assert_eq!(peer.received_all(), b"PING\n");
+}
+
+#[test]
+fn give_up_after_n_attempts_exits_1_at_that_attempt() {
+    let endpoint = util::refused_endpoint();
+    let mut cat = Cat::start(&[
+        "--status",
+        "--backoff",
+        "20ms..40ms",
+        "--give-up-after",
+        "3",
+        &endpoint,
+    ]);
+    cat.type_line("never delivered");
+    let (status, _) = cat.finish(true, WAIT);
+    assert_eq!(status.code(), Some(1), "{}", cat.transcript());
+    let stderr = cat.stderr.text();
+    let last_state = stderr
+        .lines()
+        .rfind(|l| l.starts_with("state ") && l.contains(" to=Backoff "))
+        .unwrap_or_default()
+        .to_string();
+    assert!(last_state.contains(" attempt=3 "), "{stderr}");
+    assert!(!stderr.contains(" attempt=4 "), "{stderr}");
+    assert_has(
+        &stderr,
+        r#"abandoned reason=shutdown bytes=15 frame="never delivered""#,
+    );
+}
+
+#[test]
+fn give_up_after_a_duration_exits_1_in_about_that_time() {
+    let endpoint = util::refused_endpoint();
+    let mut cat = Cat::start(&["--quiet", "--give-up-after", "400ms", &endpoint]);
+    let (status, took) = cat.finish(true, WAIT);
+    assert_eq!(status.code(), Some(1), "{}", cat.transcript());
+    assert!(
+        took >= Duration::from_millis(350) && took < Duration::from_secs(5),
+        "gave up after {took:?}"
+    );
+}
+
+#[test]
+fn max_attempts_with_give_up_ends_at_the_cooldown_instead_of_cycling() {
+    let endpoint = util::refused_endpoint();
+    let mut cat = Cat::start(&[
+        "--status",
+        "--backoff",
+        "20ms..40ms",
+        "--max-attempts",
+        "2",
+        "--cooldown",
+        "100ms",
+        "--give-up-after",
+        "60s",
+        &endpoint,
+    ]);
+    let (status, _) = cat.finish(true, WAIT);
+    assert_eq!(status.code(), Some(1), "{}", cat.transcript());
+    let stderr = cat.stderr.text();
+    assert_has(&stderr, "to=Cooldown cause=refused attempt=2 ");
+    assert!(!stderr.contains("cause=cooldown-over"), "{stderr}");
 }
 
 #[test]
@@ -354,6 +448,7 @@ fn status_prints_a_connected_to_ready_line_and_metrics_lines_with_every_field() 
             "state",
             "time_in_state_ms",
             "attempt",
+            "native_redials",
             "consecutive_failures",
             "connects",
             "reconnects",
@@ -398,13 +493,16 @@ fn stdin_eof_closes_the_link_and_exits_zero_promptly() {
 }
 
 #[test]
-fn stdin_eof_while_the_server_is_down_reports_the_queued_line_abandoned_and_exits_zero() {
+fn stdin_eof_while_the_server_is_down_reports_the_queued_line_abandoned_and_exits_1() {
     let endpoint = util::refused_endpoint();
-    let mut cat = Cat::start(&["--status", &endpoint]);
+    let mut cat = Cat::start(&["--status", "--flush-timeout", "300ms", &endpoint]);
     cat.expect_stderr("state from=Connecting to=Backoff cause=refused ");
     cat.type_line("lost");
-    // The close waits at most 1 s for the link to come back before abandoning.
-    let stderr = cat.finish_within(false, Duration::from_secs(5));
+    // The flush waits 300 ms, the close at most 1 s more, before abandoning.
+    let (status, took) = cat.finish(false, WAIT);
+    assert_eq!(status.code(), Some(1), "{}", cat.transcript());
+    assert!(took < Duration::from_secs(5), "exit took {took:?}");
+    let stderr = cat.stderr.text();
     assert_has(&stderr, r#"abandoned reason=shutdown bytes=4 frame="lost""#);
     let last = stderr.lines().last().unwrap_or_default();
     assert!(last.starts_with("metrics state=Closed "), "{last}");
@@ -415,12 +513,15 @@ fn stdin_eof_while_the_server_is_down_reports_the_queued_line_abandoned_and_exit
 }
 
 #[test]
-fn ctrl_c_closes_gracefully_and_exits_zero() {
+fn ctrl_c_closes_gracefully_and_exits_130() {
     let peer = Peer::start(Behaviour::Echo);
     let mut cat = Cat::start(&["--status", &peer.endpoint()]);
     cat.expect_stderr("state from=Connected to=Ready ");
     cat.interrupt();
-    let stderr = cat.finish_within(true, Duration::from_secs(3));
+    let (status, took) = cat.finish(true, WAIT);
+    assert_eq!(status.code(), Some(130), "{}", cat.transcript());
+    assert!(took < Duration::from_secs(3), "exit took {took:?}");
+    let stderr = cat.stderr.text();
     assert_has(&stderr, "state from=Ready to=Closed cause=closed");
 }
 
@@ -462,6 +563,18 @@ fn ping_on_stdin_gets_pong_from_redis_server() {
     cat.expect_stdout("+PONG");
     let (status, _) = cat.finish(false, WAIT);
     assert!(status.success(), "{status}\n{}", cat.transcript());
+}
+
+#[test]
+#[ignore = "needs redis-server"]
+fn echo_ping_piped_to_a_host_port_prints_pong_and_exits_zero() {
+    let server = redis();
+    let host_port = server.endpoint().trim_start_matches("tcp://").to_string();
+    let mut cat = Cat::start(&["--quiet", &host_port]);
+    cat.pipe("PING\n");
+    let (status, _) = cat.finish(false, WAIT);
+    assert_eq!(cat.stdout.text(), "+PONG", "{}", cat.transcript());
+    assert_eq!(status.code(), Some(0), "{}", cat.transcript());
 }
 
 #[test]
