@@ -99,7 +99,7 @@
 //! | 6 | Connecting | ConnectFailed, none left | Backoff/Cooldown | stop the native redial, failure `refused` |
 //! | 7 | Connecting | DialTimeout | Backoff/Cooldown | stop the native redial, failure `connect-timeout` |
 //! | 8 | Connected | Alive (first bytes, or accepted reply) | Ready | frames flow |
-//! | 9 | Connected | HandshakeTimeout | Backoff/Cooldown | close, failure |
+//! | 9 | Connected | HandshakeTimeout | Backoff/Cooldown | close, failure `handshake-timeout`; while the TLS handshake runs: error event, failure `tls-handshake` |
 //! | 10 | Connected, Ready | Disconnected | Backoff/Cooldown | failure `peer-closed` (flap guard: never an immediate redial) |
 //! | 11 | Connected, Ready | HeartbeatDead | Backoff/Cooldown | close, failure `heartbeat-timeout` |
 //! | 12 | Connected, Ready | ProtocolError | Backoff/Cooldown | close, error event, failure `protocol` |
@@ -113,6 +113,11 @@
 //! | 20 | any but Closed | Flushed (closing, outbox empty) | Closed | stop |
 //! | 21 | any but Closed | CloseDeadline | Closed | abandon the rest (`shutdown`) |
 //! | 22 | Connected, Ready | CallbackPanicked (a predicate or the codec) | Backoff/Cooldown | close, error event, failure `callback-panic` |
+//! | 23 | Connected, Ready | Tls (the session failed: handshake or record) | Backoff/Cooldown | close, error event, failure `tls-handshake` |
+//!
+//! With TLS, row 4 makes the connection's session and arms the TLS handshake bound; the link
+//! stays Connected and only handshake records leave. The handshake's completion does what row 4
+//! does without TLS (heartbeat, hello, Ready when the connect is the proof).
 //!
 //! Backoff/Cooldown: Cooldown when the attempt (relink's dials since the last stable
 //! connection, native redials not counted) reaches `max_attempts`, else Backoff.

@@ -72,9 +72,16 @@ fn tls_frames_travel_encrypted_and_come_back_in_order() {
     let (m, _) = w.close(&link, ms(1000), "tls echo");
     assert_eq!(m.frames_sent, n as u64);
     assert_accounted(&m, "tls echo");
+    let steps: Vec<_> = w.since(0).iter().map(|t| (t.from, t.to, t.cause)).collect();
     assert_eq!(
-        show(&w.since(0)[..2]),
-        "[Idle->Connecting(start,attempt=0), Connecting->Connected(tcp-connected,attempt=0)]"
+        steps[..3],
+        [
+            (State::Idle, State::Connecting, Cause::Start),
+            (State::Connecting, State::Connected, Cause::TcpConnected),
+            (State::Connected, State::Ready, Cause::Alive),
+        ],
+        "{}",
+        w.trace()
     );
 }
 
