@@ -28,14 +28,15 @@
 //! - `libzmq`: one raw ZMQ_STREAM socket per client (reconnect_ivl 100 ms, reconnect_ivl_max
 //!   30 s, immediate off) on one shared context; every ZMQ_EVENT_CONNECT_RETRIED from its monitor
 //!   is a scheduled redial, and each counts.
-//! - `relink`: one `Link` per client with the defaults, on the global context; an attempt is a
+//! - `relink`: one `Link` per client with the defaults, on the global context and the global IO
+//!   pool (`IoPool::global()`: one thread per core for the whole fleet); an attempt is a
 //!   dial (an `Event::State` transition into Connecting) or a redial libzmq makes by itself
 //!   (`native_retries`): the `attempt` field of the transitions counts every failure, so the
 //!   attempts up to the Ready are the failures since the drop (the drop itself excluded) plus
 //!   the connect that succeeded.
 //!
-//! Each relink link uses about five file descriptors and each held connection one: the
-//! benchmark raises RLIMIT_NOFILE to its hard limit first.
+//! Each relink link uses four file descriptors and each held connection one: the benchmark
+//! raises RLIMIT_NOFILE to its hard limit first (with 20 000, about 3 900 clients fit).
 
 mod support;
 
@@ -749,8 +750,10 @@ struct RelinkFleet {
 impl RelinkFleet {
     fn start(addr: SocketAddr, n: usize) -> Result<RelinkFleet, relink::ConfigError> {
         let endpoint = format!("tcp://{addr}");
+        // The links share the global IO pool (one thread per core), not a thread each.
+        let pool = relink::IoPool::global()?;
         let links = (0..n)
-            .map(|_| Link::builder(&endpoint).build())
+            .map(|_| Link::builder(&endpoint).io_pool(&pool).build())
             .collect::<Result<_, _>>()?;
         Ok(RelinkFleet { links })
     }

@@ -108,6 +108,11 @@ pub enum ConfigError {
     /// The TLS settings cannot be used (a PEM file, a key, the server name).
     #[error("tls: {0}")]
     Tls(#[from] TlsConfigError),
+    /// The process has no room for another link: the libzmq context's socket limit (three
+    /// sockets per link), the open-file limit (about four descriptors per link), or a thread
+    /// or descriptor an IO thread needs. The message says which.
+    #[error("no room for another link: {0}")]
+    NoRoom(String),
 }
 
 /// Why a codec refuses to encode a frame.

@@ -169,15 +169,17 @@
 //! thread and never reaches another link. The process's panic hook still runs first: by
 //! default it prints the panic to stderr. (With `panic = "abort"` nothing can be caught.)
 //!
-//! Should the IO thread itself stop (a bug in relink), the link is Closed: [`Link::state`] and
+//! Should the IO loop itself panic while serving a link (a bug in relink), that link is Closed,
+//! and the other links of its IO thread carry on: [`Link::state`] and
 //! the final [`Metrics`] say so, new sends are refused, and every blocked caller (`send` with
 //! [`Overflow::Block`], [`Link::close`], [`Link::metrics`], event receivers) returns at once;
 //! the event stream ends with [`LinkError::IoThreadPanicked`].
 //!
 //! # Architecture
-//! A [`Link`] is a crossbeam sender of commands plus an eventfd that wakes a dedicated IO
-//! thread. The IO thread owns the ZMQ_STREAM socket and its monitor and is the only code that
-//! calls zmq or reads the clock. Everything else (state machine, backoff, heartbeat, outbox,
+//! A [`Link`] is a crossbeam sender of commands to an IO thread plus that thread's eventfd. An
+//! IO thread of an [`IoPool`] serves one link (the default: a thread of its own) or many (links
+//! given the same pool, e.g. [`IoPool::global`], a thread per core): it owns each link's ZMQ_STREAM socket and monitor and is the only code that calls
+//! zmq or reads the clock. Everything else (state machine, backoff, heartbeat, outbox,
 //! codec) is a pure core that takes `now` as an argument and returns its next deadline, so every
 //! timer is tested in simulated time. Links share one libzmq context per process by default.
 //!
@@ -188,7 +190,7 @@
 //! src/link.rs      the handle (Link, Events) and Builder::build
 //! src/builder.rs   the builder, its defaults and checks; the core's settings kept apart
 //! src/event.rs, error.rs, metrics.rs   plain data every layer uses; they import no layer
-//! src/io/          the IO thread: event_loop, shared (handle state), resolver (thread pool),
+//! src/io/          the IO threads: pool, event_loop, shared (handle state), resolver (threads),
 //!                  socket (options, send), context, ffi (the only unsafe code)
 //! src/tls.rs       Tls, the public TLS settings (PEM read and checked at build())
 //! src/core/        sans-IO policy: machine (transition table), timers, endpoints (order, DNS
@@ -225,7 +227,7 @@ pub use error::{
     SendError, TlsConfigError, TlsError, TryRecvError,
 };
 pub use event::{AbandonReason, Cause, Event, State, Transition};
-pub use io::{Context, Keepalive, Resolver};
+pub use io::{Context, IoPool, Keepalive, Resolver};
 pub use link::{Events, Link};
 pub use metrics::{Abandoned, Metrics};
 pub use tls::Tls;

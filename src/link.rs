@@ -3,25 +3,27 @@
 
 use std::fmt;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{self as channel, Receiver, Sender};
+use crossbeam_channel::{self as channel, Receiver};
 
 use crate::builder::{Builder, Config, Overflow};
 use crate::core::codec::Codec;
 use crate::error::{ConfigError, RecvError, RecvTimeoutError, SendError, TryRecvError};
 use crate::event::{Event, State};
-use crate::io::event_loop::{IoSettings, IoThread};
-use crate::io::shared::{Command, Shared};
-use crate::io::Context;
+use crate::io::event_loop::{next_link_id, IoSettings, Slot, Wiring};
+use crate::io::pool::WorkerRef;
+use crate::io::shared::{Command, Msg, Route, Shared};
+use crate::io::{Context, IoPool};
 use crate::metrics::Metrics;
 
 /// A self-healing TCP link. Cheap to clone; every clone drives the same link, from any thread.
 ///
-/// Dropping the last clone closes the link as [`close`](Link::close) does, bounded by the
-/// builder's `close_timeout`.
+/// Dropping the last clone starts the close [`close`](Link::close) makes, bounded by the
+/// builder's `close_timeout`, and returns at once: the IO thread finishes it on its own
+/// (flushes the outbox until `close_timeout`, gives what is left back in `Abandoned` events to
+/// any [`Events`] clone still held, closes the socket).
 ///
 /// # Examples
 /// Every clone drives the same link: here one thread sends and another reads the replies.
@@ -64,7 +66,9 @@ pub struct Link {
 }
 
 struct Inner {
-    tx: Sender<Command>,
+    route: Route,
+    /// Keeps the IO thread from exiting while a handle can still reach it.
+    _worker: Arc<WorkerRef>,
     shared: Arc<Shared>,
     events: Events,
     codec: Codec,
@@ -74,8 +78,8 @@ struct Inner {
     frame_ttl: Option<Duration>,
     close_timeout: Duration,
     linger: Duration,
+    /// Disconnected when the IO thread has freed the link's slot.
     done: Receiver<()>,
-    thread: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl fmt::Debug for Link {
@@ -103,8 +107,8 @@ impl Builder {
     /// [`ConfigError`] for a setting out of range or a libzmq object that could not be made;
     /// see the example there. Examples of whole configurations are on [`Builder`].
     pub fn build(self) -> Result<Link, ConfigError> {
-        let (config, context) = self.validate()?;
-        Link::start(config, context)
+        let (config, context, pool) = self.validate()?;
+        Link::start(config, context, pool)
     }
 }
 
@@ -116,37 +120,55 @@ impl Link {
         Builder::new(endpoint)
     }
 
-    fn start(config: Config, context: Context) -> Result<Link, ConfigError> {
-        let shared = Arc::new(Shared::new().map_err(|e| ConfigError::Zmq(e.to_string()))?);
-        let (tx, rx) = crossbeam_channel::unbounded();
-        let (events_tx, events_rx) = crossbeam_channel::bounded(config.events_capacity);
+    fn start(config: Config, context: Context, pool: IoPool) -> Result<Link, ConfigError> {
+        let worker = pool.place();
+        let link = Link::start_on(config, context, worker.clone());
+        if link.is_err() {
+            worker.wake.links.fetch_sub(1, Ordering::SeqCst);
+        }
+        link
+    }
+
+    /// Makes the link's sockets here, so that errors reach `build()`, then hands the link to
+    /// its IO thread.
+    fn start_on(
+        config: Config,
+        context: Context,
+        worker: Arc<WorkerRef>,
+    ) -> Result<Link, ConfigError> {
+        let shared = Arc::new(Shared::new(worker.wake.clone()));
+        let route = Route {
+            id: next_link_id(),
+            tx: worker.tx.clone(),
+        };
+        // Unbounded underneath, so that an idle link holds no buffer; `events_capacity` is
+        // kept by the IO thread (`Shared::events_queued`).
+        let (events_tx, events_rx) = crossbeam_channel::unbounded();
+        let (done_tx, done) = crossbeam_channel::bounded::<()>(0);
         let seed = config.rng_seed.unwrap_or_else(rand::random);
         let io = IoSettings {
             socket: config.socket.clone(),
             resolver: config.resolver.clone(),
             events_capacity: config.events_capacity,
         };
-        let io = IoThread::new(
-            config.core.clone(),
-            io,
+        let wiring = Wiring {
             context,
             seed,
-            shared.clone(),
-            rx,
-            tx.clone(),
-            events_tx,
-        )?;
-        let (done_tx, done) = crossbeam_channel::bounded::<()>(0);
-        let thread = std::thread::Builder::new()
-            .name("relink-io".into())
-            .spawn(move || {
-                io.run();
-                drop(done_tx);
-            })
-            .map_err(|e| ConfigError::Zmq(format!("spawn IO thread: {e}")))?;
+            shared: shared.clone(),
+            route: route.clone(),
+            events: events_tx,
+            done: done_tx,
+        };
+        let slot = Slot::new(config.core.clone(), io, wiring)?;
+        worker
+            .tx
+            .send(Msg::Register(Box::new(slot)))
+            .map_err(|_| ConfigError::NoRoom("the IO thread has stopped".into()))?;
+        worker.wake.wake();
         Ok(Link {
             inner: Arc::new(Inner {
-                tx,
+                route,
+                _worker: worker,
                 events: Events {
                     rx: events_rx,
                     shared: shared.clone(),
@@ -160,7 +182,6 @@ impl Link {
                 close_timeout: config.close_timeout,
                 linger: config.socket.linger,
                 done,
-                thread: Mutex::new(Some(thread)),
             }),
         })
     }
@@ -356,7 +377,7 @@ impl Link {
             shared.queued_bytes.fetch_sub(len, Ordering::SeqCst);
             return Err(self.reject(SendError::Closed(frame)));
         }
-        let sent = inner.tx.send(Command::Send { frame, deadline });
+        let sent = inner.route.send(Command::Send { frame, deadline });
         shared.sending.fetch_sub(1, Ordering::SeqCst);
         match sent {
             Ok(()) => {
@@ -533,7 +554,7 @@ impl Link {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn reconnect_now(&self) {
-        if self.inner.tx.send(Command::ReconnectNow).is_ok() {
+        if self.inner.route.send(Command::ReconnectNow).is_ok() {
             self.inner.shared.wake();
         }
     }
@@ -573,7 +594,7 @@ impl Link {
         let shared = &*self.inner.shared;
         let (tx, rx) = crossbeam_channel::bounded(1);
         let live = !shared.closed.load(Ordering::SeqCst)
-            && self.inner.tx.send(Command::Metrics(tx)).is_ok();
+            && self.inner.route.send(Command::Metrics(tx)).is_ok();
         let mut m = None;
         if live {
             shared.wake();
@@ -598,15 +619,15 @@ impl Link {
     /// handles see when the IO thread stops. Not part of the API.
     #[doc(hidden)]
     pub fn __panic_io_thread_for_tests(&self) {
-        if self.inner.tx.send(Command::PanicForTests).is_ok() {
+        if self.inner.route.send(Command::PanicForTests).is_ok() {
             self.inner.shared.wake();
         }
     }
 
     /// Closes the link: refuses new frames, flushes the outbox until `timeout`, abandons what
     /// is left (reason `Shutdown`, each frame returned in an event), closes the socket with a
-    /// bounded linger and joins the IO thread. Returns the final metrics. Closing again is
-    /// harmless.
+    /// bounded linger and waits until its IO thread has let the link go (other links on that
+    /// thread carry on). Returns the final metrics. Closing again is harmless.
     ///
     /// # Examples
     /// ```
@@ -625,41 +646,32 @@ impl Link {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn close(&self, timeout: Duration) -> Metrics {
-        self.inner.close(timeout);
+        self.inner.start_close(timeout);
+        // The IO thread stops at the deadline, then closes the socket (bounded by linger).
+        let bound = timeout + self.inner.linger + Duration::from_secs(2);
+        if let Err(channel::RecvTimeoutError::Timeout) = self.inner.done.recv_timeout(bound) {
+            log::error!("relink: the link did not close within {bound:?}");
+        }
         self.metrics()
     }
 }
 
 impl Inner {
-    fn close(&self, timeout: Duration) {
+    /// Refuses new frames and asks the IO thread to close by `now + timeout`; never waits.
+    fn start_close(&self, timeout: Duration) {
         self.shared.closed.store(true, Ordering::SeqCst);
         let deadline = Instant::now() + timeout;
-        if self.tx.send(Command::Close { deadline }).is_ok() {
+        if self.route.send(Command::Close { deadline }).is_ok() {
             self.shared.wake();
         }
-        {
-            let _g = self.shared.room.lock().unwrap_or_else(|e| e.into_inner());
-            self.shared.room_cv.notify_all();
-        }
-        // The IO thread stops at the deadline, then closes the socket (bounded by linger).
-        let bound = timeout + self.linger + Duration::from_secs(2);
-        match self.done.recv_timeout(bound) {
-            Err(channel::RecvTimeoutError::Disconnected) | Ok(()) => {
-                let handle = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
-                if let Some(h) = handle {
-                    let _ = h.join();
-                }
-            }
-            Err(channel::RecvTimeoutError::Timeout) => {
-                log::error!("relink: the IO thread did not stop within {bound:?}; detached");
-            }
-        }
+        let _g = self.shared.room.lock().unwrap_or_else(|e| e.into_inner());
+        self.shared.room_cv.notify_all();
     }
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        self.close(self.close_timeout);
+        self.start_close(self.close_timeout);
     }
 }
 
@@ -836,6 +848,7 @@ impl Events {
     }
 
     fn took(&self, ev: Event) -> Event {
+        self.shared.events_queued.fetch_sub(1, Ordering::SeqCst);
         if self.shared.reader_waiting.load(Ordering::SeqCst) {
             self.shared.wake();
         }
@@ -857,6 +870,7 @@ fn assert_send_sync() {
     is::<Link>();
     is::<Events>();
     is::<crate::Context>();
+    is::<crate::IoPool>();
     fn is_send<T: Send + Sync + 'static>() {}
     is_send::<Event>();
     is_send::<Metrics>();

@@ -26,7 +26,7 @@ pub const MAX_SOCKETS: u32 = 16_384;
 /// let b = Link::builder(&endpoint).context(&ctx).build()?;
 /// // A third link finds no socket left.
 /// let c = Link::builder(&endpoint).context(&ctx).build();
-/// assert!(matches!(c, Err(ConfigError::Zmq(_))));
+/// assert!(matches!(c, Err(ConfigError::NoRoom(_))));
 /// a.close(Duration::from_millis(50));
 /// b.close(Duration::from_millis(50));
 /// # Ok::<(), Box<dyn std::error::Error>>(())

@@ -1,23 +1,36 @@
-//! The IO thread: the only code that calls zmq or reads the clock.
+//! An IO thread's loop: the only code that calls zmq or reads the clock. One loop serves a set
+//! of links, one or thousands; a link never waits for another.
 //!
-//! Each pass: wait in `zmq::poll` on the STREAM socket, its monitor and the eventfd, until the
-//! machine's next deadline; read `now` once; translate what arrived (routing-id toggles, data,
-//! monitor events, commands) into machine inputs; carry out the machine's actions; hand it the
-//! socket for writing. No business logic lives here.
+//! Each pass: wait in epoll on the thread's eventfd and on the ZMQ_FD of every link's STREAM
+//! socket and monitor, until the earliest deadline of the thread's timer heap; read `now` once;
+//! take the commands of the thread's channel; then serve each link that has something to do
+//! (a socket that signalled, a command, a due deadline, input left over from the last pass, a
+//! reader that was behind): translate what arrived (routing-id toggles, data, monitor events)
+//! into machine inputs, carry out the machine's actions, hand it the socket for writing. No
+//! business logic lives here.
+//!
+//! ZMQ_FD is edge-like: it signals that libzmq has commands to process, not that a message is
+//! waiting. So every time a link is served its sockets are read until EAGAIN or the link's
+//! budget, and afterwards ZMQ_EVENTS is asked (which processes libzmq's pending commands, a
+//! disconnect's among them): a link whose socket still has input is served again next pass.
+//! Budgets per link per pass (messages read, batches written) keep one busy link from starving
+//! the others on its thread.
 
-use std::collections::VecDeque;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::net::SocketAddr;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender, TrySendError};
+use crossbeam_channel::{Receiver, Sender};
 
 use super::context::Context;
-use super::ffi;
+use super::ffi::{self, Epoll, Ready};
 use super::resolver::{self, Resolver};
-use super::shared::{Command, Lookup, Shared};
+use super::shared::{Command, Lookup, Msg, Route, Shared, Wake};
 use super::socket::{apply_options, ms, send_batch, SocketOptions};
 use crate::core::fmt_addr;
 use crate::core::guard::panic_message;
@@ -38,24 +51,35 @@ pub(crate) struct IoSettings {
 /// How long the IO thread watches for a command after a busy pass before it sleeps.
 const SPIN: Duration = Duration::from_micros(50);
 
-/// Messages read from the socket per pass before commands and timers get their turn.
+/// Messages read from one link's socket per pass before the other links get their turn.
 const READ_BUDGET: usize = 256;
-/// Commands taken per pass.
-const COMMAND_BUDGET: usize = 4096;
+/// Batches written for one link per pass.
+const WRITE_BUDGET: usize = 16;
+/// Commands taken per pass (all links of the thread together).
+const COMMAND_BUDGET: usize = 1024;
+/// Readiness reports taken per wait.
+const REPORTS: usize = 256;
+/// How long a stopping link waits for handles still inside `send` before it closes anyway.
+const SENDERS_BOUND: Duration = Duration::from_secs(1);
 
 const EVENT_CONNECTED: u16 = 0x0001;
 const EVENT_CONNECT_RETRIED: u16 = 0x0004;
 const EVENT_DISCONNECTED: u16 = 0x0200;
 
-/// Builds the sockets on the caller's thread (so that errors reach `build()`), then runs the
-/// loop on a thread of its own.
-pub(crate) struct IoThread {
+/// The token of the thread's eventfd; a link's sockets use `id * 2` and `id * 2 + 1`.
+const WAKE_TOKEN: u64 = u64::MAX;
+
+/// One link as its IO thread holds it: its machine, its sockets, its undelivered events.
+/// Built on the caller's thread (so that errors reach `build()`), then moved to the thread.
+pub(crate) struct Slot {
+    route: Route,
     machine: Machine,
     socket: zmq::Socket,
     monitor: zmq::Socket,
-    commands: Receiver<Command>,
-    reply_tx: Sender<Command>,
+    socket_fd: i32,
+    monitor_fd: i32,
     events: Sender<Event>,
+    events_capacity: usize,
     pending: VecDeque<Event>,
     max_pending: usize,
     shared: Arc<Shared>,
@@ -69,54 +93,100 @@ pub(crate) struct IoThread {
     /// The last routing id learnt that way (its later frames are not a new connection).
     learnt_rid: Option<Vec<u8>>,
     endpoint: Option<String>,
-    buf: Vec<u8>,
     batch_cap: usize,
     released: (u64, u64),
     events_dropped: u64,
     /// Events dropped and not yet reported in an `EventsDropped` error.
     dropped_unreported: u64,
-    stopped: bool,
+    /// The machine stopped (when, for the bound on waiting for senders).
+    stopped: Option<Instant>,
     monitor_mismatch: u64,
     resolver: Option<Resolver>,
+    /// The deadline of this link's entry in the thread's timer heap, if it has one.
+    timer_at: Option<Instant>,
+    /// Queued to be served in the current or the next pass.
+    queued: bool,
+    /// Leaves the shared state Closed when the slot goes (before `_done` tells `close`).
+    _stop: StopGuard,
+    /// Dropped when the slot is freed: `close` waits for that.
+    _done: Sender<()>,
     /// Keeps the context alive until the sockets are closed (declared last: dropped last).
     _context: Context,
 }
 
-impl IoThread {
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new(
-        settings: Settings,
-        io: IoSettings,
-        context: Context,
-        seed: u64,
-        shared: Arc<Shared>,
-        commands: Receiver<Command>,
-        reply_tx: Sender<Command>,
-        events: Sender<Event>,
-    ) -> Result<IoThread, ConfigError> {
-        static LINK_ID: AtomicU64 = AtomicU64::new(0);
+impl std::fmt::Debug for Slot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Slot")
+            .field("id", &self.route.id)
+            .field("state", &self.machine.state())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a link's `build()` hands the slot besides the settings.
+pub(crate) struct Wiring {
+    pub context: Context,
+    pub seed: u64,
+    pub shared: Arc<Shared>,
+    pub route: Route,
+    pub events: Sender<Event>,
+    pub done: Sender<()>,
+}
+
+/// A new link id (process-wide, never reused).
+pub(crate) fn next_link_id() -> u64 {
+    static LINK_ID: AtomicU64 = AtomicU64::new(0);
+    LINK_ID.fetch_add(1, Ordering::Relaxed)
+}
+
+/// A socket error at build time, told apart from a bad setting when it is a limit.
+fn build_error(what: &str, e: zmq::Error) -> ConfigError {
+    match e {
+        zmq::Error::EMFILE => ConfigError::NoRoom(format!(
+            "libzmq {what}: {e} (the context's socket limit, three sockets per link, or the \
+             process's open-file limit, about four per link)"
+        )),
+        e => ConfigError::Zmq(format!("{what}: {e}")),
+    }
+}
+
+impl Slot {
+    pub(crate) fn new(settings: Settings, io: IoSettings, w: Wiring) -> Result<Slot, ConfigError> {
         ffi::seed_libc_rand_once(rand::random());
+        let Wiring {
+            context,
+            seed,
+            shared,
+            route,
+            events,
+            done,
+        } = w;
         let zerr = |what: &str, e: zmq::Error| ConfigError::Zmq(format!("{what}: {e}"));
         let mut socket = context
             .raw
             .socket(zmq::STREAM)
-            .map_err(|e| zerr("socket", e))?;
+            .map_err(|e| build_error("socket", e))?;
         apply_options(&mut socket, &io.socket).map_err(ConfigError::Zmq)?;
-        let id = LINK_ID.fetch_add(1, Ordering::Relaxed);
-        let addr = format!("inproc://relink-monitor-{}-{id}", std::process::id());
+        let addr = format!(
+            "inproc://relink-monitor-{}-{}",
+            std::process::id(),
+            route.id
+        );
         socket
             .monitor(&addr, zmq::SocketEvent::ALL as i32)
-            .map_err(|e| zerr("monitor", e))?;
+            .map_err(|e| build_error("monitor", e))?;
         let monitor = context
             .raw
             .socket(zmq::PAIR)
-            .map_err(|e| zerr("monitor socket", e))?;
+            .map_err(|e| build_error("monitor socket", e))?;
         monitor
             .set_linger(0)
             .map_err(|e| zerr("monitor linger", e))?;
         monitor
             .connect(&addr)
-            .map_err(|e| zerr("monitor connect", e))?;
+            .map_err(|e| build_error("monitor connect", e))?;
+        let socket_fd = socket.get_fd().map_err(|e| zerr("ZMQ_FD", e))?;
+        let monitor_fd = monitor.get_fd().map_err(|e| zerr("monitor ZMQ_FD", e))?;
         // Room for the state events of a long outage and for every frame the outbox can give back
         // at once (a close abandons them all): nothing is trimmed short of that.
         let max_pending = io
@@ -124,65 +194,124 @@ impl IoThread {
             .saturating_mul(4)
             .max(4096)
             .saturating_add(settings.outbox_frames);
-        let resolver = io.resolver;
-        let immediate = io.socket.immediate;
-        let linger = io.socket.linger;
         // Room for a batch's TLS records too (about 22 bytes per 16 KiB record).
         let batch_cap =
             settings.batch_bytes.min(1 << 20) + 64 + settings.batch_bytes.min(1 << 20) / 256;
         let machine = Machine::new(settings, seed, Instant::now());
-        Ok(IoThread {
+        let stop = shared.clone();
+        Ok(Slot {
+            route,
             machine,
             socket,
             monitor,
-            commands,
-            reply_tx,
+            socket_fd,
+            monitor_fd,
             events,
+            events_capacity: io.events_capacity,
             pending: VecDeque::new(),
             max_pending,
             shared,
             rid: None,
             connected: false,
-            immediate,
-            linger,
+            immediate: io.socket.immediate,
+            linger: io.socket.linger,
             learnt_rid: None,
             endpoint: None,
-            buf: Vec::with_capacity(batch_cap),
             batch_cap,
             released: (0, 0),
             events_dropped: 0,
             dropped_unreported: 0,
-            stopped: false,
+            stopped: None,
             monitor_mismatch: 0,
-            resolver,
+            resolver: io.resolver,
+            timer_at: None,
+            queued: false,
+            _stop: StopGuard(stop),
+            _done: done,
             _context: context,
         })
     }
+}
 
-    /// Runs the link until it is closed. Never unwinds: application code is guarded where it is
-    /// called, and if the loop itself panics (a bug in relink) the link is closed here and the
-    /// handles are told (see [`IoThread::stop_after_panic`]). Whatever happens, a [`StopGuard`]
-    /// leaves the shared state Closed when this returns.
+/// Hashes a link id (a counter) with one multiplication: a command costs one lookup, and
+/// SipHash's resistance to chosen keys buys nothing for ids the crate hands out itself.
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+type ById = BuildHasherDefault<IdHasher>;
+
+/// One IO thread: its links, its wait set, its timers.
+pub(crate) struct Worker {
+    epoll: Epoll,
+    wake: Arc<Wake>,
+    commands: Receiver<Msg>,
+    slots: HashMap<u64, Slot, ById>,
+    /// Links to serve in the next pass (each at most once: `Slot::queued`).
+    queue: Vec<u64>,
+    /// Links whose reader is behind: looked at every pass (taking an event wakes the thread).
+    behind: HashSet<u64, ById>,
+    /// (deadline, link): stale entries (the link's `timer_at` differs) are skipped.
+    timers: BinaryHeap<Reverse<(Instant, u64)>>,
+    /// The batch being written; it moves into the zmq message, so only one per thread.
+    buf: Vec<u8>,
+    reports: Vec<Ready>,
+}
+
+impl Worker {
+    pub(crate) fn new(wake: Arc<Wake>, commands: Receiver<Msg>) -> std::io::Result<Worker> {
+        let epoll = Epoll::new()?;
+        epoll.add(wake.raw_fd(), WAKE_TOKEN)?;
+        Ok(Worker {
+            epoll,
+            wake,
+            commands,
+            slots: HashMap::default(),
+            queue: Vec::new(),
+            behind: HashSet::default(),
+            timers: BinaryHeap::new(),
+            buf: Vec::new(),
+            reports: vec![ffi::BLANK; REPORTS],
+        })
+    }
+
+    /// Runs the thread until its pool is gone and its last link closed. Never unwinds:
+    /// application code is guarded where it is called, and a panic of the loop itself (a bug
+    /// in relink) while it serves a link closes that link alone (see `Worker::guarded`); a
+    /// [`StopGuard`] in each slot leaves its shared state Closed however the slot goes.
     pub(crate) fn run(mut self) {
-        let _stop = StopGuard(self.shared.clone());
-        let outcome = catch_unwind(AssertUnwindSafe(|| self.run_loop()));
-        let finish = catch_unwind(AssertUnwindSafe(move || match outcome {
-            Ok(()) => self.shutdown(),
-            Err(payload) => self.stop_after_panic(panic_message(payload.as_ref())),
-        }));
-        if let Err(payload) = finish {
+        if let Err(payload) = catch_unwind(AssertUnwindSafe(|| self.run_loop())) {
+            // Every slot left is dropped with the worker: its StopGuard tells its handles.
             log::error!(
-                "relink: the IO thread panicked while stopping: {}",
+                "relink: an IO thread panicked outside any link ({}); its links are closed",
                 panic_message(payload.as_ref()).unwrap_or_default()
             );
         }
     }
 
     fn run_loop(&mut self) {
-        self.machine.handle_input(Instant::now(), Input::Start);
-        self.carry_out(Instant::now());
         let mut busy = false;
-        while !self.stopped {
+        let mut serving = Vec::new();
+        loop {
+            if self.slots.is_empty() && self.wake.orphaned.load(Ordering::SeqCst) {
+                // Registrations made before the pool went away are still in the channel.
+                if self.commands.is_empty() {
+                    break;
+                }
+            }
             if busy {
                 // Right after traffic the application often answers within microseconds:
                 // look at the command queue for a moment before paying for a sleep and a
@@ -192,73 +321,331 @@ impl IoThread {
                     std::hint::spin_loop();
                 }
             }
-            self.shared.sleeping.store(true, Ordering::SeqCst);
+            self.wake.sleeping.store(true, Ordering::SeqCst);
             fence(Ordering::SeqCst);
-            let timeout = self.poll_timeout_ms();
-            let reading = self.pending.is_empty();
-            let (socket_in, monitor_in, woken) = {
-                let mut items = [
-                    self.socket.as_poll_item(if reading {
-                        zmq::POLLIN
-                    } else {
-                        zmq::PollEvents::empty()
-                    }),
-                    self.monitor.as_poll_item(zmq::POLLIN),
-                    zmq::PollItem::from_fd(self.shared.waker.raw(), zmq::POLLIN),
-                ];
-                match zmq::poll(&mut items, timeout) {
-                    Ok(_) => (
-                        items[0].is_readable(),
-                        items[1].is_readable(),
-                        items[2].is_readable(),
-                    ),
-                    Err(zmq::Error::EINTR) => (false, false, false),
-                    Err(e) => {
-                        log::error!("relink: zmq poll failed: {e}");
-                        (false, false, false)
-                    }
-                }
-            };
-            self.shared.sleeping.store(false, Ordering::SeqCst);
+            let timeout = self.timeout_ms();
+            let n = self.epoll.wait(&mut self.reports, timeout);
+            self.wake.sleeping.store(false, Ordering::SeqCst);
             let now = Instant::now();
-            if woken {
-                self.shared.waker.drain();
-                self.shared.wake_pending.swap(false, Ordering::AcqRel);
-            }
-            let before = self.machine.traffic();
-            self.flush_events();
-            if monitor_in {
-                self.read_monitor(now);
-            }
-            if socket_in && self.pending.is_empty() {
-                self.read_socket(now);
+            for i in 0..n {
+                let token = ffi::token(&self.reports[i]);
+                if token == WAKE_TOKEN {
+                    self.wake.drained();
+                } else {
+                    self.enqueue(token / 2);
+                }
             }
             self.take_commands(now);
-            self.machine.handle_timeout(now);
-            self.carry_out(now);
-            self.transmit(now);
-            self.publish();
-            busy = self.machine.traffic() != before;
+            while let Some(Reverse((at, id))) = self.timers.peek().copied() {
+                if at > now {
+                    break;
+                }
+                self.timers.pop();
+                if let Some(slot) = self.slots.get_mut(&id) {
+                    if slot.timer_at == Some(at) {
+                        slot.timer_at = None;
+                        self.enqueue(id);
+                    }
+                }
+            }
+            if !self.behind.is_empty() {
+                for id in self.behind.iter().copied().collect::<Vec<_>>() {
+                    self.enqueue(id);
+                }
+            }
+            busy = false;
+            std::mem::swap(&mut serving, &mut self.queue);
+            for id in serving.drain(..) {
+                let mut moved = false;
+                self.guarded(now, id, |w| moved = w.serve(now, id));
+                busy |= moved;
+            }
+            self.compact_timers();
         }
     }
 
-    fn poll_timeout_ms(&self) -> i64 {
-        if !self.commands.is_empty() {
+    /// Queues a link to be served (once) in this pass or the next.
+    fn enqueue(&mut self, id: u64) {
+        if let Some(slot) = self.slots.get_mut(&id) {
+            if !slot.queued {
+                slot.queued = true;
+                self.queue.push(id);
+            }
+        }
+    }
+
+    fn timeout_ms(&self) -> i32 {
+        if !self.commands.is_empty() || !self.queue.is_empty() {
             return 0;
         }
-        match self.machine.poll_timeout() {
+        match self.timers.peek() {
             None => -1,
-            Some(t) => {
+            Some(Reverse((t, _))) => {
                 let now = Instant::now();
-                if t <= now {
+                if *t <= now {
                     0
                 } else {
                     // Round up: waking early only costs another pass.
-                    let d = t - now;
-                    (d.as_micros().div_ceil(1000)).min(i64::MAX as u128) as i64
+                    let d = *t - now;
+                    d.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32
                 }
             }
         }
+    }
+
+    fn take_commands(&mut self, now: Instant) {
+        let mut taken = 0;
+        let mut next = None;
+        while taken < COMMAND_BUDGET {
+            let msg = match next.take() {
+                Some(msg) => msg,
+                None => match self.commands.try_recv() {
+                    Ok(msg) => msg,
+                    Err(_) => break,
+                },
+            };
+            taken += 1;
+            match msg {
+                Msg::Link(id, cmd) => {
+                    // A run of commands for one link (a producer's frames) costs one lookup.
+                    self.guarded(now, id, |w| {
+                        next = w.command_run(now, id, cmd, &mut taken);
+                    });
+                }
+                msg => self.dispatch(now, msg),
+            }
+        }
+        if let Some(msg) = next {
+            self.dispatch(now, msg);
+        }
+    }
+
+    /// Hands `first` to link `id`, then the commands that follow it in the channel for the
+    /// same link, within the budget; returns the first message for anything else.
+    fn command_run(
+        &mut self,
+        now: Instant,
+        id: u64,
+        first: Command,
+        taken: &mut usize,
+    ) -> Option<Msg> {
+        // A command for a link already closed (a late resolver answer) finds no slot.
+        let slot = self.slots.get_mut(&id)?;
+        slot.command(now, first);
+        if !slot.queued {
+            slot.queued = true;
+            self.queue.push(id);
+        }
+        while *taken < COMMAND_BUDGET {
+            match self.commands.try_recv() {
+                Ok(Msg::Link(i, cmd)) if i == id => {
+                    *taken += 1;
+                    slot.command(now, cmd);
+                }
+                Ok(other) => return Some(other),
+                Err(_) => return None,
+            }
+        }
+        None
+    }
+
+    fn dispatch(&mut self, now: Instant, msg: Msg) {
+        match msg {
+            Msg::Register(slot) => self.register(now, *slot),
+            Msg::Link(id, cmd) => {
+                // A command for a link already closed (a late resolver answer) finds no slot.
+                self.guarded(now, id, |w| {
+                    if let Some(slot) = w.slots.get_mut(&id) {
+                        slot.command(now, cmd);
+                        if !slot.queued {
+                            slot.queued = true;
+                            w.queue.push(id);
+                        }
+                    }
+                });
+            }
+        }
+    }
+
+    /// Runs `f`, which works on link `id` alone; if it panics (a bug in relink: application
+    /// code is guarded where it is called), that link is closed as it stands and the others
+    /// carry on.
+    fn guarded(&mut self, now: Instant, id: u64, f: impl FnOnce(&mut Worker)) {
+        if let Err(payload) = catch_unwind(AssertUnwindSafe(|| f(self))) {
+            self.drop_after_panic(now, id, panic_message(payload.as_ref()));
+        }
+    }
+
+    /// Frees the slot of a link whose handling panicked: new frames refused, the frames its
+    /// handles still had on the way given back, its handles told (`Slot::stop_after_panic`).
+    fn drop_after_panic(&mut self, now: Instant, id: u64, message: Option<String>) {
+        let Some(slot) = self.slots.remove(&id) else {
+            return;
+        };
+        self.behind.remove(&id);
+        self.queue.retain(|q| *q != id);
+        self.epoll.delete(slot.socket_fd);
+        self.epoll.delete(slot.monitor_fd);
+        self.wake.links.fetch_sub(1, Ordering::SeqCst);
+        slot.shared.closed.store(true, Ordering::SeqCst);
+        let until = now + SENDERS_BOUND;
+        while slot.shared.sending.load(Ordering::SeqCst) > 0 && Instant::now() < until {
+            std::thread::yield_now();
+        }
+        let mut late = Vec::new();
+        for _ in 0..self.commands.len() {
+            match self.commands.try_recv() {
+                // A metrics request is answered by the final snapshot once its reply
+                // channel is dropped here.
+                Ok(Msg::Link(i, cmd)) if i == id => {
+                    if let Command::Send { frame, .. } = cmd {
+                        late.push(frame);
+                    }
+                }
+                Ok(msg) => self.dispatch(now, msg),
+                Err(_) => break,
+            }
+        }
+        let stopped = catch_unwind(AssertUnwindSafe(move || {
+            slot.stop_after_panic(now, message, late)
+        }));
+        if let Err(payload) = stopped {
+            log::error!(
+                "relink: a link panicked while stopping: {}",
+                panic_message(payload.as_ref()).unwrap_or_default()
+            );
+        }
+    }
+
+    fn register(&mut self, now: Instant, mut slot: Slot) {
+        let id = slot.route.id;
+        let added = self
+            .epoll
+            .add(slot.socket_fd, id * 2)
+            .and_then(|()| self.epoll.add(slot.monitor_fd, id * 2 + 1));
+        if let Err(e) = added {
+            // Cannot happen short of the kernel's memory: the link cannot be served; it closes.
+            log::error!("relink: epoll add failed: {e}");
+            slot.deliver(Event::Error(LinkError::Zmq {
+                call: "epoll_ctl",
+                message: e.to_string(),
+            }));
+            slot.machine
+                .handle_input(now, Input::Close { deadline: now });
+        } else {
+            slot.machine.handle_input(now, Input::Start);
+        }
+        self.slots.insert(id, slot);
+        self.enqueue(id);
+    }
+
+    /// Serves one link; returns whether application data moved.
+    fn serve(&mut self, now: Instant, id: u64) -> bool {
+        let Some(slot) = self.slots.get_mut(&id) else {
+            return false;
+        };
+        slot.queued = false;
+        let before = slot.machine.traffic();
+        let more = slot.pass(now, &mut self.buf);
+        let busy = slot.machine.traffic() != before;
+        if slot.pending.is_empty() {
+            self.behind.remove(&id);
+        } else {
+            self.behind.insert(id);
+        }
+        if slot.stopped.is_some() {
+            self.finish(now, id);
+            return busy;
+        }
+        if let Some(t) = slot.machine.poll_timeout() {
+            // Only an earlier deadline needs a new heap entry; a later one is found when the
+            // current entry fires early (one spare pass).
+            if slot.timer_at.map_or(true, |at| t < at) {
+                slot.timer_at = Some(t);
+                self.timers.push(Reverse((t, id)));
+            }
+        }
+        if more {
+            self.enqueue(id);
+        }
+        busy
+    }
+
+    /// Closes a stopped link: refuses new frames, takes what its handles queued before, hands
+    /// over its final snapshot and leftover events, closes its sockets and frees its slot.
+    fn finish(&mut self, now: Instant, id: u64) {
+        let Some(slot) = self.slots.get(&id) else {
+            return;
+        };
+        let stopped_at = slot.stopped.unwrap_or(now);
+        // Refuse new frames, then wait (a pass at a time, never blocking the thread) for the
+        // senders already past the check.
+        slot.shared.closed.store(true, Ordering::SeqCst);
+        if slot.shared.sending.load(Ordering::SeqCst) > 0
+            && now.saturating_duration_since(stopped_at) < SENDERS_BOUND
+        {
+            self.enqueue(id);
+            return;
+        }
+        // Every command of this link is in the channel now: take all that is there (other
+        // links' commands are dispatched as usual).
+        for _ in 0..self.commands.len() {
+            let Ok(msg) = self.commands.try_recv() else {
+                break;
+            };
+            self.dispatch(now, msg);
+        }
+        let Some(slot) = self.slots.remove(&id) else {
+            return;
+        };
+        self.behind.remove(&id);
+        self.queue.retain(|q| *q != id);
+        self.epoll.delete(slot.socket_fd);
+        self.epoll.delete(slot.monitor_fd);
+        if let Err(payload) = catch_unwind(AssertUnwindSafe(move || slot.shutdown(now))) {
+            log::error!(
+                "relink: a link panicked while stopping: {}",
+                panic_message(payload.as_ref()).unwrap_or_default()
+            );
+        }
+        self.wake.links.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Rebuilds the timer heap when stale entries outnumber the links.
+    fn compact_timers(&mut self) {
+        if self.timers.len() <= 2 * self.slots.len() + 64 {
+            return;
+        }
+        self.timers = self
+            .slots
+            .iter()
+            .filter_map(|(id, s)| s.timer_at.map(|t| Reverse((t, *id))))
+            .collect();
+    }
+}
+
+impl Slot {
+    /// One pass for this link; returns whether it has more to do right away (input left
+    /// unread or batches left unwritten after its budget).
+    fn pass(&mut self, now: Instant, buf: &mut Vec<u8>) -> bool {
+        self.flush_events();
+        self.read_monitor(now);
+        let mut more = false;
+        if self.pending.is_empty() {
+            more |= self.read_socket(now);
+        }
+        self.machine.handle_timeout(now);
+        self.carry_out(now);
+        more |= self.transmit(now, buf);
+        self.publish();
+        // Any call into the socket may have taken libzmq's signal for input that is still
+        // unread (and asking processes its pending commands, a disconnect's among them).
+        let readable = self
+            .socket
+            .get_events()
+            .map(|e| e.contains(zmq::POLLIN))
+            .unwrap_or(false);
+        more || (readable && self.pending.is_empty() && self.stopped.is_none())
     }
 
     fn read_monitor(&mut self, now: Instant) {
@@ -322,14 +709,15 @@ impl IoThread {
         }
     }
 
-    fn read_socket(&mut self, now: Instant) {
+    /// Reads up to the budget; returns true when the budget ran out before the input did.
+    fn read_socket(&mut self, now: Instant) -> bool {
         for _ in 0..READ_BUDGET {
             let rid = match self.socket.recv_msg(zmq::DONTWAIT) {
                 Ok(m) => m,
-                Err(zmq::Error::EAGAIN) => return,
+                Err(zmq::Error::EAGAIN) => return false,
                 Err(e) => {
                     log::error!("relink: zmq recv failed: {e}");
-                    return;
+                    return false;
                 }
             };
             if !self.socket.get_rcvmore().unwrap_or(false) {
@@ -339,7 +727,7 @@ impl IoThread {
                 Ok(m) => m,
                 Err(e) => {
                     log::error!("relink: zmq recv failed: {e}");
-                    return;
+                    return false;
                 }
             };
             let learn = self.immediate
@@ -375,18 +763,10 @@ impl IoThread {
             }
             self.carry_out(now);
             if !self.pending.is_empty() {
-                return;
+                return false;
             }
         }
-    }
-
-    fn take_commands(&mut self, now: Instant) {
-        for _ in 0..COMMAND_BUDGET {
-            let Ok(cmd) = self.commands.try_recv() else {
-                break;
-            };
-            self.command(now, cmd);
-        }
+        true
     }
 
     fn command(&mut self, now: Instant, cmd: Command) {
@@ -445,7 +825,7 @@ impl IoThread {
                     host,
                     port,
                 } => self.resolve(host, port, Lookup::Refresh(endpoint)),
-                Action::Stop => self.stopped = true,
+                Action::Stop => self.stopped = Some(now),
             }
         }
     }
@@ -457,7 +837,7 @@ impl IoThread {
             host,
             port,
             lookup,
-            self.reply_tx.clone(),
+            self.route.clone(),
             self.shared.clone(),
         );
     }
@@ -510,15 +890,21 @@ impl IoThread {
         self.connected = false;
     }
 
-    fn transmit(&mut self, now: Instant) {
-        while self.machine.poll_transmit(now, &mut self.buf) {
+    /// Writes up to the budget; returns true when the budget ran out with batches left.
+    fn transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> bool {
+        for _ in 0..WRITE_BUDGET {
+            if !self.machine.poll_transmit(now, buf) {
+                // A batch that could not be built (the codec panicked) leaves actions behind.
+                self.carry_out(now);
+                return false;
+            }
             let result = match &self.rid {
                 None => TxResult::Unreachable,
                 Some((rid, _)) => {
                     // The batch moves into the zmq message without a copy; the next one
-                    // starts with room for a whole batch.
-                    let mut data =
-                        std::mem::replace(&mut self.buf, Vec::with_capacity(self.batch_cap));
+                    // starts with room for a whole batch (the thread's one buffer: an idle
+                    // link holds none).
+                    let mut data = std::mem::replace(buf, Vec::with_capacity(self.batch_cap));
                     let result = send_batch(&self.socket, rid, &mut data);
                     if !data.is_empty() {
                         self.machine.transmit_unsent(data);
@@ -529,11 +915,26 @@ impl IoThread {
             self.machine.transmit_done(now, result);
             self.carry_out(now);
             if result != TxResult::Sent {
-                break;
+                return false;
             }
         }
-        // A batch that could not be built (the codec panicked) leaves actions behind.
-        self.carry_out(now);
+        true
+    }
+
+    /// Hands an event to the channel unless the application holds `events_capacity` of
+    /// them already.
+    fn try_send_event(&self, ev: Event) -> Result<(), Event> {
+        let queued = &self.shared.events_queued;
+        if queued.fetch_add(1, Ordering::SeqCst) >= self.events_capacity {
+            queued.fetch_sub(1, Ordering::SeqCst);
+            return Err(ev);
+        }
+        self.events
+            .send(ev)
+            .map_err(|crossbeam_channel::SendError(ev)| {
+                queued.fetch_sub(1, Ordering::SeqCst);
+                ev
+            })
     }
 
     fn deliver(&mut self, ev: Event) {
@@ -542,11 +943,9 @@ impl IoThread {
             self.shared.state.store(t.to as u8, Ordering::Release);
         }
         if self.pending.is_empty() {
-            match self.events.try_send(ev) {
+            match self.try_send_event(ev) {
                 Ok(()) => return,
-                Err(TrySendError::Full(ev)) | Err(TrySendError::Disconnected(ev)) => {
-                    self.pending.push_back(ev)
-                }
+                Err(ev) => self.pending.push_back(ev),
             }
         } else {
             self.pending.push_back(ev);
@@ -575,21 +974,22 @@ impl IoThread {
 
     fn flush_events(&mut self) {
         while let Some(ev) = self.pending.pop_front() {
-            match self.events.try_send(ev) {
-                Ok(()) => {}
-                Err(TrySendError::Full(ev)) | Err(TrySendError::Disconnected(ev)) => {
-                    self.pending.push_front(ev);
-                    break;
-                }
+            if let Err(ev) = self.try_send_event(ev) {
+                self.pending.push_front(ev);
+                break;
             }
         }
         if self.pending.is_empty() && self.dropped_unreported > 0 {
             let report = Event::Error(LinkError::EventsDropped(self.dropped_unreported));
-            if self.events.try_send(report).is_ok() {
+            if self.try_send_event(report).is_ok() {
                 self.dropped_unreported = 0;
             }
         }
         if self.pending.is_empty() {
+            if self.pending.capacity() > 64 {
+                // A reader that caught up: give back what the backlog took.
+                self.pending = VecDeque::new();
+            }
             self.set_reader_waiting(false);
         }
     }
@@ -616,17 +1016,9 @@ impl IoThread {
         self.shared.release(df, db);
     }
 
-    fn shutdown(mut self) {
-        let now = Instant::now();
-        // Refuse new frames, then wait for the senders already past the check.
-        self.shared.closed.store(true, Ordering::SeqCst);
-        let until = now + Duration::from_secs(1);
-        while self.shared.sending.load(Ordering::SeqCst) > 0 && Instant::now() < until {
-            std::thread::yield_now();
-        }
-        while let Ok(cmd) = self.commands.try_recv() {
-            self.command(now, cmd);
-        }
+    /// The end of a stopped link, once its commands are taken: final snapshot, leftover
+    /// events, sockets closed (libzmq keeps the linger, bounded, on its own thread).
+    fn shutdown(mut self, now: Instant) {
         self.carry_out(now);
         self.publish();
         let snapshot = self.snapshot(now);
@@ -665,25 +1057,11 @@ impl IoThread {
     /// given back as abandoned (`shutdown`); the application gets what events were waiting,
     /// then an [`LinkError::IoThreadPanicked`], then the end of the stream; the final metrics
     /// are the machine's last counters with state Closed.
-    fn stop_after_panic(mut self, message: Option<String>) {
+    fn stop_after_panic(mut self, now: Instant, message: Option<String>, late: Vec<Vec<u8>>) {
         log::error!(
-            "relink: the IO thread panicked ({}); the link is closed",
+            "relink: the IO thread panicked serving a link ({}); the link is closed",
             message.as_deref().unwrap_or("no message")
         );
-        let now = Instant::now();
-        self.shared.closed.store(true, Ordering::SeqCst);
-        let until = now + Duration::from_secs(1);
-        while self.shared.sending.load(Ordering::SeqCst) > 0 && Instant::now() < until {
-            std::thread::yield_now();
-        }
-        let mut late = Vec::new();
-        while let Ok(cmd) = self.commands.try_recv() {
-            // A metrics request is answered by the final snapshot once its reply channel is
-            // dropped here.
-            if let Command::Send { frame, .. } = cmd {
-                late.push(frame);
-            }
-        }
         let machine = &self.machine;
         let mut snapshot = catch_unwind(AssertUnwindSafe(|| machine.metrics(now)))
             .unwrap_or_else(|_| Metrics::empty(State::Closed));
@@ -719,9 +1097,9 @@ impl IoThread {
     }
 }
 
-/// Leaves the shared state Closed when the IO thread ends, however it ends: new frames
+/// Leaves the shared state Closed when the link's slot goes, however it goes: new frames
 /// refused, `state()` Closed, a final snapshot that says Closed, and every sender blocked on
-/// room woken. (The events channel closes with the `IoThread` that holds its sender.)
+/// room woken. (The events channel closes with the `Slot` that holds its sender.)
 struct StopGuard(Arc<Shared>);
 
 impl Drop for StopGuard {

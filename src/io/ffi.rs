@@ -1,5 +1,5 @@
 //! The only `unsafe` code of the crate: the libzmq calls rust-zmq 0.9 does not wrap, libc's
-//! `srand`, and the eventfd that wakes the IO thread.
+//! `srand`, the eventfd that wakes an IO thread and the epoll set it waits on.
 //!
 //! Each block says why it is sound. Nothing here holds policy; the IO module decides what to call.
 
@@ -197,6 +197,78 @@ impl EventFd {
 }
 
 impl Drop for EventFd {
+    fn drop(&mut self) {
+        // SAFETY: the fd is owned by self and closed once.
+        unsafe {
+            libc::close(self.fd);
+        }
+    }
+}
+
+/// An epoll set: an IO thread waits on the ZMQ_FD of each of its links' sockets and on its
+/// eventfd, each registered with a token that names it.
+#[derive(Debug)]
+pub(super) struct Epoll {
+    fd: c_int,
+}
+
+/// One readiness report: the token the file descriptor was registered with.
+pub(super) type Ready = libc::epoll_event;
+
+/// A blank report, to size the buffer `Epoll::wait` fills.
+pub(super) const BLANK: Ready = libc::epoll_event { events: 0, u64: 0 };
+
+/// The token of a readiness report.
+pub(super) fn token(r: &Ready) -> u64 {
+    r.u64
+}
+
+impl Epoll {
+    pub(super) fn new() -> std::io::Result<Epoll> {
+        // SAFETY: epoll_create1 has no memory preconditions; a negative return is an error.
+        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if fd < 0 {
+            Err(std::io::Error::last_os_error())
+        } else {
+            Ok(Epoll { fd })
+        }
+    }
+
+    /// Watches `fd` for input (level-triggered), reporting `token`.
+    pub(super) fn add(&self, fd: c_int, token: u64) -> std::io::Result<()> {
+        let mut ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: token,
+        };
+        // SAFETY: both fds are open; `ev` is a valid epoll_event that the kernel copies.
+        let rc = unsafe { libc::epoll_ctl(self.fd, libc::EPOLL_CTL_ADD, fd, &mut ev) };
+        if rc < 0 {
+            Err(std::io::Error::last_os_error())
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Stops watching `fd` (before it is closed).
+    pub(super) fn delete(&self, fd: c_int) {
+        let mut ev = BLANK;
+        // SAFETY: the epoll fd is open; `ev` is valid (ignored by DEL, required by old kernels).
+        unsafe {
+            libc::epoll_ctl(self.fd, libc::EPOLL_CTL_DEL, fd, &mut ev);
+        }
+    }
+
+    /// Waits up to `timeout_ms` (-1: without bound) and fills `out`; returns how many reports
+    /// it holds (0 on a timeout or an interrupted wait).
+    pub(super) fn wait(&self, out: &mut [Ready], timeout_ms: i32) -> usize {
+        let max = c_int::try_from(out.len()).unwrap_or(c_int::MAX);
+        // SAFETY: `out` is valid for writes of `max` epoll_events for the duration of the call.
+        let n = unsafe { libc::epoll_wait(self.fd, out.as_mut_ptr(), max, timeout_ms) };
+        usize::try_from(n).unwrap_or(0)
+    }
+}
+
+impl Drop for Epoll {
     fn drop(&mut self) {
         // SAFETY: the fd is owned by self and closed once.
         unsafe {

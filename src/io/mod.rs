@@ -1,8 +1,9 @@
 //! The IO side: the only code that calls libzmq, starts threads or reads the clock. It drives
 //! the core and never decides policy.
 //!
-//! - [`event_loop`]: the IO thread's loop: poll, translate what arrived into core inputs, carry
-//!   out the core's actions.
+//! - [`event_loop`]: an IO thread's loop over its links: wait, translate what arrived into core
+//!   inputs, carry out the core's actions.
+//! - [`pool`]: the IO threads links share.
 //! - [`shared`]: the commands handles send and the state they share with the IO thread.
 //! - [`resolver`]: the resolver thread pool (names never block an IO thread).
 //! - [`socket`]: the STREAM socket's options and the send of one batch.
@@ -13,11 +14,13 @@ mod context;
 pub(crate) mod event_loop;
 #[allow(unsafe_code)]
 mod ffi;
+pub(crate) mod pool;
 mod resolver;
 pub(crate) mod shared;
 mod socket;
 
 pub use context::{Context, MAX_SOCKETS};
+pub use pool::IoPool;
 pub use resolver::Resolver;
 pub use socket::Keepalive;
 pub(crate) use socket::SocketOptions;

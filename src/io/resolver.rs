@@ -11,7 +11,7 @@ use std::sync::{Arc, OnceLock};
 
 use crossbeam_channel::{Receiver, Sender};
 
-use super::shared::{Command, Lookup, Shared};
+use super::shared::{Command, Lookup, Route, Shared};
 use crate::core::guard::guarded;
 use crate::core::machine::Unresolved;
 use crate::error::Callback;
@@ -86,7 +86,7 @@ struct Job {
     host: String,
     port: u16,
     lookup: Lookup,
-    reply: Sender<Command>,
+    reply: Route,
     shared: Arc<Shared>,
 }
 
@@ -130,7 +130,7 @@ pub(super) fn resolve(
     host: String,
     port: u16,
     lookup: Lookup,
-    reply: Sender<Command>,
+    reply: Route,
     shared: Arc<Shared>,
 ) {
     let job = Job {

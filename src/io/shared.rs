@@ -1,14 +1,16 @@
-//! What the handles and the IO thread share: the commands sent to it and the state both sides
-//! read (atomics, the room condition, the final snapshot, undelivered events).
+//! What the handles and the IO threads share: the commands sent to a link's IO thread, the
+//! thread's wake-up, and the state both sides of one link read (atomics, the room condition,
+//! the final snapshot, undelivered events).
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
 use crossbeam_channel::Sender;
 
+use super::event_loop::Slot;
 use super::ffi::EventFd;
 use crate::core::machine::Unresolved;
 use crate::event::{Event, State};
@@ -34,6 +36,89 @@ pub(crate) enum Command {
     PanicForTests,
 }
 
+/// What an IO thread's channel carries: a new link, or a command for one of its links.
+#[derive(Debug)]
+pub(crate) enum Msg {
+    /// A link built on the caller's thread, moved to the IO thread that serves it.
+    Register(Box<Slot>),
+    /// A command for the link with this id.
+    Link(u64, Command),
+}
+
+/// The way to one link on its IO thread: the thread's channel and the link's id.
+#[derive(Debug, Clone)]
+pub(crate) struct Route {
+    pub id: u64,
+    pub tx: Sender<Msg>,
+}
+
+impl Route {
+    /// Queues a command for the link (the caller wakes the thread).
+    pub(crate) fn send(&self, cmd: Command) -> Result<(), crossbeam_channel::SendError<Command>> {
+        self.tx
+            .send(Msg::Link(self.id, cmd))
+            .map_err(|crossbeam_channel::SendError(m)| match m {
+                Msg::Link(_, cmd) => crossbeam_channel::SendError(cmd),
+                Msg::Register(_) => unreachable!("a command was sent"),
+            })
+    }
+}
+
+/// An IO thread's wake-up: one eventfd per thread, whatever the number of its links.
+#[derive(Debug)]
+pub(crate) struct Wake {
+    fd: EventFd,
+    pending: Padded<AtomicBool>,
+    /// The IO thread is about to block (or blocks) in its wait: a new command needs a wake.
+    pub(super) sleeping: Padded<AtomicBool>,
+    /// Nothing can give the thread a new link any more (its pool is gone): it exits once its
+    /// last link is closed.
+    pub(super) orphaned: AtomicBool,
+    /// Links placed on the thread and not yet closed (the pool places a new link on the
+    /// thread with the fewest).
+    pub(crate) links: AtomicUsize,
+}
+
+impl Wake {
+    pub(super) fn new() -> std::io::Result<Wake> {
+        Ok(Wake {
+            fd: EventFd::new()?,
+            pending: Padded(AtomicBool::new(false)),
+            sleeping: Padded(AtomicBool::new(false)),
+            orphaned: AtomicBool::new(false),
+            links: AtomicUsize::new(0),
+        })
+    }
+
+    /// The eventfd the IO thread waits on.
+    pub(super) fn raw_fd(&self) -> std::os::raw::c_int {
+        self.fd.raw()
+    }
+
+    /// Wakes the IO thread; coalesced, so a burst of sends costs one write.
+    pub(crate) fn wake(&self) {
+        if !self.pending.swap(true, Ordering::AcqRel) {
+            self.fd.wake();
+        }
+    }
+
+    /// Called by the IO thread when its eventfd fired.
+    pub(super) fn drained(&self) {
+        self.fd.drain();
+        self.pending.swap(false, Ordering::AcqRel);
+    }
+
+    /// Wakes the IO thread after a command was queued, unless it is awake and so bound to
+    /// see the command in its current pass. The fences pair with those in the IO loop:
+    /// either the IO thread sees the command before it blocks, or this sees it asleep.
+    pub(crate) fn wake_for_command(&self) {
+        fence(Ordering::SeqCst);
+        if self.sleeping.load(Ordering::SeqCst) {
+            self.wake();
+        }
+    }
+}
+
 /// Which question a resolver answer belongs to.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Lookup {
@@ -56,13 +141,13 @@ impl<T> std::ops::Deref for Padded<T> {
     }
 }
 
-/// State shared between the handles, the event receivers and the IO thread.
+/// State shared between one link's handles, its event receivers and its IO thread.
 #[derive(Debug)]
 pub(crate) struct Shared {
-    pub(super) waker: EventFd,
-    pub(super) wake_pending: Padded<AtomicBool>,
-    /// The IO thread is about to block (or blocks) in `zmq::poll`: a new command needs a wake.
-    pub(super) sleeping: Padded<AtomicBool>,
+    /// The wake-up of the IO thread that serves the link.
+    pub(crate) thread: Arc<Wake>,
+    /// Events in the channel, not yet taken (the channel grows on demand; this bounds it).
+    pub events_queued: Padded<AtomicUsize>,
     pub state: AtomicU8,
     /// No new frames are accepted. Set by `close` and by the IO thread when it stops.
     pub closed: AtomicBool,
@@ -86,11 +171,10 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    pub(crate) fn new() -> std::io::Result<Shared> {
-        Ok(Shared {
-            waker: EventFd::new()?,
-            wake_pending: Padded(AtomicBool::new(false)),
-            sleeping: Padded(AtomicBool::new(false)),
+    pub(crate) fn new(thread: Arc<Wake>) -> Shared {
+        Shared {
+            thread,
+            events_queued: Padded(AtomicUsize::new(0)),
             state: AtomicU8::new(State::Idle as u8),
             closed: AtomicBool::new(false),
             sending: Padded(AtomicUsize::new(0)),
@@ -103,24 +187,18 @@ impl Shared {
             rejected: AtomicU64::new(0),
             final_metrics: Mutex::new(None),
             leftover: Mutex::new(VecDeque::new()),
-        })
+        }
     }
 
-    /// Wakes the IO thread; coalesced, so a burst of sends costs one write.
+    /// Wakes the link's IO thread; coalesced, so a burst of sends costs one write.
     pub(crate) fn wake(&self) {
-        if !self.wake_pending.swap(true, Ordering::AcqRel) {
-            self.waker.wake();
-        }
+        self.thread.wake()
     }
 
-    /// Wakes the IO thread after a command was queued, unless it is awake and so bound to
-    /// see the command in its current pass. The fences pair with those in `IoThread::run`:
-    /// either the IO thread sees the command before it blocks, or this sees it asleep.
+    /// Wakes the IO thread after a command was queued, unless it is awake (see
+    /// [`Wake::wake_for_command`]).
     pub(crate) fn wake_for_command(&self) {
-        fence(Ordering::SeqCst);
-        if self.sleeping.load(Ordering::SeqCst) {
-            self.wake();
-        }
+        self.thread.wake_for_command()
     }
 
     /// Frames and bytes left the outbox: room for senders, who are woken if they wait.

@@ -1,0 +1,177 @@
+//! Many links in one process: what each costs, and what they cost idle.
+//!
+//! Run with `cargo bench --bench links` (100, 1000 and 4500 links, 10 s idle windows) or
+//! `cargo bench --bench links -- --quick` (3 s windows); `--links 100,2000` picks the counts,
+//! `--window SECS` the idle window.
+//!
+//! The peer is a `redis-server` child (one process, epoll, not counted in our CPU time) when
+//! one is on PATH, else the benches' echo peer in a child process. Each count runs in a fresh
+//! child process of this program, so that its threads, descriptors and memory start from
+//! nothing: it raises RLIMIT_NOFILE's soft limit to the hard one, builds the links on the
+//! global IO pool (`IoPool::global()`, one thread per core; lines codec, a 1 s heartbeat `Ping::Raw(b"PING\r\n")`, ready on connect),
+//! waits until every one is Ready, and reports one line:
+//!
+//! ```text
+//! links n=<n> ready_s=<t> threads=<process threads> fds_per_link=<f> rss_kib_per_link=<r> idle_cpu_pct=<c> heartbeats=<sent> missed=<m> not_ready=<k>
+//! ```
+//!
+//! `threads` counts the whole process (main thread, relink's IO and resolver threads, libzmq's
+//! IO and reaper threads). `fds_per_link` and `rss_kib_per_link` are the growth from before the
+//! first link to all Ready, divided by the number of links. `idle_cpu_pct` is this process's
+//! CPU time (user + system) over the window, in percent of one core, while every link
+//! exchanges heartbeats with the peer.
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use relink::{Codec, Heartbeat, IoPool, Link, Ping, State};
+
+/// Set in the child process that measures one count: the count.
+const CHILD_ENV: &str = "RELINK_BENCH_LINKS_CHILD";
+/// Bound on all links reaching Ready.
+const READY_BOUND: Duration = Duration::from_secs(120);
+
+fn main() {
+    if let Ok(n) = std::env::var(CHILD_ENV) {
+        child(n.parse().expect("a count of links"));
+        return;
+    }
+    let quick = support::flag("quick");
+    let window: u64 = support::arg("window")
+        .map(|w| w.parse().expect("--window SECS"))
+        .unwrap_or(if quick { 3 } else { 10 });
+    let counts: Vec<usize> = support::arg("links")
+        .unwrap_or_else(|| "100,1000,4500".into())
+        .split(',')
+        .map(|n| n.trim().parse().expect("--links N,N,.."))
+        .collect();
+    support::peer::serve_if_child();
+    let redis = support::redis::RedisServer::start();
+    let child_peer;
+    let (endpoint, peer_name) = match &redis {
+        Ok(r) => (r.endpoint(), "redis-server"),
+        Err(why) => {
+            eprintln!("links: {why}; using the echo peer");
+            child_peer = support::peer::ChildPeer::start();
+            (child_peer.endpoint(), "echo peer")
+        }
+    };
+    println!(
+        "links: peer {peer_name} at {endpoint}, {window} s idle windows, {} cores",
+        thread::available_parallelism().map_or(1, |n| n.get())
+    );
+    let exe = std::env::current_exe().expect("path of this program");
+    for n in counts {
+        let child = Command::new(&exe)
+            .env(CHILD_ENV, n.to_string())
+            .env("RELINK_BENCH_ENDPOINT", &endpoint)
+            .env("RELINK_BENCH_WINDOW", window.to_string())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start a measuring child");
+        let out = child.wait_with_output().expect("the measuring child");
+        for line in BufReader::new(&out.stdout[..]).lines() {
+            println!("{}", line.expect("a line"));
+        }
+        if !out.status.success() {
+            println!("links n={n} failed: {}", out.status);
+        }
+    }
+}
+
+fn count_entries(dir: &str) -> usize {
+    std::fs::read_dir(dir).map_or(0, |d| d.count())
+}
+
+fn child(n: usize) {
+    let endpoint = std::env::var("RELINK_BENCH_ENDPOINT").expect("endpoint");
+    let window = Duration::from_secs(
+        std::env::var("RELINK_BENCH_WINDOW")
+            .ok()
+            .and_then(|w| w.parse().ok())
+            .unwrap_or(10),
+    );
+    let (soft, hard) = raise_nofile();
+    eprintln!("links n={n}: RLIMIT_NOFILE {soft}/{hard}");
+    let fds0 = support::open_fds();
+    let rss0 = support::rss_kib();
+    let started = Instant::now();
+    let pool = IoPool::global().expect("the global IO pool");
+    let mut links = Vec::with_capacity(n);
+    for i in 0..n {
+        let link = Link::builder(&endpoint)
+            .io_pool(&pool)
+            .codec(Codec::lines())
+            .heartbeat(
+                Heartbeat::new(Duration::from_secs(1), Ping::Raw(b"PING\r\n".to_vec()))
+                    .reply(relink::Predicate::starts_with(&b"+PONG"[..])),
+            )
+            .build();
+        match link {
+            Ok(l) => links.push(l),
+            Err(e) => {
+                println!("links n={n} build failed at link {i}: {e}");
+                return;
+            }
+        }
+    }
+    let deadline = started + READY_BOUND;
+    for link in &links {
+        support::wait_state(link, State::Ready, deadline);
+    }
+    let ready = started.elapsed();
+    // Let the first heartbeats go round before the counts are taken.
+    thread::sleep(Duration::from_millis(1500));
+    let threads = count_entries("/proc/self/task");
+    let fds = support::open_fds().saturating_sub(fds0);
+    let rss = support::rss_kib().saturating_sub(rss0);
+    let hb0: u64 = links.iter().map(|l| l.metrics().heartbeats_sent).sum();
+    let missed0: u64 = links.iter().map(|l| l.metrics().heartbeats_missed).sum();
+    let cpu0 = support::cpu_time();
+    let t0 = Instant::now();
+    thread::sleep(window);
+    let cpu = support::cpu_time() - cpu0;
+    let wall = t0.elapsed();
+    let hb: u64 = links
+        .iter()
+        .map(|l| l.metrics().heartbeats_sent)
+        .sum::<u64>()
+        - hb0;
+    let missed: u64 = links
+        .iter()
+        .map(|l| l.metrics().heartbeats_missed)
+        .sum::<u64>()
+        - missed0;
+    let not_ready = links.iter().filter(|l| l.state() != State::Ready).count();
+    println!(
+        "links n={n} ready_s={:.2} threads={threads} fds_per_link={:.2} rss_kib_per_link={:.1} \
+         idle_cpu_pct={:.1} heartbeats={hb} missed={missed} not_ready={not_ready}",
+        ready.as_secs_f64(),
+        fds as f64 / n as f64,
+        rss as f64 / n as f64,
+        100.0 * cpu.as_secs_f64() / wall.as_secs_f64(),
+    );
+    let t = Instant::now();
+    drop(links);
+    eprintln!("links n={n}: dropping every link took {:?}", t.elapsed());
+}
+
+/// Raises RLIMIT_NOFILE's soft limit to the hard one; returns (soft, hard).
+fn raise_nofile() -> (u64, u64) {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit into `lim`.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return (0, 0);
+    }
+    lim.rlim_cur = lim.rlim_max;
+    // SAFETY: setrlimit reads one rlimit from `lim`.
+    unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) };
+    (lim.rlim_cur, lim.rlim_max)
+}

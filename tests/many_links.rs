@@ -1,0 +1,419 @@
+//! Many links on few IO threads: every link comes back after a restart with exact accounting,
+//! a busy link does not starve a quiet one, a slow reader pauses its own link only, closing or
+//! dropping one link leaves the others alone, and dropping a thousand links returns at once and
+//! releases everything.
+//!
+//! Tests that count the process's threads and descriptors, and those that time round trips,
+//! hold the process lock for writing (a thousand links of another test would load the same
+//! cores); the others for reading.
+
+mod util;
+
+use std::time::{Duration, Instant};
+
+use relink::{AbandonReason, Event, IoPool, Link, State};
+use util::*;
+
+/// Bound on a group of links reaching a state.
+const T: Duration = Duration::from_secs(60);
+
+/// Takes events until a frame arrives; None after `timeout`.
+fn next_frame(link: &Link, timeout: Duration) -> Option<Vec<u8>> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match link.events().recv_deadline(deadline) {
+            Ok(Event::Frame(f)) => return Some(f),
+            Ok(_) => {}
+            Err(_) => return None,
+        }
+    }
+}
+
+/// Waits (bounded) until every link is in `state`.
+fn all_in(links: &[Link], state: State, timeout: Duration) -> bool {
+    wait_until(timeout, || links.iter().all(|l| l.state() == state))
+}
+
+/// One round trip of a line through an echo peer; its duration.
+fn round_trip(link: &Link, line: &[u8]) -> Duration {
+    let t0 = Instant::now();
+    link.send(line.to_vec()).expect("send");
+    let got = next_frame(link, Duration::from_secs(5)).expect("an echo within 5 s");
+    assert_eq!(got, line);
+    t0.elapsed()
+}
+
+fn count_entries(dir: &str) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("read {dir}: {e}"))
+        .count()
+}
+
+/// (open file descriptors, threads) of this process.
+fn fds_and_threads() -> (usize, usize) {
+    (
+        count_entries("/proc/self/fd"),
+        count_entries("/proc/self/task"),
+    )
+}
+
+/// 1000 links on a 2-thread pool to one echo peer, three frames each echoed; the peer stops,
+/// each link queues two more frames, the peer comes back on the same port.
+/// Expected: every link back to Ready, its queued frames delivered, accounting exact per link.
+#[test]
+fn a_thousand_links_on_two_threads_all_come_back_after_the_peer_restarts() {
+    let _g = shared();
+    let pool = IoPool::new(2).expect("pool");
+    let peer = Peer::start(Behaviour::Echo);
+    let port = peer.port();
+    let links: Vec<Link> = (0..1000)
+        .map(|_| {
+            lines_to(&peer.endpoint())
+                .io_pool(&pool)
+                .backoff(ms(100), ms(1000))
+                .build()
+                .expect("build")
+        })
+        .collect();
+    assert_eq!(pool.links(), 1000);
+    assert!(
+        all_in(&links, State::Ready, T),
+        "not every link reached Ready"
+    );
+    for (i, link) in links.iter().enumerate() {
+        for k in 0..3 {
+            link.send(format!("l{i}-{k}")).expect("send");
+        }
+    }
+    for (i, link) in links.iter().enumerate() {
+        for k in 0..3 {
+            let f = next_frame(link, Duration::from_secs(10)).expect("echo");
+            assert_eq!(f, format!("l{i}-{k}").into_bytes());
+        }
+    }
+    peer.stop();
+    assert!(
+        wait_until(T, || links.iter().all(|l| l.state() != State::Ready)),
+        "some link did not notice the peer go"
+    );
+    for (i, link) in links.iter().enumerate() {
+        for k in 3..5 {
+            link.send(format!("l{i}-{k}")).expect("queued while down");
+        }
+    }
+    let peer = Peer::start_on(port, Behaviour::Echo).expect("restart on the same port");
+    assert!(
+        all_in(&links, State::Ready, T),
+        "{} links not back to Ready",
+        links.iter().filter(|l| l.state() != State::Ready).count()
+    );
+    for (i, link) in links.iter().enumerate() {
+        for k in 3..5 {
+            let f = next_frame(link, Duration::from_secs(10)).expect("queued frame echoed");
+            assert_eq!(f, format!("l{i}-{k}").into_bytes(), "link {i}");
+        }
+    }
+    for (i, link) in links.iter().enumerate() {
+        let m = link.close(ms(500));
+        assert_accounted(&m, &format!("link {i}"));
+        assert_eq!(m.frames_sent, 5, "link {i}: {m:?}");
+    }
+    assert!(wait_until(Duration::from_secs(5), || pool.links() == 0));
+    drop(peer);
+}
+
+/// Two links on one IO thread: one floods a sink peer as fast as it can, the other makes round
+/// trips to an echo peer. Expected: every round trip of the quiet link within 250 ms.
+#[test]
+fn a_busy_link_does_not_starve_a_quiet_one_on_the_same_thread() {
+    let _g = exclusive();
+    let pool = IoPool::new(1).expect("pool");
+    let sink = Peer::start(Behaviour::Sink);
+    let echo = Peer::start(Behaviour::Echo);
+    let busy = lines_to(&sink.endpoint())
+        .io_pool(&pool)
+        .build()
+        .expect("build");
+    let quiet = lines_to(&echo.endpoint())
+        .io_pool(&pool)
+        .build()
+        .expect("build");
+    assert!(all_in(&[busy.clone(), quiet.clone()], State::Ready, T));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flood = {
+        let (busy, stop) = (busy.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let line = vec![b'x'; 200];
+            let mut n = 0u64;
+            let until = Instant::now() + Duration::from_secs(20);
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) && Instant::now() < until {
+                // Waits for room rather than spinning: the outbox stays full, and the
+                // producer leaves the CPU to the IO thread.
+                if busy.send_timeout(line.clone(), ms(100)).is_ok() {
+                    n += 1;
+                }
+            }
+            n
+        })
+    };
+    // The flood is under way before the round trips start.
+    assert!(sink.wait_received_len(1 << 20, Duration::from_secs(10)));
+    let mut trips: Vec<Duration> = (0..50)
+        .map(|i| round_trip(&quiet, format!("q{i}").as_bytes()))
+        .collect();
+    trips.sort();
+    let slowest = trips[49];
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let flooded = flood.join().expect("flood thread");
+    let m = busy.metrics();
+    eprintln!(
+        "measured: quiet round trips median {:?}, slowest {slowest:?}, while the busy link \
+         sent {} frames ({flooded} accepted)",
+        trips[25], m.frames_sent
+    );
+    assert!(
+        slowest < ms(250),
+        "a quiet round trip took {slowest:?} beside a flood"
+    );
+    assert!(m.frames_sent > 10_000, "the flood did not flow: {m:?}");
+}
+
+/// Two links on one IO thread; the first one's peer writes lines without pause and nobody
+/// takes the first link's events (capacity 16). Expected: the first link pauses reading (its
+/// channel holds 16 events and no more arrive), while the second keeps making round trips;
+/// once its events are taken, the first reads again.
+#[test]
+fn a_slow_reader_pauses_only_its_own_link() {
+    let _g = exclusive();
+    let pool = IoPool::new(1).expect("pool");
+    let talker = Peer::start(Behaviour::script(|c| {
+        let line = vec![b'y'; 100]
+            .into_iter()
+            .chain(*b"\n")
+            .collect::<Vec<u8>>();
+        while !c.is_stopping() {
+            if c.write_all(&line).is_err() {
+                return;
+            }
+        }
+    }));
+    let echo = Peer::start(Behaviour::Echo);
+    let slow = lines_to(&talker.endpoint())
+        .io_pool(&pool)
+        .events_capacity(16)
+        .build()
+        .expect("build");
+    let other = lines_to(&echo.endpoint())
+        .io_pool(&pool)
+        .build()
+        .expect("build");
+    assert!(wait_until(T, || slow.events().len() >= 16));
+    let received = slow.metrics().frames_received;
+    for i in 0..20 {
+        let rt = round_trip(&other, format!("o{i}").as_bytes());
+        assert!(rt < ms(250), "round trip {i} took {rt:?}");
+    }
+    assert_eq!(
+        slow.events().len(),
+        16,
+        "the slow link's channel went past its capacity"
+    );
+    let still = slow.metrics().frames_received;
+    assert!(
+        still <= received + 16,
+        "the slow link kept reading: {received} then {still}"
+    );
+    // Taking its events lets it read again.
+    let more = wait_until(Duration::from_secs(10), || {
+        while slow.events().try_recv().is_ok() {}
+        slow.metrics().frames_received > still + 1000
+    });
+    assert!(
+        more,
+        "the slow link did not read again once its events were taken"
+    );
+}
+
+/// Three links on one IO thread to one echo peer; one is closed, one dropped.
+/// Expected: the third keeps exchanging frames, and the peer sees the other two go.
+#[test]
+fn closing_or_dropping_one_link_leaves_the_others_exchanging_frames() {
+    let _g = exclusive();
+    let pool = IoPool::new(1).expect("pool");
+    let peer = Peer::start(Behaviour::Echo);
+    let links: Vec<Link> = (0..3)
+        .map(|_| {
+            lines_to(&peer.endpoint())
+                .io_pool(&pool)
+                .build()
+                .expect("build")
+        })
+        .collect();
+    assert!(all_in(&links, State::Ready, T));
+    for (i, l) in links.iter().enumerate() {
+        round_trip(l, format!("before{i}").as_bytes());
+    }
+    let mut links = links.into_iter();
+    let closed = links.next().expect("first");
+    let dropped = links.next().expect("second");
+    let kept = links.next().expect("third");
+    let t0 = Instant::now();
+    let m = closed.close(ms(500));
+    assert_accounted(&m, "closed");
+    let t1 = Instant::now();
+    drop(dropped);
+    let drop_took = t1.elapsed();
+    for i in 0..20 {
+        let rt = round_trip(&kept, format!("after{i}").as_bytes());
+        assert!(rt < ms(250), "round trip {i} took {rt:?}");
+    }
+    assert!(
+        wait_until(Duration::from_secs(5), || peer.open_count() == 1),
+        "the peer still has {} connections",
+        peer.open_count()
+    );
+    assert!(drop_took < ms(50), "dropping a link took {drop_took:?}");
+    eprintln!(
+        "measured: close {:?}, drop {drop_took:?}",
+        t1.duration_since(t0)
+    );
+    assert_eq!(kept.state(), State::Ready);
+}
+
+/// 1000 links on a 2-thread pool, in Backoff against a refusing port, three frames queued in
+/// each; ten of them have an `Events` clone kept. The pool handle and then every link are
+/// dropped.
+/// Expected: the drops return in under 100 ms in all; the kept `Events` receive their frames
+/// back (reason Shutdown); within close_timeout + linger + 1 s every thread and descriptor
+/// the pool and the links took is released.
+#[test]
+fn dropping_a_thousand_links_with_queued_frames_returns_at_once_and_releases_everything() {
+    let _g = exclusive();
+    // Warm up the process-wide libzmq context (its threads stay).
+    lines_to(&refused_endpoint())
+        .build()
+        .expect("build")
+        .close(ms(100));
+    let before = fds_and_threads();
+    let close_timeout = ms(200);
+    let linger = ms(200);
+    let pool = IoPool::new(2).expect("pool");
+    let refused = refused_endpoint();
+    let links: Vec<Link> = (0..1000)
+        .map(|_| {
+            lines_to(&refused)
+                .io_pool(&pool)
+                .backoff(Duration::from_secs(5), Duration::from_secs(10))
+                .close_timeout(close_timeout)
+                .linger(linger)
+                .build()
+                .expect("build")
+        })
+        .collect();
+    assert!(
+        all_in(&links, State::Backoff, T),
+        "not every link in Backoff"
+    );
+    for link in &links {
+        for k in 0..3 {
+            link.send(format!("q{k}")).expect("queued");
+        }
+    }
+    let kept: Vec<_> = links[..10].iter().map(|l| l.events().clone()).collect();
+    drop(pool);
+    let t0 = Instant::now();
+    drop(links);
+    let took = t0.elapsed();
+    for (i, events) in kept.iter().enumerate() {
+        let mut back = 0;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while back < 3 {
+            match events.recv_deadline(deadline) {
+                Ok(Event::Abandoned { reason, .. }) => {
+                    assert_eq!(reason, AbandonReason::Shutdown);
+                    back += 1;
+                }
+                Ok(_) => {}
+                Err(e) => panic!("link {i}: {back} of 3 frames given back: {e}"),
+            }
+        }
+    }
+    drop(kept);
+    let bound = close_timeout + linger + Duration::from_secs(1);
+    let mut after = fds_and_threads();
+    let released = wait_until(bound, || {
+        after = fds_and_threads();
+        after.0 <= before.0 && after.1 <= before.1
+    });
+    eprintln!(
+        "measured: dropping 1000 links took {took:?}; (fds, threads) before {before:?}, \
+         after {after:?}, {:?} after the drop",
+        t0.elapsed()
+    );
+    assert!(took < ms(100), "dropping 1000 links took {took:?}");
+    assert!(
+        released,
+        "(fds, threads) before {before:?}, still {after:?} {bound:?} after the drops"
+    );
+}
+
+/// 200 links on one IO thread to a redis-server, heartbeat 200 ms × (2 + 1); the server is
+/// SIGSTOPped, then SIGCONTed; Ready needs redis's answer to a hello, so a redial to the
+/// stopped server (which its kernel still accepts) is not Ready. Expected: every link leaves
+/// Ready within the heartbeat bound + 500 ms, and every link is Ready again after SIGCONT, its
+/// accounting exact.
+#[test]
+#[ignore = "needs redis-server"]
+fn a_sigstopped_server_is_declared_dead_on_every_link_of_a_shared_thread_within_the_heartbeat_bound(
+) {
+    let _g = exclusive();
+    let redis = RedisServer::start().expect("this test needs redis-server on PATH");
+    let pool = IoPool::new(1).expect("pool");
+    let hb = || {
+        relink::Heartbeat::new(ms(200), relink::Ping::Raw(b"PING\r\n".to_vec()))
+            .max_missed(2)
+            .reply(relink::Predicate::starts_with(&b"+PONG"[..]))
+    };
+    let bound = hb().bound();
+    let links: Vec<Link> = (0..200)
+        .map(|_| {
+            lines_to(&redis.endpoint())
+                .io_pool(&pool)
+                .heartbeat(hb())
+                // A stopped server's kernel still completes a connect: Ready needs its answer.
+                .ready_when(relink::ProofOfLife::Handshake {
+                    hello: vec![b"PING".to_vec()],
+                    accept: relink::Predicate::starts_with(&b"+PONG"[..]),
+                    timeout: ms(500),
+                })
+                .backoff(ms(50), ms(400))
+                .build()
+                .expect("build")
+        })
+        .collect();
+    assert!(
+        all_in(&links, State::Ready, T),
+        "not every link reached Ready"
+    );
+    redis.stop_signal();
+    let stopped = Instant::now();
+    let left = wait_until(bound + ms(500), || {
+        links.iter().all(|l| l.state() != State::Ready)
+    });
+    let took = stopped.elapsed();
+    redis.cont_signal();
+    assert!(
+        left,
+        "{} links still Ready {took:?} after SIGSTOP (bound {bound:?})",
+        links.iter().filter(|l| l.state() == State::Ready).count()
+    );
+    eprintln!("measured: 200 links left Ready {took:?} after SIGSTOP (bound {bound:?})");
+    assert!(
+        all_in(&links, State::Ready, T),
+        "{} links not back after SIGCONT",
+        links.iter().filter(|l| l.state() != State::Ready).count()
+    );
+    for (i, link) in links.iter().enumerate() {
+        assert_accounted(&link.close(ms(200)), &format!("link {i}"));
+    }
+}
