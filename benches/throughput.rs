@@ -11,6 +11,9 @@
 //! - `raw_zmq`: a bare ZMQ_STREAM socket, one zmq message per frame, blocking sends from one
 //!   thread, with the send high-water mark raised.
 //! - `std_tcp`: `std::net::TcpStream` behind a `BufWriter`.
+//! - `relink_user`: the `relink` sender with a len32 framing written in this file against the
+//!   public [`Framing`] trait instead of the built-in (`Codec::length_prefixed`), to measure
+//!   what a user's framing costs through the trait (`ratio_user` = relink_user / relink).
 //! - `relink_tls`: `relink` with TLS (rustls, ring), verified against a private CA, to a
 //!   TLS sink (a rustls server thread that decrypts and counts); for 1 KiB and 64 KiB only.
 //!
@@ -20,7 +23,7 @@
 //! The last lines are one summary per size:
 //!
 //! `throughput size=<bytes> relink_mps=<x> relink4_mps=<x4> raw_zmq_mps=<y> std_tcp_mps=<z>
-//! ratio_raw=<x/y> ratio_std=<x/z> ratio_4v1=<x4/x>`
+//! ratio_raw=<x/y> ratio_std=<x/z> ratio_4v1=<x4/x> relink_user_mps=<u> ratio_user=<u/x>`
 //!
 //! then, for 1 KiB and 64 KiB, `throughput_tls size=<bytes> relink_mps=<x> relink_tls_mps=<t>
 //! ratio_tls=<t/x>`, and the TLS handshake on loopback: `build()` to Ready, median of `N`
@@ -40,7 +43,8 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use relink::{Codec, Link, Overflow, State};
+use bytes::{Buf, BytesMut};
+use relink::{Codec, CodecError, FrameError, Framing, Link, Overflow, State};
 
 use support::peer::Peer;
 use support::tls::Pki;
@@ -59,15 +63,17 @@ enum Sender {
     Relink4,
     RawZmq,
     StdTcp,
+    RelinkUser,
     RelinkTls,
 }
 
 impl Sender {
-    const ALL: [Sender; 5] = [
+    const ALL: [Sender; 6] = [
         Sender::Relink,
         Sender::Relink4,
         Sender::RawZmq,
         Sender::StdTcp,
+        Sender::RelinkUser,
         Sender::RelinkTls,
     ];
 
@@ -77,6 +83,7 @@ impl Sender {
             Sender::Relink4 => "relink4",
             Sender::RawZmq => "raw_zmq",
             Sender::StdTcp => "std_tcp",
+            Sender::RelinkUser => "relink_user",
             Sender::RelinkTls => "relink_tls",
         }
     }
@@ -92,9 +99,10 @@ impl Sender {
         let tls = (self == Sender::RelinkTls).then(|| support::tls::server_config(pki));
         let sink = Sink::start((frames * (PREFIX + size)) as u64, tls);
         let elapsed = match self {
-            Sender::Relink => run_relink(&sink, size, frames, 1, None),
-            Sender::RelinkTls => run_relink(&sink, size, frames, 1, Some(pki)),
-            Sender::Relink4 => run_relink(&sink, size, frames, PRODUCERS, None),
+            Sender::Relink => run_relink(&sink, size, frames, 1, false, None),
+            Sender::Relink4 => run_relink(&sink, size, frames, PRODUCERS, false, None),
+            Sender::RelinkUser => run_relink(&sink, size, frames, 1, true, None),
+            Sender::RelinkTls => run_relink(&sink, size, frames, 1, false, Some(pki)),
             Sender::RawZmq => run_raw_zmq(&sink, size, frames),
             Sender::StdTcp => run_std_tcp(&sink, size, frames),
         };
@@ -160,20 +168,68 @@ impl Sink {
     }
 }
 
+/// A user's len32: a u32 big-endian length, then the frame, at most 16 MiB.
+#[derive(Debug, Clone)]
+struct UserLen32;
+
+impl Framing for UserLen32 {
+    fn encode(&mut self, frame: &[u8], dst: &mut Vec<u8>) -> Result<(), FrameError> {
+        self.check(frame)?;
+        dst.extend_from_slice(&(frame.len() as u32).to_be_bytes());
+        dst.extend_from_slice(frame);
+        Ok(())
+    }
+
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Vec<u8>>, CodecError> {
+        let Some(head) = src.get(..4) else {
+            return Ok(None);
+        };
+        let len = u32::from_be_bytes([head[0], head[1], head[2], head[3]]) as usize;
+        if len > 16 << 20 {
+            return Err(CodecError::FrameTooLarge {
+                len: len as u64,
+                max: 16 << 20,
+            });
+        }
+        if src.len() < 4 + len {
+            return Ok(None);
+        }
+        src.advance(4);
+        Ok(Some(src.split_to(len).to_vec()))
+    }
+
+    fn check(&self, frame: &[u8]) -> Result<(), FrameError> {
+        if frame.len() > 16 << 20 {
+            return Err(FrameError::TooLarge {
+                len: frame.len(),
+                max: 16 << 20,
+            });
+        }
+        Ok(())
+    }
+}
+
 fn run_relink(
     sink: &Sink,
     size: usize,
     frames: usize,
     producers: usize,
+    user: bool,
     tls: Option<&Pki>,
 ) -> Duration {
-    let mut builder = Link::builder(&sink.endpoint())
-        .codec(Codec::length_prefixed())
-        .overflow(Overflow::Block(RUN_BOUND));
+    let builder = Link::builder(&sink.endpoint());
+    let mut builder = if user {
+        builder.codec(UserLen32)
+    } else {
+        builder.codec(Codec::length_prefixed())
+    };
     if let Some(pki) = tls {
         builder = builder.tls(support::tls::client(pki));
     }
-    let link = builder.build().expect("build the link");
+    let link = builder
+        .overflow(Overflow::Block(RUN_BOUND))
+        .build()
+        .expect("build the link");
     support::wait_state(
         &link,
         State::Ready,
@@ -277,7 +333,7 @@ fn sig4(x: f64) -> String {
 
 fn main() {
     // `cargo bench` adds `--bench`; unknown arguments are ignored. For profiling one case:
-    // `--only=<sender>` (relink, relink4, raw_zmq, std_tcp) and `--size=<bytes>` (64, 1024,
+    // `--only=<sender>` (relink, relink4, raw_zmq, std_tcp, relink_user) and `--size=<bytes>` (64, 1024,
     // 65536) narrow the runs; the summary lines need every sender.
     let quick = support::flag("quick");
     let only = support::arg("only");
@@ -371,25 +427,27 @@ fn main() {
     println!();
     println!("# *_mps: millions of frames per second (median of {rounds} rounds)");
     for (si, &(size, _)) in plan.iter().enumerate() {
-        let m: Vec<f64> = mps[si][..4].iter().map(|v| median(v)).collect();
-        let (x, x4, y, z) = (m[0], m[1], m[2], m[3]);
+        let m: Vec<f64> = mps[si][..5].iter().map(|v| median(v)).collect();
+        let (x, x4, y, z, u) = (m[0], m[1], m[2], m[3], m[4]);
         println!(
             "throughput size={size} relink_mps={} relink4_mps={} raw_zmq_mps={} std_tcp_mps={} \
-             ratio_raw={:.3} ratio_std={:.3} ratio_4v1={:.3}",
+             ratio_raw={:.3} ratio_std={:.3} ratio_4v1={:.3} relink_user_mps={} ratio_user={:.3}",
             sig4(x),
             sig4(x4),
             sig4(y),
             sig4(z),
             x / y,
             x / z,
-            x4 / x
+            x4 / x,
+            sig4(u),
+            u / x
         );
     }
     for (si, &(size, _)) in plan.iter().enumerate() {
         if !Sender::RelinkTls.runs_at(size) {
             continue;
         }
-        let (x, t) = (median(&mps[si][0]), median(&mps[si][4]));
+        let (x, t) = (median(&mps[si][0]), median(&mps[si][5]));
         println!(
             "throughput_tls size={size} relink_mps={} relink_tls_mps={} ratio_tls={:.3}",
             sig4(x),

@@ -8,6 +8,7 @@ use std::time::Duration;
 use crate::core::backoff::{BackoffConfig, Jitter};
 use crate::core::codec::Codec;
 use crate::core::endpoint::{Endpoint, Host};
+use crate::core::framing::{BoxedFraming, Framing};
 use crate::core::heartbeat::{Heartbeat, Ping};
 use crate::core::settings::{ProofOfLife, Settings};
 use crate::error::ConfigError;
@@ -137,6 +138,8 @@ pub struct Builder {
     context: Option<Context>,
     tls: Option<Tls>,
     io_pool: Option<IoPool>,
+    /// The codec given, when it is a [`Codec`]: its limits are checked by `build()`.
+    codec: Option<Codec>,
 }
 
 const MAX_ZMQ_MS: u128 = i32::MAX as u128;
@@ -148,10 +151,11 @@ impl Builder {
             context: None,
             tls: None,
             io_pool: None,
+            codec: None,
             config: Config {
                 core: Settings {
                     endpoints: Vec::new(),
-                    codec: Codec::Raw,
+                    framing: BoxedFraming::new(Codec::Raw),
                     backoff: BackoffConfig {
                         base: defaults::BACKOFF_BASE,
                         max: defaults::BACKOFF_MAX,
@@ -238,9 +242,16 @@ impl Builder {
         self
     }
 
-    /// How frames are cut on the wire. Defaults to [`Codec::Raw`].
-    pub fn codec(mut self, codec: Codec) -> Builder {
-        self.config.core.codec = codec;
+    /// How frames are cut on the wire: any [`Framing`] — a [`Codec`], a built-in framing
+    /// ([`LengthDelimited`](crate::LengthDelimited), [`Delimited`](crate::Delimited),
+    /// [`Lines`](crate::Lines), [`Resp`](crate::Resp), [`Raw`](crate::Raw)) or a type of one's
+    /// own. The link holds its own copy (cloned per link); the handle checks every frame with
+    /// [`Framing::check`] at `send`. Defaults to [`Codec::Raw`].
+    pub fn codec<F: Framing + Clone>(mut self, codec: F) -> Builder {
+        self.codec = (&codec as &dyn std::any::Any)
+            .downcast_ref::<Codec>()
+            .cloned();
+        self.config.core.framing = BoxedFraming::new(codec);
         self
     }
 
@@ -808,7 +819,7 @@ impl Builder {
             positive("tcp_maxrt", d)?;
             fits_zmq_ms("tcp_maxrt", d)?;
         }
-        match c.core.codec {
+        match self.codec.unwrap_or_default() {
             Codec::LengthPrefixed { max_frame } => {
                 if max_frame == 0 {
                     return Err(ConfigError::ZeroLimit { name: "max_frame" });
@@ -826,15 +837,22 @@ impl Builder {
             }
             _ => {}
         }
+        let framing = &c.core.framing;
+        let needs_framing = |what| ConfigError::ReplyNeedsFraming {
+            what,
+            framing: framing.name().to_string(),
+        };
         if let ProofOfLife::Handshake { hello, timeout, .. } = &c.core.proof {
             positive("handshake timeout", *timeout)?;
             if hello.is_empty() {
                 return Err(ConfigError::EmptyHandshake);
             }
+            if !framing.delimits_frames() {
+                return Err(needs_framing("handshake"));
+            }
             for h in hello {
-                c.core
-                    .codec
-                    .check_frame(h)
+                framing
+                    .check(h)
                     .map_err(|source| ConfigError::Unencodable {
                         what: "hello frame",
                         source,
@@ -843,18 +861,18 @@ impl Builder {
         }
         if let Some(hb) = &c.core.heartbeat {
             positive("heartbeat interval", hb.interval)?;
+            if hb.reply.is_some() && !framing.delimits_frames() {
+                return Err(needs_framing("heartbeat reply"));
+            }
             match &hb.ping {
                 Ping::Raw(p) if p.is_empty() => return Err(ConfigError::EmptyPing),
                 Ping::Raw(_) => {}
-                Ping::Frame(p) => {
-                    c.core
-                        .codec
-                        .check_frame(p)
-                        .map_err(|source| ConfigError::Unencodable {
-                            what: "heartbeat ping",
-                            source,
-                        })?
-                }
+                Ping::Frame(p) => framing
+                    .check(p)
+                    .map_err(|source| ConfigError::Unencodable {
+                        what: "heartbeat ping",
+                        source,
+                    })?,
             }
         }
         if c.core.outbox_frames == 0 {

@@ -102,6 +102,16 @@ pub enum ConfigError {
         /// Why the codec refuses it.
         source: FrameError,
     },
+    /// A heartbeat reply predicate or a handshake was set with a framing that does not cut the
+    /// byte stream into the peer's frames (raw chunks): a reply must be a whole decoded frame,
+    /// or application bytes glued to it would be taken for it.
+    #[error("{what} needs a framing that delimits frames; {framing} does not")]
+    ReplyNeedsFraming {
+        /// `"heartbeat reply"` or `"handshake"`.
+        what: &'static str,
+        /// The framing's name.
+        framing: String,
+    },
     /// libzmq refused the socket or the context it was asked to make.
     #[error("libzmq: {0}")]
     Zmq(String),
@@ -113,6 +123,15 @@ pub enum ConfigError {
     /// or descriptor an IO thread needs. The message says which.
     #[error("no room for another link: {0}")]
     NoRoom(String),
+    /// A framing setting that cannot work: a length field width other than 1, 2, 3, 4 or 8,
+    /// an empty delimiter, bytes to skip past the length field, and the like.
+    #[error("bad framing setting {setting}: {reason}")]
+    BadFraming {
+        /// The setting, as named in the framing's builder.
+        setting: &'static str,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
 }
 
 /// Why a codec refuses to encode a frame.
@@ -133,6 +152,23 @@ pub enum FrameError {
     /// The raw codec was given an empty frame (an empty write would close the connection).
     #[error("an empty frame cannot be sent raw")]
     Empty,
+    /// A delimited framing was given a frame that contains its delimiter (or that would form
+    /// one with the delimiter written after it).
+    #[error("a delimited frame must not contain its delimiter")]
+    ContainsDelimiter,
+    /// The frame is shorter than the framing can write: a length-delimited frame shorter than
+    /// its length field offset, or than a positive length adjustment.
+    #[error("frame of {len} bytes is below the minimum of {min}")]
+    TooShort {
+        /// The frame's length.
+        len: usize,
+        /// The shortest frame the framing can write.
+        min: usize,
+    },
+    /// The frame does not have the form the framing requires (for RESP: a frame that starts
+    /// with `*` but is not exactly one complete array, or an inline command with no word).
+    #[error("malformed frame: {0}")]
+    Malformed(&'static str),
 }
 
 /// What the peer sent that the codec cannot accept. The connection is reset when it happens.
@@ -147,9 +183,22 @@ pub enum CodecError {
         /// The limit.
         max: usize,
     },
-    /// A line grew past `max_line` bytes without a newline.
+    /// A line (or a delimited frame) grew past its limit without a delimiter.
     #[error("peer sent a line longer than {max} bytes")]
     LineTooLong {
+        /// The limit.
+        max: usize,
+    },
+    /// The peer's bytes do not follow the framing: an overlong or too long varint, a length
+    /// below the length adjustment, a RESP value that breaks the protocol or nests too deep.
+    #[error("peer broke the framing: {0}")]
+    Malformed(&'static str),
+    /// More bytes of one incomplete frame arrived than the framing's
+    /// [`max_buffered`](crate::Framing::max_buffered) allows.
+    #[error("peer sent {buffered} bytes of an incomplete frame, above the limit of {max}")]
+    Overbuffered {
+        /// The bytes buffered.
+        buffered: usize,
         /// The limit.
         max: usize,
     },

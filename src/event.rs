@@ -208,6 +208,10 @@ pub enum AbandonReason {
     Shutdown,
     /// The connection dropped and `abandon_on_disconnect` is set.
     ConnectionLost,
+    /// The framing refused to encode it when its turn came, though its
+    /// [`check`](crate::Framing::check) accepted it at `send` (a framing whose `check` and
+    /// `encode` disagree).
+    Unencodable,
 }
 
 impl AbandonReason {
@@ -218,6 +222,7 @@ impl AbandonReason {
             AbandonReason::Overflow => "overflow",
             AbandonReason::Shutdown => "shutdown",
             AbandonReason::ConnectionLost => "connection-lost",
+            AbandonReason::Unencodable => "unencodable",
         }
     }
 }

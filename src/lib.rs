@@ -48,7 +48,11 @@
 //!
 //! # In scope
 //! - One client link per [`Link`] to one or several `tcp://host:port` servers speaking raw TCP,
-//!   framed by a [`Codec`]: raw chunks, u32 length prefix, or lines.
+//!   framed by any [`Framing`]: the public, sans-IO framing trait, implemented by a type of
+//!   your own or by a built-in — [`LengthDelimited`] (width 1 to 8 bytes, either byte order,
+//!   offset, adjustment, varint), [`Delimited`], [`Lines`], [`Resp`] (redis), [`Raw`], and
+//!   [`Codec`] (raw, len32, lines). A heartbeat or handshake reply is always a whole decoded
+//!   frame; with raw chunks `build()` refuses a reply predicate.
 //! - Reconnection: libzmq's own redial for the first failures, then relink's backoff (full
 //!   jitter by default), max attempts leading to a Cooldown that probes again, a flap guard
 //!   (the attempt counter resets only after a connection proved alive and stable).
@@ -180,7 +184,7 @@
 //! IO thread of an [`IoPool`] serves one link (the default: a thread of its own) or many (links
 //! given the same pool, e.g. [`IoPool::global`], a thread per core): it owns each link's ZMQ_STREAM socket and monitor and is the only code that calls
 //! zmq or reads the clock. Everything else (state machine, backoff, heartbeat, outbox,
-//! codec) is a pure core that takes `now` as an argument and returns its next deadline, so every
+//! framing) is a pure core that takes `now` as an argument and returns its next deadline, so every
 //! timer is tested in simulated time. Links share one libzmq context per process by default.
 //!
 //! The source tree shows the layers; imports run one way, from the public face to `io` to
@@ -194,8 +198,9 @@
 //!                  socket (options, send), context, ffi (the only unsafe code)
 //! src/tls.rs       Tls, the public TLS settings (PEM read and checked at build())
 //! src/core/        sans-IO policy: machine (transition table), timers, endpoints (order, DNS
-//!                  cache), counters, backoff, heartbeat, outbox, codec, tls (the session of
-//!                  one connection), endpoint, predicate, settings, guard (every call into application code)
+//!                  cache), counters, backoff, heartbeat, outbox, framing (the trait and the
+//!                  built-ins), codec, tls (the session of one connection), endpoint,
+//!                  predicate, settings, guard (every call into application code)
 //! ```
 #![warn(missing_docs, missing_debug_implementations)]
 #![deny(unsafe_code)]
@@ -218,6 +223,10 @@ mod tls;
 pub use crate::core::backoff::Jitter;
 pub use crate::core::codec::{Codec, Decoder};
 pub use crate::core::endpoint::Endpoint;
+pub use crate::core::framing::{
+    Delimited, DelimitedBuilder, Framing, LengthDelimited, LengthDelimitedBuilder, Lines, Raw,
+    Resp, RespValue,
+};
 pub use crate::core::heartbeat::{Heartbeat, Ping};
 pub use crate::core::predicate::Predicate;
 pub use crate::core::settings::ProofOfLife;

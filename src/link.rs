@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{self as channel, Receiver};
 
 use crate::builder::{Builder, Config, Overflow};
-use crate::core::codec::Codec;
+use crate::core::framing::BoxedFraming;
 use crate::error::{ConfigError, RecvError, RecvTimeoutError, SendError, TryRecvError};
 use crate::event::{Event, State};
 use crate::io::event_loop::{next_link_id, IoSettings, Slot, Wiring};
@@ -71,7 +71,8 @@ struct Inner {
     _worker: Arc<WorkerRef>,
     shared: Arc<Shared>,
     events: Events,
-    codec: Codec,
+    /// A copy of the link's framing, to check frames at the call.
+    framing: BoxedFraming,
     overflow: Overflow,
     max_frames: usize,
     max_bytes: usize,
@@ -174,7 +175,7 @@ impl Link {
                     shared: shared.clone(),
                 },
                 shared,
-                codec: config.core.codec,
+                framing: config.core.framing.clone(),
                 overflow: config.overflow,
                 max_frames: config.core.outbox_frames,
                 max_bytes: config.core.outbox_bytes,
@@ -352,7 +353,7 @@ impl Link {
     fn submit(&self, frame: Vec<u8>, wait: Wait, ttl: Option<Duration>) -> Result<(), SendError> {
         let inner = &*self.inner;
         let shared = &*inner.shared;
-        if let Err(e) = inner.codec.check_frame(&frame) {
+        if let Err(e) = inner.framing.check(&frame) {
             return Err(self.reject(SendError::Invalid(frame, e)));
         }
         if shared.closed.load(Ordering::SeqCst) {

@@ -36,12 +36,14 @@ pub struct Abandoned {
     pub shutdown: u64,
     /// Queued when a connection dropped, with `abandon_on_disconnect`.
     pub connection_lost: u64,
+    /// Refused by the framing's encode after its check accepted them.
+    pub unencodable: u64,
 }
 
 impl Abandoned {
     /// All reasons together.
     pub fn total(&self) -> u64 {
-        self.expired + self.overflow + self.shutdown + self.connection_lost
+        self.expired + self.overflow + self.shutdown + self.connection_lost + self.unencodable
     }
 }
 

@@ -8,11 +8,16 @@
 //! echo PING | relink-cat 127.0.0.1:6379        # prints +PONG, exits 0
 //! ```
 //!
-//! Every line typed on stdin becomes a frame (with `--codec lines` and `len32` the line without
-//! its `\n` or `\r\n`; with `raw` the line as read, newline included). Frames typed while the
-//! server is away wait in the outbox and go out, in order, once the link is Ready again.
-//! Received frames go to stdout: one per line with `lines`, bytes as they came with `raw`, one
-//! per line (lossy UTF-8) with `len32`.
+//! `--codec` chooses the framing: `raw`, `lines` (with `--crlf` to end lines with `\r\n`),
+//! `len32`, `len:W[:be|le]` (a W-byte length, W one of 1, 2, 3, 4, 8), `varint`, `delim:SEQ`
+//! (frames ending in SEQ, e.g. `delim:\0` or `delim:\r\n`) and `resp` (redis: each line an
+//! inline command, sent as an array of bulk strings).
+//!
+//! Every line typed on stdin becomes a frame (the line without its `\n` or `\r\n`; with `raw`
+//! the line as read, newline included). Frames typed while the server is away wait in the
+//! outbox and go out, in order, once the link is Ready again. Received frames go to stdout:
+//! bytes as they came with `raw`, each RESP reply as its wire bytes with `resp`, one per line
+//! otherwise (lossy UTF-8 except with `lines`).
 //!
 //! State changes go to stderr: a short human form by default, nothing with `--quiet`, and with
 //! `--status` one machine-readable line per change plus a `metrics` line every
@@ -55,8 +60,8 @@ use std::time::{Duration, Instant};
 use clap::{Parser, ValueEnum};
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use relink::{
-    Codec, ConfigError, Event, Heartbeat, Jitter, Link, Metrics, Ping, Predicate, ProofOfLife,
-    RecvTimeoutError, SendError, State, Tls, Transition,
+    Codec, ConfigError, Delimited, Event, Heartbeat, Jitter, LengthDelimited, Lines, Link, Metrics,
+    Ping, Predicate, ProofOfLife, RecvTimeoutError, Resp, SendError, State, Tls, Transition,
 };
 
 /// Exit status for a bad option or a configuration the builder refuses.
@@ -77,11 +82,18 @@ struct Cli {
     /// The server: host:port or tcp://host:port (IPv6 in brackets: [::1]:6379).
     endpoint: String,
 
-    /// How frames are cut on the wire.
-    #[arg(long, value_enum, default_value_t = CodecArg::Lines)]
+    /// How frames are cut on the wire: raw, lines, len32, len:W[:be|le] (a W-byte length
+    /// before each frame, W one of 1 2 3 4 8, big endian by default), varint (a LEB128/MQTT
+    /// length), delim:SEQ (frames ending in SEQ; escapes \0 \r \n \t \\ \xNN) or resp (redis:
+    /// each line an inline command).
+    #[arg(long, value_name = "SPEC", default_value = "lines", value_parser = parse_codec)]
     codec: CodecArg,
 
-    /// Heartbeat ping, written as is whatever the codec. Escapes: \r \n \t \\ \xNN.
+    /// With --codec lines: end the lines sent with \r\n instead of \n.
+    #[arg(long)]
+    crlf: bool,
+
+    /// Heartbeat ping, written as is whatever the codec. Escapes: \0 \r \n \t \\ \xNN.
     #[arg(long, value_name = "PAYLOAD", value_parser = parse_escaped)]
     heartbeat: Option<Escaped>,
 
@@ -186,14 +198,56 @@ struct Cli {
     quiet: bool,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+/// The framing chosen with `--codec`, already built (a bad spec is refused while parsing).
+#[derive(Clone, Debug, PartialEq, Eq)]
 enum CodecArg {
     /// Chunks as they come; writes as they are.
     Raw,
     /// Newline-terminated lines.
     Lines,
-    /// A u32 big-endian length before each frame.
-    Len32,
+    /// A length field before each frame: len32, len:W[:be|le], varint.
+    Length(LengthDelimited),
+    /// Frames ending in a delimiter.
+    Delim(Delimited),
+    /// RESP.
+    Resp,
+}
+
+/// Parses `--codec`: `raw`, `lines`, `len32`, `len:W[:be|le]`, `varint`, `delim:SEQ`, `resp`.
+fn parse_codec(s: &str) -> Result<CodecArg, String> {
+    let length = |b: relink::LengthDelimitedBuilder| b.build().map_err(|e| e.to_string());
+    if let Some(seq) = s.strip_prefix("delim:") {
+        let Escaped(delimiter) = parse_escaped(seq)?;
+        let framing = Delimited::builder(delimiter)
+            .build()
+            .map_err(|e| format!("{e} (delim:SEQ needs a delimiter, e.g. delim:\\0)"))?;
+        return Ok(CodecArg::Delim(framing));
+    }
+    if let Some(rest) = s.strip_prefix("len:") {
+        let (width, order) = rest.split_once(':').unwrap_or((rest, "be"));
+        let width: usize = width
+            .parse()
+            .map_err(|_| format!("len:W needs a width W of 1, 2, 3, 4 or 8, not {width:?}"))?;
+        let b = LengthDelimited::builder().length_field_length(width);
+        let b = match order {
+            "be" => b.big_endian(),
+            "le" => b.little_endian(),
+            other => return Err(format!("byte order {other:?}: use be or le")),
+        };
+        return Ok(CodecArg::Length(
+            length(b).map_err(|e| format!("{e} (len:W needs W of 1, 2, 3, 4 or 8)"))?,
+        ));
+    }
+    match s {
+        "raw" => Ok(CodecArg::Raw),
+        "lines" => Ok(CodecArg::Lines),
+        "len32" => Ok(CodecArg::Length(LengthDelimited::len32())),
+        "varint" => Ok(CodecArg::Length(length(LengthDelimited::builder().varint())?)),
+        "resp" => Ok(CodecArg::Resp),
+        other => Err(format!(
+            "unknown codec {other:?}: use raw, lines, len32, len:W[:be|le], varint, delim:SEQ or resp"
+        )),
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -302,8 +356,8 @@ fn parse_jitter(s: &str) -> Result<Jitter, String> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Escaped(Vec<u8>);
 
-/// Turns `PING\r\n` (backslashes typed as such) into bytes. Escapes: `\r`, `\n`, `\t`, `\\`,
-/// `\xNN`.
+/// Turns `PING\r\n` (backslashes typed as such) into bytes. Escapes: `\0`, `\r`, `\n`, `\t`,
+/// `\\`, `\xNN`.
 fn parse_escaped(s: &str) -> Result<Escaped, String> {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
@@ -315,6 +369,7 @@ fn parse_escaped(s: &str) -> Result<Escaped, String> {
             continue;
         }
         let escape = match bytes.get(i + 1) {
+            Some(b'0') => 0,
             Some(b'r') => b'\r',
             Some(b'n') => b'\n',
             Some(b't') => b'\t',
@@ -334,7 +389,7 @@ fn parse_escaped(s: &str) -> Result<Escaped, String> {
             Some(_) => {
                 let rest: String = s[i..].chars().take(2).collect();
                 return Err(format!(
-                    "bad escape {rest} in {s:?}: use \\r \\n \\t \\\\ or \\xNN"
+                    "bad escape {rest} in {s:?}: use \\0 \\r \\n \\t \\\\ or \\xNN"
                 ));
             }
             None => return Err(format!("bad escape in {s:?}: a lone \\ at the end")),
@@ -371,12 +426,15 @@ fn parse_cli() -> Result<Cli, ExitCode> {
 }
 
 fn build_link(cli: &Cli) -> Result<Link, ConfigError> {
-    let codec = match cli.codec {
-        CodecArg::Raw => Codec::Raw,
-        CodecArg::Lines => Codec::lines(),
-        CodecArg::Len32 => Codec::length_prefixed(),
+    let b = Link::builder(&endpoint_url(&cli.endpoint));
+    let mut b = match &cli.codec {
+        CodecArg::Raw => b.codec(Codec::Raw),
+        CodecArg::Lines if cli.crlf => b.codec(Lines::new().crlf(true)),
+        CodecArg::Lines => b.codec(Codec::lines()),
+        CodecArg::Length(framing) => b.codec(framing.clone()),
+        CodecArg::Delim(framing) => b.codec(framing.clone()),
+        CodecArg::Resp => b.codec(Resp::new()),
     };
-    let mut b = Link::builder(&endpoint_url(&cli.endpoint)).codec(codec);
     if let Some(Escaped(ping)) = &cli.heartbeat {
         let mut hb = Heartbeat::new(cli.heartbeat_interval, Ping::Raw(ping.clone()))
             .max_missed(cli.max_missed)
@@ -555,12 +613,14 @@ impl Output {
     fn frame(&mut self, frame: &[u8]) -> io::Result<()> {
         let mut out = self.out.lock();
         match self.codec {
-            CodecArg::Raw => out.write_all(frame)?,
+            CodecArg::Raw | CodecArg::Resp => out.write_all(frame)?,
             CodecArg::Lines => {
                 out.write_all(frame)?;
                 out.write_all(b"\n")?;
             }
-            CodecArg::Len32 => writeln!(out, "{}", String::from_utf8_lossy(frame))?,
+            CodecArg::Length(_) | CodecArg::Delim(_) => {
+                writeln!(out, "{}", String::from_utf8_lossy(frame))?
+            }
         }
         out.flush()
     }
@@ -585,7 +645,7 @@ fn spawn_reader(link: Link, codec: CodecArg, report: Report, stop: Sender<Stop>)
             }
             let frame = match codec {
                 CodecArg::Raw => line.clone(),
-                CodecArg::Lines | CodecArg::Len32 => {
+                _ => {
                     let end = line
                         .strip_suffix(b"\r\n")
                         .or_else(|| line.strip_suffix(b"\n"))
@@ -611,6 +671,10 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(code) => return code,
     };
+    if cli.crlf && cli.codec != CodecArg::Lines {
+        eprintln!("relink-cat: --crlf needs --codec lines (try --help)");
+        return ExitCode::from(EXIT_USAGE);
+    }
     let link = match build_link(&cli) {
         Ok(link) => link,
         Err(e @ ConfigError::Zmq(_)) => {
@@ -643,10 +707,10 @@ fn main() -> ExitCode {
     if let Err(e) = handler {
         eprintln!("relink-cat: cannot handle Ctrl-C: {e}");
     }
-    spawn_reader(link.clone(), cli.codec, report, stop_tx);
+    spawn_reader(link.clone(), cli.codec.clone(), report, stop_tx);
 
     let mut output = Output {
-        codec: cli.codec,
+        codec: cli.codec.clone(),
         out: io::stdout(),
     };
     let stop = run(&link, &cli, report, &mut output, &stop_rx);

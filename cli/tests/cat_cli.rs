@@ -625,6 +625,123 @@ fn a_ping_typed_while_the_heartbeat_pings_redis_still_gets_its_pong() {
     assert!(status.success(), "{status}\n{}", cat.transcript());
 }
 
+// ----- --codec specs -----------------------------------------------------------------------
+
+#[test]
+fn bad_codec_specs_exit_with_status_2_and_say_what_is_wrong() {
+    let endpoint = util::refused_endpoint();
+    assert_usage_error(
+        &["--codec", "len:5", &endpoint],
+        &["len:5", "1, 2, 3, 4 or 8"],
+    );
+    assert_usage_error(&["--codec", "len:2:xe", &endpoint], &["xe", "be or le"]);
+    assert_usage_error(&["--codec", "len:two", &endpoint], &["two", "width"]);
+    assert_usage_error(&["--codec", "delim:", &endpoint], &["delimiter", "empty"]);
+    assert_usage_error(&["--codec", r"delim:\q", &endpoint], &["escape", r"\q"]);
+    assert_usage_error(
+        &["--codec", "raw", "--crlf", &endpoint],
+        &["--crlf", "--codec lines"],
+    );
+}
+
+#[test]
+fn help_lists_every_codec_spec_and_crlf() {
+    let out = Command::new(cat_binary())
+        .arg("--help")
+        .output()
+        .expect("run relink-cat --help");
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    for word in [
+        "raw",
+        "lines",
+        "len32",
+        "len:W[:be|le]",
+        "varint",
+        "delim:SEQ",
+        "resp",
+        "--crlf",
+    ] {
+        assert!(help.contains(word), "{word} missing from --help:\n{help}");
+    }
+}
+
+/// A peer that reads frames with a 2-byte big-endian length and answers each with its body
+/// reversed, framed the same way.
+fn len16_reversing_peer() -> Peer {
+    Peer::start(Behaviour::script(|conn| loop {
+        let Ok(head) = conn.read_exact(2, Duration::from_secs(30)) else {
+            return;
+        };
+        let len = usize::from(u16::from_be_bytes([head[0], head[1]]));
+        let Ok(mut body) = conn.read_exact(len, WAIT) else {
+            return;
+        };
+        body.reverse();
+        let mut out = (body.len() as u16).to_be_bytes().to_vec();
+        out.extend_from_slice(&body);
+        if conn.write_all(&out).is_err() {
+            return;
+        }
+    }))
+}
+
+#[test]
+fn len_2_be_writes_a_two_byte_big_endian_prefix_the_peer_checks() {
+    let peer = len16_reversing_peer();
+    let mut cat = Cat::start(&["--codec", "len:2:be", "--quiet", &peer.endpoint()]);
+    cat.type_line("hello");
+    cat.expect_stdout("olleh");
+    assert_eq!(peer.received_all(), b"\0\x05hello");
+    let (status, _) = cat.finish(false, WAIT);
+    assert!(status.success(), "{status}\n{}", cat.transcript());
+}
+
+#[test]
+fn delim_nul_ends_each_frame_with_a_nul_byte() {
+    let peer = Peer::start(Behaviour::Echo);
+    let mut cat = Cat::start(&["--codec", r"delim:\0", "--quiet", &peer.endpoint()]);
+    cat.type_line("one");
+    cat.type_line("two");
+    cat.expect_stdout("one");
+    cat.expect_stdout("two");
+    assert_eq!(peer.received_all(), b"one\0two\0");
+    let (status, _) = cat.finish(false, WAIT);
+    assert!(status.success(), "{status}\n{}", cat.transcript());
+}
+
+#[test]
+fn crlf_ends_the_lines_sent_with_cr_lf() {
+    let peer = Peer::start(Behaviour::Echo);
+    let mut cat = Cat::start(&["--codec", "lines", "--crlf", "--quiet", &peer.endpoint()]);
+    cat.type_line("PING");
+    cat.expect_stdout("PING");
+    assert_eq!(peer.received_all(), b"PING\r\n");
+    let (status, _) = cat.finish(false, WAIT);
+    assert!(status.success(), "{status}\n{}", cat.transcript());
+}
+
+#[test]
+#[ignore = "needs redis-server"]
+fn resp_sends_inline_lines_as_arrays_and_prints_whole_replies_from_redis_server() {
+    let server = redis();
+    let mut cat = Cat::start(&["--codec", "resp", "--quiet", &server.endpoint()]);
+    // A value with a newline in it would break `lines`; RESP carries it as a bulk string.
+    cat.type_line("SET relink-cat-key hello");
+    cat.expect_stdout("+OK");
+    cat.type_line("RPUSH relink-cat-list a b");
+    cat.expect_stdout(":2");
+    cat.type_line("LRANGE relink-cat-list 0 -1");
+    // One reply, an array of two bulk strings, printed as its wire bytes.
+    cat.expect_stdout("*2");
+    cat.expect_stdout("$1");
+    cat.expect_stdout("a");
+    cat.expect_stdout("$1");
+    cat.expect_stdout("b");
+    let (status, _) = cat.finish(false, WAIT);
+    assert!(status.success(), "{status}\n{}", cat.transcript());
+}
+
 fn tls_redis(kit: &util::tls::TlsKit, auth_clients: bool) -> util::tls::TlsRedis {
     util::tls::TlsRedis::start(kit, util::tls::ServerCert::Valid, auth_clients)
         .expect("redis-server is not on PATH")

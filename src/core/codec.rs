@@ -1,9 +1,13 @@
 //! Framing: how the byte stream of a connection is cut into frames, and back.
 //!
-//! A [`Codec`] says how frames look on the wire; its [`Decoder`] turns the chunks read from the
-//! socket into frames. Decoding is incremental, memory bounded and amortised linear in the bytes
-//! fed.
+//! A [`Codec`] names one of the first three framings (raw chunks, len32, lines) and is itself a
+//! [`Framing`]: every call is made by the built-in framing it names. Its [`Decoder`] (a receive
+//! buffer and that framing) turns the chunks read from the socket into frames. Decoding is
+//! incremental, memory bounded and amortised linear in the bytes fed.
 
+use bytes::BytesMut;
+
+use super::framing::{BoxedFraming, Framing, LengthDelimited, Lines, Raw};
 use crate::error::{CodecError, FrameError};
 
 /// How bytes on the wire are cut into frames.
@@ -116,7 +120,7 @@ impl Codec {
     pub fn encoded_len(&self, len: usize) -> usize {
         match self {
             Codec::Raw => len,
-            Codec::LengthPrefixed { .. } => len.saturating_add(PREFIX_LEN),
+            Codec::LengthPrefixed { .. } => len.saturating_add(4),
             Codec::Lines { .. } => len.saturating_add(1),
         }
     }
@@ -145,39 +149,18 @@ impl Codec {
     /// ```
     pub fn check_frame(&self, frame: &[u8]) -> Result<(), FrameError> {
         match *self {
-            Codec::Raw => {
-                if frame.is_empty() {
-                    return Err(FrameError::Empty);
-                }
-            }
+            Codec::Raw => Raw.check(frame),
             Codec::LengthPrefixed { max_frame } => {
-                let max = max_frame.min(U32_MAX);
-                if frame.len() > max {
-                    return Err(FrameError::TooLarge {
-                        len: frame.len(),
-                        max,
-                    });
-                }
+                LengthDelimited::len32_max(max_frame).check(frame)
             }
-            Codec::Lines { max_line } => {
-                if frame.len() > max_line {
-                    return Err(FrameError::TooLarge {
-                        len: frame.len(),
-                        max: max_line,
-                    });
-                }
-                if frame.contains(&b'\n') {
-                    return Err(FrameError::ContainsNewline);
-                }
-            }
+            Codec::Lines { max_line } => self.lines_framing(max_line).check(frame),
         }
-        Ok(())
     }
 
     /// Appends the encoded frame to `out`.
     ///
     /// The frame must pass [`Codec::check_frame`]; this is checked by a `debug_assert!` only.
-    /// A frame that does not pass is written anyway, and the peer will not read it back.
+    /// A frame that does not pass is not written.
     ///
     /// # Examples
     ///
@@ -190,54 +173,93 @@ impl Codec {
     /// assert_eq!(out, b"ping\n\n");
     /// ```
     pub fn encode_into(&self, frame: &[u8], out: &mut Vec<u8>) {
+        let written = self.clone().encode(frame, out);
         debug_assert!(
-            self.check_frame(frame).is_ok(),
+            written.is_ok(),
             "encode_into given a frame that check_frame refuses"
         );
-        out.reserve(self.encoded_len(frame.len()));
-        match self {
-            Codec::Raw => out.extend_from_slice(frame),
-            Codec::LengthPrefixed { .. } => {
-                let len = u32::try_from(frame.len()).unwrap_or(u32::MAX);
-                out.extend_from_slice(&len.to_be_bytes());
-                out.extend_from_slice(frame);
-            }
-            Codec::Lines { .. } => {
-                out.extend_from_slice(frame);
-                out.push(b'\n');
-            }
-        }
     }
 
     /// A new, empty decoder for this codec.
     pub fn decoder(&self) -> Decoder {
         Decoder {
-            codec: self.clone(),
-            buf: Vec::new(),
-            pos: 0,
-            scan: 0,
+            framing: self.framing(),
+            buf: BytesMut::new(),
             error: None,
         }
     }
+
+    /// The built-in framing this codec names, boxed, with its own decoding state.
+    pub(crate) fn framing(&self) -> BoxedFraming {
+        match *self {
+            Codec::Raw => BoxedFraming(Box::new(Raw)),
+            Codec::LengthPrefixed { max_frame } => {
+                BoxedFraming(Box::new(LengthDelimited::len32_max(max_frame)))
+            }
+            Codec::Lines { max_line } => BoxedFraming(Box::new(self.lines_framing(max_line))),
+        }
+    }
+
+    fn lines_framing(&self, max_line: usize) -> Lines {
+        Lines::new().max_length(max_line).counting_cr()
+    }
 }
 
-/// The length of the len32 prefix.
-const PREFIX_LEN: usize = 4;
+/// A codec is a framing: each call is made by the built-in it names ([`Raw`], len32 as
+/// [`LengthDelimited`], LF [`Lines`] whose `max_line` counts a `\r`). A link given a `Codec`
+/// runs that built-in itself, with its decoding state; called directly, `decode` keeps no
+/// state between calls and looks at the buffered bytes again each time.
+impl Framing for Codec {
+    fn encode(&mut self, frame: &[u8], dst: &mut Vec<u8>) -> Result<(), FrameError> {
+        match *self {
+            Codec::Raw => Raw.encode(frame, dst),
+            Codec::LengthPrefixed { max_frame } => {
+                LengthDelimited::len32_max(max_frame).encode(frame, dst)
+            }
+            Codec::Lines { max_line } => self.lines_framing(max_line).encode(frame, dst),
+        }
+    }
 
-/// `u32::MAX` as a `usize`, or `usize::MAX` where that is smaller.
-const U32_MAX: usize = if usize::BITS < u32::BITS {
-    usize::MAX
-} else {
-    u32::MAX as usize
-};
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Vec<u8>>, CodecError> {
+        match *self {
+            Codec::Raw => Raw.decode(src),
+            Codec::LengthPrefixed { max_frame } => {
+                LengthDelimited::len32_max(max_frame).decode(src)
+            }
+            Codec::Lines { max_line } => self.lines_framing(max_line).decode(src),
+        }
+    }
+
+    fn check(&self, frame: &[u8]) -> Result<(), FrameError> {
+        self.check_frame(frame)
+    }
+
+    fn max_buffered(&self) -> usize {
+        match *self {
+            Codec::Raw => Raw.max_buffered(),
+            Codec::LengthPrefixed { max_frame } => {
+                LengthDelimited::len32_max(max_frame).max_buffered()
+            }
+            Codec::Lines { max_line } => self.lines_framing(max_line).max_buffered(),
+        }
+    }
+
+    fn delimits_frames(&self) -> bool {
+        !matches!(self, Codec::Raw)
+    }
+
+    fn name(&self) -> &str {
+        Codec::name(self)
+    }
+}
 
 /// Incremental decoder: feed chunks, take frames.
 ///
-/// Made by [`Codec::decoder`]. Memory is bounded by the codec's limit: with [`Decoder::decode`]
-/// called until it returns `Ok(None)` after every [`Decoder::feed`], [`Decoder::buffered`] is
-/// at most `max_frame + 3` (len32) or `max_line` (lines) between feeds, and at most that plus
-/// the chunk just fed right after a feed. A raw decoder buffers only what was fed since the
-/// last `decode`.
+/// Made by [`Codec::decoder`]: a receive buffer and the built-in framing the codec names.
+/// Memory is bounded by the codec's limit: with [`Decoder::decode`] called until it returns
+/// `Ok(None)` after every [`Decoder::feed`], [`Decoder::buffered`] is at most `max_frame + 3`
+/// (len32) or `max_line` (lines) between feeds, and at most that plus the chunk just fed right
+/// after a feed. A raw decoder buffers only what was fed since the last `decode`.
 ///
 /// # Examples
 ///
@@ -259,14 +281,10 @@ const U32_MAX: usize = if usize::BITS < u32::BITS {
 /// ```
 #[derive(Debug)]
 pub struct Decoder {
-    /// The codec whose frames this decodes.
-    codec: Codec,
-    /// Bytes fed; `buf[pos..]` are not yet returned as frames.
-    buf: Vec<u8>,
-    /// Read offset into `buf`.
-    pos: usize,
-    /// Lines: `buf[pos..scan]` is known to hold no `'\n'`.
-    scan: usize,
+    /// The built-in framing of the codec.
+    framing: BoxedFraming,
+    /// Bytes fed and not yet returned as frames.
+    buf: BytesMut,
     /// The error that poisoned the decoder, until `reset`.
     error: Option<CodecError>,
 }
@@ -279,7 +297,6 @@ impl Decoder {
         if self.error.is_some() || bytes.is_empty() {
             return;
         }
-        self.compact();
         self.buf.extend_from_slice(bytes);
     }
 
@@ -298,109 +315,25 @@ impl Decoder {
         if let Some(e) = self.error {
             return Err(e);
         }
-        let result = match self.codec {
-            Codec::Raw => Ok(self.decode_raw()),
-            Codec::LengthPrefixed { max_frame } => self.decode_len32(max_frame),
-            Codec::Lines { max_line } => self.decode_line(max_line),
-        };
+        let result = self.framing.decode(&mut self.buf);
         if let Err(e) = result {
             self.error = Some(e);
-            self.buf = Vec::new();
-            self.pos = 0;
-            self.scan = 0;
+            self.buf = BytesMut::new();
+            self.framing.reset();
         }
         result
     }
 
     /// Bytes buffered and not yet returned as frames (0 once poisoned).
     pub fn buffered(&self) -> usize {
-        self.buf.len().saturating_sub(self.pos)
+        self.buf.len()
     }
 
     /// Forgets everything buffered and any error (a new connection starts clean).
     pub fn reset(&mut self) {
-        self.buf = Vec::new();
-        self.pos = 0;
-        self.scan = 0;
+        self.buf = BytesMut::new();
+        self.framing.reset();
         self.error = None;
-    }
-
-    /// Moves the unread bytes to the front once at least as many bytes were read, so each
-    /// read byte pays for at most one moved byte.
-    fn compact(&mut self) {
-        if self.pos == 0 {
-            return;
-        }
-        let unread = self.buffered();
-        if unread == 0 {
-            self.buf.clear();
-        } else if self.pos >= unread {
-            self.buf.drain(..self.pos);
-        } else {
-            return;
-        }
-        self.scan = self.scan.saturating_sub(self.pos);
-        self.pos = 0;
-    }
-
-    /// Everything fed since the last decode, as one frame.
-    fn decode_raw(&mut self) -> Option<Vec<u8>> {
-        if self.buffered() == 0 {
-            return None;
-        }
-        // raw never moves `pos`: the whole buffer is the frame
-        Some(std::mem::take(&mut self.buf))
-    }
-
-    fn decode_len32(&mut self, max_frame: usize) -> Result<Option<Vec<u8>>, CodecError> {
-        let unread = self.buf.get(self.pos..).unwrap_or_default();
-        let (Some(prefix), Some(rest)) = (unread.get(..PREFIX_LEN), unread.get(PREFIX_LEN..))
-        else {
-            return Ok(None);
-        };
-        let announced = u32::from_be_bytes([prefix[0], prefix[1], prefix[2], prefix[3]]);
-        let len = match usize::try_from(announced) {
-            Ok(len) if len <= max_frame => len,
-            _ => {
-                return Err(CodecError::FrameTooLarge {
-                    len: u64::from(announced),
-                    max: max_frame,
-                })
-            }
-        };
-        let Some(frame) = rest.get(..len) else {
-            return Ok(None);
-        };
-        let frame = frame.to_vec();
-        self.pos += PREFIX_LEN + len;
-        Ok(Some(frame))
-    }
-
-    fn decode_line(&mut self, max_line: usize) -> Result<Option<Vec<u8>>, CodecError> {
-        let start = self.pos;
-        // a newline past start + max_line would end a line that is too long: never look further
-        let limit = start
-            .saturating_add(max_line)
-            .saturating_add(1)
-            .min(self.buf.len());
-        let from = self.scan.max(start);
-        let window = self.buf.get(from..limit).unwrap_or_default();
-        if let Some(i) = window.iter().position(|&b| b == b'\n') {
-            let newline = from + i;
-            let mut end = newline;
-            if end > start && self.buf[end - 1] == b'\r' {
-                end -= 1;
-            }
-            let frame = self.buf[start..end].to_vec();
-            self.pos = newline + 1;
-            self.scan = self.pos;
-            return Ok(Some(frame));
-        }
-        self.scan = limit.max(from);
-        if self.buffered() > max_line {
-            return Err(CodecError::LineTooLong { max: max_line });
-        }
-        Ok(None)
     }
 }
 
@@ -694,15 +627,18 @@ mod tests {
 
     #[test]
     fn lines_resumes_the_newline_scan_where_it_stopped() {
+        // The decoder's framing keeps its scan position: a line that grows byte by byte is
+        // found once its newline arrives, and the decoder starts the next one clean.
         let mut decoder = Codec::lines().decoder();
         for i in 1..=100 {
             decoder.feed(b"z");
             assert_eq!(decoder.decode(), Ok(None));
-            assert_eq!(decoder.scan - decoder.pos, i);
+            assert_eq!(decoder.buffered(), i);
         }
         decoder.feed(b"\n");
         assert_eq!(decoder.decode(), Ok(Some(vec![b'z'; 100])));
-        assert_eq!(decoder.scan, decoder.pos);
+        decoder.feed(b"y\n");
+        assert_eq!(decoder.decode(), Ok(Some(b"y".to_vec())));
     }
 
     #[test]
@@ -769,7 +705,7 @@ mod tests {
         lines.feed(b"abc");
         assert_eq!(lines.decode(), Ok(None));
         lines.reset();
-        assert_eq!((lines.buffered(), lines.scan), (0, 0));
+        assert_eq!(lines.buffered(), 0);
         lines.feed(b"d\n");
         assert_eq!(lines.decode(), Ok(Some(b"d".to_vec())));
     }

@@ -48,6 +48,7 @@ impl Counters {
             AbandonReason::Overflow => a.overflow += 1,
             AbandonReason::Shutdown => a.shutdown += 1,
             AbandonReason::ConnectionLost => a.connection_lost += 1,
+            AbandonReason::Unencodable => a.unencodable += 1,
         }
         self.released_frames += 1;
         self.released_bytes += len as u64;

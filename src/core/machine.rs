@@ -57,14 +57,15 @@ use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use bytes::BytesMut;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 
 use super::backoff::Backoff;
-use super::codec::{Codec, Decoder};
 use super::counters::Counters;
 use super::endpoint::Host;
 use super::endpoints::{fmt_addr, Endpoints};
+use super::framing::BoxedFraming;
 use super::guard::{guarded, Panicked};
 use super::heartbeat::{HeartbeatState, Ping};
 use super::outbox::{Outbox, Queued};
@@ -230,7 +231,10 @@ pub(crate) struct Machine {
     /// Frames handed out by `poll_transmit` and not yet confirmed.
     in_flight: Vec<Queued>,
     in_flight_control: Vec<Vec<u8>>,
-    decoder: Decoder,
+    /// The link's framing: decodes `rx`, encodes control frames and the outbox's frames.
+    framing: BoxedFraming,
+    /// Bytes received on the current connection and not yet decoded into frames.
+    rx: BytesMut,
     actions: VecDeque<Action>,
     closing: bool,
     endpoints: Endpoints,
@@ -264,7 +268,7 @@ impl Machine {
     pub(crate) fn new(mut cfg: Settings, seed: u64, now: Instant) -> Machine {
         let mut rng = StdRng::seed_from_u64(seed);
         let endpoints = Endpoints::new(std::mem::take(&mut cfg.endpoints), &mut rng);
-        let decoder = cfg.codec.decoder();
+        let framing = cfg.framing.clone();
         let outbox = Outbox::new(cfg.outbox_frames, cfg.outbox_bytes);
         let backoff = Backoff::new(cfg.backoff.clone());
         Machine {
@@ -287,7 +291,8 @@ impl Machine {
             control: VecDeque::new(),
             in_flight: Vec::new(),
             in_flight_control: Vec::new(),
-            decoder,
+            framing,
+            rx: BytesMut::new(),
             actions: VecDeque::new(),
             closing: false,
             endpoints,
@@ -408,12 +413,20 @@ impl Machine {
         if self.state == State::Connected && matches!(self.cfg.proof, ProofOfLife::Inbound) {
             self.step(now, Ev::Alive);
         }
-        self.decoder.feed(bytes);
+        self.rx.extend_from_slice(bytes);
         loop {
-            let decoder = &mut self.decoder;
-            match guarded(Callback::Decode, || decoder.decode()) {
+            let (framing, rx) = (&mut self.framing, &mut self.rx);
+            match guarded(Callback::Decode, || framing.decode(rx)) {
                 Ok(Ok(Some(frame))) => self.on_frame(now, frame),
-                Ok(Ok(None)) => break,
+                Ok(Ok(None)) => {
+                    let max = self.framing.max_buffered();
+                    if self.rx.len() > max {
+                        let buffered = self.rx.len();
+                        let e = CodecError::Overbuffered { buffered, max };
+                        self.step(now, Ev::ProtocolError(e));
+                    }
+                    break;
+                }
                 Ok(Err(e)) => {
                     self.step(now, Ev::ProtocolError(e));
                     break;
@@ -462,6 +475,7 @@ impl Machine {
                 }
                 self.c.heartbeats_sent += 1;
                 match self.encoded_ping() {
+                    Ok(ping) if ping.is_empty() => {}
                     Ok(ping) => self.control.push_back(ping),
                     Err(p) => self.step(now, Ev::CallbackPanicked(p)),
                 }
@@ -516,7 +530,12 @@ impl Machine {
         let mut plain = std::mem::take(&mut self.plain_out);
         // No hello, ping or frame before the server is verified: only handshake records.
         let batch = !handshaking && self.poll_batch(now, &mut plain);
-        let tls = self.tls.as_mut().expect("checked above");
+        let Some(tls) = self.tls.as_mut() else {
+            // Encoding the batch failed the connection (a framing that panicked): its
+            // session is gone, and so is the batch.
+            buf.clear();
+            return false;
+        };
         let sealed = if batch {
             tls.send_plaintext(&plain)
         } else {
@@ -557,24 +576,29 @@ impl Machine {
             self.in_flight_control.push(c);
         }
         if self.state == State::Ready {
+            // A batch holds one frame at least, and no more frames once the payloads would
+            // pass the limit (the framing's own bytes are not counted).
             let limit = self.cfg.batch_bytes;
             while let Some(len) = self.outbox.front_len() {
-                let codec = &self.cfg.codec;
-                let encoded = match guarded(Callback::Encode, || codec.encoded_len(len)) {
-                    Ok(n) => n,
-                    Err(p) => return self.encode_panicked(now, buf, p),
-                };
-                if !buf.is_empty() && buf.len() + encoded > limit {
+                if !buf.is_empty() && buf.len().saturating_add(len) > limit {
                     break;
                 }
                 let q = self.outbox.pop_front().expect("front exists");
-                if let Err(p) = guarded(Callback::Encode, || codec.encode_into(&q.frame, buf)) {
-                    // The frame stays first in the outbox: it is never lost without a word,
-                    // and its deadline (if any) or a close still ends it.
-                    self.outbox.push_front(q);
-                    return self.encode_panicked(now, buf, p);
+                let framing = &mut self.framing;
+                match guarded(Callback::Encode, || framing.encode(&q.frame, buf)) {
+                    Ok(Ok(())) => self.in_flight.push(q),
+                    Ok(Err(e)) => {
+                        // The framing accepted the frame at `send` and refuses it now.
+                        log::debug!("relink: the framing refused a queued frame: {e}");
+                        self.abandon_all(vec![q.frame], AbandonReason::Unencodable);
+                    }
+                    Err(p) => {
+                        // The frame stays first in the outbox: it is never lost without a
+                        // word, and its deadline (if any) or a close still ends it.
+                        self.outbox.push_front(q);
+                        return self.encode_panicked(now, buf, p);
+                    }
                 }
-                self.in_flight.push(q);
             }
         }
         !buf.is_empty()
@@ -860,7 +884,7 @@ impl Machine {
         self.timers.disarm(Timer::Dial);
         self.timers.disarm(Timer::SendRetry);
         self.c.connects += 1;
-        self.decoder.reset();
+        self.rx = BytesMut::new();
         self.control.clear();
         self.heartbeat = None;
         self.handshake_pending = false;
@@ -914,17 +938,20 @@ impl Machine {
     /// The connection carries application bytes (TCP is up, and the TLS handshake has
     /// completed): heartbeat, hello, and the connect as proof of life.
     fn link_up(&mut self, now: Instant) {
+        let framing = &mut self.framing;
+        let reset = guarded(Callback::Decode, || framing.reset());
         self.heartbeat = self
             .cfg
             .heartbeat
             .as_ref()
             .map(|hb| HeartbeatState::start(hb, now, self.read_paused));
         self.handshake_pending = false;
-        let mut panicked = None;
+        let mut panicked = reset.err();
         if let ProofOfLife::Handshake { hello, timeout, .. } = &self.cfg.proof {
-            for h in hello {
-                match encode(&self.cfg.codec, h) {
-                    Ok(buf) => self.control.push_back(buf),
+            for h in hello.iter().take_while(|_| panicked.is_none()) {
+                match encode(&mut self.framing, h) {
+                    Ok(Some(buf)) => self.control.push_back(buf),
+                    Ok(None) => {}
                     Err(p) => {
                         panicked = Some(p);
                         break;
@@ -1077,7 +1104,8 @@ impl Machine {
         self.control.clear();
         self.heartbeat = None;
         self.handshake_pending = false;
-        self.decoder.reset();
+        // The framing itself is reset (guarded) when the next connection comes up.
+        self.rx = BytesMut::new();
         // Nothing of a TLS session outlives its connection.
         self.tls = None;
         self.tls_retry = None;
@@ -1223,10 +1251,11 @@ impl Machine {
         self.actions.push_back(Action::Emit(ev));
     }
 
-    fn encoded_ping(&self) -> Result<Vec<u8>, Panicked> {
+    /// The ping's bytes; empty when there is none, or when the framing refused it.
+    fn encoded_ping(&mut self) -> Result<Vec<u8>, Panicked> {
         match self.cfg.heartbeat.as_ref().map(|h| &h.ping) {
             Some(Ping::Raw(b)) => Ok(b.clone()),
-            Some(Ping::Frame(f)) => encode(&self.cfg.codec, f),
+            Some(Ping::Frame(f)) => Ok(encode(&mut self.framing, f)?.unwrap_or_default()),
             None => Ok(Vec::new()),
         }
     }
@@ -1245,12 +1274,19 @@ impl Machine {
     }
 }
 
-/// One frame through the codec, guarded: the codec is application code once codecs are.
-fn encode(codec: &Codec, frame: &[u8]) -> Result<Vec<u8>, Panicked> {
+/// One control frame (a hello frame, the ping) through the framing, guarded: the framing may
+/// be application code. `None` when the framing refuses it (`build()` checked it, so only a
+/// framing whose `check` and `encode` disagree does).
+fn encode(framing: &mut BoxedFraming, frame: &[u8]) -> Result<Option<Vec<u8>>, Panicked> {
     guarded(Callback::Encode, || {
-        let mut buf = Vec::with_capacity(codec.encoded_len(frame.len()));
-        codec.encode_into(frame, &mut buf);
-        buf
+        let mut buf = Vec::new();
+        match framing.encode(frame, &mut buf) {
+            Ok(()) => Some(buf),
+            Err(e) => {
+                log::warn!("relink: the framing refused a control frame: {e}");
+                None
+            }
+        }
     })
 }
 

@@ -15,6 +15,7 @@
 //! - [`codec`]: framing, bytes to frames and back.
 //! - [`tls`]: the TLS session of one connection (rustls, sans-IO), between the socket's
 //!   bytes and the framing.
+//! - [`framing`]: the [`Framing`](framing::Framing) trait and the built-in framings.
 //! - [`endpoint`]: `tcp://host:port`, parsed.
 //! - [`predicate`]: a shareable test on a frame (handshake and heartbeat replies).
 //! - [`settings`]: what the core is told, built once by the builder, and the proof of life.
@@ -25,6 +26,7 @@ pub(crate) mod codec;
 mod counters;
 pub(crate) mod endpoint;
 mod endpoints;
+pub(crate) mod framing;
 pub(crate) mod guard;
 pub(crate) mod heartbeat;
 pub(crate) mod machine;

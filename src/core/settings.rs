@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use super::backoff::BackoffConfig;
-use super::codec::Codec;
 use super::endpoint::Endpoint;
+use super::framing::BoxedFraming;
 use super::heartbeat::Heartbeat;
 use super::predicate::Predicate;
 use super::tls::TlsSettings;
@@ -17,7 +17,7 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 #[derive(Clone, Debug)]
 pub(crate) struct Settings {
     pub endpoints: Vec<Endpoint>,
-    pub codec: Codec,
+    pub framing: BoxedFraming,
     pub backoff: BackoffConfig,
     pub max_attempts: Option<u32>,
     pub cooldown: Duration,

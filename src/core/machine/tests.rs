@@ -440,15 +440,15 @@ fn row11_a_silent_peer_is_declared_dead_within_the_bound() {
 
 #[test]
 fn row11_a_peer_that_answers_is_never_declared_dead() {
-    let hb = Heartbeat::new(1000 * MS, Ping::Raw(b"p".to_vec()))
+    let hb = Heartbeat::new(1000 * MS, Ping::Raw(b"p\n".to_vec()))
         .max_missed(1)
         .reply(Predicate::new(|f| f == b"P"));
-    let mut s = Sim::ready(Sim::builder().heartbeat(hb));
+    let mut s = Sim::ready(Sim::builder().codec(Codec::lines()).heartbeat(hb));
     for _ in 0..100 {
         s.next_timer();
         s.transmit();
         s.now += 10 * MS;
-        s.data(b"P");
+        s.data(b"P\n");
     }
     assert_eq!(s.m.state(), Ready);
     assert_eq!(s.metrics().last_rtt, Some(10 * MS));
@@ -458,13 +458,13 @@ fn row11_a_peer_that_answers_is_never_declared_dead() {
 #[test]
 fn a_frame_like_the_heartbeat_reply_is_delivered_when_no_ping_awaits_it() {
     let hb =
-        Heartbeat::new(1000 * MS, Ping::Raw(b"p".to_vec())).reply(Predicate::new(|f| f == b"P"));
-    let mut s = Sim::ready(Sim::builder().heartbeat(hb));
-    s.data(b"P");
+        Heartbeat::new(1000 * MS, Ping::Raw(b"p\n".to_vec())).reply(Predicate::new(|f| f == b"P"));
+    let mut s = Sim::ready(Sim::builder().codec(Codec::lines()).heartbeat(hb));
+    s.data(b"P\n");
     assert_eq!(s.frames(), [b"P".to_vec()], "the application's own answer");
     s.next_timer();
     s.transmit();
-    s.data(b"P");
+    s.data(b"P\n");
     assert_eq!(s.frames().len(), 1, "the answer to our ping is swallowed");
 }
 
@@ -1091,8 +1091,8 @@ fn panic_errors(s: &Sim) -> Vec<(crate::error::Callback, Option<String>)> {
 #[test]
 fn row22_a_reply_predicate_that_panics_once_fails_the_connection_then_the_link_recovers() {
     let hb = Heartbeat::new(1000 * MS, Ping::Raw(b"p".to_vec())).reply(panicking(false, false));
-    let mut s = Sim::ready(Sim::builder().heartbeat(hb));
-    s.data(b"first");
+    let mut s = Sim::ready(Sim::builder().codec(Codec::lines()).heartbeat(hb));
+    s.data(b"first\n");
     let errors = panic_errors(&s);
     assert_eq!(
         errors,
@@ -1131,7 +1131,7 @@ fn row22_a_reply_predicate_that_panics_once_fails_the_connection_then_the_link_r
     s.next_timer();
     s.tcp_up();
     assert_eq!(s.m.state(), Ready);
-    s.data(b"second");
+    s.data(b"second\n");
     assert_eq!(s.frames(), [b"second".to_vec()]);
     assert_eq!(s.metrics().callback_panics, 1);
 }
@@ -1140,6 +1140,7 @@ fn row22_a_reply_predicate_that_panics_once_fails_the_connection_then_the_link_r
 fn row22_a_reply_predicate_that_always_panics_backs_off_with_growing_delays_then_cools_down() {
     let hb = Heartbeat::new(1000 * MS, Ping::Raw(b"p".to_vec())).reply(panicking(true, false));
     let b = Sim::builder()
+        .codec(Codec::lines())
         .heartbeat(hb)
         .jitter(Jitter::None)
         .max_attempts(5)
@@ -1147,7 +1148,7 @@ fn row22_a_reply_predicate_that_always_panics_backs_off_with_growing_delays_then
     let mut s = Sim::connecting(b);
     for _ in 0..5 {
         s.tcp_up();
-        s.data(b"x");
+        s.data(b"x\n");
         assert_eq!(s.last_transition().cause, Cause::CallbackPanic);
         s.next_timer();
     }

@@ -1,0 +1,152 @@
+//! Codec speed: encode + decode throughput of a framing, without any socket.
+//!
+//! Run with `cargo bench --bench codec` (about 8 s).
+//!
+//! Three ways to put 4-byte big-endian length-prefixed frames on the wire and read them back
+//! are compared, at 64 B and 1 KiB frames:
+//! - `user`: a len32 written in this file against the public [`Framing`] trait, used as a
+//!   `Box<dyn Framing>` (as a link holds one);
+//! - `builtin`: [`LengthDelimited::len32`], also as a `Box<dyn Framing>`;
+//! - `today`: [`Codec::length_prefixed`] with `encode_into` and its [`relink::Decoder`].
+//!
+//! One pass encodes a batch of frames into a buffer, then decodes it fed in 8 KiB chunks (the
+//! size of the chunks libzmq hands over). Rounds alternate between the three (5 rounds of
+//! 250 ms each); the median is reported, one line per size:
+//!
+//! `codec size=<bytes> user_mps=<x> builtin_mps=<y> today_mps=<z> ratio_user_builtin=<x/y>
+//! ratio_builtin_today=<y/z>`
+//!
+//! where `*_mps` is millions of frames per second (each encoded and decoded once).
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use bytes::{Buf, BytesMut};
+use relink::{Codec, CodecError, FrameError, Framing, LengthDelimited};
+
+/// Frames per pass.
+const BATCH: usize = 1024;
+/// Bytes fed to a decoder at a time.
+const CHUNK: usize = 8192;
+/// Rounds per size; the median is reported.
+const ROUNDS: usize = 5;
+/// Time per measurement.
+const SLICE: Duration = Duration::from_millis(250);
+
+/// A user's len32: a u32 big-endian length then the frame, at most 16 MiB.
+#[derive(Debug, Clone)]
+struct UserLen32;
+
+impl Framing for UserLen32 {
+    fn encode(&mut self, frame: &[u8], dst: &mut Vec<u8>) -> Result<(), FrameError> {
+        self.check(frame)?;
+        dst.extend_from_slice(&(frame.len() as u32).to_be_bytes());
+        dst.extend_from_slice(frame);
+        Ok(())
+    }
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Vec<u8>>, CodecError> {
+        let Some(&[a, b, c, d]) = src.get(..4) else {
+            return Ok(None);
+        };
+        let len = u32::from_be_bytes([a, b, c, d]) as usize;
+        if len > 16 << 20 {
+            return Err(CodecError::FrameTooLarge {
+                len: len as u64,
+                max: 16 << 20,
+            });
+        }
+        if src.len() < 4 + len {
+            return Ok(None);
+        }
+        let frame = src[4..4 + len].to_vec();
+        src.advance(4 + len);
+        Ok(Some(frame))
+    }
+    fn check(&self, frame: &[u8]) -> Result<(), FrameError> {
+        if frame.len() > 16 << 20 {
+            return Err(FrameError::TooLarge {
+                len: frame.len(),
+                max: 16 << 20,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// One pass through a framing: encode the batch, decode it back; returns frames decoded.
+fn pass_framing(framing: &mut dyn Framing, frames: &[Vec<u8>], wire: &mut Vec<u8>) -> usize {
+    wire.clear();
+    for frame in frames {
+        framing.check(frame).unwrap();
+        framing.encode(frame, wire).unwrap();
+    }
+    let mut src = BytesMut::with_capacity(2 * CHUNK);
+    let mut count = 0;
+    for chunk in wire.chunks(CHUNK) {
+        src.extend_from_slice(chunk);
+        while let Some(frame) = framing.decode(&mut src).unwrap() {
+            black_box(&frame);
+            count += 1;
+        }
+    }
+    count
+}
+
+/// One pass through today's codec.
+fn pass_today(codec: &Codec, frames: &[Vec<u8>], wire: &mut Vec<u8>) -> usize {
+    wire.clear();
+    for frame in frames {
+        codec.check_frame(frame).unwrap();
+        codec.encode_into(frame, wire);
+    }
+    let mut decoder = codec.decoder();
+    let mut count = 0;
+    for chunk in wire.chunks(CHUNK) {
+        decoder.feed(chunk);
+        while let Some(frame) = decoder.decode().unwrap() {
+            black_box(&frame);
+            count += 1;
+        }
+    }
+    count
+}
+
+/// Millions of frames per second of `pass`, run for one slice.
+fn measure(mut pass: impl FnMut() -> usize) -> f64 {
+    let start = Instant::now();
+    let mut frames = 0;
+    while start.elapsed() < SLICE {
+        frames += pass();
+    }
+    frames as f64 / start.elapsed().as_secs_f64() / 1e6
+}
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    xs[xs.len() / 2]
+}
+
+fn main() {
+    for size in [64usize, 1024] {
+        let frames: Vec<Vec<u8>> = (0..BATCH).map(|i| vec![i as u8; size]).collect();
+        let mut wire = Vec::new();
+        let mut user: Box<dyn Framing> = Box::new(UserLen32);
+        let mut builtin: Box<dyn Framing> = Box::new(LengthDelimited::len32());
+        let today = Codec::length_prefixed();
+        let (mut u, mut b, mut t) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..ROUNDS {
+            u.push(measure(|| pass_framing(user.as_mut(), &frames, &mut wire)));
+            b.push(measure(|| {
+                pass_framing(builtin.as_mut(), &frames, &mut wire)
+            }));
+            t.push(measure(|| pass_today(&today, &frames, &mut wire)));
+        }
+        let (u, b, t) = (median(u), median(b), median(t));
+        println!(
+            "codec size={size} user_mps={u:.2} builtin_mps={b:.2} today_mps={t:.2} \
+             ratio_user_builtin={:.2} ratio_builtin_today={:.2}",
+            u / b,
+            b / t
+        );
+    }
+}

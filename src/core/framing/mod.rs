@@ -1,0 +1,228 @@
+//! Framing: how frames become bytes on the wire and back.
+//!
+//! A [`Framing`] is sans-IO: it appends the wire form of a frame to a buffer, and takes whole
+//! frames from the front of the bytes received so far. The built-ins are
+//! [`LengthDelimited`] (fixed-width or varint length fields, configured like tokio-util's
+//! `LengthDelimitedCodec`), [`Delimited`] and [`Lines`], [`Resp`] (redis) and [`Raw`].
+//! Every built-in is incremental (bytes may arrive split anywhere), memory bounded (it refuses a
+//! frame above its limit as soon as the limit is passed or announced, and never reserves what
+//! the peer announces) and never panics on what the peer sends.
+
+mod delimited;
+mod length;
+mod raw;
+mod resp;
+
+pub use delimited::{Delimited, DelimitedBuilder, Lines};
+pub use length::{LengthDelimited, LengthDelimitedBuilder};
+pub use raw::Raw;
+pub use resp::{Resp, RespValue};
+
+use crate::error::{CodecError, FrameError};
+
+/// The default frame limit of the built-in framings: 16 MiB.
+pub const DEFAULT_MAX_FRAME: usize = 16 * 1024 * 1024;
+
+/// How frames become bytes on the wire and back: sans-IO, incremental, memory bounded.
+///
+/// The link owns the receive buffer: it appends the bytes it reads to it and calls
+/// [`Framing::decode`] until it returns `Ok(None)`. A decoder may keep state between calls
+/// (how far it scanned), which [`Framing::reset`] forgets; it must assume only that bytes are
+/// appended to `src` and that nothing else advances it.
+///
+/// # Examples
+///
+/// A framing of one's own: a 2-byte big-endian length (counting the type byte) then a type
+/// byte, then the body. The frame the application sees is the type byte and the body.
+///
+/// ```
+/// use bytes::{Buf, BytesMut};
+/// use relink::{CodecError, FrameError, Framing};
+///
+/// #[derive(Debug, Clone)]
+/// struct Typed;
+///
+/// impl Framing for Typed {
+///     fn encode(&mut self, frame: &[u8], dst: &mut Vec<u8>) -> Result<(), FrameError> {
+///         self.check(frame)?;
+///         dst.extend_from_slice(&(frame.len() as u16).to_be_bytes());
+///         dst.extend_from_slice(frame);
+///         Ok(())
+///     }
+///     fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Vec<u8>>, CodecError> {
+///         let Some(head) = src.get(..2) else { return Ok(None) };
+///         let len = usize::from(u16::from_be_bytes([head[0], head[1]]));
+///         if len == 0 {
+///             return Err(CodecError::Malformed("a frame needs its type byte"));
+///         }
+///         if src.len() < 2 + len {
+///             return Ok(None);
+///         }
+///         src.advance(2);
+///         Ok(Some(src.split_to(len).to_vec()))
+///     }
+///     fn check(&self, frame: &[u8]) -> Result<(), FrameError> {
+///         match frame.len() {
+///             0 => Err(FrameError::TooShort { len: 0, min: 1 }),
+///             len if len > 0xffff => Err(FrameError::TooLarge { len, max: 0xffff }),
+///             _ => Ok(()),
+///         }
+///     }
+///     fn max_buffered(&self) -> usize {
+///         2 + 0xffff
+///     }
+/// }
+///
+/// let mut wire = Vec::new();
+/// Typed.encode(b"\x07hello", &mut wire)?;
+/// assert_eq!(wire, b"\0\x06\x07hello");
+/// let mut src = BytesMut::from(&wire[..]);
+/// assert_eq!(Typed.decode(&mut src)?, Some(b"\x07hello".to_vec()));
+/// assert_eq!(Typed.decode(&mut src)?, None);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub trait Framing: Send + Sync + 'static {
+    /// Appends the wire form of `frame` to `dst`, or refuses the frame (it is then handed back
+    /// to the caller of send).
+    ///
+    /// # Errors
+    ///
+    /// Why the frame cannot be written; `dst` is then left as it was.
+    fn encode(&mut self, frame: &[u8], dst: &mut Vec<u8>) -> Result<(), FrameError>;
+
+    /// Takes one whole frame from the front of `src` (advancing it), `Ok(None)` when more bytes
+    /// are needed.
+    ///
+    /// # Errors
+    ///
+    /// The peer broke the framing or one of its limits; the link then resets the connection
+    /// with cause `protocol`.
+    fn decode(&mut self, src: &mut bytes::BytesMut) -> Result<Option<Vec<u8>>, CodecError>;
+
+    /// Checks a frame at the call, before it is queued, so that a bad frame is refused by
+    /// `send` itself. Defaults to accepting every frame; the built-ins check their limits
+    /// here.
+    ///
+    /// # Errors
+    ///
+    /// Why [`Framing::encode`] would refuse the frame.
+    fn check(&self, frame: &[u8]) -> Result<(), FrameError> {
+        let _ = frame;
+        Ok(())
+    }
+
+    /// Forgets decoding state: called for each new connection. Defaults to doing nothing.
+    fn reset(&mut self) {}
+
+    /// The most bytes the link buffers for one incomplete frame before it resets the
+    /// connection as a protocol error. Defaults to 16 MiB + 64.
+    fn max_buffered(&self) -> usize {
+        DEFAULT_MAX_FRAME + 64
+    }
+
+    /// Whether decode returns the peer's own frames (true) or arbitrary chunks (false, raw
+    /// only). A heartbeat reply predicate or a handshake needs true. Defaults to true.
+    fn delimits_frames(&self) -> bool {
+        true
+    }
+
+    /// Short name for logs. Defaults to `"custom"`.
+    fn name(&self) -> &str {
+        "custom"
+    }
+}
+
+/// A framing the link can hold and clone: any `Framing + Clone`, behind one object-safe trait.
+pub(crate) trait DynFraming: Framing {
+    /// A copy with the same settings and state.
+    fn clone_box(&self) -> Box<dyn DynFraming>;
+}
+
+impl<T: Framing + Clone> DynFraming for T {
+    fn clone_box(&self) -> Box<dyn DynFraming> {
+        Box::new(self.clone())
+    }
+}
+
+/// The framing of one link, boxed: what the builder stores, the core decodes and encodes
+/// with, and the handle checks frames with.
+pub(crate) struct BoxedFraming(pub(crate) Box<dyn DynFraming>);
+
+impl BoxedFraming {
+    /// Boxes a framing; a [`Codec`](crate::Codec) becomes the built-in it names (with its
+    /// decoding state), not a stateless adapter.
+    pub(crate) fn new<F: Framing + Clone>(framing: F) -> BoxedFraming {
+        if let Some(codec) = (&framing as &dyn std::any::Any).downcast_ref::<crate::Codec>() {
+            return codec.framing();
+        }
+        BoxedFraming(Box::new(framing))
+    }
+}
+
+impl Clone for BoxedFraming {
+    fn clone(&self) -> Self {
+        BoxedFraming(self.0.clone_box())
+    }
+}
+
+impl std::fmt::Debug for BoxedFraming {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Framing({})", self.0.name())
+    }
+}
+
+impl std::ops::Deref for BoxedFraming {
+    type Target = dyn DynFraming;
+    fn deref(&self) -> &Self::Target {
+        &*self.0
+    }
+}
+
+impl std::ops::DerefMut for BoxedFraming {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut *self.0
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod testkit {
+    //! Helpers shared by the framing tests.
+    use super::Framing;
+    use crate::error::CodecError;
+    use bytes::BytesMut;
+
+    /// Encodes every frame, panicking on a refusal.
+    pub fn encode_all<F: Framing>(framing: &mut F, frames: &[&[u8]]) -> Vec<u8> {
+        let mut wire = Vec::new();
+        for f in frames {
+            framing.encode(f, &mut wire).expect("encodable frame");
+        }
+        wire
+    }
+
+    /// Feeds `chunks` one by one, decoding every frame after each; stops at the first error.
+    pub fn decode_chunks<'a, F: Framing>(
+        framing: &mut F,
+        chunks: impl IntoIterator<Item = &'a [u8]>,
+    ) -> Result<Vec<Vec<u8>>, CodecError> {
+        let mut src = BytesMut::new();
+        let mut out = Vec::new();
+        for chunk in chunks {
+            src.extend_from_slice(chunk);
+            while let Some(frame) = framing.decode(&mut src)? {
+                out.push(frame);
+            }
+            assert!(src.len() <= framing.max_buffered(), "{}", src.len());
+        }
+        Ok(out)
+    }
+
+    /// Decodes `wire` split in two at every point, with a fresh state each time.
+    pub fn assert_every_split<F: Framing + Clone>(framing: &F, wire: &[u8], frames: &[&[u8]]) {
+        for split in 0..=wire.len() {
+            let (a, b) = wire.split_at(split);
+            let got = decode_chunks(&mut framing.clone(), [a, b]).unwrap();
+            assert_eq!(got, frames, "split at {split}");
+        }
+    }
+}

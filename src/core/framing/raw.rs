@@ -1,0 +1,82 @@
+//! Raw chunks: no framing at all.
+
+use bytes::BytesMut;
+
+use super::Framing;
+use crate::error::{CodecError, FrameError};
+
+/// Every chunk is a frame: frames are written as they are, and decode returns every byte
+/// received since the last call as one frame.
+///
+/// Chunks ignore the peer's message boundaries, so [`Framing::delimits_frames`] is false:
+/// a heartbeat reply predicate or a handshake cannot be used with raw chunks. An empty frame
+/// is refused ([`FrameError::Empty`]): an empty write would close the connection.
+///
+/// # Examples
+///
+/// ```
+/// use bytes::BytesMut;
+/// use relink::{Framing, Raw};
+///
+/// let mut raw = Raw;
+/// let mut wire = Vec::new();
+/// raw.encode(b"any bytes", &mut wire)?;
+/// assert!(raw.encode(b"", &mut wire).is_err());
+/// let mut src = BytesMut::from(&b"ab"[..]);
+/// src.extend_from_slice(b"cd");
+/// assert_eq!(raw.decode(&mut src)?, Some(b"abcd".to_vec()));
+/// assert_eq!(raw.decode(&mut src)?, None);
+/// assert!(!raw.delimits_frames());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Raw;
+
+impl Framing for Raw {
+    fn encode(&mut self, frame: &[u8], dst: &mut Vec<u8>) -> Result<(), FrameError> {
+        self.check(frame)?;
+        dst.extend_from_slice(frame);
+        Ok(())
+    }
+
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Vec<u8>>, CodecError> {
+        if src.is_empty() {
+            return Ok(None);
+        }
+        let frame = src.to_vec();
+        src.clear();
+        Ok(Some(frame))
+    }
+
+    fn check(&self, frame: &[u8]) -> Result<(), FrameError> {
+        if frame.is_empty() {
+            return Err(FrameError::Empty);
+        }
+        Ok(())
+    }
+
+    fn delimits_frames(&self) -> bool {
+        false
+    }
+
+    fn name(&self) -> &str {
+        "raw"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::framing::testkit::decode_chunks;
+
+    #[test]
+    fn raw_returns_each_chunk_and_refuses_an_empty_frame() {
+        let chunks: [&[u8]; 3] = [b"ab", b"", b"\0\n"];
+        assert_eq!(
+            decode_chunks(&mut Raw, chunks),
+            Ok(vec![b"ab".to_vec(), b"\0\n".to_vec()])
+        );
+        assert_eq!(Raw.check(b""), Err(FrameError::Empty));
+        assert!(!Raw.delimits_frames());
+    }
+}

@@ -1,0 +1,298 @@
+//! Property tests of the framings through the public api: round trips split anywhere, noise
+//! that never panics nor buffers past the limit, bad settings, and a framing of one's own.
+//!
+//! Each property runs 256 cases per framing.
+
+use bytes::{Buf, BytesMut};
+use proptest::prelude::*;
+use proptest::sample::Index;
+use relink::{
+    CodecError, ConfigError, Delimited, FrameError, Framing, LengthDelimited, Lines, Raw, Resp,
+};
+
+const CASES: u32 = 256;
+
+/// What decoding an encoded frame gives back.
+#[derive(Clone, Copy, Debug)]
+enum Expect {
+    /// The frame itself.
+    Same,
+    /// The frame without its first `n` bytes (a head the decoder skips).
+    DropHead(usize),
+    /// The frame's own wire bytes from `n` on (a decoder that keeps part of the header).
+    WireFrom(usize),
+    /// The frame without one trailing `\r` (LF lines).
+    StripCr,
+}
+
+/// The framings under test, with small limits so that they are hit.
+fn framings() -> Vec<(&'static str, Box<dyn Framing>, Expect)> {
+    let len = |b: relink::LengthDelimitedBuilder| Box::new(b.build().unwrap()) as Box<dyn Framing>;
+    let mut all: Vec<(&'static str, Box<dyn Framing>, Expect)> = Vec::new();
+    for width in [1, 2, 3, 4, 8] {
+        let b = LengthDelimited::builder()
+            .length_field_length(width)
+            .max_frame_length(40);
+        all.push(("len be", len(b.clone()), Expect::Same));
+        all.push(("len le", len(b.little_endian()), Expect::Same));
+    }
+    let two = LengthDelimited::builder()
+        .length_field_length(2)
+        .max_frame_length(40);
+    all.extend([
+        (
+            "len counts header",
+            len(two.clone().length_adjustment(-2)),
+            Expect::Same,
+        ),
+        (
+            "len offset 2",
+            len(two.clone().length_field_offset(2)),
+            Expect::DropHead(2),
+        ),
+        (
+            "len offset 1 kept",
+            len(two.length_field_offset(1).num_skip(Some(0))),
+            Expect::WireFrom(0),
+        ),
+        ("len32", Box::new(LengthDelimited::len32()), Expect::Same),
+        (
+            "varint",
+            len(LengthDelimited::builder().varint().max_frame_length(200)),
+            Expect::Same,
+        ),
+        (
+            "varint mqtt",
+            len(LengthDelimited::builder()
+                .length_field_offset(1)
+                .varint()
+                .num_skip(Some(0))
+                .max_frame_length(200)),
+            Expect::WireFrom(0),
+        ),
+        (
+            "nul",
+            Box::new(Delimited::builder(b"\0").max_length(40).build().unwrap()),
+            Expect::Same,
+        ),
+        (
+            "crlf delimited",
+            Box::new(Delimited::builder(b"\r\n").max_length(40).build().unwrap()),
+            Expect::Same,
+        ),
+        (
+            "lines lf",
+            Box::new(Lines::new().max_length(40)),
+            Expect::StripCr,
+        ),
+        (
+            "lines crlf",
+            Box::new(Lines::new().max_length(40).crlf(true)),
+            Expect::Same,
+        ),
+    ]);
+    all
+}
+
+/// Bytes biased toward what matters to framings: zeros, CR, LF, RESP type bytes and digits.
+fn bytes(len: std::ops::Range<usize>) -> impl Strategy<Value = Vec<u8>> {
+    const SPECIAL: &[u8] = b"\0\r\n\r\n*$+-:_#,(123-";
+    prop::collection::vec(any::<u16>(), len).prop_map(|words| {
+        words
+            .into_iter()
+            .map(|w| {
+                let [hi, lo] = w.to_be_bytes();
+                if hi < 96 {
+                    SPECIAL[usize::from(lo) % SPECIAL.len()]
+                } else {
+                    lo
+                }
+            })
+            .collect()
+    })
+}
+
+/// Feeds `wire` cut at `cuts`, decoding every frame after each piece; checks the buffer bound.
+fn decode_cut(
+    framing: &mut dyn Framing,
+    wire: &[u8],
+    cuts: &[Index],
+) -> Result<Vec<Vec<u8>>, CodecError> {
+    let mut points: Vec<usize> = cuts.iter().map(|c| c.index(wire.len() + 1)).collect();
+    points.push(wire.len());
+    points.sort_unstable();
+    let mut src = BytesMut::new();
+    let mut frames = Vec::new();
+    let mut at = 0;
+    for p in points {
+        src.extend_from_slice(&wire[at..p]);
+        at = p;
+        while let Some(frame) = framing.decode(&mut src)? {
+            frames.push(frame);
+        }
+        assert!(src.len() <= framing.max_buffered());
+    }
+    Ok(frames)
+}
+
+fn expected(framing: &mut dyn Framing, frame: &[u8], expect: Expect) -> Vec<u8> {
+    match expect {
+        Expect::Same => frame.to_vec(),
+        Expect::DropHead(n) => frame[n..].to_vec(),
+        Expect::WireFrom(n) => {
+            let mut wire = Vec::new();
+            framing.encode(frame, &mut wire).unwrap();
+            wire[n..].to_vec()
+        }
+        Expect::StripCr => frame.strip_suffix(b"\r").unwrap_or(frame).to_vec(),
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(CASES))]
+
+    #[test]
+    fn every_framing_round_trips_frames_split_anywhere(
+        frames in prop::collection::vec(bytes(0..48), 0..12),
+        cuts in prop::collection::vec(any::<Index>(), 0..10),
+    ) {
+        for (name, mut framing, expect) in framings() {
+            let mut wire = Vec::new();
+            let mut want = Vec::new();
+            for frame in &frames {
+                match framing.check(frame) {
+                    Ok(()) => {
+                        framing.encode(frame, &mut wire).unwrap();
+                        want.push(expected(framing.as_mut(), frame, expect));
+                    }
+                    Err(e) => {
+                        let before = wire.len();
+                        prop_assert_eq!(framing.encode(frame, &mut wire), Err(e), "{}", name);
+                        prop_assert_eq!(wire.len(), before);
+                    }
+                }
+            }
+            framing.reset();
+            prop_assert_eq!(decode_cut(framing.as_mut(), &wire, &cuts), Ok(want), "{}", name);
+        }
+    }
+
+    #[test]
+    fn resp_commands_round_trip_as_whole_values_split_anywhere(
+        commands in prop::collection::vec(prop::collection::vec(bytes(0..24), 1..5), 0..8),
+        cuts in prop::collection::vec(any::<Index>(), 0..10),
+    ) {
+        let mut resp = Resp::new().max_frame(4096).unwrap();
+        let mut wire = Vec::new();
+        let mut want = Vec::new();
+        for args in &commands {
+            let command = Resp::command(args);
+            resp.encode(&command, &mut wire).unwrap();
+            want.push(command);
+        }
+        prop_assert_eq!(decode_cut(&mut resp, &wire, &cuts), Ok(want));
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_panic_nor_buffer_past_the_limit(
+        noise in bytes(0..400),
+        chunk in 1usize..64,
+    ) {
+        let mut all = framings();
+        all.push(("resp", Box::new(Resp::new().max_frame(64).unwrap().max_depth(3).unwrap()), Expect::Same));
+        all.push(("raw", Box::new(Raw), Expect::Same));
+        for (name, mut framing, _) in all {
+            let mut src = BytesMut::new();
+            'feed: for piece in noise.chunks(chunk) {
+                src.extend_from_slice(piece);
+                prop_assert!(src.len() <= framing.max_buffered() + chunk, "{}", name);
+                loop {
+                    match framing.decode(&mut src) {
+                        Ok(Some(_)) => {}
+                        Ok(None) => break,
+                        Err(_) => break 'feed,
+                    }
+                }
+                prop_assert!(src.len() <= framing.max_buffered(), "{} buffers {}", name, src.len());
+            }
+        }
+    }
+}
+
+#[test]
+fn bad_framing_settings_are_config_errors() {
+    assert!(matches!(
+        LengthDelimited::builder().length_field_length(5).build(),
+        Err(ConfigError::BadFraming { .. })
+    ));
+    assert!(matches!(
+        LengthDelimited::builder().max_frame_length(0).build(),
+        Err(ConfigError::ZeroLimit { .. })
+    ));
+    assert!(matches!(
+        Delimited::builder(b"").build(),
+        Err(ConfigError::BadFraming { .. })
+    ));
+    assert!(Resp::new().max_frame(0).is_err());
+}
+
+/// A framing of one's own: a 2-byte big-endian length of the body, a type byte, the body.
+/// The frame the application sees is the type byte then the body.
+#[derive(Clone, Debug)]
+struct Typed;
+
+impl Framing for Typed {
+    fn encode(&mut self, frame: &[u8], dst: &mut Vec<u8>) -> Result<(), FrameError> {
+        self.check(frame)?;
+        dst.extend_from_slice(&((frame.len() - 1) as u16).to_be_bytes());
+        dst.extend_from_slice(frame);
+        Ok(())
+    }
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Vec<u8>>, CodecError> {
+        let Some(&[hi, lo, _]) = src.get(..3) else {
+            return Ok(None);
+        };
+        let end = 3 + usize::from(u16::from_be_bytes([hi, lo]));
+        if src.len() < end {
+            return Ok(None);
+        }
+        src.advance(2);
+        Ok(Some(src.split_to(end - 2).to_vec()))
+    }
+    fn check(&self, frame: &[u8]) -> Result<(), FrameError> {
+        match frame.len() {
+            0 => Err(FrameError::TooShort { len: 0, min: 1 }),
+            len if len > 1 + 0xffff => Err(FrameError::TooLarge {
+                len,
+                max: 1 + 0xffff,
+            }),
+            _ => Ok(()),
+        }
+    }
+    fn max_buffered(&self) -> usize {
+        3 + 0xffff
+    }
+    fn name(&self) -> &str {
+        "typed"
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(CASES))]
+
+    #[test]
+    fn a_user_framing_round_trips_through_the_public_trait(
+        frames in prop::collection::vec(bytes(1..48), 0..12),
+        cuts in prop::collection::vec(any::<Index>(), 0..10),
+    ) {
+        let mut framing: Box<dyn Framing> = Box::new(Typed);
+        let mut wire = Vec::new();
+        for frame in &frames {
+            framing.encode(frame, &mut wire).unwrap();
+        }
+        prop_assert_eq!(wire.len(), frames.iter().map(|f| f.len() + 2).sum::<usize>());
+        prop_assert_eq!(decode_cut(framing.as_mut(), &wire, &cuts), Ok(frames));
+        prop_assert!(framing.delimits_frames());
+        prop_assert_eq!(framing.name(), "typed");
+    }
+}
