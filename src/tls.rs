@@ -261,7 +261,15 @@ impl Tls {
     /// The rustls configuration shared by every connection of a link, made once at `build()`:
     /// reads and checks every PEM, matches the client key with its certificate.
     pub(crate) fn client_config(&self) -> Result<Arc<ClientConfig>, ConfigError> {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut provider = rustls::crypto::ring::default_provider();
+        // AES-128-GCM first (as Go's crypto/tls does): as safe for a link's lifetime as
+        // AES-256 and cheaper per byte. Every default suite stays offered.
+        let preferred = rustls::crypto::ring::cipher_suite::TLS13_AES_128_GCM_SHA256;
+        provider
+            .cipher_suites
+            .retain(|s| s.suite() != preferred.suite());
+        provider.cipher_suites.insert(0, preferred);
+        let provider = Arc::new(provider);
         let builder = ClientConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
             .map_err(|e| TlsConfigError::Rustls(e.to_string()))?;
