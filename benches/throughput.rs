@@ -3,34 +3,43 @@
 //! Run with `cargo bench --bench throughput` (a few minutes) or
 //! `cargo bench --bench throughput -- --quick` (under 30 s).
 //!
-//! Eight senders are compared, each writing the same bytes on the wire (a 4-byte big-endian
+//! These senders are compared, each writing the same bytes on the wire (a 4-byte big-endian
 //! length, then the payload) for 64 B, 1 KiB and 64 KiB payloads:
 //! - `relink`: one [`Link`] with the length-prefixed codec and `Overflow::Block`, so the
-//!   producer waits for room and never loses a frame; one producer thread, `send` per frame.
-//! - `relink_batch`: the same link, frames handed over in [`Batch`]es of up to 1024 frames
-//!   (64 KiB of payload at most) with `send_batch`.
+//!   producer waits for room and never loses a frame; one producer thread.
 //! - `relink4`: the same link fed by four producer threads splitting the same total.
-//! - `relink_user`: the `relink` sender with a len32 framing written in this file against the
-//!   public [`Framing`] trait instead of the built-in (`Codec::length_prefixed`), to measure
-//!   what a user's framing costs through the trait (`ratio_user` = relink_user / relink).
 //! - `raw_zmq`: a bare ZMQ_STREAM socket, one zmq message per frame, blocking sends from one
 //!   thread, with the send high-water mark raised.
 //! - `std_tcp`: `std::net::TcpStream` behind a `BufWriter`.
+//! - `relink_batch`: the `relink` link, frames handed over in [`Batch`]es of up to 1024
+//!   frames (64 KiB of payload at most) with `send_batch`.
 //! - `tokio`: the client a tokio user would write: a runtime thread owning tokio-util's
 //!   `FramedWrite<_, LengthDelimitedCodec>`, fed through a bounded mpsc handle
 //!   (`blocking_send` from the producer thread); see `support/tokio_client.rs`.
 //! - `tokio_stubborn`: the same over stubborn-io's `StubbornTcpStream`.
+//! - `relink_user`: the `relink` sender with a len32 framing written in this file against the
+//!   public [`Framing`] trait instead of the built-in (`Codec::length_prefixed`), to measure
+//!   what a user's framing costs through the trait (`ratio_user` = relink_user / relink).
+//! - `relink_tls`: `relink` with TLS (rustls, ring), verified against a private CA, to a
+//!   TLS sink (a rustls server thread that decrypts and counts); for 1 KiB and 64 KiB only.
 //!
 //! The sink is a thread that reads and discards, counting bytes. A run is timed from the first
 //! send until the sink has read every byte. Rounds are interleaved (every round runs every
 //! sender for every size) and the median of the rounds (7, or 5 with `--quick`) is reported.
 //! The last lines are one summary per size:
 //!
-//! `throughput size=<bytes> relink_mps=<x> relink_batch_mps=<b> relink4_mps=<x4>
-//! raw_zmq_mps=<y> std_tcp_mps=<z> tokio_mps=<t> tokio_stubborn_mps=<s> ratio_raw=<x/y>
-//! ratio_std=<x/z> ratio_tokio=<x/t> ratio_stubborn=<x/s> ratio_batch_std=<b/z>
-//! ratio_batch_tokio=<b/t> ratio_4v1=<x4/x> relink_user_mps=<u> ratio_user=<u/x>`
+//! `throughput size=<bytes> relink_mps=<x> relink4_mps=<x4> raw_zmq_mps=<y> std_tcp_mps=<z>
+//! ratio_raw=<x/y> ratio_std=<x/z> ratio_4v1=<x4/x> relink_user_mps=<u> ratio_user=<u/x>`
 //!
+//! and one more per size for the batch and the tokio clients:
+//!
+//! `throughput size=<bytes> relink_batch_mps=<b> tokio_mps=<t> tokio_stubborn_mps=<s>
+//! ratio_tokio=<x/t> ratio_stubborn=<x/s> ratio_batch_std=<b/z> ratio_batch_tokio=<b/t>`
+//!
+//! then, for 1 KiB and 64 KiB, `throughput_tls size=<bytes> relink_mps=<x> relink_tls_mps=<t>
+//! ratio_tls=<t/x>`, and the TLS handshake on loopback: `build()` to Ready, median of `N`
+//! links, without and with TLS, and the difference:
+//! `tls_handshake n=<N> connect_ready_ms=<p> tls_connect_ready_ms=<t> handshake_ms=<t-p>`,
 //! where `*_mps` is millions of frames per second.
 //!
 //! To profile one case, `--only=<sender>` and `--size=<bytes>` narrow the runs (no summary
@@ -45,10 +54,11 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Buf, BytesMut};
 use relink::{Batch, Codec, CodecError, FrameError, Framing, Link, Overflow, State};
 
 use support::peer::Peer;
+use support::tls::Pki;
 use support::tokio_client::TokioClient;
 
 /// Bytes of the length prefix every sender writes before a payload.
@@ -62,51 +72,61 @@ const RUN_BOUND: Duration = Duration::from_secs(300);
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Sender {
     Relink,
-    RelinkBatch,
     Relink4,
     RawZmq,
     StdTcp,
+    RelinkUser,
+    RelinkTls,
+    RelinkBatch,
     Tokio,
     TokioStubborn,
-    RelinkUser,
 }
 
 impl Sender {
-    const ALL: [Sender; 8] = [
+    const ALL: [Sender; 9] = [
         Sender::Relink,
-        Sender::RelinkBatch,
         Sender::Relink4,
         Sender::RawZmq,
         Sender::StdTcp,
+        Sender::RelinkUser,
+        Sender::RelinkTls,
+        Sender::RelinkBatch,
         Sender::Tokio,
         Sender::TokioStubborn,
-        Sender::RelinkUser,
     ];
 
     fn name(self) -> &'static str {
         match self {
             Sender::Relink => "relink",
-            Sender::RelinkBatch => "relink_batch",
             Sender::Relink4 => "relink4",
             Sender::RawZmq => "raw_zmq",
             Sender::StdTcp => "std_tcp",
+            Sender::RelinkUser => "relink_user",
+            Sender::RelinkTls => "relink_tls",
+            Sender::RelinkBatch => "relink_batch",
             Sender::Tokio => "tokio",
             Sender::TokioStubborn => "tokio_stubborn",
-            Sender::RelinkUser => "relink_user",
         }
+    }
+
+    /// Whether this sender runs at this size (TLS: 1 KiB and 64 KiB).
+    fn runs_at(self, size: usize) -> bool {
+        self != Sender::RelinkTls || size >= 1024
     }
 
     /// Sends `frames` frames of `size` bytes to a fresh sink; returns the time from the first
     /// send until the sink read the last byte.
-    fn run(self, size: usize, frames: usize) -> Duration {
-        let sink = Sink::start((frames * (PREFIX + size)) as u64);
+    fn run(self, size: usize, frames: usize, pki: &Pki) -> Duration {
+        let tls = (self == Sender::RelinkTls).then(|| support::tls::server_config(pki));
+        let sink = Sink::start((frames * (PREFIX + size)) as u64, tls);
         let elapsed = match self {
-            Sender::Relink => run_relink(&sink, size, frames, 1, false),
-            Sender::RelinkBatch => run_relink_batch(&sink, size, frames),
-            Sender::Relink4 => run_relink(&sink, size, frames, PRODUCERS, false),
-            Sender::RelinkUser => run_relink(&sink, size, frames, 1, true),
+            Sender::Relink => run_relink(&sink, size, frames, 1, false, None),
+            Sender::Relink4 => run_relink(&sink, size, frames, PRODUCERS, false, None),
+            Sender::RelinkUser => run_relink(&sink, size, frames, 1, true, None),
+            Sender::RelinkTls => run_relink(&sink, size, frames, 1, false, Some(pki)),
             Sender::RawZmq => run_raw_zmq(&sink, size, frames),
             Sender::StdTcp => run_std_tcp(&sink, size, frames),
+            Sender::RelinkBatch => run_relink_batch(&sink, size, frames),
             Sender::Tokio => run_tokio(&sink, size, frames, false),
             Sender::TokioStubborn => run_tokio(&sink, size, frames, true),
         };
@@ -116,16 +136,21 @@ impl Sender {
 }
 
 /// A local TCP server that reads and discards, and reports the instant it has read the
-/// expected number of bytes from its one connection.
+/// expected number of bytes from its one connection; with a TLS configuration it decrypts
+/// first and counts the plaintext.
 struct Sink {
     peer: Peer,
     done: mpsc::Receiver<Result<Instant, String>>,
 }
 
 impl Sink {
-    fn start(expected: u64) -> Sink {
+    fn start(expected: u64, tls: Option<Arc<rustls::ServerConfig>>) -> Sink {
         let (tx, done) = mpsc::channel();
-        let peer = Peer::start(move |mut stream: TcpStream, _| {
+        let peer = Peer::start(move |stream: TcpStream, _| {
+            let mut stream: Box<dyn Read> = match &tls {
+                None => Box::new(stream),
+                Some(config) => Box::new(support::tls::TlsReader::new(stream, config.clone())),
+            };
             let mut buf = vec![0u8; 256 * 1024];
             let mut total = 0u64;
             let result = loop {
@@ -165,41 +190,6 @@ impl Sink {
     fn join(self) {
         self.peer.stop();
     }
-}
-
-fn run_relink(sink: &Sink, size: usize, frames: usize, producers: usize, user: bool) -> Duration {
-    let link = relink_link(sink, user);
-    let payload = vec![0xA5u8; size];
-    let barrier = Arc::new(Barrier::new(producers + 1));
-    let threads: Vec<_> = (0..producers)
-        .map(|p| {
-            // Split the total; the first threads take the remainder.
-            let n = frames / producers + usize::from(p < frames % producers);
-            let link = link.clone();
-            let payload = payload.clone();
-            let barrier = barrier.clone();
-            thread::spawn(move || {
-                barrier.wait();
-                for _ in 0..n {
-                    if let Err(e) = link.send(payload.clone()) {
-                        panic!("relink send failed: {e}");
-                    }
-                }
-            })
-        })
-        .collect();
-    barrier.wait();
-    let start = Instant::now();
-    for t in threads {
-        t.join().expect("producer panicked");
-    }
-    let done = sink.wait();
-    let m = link.close(Duration::from_secs(5));
-    assert_eq!(
-        m.frames_sent, frames as u64,
-        "relink did not send every frame"
-    );
-    done - start
 }
 
 /// A user's len32: a u32 big-endian length, then the frame, at most 16 MiB.
@@ -243,13 +233,23 @@ impl Framing for UserLen32 {
     }
 }
 
-fn relink_link(sink: &Sink, user: bool) -> Link {
+fn run_relink(
+    sink: &Sink,
+    size: usize,
+    frames: usize,
+    producers: usize,
+    user: bool,
+    tls: Option<&Pki>,
+) -> Duration {
     let builder = Link::builder(&sink.endpoint());
-    let builder = if user {
+    let mut builder = if user {
         builder.codec(UserLen32)
     } else {
         builder.codec(Codec::length_prefixed())
     };
+    if let Some(pki) = tls {
+        builder = builder.tls(support::tls::client(pki));
+    }
     let link = builder
         .overflow(Overflow::Block(RUN_BOUND))
         .build()
@@ -259,11 +259,50 @@ fn relink_link(sink: &Sink, user: bool) -> Link {
         State::Ready,
         Instant::now() + Duration::from_secs(10),
     );
-    link
+    let payload = vec![0xA5u8; size];
+    let barrier = Arc::new(Barrier::new(producers + 1));
+    let threads: Vec<_> = (0..producers)
+        .map(|p| {
+            // Split the total; the first threads take the remainder.
+            let n = frames / producers + usize::from(p < frames % producers);
+            let link = link.clone();
+            let payload = payload.clone();
+            let barrier = barrier.clone();
+            thread::spawn(move || {
+                barrier.wait();
+                for _ in 0..n {
+                    if let Err(e) = link.send(payload.clone()) {
+                        panic!("relink send failed: {e}");
+                    }
+                }
+            })
+        })
+        .collect();
+    barrier.wait();
+    let start = Instant::now();
+    for t in threads {
+        t.join().expect("producer panicked");
+    }
+    let done = sink.wait();
+    let m = link.close(Duration::from_secs(5));
+    assert_eq!(
+        m.frames_sent, frames as u64,
+        "relink did not send every frame"
+    );
+    done - start
 }
 
 fn run_relink_batch(sink: &Sink, size: usize, frames: usize) -> Duration {
-    let link = relink_link(sink, false);
+    let link = Link::builder(&sink.endpoint())
+        .codec(Codec::length_prefixed())
+        .overflow(Overflow::Block(RUN_BOUND))
+        .build()
+        .expect("build the link");
+    support::wait_state(
+        &link,
+        State::Ready,
+        Instant::now() + Duration::from_secs(10),
+    );
     let payload = vec![0xA5u8; size];
     let per_batch = (64 * 1024 / size).clamp(1, 1024);
     let start = Instant::now();
@@ -294,7 +333,7 @@ fn run_tokio(sink: &Sink, size: usize, frames: usize, stubborn: bool) -> Duratio
     let payload = vec![0xA5u8; size];
     let start = Instant::now();
     for _ in 0..frames {
-        client.send(Bytes::copy_from_slice(&payload));
+        client.send(bytes::Bytes::copy_from_slice(&payload));
     }
     let done = sink.wait();
     client.finish();
@@ -366,8 +405,7 @@ fn sig4(x: f64) -> String {
 
 fn main() {
     // `cargo bench` adds `--bench`; unknown arguments are ignored. For profiling one case:
-    // `--only=<sender>` (relink, relink_batch, relink4, raw_zmq, std_tcp, tokio,
-    // tokio_stubborn, relink_user) and `--size=<bytes>` (64, 1024,
+    // `--only=<sender>` (relink, relink4, raw_zmq, std_tcp, relink_user) and `--size=<bytes>` (64, 1024,
     // 65536) narrow the runs; the summary lines need every sender.
     let quick = support::flag("quick");
     let only = support::arg("only");
@@ -400,9 +438,10 @@ fn main() {
             .join(", ")
     );
 
+    let pki = Pki::new();
     // One short warm-up run of each sender, not counted.
     for &sender in &senders {
-        sender.run(64, 10_000);
+        sender.run(1024, 10_000, &pki);
     }
 
     // mps[size index][sender index] = one figure per round.
@@ -411,7 +450,10 @@ fn main() {
     for round in 0..rounds {
         for (si, &(size, frames)) in plan.iter().enumerate() {
             for (ki, &sender) in senders.iter().enumerate() {
-                let elapsed = sender.run(size, frames);
+                if !sender.runs_at(size) {
+                    continue;
+                }
+                let elapsed = sender.run(size, frames, &pki);
                 let rate = frames as f64 / elapsed.as_secs_f64() / 1e6;
                 mps[si][ki].push(rate);
                 eprintln!(
@@ -434,6 +476,9 @@ fn main() {
     for (si, &(size, _)) in plan.iter().enumerate() {
         for (ki, sender) in senders.iter().enumerate() {
             let v = &mps[si][ki];
+            if v.is_empty() {
+                continue;
+            }
             let med = median(v);
             let min = v.iter().copied().fold(f64::INFINITY, f64::min);
             let max = v.iter().copied().fold(0.0, f64::max);
@@ -454,30 +499,81 @@ fn main() {
     println!();
     println!("# *_mps: millions of frames per second (median of {rounds} rounds)");
     for (si, &(size, _)) in plan.iter().enumerate() {
-        let m: Vec<f64> = mps[si].iter().map(|v| median(v)).collect();
-        let (x, b, x4, y, z, t, st, u) = (m[0], m[1], m[2], m[3], m[4], m[5], m[6], m[7]);
+        let m: Vec<f64> = mps[si][..5].iter().map(|v| median(v)).collect();
+        let (x, x4, y, z, u) = (m[0], m[1], m[2], m[3], m[4]);
         println!(
-            "throughput size={size} relink_mps={} relink_batch_mps={} relink4_mps={} \
-             raw_zmq_mps={} std_tcp_mps={} tokio_mps={} tokio_stubborn_mps={} \
-             ratio_raw={:.3} ratio_std={:.3} ratio_tokio={:.3} ratio_stubborn={:.3} \
-             ratio_batch_std={:.3} ratio_batch_tokio={:.3} ratio_4v1={:.3} \
-             relink_user_mps={} ratio_user={:.3}",
+            "throughput size={size} relink_mps={} relink4_mps={} raw_zmq_mps={} std_tcp_mps={} \
+             ratio_raw={:.3} ratio_std={:.3} ratio_4v1={:.3} relink_user_mps={} ratio_user={:.3}",
             sig4(x),
-            sig4(b),
             sig4(x4),
             sig4(y),
             sig4(z),
-            sig4(t),
-            sig4(st),
             x / y,
             x / z,
-            x / t,
-            x / st,
-            b / z,
-            b / t,
             x4 / x,
             sig4(u),
             u / x
         );
     }
+    for (si, &(size, _)) in plan.iter().enumerate() {
+        let m: Vec<f64> = mps[si].iter().map(|v| median(v)).collect();
+        let (x, z, b, t, st) = (m[0], m[3], m[6], m[7], m[8]);
+        println!(
+            "throughput size={size} relink_batch_mps={} tokio_mps={} tokio_stubborn_mps={} \
+             ratio_tokio={:.3} ratio_stubborn={:.3} ratio_batch_std={:.3} \
+             ratio_batch_tokio={:.3}",
+            sig4(b),
+            sig4(t),
+            sig4(st),
+            x / t,
+            x / st,
+            b / z,
+            b / t
+        );
+    }
+    for (si, &(size, _)) in plan.iter().enumerate() {
+        if !Sender::RelinkTls.runs_at(size) {
+            continue;
+        }
+        let (x, t) = (median(&mps[si][0]), median(&mps[si][5]));
+        println!(
+            "throughput_tls size={size} relink_mps={} relink_tls_mps={} ratio_tls={:.3}",
+            sig4(x),
+            sig4(t),
+            t / x
+        );
+    }
+    let n = if quick { 21 } else { 51 };
+    let (mut plain, mut tls) = (Vec::new(), Vec::new());
+    for _ in 0..n {
+        plain.push(connect_time(&pki, false).as_secs_f64() * 1e3);
+        tls.push(connect_time(&pki, true).as_secs_f64() * 1e3);
+    }
+    println!(
+        "tls_handshake n={n} connect_ready_ms={:.3} tls_connect_ready_ms={:.3} handshake_ms={:.3}",
+        median(&plain),
+        median(&tls),
+        median(&tls) - median(&plain)
+    );
+}
+
+/// One link to a fresh sink (TLS or not): the time from `build()` to Ready, the connect
+/// being the proof of life (with TLS: the handshake's completion).
+fn connect_time(pki: &Pki, tls: bool) -> Duration {
+    let sink = Sink::start(0, tls.then(|| support::tls::server_config(pki)));
+    let start = Instant::now();
+    let mut builder = Link::builder(&sink.endpoint());
+    if tls {
+        builder = builder.tls(support::tls::client(pki));
+    }
+    let link = builder.build().expect("build the link");
+    support::wait_state(
+        &link,
+        State::Ready,
+        Instant::now() + Duration::from_secs(10),
+    );
+    let took = start.elapsed();
+    link.close(Duration::from_secs(1));
+    sink.join();
+    took
 }

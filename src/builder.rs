@@ -7,12 +7,13 @@ use std::time::Duration;
 
 use crate::core::backoff::{BackoffConfig, Jitter};
 use crate::core::codec::Codec;
-use crate::core::endpoint::Endpoint;
+use crate::core::endpoint::{Endpoint, Host};
 use crate::core::framing::{BoxedFraming, Framing};
 use crate::core::heartbeat::{Heartbeat, Ping};
 use crate::core::settings::{ProofOfLife, Settings};
 use crate::error::ConfigError;
 use crate::io::{Context, IoPool, Keepalive, Resolver, SocketOptions};
+use crate::tls::Tls;
 
 /// All defaults, in one place.
 pub mod defaults {
@@ -52,6 +53,7 @@ pub mod defaults {
     pub const CLOSE_TIMEOUT: Duration = Duration::from_secs(1);
     pub use crate::core::heartbeat::MAX_MISSED;
     pub use crate::core::settings::HANDSHAKE_TIMEOUT;
+    pub use crate::core::tls::TLS_HANDSHAKE_TIMEOUT;
     /// How long a DNS answer is used before it is asked again.
     pub const DNS_REFRESH: Duration = Duration::from_secs(60);
     /// Largest zmq message relink builds by coalescing frames.
@@ -134,6 +136,7 @@ pub struct Builder {
     endpoints: Vec<String>,
     config: Config,
     context: Option<Context>,
+    tls: Option<Tls>,
     io_pool: Option<IoPool>,
     /// The codec given, when it is a [`Codec`]: its limits are checked by `build()`.
     codec: Option<Codec>,
@@ -146,6 +149,7 @@ impl Builder {
         Builder {
             endpoints: vec![endpoint.to_string()],
             context: None,
+            tls: None,
             io_pool: None,
             codec: None,
             config: Config {
@@ -173,6 +177,7 @@ impl Builder {
                     // Both follow the socket options; `into_config` sets them once checked.
                     connect_timeout: defaults::CONNECT_TIMEOUT,
                     dial_bound: Duration::ZERO,
+                    tls: None,
                 },
                 rng_seed: None,
                 socket: SocketOptions {
@@ -412,6 +417,19 @@ impl Builder {
     /// See the example on [`Builder::ready_when`].
     pub fn min_stable(mut self, d: Duration) -> Builder {
         self.config.core.min_stable = d;
+        self
+    }
+
+    /// Speaks TLS on every connection: the server is verified against the trust roots of `tls`
+    /// and the server name (the endpoint's host name unless
+    /// [`Tls::server_name`](crate::Tls::server_name) is set; required for an IP endpoint).
+    /// Every connection gets a fresh session; its handshake completes before any hello, ping
+    /// or frame leaves, and a failed handshake fails the attempt with
+    /// [`Cause::Tls`](crate::Cause::Tls). There is never a plaintext fallback.
+    ///
+    /// Defaults to none (plain TCP).
+    pub fn tls(mut self, tls: Tls) -> Builder {
+        self.tls = Some(tls);
         self
     }
 
@@ -889,6 +907,22 @@ impl Builder {
         // intervals before dialling again.
         c.core.connect_timeout = c.socket.connect_timeout;
         c.core.dial_bound = c.socket.connect_timeout + c.socket.reconnect_ivl * 2;
+        if let Some(tls) = &self.tls {
+            positive("tls handshake timeout", tls.handshake_bound())?;
+            // One rustls configuration for the link (every PEM read and checked here); one
+            // server name per endpoint.
+            let config = tls.client_config()?;
+            let sessions = c
+                .core
+                .endpoints
+                .iter()
+                .map(|e| match &e.host {
+                    Host::Ip(ip) => tls.settings(config.clone(), &ip.to_string(), true),
+                    Host::Name(name) => tls.settings(config.clone(), name, false),
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            c.core.tls = Some(sessions);
+        }
         Ok(c)
     }
 }

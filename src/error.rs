@@ -117,6 +117,9 @@ pub enum ConfigError {
     /// libzmq refused the socket or the context it was asked to make.
     #[error("libzmq: {0}")]
     Zmq(String),
+    /// The TLS settings cannot be used (a PEM file, a key, the server name).
+    #[error("tls: {0}")]
+    Tls(#[from] TlsConfigError),
     /// The process has no room for another link: the libzmq context's socket limit (three
     /// sockets per link), the open-file limit (about four descriptors per link), or a thread
     /// or descriptor an IO thread needs. The message says which.
@@ -358,6 +361,10 @@ pub enum LinkError {
     /// were dropped (their frames are still counted in the metrics).
     #[error("{0} events dropped: the application is not reading events")]
     EventsDropped(u64),
+    /// A TLS handshake failed (the attempt fails with [`Cause::Tls`](crate::Cause::Tls)), or
+    /// an established TLS session broke (a bad record, a fatal alert from the peer).
+    #[error("tls: {0}")]
+    Tls(TlsError),
     /// Application code that relink runs (a predicate, the resolver, a codec) panicked. The
     /// panic was caught where the code was called and counted as a failure of the connection:
     /// the link resets it, backs off and tries again (see [`Cause::CallbackPanic`]).
@@ -421,6 +428,119 @@ impl std::fmt::Display for Callback {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
     }
+}
+
+/// Why a TLS handshake or session failed. A handshake failure fails the connection attempt
+/// with its own cause; the link never falls back to plaintext.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TlsError {
+    /// The server's certificate is not signed by any trusted root.
+    #[error("server certificate has an unknown issuer")]
+    UnknownIssuer,
+    /// The server's certificate is valid, but not for the name the link expects.
+    #[error("server certificate is not valid for {expected:?}{}", presented_names(.presented))]
+    WrongName {
+        /// The server name the link checks (its endpoint's host or `Tls::server_name`).
+        expected: String,
+        /// The names the certificate is valid for, when known.
+        presented: Vec<String>,
+    },
+    /// The server's certificate has expired.
+    #[error("server certificate has expired")]
+    Expired,
+    /// Another problem with the server's certificate (not yet valid, revoked, bad signature,
+    /// wrong usage, …), described.
+    #[error("bad server certificate: {0}")]
+    BadCertificate(String),
+    /// The peer sent a fatal alert, described (`"handshake failure"`, `"certificate
+    /// required"`, …): it refused the handshake, for instance a server that requires a client
+    /// certificate.
+    #[error("tls alert from peer: {0}")]
+    Alert(String),
+    /// The peer sent bytes that are not TLS: a plaintext server, or garbage.
+    #[error("peer does not speak tls")]
+    NotTls,
+    /// The handshake did not complete within
+    /// [`Tls::handshake_timeout`](crate::Tls::handshake_timeout): a stopped server, or one
+    /// that waits for something else.
+    #[error("handshake did not complete within {0:?}")]
+    HandshakeTimeout(std::time::Duration),
+    /// Any other TLS failure, described.
+    #[error("tls: {0}")]
+    Other(String),
+}
+
+fn presented_names(names: &[String]) -> String {
+    if names.is_empty() {
+        String::new()
+    } else {
+        format!(" (it is for {})", names.join(", "))
+    }
+}
+
+/// TLS settings that [`Builder::build`](crate::Builder::build) refuses, inside
+/// [`ConfigError::Tls`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TlsConfigError {
+    /// The endpoint is an IP address and no [`Tls::server_name`](crate::Tls::server_name) was given.
+    #[error("endpoint host {host} is an IP address: set Tls::server_name (a DNS name, or the IP to check against the certificate)")]
+    ServerNameRequired {
+        /// The endpoint's host.
+        host: String,
+    },
+    /// The server name is neither a valid DNS name nor an IP address.
+    #[error("bad server name {0:?}")]
+    BadServerName(String),
+    /// A certificate or key file cannot be read.
+    #[error("cannot read {what}: {reason}")]
+    Unreadable {
+        /// Which file, and what it was for.
+        what: String,
+        /// The system's error.
+        reason: String,
+    },
+    /// A PEM text is malformed.
+    #[error("bad PEM in {what}: {reason}")]
+    BadPem {
+        /// Which PEM, and what it was for.
+        what: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A PEM text that must hold certificates holds none.
+    #[error("no certificate in {what}")]
+    NoCertificate {
+        /// Which PEM, and what it was for.
+        what: String,
+    },
+    /// The client key's PEM holds no private key.
+    #[error("no private key in {what}")]
+    NoKey {
+        /// Which PEM.
+        what: String,
+    },
+    /// A CA certificate cannot be used as a trust root.
+    #[error("CA certificate in {what} cannot be used: {reason}")]
+    BadCaCertificate {
+        /// Which PEM.
+        what: String,
+        /// Why.
+        reason: String,
+    },
+    /// No root is trusted: [`Tls::web_roots`](crate::Tls::web_roots) was turned off and no CA was given.
+    #[error("no trust roots: web roots are off and no CA was given")]
+    NoTrustRoots,
+    /// The client key does not belong to the client certificate.
+    #[error("the client key does not match the client certificate")]
+    KeyMismatch,
+    /// The client certificate or key cannot be used, described.
+    #[error("client certificate: {0}")]
+    BadClientAuth(String),
+    /// rustls refused the configuration, described.
+    #[error("{0}")]
+    Rustls(String),
 }
 
 /// [`Events::recv`](crate::Events::recv) found the link closed and every event taken.

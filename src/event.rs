@@ -110,6 +110,12 @@ pub enum Cause {
     HandshakeTimeout,
     /// The peer broke the framing or a limit; the connection was reset.
     Protocol,
+    /// The TLS handshake failed (unknown issuer, wrong name, expired certificate, an alert
+    /// from the peer, a peer that does not speak TLS, no handshake within its timeout), or an
+    /// established TLS session broke. The reason is in an [`Event::Error`] with
+    /// [`LinkError::Tls`](crate::LinkError::Tls) and in the transition's log line. Never
+    /// followed by a plaintext attempt.
+    Tls,
     /// libzmq could not reach the peer to send (immediate mode, peer gone).
     Unreachable,
     /// Application code run by the link panicked: a predicate, the codec, or the resolver
@@ -145,6 +151,7 @@ impl Cause {
             Cause::HeartbeatTimeout => "heartbeat-timeout",
             Cause::HandshakeTimeout => "handshake-timeout",
             Cause::Protocol => "protocol",
+            Cause::Tls => "tls-handshake",
             Cause::Unreachable => "unreachable",
             Cause::CallbackPanic => "callback-panic",
             Cause::RetryTimer => "retry-timer",
@@ -166,6 +173,7 @@ impl Cause {
                 | Cause::HeartbeatTimeout
                 | Cause::HandshakeTimeout
                 | Cause::Protocol
+                | Cause::Tls
                 | Cause::Unreachable
                 | Cause::CallbackPanic
         )

@@ -61,11 +61,14 @@
 //! - Accounting: every frame given to [`Link::send`] is sent, abandoned with a reason and handed
 //!   back in an [`Event::Abandoned`], or refused at the call with the frame given back.
 //! - Names resolved off every IO thread; several endpoints tried in a per-link order.
+//! - TLS on the link itself ([`Builder::tls`], [`Tls`]): a rustls session per connection
+//!   between the socket's bytes and the framing, the server verified by default (trust roots,
+//!   server name, optional client certificate for mutual TLS, ALPN). A failed handshake is a
+//!   failed attempt with cause [`Cause::Tls`] and the reason in [`LinkError::Tls`]; there is
+//!   never a plaintext fallback.
 //!
 //! # Out of scope
 //! - Servers (relink only dials).
-//! - Encryption and authentication: ZMQ_STREAM carries plain TCP. Put TLS around it (see the
-//!   README's "Security").
 //! - Delivery guarantees beyond "handed to the socket": bytes in kernel buffers when a
 //!   connection dies are lost, as with any TCP client. End-to-end acknowledgement belongs to
 //!   the protocol on top.
@@ -100,7 +103,7 @@
 //! | 6 | Connecting | ConnectFailed, none left | Backoff/Cooldown | stop the native redial, failure `refused` |
 //! | 7 | Connecting | DialTimeout | Backoff/Cooldown | stop the native redial, failure `connect-timeout` |
 //! | 8 | Connected | Alive (first bytes, or accepted reply) | Ready | frames flow |
-//! | 9 | Connected | HandshakeTimeout | Backoff/Cooldown | close, failure |
+//! | 9 | Connected | HandshakeTimeout | Backoff/Cooldown | close, failure `handshake-timeout`; while the TLS handshake runs: error event, failure `tls-handshake` |
 //! | 10 | Connected, Ready | Disconnected | Backoff/Cooldown | failure `peer-closed` (flap guard: never an immediate redial) |
 //! | 11 | Connected, Ready | HeartbeatDead | Backoff/Cooldown | close, failure `heartbeat-timeout` |
 //! | 12 | Connected, Ready | ProtocolError | Backoff/Cooldown | close, error event, failure `protocol` |
@@ -114,6 +117,11 @@
 //! | 20 | any but Closed | Flushed (closing, outbox empty) | Closed | stop |
 //! | 21 | any but Closed | CloseDeadline | Closed | abandon the rest (`shutdown`) |
 //! | 22 | Connected, Ready | CallbackPanicked (a predicate or the codec) | Backoff/Cooldown | close, error event, failure `callback-panic` |
+//! | 23 | Connected, Ready | Tls (the session failed: handshake or record) | Backoff/Cooldown | close, error event, failure `tls-handshake` |
+//!
+//! With TLS, row 4 makes the connection's session and arms the TLS handshake bound; the link
+//! stays Connected and only handshake records leave. The handshake's completion does what row 4
+//! does without TLS (heartbeat, hello, Ready when the connect is the proof).
 //!
 //! Backoff/Cooldown: Cooldown when the attempt (relink's dials since the last stable
 //! connection, native redials not counted) reaches `max_attempts`, else Backoff.
@@ -188,10 +196,11 @@
 //! src/event.rs, error.rs, metrics.rs   plain data every layer uses; they import no layer
 //! src/io/          the IO threads: pool, event_loop, shared (handle state), resolver (threads),
 //!                  socket (options, send), context, ffi (the only unsafe code)
+//! src/tls.rs       Tls, the public TLS settings (PEM read and checked at build())
 //! src/core/        sans-IO policy: machine (transition table), timers, endpoints (order, DNS
 //!                  cache), counters, backoff, heartbeat, outbox, framing (the trait and the
-//!                  built-ins), codec, endpoint, predicate, settings, guard (every call into
-//!                  application code)
+//!                  built-ins), codec, tls (the session of one connection), endpoint,
+//!                  predicate, settings, guard (every call into application code)
 //! ```
 #![warn(missing_docs, missing_debug_implementations)]
 #![deny(unsafe_code)]
@@ -210,6 +219,7 @@ mod event;
 mod io;
 mod link;
 mod metrics;
+mod tls;
 
 pub use crate::core::backoff::Jitter;
 pub use crate::core::codec::{Codec, Decoder};
@@ -225,12 +235,13 @@ pub use batch::{Batch, BatchIter};
 pub use builder::{defaults, Builder, Overflow};
 pub use error::{
     BatchError, Callback, CodecError, ConfigError, FrameError, LinkError, RecvError,
-    RecvTimeoutError, SendError, TryRecvError,
+    RecvTimeoutError, SendError, TlsConfigError, TlsError, TryRecvError,
 };
 pub use event::{AbandonReason, Cause, Event, State, Transition};
 pub use io::{Context, IoPool, Keepalive, Resolver};
 pub use link::{Events, Link, Recv};
 pub use metrics::{Abandoned, Metrics};
+pub use tls::Tls;
 
 /// The README's examples, compiled and run as doctests.
 #[cfg(doctest)]

@@ -1,8 +1,8 @@
 //! What the measurement programs in `benches/` share: the peer they measure against
 //! ([`peer`]), the network namespaces and the `redis-server` child of the `detect` program
-//! ([`netns`], [`redis`]), the tokio client they compare against ([`tokio_client`]), and a
-//! few small helpers: waiting for a link's state, reading this process's memory and CPU use,
-//! and the command line.
+//! ([`netns`], [`redis`]), TLS settings and a PKI for TLS sinks ([`tls`]), the tokio client
+//! they compare against ([`tokio_client`]), and a few small helpers: waiting for a link's
+//! state, reading this process's memory and CPU use, and the command line.
 //!
 //! Each program includes it with `mod support;` and uses a part of it.
 #![allow(dead_code)]
@@ -10,6 +10,7 @@
 pub mod netns;
 pub mod peer;
 pub mod redis;
+pub mod tls;
 pub mod tokio_client;
 
 use std::net::TcpListener;

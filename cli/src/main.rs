@@ -28,6 +28,16 @@
 //! metrics state=Ready time_in_state_ms=812 attempt=1 consecutive_failures=0 ...
 //! ```
 //!
+//! With `--tls` the link speaks TLS, verifying the server against the web roots, or against
+//! `--ca FILE` (a PEM of a private CA), for the endpoint's host name or `--server-name NAME`;
+//! `--cert FILE --key FILE` present a client certificate (mutual TLS). A TLS redis-server:
+//!
+//! ```text
+//! relink-cat --tls --ca ca.crt --server-name localhost 127.0.0.1:6380
+//! ```
+//!
+//! A failed handshake shows as `cause=tls-handshake`, with its reason on an `error` line.
+//!
 //! Frames the outbox refuses and frames abandoned are always reported on stderr.
 //!
 //! At the end of stdin it waits for the outbox to flush (up to `--flush-timeout`), then prints
@@ -51,7 +61,7 @@ use clap::{Parser, ValueEnum};
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use relink::{
     Codec, ConfigError, Delimited, Event, Heartbeat, Jitter, LengthDelimited, Lines, Link, Metrics,
-    Ping, Predicate, ProofOfLife, RecvTimeoutError, Resp, SendError, State, Transition,
+    Ping, Predicate, ProofOfLife, RecvTimeoutError, Resp, SendError, State, Tls, Transition,
 };
 
 /// Exit status for a bad option or a configuration the builder refuses.
@@ -142,6 +152,27 @@ struct Cli {
     /// libzmq's ZMQ_IMMEDIATE: relink redials after every drop itself.
     #[arg(long)]
     immediate: bool,
+
+    /// Speak TLS, verifying the server (web roots, or --ca).
+    #[arg(long)]
+    tls: bool,
+
+    /// Trust the CA certificates in this PEM file instead of the web roots.
+    #[arg(long, value_name = "FILE", requires = "tls")]
+    ca: Option<std::path::PathBuf>,
+
+    /// A client certificate chain (PEM) for mutual TLS; needs --key.
+    #[arg(long, value_name = "FILE", requires_all = ["tls", "key"])]
+    cert: Option<std::path::PathBuf>,
+
+    /// The client certificate's private key (PEM); needs --cert.
+    #[arg(long, value_name = "FILE", requires_all = ["tls", "cert"])]
+    key: Option<std::path::PathBuf>,
+
+    /// The name the server's certificate must be valid for (and SNI). Defaults to the
+    /// endpoint's host; required when it is an IP address.
+    #[arg(long, value_name = "NAME", requires = "tls")]
+    server_name: Option<String>,
 
     /// After stdin ends and the outbox is flushed, keep printing replies until nothing
     /// arrived for this long (socat's -t).
@@ -436,6 +467,19 @@ fn build_link(cli: &Cli) -> Result<Link, ConfigError> {
     }
     if let Some(d) = cli.connect_timeout {
         b = b.connect_timeout(d);
+    }
+    if cli.tls {
+        let mut tls = Tls::new();
+        if let Some(ca) = &cli.ca {
+            tls = tls.ca_file(ca);
+        }
+        if let (Some(cert), Some(key)) = (&cli.cert, &cli.key) {
+            tls = tls.client_auth_files(cert, key);
+        }
+        if let Some(name) = &cli.server_name {
+            tls = tls.server_name(name);
+        }
+        b = b.tls(tls);
     }
     b.immediate(cli.immediate).build()
 }

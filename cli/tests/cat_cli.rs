@@ -741,3 +741,99 @@ fn resp_sends_inline_lines_as_arrays_and_prints_whole_replies_from_redis_server(
     let (status, _) = cat.finish(false, WAIT);
     assert!(status.success(), "{status}\n{}", cat.transcript());
 }
+
+fn tls_redis(kit: &util::tls::TlsKit, auth_clients: bool) -> util::tls::TlsRedis {
+    util::tls::TlsRedis::start(kit, util::tls::ServerCert::Valid, auth_clients)
+        .expect("redis-server is not on PATH")
+}
+
+#[test]
+#[ignore = "needs redis-server"]
+fn tls_through_a_tls_redis_server_and_back_to_ready_after_its_restart() {
+    let kit = util::tls::TlsKit::new();
+    let mut server = tls_redis(&kit, false);
+    let ca = kit.files.ca.to_str().unwrap().to_string();
+    let endpoint = server.endpoint();
+    let mut cat = Cat::start(&[
+        "--status",
+        "--status-interval",
+        "1s",
+        "--backoff",
+        "100ms..1s",
+        "--tls",
+        "--ca",
+        &ca,
+        "--server-name",
+        "localhost",
+        &endpoint,
+    ]);
+    cat.expect_stderr("state from=Connected to=Ready ");
+    cat.type_line("PING");
+    cat.expect_stdout("+PONG");
+    server.restart();
+    cat.expect_stderr("state from=Ready to=Backoff ");
+    cat.expect_stderr("state from=Connected to=Ready ");
+    cat.type_line("ECHO after-restart");
+    cat.expect_stdout("after-restart");
+    let (status, _) = cat.finish(false, WAIT);
+    let transcript = cat.transcript();
+    eprintln!("{transcript}");
+    assert!(status.success(), "{status}\n{transcript}");
+    assert!(!transcript.contains("tls-handshake"), "{transcript}");
+    let last = cat.stderr.seen.last().cloned().unwrap_or_default();
+    assert!(last.contains(" reconnects=1 "), "{last}");
+}
+
+#[test]
+#[ignore = "needs redis-server"]
+fn tls_a_wrong_server_name_is_a_tls_handshake_failure_with_its_reason() {
+    let kit = util::tls::TlsKit::new();
+    let server = tls_redis(&kit, false);
+    let ca = kit.files.ca.to_str().unwrap().to_string();
+    let endpoint = server.endpoint();
+    let mut cat = Cat::start(&[
+        "--status",
+        "--tls",
+        "--ca",
+        &ca,
+        "--server-name",
+        "redis.example",
+        &endpoint,
+    ]);
+    cat.expect_stderr("error message=\"tls: server certificate is not valid for");
+    cat.expect_stderr("state from=Connected to=Backoff cause=tls-handshake ");
+    let (status, _) = cat.finish(false, WAIT);
+    assert!(status.success(), "{status}\n{}", cat.transcript());
+}
+
+#[test]
+#[ignore = "needs redis-server"]
+fn tls_mutual_tls_with_cert_and_key_gets_pong_from_a_redis_server_that_requires_them() {
+    let kit = util::tls::TlsKit::new();
+    let server = tls_redis(&kit, true);
+    let ca = kit.files.ca.to_str().unwrap().to_string();
+    let (cert, key) = &kit.files.client;
+    let endpoint = server.endpoint();
+    let mut cat = Cat::start(&[
+        "--quiet",
+        "--tls",
+        "--ca",
+        &ca,
+        "--cert",
+        cert.to_str().unwrap(),
+        "--key",
+        key.to_str().unwrap(),
+        "--server-name",
+        "localhost",
+        &endpoint,
+    ]);
+    cat.type_line("PING");
+    cat.expect_stdout("+PONG");
+    let (status, _) = cat.finish(false, WAIT);
+    assert!(status.success(), "{status}\n{}", cat.transcript());
+}
+
+#[test]
+fn tls_an_ip_endpoint_without_a_server_name_exits_with_status_2() {
+    assert_usage_error(&["--tls", "tcp://127.0.0.1:1"], &["server_name"]);
+}

@@ -28,7 +28,7 @@
 //! | 6 | Connecting | ConnectFailed, none left | Backoff/Cooldown | stop the native redial, failure `refused` |
 //! | 7 | Connecting | DialTimeout | Backoff/Cooldown | stop the native redial, failure `connect-timeout` |
 //! | 8 | Connected | Alive (first bytes, or accepted reply) | Ready | frames flow |
-//! | 9 | Connected | HandshakeTimeout | Backoff/Cooldown | close, failure |
+//! | 9 | Connected | HandshakeTimeout | Backoff/Cooldown | close, failure `handshake-timeout`; while the TLS handshake runs: error event, failure `tls-handshake` |
 //! | 10 | Connected, Ready | Disconnected | Backoff/Cooldown | failure `peer-closed` (flap guard: never an immediate redial) |
 //! | 11 | Connected, Ready | HeartbeatDead | Backoff/Cooldown | close, failure `heartbeat-timeout` |
 //! | 12 | Connected, Ready | ProtocolError | Backoff/Cooldown | close, error event, failure `protocol` |
@@ -42,6 +42,11 @@
 //! | 20 | any but Closed | Flushed (closing, outbox empty) | Closed | stop |
 //! | 21 | any but Closed | CloseDeadline | Closed | abandon the rest (`shutdown`) |
 //! | 22 | Connected, Ready | CallbackPanicked (a predicate or the codec) | Backoff/Cooldown | close, error event, failure `callback-panic` |
+//! | 23 | Connected, Ready | Tls (the session failed: handshake or record) | Backoff/Cooldown | close, error event, failure `tls-handshake` |
+//!
+//! With TLS, row 4 makes the connection's session and arms the TLS handshake bound; the link
+//! stays Connected and only handshake records leave. The handshake's completion does what row 4
+//! does without TLS (heartbeat, hello, Ready when the connect is the proof).
 //!
 //! Backoff/Cooldown: Cooldown when the attempt (relink's dials since the last stable
 //! connection, native redials not counted) reaches `max_attempts`, else Backoff.
@@ -66,8 +71,9 @@ use super::heartbeat::{HeartbeatState, Ping};
 use super::outbox::Outbox;
 use super::settings::{ProofOfLife, Settings};
 use super::timers::{Timer, Timers};
+use super::tls::TlsSession;
 use crate::batch::Batch;
-use crate::error::{Callback, CodecError, LinkError};
+use crate::error::{Callback, CodecError, LinkError, TlsError};
 use crate::event::{AbandonReason, Cause, Event, State, Transition};
 use crate::metrics::Metrics;
 
@@ -148,6 +154,9 @@ pub(crate) enum Action {
     },
     /// Dial `addr` with a routing id made from `generation` (never reused).
     Connect { generation: u64, addr: SocketAddr },
+    /// Write these bytes on the current connection now, best effort (the TLS close_notify
+    /// ahead of a close's `Disconnect`).
+    Send(Vec<u8>),
     /// Stop the socket's own dialling and close the connection of the current dial, if any.
     Disconnect,
     /// Deliver an event to the application.
@@ -181,6 +190,8 @@ enum Ev {
     Disconnected,
     HeartbeatDead,
     ProtocolError(CodecError),
+    /// The TLS session failed (handshake or record).
+    Tls(TlsError),
     Unreachable,
     /// Application code run for this connection panicked (a predicate, the codec).
     CallbackPanicked(Panicked),
@@ -242,6 +253,17 @@ pub(crate) struct Machine {
     next_outage_warn: Duration,
     last_rtt: Option<Duration>,
     read_paused: bool,
+    /// The TLS session of the current connection (made at its TCP connect, dropped with it).
+    tls: Option<TlsSession>,
+    /// Ciphertext the socket refused (EAGAIN): sent again as it is, since its records are
+    /// numbered and cannot be made again. Its frames stay in flight until then.
+    tls_retry: Option<Vec<u8>>,
+    /// Scratch: decrypted bytes on their way to the framing.
+    plain_in: Vec<u8>,
+    /// Scratch: an encoded batch on its way into the TLS session.
+    plain_out: Vec<u8>,
+    /// Why the current failure happened, for the transition's log line.
+    fail_reason: Option<String>,
     c: Counters,
 }
 
@@ -285,6 +307,11 @@ impl Machine {
             next_outage_warn: OUTAGE_WARN_FIRST,
             last_rtt: None,
             read_paused: false,
+            tls: None,
+            tls_retry: None,
+            plain_in: Vec::new(),
+            plain_out: Vec::new(),
+            fail_reason: None,
             c: Counters::default(),
         }
     }
@@ -347,10 +374,46 @@ impl Machine {
             self.c.ignored += 1;
             return;
         }
-        self.c.bytes_received += bytes.len() as u64;
         if let Some(hb) = &mut self.heartbeat {
             hb.on_inbound(now);
         }
+        if self.tls.is_some() {
+            self.tls_data(now, bytes);
+        } else {
+            self.on_plaintext(now, bytes);
+        }
+    }
+
+    /// Socket bytes through the TLS session: handshake records advance it (its completion
+    /// brings the connection up), application records come out as plaintext for the framing.
+    fn tls_data(&mut self, now: Instant, bytes: &[u8]) {
+        let Some(tls) = self.tls.as_mut() else {
+            return;
+        };
+        let was_handshaking = tls.is_handshaking();
+        let fed = tls.feed(bytes);
+        let mut plain = std::mem::take(&mut self.plain_in);
+        tls.take_plaintext(&mut plain);
+        let established = was_handshaking && !tls.is_handshaking() && fed.is_ok();
+        if tls.peer_closed() {
+            log::debug!("relink: the peer sent tls close_notify");
+        }
+        if established {
+            self.tls_established(now);
+        }
+        if !plain.is_empty() && matches!(self.state, State::Connected | State::Ready) {
+            self.on_plaintext(now, &plain);
+        }
+        plain.clear();
+        self.plain_in = plain;
+        if let Err(e) = fed {
+            self.step(now, Ev::Tls(e));
+        }
+    }
+
+    /// Application bytes (decrypted, with TLS) into the framing.
+    fn on_plaintext(&mut self, now: Instant, bytes: &[u8]) {
+        self.c.bytes_received += bytes.len() as u64;
         if self.state == State::Connected && matches!(self.cfg.proof, ProofOfLife::Inbound) {
             self.step(now, Ev::Alive);
         }
@@ -446,10 +509,65 @@ impl Machine {
         self.actions.pop_front()
     }
 
-    /// Fills `buf` with the next batch to write: control frames first, then queued frames
-    /// while Ready, up to `batch_bytes` (one frame at least). Returns false when there is
-    /// nothing to write now. Every call must be answered with [`Machine::transmit_done`].
+    /// Fills `buf` with the next bytes to write: control frames first, then queued frames
+    /// while Ready, up to `batch_bytes` (one frame at least); with TLS, the session's records
+    /// of that batch, and while handshaking only the handshake's own records. Returns false
+    /// when there is nothing to write now. Every call must be answered with
+    /// [`Machine::transmit_done`] (after [`Machine::transmit_unsent`] when the socket gave
+    /// the bytes back).
     pub(crate) fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> bool {
+        if self.tls.is_none() {
+            return self.poll_batch(now, buf);
+        }
+        buf.clear();
+        if !matches!(self.state, State::Connected | State::Ready) {
+            return false;
+        }
+        if self.timers.at(Timer::SendRetry).is_some_and(|t| t > now) {
+            return false;
+        }
+        if let Some(retry) = self.tls_retry.take() {
+            *buf = retry;
+            return true;
+        }
+        let handshaking = self.tls.as_ref().is_some_and(TlsSession::is_handshaking);
+        let mut plain = std::mem::take(&mut self.plain_out);
+        // No hello, ping or frame before the server is verified: only handshake records.
+        let batch = !handshaking && self.poll_batch(now, &mut plain);
+        let Some(tls) = self.tls.as_mut() else {
+            // Encoding the batch failed the connection (a framing that panicked): its
+            // session is gone, and so is the batch.
+            buf.clear();
+            return false;
+        };
+        let sealed = if batch {
+            tls.send_plaintext(&plain)
+        } else {
+            Ok(())
+        };
+        tls.take_ciphertext(buf);
+        plain.clear();
+        self.plain_out = plain;
+        if let Err(e) = sealed {
+            self.requeue_in_flight();
+            self.step(now, Ev::Tls(e));
+            buf.clear();
+            return false;
+        }
+        !buf.is_empty()
+    }
+
+    /// The bytes of the last `poll_transmit` that the socket did not take (EAGAIN), given
+    /// back before `transmit_done`. With TLS they are sent again as they are; without, the
+    /// frames behind them are encoded again.
+    pub(crate) fn transmit_unsent(&mut self, bytes: Vec<u8>) {
+        if self.tls.is_some() {
+            self.tls_retry = Some(bytes);
+        }
+    }
+
+    /// The plaintext batch: control frames, then queued frames while Ready.
+    fn poll_batch(&mut self, now: Instant, buf: &mut Vec<u8>) -> bool {
         buf.clear();
         if !matches!(self.state, State::Connected | State::Ready) || self.outbox.in_flight() > 0 {
             return false;
@@ -514,6 +632,16 @@ impl Machine {
                 if let Some(hb) = &mut self.heartbeat {
                     hb.on_outbound(now);
                 }
+            }
+            TxResult::WouldBlock if self.tls_retry.is_some() => {
+                // Sealed records wait as they are; their frames stay in flight.
+                self.timers.arm(Timer::SendRetry, now + SEND_RETRY);
+            }
+            TxResult::WouldBlock if self.tls.is_some() => {
+                // Sealed records lost: the session cannot go on without them.
+                let g = self.generation;
+                self.fail_reason = Some("tls records refused by the socket".into());
+                self.for_current(now, g, Ev::Unreachable);
             }
             TxResult::WouldBlock | TxResult::Unreachable => {
                 self.requeue_in_flight();
@@ -612,7 +740,14 @@ impl Machine {
             }
             (Connecting, Ev::DialTimeout) => self.fail(now, Cause::ConnectTimeout),
             (Connected, Ev::Alive) => self.ready(now),
+            (Connected, Ev::HandshakeTimeout) if self.tls_handshaking() => {
+                let bound = self
+                    .tls_settings()
+                    .map_or(Duration::ZERO, |t| t.handshake_timeout);
+                self.tls_failed(now, TlsError::HandshakeTimeout(bound))
+            }
             (Connected, Ev::HandshakeTimeout) => self.fail(now, Cause::HandshakeTimeout),
+            (Connected | Ready, Ev::Tls(e)) => self.tls_failed(now, e),
             (Connected | Ready, Ev::Disconnected) => self.fail(now, Cause::PeerClosed),
             (Connected | Ready, Ev::HeartbeatDead) => self.fail(now, Cause::HeartbeatTimeout),
             (Connected | Ready, Ev::ProtocolError(e)) => {
@@ -758,9 +893,61 @@ impl Machine {
         self.timers.disarm(Timer::SendRetry);
         self.c.connects += 1;
         self.rx = BytesMut::new();
+        self.control.clear();
+        self.heartbeat = None;
+        self.handshake_pending = false;
+        self.tls_retry = None;
+        let session = self
+            .tls_settings()
+            .map(|t| (TlsSession::new(t), t.handshake_timeout));
+        self.transition(now, State::Connected, Cause::TcpConnected);
+        match session {
+            None => self.link_up(now),
+            Some((Ok(session), timeout)) => {
+                // The ClientHello is ready in the session; poll_transmit sends it.
+                self.tls = Some(session);
+                self.timers.arm(Timer::Handshake, now + timeout);
+            }
+            Some((Err(e), _)) => self.tls_failed(now, e),
+        }
+    }
+
+    /// The TLS settings of the endpoint in use, when the link speaks TLS.
+    fn tls_settings(&self) -> Option<&super::tls::TlsSettings> {
+        let (idx, _) = self.current?;
+        self.cfg.tls.as_ref().map(|list| &list[idx])
+    }
+
+    fn tls_handshaking(&self) -> bool {
+        self.tls.as_ref().is_some_and(TlsSession::is_handshaking)
+    }
+
+    fn tls_established(&mut self, now: Instant) {
+        self.timers.disarm(Timer::Handshake);
+        if let Some(tls) = &self.tls {
+            log::debug!(
+                "relink: tls established with {}{}",
+                self.endpoint_text().unwrap_or_default(),
+                tls.alpn_protocol()
+                    .map(|p| format!(" (alpn {})", String::from_utf8_lossy(p)))
+                    .unwrap_or_default()
+            );
+        }
+        self.link_up(now);
+    }
+
+    /// A TLS failure: its own cause, the reason in an error event and in the log line.
+    fn tls_failed(&mut self, now: Instant, e: TlsError) {
+        self.fail_reason = Some(e.to_string());
+        self.emit(Event::Error(LinkError::Tls(e)));
+        self.fail(now, Cause::Tls);
+    }
+
+    /// The connection carries application bytes (TCP is up, and the TLS handshake has
+    /// completed): heartbeat, hello, and the connect as proof of life.
+    fn link_up(&mut self, now: Instant) {
         let framing = &mut self.framing;
         let reset = guarded(Callback::Decode, || framing.reset());
-        self.control.clear();
         self.heartbeat = self
             .cfg
             .heartbeat
@@ -783,7 +970,6 @@ impl Machine {
             let t = now + *timeout;
             self.timers.arm(Timer::Handshake, t);
         }
-        self.transition(now, State::Connected, Cause::TcpConnected);
         if let Some(p) = panicked {
             self.step(now, Ev::CallbackPanicked(p));
         } else if matches!(self.cfg.proof, ProofOfLife::Connect) {
@@ -928,6 +1114,9 @@ impl Machine {
         self.handshake_pending = false;
         // The framing itself is reset (guarded) when the next connection comes up.
         self.rx = BytesMut::new();
+        // Nothing of a TLS session outlives its connection.
+        self.tls = None;
+        self.tls_retry = None;
         // Any later input of this dial is stale.
         self.generation += 1;
     }
@@ -940,8 +1129,22 @@ impl Machine {
             self.state,
             State::Connecting | State::Connected | State::Ready
         ) {
+            // Best effort, within the linger: close_notify, unless sealed records are still
+            // waiting (it would be out of sequence).
+            if let Some(mut tls) = self.tls.take() {
+                if !tls.is_handshaking() && self.tls_retry.is_none() {
+                    tls.close_notify();
+                    let mut bytes = Vec::new();
+                    tls.take_ciphertext(&mut bytes);
+                    if !bytes.is_empty() {
+                        self.actions.push_back(Action::Send(bytes));
+                    }
+                }
+            }
             self.actions.push_back(Action::Disconnect);
         }
+        self.tls = None;
+        self.tls_retry = None;
         self.requeue_in_flight();
         let frames = self.outbox.drain();
         self.abandon_all(frames, AbandonReason::Shutdown);
@@ -1027,15 +1230,19 @@ impl Machine {
             _ => None,
         };
         let endpoint = self.endpoint_text();
+        let why = match self.fail_reason.take() {
+            Some(reason) => format!("{cause}: {reason}"),
+            None => cause.to_string(),
+        };
         match (to, next_retry) {
             (State::Cooldown, Some(d)) => log::warn!(
-                "relink: attempt {} failed on {}; cooling down for {:?}",
+                "relink: attempt {} failed on {} (last: {why}); cooling down for {:?}",
                 self.attempt,
                 endpoint.as_deref().unwrap_or("-"),
                 d
             ),
             _ => log::info!(
-                "relink: {from} -> {to} ({cause}) attempt={} next_retry={}",
+                "relink: {from} -> {to} ({why}) attempt={} next_retry={}",
                 self.attempt,
                 next_retry.map_or("-".to_string(), |d| format!("{d:?}"))
             ),

@@ -13,6 +13,8 @@
 //! - [`heartbeat`]: when to ping and when a silent connection is dead.
 //! - [`outbox`]: frames waiting for a Ready connection.
 //! - [`codec`]: framing, bytes to frames and back.
+//! - [`tls`]: the TLS session of one connection (rustls, sans-IO), between the socket's
+//!   bytes and the framing.
 //! - [`framing`]: the [`Framing`](framing::Framing) trait and the built-in framings.
 //! - [`endpoint`]: `tcp://host:port`, parsed.
 //! - [`predicate`]: a shareable test on a frame (handshake and heartbeat replies).
@@ -32,5 +34,6 @@ mod outbox;
 pub(crate) mod predicate;
 pub(crate) mod settings;
 mod timers;
+pub(crate) mod tls;
 
 pub(crate) use endpoints::fmt_addr;

@@ -8,6 +8,7 @@ use super::endpoint::Endpoint;
 use super::framing::BoxedFraming;
 use super::heartbeat::Heartbeat;
 use super::predicate::Predicate;
+use super::tls::TlsSettings;
 
 /// Handshake reply timeout.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -33,6 +34,9 @@ pub(crate) struct Settings {
     pub connect_timeout: Duration,
     /// How long a dial may go unanswered (the native redial included) before it fails.
     pub dial_bound: Duration,
+    /// TLS on every connection: one session setting per endpoint, in the order of
+    /// `endpoints`. None: plain TCP.
+    pub tls: Option<Vec<TlsSettings>>,
 }
 
 /// What makes a Connected link Ready (proof of life).
@@ -73,10 +77,11 @@ pub(crate) struct Settings {
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub enum ProofOfLife {
-    /// The TCP connect itself. The default. (The attempt counter still resets only after
+    /// The TCP connect itself (with TLS: the completed handshake). The default. (The attempt counter still resets only after
     /// `min_stable`.)
     Connect,
-    /// The first bytes received from the peer.
+    /// The first bytes received from the peer (with TLS: the first decrypted bytes, after
+    /// the handshake).
     Inbound,
     /// A reply accepted by `accept` to the `hello` frames sent on every connect, within
     /// `timeout`.

@@ -197,7 +197,9 @@ impl Slot {
             .saturating_mul(4)
             .max(4096)
             .saturating_add(settings.outbox_frames);
-        let batch_cap = settings.batch_bytes.min(1 << 20) + 64;
+        // Room for a batch's TLS records too (about 22 bytes per 16 KiB record).
+        let batch_cap =
+            settings.batch_bytes.min(1 << 20) + 64 + settings.batch_bytes.min(1 << 20) / 256;
         let machine = Machine::new(settings, seed, Instant::now());
         let stop = shared.clone();
         Ok(Slot {
@@ -806,6 +808,11 @@ impl Slot {
             match action {
                 Action::Emit(ev) => self.deliver(ev),
                 Action::Connect { generation, addr } => self.connect(now, generation, addr),
+                Action::Send(mut bytes) => {
+                    if let Some((rid, _)) = &self.rid {
+                        let _ = send_batch(&self.socket, rid, &mut bytes);
+                    }
+                }
                 Action::Disconnect => {
                     // A lost connection's queued messages must be dropped, not flushed by
                     // libzmq's own redial during the linger period to the next connection.
@@ -902,8 +909,12 @@ impl Slot {
                     // The batch moves into the zmq message without a copy; the next one
                     // starts with room for a whole batch (the thread's one buffer: an idle
                     // link holds none).
-                    let data = std::mem::replace(buf, Vec::with_capacity(self.batch_cap));
-                    send_batch(&self.socket, rid, data)
+                    let mut data = std::mem::replace(buf, Vec::with_capacity(self.batch_cap));
+                    let result = send_batch(&self.socket, rid, &mut data);
+                    if !data.is_empty() {
+                        self.machine.transmit_unsent(data);
+                    }
+                    result
                 }
             };
             self.machine.transmit_done(now, result);

@@ -74,7 +74,10 @@ pub(crate) struct SocketOptions {
     pub tcp_maxrt: Option<Duration>,
 }
 
-pub(super) fn send_batch(socket: &zmq::Socket, rid: &[u8], data: Vec<u8>) -> TxResult {
+/// Sends `[rid, data]` without waiting. The data is taken when it is sent; when the socket
+/// refuses the message at its routing id (EAGAIN, EHOSTUNREACH) `data` is left as it was, so
+/// that bytes which cannot be made again (TLS records) can be offered again.
+pub(super) fn send_batch(socket: &zmq::Socket, rid: &[u8], data: &mut Vec<u8>) -> TxResult {
     let classify = |e: zmq::Error| match e {
         zmq::Error::EAGAIN => TxResult::WouldBlock,
         zmq::Error::EHOSTUNREACH => TxResult::Unreachable,
@@ -84,9 +87,12 @@ pub(super) fn send_batch(socket: &zmq::Socket, rid: &[u8], data: Vec<u8>) -> TxR
         }
     };
     if let Err(e) = socket.send(rid, zmq::SNDMORE | zmq::DONTWAIT) {
+        // The data is still the caller's: it can be offered again as it is.
         return classify(e);
     }
-    match socket.send(data, zmq::DONTWAIT) {
+    // Once the routing id is queued the data frame goes with it (libzmq checks the
+    // high-water mark on a message's first frame); if it fails all the same, it is lost.
+    match socket.send(std::mem::take(data), zmq::DONTWAIT) {
         Ok(()) => TxResult::Sent,
         Err(e) => classify(e),
     }

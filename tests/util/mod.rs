@@ -9,6 +9,8 @@
 //! - [`exec`]: a minimal executor for async tests that counts polls and wakes;
 //! - [`redis`]: a `redis-server` child process;
 //! - [`netns`]: network namespaces, processes inside them and a link built in one;
+//! - [`pki`]: a throw-away PKI made with rcgen (also used by the crate's unit tests);
+//! - [`tls`]: a TLS-only `redis-server`, in-process rustls servers and a plain rustls client;
 //! - [`proc`]: child processes (this test binary re-run as a peer) and the process-wide lock.
 //!
 //! Include with `mod util;` in a test file, then `use util::*;` or name what is used.
@@ -29,8 +31,10 @@ pub mod exec;
 pub mod netns;
 pub mod payload;
 pub mod peers;
+pub mod pki;
 pub mod proc;
 pub mod redis;
+pub mod tls;
 pub mod wait;
 pub mod watch;
 

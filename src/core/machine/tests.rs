@@ -153,6 +153,7 @@ impl Sim {
                     generation, host, ..
                 } => self.resolves.push((generation, host)),
                 Action::Refresh { endpoint, .. } => self.refreshes.push(endpoint),
+                Action::Send(bytes) => self.written.extend_from_slice(&bytes),
                 Action::Disconnect => self.disconnects += 1,
                 Action::Stop => self.stopped = true,
             }
@@ -218,6 +219,8 @@ impl Sim {
 }
 
 use State::*;
+
+mod tls;
 
 // --- one test per row ---------------------------------------------------------------------
 

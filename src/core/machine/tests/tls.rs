@@ -1,0 +1,300 @@
+//! The machine with TLS, in virtual time, against an in-memory rustls server: bytes move by
+//! hand between the two, so each test sees exactly what went on the wire.
+
+use std::io::{Read, Write};
+use std::sync::Arc;
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::{ServerConfig, ServerConnection};
+
+use super::*;
+use crate::core::tls::test_certs::{Pem, Pki};
+use crate::{LinkError, ProofOfLife, Tls, TlsError};
+
+fn server(cert: &Pem) -> ServerConnection {
+    let chain = CertificateDer::pem_slice_iter(cert.cert.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap();
+    let key = PrivateKeyDer::from_pem_slice(cert.key.as_bytes()).unwrap();
+    let config =
+        ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(chain, key)
+            .unwrap();
+    ServerConnection::new(Arc::new(config)).unwrap()
+}
+
+fn tls_builder(pki: &Pki) -> Builder {
+    Sim::builder()
+        .tls(Tls::new().ca_pem(&pki.ca.cert).server_name("localhost"))
+        .codec(Codec::lines())
+}
+
+/// A peer on the other side of the simulated socket: what it decrypted, and every byte that
+/// reached it.
+struct Peer {
+    conn: ServerConnection,
+    plaintext: Vec<u8>,
+    raw: Vec<u8>,
+    taken: usize,
+}
+
+impl Peer {
+    fn new(cert: &Pem) -> Peer {
+        Peer {
+            conn: server(cert),
+            plaintext: Vec::new(),
+            raw: Vec::new(),
+            taken: 0,
+        }
+    }
+
+    /// Moves bytes both ways until neither side has more (bounded).
+    fn pump(&mut self, s: &mut Sim) {
+        for _ in 0..20 {
+            s.transmit();
+            let fresh = s.written[self.taken..].to_vec();
+            self.taken = s.written.len();
+            self.raw.extend_from_slice(&fresh);
+            let mut rd = &fresh[..];
+            while !rd.is_empty() {
+                if self.conn.read_tls(&mut rd).unwrap() == 0 {
+                    break;
+                }
+                if self.conn.process_new_packets().is_err() {
+                    break;
+                }
+            }
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = self.conn.reader().read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                self.plaintext.extend_from_slice(&buf[..n]);
+            }
+            let mut out = Vec::new();
+            while self.conn.wants_write() {
+                self.conn.write_tls(&mut out).unwrap();
+            }
+            if out.is_empty() && fresh.is_empty() {
+                return;
+            }
+            if !out.is_empty() && matches!(s.m.state(), Connected | Ready) {
+                s.data(&out);
+            }
+        }
+    }
+
+    fn send(&mut self, s: &mut Sim, plaintext: &[u8]) {
+        self.conn.writer().write_all(plaintext).unwrap();
+        let mut out = Vec::new();
+        while self.conn.wants_write() {
+            self.conn.write_tls(&mut out).unwrap();
+        }
+        s.data(&out);
+    }
+}
+
+fn errors(s: &Sim) -> Vec<LinkError> {
+    s.events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Error(e) => Some(e.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn tls_nothing_but_the_handshake_leaves_before_it_completes_and_its_completion_is_the_proof() {
+    let pki = Pki::new();
+    let hello = ProofOfLife::Connect;
+    let mut s = Sim::connecting(tls_builder(&pki).ready_when(hello));
+    s.submit(b"queued before the connect");
+    s.tcp_up();
+    assert_eq!(
+        s.m.state(),
+        Connected,
+        "the TCP connect alone is not the proof"
+    );
+    s.transmit();
+    assert_eq!(s.written[0], 0x16, "a TLS handshake record comes first");
+    assert!(!contains(&s.written, b"queued"));
+    let mut peer = Peer::new(&pki.server);
+    peer.pump(&mut s);
+    assert_eq!(s.m.state(), Ready);
+    assert_eq!(
+        s.transitions(),
+        vec![
+            (Idle, Connecting, Cause::Start),
+            (Connecting, Connected, Cause::TcpConnected),
+            (Connected, Ready, Cause::Alive),
+        ]
+    );
+    assert_eq!(peer.plaintext, b"queued before the connect\n");
+    assert!(!contains(&peer.raw, b"queued"), "frames travel encrypted");
+    peer.send(&mut s, b"a reply\n");
+    assert_eq!(s.frames(), vec![b"a reply".to_vec()]);
+    assert_eq!(s.metrics().frames_sent, 1);
+}
+
+#[test]
+fn tls_the_hello_and_pings_go_after_the_handshake_inside_the_session() {
+    let pki = Pki::new();
+    let proof = ProofOfLife::handshake(vec![b"HELLO".to_vec()], |f| f == b"OK");
+    let hb = Heartbeat::new(Duration::from_secs(1), Ping::Frame(b"PING".to_vec()))
+        .reply(Predicate::new(|f| f == b"PONG"));
+    let mut s = Sim::connecting(tls_builder(&pki).ready_when(proof).heartbeat(hb));
+    s.tcp_up();
+    // A stalled handshake: no hello and no ping leaves, only its own records.
+    s.advance(Duration::from_millis(2500));
+    s.transmit();
+    assert!(!contains(&s.written, b"HELLO") && !contains(&s.written, b"PING"));
+    let mut peer = Peer::new(&pki.server);
+    peer.pump(&mut s);
+    assert_eq!(peer.plaintext, b"HELLO\n");
+    peer.send(&mut s, b"OK\n");
+    assert_eq!(s.m.state(), Ready);
+    s.advance(Duration::from_millis(1100));
+    peer.pump(&mut s);
+    assert_eq!(peer.plaintext, b"HELLO\nPING\n");
+    peer.send(&mut s, b"PONG\n");
+    assert!(
+        s.frames().is_empty(),
+        "the reply is the heartbeat's, not the app's"
+    );
+    assert!(s.metrics().last_rtt.is_some());
+}
+
+#[test]
+fn tls_a_certificate_for_another_name_fails_with_the_tls_cause_and_lets_no_frame_out() {
+    let pki = Pki::new();
+    let mut s = Sim::connecting(tls_builder(&pki));
+    s.submit(b"secret");
+    s.tcp_up();
+    let mut peer = Peer::new(&pki.other_name);
+    peer.pump(&mut s);
+    assert_eq!(s.m.state(), Backoff);
+    assert_eq!(s.last_transition().cause, Cause::Tls);
+    assert_eq!(s.last_transition().cause.to_string(), "tls-handshake");
+    assert!(matches!(
+        errors(&s).as_slice(),
+        [LinkError::Tls(TlsError::WrongName { expected, .. })] if expected == "localhost"
+    ));
+    assert!(peer.plaintext.is_empty());
+    assert!(!contains(&peer.raw, b"secret"));
+    assert_eq!(
+        s.metrics().outbox_frames,
+        1,
+        "the frame waits for a verified server"
+    );
+    assert_eq!(s.metrics().frames_sent, 0);
+}
+
+#[test]
+fn tls_garbage_instead_of_a_server_hello_fails_with_the_tls_cause() {
+    let pki = Pki::new();
+    let mut s = Sim::connecting(tls_builder(&pki));
+    s.tcp_up();
+    s.transmit();
+    s.data(b"+OK plaintext server\r\n");
+    assert_eq!(s.m.state(), Backoff);
+    assert_eq!(s.last_transition().cause, Cause::Tls);
+    assert!(matches!(
+        errors(&s).as_slice(),
+        [LinkError::Tls(TlsError::NotTls)]
+    ));
+}
+
+#[test]
+fn tls_a_handshake_that_never_completes_times_out_with_the_tls_cause() {
+    let pki = Pki::new();
+    let b = tls_builder(&pki).tls(
+        Tls::new()
+            .ca_pem(&pki.ca.cert)
+            .server_name("localhost")
+            .handshake_timeout(Duration::from_secs(3)),
+    );
+    let mut s = Sim::connecting(b);
+    s.tcp_up();
+    let waited = s.next_timer();
+    assert_eq!(waited, Duration::from_secs(3));
+    assert_eq!(s.m.state(), Backoff);
+    assert_eq!(s.last_transition().cause, Cause::Tls);
+    assert!(matches!(
+        errors(&s).as_slice(),
+        [LinkError::Tls(TlsError::HandshakeTimeout(_))]
+    ));
+}
+
+#[test]
+fn tls_every_connection_gets_a_fresh_session() {
+    let pki = Pki::new();
+    let mut s = Sim::connecting(tls_builder(&pki));
+    s.tcp_up();
+    Peer::new(&pki.server).pump(&mut s);
+    assert_eq!(s.m.state(), Ready);
+    s.tcp_down();
+    s.next_timer();
+    s.tcp_up();
+    assert_eq!(s.m.state(), Connected);
+    let before = s.written.len();
+    s.transmit();
+    assert_eq!(s.written[before], 0x16, "a new ClientHello");
+    let mut peer = Peer::new(&pki.server);
+    peer.taken = before;
+    s.submit(b"after the restart");
+    peer.pump(&mut s);
+    assert_eq!(s.m.state(), Ready);
+    assert_eq!(peer.plaintext, b"after the restart\n");
+}
+
+#[test]
+fn tls_close_sends_close_notify_after_the_last_frame() {
+    let pki = Pki::new();
+    let mut s = Sim::connecting(tls_builder(&pki));
+    s.tcp_up();
+    let mut peer = Peer::new(&pki.server);
+    peer.pump(&mut s);
+    s.submit(b"last");
+    s.transmit();
+    s.input(Input::Close {
+        deadline: s.now + Duration::from_secs(1),
+    });
+    assert_eq!(s.m.state(), Closed);
+    peer.pump(&mut s);
+    assert_eq!(peer.plaintext, b"last\n");
+    let state = peer.conn.process_new_packets().unwrap();
+    assert!(state.peer_has_closed(), "close_notify reached the peer");
+}
+
+#[test]
+fn tls_records_the_socket_refused_are_offered_again_as_they_are() {
+    let pki = Pki::new();
+    let mut s = Sim::connecting(tls_builder(&pki));
+    s.tcp_up();
+    let mut peer = Peer::new(&pki.server);
+    peer.pump(&mut s);
+    s.submit(b"one");
+    let mut buf = Vec::new();
+    assert!(s.m.poll_transmit(s.now, &mut buf));
+    let first = buf.clone();
+    s.m.transmit_unsent(std::mem::take(&mut buf));
+    s.m.transmit_done(s.now, TxResult::WouldBlock);
+    s.submit(b"two");
+    s.now += Duration::from_millis(2);
+    assert!(s.m.poll_transmit(s.now, &mut buf));
+    assert_eq!(buf, first, "the same records, not sealed again");
+    s.m.transmit_done(s.now, TxResult::Sent);
+    s.written.extend_from_slice(&buf);
+    peer.pump(&mut s);
+    assert_eq!(peer.plaintext, b"one\ntwo\n");
+    assert_eq!(s.metrics().frames_sent, 2);
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}

@@ -1,0 +1,545 @@
+//! Test kit for TLS: a throw-away PKI written to a temp dir ([`TlsKit`]), a `redis-server`
+//! child that speaks TLS only ([`TlsRedis`]), and a plain rustls client over a std
+//! `TcpStream` ([`connect`]) to check a server without relink.
+//!
+//! Everything is bounded: the server must come up within 10 s, every client read and write
+//! has a timeout, and the child is killed (SIGKILL, even while SIGSTOPped) and reaped on drop.
+#![allow(dead_code)]
+
+use std::io::{self, Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
+
+#[allow(unused_imports)]
+pub use super::pki::{Pem, Pki, PkiFiles, OTHER_NAME, SERVER_NAME};
+
+/// A fresh PKI and its PEM files in a temp dir of their own, removed on drop.
+#[derive(Debug)]
+pub struct TlsKit {
+    pub dir: PathBuf,
+    pub pki: Pki,
+    pub files: PkiFiles,
+}
+
+impl TlsKit {
+    pub fn new() -> TlsKit {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "relink-tls-kit-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let pki = Pki::new();
+        let files = pki.write_to(&dir);
+        TlsKit { dir, pki, files }
+    }
+
+    /// The certificate and key files of `cert`.
+    pub fn server_files(&self, cert: ServerCert) -> &(PathBuf, PathBuf) {
+        match cert {
+            ServerCert::Valid => &self.files.server,
+            ServerCert::OtherName => &self.files.other_name,
+            ServerCert::Expired => &self.files.expired,
+            ServerCert::UnknownCa => &self.files.unknown_ca_server,
+        }
+    }
+}
+
+impl Drop for TlsKit {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Which certificate a TLS server presents.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServerCert {
+    /// For `localhost` and 127.0.0.1, from the trusted CA.
+    Valid,
+    /// For [`OTHER_NAME`] only, from the trusted CA.
+    OtherName,
+    /// For `localhost`, expired.
+    Expired,
+    /// For `localhost`, from a CA nobody trusts.
+    UnknownCa,
+}
+
+/// A port outside the kernel's ephemeral range (so no outgoing connection of this machine
+/// can hold it while a restarted server wants it back), free when it is returned.
+pub fn restartable_port() -> u16 {
+    let (lo, hi) = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| {
+            let mut it = s.split_whitespace().map(|p| p.parse::<u32>().ok());
+            Some((it.next()??, it.next()??))
+        })
+        .unwrap_or((32768, 60999));
+    let pool = if lo >= 12000 {
+        Some((10000u32, lo))
+    } else if hi <= 60000 {
+        Some((hi + 1, 65535))
+    } else {
+        None
+    };
+    if let Some((lo, hi)) = pool {
+        for _ in 0..500 {
+            let draw = {
+                use std::hash::{BuildHasher, Hasher};
+                let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+                h.write_u32(std::process::id());
+                h.finish() as u32
+            };
+            let port = (lo + draw % (hi - lo)) as u16;
+            if TcpListener::bind((Ipv4Addr::LOCALHOST, port)).is_ok() {
+                return port;
+            }
+        }
+    }
+    let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+    l.local_addr().unwrap().port()
+}
+
+/// `redis-server` listening with TLS only (its plain port is off), on 127.0.0.1, without
+/// persistence.
+#[derive(Debug)]
+pub struct TlsRedis {
+    port: u16,
+    cert: PathBuf,
+    key: PathBuf,
+    ca: PathBuf,
+    auth_clients: bool,
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+impl TlsRedis {
+    /// None when `redis-server` is not on PATH. Presents `cert`; with `auth_clients` it
+    /// requires a client certificate signed by the kit's CA (`--tls-auth-clients yes`).
+    /// Panics if the server does not accept on its TLS port within 10 s.
+    pub fn start(kit: &TlsKit, cert: ServerCert, auth_clients: bool) -> Option<TlsRedis> {
+        Command::new("redis-server")
+            .arg("--version")
+            .stdout(Stdio::null())
+            .status()
+            .ok()?;
+        let (cert, key) = kit.server_files(cert).clone();
+        let port = restartable_port();
+        let mut redis = TlsRedis {
+            port,
+            cert,
+            key,
+            ca: kit.files.ca.clone(),
+            auth_clients,
+            child: None,
+            log: kit.dir.join(format!("redis-{port}.log")),
+        };
+        redis.launch();
+        Some(redis)
+    }
+
+    fn launch(&mut self) {
+        assert!(self.child.is_none(), "redis-server already running");
+        let auth = if self.auth_clients { "yes" } else { "no" };
+        let child = Command::new("redis-server")
+            .args(["--port", "0", "--tls-port", &self.port.to_string()])
+            .arg("--tls-cert-file")
+            .arg(&self.cert)
+            .arg("--tls-key-file")
+            .arg(&self.key)
+            .arg("--tls-ca-cert-file")
+            .arg(&self.ca)
+            .args(["--tls-auth-clients", auth])
+            .args(["--save", "", "--appendonly", "no", "--bind", "127.0.0.1"])
+            .arg("--dir")
+            .arg(self.log.parent().unwrap())
+            .arg("--logfile")
+            .arg(&self.log)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn redis-server");
+        self.child = Some(child);
+        // redis listens only once it is ready to serve, so an accepted connect is enough.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("redis-server exited ({status}); log:\n{}", self.log_text());
+            }
+            if TcpStream::connect_timeout(&self.addr(), Duration::from_millis(200)).is_ok() {
+                return;
+            }
+            if Instant::now() >= deadline {
+                let log = self.log_text();
+                self.kill();
+                panic!("redis-server did not accept on its TLS port within 10 s; log:\n{log}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// What the server logged.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from((Ipv4Addr::LOCALHOST, self.port))
+    }
+
+    /// `tcp://127.0.0.1:PORT`
+    pub fn endpoint(&self) -> String {
+        format!("tcp://127.0.0.1:{}", self.port)
+    }
+
+    /// `tcp://localhost:PORT`: the name its valid certificate is for.
+    pub fn named_endpoint(&self) -> String {
+        format!("tcp://{SERVER_NAME}:{}", self.port)
+    }
+
+    /// Process id (None once killed).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    fn signal(&self, name: &str) {
+        let pid = self.pid().expect("redis-server is not running");
+        let status = Command::new("kill")
+            .args([&format!("-{name}"), &pid.to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{name} {pid}: {status}");
+    }
+
+    /// SIGSTOP: the process freezes; the kernel still completes new TCP handshakes, but no
+    /// TLS handshake ever does.
+    pub fn stop_signal(&self) {
+        self.signal("STOP");
+    }
+
+    /// SIGCONT: resume after `stop_signal`.
+    pub fn cont_signal(&self) {
+        self.signal("CONT");
+    }
+
+    /// SIGKILL and reap (no-op if not running): connects are refused from then on.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts again on the same port, with the same certificates, after `kill`.
+    pub fn relaunch(&mut self) {
+        self.launch();
+    }
+
+    /// `kill` then `relaunch` on the same port.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.launch();
+    }
+}
+
+impl Drop for TlsRedis {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A rustls client configuration trusting `ca_pem`, with an optional client certificate.
+pub fn client_config(ca_pem: &str, client: Option<&Pem>) -> Arc<ClientConfig> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let builder = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots);
+    let config = match client {
+        None => builder.with_no_client_auth(),
+        Some(pem) => {
+            let chain = CertificateDer::pem_slice_iter(pem.cert.as_bytes())
+                .collect::<Result<Vec<_>, _>>()
+                .unwrap();
+            let key = PrivateKeyDer::from_pem_slice(pem.key.as_bytes()).unwrap();
+            builder.with_client_auth_cert(chain, key).unwrap()
+        }
+    };
+    Arc::new(config)
+}
+
+/// A blocking TLS client stream: a std `TcpStream` (every read and write bounded by
+/// `timeout`) under rustls.
+pub type TlsStream = StreamOwned<ClientConnection, TcpStream>;
+
+/// Connects to `addr` and completes a handshake checking `server_name`, within about
+/// `timeout`. The error is rustls's own (or the socket's).
+pub fn connect(
+    addr: SocketAddr,
+    config: Arc<ClientConfig>,
+    server_name: &str,
+    timeout: Duration,
+) -> io::Result<TlsStream> {
+    let name = ServerName::try_from(server_name.to_string())
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    let sock = TcpStream::connect_timeout(&addr, timeout)?;
+    sock.set_read_timeout(Some(timeout))?;
+    sock.set_write_timeout(Some(timeout))?;
+    let conn = ClientConnection::new(config, name).map_err(io::Error::other)?;
+    let mut stream = StreamOwned::new(conn, sock);
+    while stream.conn.is_handshaking() {
+        stream.conn.complete_io(&mut stream.sock)?;
+    }
+    Ok(stream)
+}
+
+/// Sends `PING\r\n` and reads the reply (a single line), bounded by the stream's timeouts.
+pub fn ping(stream: &mut TlsStream) -> io::Result<Vec<u8>> {
+    stream.write_all(b"PING\r\n")?;
+    stream.flush()?;
+    let mut reply = Vec::new();
+    let mut buf = [0u8; 64];
+    while !reply.ends_with(b"\r\n") {
+        match stream.read(&mut buf)? {
+            0 => return Err(io::ErrorKind::UnexpectedEof.into()),
+            n => reply.extend_from_slice(&buf[..n]),
+        }
+    }
+    Ok(reply)
+}
+
+/// The rustls error inside an `io::Error` from [`connect`] or [`ping`], if that is what it is.
+pub fn rustls_error(e: &io::Error) -> Option<&rustls::Error> {
+    e.get_ref()?.downcast_ref::<rustls::Error>()
+}
+
+/// What an in-process TLS server does with the plaintext it decrypts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Serve {
+    /// Sends it back.
+    Echo,
+    /// Keeps it (see [`TlsServer::plaintext`]).
+    Record,
+}
+
+/// What a [`TlsServer`] saw, over all its connections.
+#[derive(Debug, Default)]
+pub struct Seen {
+    /// Every byte that arrived on its sockets, before decryption (capped at 1 MiB).
+    pub raw: Vec<u8>,
+    /// Every byte decrypted (capped at 1 MiB in `Record`; empty in `Echo`).
+    pub plaintext: Vec<u8>,
+    /// Bytes decrypted, all of them.
+    pub plaintext_len: usize,
+    /// Connections accepted.
+    pub connections: usize,
+    /// Handshakes completed.
+    pub handshakes: usize,
+    /// Why each failed handshake failed, as rustls said.
+    pub errors: Vec<String>,
+}
+
+/// A rustls server on 127.0.0.1 in a thread of this process: no redis, no openssl. Each
+/// connection has a thread; all of them stop when the server is dropped (a stop flag and
+/// 20 ms socket timeouts; the joins are bounded).
+#[derive(Debug)]
+pub struct TlsServer {
+    addr: SocketAddr,
+    seen: Arc<std::sync::Mutex<Seen>>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    threads: Arc<std::sync::Mutex<Vec<std::thread::JoinHandle<()>>>>,
+    acceptor: Option<std::thread::JoinHandle<()>>,
+}
+
+/// A rustls server configuration presenting `cert`, requiring a client certificate signed by
+/// `client_ca` when given.
+pub fn server_config(cert: &Pem, client_ca: Option<&str>) -> Arc<rustls::ServerConfig> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let chain = CertificateDer::pem_slice_iter(cert.cert.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap();
+    let key = PrivateKeyDer::from_pem_slice(cert.key.as_bytes()).unwrap();
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .unwrap();
+    let builder = match client_ca {
+        None => builder.with_no_client_auth(),
+        Some(ca) => {
+            let mut roots = RootCertStore::empty();
+            for c in CertificateDer::pem_slice_iter(ca.as_bytes()) {
+                roots.add(c.unwrap()).unwrap();
+            }
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider,
+            )
+            .build()
+            .unwrap();
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    Arc::new(builder.with_single_cert(chain, key).unwrap())
+}
+
+const SEEN_CAP: usize = 1 << 20;
+
+impl TlsServer {
+    /// Listens on 127.0.0.1 (a free port) with `config`.
+    pub fn start(config: Arc<rustls::ServerConfig>, serve: Serve) -> TlsServer {
+        use std::sync::atomic::AtomicBool;
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen = Arc::new(std::sync::Mutex::new(Seen::default()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let threads = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let acceptor = {
+            let (seen, stop, threads) = (seen.clone(), stop.clone(), threads.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::SeqCst) {
+                    match listener.accept() {
+                        Ok((sock, _)) => {
+                            seen.lock().unwrap().connections += 1;
+                            let (config, seen, stop) = (config.clone(), seen.clone(), stop.clone());
+                            let t = std::thread::spawn(move || {
+                                serve_one(sock, config, serve, &seen, &stop)
+                            });
+                            threads.lock().unwrap().push(t);
+                        }
+                        Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                    }
+                }
+            })
+        };
+        TlsServer {
+            addr,
+            seen,
+            stop,
+            threads,
+            acceptor: Some(acceptor),
+        }
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `tcp://localhost:PORT`: the name the kit's valid server certificate is for.
+    pub fn named_endpoint(&self) -> String {
+        format!("tcp://{SERVER_NAME}:{}", self.addr.port())
+    }
+
+    /// Reads what it saw so far.
+    pub fn seen<T>(&self, f: impl FnOnce(&Seen) -> T) -> T {
+        f(&self.seen.lock().unwrap())
+    }
+}
+
+impl Drop for TlsServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(a) = self.acceptor.take() {
+            let _ = a.join();
+        }
+        for t in self.threads.lock().unwrap().drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+fn serve_one(
+    mut sock: TcpStream,
+    config: Arc<rustls::ServerConfig>,
+    serve: Serve,
+    seen: &std::sync::Mutex<Seen>,
+    stop: &std::sync::atomic::AtomicBool,
+) {
+    let _ = sock.set_nonblocking(false);
+    let _ = sock.set_read_timeout(Some(Duration::from_millis(20)));
+    let _ = sock.set_write_timeout(Some(Duration::from_secs(5)));
+    let mut conn = rustls::ServerConnection::new(config).unwrap();
+    conn.set_buffer_limit(None);
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut handshaking = true;
+    while !stop.load(Ordering::SeqCst) {
+        while conn.wants_write() {
+            if conn.write_tls(&mut sock).is_err() {
+                return;
+            }
+        }
+        let n = match sock.read(&mut buf) {
+            Ok(0) => return,
+            Ok(n) => n,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                continue
+            }
+            Err(_) => return,
+        };
+        {
+            let mut s = seen.lock().unwrap();
+            let room = SEEN_CAP.saturating_sub(s.raw.len());
+            s.raw.extend_from_slice(&buf[..n.min(room)]);
+        }
+        let mut rd = &buf[..n];
+        let mut plain = Vec::new();
+        while !rd.is_empty() {
+            if conn.read_tls(&mut rd).unwrap_or(0) == 0 {
+                break;
+            }
+            let processed = conn.process_new_packets();
+            // rustls holds at most 16 KiB of plaintext: take it after every pass.
+            let _ = conn.reader().read_to_end(&mut plain);
+            if let Err(e) = processed {
+                seen.lock().unwrap().errors.push(e.to_string());
+                // The alert goes to the client, then the connection ends.
+                while conn.wants_write() {
+                    if conn.write_tls(&mut sock).is_err() {
+                        break;
+                    }
+                }
+                return;
+            }
+        }
+        if handshaking && !conn.is_handshaking() {
+            handshaking = false;
+            seen.lock().unwrap().handshakes += 1;
+        }
+        if plain.is_empty() {
+            continue;
+        }
+        {
+            let mut s = seen.lock().unwrap();
+            s.plaintext_len += plain.len();
+            if serve == Serve::Record {
+                let room = SEEN_CAP.saturating_sub(s.plaintext.len());
+                s.plaintext
+                    .extend_from_slice(&plain[..plain.len().min(room)]);
+            }
+        }
+        if serve == Serve::Echo && conn.writer().write_all(&plain).is_err() {
+            return;
+        }
+    }
+}
