@@ -11,7 +11,7 @@ mod util;
 
 use std::time::{Duration, Instant};
 
-use relink::{AbandonReason, Event, IoPool, Link, State};
+use relink::{AbandonReason, Cause, Codec, CodecError, Event, IoPool, Link, LinkError, State};
 use util::*;
 
 /// Bound on a group of links reaching a state.
@@ -416,4 +416,153 @@ fn a_sigstopped_server_is_declared_dead_on_every_link_of_a_shared_thread_within_
     for (i, link) in links.iter().enumerate() {
         assert_accounted(&link.close(ms(200)), &format!("link {i}"));
     }
+}
+
+/// 200 links on one IO thread, len32 framing (max_frame 64 KiB): 180 to an echo peer, 20 to a
+/// peer that answers the frame `go` with a length prefix of max_frame + 1 and echoes any other
+/// frame. The 20 send `go`; the 180 make rounds of round trips (at least three) until all 20
+/// are back.
+/// Expected: each of the 20 goes Ready -(protocol)-> Backoff with an
+/// `Error(Codec(FrameTooLarge))` event, comes back to Ready within 60 s and makes a round
+/// trip; none of the 180 leaves Ready and each gets its echo of every round within 10 s;
+/// frames and accounting exact per link.
+#[test]
+fn garbage_on_some_links_of_a_shared_thread_resets_only_those_links() {
+    let _g = exclusive();
+    const GOOD: usize = 180;
+    const BAD: usize = 20;
+    let max = 64 << 10;
+    let pool = IoPool::new(1).expect("pool");
+    let echo = Peer::start(Behaviour::Echo);
+    let mut garbage = ((max + 1) as u32).to_be_bytes().to_vec();
+    garbage.extend_from_slice(b"and then some bytes");
+    let breaker = Peer::start(Behaviour::script(move |c| loop {
+        match c.read_frame(Duration::from_secs(60)) {
+            Ok(f) if f == b"go" => {
+                if c.write_all(&garbage).is_ok() {
+                    c.sink();
+                }
+                return;
+            }
+            Ok(f) => {
+                if c.write_frame(&f).is_err() {
+                    return;
+                }
+            }
+            Err(_) => return,
+        }
+    }));
+    let build = |endpoint: &str| {
+        Link::builder(endpoint)
+            .codec(Codec::LengthPrefixed { max_frame: max })
+            .io_pool(&pool)
+            .backoff(ms(50), ms(200))
+            .build()
+            .expect("build")
+    };
+    let good: Vec<Link> = (0..GOOD).map(|_| build(&echo.endpoint())).collect();
+    let bad: Vec<Link> = (0..BAD).map(|_| build(&breaker.endpoint())).collect();
+    let mut good_w: Vec<Watch> = good.iter().map(Watch::new).collect();
+    let mut bad_w: Vec<Watch> = bad.iter().map(Watch::new).collect();
+    for w in good_w.iter_mut().chain(bad_w.iter_mut()) {
+        w.until_state(State::Ready, T);
+    }
+
+    // Reset for garbage, then Ready again.
+    let back = |w: &Watch| {
+        let reset = w.transitions.iter().position(|(_, t)| {
+            t.from == State::Ready && t.to == State::Backoff && t.cause == Cause::Protocol
+        });
+        reset.is_some_and(|r| w.transitions[r..].iter().any(|(_, t)| t.to == State::Ready))
+    };
+    for link in &bad {
+        link.send(b"go".to_vec()).expect("send go");
+    }
+    // The good links make round trips until every bad link is back (at least three rounds).
+    let t0 = Instant::now();
+    let mut rounds = 0;
+    loop {
+        for (i, link) in good.iter().enumerate() {
+            link.send(format!("g{i}-{rounds}")).expect("send");
+        }
+        for (i, w) in good_w.iter_mut().enumerate() {
+            assert!(
+                w.frames_until(rounds + 1, Duration::from_secs(10)),
+                "good link {i}: no echo of round {rounds} within 10 s: {}",
+                w.trace()
+            );
+        }
+        rounds += 1;
+        let backs: Vec<bool> = bad_w
+            .iter_mut()
+            .map(|w| w.until_seen(Duration::ZERO, back))
+            .collect();
+        if rounds >= 3 && backs.iter().all(|b| *b) {
+            break;
+        }
+        assert!(
+            t0.elapsed() < T,
+            "{} bad links not back after {rounds} rounds",
+            backs.iter().filter(|b| !**b).count()
+        );
+    }
+    let rounds_took = t0.elapsed();
+    for (i, w) in bad_w.iter().enumerate() {
+        assert!(
+            w.errors.iter().any(|e| matches!(
+                e,
+                LinkError::Codec(CodecError::FrameTooLarge { len, max: m })
+                    if *len == max as u64 + 1 && *m == max
+            )),
+            "bad link {i}: no FrameTooLarge event: {:?}",
+            w.errors
+        );
+    }
+    for (i, link) in bad.iter().enumerate() {
+        link.send(format!("b{i}")).expect("send after the reset");
+    }
+    for (i, w) in bad_w.iter_mut().enumerate() {
+        assert!(
+            w.frames_until(1, Duration::from_secs(10)),
+            "bad link {i}: no echo after coming back: {}",
+            w.trace()
+        );
+    }
+
+    for (i, (link, w)) in good.iter().zip(good_w.iter_mut()).enumerate() {
+        let what = format!("good link {i}");
+        let (m, _) = w.close(link, ms(500), &what);
+        assert_accounted(&m, &what);
+        assert_eq!(m.frames_sent, rounds as u64, "{what}: {m:?}");
+        let want: Vec<Vec<u8>> = (0..rounds)
+            .map(|r| format!("g{i}-{r}").into_bytes())
+            .collect();
+        assert_eq!(w.frames, want, "{what}");
+        assert!(w.errors.is_empty(), "{what}: {:?}", w.errors);
+        assert!(
+            w.transitions
+                .iter()
+                .all(|(_, t)| t.from != State::Ready || t.to == State::Closed),
+            "{what} left Ready: {}",
+            w.trace()
+        );
+    }
+    for (i, (link, w)) in bad.iter().zip(bad_w.iter_mut()).enumerate() {
+        let what = format!("bad link {i}");
+        let (m, _) = w.close(link, ms(500), &what);
+        assert_accounted(&m, &what);
+        assert_eq!(m.frames_sent, 2, "{what}: {m:?}");
+        assert_eq!(w.frames, vec![format!("b{i}").into_bytes()], "{what}");
+        let resets = w
+            .transitions
+            .iter()
+            .filter(|(_, t)| t.cause == Cause::Protocol)
+            .count();
+        assert_eq!(resets, 1, "{what}: {}", w.trace());
+    }
+    assert!(wait_until(Duration::from_secs(5), || pool.links() == 0));
+    eprintln!(
+        "measured: {GOOD} links made {rounds} rounds of round trips in {rounds_took:?} while \
+         {BAD} links on the same thread were reset for garbage and came back"
+    );
 }
