@@ -66,6 +66,13 @@
 //!   server name, optional client certificate for mutual TLS, ALPN). A failed handshake is a
 //!   failed attempt with cause [`Cause::Tls`] and the reason in [`LinkError::Tls`]; there is
 //!   never a plaintext fallback.
+//! - Many links per IO thread: links given the same [`IoPool`] (e.g. [`IoPool::global`], a
+//!   thread per core) share its threads; a budget per link per pass keeps a busy link from
+//!   starving the others. Without a pool a link gets a thread of its own.
+//! - Any program: blocking calls ([`Events::recv`], [`Link::close`]), their async twins woken by
+//!   the IO thread on any executor ([`Events::recv_async`], [`Events`] as a
+//!   `futures_core::Stream`, [`Link::send_async`], [`Link::close_async`]), and [`Batch`] sends
+//!   that hand many frames over in one call. Dropping the last handle never waits.
 //!
 //! # Out of scope
 //! - Servers (relink only dials).
