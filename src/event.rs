@@ -90,7 +90,9 @@ impl fmt::Display for State {
 pub enum Cause {
     /// The link was started.
     Start,
-    /// A name is being resolved or an address dialled.
+    /// A name is being resolved or an address dialled. Not emitted by this version: a dial
+    /// shows as the cause that started it (`start`, `retry-timer`, `cooldown-over`,
+    /// `reconnect-now`); kept so that a later version may report it without a breaking change.
     Dialling,
     /// The TCP connection came up.
     TcpConnected,
@@ -128,7 +130,9 @@ pub enum Cause {
     RetryTimer,
     /// The cooldown period ran out.
     CooldownOver,
-    /// `max_attempts` failures in a row.
+    /// `max_attempts` failures in a row. Not emitted by this version: the move to
+    /// [`State::Cooldown`] carries the cause of the failure that used up the attempts
+    /// (`refused`, `peer-closed`, ...), and the state itself says the attempts ran out.
     AttemptsExhausted,
     /// The application called `reconnect_now`.
     ReconnectNow,
