@@ -154,20 +154,6 @@ fn close_while_cooling_down_returns_within_the_bound_and_gives_every_queued_fram
 // 12. Open and close many times
 // ---------------------------------------------------------------------------------------
 
-fn count_entries(dir: &str) -> usize {
-    std::fs::read_dir(dir)
-        .unwrap_or_else(|e| panic!("read {dir}: {e}"))
-        .count()
-}
-
-/// (open file descriptors, threads) of this process.
-fn fds_and_threads() -> (usize, usize) {
-    (
-        count_entries("/proc/self/fd"),
-        count_entries("/proc/self/task"),
-    )
-}
-
 /// 1000 links opened and closed, alternating an endpoint that accepts (each link waits for
 /// Ready) and one that refuses. Counted after a warm-up link of each kind, because the first
 /// link starts the process-wide context (libzmq's IO and reaper threads).

@@ -43,20 +43,6 @@ fn round_trip(link: &Link, line: &[u8]) -> Duration {
     t0.elapsed()
 }
 
-fn count_entries(dir: &str) -> usize {
-    std::fs::read_dir(dir)
-        .unwrap_or_else(|e| panic!("read {dir}: {e}"))
-        .count()
-}
-
-/// (open file descriptors, threads) of this process.
-fn fds_and_threads() -> (usize, usize) {
-    (
-        count_entries("/proc/self/fd"),
-        count_entries("/proc/self/task"),
-    )
-}
-
 /// 1000 links on a 2-thread pool to one echo peer, three frames each echoed; the peer stops,
 /// each link queues two more frames, the peer comes back on the same port.
 /// Expected: every link back to Ready, its queued frames delivered, accounting exact per link.

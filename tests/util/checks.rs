@@ -192,3 +192,17 @@ pub fn assert_abandoned_not_received(
         .collect();
     assert!(both.is_empty(), "abandoned and received: {both:?}");
 }
+
+fn count_entries(dir: &str) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("read {dir}: {e}"))
+        .count()
+}
+
+/// (open file descriptors, threads) of this process.
+pub fn fds_and_threads() -> (usize, usize) {
+    (
+        count_entries("/proc/self/fd"),
+        count_entries("/proc/self/task"),
+    )
+}

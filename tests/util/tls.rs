@@ -76,36 +76,7 @@ pub enum ServerCert {
 /// A port outside the kernel's ephemeral range (so no outgoing connection of this machine
 /// can hold it while a restarted server wants it back), free when it is returned.
 pub fn restartable_port() -> u16 {
-    let (lo, hi) = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|s| {
-            let mut it = s.split_whitespace().map(|p| p.parse::<u32>().ok());
-            Some((it.next()??, it.next()??))
-        })
-        .unwrap_or((32768, 60999));
-    let pool = if lo >= 12000 {
-        Some((10000u32, lo))
-    } else if hi <= 60000 {
-        Some((hi + 1, 65535))
-    } else {
-        None
-    };
-    if let Some((lo, hi)) = pool {
-        for _ in 0..500 {
-            let draw = {
-                use std::hash::{BuildHasher, Hasher};
-                let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-                h.write_u32(std::process::id());
-                h.finish() as u32
-            };
-            let port = (lo + draw % (hi - lo)) as u16;
-            if TcpListener::bind((Ipv4Addr::LOCALHOST, port)).is_ok() {
-                return port;
-            }
-        }
-    }
-    let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
-    l.local_addr().unwrap().port()
+    super::peers::free_port()
 }
 
 /// `redis-server` listening with TLS only (its plain port is off), on 127.0.0.1, without
