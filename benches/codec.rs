@@ -18,11 +18,14 @@
 //!
 //! where `*_mps` is millions of frames per second (each encoded and decoded once).
 
+mod support;
+
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use bytes::{Buf, BytesMut};
-use relink::{Codec, CodecError, FrameError, Framing, LengthDelimited};
+use bytes::BytesMut;
+use relink::{Codec, Framing, LengthDelimited};
+use support::framing::UserLen32;
 
 /// Frames per pass.
 const BATCH: usize = 1024;
@@ -32,46 +35,6 @@ const CHUNK: usize = 8192;
 const ROUNDS: usize = 5;
 /// Time per measurement.
 const SLICE: Duration = Duration::from_millis(250);
-
-/// A user's len32: a u32 big-endian length then the frame, at most 16 MiB.
-#[derive(Debug, Clone)]
-struct UserLen32;
-
-impl Framing for UserLen32 {
-    fn encode(&mut self, frame: &[u8], dst: &mut Vec<u8>) -> Result<(), FrameError> {
-        self.check(frame)?;
-        dst.extend_from_slice(&(frame.len() as u32).to_be_bytes());
-        dst.extend_from_slice(frame);
-        Ok(())
-    }
-    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Vec<u8>>, CodecError> {
-        let Some(&[a, b, c, d]) = src.get(..4) else {
-            return Ok(None);
-        };
-        let len = u32::from_be_bytes([a, b, c, d]) as usize;
-        if len > 16 << 20 {
-            return Err(CodecError::FrameTooLarge {
-                len: len as u64,
-                max: 16 << 20,
-            });
-        }
-        if src.len() < 4 + len {
-            return Ok(None);
-        }
-        let frame = src[4..4 + len].to_vec();
-        src.advance(4 + len);
-        Ok(Some(frame))
-    }
-    fn check(&self, frame: &[u8]) -> Result<(), FrameError> {
-        if frame.len() > 16 << 20 {
-            return Err(FrameError::TooLarge {
-                len: frame.len(),
-                max: 16 << 20,
-            });
-        }
-        Ok(())
-    }
-}
 
 /// One pass through a framing: encode the batch, decode it back; returns frames decoded.
 fn pass_framing(framing: &mut dyn Framing, frames: &[Vec<u8>], wire: &mut Vec<u8>) -> usize {

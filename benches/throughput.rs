@@ -54,9 +54,9 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use bytes::{Buf, BytesMut};
-use relink::{Batch, Codec, CodecError, FrameError, Framing, Link, Overflow, State};
+use relink::{Batch, Codec, Link, Overflow, State};
 
+use support::framing::UserLen32;
 use support::peer::Peer;
 use support::tls::Pki;
 use support::tokio_client::TokioClient;
@@ -189,47 +189,6 @@ impl Sink {
 
     fn join(self) {
         self.peer.stop();
-    }
-}
-
-/// A user's len32: a u32 big-endian length, then the frame, at most 16 MiB.
-#[derive(Debug, Clone)]
-struct UserLen32;
-
-impl Framing for UserLen32 {
-    fn encode(&mut self, frame: &[u8], dst: &mut Vec<u8>) -> Result<(), FrameError> {
-        self.check(frame)?;
-        dst.extend_from_slice(&(frame.len() as u32).to_be_bytes());
-        dst.extend_from_slice(frame);
-        Ok(())
-    }
-
-    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Vec<u8>>, CodecError> {
-        let Some(head) = src.get(..4) else {
-            return Ok(None);
-        };
-        let len = u32::from_be_bytes([head[0], head[1], head[2], head[3]]) as usize;
-        if len > 16 << 20 {
-            return Err(CodecError::FrameTooLarge {
-                len: len as u64,
-                max: 16 << 20,
-            });
-        }
-        if src.len() < 4 + len {
-            return Ok(None);
-        }
-        src.advance(4);
-        Ok(Some(src.split_to(len).to_vec()))
-    }
-
-    fn check(&self, frame: &[u8]) -> Result<(), FrameError> {
-        if frame.len() > 16 << 20 {
-            return Err(FrameError::TooLarge {
-                len: frame.len(),
-                max: 16 << 20,
-            });
-        }
-        Ok(())
     }
 }
 

@@ -7,6 +7,7 @@
 //! Each program includes it with `mod support;` and uses a part of it.
 #![allow(dead_code)]
 
+pub mod framing;
 pub mod netns;
 pub mod peer;
 pub mod redis;
