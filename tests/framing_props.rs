@@ -296,3 +296,77 @@ proptest! {
         prop_assert_eq!(framing.name(), "typed");
     }
 }
+
+/// RESP-like values: well-formed values of every type the decoder knows, and lines whose
+/// content breaks the type (a sign alone, letters in a number, a bad verbatim format), nested
+/// in arrays, so that the decoder and the parser meet both.
+fn resp_value() -> impl Strategy<Value = Vec<u8>> {
+    const LINES: &[&[u8]] = &[
+        b"+OK", b"-ERR x", b":5", b":+5", b":-5", b":+", b":5a", b"_", b"_x", b"#t", b"#f", b"#x",
+        b",1.5", b",-2", b",+3e-2", b",1E9", b",inf", b",-inf", b",nan", b",abc", b",", b",1.",
+        b",.5", b",1e", b",NaN", b"(123", b"(-1", b"(+1", b"(1a", b"(", b"$-1", b"*-1", b"*0",
+        b"?", b"%1", b"~1", b">1", b"", b"+a\rb",
+    ];
+    let line = prop::sample::select(LINES).prop_map(|l| [l, b"\r\n"].concat());
+    let blob = (
+        prop::sample::select(&b"$!="[..]),
+        prop_oneof![Just(b"txt:".to_vec()), bytes(0..6)],
+        bytes(0..8),
+        -1i8..2,
+    )
+        .prop_map(|(kind, head, body, skew)| {
+            let body = [head, body].concat();
+            let len = body.len() as i64 + i64::from(skew);
+            [&[kind][..], format!("{len}\r\n").as_bytes(), &body, b"\r\n"].concat()
+        });
+    let leaf = prop_oneof![4 => line, 2 => blob];
+    leaf.prop_recursive(3, 24, 4, |inner| {
+        (prop::collection::vec(inner, 0..4), -1i8..2).prop_map(|(items, skew)| {
+            let len = items.len() as i64 + i64::from(skew);
+            [format!("*{len}\r\n").into_bytes(), items.concat()].concat()
+        })
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(4 * CASES))]
+
+    #[test]
+    fn the_resp_decoder_accepts_exactly_the_values_the_parser_accepts(
+        wire in resp_value(),
+        cuts in prop::collection::vec(any::<Index>(), 0..4),
+    ) {
+        let parsed = relink::RespValue::parse(&wire);
+        let decoded = decode_cut(&mut Resp::new(), &wire, &cuts);
+        let whole = matches!(&decoded, Ok(frames) if frames.len() == 1 && frames[0] == wire);
+        prop_assert_eq!(parsed.is_ok(), whole, "{:?}: {:?} / {:?}", wire, parsed, decoded);
+    }
+
+    #[test]
+    fn a_length_field_past_what_arrived_is_never_a_frame_nor_a_panic(
+        field in prop::sample::select(&[1usize, 2, 3, 4, 8][..]),
+        offset in 0usize..3,
+        adjustment in prop_oneof![Just(isize::MAX), Just(isize::MAX / 2), Just(0isize), 0isize..16],
+        keep in prop::option::of(0usize..3),
+        varint in any::<bool>(),
+        noise in bytes(0..32),
+    ) {
+        let mut b = LengthDelimited::builder()
+            .length_field_offset(offset)
+            .length_adjustment(adjustment)
+            .num_skip(keep)
+            .max_frame_length(usize::MAX);
+        b = if varint { b.varint_max_bytes(9) } else { b.length_field_length(field) };
+        let Ok(mut framing) = b.build() else { return Ok(()) };
+        let wire = [&noise[..offset.min(noise.len())], &[0xff; 8][..], &[0x7f], &noise].concat();
+        // The field announces at least 255 bytes, more than ever arrive: no frame, whatever
+        // the sum of header, length and adjustment comes to.
+        let mut src = BytesMut::from(&wire[..]);
+        let result = framing.decode(&mut src);
+        prop_assert!(
+            matches!(result, Ok(None) | Err(CodecError::FrameTooLarge { .. })),
+            "{:?}",
+            result
+        );
+    }
+}

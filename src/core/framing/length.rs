@@ -382,7 +382,15 @@ impl LengthDelimitedBuilder {
             Field::Varint { max_bytes } => (1i128 << (7 * max_bytes)) - 1,
         };
         let adjustment = self.adjustment as i128;
-        let max_payload = (field_max + adjustment).min(self.max_frame_length as i128);
+        let field_len = match field {
+            Field::Fixed { width, .. } => width,
+            Field::Varint { max_bytes } => max_bytes,
+        };
+        // A whole frame (head, field, payload) must have a length: the payload leaves room.
+        let room = (usize::MAX as i128) - (self.offset as i128) - (field_len as i128);
+        let max_payload = (field_max + adjustment)
+            .min(self.max_frame_length as i128)
+            .min(room);
         let min_payload = adjustment.max(0);
         if max_payload < min_payload.max(0) || max_payload < 0 {
             return Err(ConfigError::BadFraming {
@@ -416,22 +424,23 @@ impl Framing for LengthDelimited {
         let Some((value, field_len)) = self.read_field(src)? else {
             return Ok(None);
         };
-        let adjusted = if self.adjustment >= 0 {
-            Some(value.saturating_add(self.adjustment as u64))
-        } else {
-            value.checked_sub(self.adjustment.unsigned_abs() as u64)
-        };
-        let Some(payload) = adjusted else {
+        // Every sum is checked: a length past what a frame can have is too large.
+        let payload = i128::from(value) + self.adjustment as i128;
+        if payload < 0 {
             return Err(CodecError::Malformed("length field below the adjustment"));
-        };
-        if payload > self.max_payload as u64 {
-            return Err(CodecError::FrameTooLarge {
-                len: payload,
-                max: self.max_payload,
-            });
         }
+        let too_large = CodecError::FrameTooLarge {
+            len: u64::try_from(payload).unwrap_or(u64::MAX),
+            max: self.max_payload,
+        };
         let header = self.offset + field_len;
-        let total = header + payload as usize;
+        let total = match usize::try_from(payload) {
+            Ok(payload) if payload <= self.max_payload => header.checked_add(payload),
+            _ => None,
+        };
+        let Some(total) = total else {
+            return Err(too_large);
+        };
         if src.len() < total {
             return Ok(None);
         }
@@ -667,6 +676,88 @@ mod tests {
         src.extend_from_slice(&[0, 0, 0, 0x7f, 0xff, 0xff, 0xff, 0xff, 1, 2]);
         assert_eq!(big.decode(&mut src), Ok(None));
         assert!(src.capacity() < 1024, "{}", src.capacity());
+    }
+
+    /// Decodes `wire` (plus padding) with `framing`, as one chunk.
+    fn decode_once(
+        framing: &mut LengthDelimited,
+        wire: &[u8],
+    ) -> Result<Option<Vec<u8>>, CodecError> {
+        let mut src = BytesMut::from(wire);
+        framing.decode(&mut src)
+    }
+
+    #[test]
+    fn an_eight_byte_length_of_all_ones_without_a_limit_is_too_large_not_a_panic() {
+        let mut framing = build(
+            LengthDelimited::builder()
+                .length_field_length(8)
+                .max_frame_length(usize::MAX),
+        );
+        let wire = [[0xff; 8].as_slice(), b"payload"].concat();
+        assert!(matches!(
+            decode_once(&mut framing, &wire),
+            Err(CodecError::FrameTooLarge { len: u64::MAX, .. })
+        ));
+    }
+
+    #[test]
+    fn a_kept_header_is_never_returned_as_a_frame_when_the_length_overflows() {
+        let mut framing = build(
+            LengthDelimited::builder()
+                .length_field_length(8)
+                .num_skip(Some(0))
+                .max_frame_length(usize::MAX),
+        );
+        let wire = [[0xff; 8].as_slice(), b"payload"].concat();
+        assert!(matches!(
+            decode_once(&mut framing, &wire),
+            Err(CodecError::FrameTooLarge { .. })
+        ));
+    }
+
+    #[test]
+    fn a_large_positive_adjustment_that_overflows_the_length_is_too_large() {
+        let mut framing = build(
+            LengthDelimited::builder()
+                .length_field_length(8)
+                .length_adjustment(isize::MAX)
+                .num_skip(Some(0))
+                .max_frame_length(usize::MAX),
+        );
+        let wire = [[0xff; 8].as_slice(), b"payload"].concat();
+        assert!(matches!(
+            decode_once(&mut framing, &wire),
+            Err(CodecError::FrameTooLarge { .. })
+        ));
+    }
+
+    #[test]
+    fn a_varint_with_a_large_adjustment_that_overflows_the_length_is_too_large() {
+        let mut framing = build(
+            LengthDelimited::builder()
+                .varint_max_bytes(9)
+                .length_adjustment(isize::MAX)
+                .num_skip(Some(0))
+                .max_frame_length(usize::MAX),
+        );
+        let wire = [[0xff; 8].as_slice(), b"\x7fpayload"].concat();
+        assert!(matches!(
+            decode_once(&mut framing, &wire),
+            Err(CodecError::FrameTooLarge { .. })
+        ));
+    }
+
+    #[test]
+    fn the_largest_payload_leaves_room_for_the_header_in_max_buffered() {
+        let framing = build(
+            LengthDelimited::builder()
+                .length_field_offset(3)
+                .length_field_length(8)
+                .max_frame_length(usize::MAX),
+        );
+        assert_eq!(framing.max_buffered(), usize::MAX);
+        assert_eq!(framing.check(&[0; 3]), Ok(()));
     }
 
     #[test]

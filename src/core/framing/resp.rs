@@ -162,9 +162,13 @@ fn words(frame: &[u8]) -> impl Iterator<Item = &[u8]> {
         .filter(|w| !w.is_empty())
 }
 
-/// Parses a RESP integer line.
+/// Parses a RESP integer line: an optional `+` or `-`, then decimal digits (the spec's
+/// `:[<+|->]<value>`; lengths use the same form).
 fn parse_int(line: &[u8]) -> Result<i64, CodecError> {
-    let digits = line.strip_prefix(b"-").unwrap_or(line);
+    let digits = line
+        .strip_prefix(b"-")
+        .or_else(|| line.strip_prefix(b"+"))
+        .unwrap_or(line);
     if digits.is_empty() || digits.len() > 19 || !digits.iter().all(u8::is_ascii_digit) {
         return Err(CodecError::Malformed("bad RESP integer"));
     }
@@ -174,15 +178,64 @@ fn parse_int(line: &[u8]) -> Result<i64, CodecError> {
         .ok_or(CodecError::Malformed("bad RESP integer"))
 }
 
+/// Whether `s` is one or more ASCII digits.
+fn all_digits(s: &[u8]) -> bool {
+    !s.is_empty() && s.iter().all(u8::is_ascii_digit)
+}
+
+/// Whether `line` is a RESP3 double: `[+|-]digits[.digits][(e|E)[+|-]digits]`, `inf`,
+/// `-inf` or `nan`.
+fn is_double(line: &[u8]) -> bool {
+    let unsigned = line
+        .strip_prefix(b"-")
+        .or_else(|| line.strip_prefix(b"+"))
+        .unwrap_or(line);
+    if line == b"nan" || unsigned == b"inf" {
+        return true;
+    }
+    let (mantissa, exponent) = match unsigned.iter().position(|&b| b == b'e' || b == b'E') {
+        Some(e) => (&unsigned[..e], Some(&unsigned[e + 1..])),
+        None => (unsigned, None),
+    };
+    let (integral, fraction) = match mantissa.iter().position(|&b| b == b'.') {
+        Some(dot) => (&mantissa[..dot], Some(&mantissa[dot + 1..])),
+        None => (mantissa, None),
+    };
+    let exponent = exponent.map(|e| {
+        e.strip_prefix(b"-")
+            .or_else(|| e.strip_prefix(b"+"))
+            .unwrap_or(e)
+    });
+    all_digits(integral) && fraction.map_or(true, all_digits) && exponent.map_or(true, all_digits)
+}
+
 /// Checks a simple line's content for its type byte.
 fn check_simple(kind: u8, line: &[u8]) -> Result<(), CodecError> {
     match kind {
         b':' => parse_int(line).map(drop),
         b'_' if !line.is_empty() => Err(CodecError::Malformed("bad RESP null")),
         b'#' if line != b"t" && line != b"f" => Err(CodecError::Malformed("bad RESP boolean")),
+        b',' if !is_double(line) => Err(CodecError::Malformed("bad RESP double")),
+        b'(' if !all_digits(
+            line.strip_prefix(b"-")
+                .or_else(|| line.strip_prefix(b"+"))
+                .unwrap_or(line),
+        ) =>
+        {
+            Err(CodecError::Malformed("bad RESP big number"))
+        }
         _ if line.contains(&b'\r') => Err(CodecError::Malformed("a RESP line holds a CR")),
         _ => Ok(()),
     }
+}
+
+/// Checks the body of a blob (`$`, `!`, `=`): a verbatim string starts with a 3-byte format
+/// and a colon.
+fn check_blob(kind: u8, body: &[u8]) -> Result<(), CodecError> {
+    if kind == b'=' && body.get(3) != Some(&b':') {
+        return Err(CodecError::Malformed("bad RESP verbatim string"));
+    }
+    Ok(())
 }
 
 /// Finds the `\n` ending the line that starts at `start`, searching from `from`; checks the
@@ -248,6 +301,7 @@ impl Scanner {
                                 "a RESP bulk string must end in CRLF",
                             ));
                         }
+                        check_blob(kind, &src[next..end - 2])?;
                         end
                     }
                 },
@@ -448,6 +502,7 @@ fn parse_value(src: &[u8], start: usize, depth: usize) -> Result<(RespValue, usi
                 if &src[end - 2..end] != b"\r\n" {
                     return Err(CodecError::Malformed("a RESP bulk string must end in CRLF"));
                 }
+                check_blob(kind, &src[next..end - 2])?;
                 let body = src[next..end - 2].to_vec();
                 let value = if kind == b'!' {
                     RespValue::Error(body)
@@ -609,6 +664,50 @@ mod tests {
         assert!(RespValue::parse(b"*2\r\n:1\r\n").is_err());
         assert!(RespValue::parse(b"*1000000000\r\n").is_err());
         assert!(RespValue::parse(b"").is_err());
+    }
+
+    #[test]
+    fn an_integer_with_a_plus_sign_is_accepted_as_the_spec_allows() {
+        assert_eq!(
+            decode_chunks(&mut Resp::new(), [&b":+5\r\n"[..]]),
+            Ok(vec![b":+5\r\n".to_vec()])
+        );
+        assert_eq!(RespValue::parse(b":+5\r\n"), Ok(RespValue::Integer(5)));
+        assert!(RespValue::parse(b":+\r\n").is_err());
+        assert!(RespValue::parse(b":+-5\r\n").is_err());
+    }
+
+    #[test]
+    fn the_decoder_and_the_parser_agree_on_resp3_doubles_big_numbers_and_verbatim_strings() {
+        for (wire, valid) in [
+            (&b",1.5\r\n"[..], true),
+            (b",-2\r\n", true),
+            (b",+3.25e-2\r\n", true),
+            (b",1E10\r\n", true),
+            (b",inf\r\n", true),
+            (b",-inf\r\n", true),
+            (b",nan\r\n", true),
+            (b",abc\r\n", false),
+            (b",\r\n", false),
+            (b",1.\r\n", false),
+            (b",.5\r\n", false),
+            (b",1e\r\n", false),
+            (b",infinity\r\n", false),
+            (b",NaN\r\n", false),
+            (b"(12345678901234567890123\r\n", true),
+            (b"(-1\r\n", true),
+            (b"(+1\r\n", true),
+            (b"(12a\r\n", false),
+            (b"(\r\n", false),
+            (b"=7\r\ntxt:abc\r\n", true),
+            (b"=3\r\nabc\r\n", false),
+            (b"=4\r\nabcd\r\n", false),
+        ] {
+            let decoded = decode_chunks(&mut Resp::new(), [wire]);
+            let parsed = RespValue::parse(wire);
+            assert_eq!(decoded.is_ok(), valid, "decode {wire:?}: {decoded:?}");
+            assert_eq!(parsed.is_ok(), valid, "parse {wire:?}: {parsed:?}");
+        }
     }
 
     #[test]
