@@ -1,20 +1,20 @@
-//! Codec speed: encode + decode throughput of a framing, without any socket.
+//! Framing speed: encode + decode throughput of a framing, without any socket.
 //!
 //! Run with `cargo bench --bench codec` (about 8 s).
 //!
 //! Three ways to put 4-byte big-endian length-prefixed frames on the wire and read them back
 //! are compared, at 64 B and 1 KiB frames:
-//! - `user`: a len32 written in this file against the public [`Framing`] trait, used as a
-//!   `Box<dyn Framing>` (as a link holds one);
+//! - `user`: a len32 written against the public [`Framing`] trait (benches/support), used as
+//!   a `Box<dyn Framing>` (as a link holds one);
 //! - `builtin`: [`LengthDelimited::len32`], also as a `Box<dyn Framing>`;
-//! - `today`: [`Codec::length_prefixed`] with `encode_into` and its [`relink::Decoder`].
+//! - `tokio`: tokio-util's `LengthDelimitedCodec`, the baseline.
 //!
 //! One pass encodes a batch of frames into a buffer, then decodes it fed in 8 KiB chunks (the
 //! size of the chunks libzmq hands over). Rounds alternate between the three (5 rounds of
 //! 250 ms each); the median is reported, one line per size:
 //!
-//! `codec size=<bytes> user_mps=<x> builtin_mps=<y> today_mps=<z> ratio_user_builtin=<x/y>
-//! ratio_builtin_today=<y/z>`
+//! `codec size=<bytes> user_mps=<x> builtin_mps=<y> tokio_mps=<z> ratio_user_builtin=<x/y>
+//! ratio_builtin_tokio=<y/z>`
 //!
 //! where `*_mps` is millions of frames per second (each encoded and decoded once).
 
@@ -23,9 +23,10 @@ mod support;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
-use relink::{Codec, Framing, LengthDelimited};
+use relink::bytes::{Bytes, BytesMut};
+use relink::framing::{Framing, LengthDelimited};
 use support::framing::UserLen32;
+use tokio_util::codec::{Decoder, Encoder, LengthDelimitedCodec};
 
 /// Frames per pass.
 const BATCH: usize = 1024;
@@ -55,18 +56,17 @@ fn pass_framing(framing: &mut dyn Framing, frames: &[Vec<u8>], wire: &mut Vec<u8
     count
 }
 
-/// One pass through today's codec.
-fn pass_today(codec: &Codec, frames: &[Vec<u8>], wire: &mut Vec<u8>) -> usize {
+/// One pass through tokio-util's codec.
+fn pass_tokio(codec: &mut LengthDelimitedCodec, frames: &[Bytes], wire: &mut BytesMut) -> usize {
     wire.clear();
     for frame in frames {
-        codec.check_frame(frame).unwrap();
-        codec.encode_into(frame, wire);
+        codec.encode(frame.clone(), wire).unwrap();
     }
-    let mut decoder = codec.decoder();
+    let mut src = BytesMut::with_capacity(2 * CHUNK);
     let mut count = 0;
     for chunk in wire.chunks(CHUNK) {
-        decoder.feed(chunk);
-        while let Some(frame) = decoder.decode().unwrap() {
+        src.extend_from_slice(chunk);
+        while let Some(frame) = codec.decode(&mut src).unwrap() {
             black_box(&frame);
             count += 1;
         }
@@ -92,22 +92,24 @@ fn median(mut xs: Vec<f64>) -> f64 {
 fn main() {
     for size in [64usize, 1024] {
         let frames: Vec<Vec<u8>> = (0..BATCH).map(|i| vec![i as u8; size]).collect();
+        let shared: Vec<Bytes> = frames.iter().cloned().map(Bytes::from).collect();
         let mut wire = Vec::new();
+        let mut tokio_wire = BytesMut::new();
         let mut user: Box<dyn Framing> = Box::new(UserLen32);
         let mut builtin: Box<dyn Framing> = Box::new(LengthDelimited::len32());
-        let today = Codec::length_prefixed();
+        let mut tokio = LengthDelimitedCodec::new();
         let (mut u, mut b, mut t) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..ROUNDS {
             u.push(measure(|| pass_framing(user.as_mut(), &frames, &mut wire)));
             b.push(measure(|| {
                 pass_framing(builtin.as_mut(), &frames, &mut wire)
             }));
-            t.push(measure(|| pass_today(&today, &frames, &mut wire)));
+            t.push(measure(|| pass_tokio(&mut tokio, &shared, &mut tokio_wire)));
         }
         let (u, b, t) = (median(u), median(b), median(t));
         println!(
-            "codec size={size} user_mps={u:.2} builtin_mps={b:.2} today_mps={t:.2} \
-             ratio_user_builtin={:.2} ratio_builtin_today={:.2}",
+            "codec size={size} user_mps={u:.2} builtin_mps={b:.2} tokio_mps={t:.2} \
+             ratio_user_builtin={:.2} ratio_builtin_tokio={:.2}",
             u / b,
             b / t
         );

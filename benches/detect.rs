@@ -35,7 +35,8 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use rand::Rng;
-use relink::{Codec, Event, Heartbeat, Link, Ping, Predicate};
+use relink::framing::Lines;
+use relink::{Event, Heartbeat, Link, Ping, Predicate};
 
 use support::netns::{self, mono_us, us_between, StateReport as Change};
 use support::peer::Peer;
@@ -243,7 +244,7 @@ fn ms(d: Duration) -> f64 {
 /// A link with the heartbeat of the settings; replies recognised by `reply`.
 fn link_to(endpoint: &str, s: Settings, ping: &[u8], reply: &[u8]) -> Result<Link, String> {
     Link::builder(endpoint)
-        .codec(Codec::lines())
+        .framing(Lines::new())
         .heartbeat(
             Heartbeat::new(s.interval, Ping::Raw(ping.to_vec()))
                 .max_missed(s.max_missed)

@@ -21,7 +21,8 @@ mod support;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use relink::{Codec, Heartbeat, Link, Ping, Predicate, State};
+use relink::framing::LengthDelimited;
+use relink::{Heartbeat, Link, Ping, Predicate, State};
 
 use support::cpu_time;
 use support::peer::ChildPeer;
@@ -89,7 +90,7 @@ fn main() {
     let links: Vec<Link> = (0..LINKS)
         .map(|_| {
             Link::builder(&endpoint)
-                .codec(Codec::length_prefixed())
+                .framing(LengthDelimited::len32())
                 .heartbeat(
                     Heartbeat::new(Duration::from_secs(1), Ping::Frame(b"ping".to_vec()))
                         .reply(Predicate::starts_with(&b"ping"[..])),
@@ -121,7 +122,7 @@ fn main() {
     let links: Vec<Link> = (0..LINKS)
         .map(|_| {
             Link::builder(&endpoint)
-                .codec(Codec::length_prefixed())
+                .framing(LengthDelimited::len32())
                 .backoff(Duration::from_secs(1), Duration::from_secs(2))
                 .build()
                 .expect("build a link")

@@ -27,7 +27,8 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use relink::{Codec, Event, Link, State};
+use relink::framing::LengthDelimited;
+use relink::{Event, Link, State};
 
 use support::peer::{self, Peer};
 use support::tokio_client::TokioClient;
@@ -56,7 +57,7 @@ struct RelinkClient {
 impl RelinkClient {
     fn connect(echo: &Peer) -> RelinkClient {
         let link = Link::builder(&echo.endpoint())
-            .codec(Codec::length_prefixed())
+            .framing(LengthDelimited::len32())
             .build()
             .expect("build the link");
         support::wait_state(&link, State::Ready, Instant::now() + ECHO_BOUND);

@@ -28,7 +28,8 @@ use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use relink::{Codec, Heartbeat, IoPool, Link, Ping, State};
+use relink::framing::Lines;
+use relink::{Heartbeat, IoPool, Link, Ping, State};
 
 /// Set in the child process that measures one count: the count.
 const CHILD_ENV: &str = "RELINK_BENCH_LINKS_CHILD";
@@ -105,7 +106,7 @@ fn child(n: usize) {
     for i in 0..n {
         let link = Link::builder(&endpoint)
             .io_pool(&pool)
-            .codec(Codec::lines())
+            .framing(Lines::new())
             .heartbeat(
                 Heartbeat::new(Duration::from_secs(1), Ping::Raw(b"PING\r\n".to_vec()))
                     .reply(relink::Predicate::starts_with(&b"+PONG"[..])),

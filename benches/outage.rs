@@ -10,7 +10,8 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use relink::{Codec, Link, Overflow, SendError};
+use relink::framing::LengthDelimited;
+use relink::{Link, Overflow, SendError};
 
 use support::rss_kib;
 
@@ -27,7 +28,7 @@ fn main() {
     let port = support::free_port();
     let (limit_frames, limit_bytes) = (10_000, 16 << 20);
     let link = Link::builder(&format!("tcp://127.0.0.1:{port}"))
-        .codec(Codec::length_prefixed())
+        .framing(LengthDelimited::len32())
         .outbox_limits(limit_frames, limit_bytes)
         .overflow(policy)
         .build()

@@ -16,7 +16,8 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use relink::{Codec, Event, Link, Overflow, SendError};
+use relink::framing::LengthDelimited;
+use relink::{Event, Link, Overflow, SendError};
 
 use support::peer::Peer;
 use support::{open_fds, rss_kib};
@@ -73,7 +74,7 @@ fn main() {
     let mut sink = Some(start_sink(port, seen.clone()));
 
     let link = Link::builder(&format!("tcp://127.0.0.1:{port}"))
-        .codec(Codec::length_prefixed())
+        .framing(LengthDelimited::len32())
         .backoff(Duration::from_millis(50), Duration::from_millis(500))
         .overflow(Overflow::DropOldest)
         .outbox_limits(20_000, 4 << 20)

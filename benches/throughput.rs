@@ -54,7 +54,8 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use relink::{Batch, Codec, Link, Overflow, State};
+use relink::framing::LengthDelimited;
+use relink::{Batch, Link, Overflow, State};
 
 use support::framing::UserLen32;
 use support::peer::Peer;
@@ -202,9 +203,9 @@ fn run_relink(
 ) -> Duration {
     let builder = Link::builder(&sink.endpoint());
     let mut builder = if user {
-        builder.codec(UserLen32)
+        builder.framing(UserLen32)
     } else {
-        builder.codec(Codec::length_prefixed())
+        builder.framing(LengthDelimited::len32())
     };
     if let Some(pki) = tls {
         builder = builder.tls(support::tls::client(pki));
@@ -253,7 +254,7 @@ fn run_relink(
 
 fn run_relink_batch(sink: &Sink, size: usize, frames: usize) -> Duration {
     let link = Link::builder(&sink.endpoint())
-        .codec(Codec::length_prefixed())
+        .framing(LengthDelimited::len32())
         .overflow(Overflow::Block(RUN_BOUND))
         .build()
         .expect("build the link");

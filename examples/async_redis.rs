@@ -13,7 +13,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use relink::{Batch, Codec, Event, Link, Metrics, ProofOfLife, State};
+use relink::bytes::Bytes;
+use relink::framing::Lines;
+use relink::{Batch, Event, Link, Metrics, ProofOfLife, State};
 use tokio::sync::mpsc;
 use tokio::time::timeout;
 
@@ -31,7 +33,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
     let t = move || format!("{:>7.3}s", started.elapsed().as_secs_f64());
 
     let link = Link::builder(&format!("tcp://127.0.0.1:{port}"))
-        .codec(Codec::lines())
+        .framing(Lines::new())
         // Ready only once redis answers PING on the new connection.
         .ready_when(ProofOfLife::handshake(vec![b"PING".to_vec()], |r| {
             r == b"+PONG"
@@ -40,7 +42,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
         .build()?;
 
     // One task reads every event; replies and transitions go to main through channels.
-    let (replies_tx, mut replies) = mpsc::unbounded_channel::<Vec<u8>>();
+    let (replies_tx, mut replies) = mpsc::unbounded_channel::<Bytes>();
     let (ready_tx, mut ready) = mpsc::unbounded_channel::<()>();
     let mut events = link.events().clone();
     let reader = tokio::spawn(async move {
@@ -111,7 +113,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
 /// last one.
 async fn round_trip(
     link: &Link,
-    replies: &mut mpsc::UnboundedReceiver<Vec<u8>>,
+    replies: &mut mpsc::UnboundedReceiver<Bytes>,
     key: &str,
 ) -> Result<String, Box<dyn Error>> {
     let command = format!("INCR {key}");
@@ -122,10 +124,10 @@ async fn round_trip(
 
 /// Waits for `n` replies; returns the last one.
 async fn collect(
-    replies: &mut mpsc::UnboundedReceiver<Vec<u8>>,
+    replies: &mut mpsc::UnboundedReceiver<Bytes>,
     n: usize,
 ) -> Result<String, Box<dyn Error>> {
-    let mut last = Vec::new();
+    let mut last = Bytes::new();
     for _ in 0..n {
         last = timeout(BOUND, replies.recv())
             .await?

@@ -11,7 +11,8 @@ use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use relink::{Codec, Event, Heartbeat, Link, Ping, Predicate};
+use relink::framing::Lines;
+use relink::{Event, Heartbeat, Link, Ping, Predicate};
 
 /// A line-echo peer that can be stopped, dropping every connection.
 struct EchoPeer {
@@ -75,7 +76,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("demo: echo peer on 127.0.0.1:{port}; it will restart at 4 s");
 
     let link = Link::builder(&format!("tcp://127.0.0.1:{port}"))
-        .codec(Codec::lines())
+        .framing(Lines::new())
         .backoff(Duration::from_millis(200), Duration::from_secs(2))
         .heartbeat(
             Heartbeat::new(Duration::from_millis(500), Ping::Frame(b"ping".to_vec()))

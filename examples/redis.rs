@@ -17,7 +17,8 @@ use std::process::{Child, Command, ExitCode, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use relink::{Event, Heartbeat, Link, Ping, Predicate, Resp, RespValue, State};
+use relink::framing::{Resp, RespValue};
+use relink::{Event, Heartbeat, Link, Ping, Predicate, State};
 
 /// Windows of pipelined commands.
 const WINDOWS: usize = 20;
@@ -107,7 +108,7 @@ fn run() -> Result<bool, String> {
     println!("redis-server on 127.0.0.1:{port}");
 
     let link = Link::builder(&format!("tcp://127.0.0.1:{port}"))
-        .codec(Resp::new())
+        .framing(Resp::new())
         .heartbeat(
             Heartbeat::new(Duration::from_millis(100), Ping::Frame(b"PING".to_vec()))
                 .max_missed(4)

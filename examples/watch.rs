@@ -19,7 +19,8 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use relink::{Codec, Event, Heartbeat, Link, Metrics, Ping, Predicate, State};
+use relink::framing::Lines;
+use relink::{Event, Heartbeat, Link, Metrics, Ping, Predicate, State};
 
 /// How often the status line is redrawn.
 const REFRESH: Duration = Duration::from_millis(200);
@@ -207,7 +208,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut server = Some(EchoServer::start(listener)?);
 
     let link = Link::builder(&format!("tcp://127.0.0.1:{port}"))
-        .codec(Codec::lines())
+        .framing(Lines::new())
         .backoff(Duration::from_millis(100), Duration::from_secs(2))
         .heartbeat(
             Heartbeat::new(HEARTBEAT, Ping::Frame(b"ping".to_vec()))

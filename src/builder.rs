@@ -6,9 +6,8 @@
 use std::time::Duration;
 
 use crate::core::backoff::{BackoffConfig, Jitter};
-use crate::core::codec::Codec;
 use crate::core::endpoint::{Endpoint, Host};
-use crate::core::framing::{BoxedFraming, Framing};
+use crate::core::framing::{BoxedFraming, Framing, Raw};
 use crate::core::heartbeat::{Heartbeat, Ping};
 use crate::core::settings::{ProofOfLife, Settings};
 use crate::error::ConfigError;
@@ -95,7 +94,8 @@ pub(crate) struct Config {
 /// A link to a line-based service, with a heartbeat, a bounded outbox and a give-up point:
 /// ```
 /// use std::time::Duration;
-/// use relink::{Codec, Event, Heartbeat, Link, Overflow, Ping, Predicate};
+/// use relink::{Event, Heartbeat, Link, Overflow, Ping, Predicate};
+/// use relink::framing::Lines;
 /// # use std::io::{Read, Write};
 /// # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
 /// # let port = listener.local_addr()?.port();
@@ -108,7 +108,7 @@ pub(crate) struct Config {
 /// # });
 ///
 /// let link = Link::builder(&format!("tcp://127.0.0.1:{port}")) // a local echo server
-///     .codec(Codec::lines())
+///     .framing(Lines::new())
 ///     .backoff(Duration::from_millis(100), Duration::from_secs(5))
 ///     .max_attempts(10)
 ///     .cooldown(Duration::from_secs(30))
@@ -126,7 +126,7 @@ pub(crate) struct Config {
 ///         break f;
 ///     }
 /// };
-/// assert_eq!(reply, b"hello");
+/// assert_eq!(reply, &b"hello"[..]);
 /// link.close(Duration::from_secs(1));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
@@ -138,8 +138,6 @@ pub struct Builder {
     context: Option<Context>,
     tls: Option<Tls>,
     io_pool: Option<IoPool>,
-    /// The codec given, when it is a [`Codec`]: its limits are checked by `build()`.
-    codec: Option<Codec>,
 }
 
 const MAX_ZMQ_MS: u128 = i32::MAX as u128;
@@ -151,11 +149,10 @@ impl Builder {
             context: None,
             tls: None,
             io_pool: None,
-            codec: None,
             config: Config {
                 core: Settings {
                     endpoints: Vec::new(),
-                    framing: BoxedFraming::new(Codec::Raw),
+                    framing: BoxedFraming::new(Raw::new()),
                     backoff: BackoffConfig {
                         base: defaults::BACKOFF_BASE,
                         max: defaults::BACKOFF_MAX,
@@ -242,16 +239,14 @@ impl Builder {
         self
     }
 
-    /// How frames are cut on the wire: any [`Framing`] — a [`Codec`], a built-in framing
-    /// ([`LengthDelimited`](crate::LengthDelimited), [`Delimited`](crate::Delimited),
-    /// [`Lines`](crate::Lines), [`Resp`](crate::Resp), [`Raw`](crate::Raw)) or a type of one's
-    /// own. The link holds its own copy (cloned per link); the handle checks every frame with
-    /// [`Framing::check`] at `send`. Defaults to [`Codec::Raw`].
-    pub fn codec<F: Framing + Clone>(mut self, codec: F) -> Builder {
-        self.codec = (&codec as &dyn std::any::Any)
-            .downcast_ref::<Codec>()
-            .cloned();
-        self.config.core.framing = BoxedFraming::new(codec);
+    /// How frames are cut on the wire: a built-in of [`framing`](crate::framing)
+    /// ([`LengthDelimited`](crate::framing::LengthDelimited),
+    /// [`Lines`](crate::framing::Lines), [`Delimited`](crate::framing::Delimited),
+    /// [`Resp`](crate::framing::Resp), [`Raw`]) or a [`Framing`] of one's own. The link
+    /// holds its own copy (cloned per link); the handle checks every frame with
+    /// [`Framing::check`] at `send`. Defaults to [`Raw`] chunks.
+    pub fn framing<F: Framing + Clone>(mut self, framing: F) -> Builder {
+        self.config.core.framing = BoxedFraming::new(framing);
         self
     }
 
@@ -371,7 +366,8 @@ impl Builder {
     /// connection counts as alive, and when as dead:
     /// ```
     /// use std::time::Duration;
-    /// use relink::{Cause, Codec, Event, Heartbeat, Link, Ping, Predicate, ProofOfLife, State};
+    /// use relink::{Cause, Event, Heartbeat, Link, Ping, Predicate, ProofOfLife, State};
+    /// use relink::framing::Lines;
     /// # use std::io::{Read, Write};
     /// # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
     /// # let port = listener.local_addr()?.port();
@@ -384,7 +380,7 @@ impl Builder {
     /// # });
     ///
     /// let link = Link::builder(&format!("tcp://127.0.0.1:{port}")) // a local echo server
-    ///     .codec(Codec::lines())
+    ///     .framing(Lines::new())
     ///     // Ready once the peer answers HELLO; the reply is not delivered.
     ///     .ready_when(ProofOfLife::handshake(vec![b"HELLO".to_vec()], |r| r == b"HELLO"))
     ///     .min_stable(Duration::from_millis(500))
@@ -818,24 +814,6 @@ impl Builder {
         if let Some(d) = s.tcp_maxrt {
             positive("tcp_maxrt", d)?;
             fits_zmq_ms("tcp_maxrt", d)?;
-        }
-        match self.codec.unwrap_or_default() {
-            Codec::LengthPrefixed { max_frame } => {
-                if max_frame == 0 {
-                    return Err(ConfigError::ZeroLimit { name: "max_frame" });
-                }
-                if max_frame as u64 > u32::MAX as u64 {
-                    return Err(ConfigError::TooLarge {
-                        name: "max_frame",
-                        value: max_frame as u128,
-                        max: u32::MAX as u128,
-                    });
-                }
-            }
-            Codec::Lines { max_line: 0 } => {
-                return Err(ConfigError::ZeroLimit { name: "max_line" });
-            }
-            _ => {}
         }
         let framing = &c.core.framing;
         let needs_framing = |what| ConfigError::ReplyNeedsFraming {

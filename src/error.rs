@@ -96,13 +96,13 @@ pub enum ConfigError {
     /// The heartbeat ping is empty.
     #[error("the heartbeat ping is empty")]
     EmptyPing,
-    /// A hello frame or the heartbeat ping cannot be encoded by the codec.
+    /// A hello frame or the heartbeat ping cannot be encoded by the framing.
     #[error("{what} cannot be encoded: {source}")]
     Unencodable {
         /// Which frame: `"hello frame"` or `"heartbeat ping"`.
         what: &'static str,
-        /// Why the codec refuses it.
-        source: FrameError,
+        /// Why the framing refuses it.
+        source: EncodeError,
     },
     /// A heartbeat reply predicate or a handshake was set with a framing that does not cut the
     /// byte stream into the peer's frames (raw chunks): a reply must be a whole decoded frame,
@@ -136,22 +136,24 @@ pub enum ConfigError {
     },
 }
 
-/// Why a codec refuses to encode a frame.
+/// Why a framing refuses to encode a frame: what [`Framing::encode`](crate::framing::Framing::encode)
+/// and [`Framing::check`](crate::framing::Framing::check) return, and what `send` hands back
+/// with the frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
-pub enum FrameError {
-    /// The frame is longer than the codec's limit.
+pub enum EncodeError {
+    /// The frame is longer than the framing's limit.
     #[error("frame of {len} bytes exceeds the limit of {max}")]
     TooLarge {
         /// The frame's length.
         len: usize,
-        /// The codec's limit.
+        /// The framing's limit.
         max: usize,
     },
-    /// The lines codec was given a frame that contains a `\n`.
+    /// The lines framing was given a frame that contains a `\n`.
     #[error("a line frame must not contain a newline")]
     ContainsNewline,
-    /// The raw codec was given an empty frame (an empty write would close the connection).
+    /// The raw framing was given an empty frame (an empty write would close the connection).
     #[error("an empty frame cannot be sent raw")]
     Empty,
     /// A delimited framing was given a frame that contains its delimiter (or that would form
@@ -173,10 +175,12 @@ pub enum FrameError {
     Malformed(&'static str),
 }
 
-/// What the peer sent that the codec cannot accept. The connection is reset when it happens.
+/// What the peer sent that the framing cannot accept: what
+/// [`Framing::decode`](crate::framing::Framing::decode) returns. The connection is reset when
+/// it happens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
-pub enum CodecError {
+pub enum DecodeError {
     /// A length prefix announced a frame longer than `max_frame`.
     #[error("peer announced a frame of {len} bytes, above the limit of {max}")]
     FrameTooLarge {
@@ -196,7 +200,7 @@ pub enum CodecError {
     #[error("peer broke the framing: {0}")]
     Malformed(&'static str),
     /// More bytes of one incomplete frame arrived than the framing's
-    /// [`max_buffered`](crate::Framing::max_buffered) allows.
+    /// [`max_buffered`](crate::framing::Framing::max_buffered) allows.
     #[error("peer sent {buffered} bytes of an incomplete frame, above the limit of {max}")]
     Overbuffered {
         /// The bytes buffered.
@@ -240,9 +244,9 @@ pub enum SendError {
     /// The link is closed or closing.
     #[error("link closed")]
     Closed(Vec<u8>),
-    /// The codec cannot encode this frame.
+    /// The framing cannot encode this frame.
     #[error("frame refused: {1}")]
-    Invalid(Vec<u8>, FrameError),
+    Invalid(Vec<u8>, EncodeError),
 }
 
 impl SendError {
@@ -278,15 +282,15 @@ pub enum BatchError {
         /// The frames refused, in order.
         rest: Batch,
     },
-    /// The codec cannot encode the frame at `index`: the whole batch is refused, unsent.
+    /// The framing cannot encode the frame at `index`: the whole batch is refused, unsent.
     #[error("frame {index} of the batch refused: {error}")]
     Invalid {
         /// The batch, as given.
         batch: Batch,
-        /// The first frame the codec refuses.
+        /// The first frame the framing refuses.
         index: usize,
         /// Why it refuses it.
-        error: FrameError,
+        error: EncodeError,
     },
 }
 
@@ -314,7 +318,8 @@ impl BatchError {
 /// A peer that breaks the framing:
 /// ```
 /// use std::time::Duration;
-/// use relink::{Cause, Codec, CodecError, Event, Link, LinkError};
+/// use relink::{Cause, Event, Link, LinkError};
+/// use relink::framing::{LengthDelimited, DecodeError};
 /// # use std::io::{Read, Write};
 /// # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
 /// # let port = listener.local_addr()?.port();
@@ -326,15 +331,15 @@ impl BatchError {
 ///
 /// // The server on `port` announces a frame of 4 GiB.
 /// let link = Link::builder(&format!("tcp://127.0.0.1:{port}"))
-///     .codec(Codec::LengthPrefixed { max_frame: 1024 })
+///     .framing(LengthDelimited::builder().max_frame_length(1024).build()?)
 ///     .build()?;
 /// let err = loop {
 ///     if let Event::Error(e) = link.events().recv_timeout(Duration::from_secs(5))? {
 ///         break e;
 ///     }
 /// };
-/// let too_large = CodecError::FrameTooLarge { len: u32::MAX as u64, max: 1024 };
-/// assert_eq!(err, LinkError::Codec(too_large));
+/// let too_large = DecodeError::FrameTooLarge { len: u32::MAX as u64, max: 1024 };
+/// assert_eq!(err, LinkError::Decode(too_large));
 /// // The connection was reset and counts as a failure.
 /// match link.events().recv_timeout(Duration::from_secs(5))? {
 ///     Event::State(t) => assert_eq!(t.cause, Cause::Protocol),
@@ -348,7 +353,7 @@ impl BatchError {
 pub enum LinkError {
     /// The peer broke the framing; the connection was reset.
     #[error("peer broke the framing: {0}")]
-    Codec(#[from] CodecError),
+    Decode(#[from] DecodeError),
     /// A libzmq call failed where it should not have.
     #[error("libzmq {call}: {message}")]
     Zmq {
@@ -365,7 +370,7 @@ pub enum LinkError {
     /// an established TLS session broke (a bad record, a fatal alert from the peer).
     #[error("tls: {0}")]
     Tls(TlsError),
-    /// Application code that relink runs (a predicate, the resolver, a codec) panicked. The
+    /// Application code that relink runs (a predicate, the resolver, a framing) panicked. The
     /// panic was caught where the code was called and counted as a failure of the connection:
     /// the link resets it, backs off and tries again (see [`Cause::CallbackPanic`]).
     ///
@@ -405,9 +410,9 @@ pub enum Callback {
     Handshake,
     /// The resolver closure ([`Resolver`](crate::Resolver)).
     Resolver,
-    /// The codec, decoding what the peer sent.
+    /// The framing, decoding what the peer sent.
     Decode,
-    /// The codec, encoding a frame (a queued frame, a hello frame or the heartbeat ping).
+    /// The framing, encoding a frame (a queued frame, a hello frame or the heartbeat ping).
     Encode,
 }
 
@@ -418,8 +423,8 @@ impl Callback {
             Callback::HeartbeatReply => "heartbeat reply predicate",
             Callback::Handshake => "handshake predicate",
             Callback::Resolver => "resolver",
-            Callback::Decode => "codec decoder",
-            Callback::Encode => "codec encoder",
+            Callback::Decode => "framing decoder",
+            Callback::Encode => "framing encoder",
         }
     }
 }

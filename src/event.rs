@@ -3,6 +3,8 @@
 
 use std::fmt;
 
+use bytes::Bytes;
+
 use crate::error::LinkError;
 
 /// The state of a link. See the crate docs for the diagram.
@@ -90,10 +92,6 @@ impl fmt::Display for State {
 pub enum Cause {
     /// The link was started.
     Start,
-    /// A name is being resolved or an address dialled. Not emitted by this version: a dial
-    /// shows as the cause that started it (`start`, `retry-timer`, `cooldown-over`,
-    /// `reconnect-now`); kept so that a later version may report it without a breaking change.
-    Dialling,
     /// The TCP connection came up.
     TcpConnected,
     /// Proof of life was seen (or the connect itself is the proof).
@@ -120,7 +118,7 @@ pub enum Cause {
     Tls,
     /// libzmq could not reach the peer to send (immediate mode, peer gone).
     Unreachable,
-    /// Application code run by the link panicked: a predicate, the codec, or the resolver
+    /// Application code run by the link panicked: a predicate, the framing, or the resolver
     /// (then the dial failed). The panic was caught and reported first in an
     /// [`Event::Error`] with [`LinkError::CallbackPanicked`]; the connection was reset and the
     /// link backs off and tries again like after any failure, so the backoff (and
@@ -130,10 +128,6 @@ pub enum Cause {
     RetryTimer,
     /// The cooldown period ran out.
     CooldownOver,
-    /// `max_attempts` failures in a row. Not emitted by this version: the move to
-    /// [`State::Cooldown`] carries the cause of the failure that used up the attempts
-    /// (`refused`, `peer-closed`, ...), and the state itself says the attempts ran out.
-    AttemptsExhausted,
     /// The application called `reconnect_now`.
     ReconnectNow,
     /// The application closed the link.
@@ -145,7 +139,6 @@ impl Cause {
     pub fn as_str(self) -> &'static str {
         match self {
             Cause::Start => "start",
-            Cause::Dialling => "dialling",
             Cause::TcpConnected => "tcp-connected",
             Cause::Alive => "alive",
             Cause::Refused => "refused",
@@ -160,7 +153,6 @@ impl Cause {
             Cause::CallbackPanic => "callback-panic",
             Cause::RetryTimer => "retry-timer",
             Cause::CooldownOver => "cooldown-over",
-            Cause::AttemptsExhausted => "attempts-exhausted",
             Cause::ReconnectNow => "reconnect-now",
             Cause::Closed => "closed",
         }
@@ -213,7 +205,7 @@ pub enum AbandonReason {
     /// The connection dropped and `abandon_on_disconnect` is set.
     ConnectionLost,
     /// The framing refused to encode it when its turn came, though its
-    /// [`check`](crate::Framing::check) accepted it at `send` (a framing whose `check` and
+    /// [`check`](crate::framing::Framing::check) accepted it at `send` (a framing whose `check` and
     /// `encode` disagree).
     Unencodable,
 }
@@ -286,7 +278,8 @@ pub struct Transition {
 /// # Examples
 /// ```
 /// use std::time::Duration;
-/// use relink::{Codec, Event, Link};
+/// use relink::{Event, Link};
+/// use relink::framing::Lines;
 /// # use std::io::{Read, Write};
 /// # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
 /// # let port = listener.local_addr()?.port();
@@ -299,13 +292,13 @@ pub struct Transition {
 /// # });
 ///
 /// let link = Link::builder(&format!("tcp://127.0.0.1:{port}")) // a local echo server
-///     .codec(Codec::lines())
+///     .framing(Lines::new())
 ///     .build()?;
 /// link.send("hello")?;
 /// loop {
 ///     match link.events().recv_timeout(Duration::from_secs(5))? {
 ///         Event::Frame(f) => {
-///             assert_eq!(f, b"hello");
+///             assert_eq!(f, &b"hello"[..]);
 ///             break;
 ///         }
 ///         Event::State(t) => println!("{} -> {} ({})", t.from, t.to, t.cause),
@@ -320,14 +313,15 @@ pub struct Transition {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Event {
-    /// A frame from the peer, decoded by the codec.
-    Frame(Vec<u8>),
+    /// A frame from the peer, decoded by the link's [`Framing`](crate::framing::Framing): cut
+    /// from the receive buffer, not copied.
+    Frame(Bytes),
     /// The link changed state.
     State(Transition),
     /// A frame accepted by `send` that will never be sent, given back.
     Abandoned {
         /// The frame.
-        frame: Vec<u8>,
+        frame: Bytes,
         /// Why.
         reason: AbandonReason,
     },

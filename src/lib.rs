@@ -10,7 +10,8 @@
 //! ```
 //! use std::io::{Read, Write};
 //! use std::time::Duration;
-//! use relink::{Codec, Event, Link, State};
+//! use relink::{Event, Link, State};
+//! use relink::framing::{Delimited, Lines, LengthDelimited, Raw, Resp, Framing};
 //!
 //! // A local echo server to talk to.
 //! let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
@@ -24,13 +25,13 @@
 //! });
 //!
 //! let link = Link::builder(&format!("tcp://127.0.0.1:{port}"))
-//!     .codec(Codec::lines())
+//!     .framing(Lines::new())
 //!     .build()?;
 //! link.send(b"hello".to_vec())?; // queued until the link is Ready, then sent
 //! loop {
 //!     match link.events().recv_timeout(Duration::from_secs(5))? {
 //!         Event::State(t) => println!("{} -> {} ({})", t.from, t.to, t.cause),
-//!         Event::Frame(f) => { assert_eq!(f, b"hello"); break; }
+//!         Event::Frame(f) => { assert_eq!(f, &b"hello"[..]); break; }
 //!         _ => {}
 //!     }
 //! }
@@ -48,11 +49,14 @@
 //!
 //! # In scope
 //! - One client link per [`Link`] to one or several `tcp://host:port` servers speaking raw TCP,
-//!   framed by any [`Framing`]: the public, sans-IO framing trait, implemented by a type of
-//!   your own or by a built-in — [`LengthDelimited`] (width 1 to 8 bytes, either byte order,
-//!   offset, adjustment, varint), [`Delimited`], [`Lines`], [`Resp`] (redis), [`Raw`], and
-//!   [`Codec`] (raw, len32, lines). A heartbeat or handshake reply is always a whole decoded
-//!   frame; with raw chunks `build()` refuses a reply predicate.
+//!   framed by any [`Framing`](framing::Framing): the public, sans-IO framing trait of the
+//!   [`framing`] module, implemented by a type of your own or by a built-in —
+//!   [`LengthDelimited`](framing::LengthDelimited) (width 1 to 8 bytes, either byte order,
+//!   offset, adjustment, varint), [`Delimited`](framing::Delimited),
+//!   [`Lines`](framing::Lines), [`Resp`](framing::Resp) (redis), [`Raw`](framing::Raw).
+//!   Frames arrive as [`Bytes`](bytes::Bytes) cut from the receive buffer ([`bytes`] is
+//!   re-exported). A heartbeat or handshake reply is always a whole decoded frame; with raw
+//!   chunks `build()` refuses a reply predicate.
 //! - Reconnection: libzmq's own redial for the first failures, then relink's backoff (full
 //!   jitter by default), max attempts leading to a Cooldown that probes again, a flap guard
 //!   (the attempt counter resets only after a connection proved alive and stable).
@@ -123,7 +127,7 @@
 //! | 19 | any but Closed | Close, frames queued | same | flush until the deadline |
 //! | 20 | any but Closed | Flushed (closing, outbox empty) | Closed | stop |
 //! | 21 | any but Closed | CloseDeadline | Closed | abandon the rest (`shutdown`) |
-//! | 22 | Connected, Ready | CallbackPanicked (a predicate or the codec) | Backoff/Cooldown | close, error event, failure `callback-panic` |
+//! | 22 | Connected, Ready | CallbackPanicked (a predicate or the framing) | Backoff/Cooldown | close, error event, failure `callback-panic` |
 //! | 23 | Connected, Ready | Tls (the session failed: handshake or record) | Backoff/Cooldown | close, error event, failure `tls-handshake` |
 //!
 //! With TLS, row 4 makes the connection's session and arms the TLS handshake bound; the link
@@ -169,8 +173,8 @@
 //!
 //! # Application code that panics
 //! relink calls the application's code on its own threads: the [`Predicate`]s of a handshake
-//! and of the heartbeat reply on the IO thread, the [`Resolver`] on a resolver thread (and the
-//! codec, framing code that will be the application's too). A panic there is caught where the
+//! and of the heartbeat reply on the IO thread, the [`Resolver`] on a resolver thread, and the
+//! [`Framing`](framing::Framing) on the IO thread. A panic there is caught where the
 //! code is called and treated as a failure of the connection: the application receives
 //! [`Event::Error`] with [`LinkError::CallbackPanicked`] (`heartbeat reply predicate
 //! panicked: boom`), then the transition to Backoff (or Cooldown) with cause
@@ -206,7 +210,8 @@
 //! src/tls.rs       Tls, the public TLS settings (PEM read and checked at build())
 //! src/core/        sans-IO policy: machine (transition table), timers, endpoints (order, DNS
 //!                  cache), counters, backoff, heartbeat, outbox, framing (the trait and the
-//!                  built-ins), codec, tls (the session of one connection), endpoint,
+//!                  built-ins, public as `relink::framing`), tls (the session of one
+//!                  connection), endpoint,
 //!                  predicate, settings, guard (every call into application code)
 //! ```
 #![warn(missing_docs, missing_debug_implementations)]
@@ -229,20 +234,20 @@ mod metrics;
 mod tls;
 
 pub use crate::core::backoff::Jitter;
-pub use crate::core::codec::{Codec, Decoder};
 pub use crate::core::endpoint::Endpoint;
-pub use crate::core::framing::{
-    Delimited, DelimitedBuilder, Framing, LengthDelimited, LengthDelimitedBuilder, Lines, Raw,
-    Resp, RespValue,
-};
+pub use crate::core::framing;
 pub use crate::core::heartbeat::{Heartbeat, Ping};
 pub use crate::core::predicate::Predicate;
 pub use crate::core::settings::ProofOfLife;
 pub use batch::{Batch, BatchIter};
 pub use builder::{defaults, Builder, Overflow};
+/// The `bytes` crate, whose [`Bytes`](bytes::Bytes) carries received frames and whose
+/// [`BytesMut`](bytes::BytesMut) is the receive buffer a [`Framing`](framing::Framing)
+/// decodes from.
+pub use bytes;
 pub use error::{
-    BatchError, Callback, CodecError, ConfigError, FrameError, LinkError, RecvError,
-    RecvTimeoutError, SendError, TlsConfigError, TlsError, TryRecvError,
+    BatchError, Callback, ConfigError, LinkError, RecvError, RecvTimeoutError, SendError,
+    TlsConfigError, TlsError, TryRecvError,
 };
 pub use event::{AbandonReason, Cause, Event, State, Transition};
 pub use io::{Context, IoPool, Keepalive, Resolver};

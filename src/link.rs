@@ -34,7 +34,8 @@ use crate::metrics::Metrics;
 /// Every clone drives the same link: here one thread sends and another reads the replies.
 /// ```
 /// use std::time::Duration;
-/// use relink::{Codec, Event, Link};
+/// use relink::{Event, Link};
+/// use relink::framing::Lines;
 /// # use std::io::{Read, Write};
 /// # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
 /// # let port = listener.local_addr()?.port();
@@ -47,7 +48,7 @@ use crate::metrics::Metrics;
 /// # });
 ///
 /// let link = Link::builder(&format!("tcp://127.0.0.1:{port}")) // a local echo server
-///     .codec(Codec::lines())
+///     .framing(Lines::new())
 ///     .build()?;
 /// let sender = link.clone();
 /// std::thread::spawn(move || {
@@ -58,7 +59,7 @@ use crate::metrics::Metrics;
 /// let mut replies = Vec::new();
 /// while replies.len() < 3 {
 ///     if let Event::Frame(f) = link.events().recv_timeout(Duration::from_secs(5))? {
-///         replies.push(String::from_utf8(f)?);
+///         replies.push(String::from_utf8(f.to_vec())?);
 ///     }
 /// }
 /// assert_eq!(replies, ["line 0", "line 1", "line 2"]);
@@ -199,13 +200,14 @@ impl Link {
     ///
     /// # Errors
     /// The frame comes back in the error: [`SendError::Full`] at the limit,
-    /// [`SendError::Closed`] after `close`, [`SendError::Invalid`] when the codec cannot
+    /// [`SendError::Closed`] after `close`, [`SendError::Invalid`] when the framing cannot
     /// encode it.
     ///
     /// # Examples
     /// ```
     /// use std::time::Duration;
-    /// use relink::{Codec, Event, Link, SendError};
+    /// use relink::{Event, Link, SendError};
+    /// use relink::framing::Lines;
     /// # use std::io::{Read, Write};
     /// # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
     /// # let port = listener.local_addr()?.port();
@@ -218,16 +220,16 @@ impl Link {
     /// # });
     ///
     /// let link = Link::builder(&format!("tcp://127.0.0.1:{port}")) // a local echo server
-    ///     .codec(Codec::lines())
+    ///     .framing(Lines::new())
     ///     .build()?;
     /// link.send("PING")?; // queued at once, sent as soon as the link is Ready
     /// // A line cannot hold a newline: refused at the call, the frame given back.
     /// let err = link.send("a\nb").unwrap_err();
     /// assert!(matches!(err, SendError::Invalid(..)));
-    /// assert_eq!(err.into_inner(), b"a\nb");
+    /// assert_eq!(err.into_inner(), &b"a\nb"[..]);
     /// loop {
     ///     if let Event::Frame(f) = link.events().recv_timeout(Duration::from_secs(5))? {
-    ///         assert_eq!(f, b"PING");
+    ///         assert_eq!(f, &b"PING"[..]);
     ///         break;
     ///     }
     /// }
@@ -284,7 +286,8 @@ impl Link {
     /// With room for one frame, each call waits until the frame before it went out:
     /// ```
     /// use std::time::Duration;
-    /// use relink::{Codec, Event, Link};
+    /// use relink::{Event, Link};
+    /// use relink::framing::Lines;
     /// # use std::io::{Read, Write};
     /// # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
     /// # let port = listener.local_addr()?.port();
@@ -297,7 +300,7 @@ impl Link {
     /// # });
     ///
     /// let link = Link::builder(&format!("tcp://127.0.0.1:{port}")) // a local echo server
-    ///     .codec(Codec::lines())
+    ///     .framing(Lines::new())
     ///     .outbox_limits(1, 1024)
     ///     .build()?;
     /// for line in ["one", "two", "three"] {
@@ -343,7 +346,7 @@ impl Link {
     ///         break (frame, reason);
     ///     }
     /// };
-    /// assert_eq!((frame.as_slice(), reason), (&b"price: 42"[..], AbandonReason::Expired));
+    /// assert_eq!((&frame[..], reason), (&b"price: 42"[..], AbandonReason::Expired));
     /// assert_eq!(link.close(Duration::from_millis(50)).abandoned.expired, 1);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -608,10 +611,11 @@ impl Link {
     ///
     /// # Examples
     /// ```no_run
-    /// use relink::{Batch, Codec, Link};
+    /// use relink::{Batch, Link};
+    /// use relink::framing::LengthDelimited;
     ///
     /// let link = Link::builder("tcp://127.0.0.1:7000")
-    ///     .codec(Codec::length_prefixed())
+    ///     .framing(LengthDelimited::len32())
     ///     .build()?;
     /// let mut batch = Batch::with_capacity(100, 100 * 64);
     /// for i in 0..100u8 {
@@ -626,7 +630,7 @@ impl Link {
     /// # Errors
     /// [`BatchError::Full`] or [`BatchError::Closed`] give back the frames not accepted (the
     /// ones before them were); [`BatchError::Invalid`] gives back the whole batch, none sent,
-    /// when the codec refuses one of its frames.
+    /// when the framing refuses one of its frames.
     pub fn send_batch(&self, batch: Batch) -> Result<(), BatchError> {
         let batch = self.check_batch(batch)?;
         if batch.is_empty() {
@@ -710,7 +714,7 @@ impl Link {
         self.send_batch(frames.into_iter().collect())
     }
 
-    /// Refuses the whole batch if the codec refuses one of its frames, or if the link is
+    /// Refuses the whole batch if the framing refuses one of its frames, or if the link is
     /// closed.
     fn check_batch(&self, batch: Batch) -> Result<Batch, BatchError> {
         let framing = &self.inner.framing;
@@ -937,7 +941,7 @@ impl Link {
     ///     }
     /// });
     /// link.send("hello")?;
-    /// assert_eq!(reader.join().unwrap(), Some(b"hello".to_vec()));
+    /// assert_eq!(reader.join().unwrap(), Some(relink::bytes::Bytes::from_static(b"hello")));
     /// link.close(Duration::from_millis(100));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -1010,7 +1014,8 @@ impl Link {
     /// # Examples
     /// ```
     /// use std::time::Duration;
-    /// use relink::{Codec, Event, Link, State};
+    /// use relink::{Event, Link, State};
+    /// use relink::framing::Lines;
     /// # use std::io::{Read, Write};
     /// # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
     /// # let port = listener.local_addr()?.port();
@@ -1023,7 +1028,7 @@ impl Link {
     /// # });
     ///
     /// let link = Link::builder(&format!("tcp://127.0.0.1:{port}")) // a local echo server
-    ///     .codec(Codec::lines())
+    ///     .framing(Lines::new())
     ///     .build()?;
     /// link.send("hello")?;
     /// while !matches!(link.events().recv_timeout(Duration::from_secs(5))?, Event::Frame(_)) {}

@@ -143,7 +143,7 @@ pub struct Metrics {
     pub events_dropped: u64,
     /// Inputs that had no row in the transition table (ignored, as the contract says).
     pub ignored_inputs: u64,
-    /// Panics caught in application code the link ran (predicates, codec, resolver); each
+    /// Panics caught in application code the link ran (predicates, framing, resolver); each
     /// was reported in an `Event::Error` and, unless it came too late to matter, failed the
     /// connection or the dial with cause `callback-panic`.
     pub callback_panics: u64,

@@ -12,7 +12,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use relink::{Codec, Event, Link, Overflow, SendError, State};
+use relink::bytes::Bytes;
+use relink::framing::Lines;
+use relink::{Event, Link, Overflow, SendError, State};
 use util::*;
 
 /// Bound on every wait for something that should happen within a few milliseconds.
@@ -20,7 +22,7 @@ const BOUND: Duration = Duration::from_secs(10);
 
 fn ready_echo_link(peer: &Peer) -> Link {
     let link = Link::builder(&peer.endpoint())
-        .codec(Codec::lines())
+        .framing(Lines::new())
         .build()
         .expect("build");
     Watch::new(&link).until(BOUND, |t| t.to == State::Ready);
@@ -40,7 +42,7 @@ fn recv_async_is_woken_once_when_an_event_arrives_and_not_polled_before() {
     link.send(b"hello".to_vec()).expect("send");
     assert!(exec.wait_wakes_above(0, BOUND), "not woken by the echo");
     match exec.poll(&mut recv) {
-        Poll::Ready(Ok(Event::Frame(f))) => assert_eq!(f, b"hello"),
+        Poll::Ready(Ok(Event::Frame(f))) => assert_eq!(f, &b"hello"[..]),
         other => panic!("expected the echoed frame, got {other:?}"),
     }
     assert_eq!(exec.polls, 2, "one poll to register, one to take the event");
@@ -68,7 +70,7 @@ fn the_stream_of_events_ends_after_close_once_every_event_is_taken() {
         .block_on(async { (&mut events).collect::<Vec<_>>().await }, BOUND)
         .expect("the stream did not end within the bound");
     let m = closer.join().expect("closer");
-    let frames: Vec<&Vec<u8>> = all
+    let frames: Vec<&Bytes> = all
         .iter()
         .filter_map(|e| match e {
             Event::Frame(f) => Some(f),
@@ -124,7 +126,7 @@ fn many_receivers_polled_at_once_all_make_progress() {
     let mut got: Vec<Vec<u8>> = receivers
         .into_iter()
         .map(|h| match h.join().expect("receiver thread") {
-            Some(Ok(Event::Frame(f))) => f,
+            Some(Ok(Event::Frame(f))) => f.to_vec(),
             other => panic!("a receiver missed its wake-up or got no frame: {other:?}"),
         })
         .collect();
@@ -137,7 +139,7 @@ fn many_receivers_polled_at_once_all_make_progress() {
 fn send_async_with_block_waits_for_room_and_resumes_when_frames_leave() {
     // Nothing listens: frames stay queued until their ttl frees the room.
     let link = Link::builder(&refused_endpoint())
-        .codec(Codec::lines())
+        .framing(Lines::new())
         .outbox_limits(2, 1 << 20)
         .overflow(Overflow::Block(Duration::from_secs(60)))
         .build()
@@ -255,7 +257,7 @@ fn a_stream_on_tokio_sees_frames_and_the_close() {
             .expect("the stream ends after close");
         (frame, m, rest)
     });
-    assert_eq!(got.0, b"ping");
+    assert_eq!(got.0, &b"ping"[..]);
     assert_eq!(got.1.frames_sent, 1);
     assert!(got
         .2

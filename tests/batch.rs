@@ -6,7 +6,8 @@ mod util;
 
 use std::time::{Duration, Instant};
 
-use relink::{AbandonReason, Batch, BatchError, Codec, Event, FrameError, Link, Overflow, State};
+use relink::framing::{EncodeError, LengthDelimited, Lines};
+use relink::{AbandonReason, Batch, BatchError, Event, Link, Overflow, State};
 use util::*;
 
 /// Bound on every wait for something that should happen within a few milliseconds.
@@ -18,7 +19,7 @@ fn numbered(range: std::ops::Range<u64>) -> Batch {
 
 fn queued_link(limits: (usize, usize), overflow: Overflow) -> Link {
     Link::builder(&refused_endpoint())
-        .codec(Codec::length_prefixed())
+        .framing(LengthDelimited::len32())
         .outbox_limits(limits.0, limits.1)
         .overflow(overflow)
         .build()
@@ -71,7 +72,7 @@ fn the_byte_limit_cuts_a_batch_between_frames() {
 #[test]
 fn a_frame_the_codec_refuses_refuses_the_whole_batch() {
     let link = Link::builder(&refused_endpoint())
-        .codec(Codec::lines())
+        .framing(Lines::new())
         .build()
         .expect("build");
     let batch: Batch = [&b"ok"[..], b"fine", b"two\nlines", b"ok"]
@@ -85,7 +86,7 @@ fn a_frame_the_codec_refuses_refuses_the_whole_batch() {
         }) => {
             assert_eq!(back, batch, "the whole batch comes back");
             assert_eq!(index, 2);
-            assert_eq!(error, FrameError::ContainsNewline);
+            assert_eq!(error, EncodeError::ContainsNewline);
         }
         other => panic!("expected Invalid, got {other:?}"),
     }
@@ -100,7 +101,7 @@ fn a_frame_the_codec_refuses_refuses_the_whole_batch() {
 fn order_is_kept_across_batches_and_single_sends_from_one_thread() {
     let peer = Peer::start(Behaviour::Sink);
     let link = Link::builder(&peer.endpoint())
-        .codec(Codec::length_prefixed())
+        .framing(LengthDelimited::len32())
         .overflow(Overflow::Block(BOUND))
         .build()
         .expect("build");
@@ -153,7 +154,7 @@ fn under_drop_oldest_a_batch_abandons_the_oldest_frames_one_by_one() {
     while abandoned.len() < 3 {
         let ev = link.events().recv_deadline(deadline);
         if let Event::Abandoned { frame, reason } = ev.expect("abandoned events") {
-            abandoned.push((frame, reason));
+            abandoned.push((frame.into(), reason));
         }
     }
     assert_eq!(
@@ -194,7 +195,7 @@ fn under_block_a_batch_waits_for_room_then_refuses_the_rest_at_the_deadline() {
 fn under_block_a_batch_larger_than_the_outbox_goes_in_as_room_frees() {
     let peer = Peer::start(Behaviour::Sink);
     let link = Link::builder(&peer.endpoint())
-        .codec(Codec::length_prefixed())
+        .framing(LengthDelimited::len32())
         .outbox_limits(8, 1 << 20)
         .overflow(Overflow::Block(BOUND))
         .build()

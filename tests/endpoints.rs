@@ -21,7 +21,8 @@ use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use relink::{Builder, Cause, Codec, Event, Jitter, Link, Resolver, State};
+use relink::framing::Lines;
+use relink::{Builder, Cause, Event, Jitter, Link, Resolver, State};
 use util::{free_port, refused_endpoint, wait_for, watched, Behaviour, Peer, Watch};
 
 /// Bound on any single wait for something that should happen at once on loopback.
@@ -259,7 +260,7 @@ fn require_dual_stack_localhost(port: u16) -> Vec<SocketAddr> {
 /// A builder for `tcp://localhost:PORT` where each failed address costs one short delay.
 fn localhost_builder(port: u16) -> Builder {
     Link::builder(&format!("tcp://localhost:{port}"))
-        .codec(Codec::lines())
+        .framing(Lines::new())
         .native_retries(0)
         .backoff(Duration::from_millis(20), Duration::from_millis(200))
 }
@@ -437,7 +438,7 @@ fn round_trips_beside_a_failing_link(
 ) -> (usize, Duration, usize) {
     let peer = Peer::start(Behaviour::Echo);
     let echo = Link::builder(&peer.endpoint())
-        .codec(Codec::lines())
+        .framing(Lines::new())
         .build()
         .unwrap();
     Watch::new(&echo).until_state(State::Ready, T);
@@ -552,7 +553,7 @@ fn a_link_with_two_endpoints_moves_to_the_other_when_its_server_dies_and_back_wh
     let (link, mut w) = watched(
         Link::builder(&a.endpoint())
             .endpoint(&b.endpoint())
-            .codec(Codec::lines())
+            .framing(Lines::new())
             .native_retries(0)
             .min_stable(Duration::from_millis(50))
             .backoff(Duration::from_millis(100), Duration::from_millis(400)),

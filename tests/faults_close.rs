@@ -20,7 +20,8 @@ mod util;
 
 use std::time::{Duration, Instant};
 
-use relink::{AbandonReason, Cause, Codec, Jitter, Link, ProofOfLife, State};
+use relink::framing::Lines;
+use relink::{AbandonReason, Cause, Jitter, Link, ProofOfLife, State};
 use util::*;
 
 /// Bound on waits for things that take milliseconds when all is well.
@@ -33,7 +34,7 @@ const T: Duration = Duration::from_secs(5);
 /// A lines link to a port that refuses, leaving `native_retries` failures to libzmq.
 fn refused_lines(native_retries: u32) -> relink::Builder {
     Link::builder(&util::refused_endpoint())
-        .codec(Codec::lines())
+        .framing(Lines::new())
         .native_retries(native_retries)
 }
 
@@ -92,7 +93,7 @@ fn close_while_connected_returns_within_the_bound_and_gives_every_queued_frame_b
     let peer = Peer::start(Behaviour::Sink);
     let (link, mut w) = watched(
         Link::builder(&peer.endpoint())
-            .codec(Codec::lines())
+            .framing(Lines::new())
             .ready_when(ProofOfLife::Inbound),
     );
     w.until(T, |t| t.to == State::Connected);
@@ -110,7 +111,7 @@ fn close_while_connected_returns_within_the_bound_and_gives_every_queued_frame_b
 fn close_while_ready_flushes_within_the_bound_and_every_frame_arrives_once() {
     let _g = shared();
     let peer = Peer::start(Behaviour::Sink);
-    let (link, mut w) = watched(Link::builder(&peer.endpoint()).codec(Codec::lines()));
+    let (link, mut w) = watched(Link::builder(&peer.endpoint()).framing(Lines::new()));
     w.until(T, |t| t.to == State::Ready);
     close_in(&link, &mut w, State::Ready, "close while ready");
     assert!(
@@ -166,7 +167,7 @@ fn opening_and_closing_a_thousand_links_leaks_no_thread_and_no_file_descriptor()
     let refused = util::refused_endpoint();
     let open_close = |endpoint: &str, wait_ready: bool| {
         let link = Link::builder(endpoint)
-            .codec(Codec::lines())
+            .framing(Lines::new())
             .build()
             .expect("build");
         if wait_ready {
@@ -233,7 +234,7 @@ fn closing_with_more_queued_frames_than_the_event_channel_holds_gives_every_fram
     let _g = shared();
     let (link, mut w) = watched(
         Link::builder(&util::refused_endpoint())
-            .codec(Codec::lines())
+            .framing(Lines::new())
             .outbox_limits(8_000, 1 << 20),
     );
     send_seqs(&link, 0..8_000);

@@ -19,7 +19,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use relink::{Cause, Codec, CodecError, Link, LinkError, Overflow, SendError, State};
+use relink::framing::{DecodeError, LengthDelimited, Lines};
+use relink::{Cause, Link, LinkError, Overflow, SendError, State};
 use util::*;
 
 /// Bound on waits for things that take milliseconds when all is well.
@@ -73,14 +74,14 @@ fn a_peer_that_sends_an_endless_line_gets_its_connection_reset_without_a_panic_a
     }));
     let (link, mut w) = watched(
         Link::builder(&peer.endpoint())
-            .codec(Codec::Lines { max_line: 64 })
+            .framing(Lines::builder().max_length(64).build().unwrap())
             .backoff(ms(50), ms(200)),
     );
     let detect = reset_after_ready(&mut w);
     assert!(detect <= ms(1000), "reset {detect:?} after Ready");
     assert!(
         w.errors
-            .contains(&LinkError::Codec(CodecError::LineTooLong { max: 64 })),
+            .contains(&LinkError::Decode(DecodeError::LineTooLong { max: 64 })),
         "no codec error event: {:?}",
         w.errors
     );
@@ -121,14 +122,19 @@ fn a_length_prefix_of_four_gib_is_refused_at_once_and_the_link_reconnects() {
     let max = 1 << 20;
     let (link, mut w) = watched(
         Link::builder(&peer.endpoint())
-            .codec(Codec::LengthPrefixed { max_frame: max })
+            .framing(
+                LengthDelimited::builder()
+                    .max_frame_length(max)
+                    .build()
+                    .unwrap(),
+            )
             .backoff(ms(50), ms(200)),
     );
     let detect = reset_after_ready(&mut w);
     assert!(detect <= ms(1000), "reset {detect:?} after Ready");
     assert!(
         w.errors
-            .contains(&LinkError::Codec(CodecError::FrameTooLarge {
+            .contains(&LinkError::Decode(DecodeError::FrameTooLarge {
                 len: u32::MAX as u64,
                 max
             })),
@@ -169,7 +175,7 @@ fn a_peer_that_stops_reading_fills_the_outbox_then_sends_are_refused_with_the_fr
     let limit = 64;
     let (link, mut w) = watched(
         Link::builder(&peer.endpoint())
-            .codec(Codec::length_prefixed())
+            .framing(LengthDelimited::len32())
             .outbox_limits(limit, 64 << 20)
             .overflow(Overflow::RejectNew),
     );

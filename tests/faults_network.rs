@@ -17,7 +17,8 @@ mod util;
 
 use std::time::{Duration, Instant};
 
-use relink::{Cause, Codec, Heartbeat, Link, Ping, Predicate, State};
+use relink::framing::Lines;
+use relink::{Cause, Heartbeat, Link, Ping, Predicate, State};
 use util::*;
 
 /// Bound on waits for things that take milliseconds when all is well.
@@ -51,7 +52,7 @@ fn a_dial_whose_syn_is_never_answered_backs_off_with_connect_timeout_within_the_
     let link = netns::build_in_namespace(&pair.a, move |ctx| {
         Link::builder(&endpoint)
             .context(ctx)
-            .codec(Codec::lines())
+            .framing(Lines::new())
             .connect_timeout(connect_timeout)
             .backoff(ms(50), ms(200))
     });
@@ -115,7 +116,7 @@ fn a_half_open_connection_is_declared_dead_within_the_heartbeat_bound_and_no_fra
     let link = netns::build_in_namespace(&pair.a, move |ctx| {
         Link::builder(&endpoint)
             .context(ctx)
-            .codec(Codec::lines())
+            .framing(Lines::new())
             .heartbeat(hb)
             .connect_timeout(ms(1000))
             .backoff(ms(50), ms(400))

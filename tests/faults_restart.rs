@@ -20,9 +20,8 @@ use std::sync::atomic::Ordering;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use relink::{
-    Cause, Codec, Heartbeat, Link, Overflow, Ping, Predicate, ProofOfLife, State, Transition,
-};
+use relink::framing::{LengthDelimited, Lines};
+use relink::{Cause, Heartbeat, Link, Overflow, Ping, Predicate, ProofOfLife, State, Transition};
 use util::*;
 
 /// Bound on waits for things that take milliseconds when all is well.
@@ -43,7 +42,7 @@ fn restart_step(t: &Transition) -> bool {
 fn ready_on(port: u16) -> (Link, Watch) {
     let (link, mut w) = watched(
         Link::builder(&util::endpoint_for(port))
-            .codec(Codec::lines())
+            .framing(Lines::new())
             .backoff(ms(20), ms(200)),
     );
     w.until(T, |t| t.to == State::Ready);
@@ -213,7 +212,7 @@ fn a_sigstopped_redis_server_is_declared_dead_within_the_heartbeat_bound_and_eve
         .reply(pong());
     let bound = hb.bound();
     let link = Link::builder(&redis.endpoint())
-        .codec(Codec::lines())
+        .framing(Lines::new())
         .heartbeat(hb)
         .ready_when(ProofOfLife::Handshake {
             hello: vec![b"PING".to_vec()],
@@ -324,7 +323,7 @@ fn eight_producers_sending_through_four_peer_restarts_keep_order_with_no_duplica
     let mut peer = Peer::start_on(port, Behaviour::Sink).expect("start the peer");
     let (link, ready, drainer) = drained(
         Link::builder(&util::endpoint_for(port))
-            .codec(Codec::length_prefixed())
+            .framing(LengthDelimited::len32())
             .backoff(ms(10), ms(100))
             .min_stable(ms(10))
             .frame_ttl(ms(400))

@@ -10,12 +10,13 @@ mod util;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use bytes::{Buf, BytesMut};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use relink::bytes::{Buf, Bytes, BytesMut};
+use relink::framing::{DecodeError, EncodeError, Framing, Lines, Raw, Resp, RespValue};
 use relink::{
-    Cause, Codec, CodecError, ConfigError, Event, FrameError, Framing, Heartbeat, Lines, Link,
-    LinkError, Ping, Predicate, ProofOfLife, Raw, Resp, RespValue, SendError, State,
+    Cause, ConfigError, Event, Heartbeat, Link, LinkError, Ping, Predicate, ProofOfLife, SendError,
+    State,
 };
 use util::{Behaviour, Conn, Peer, RedisServer};
 
@@ -37,7 +38,7 @@ fn take_frames(link: &Link, n: usize) -> (Vec<Vec<u8>>, Vec<Event>) {
     let (mut frames, mut other) = (Vec::new(), Vec::new());
     while frames.len() < n {
         match link.events().recv_deadline(deadline) {
-            Ok(Event::Frame(f)) => frames.push(f),
+            Ok(Event::Frame(f)) => frames.push(f.into()),
             Ok(ev) => other.push(ev),
             Err(_) => break,
         }
@@ -55,32 +56,32 @@ fn take_frames(link: &Link, n: usize) -> (Vec<Vec<u8>>, Vec<Event>) {
 struct Typed;
 
 impl Framing for Typed {
-    fn encode(&mut self, frame: &[u8], dst: &mut Vec<u8>) -> Result<(), FrameError> {
+    fn encode(&mut self, frame: &[u8], dst: &mut Vec<u8>) -> Result<(), EncodeError> {
         self.check(frame)?;
         dst.extend_from_slice(&(frame.len() as u16).to_be_bytes());
         dst.extend_from_slice(frame);
         Ok(())
     }
 
-    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Vec<u8>>, CodecError> {
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Bytes>, DecodeError> {
         let Some(head) = src.get(..2) else {
             return Ok(None);
         };
         let len = usize::from(u16::from_be_bytes([head[0], head[1]]));
         if len == 0 {
-            return Err(CodecError::Malformed("a frame needs its type byte"));
+            return Err(DecodeError::Malformed("a frame needs its type byte"));
         }
         if src.len() < 2 + len {
             return Ok(None);
         }
         src.advance(2);
-        Ok(Some(src.split_to(len).to_vec()))
+        Ok(Some(src.split_to(len).freeze()))
     }
 
-    fn check(&self, frame: &[u8]) -> Result<(), FrameError> {
+    fn check(&self, frame: &[u8]) -> Result<(), EncodeError> {
         match frame.len() {
-            0 => Err(FrameError::TooShort { len: 0, min: 1 }),
-            len if len > 0xffff => Err(FrameError::TooLarge { len, max: 0xffff }),
+            0 => Err(EncodeError::TooShort { len: 0, min: 1 }),
+            len if len > 0xffff => Err(EncodeError::TooLarge { len, max: 0xffff }),
             _ => Ok(()),
         }
     }
@@ -132,7 +133,7 @@ fn typed_peer() -> Peer {
 fn a_user_defined_framing_carries_frames_both_ways_through_a_link() {
     let peer = typed_peer();
     let link = Link::builder(&peer.endpoint())
-        .codec(Typed)
+        .framing(Typed)
         .build()
         .expect("valid config");
     let mut sent = Vec::new();
@@ -157,18 +158,18 @@ fn a_user_defined_framing_carries_frames_both_ways_through_a_link() {
 #[test]
 fn a_frame_the_user_framing_refuses_is_given_back_at_send() {
     let link = Link::builder(&util::refused_endpoint())
-        .codec(Typed)
+        .framing(Typed)
         .build()
         .expect("valid config");
     match link.send(Vec::new()) {
-        Err(SendError::Invalid(frame, FrameError::TooShort { len: 0, min: 1 })) => {
+        Err(SendError::Invalid(frame, EncodeError::TooShort { len: 0, min: 1 })) => {
             assert!(frame.is_empty())
         }
         other => panic!("expected the empty frame refused, got {other:?}"),
     }
     let big = vec![7u8; 0x10000];
     match link.send(big.clone()) {
-        Err(SendError::Invalid(frame, FrameError::TooLarge { .. })) => assert_eq!(frame, big),
+        Err(SendError::Invalid(frame, EncodeError::TooLarge { .. })) => assert_eq!(frame, big),
         other => panic!("expected the large frame refused, got {other:?}"),
     }
     let m = link.close(T);
@@ -179,7 +180,7 @@ fn a_frame_the_user_framing_refuses_is_given_back_at_send() {
 fn a_peer_that_breaks_the_user_framing_gets_its_connection_reset_with_an_error_event() {
     let peer = Peer::start(Behaviour::Garbage(b"\0\0\0\x02ok".to_vec()));
     let link = Link::builder(&peer.endpoint())
-        .codec(Typed)
+        .framing(Typed)
         .build()
         .expect("valid config");
     let deadline = Instant::now() + T;
@@ -194,7 +195,7 @@ fn a_peer_that_breaks_the_user_framing_gets_its_connection_reset_with_an_error_e
     }
     assert_eq!(
         error,
-        Some(LinkError::Codec(CodecError::Malformed(
+        Some(LinkError::Decode(DecodeError::Malformed(
             "a frame needs its type byte"
         )))
     );
@@ -213,10 +214,10 @@ fn raw_chunks_with_a_heartbeat_reply_or_a_handshake_are_a_config_error() {
     for builder in [
         Link::builder("tcp://127.0.0.1:6379").heartbeat(hb()),
         Link::builder("tcp://127.0.0.1:6379")
-            .codec(Codec::Raw)
+            .framing(Raw::new())
             .heartbeat(hb()),
         Link::builder("tcp://127.0.0.1:6379")
-            .codec(Raw)
+            .framing(Raw)
             .heartbeat(hb()),
     ] {
         assert_eq!(
@@ -250,7 +251,7 @@ fn raw_chunks_with_a_heartbeat_reply_or_a_handshake_are_a_config_error() {
         .expect("raw heartbeat without a reply");
     link.close(T);
     let link = Link::builder(&util::refused_endpoint())
-        .codec(Lines::new().crlf(true))
+        .framing(Lines::builder().crlf(true).build().unwrap())
         .heartbeat(hb())
         .build()
         .expect("lines with a reply");
@@ -361,7 +362,7 @@ fn ping_every_2_ms(ping: Ping, reply: Predicate) -> Heartbeat {
 fn with_pings_every_2_ms_every_get_reply_reaches_the_application_from_a_scripted_peer() {
     let peer = scripted_redis_peer();
     let link = Link::builder(&peer.endpoint())
-        .codec(Resp::new())
+        .framing(Resp::new())
         .heartbeat(ping_every_2_ms(
             Ping::Frame(b"PING".to_vec()),
             Predicate::new(|f| f == b"+PONG\r\n"),
@@ -399,7 +400,7 @@ fn redis() -> RedisServer {
 fn with_pings_every_2_ms_every_get_reply_reaches_the_application_from_redis_under_lines() {
     let server = redis();
     let link = Link::builder(&server.endpoint())
-        .codec(Lines::new().crlf(true))
+        .framing(Lines::builder().crlf(true).build().unwrap())
         .heartbeat(ping_every_2_ms(
             Ping::Raw(b"PING\r\n".to_vec()),
             Predicate::starts_with(&b"+PONG"[..]),
@@ -436,7 +437,7 @@ fn with_pings_every_2_ms_every_get_reply_reaches_the_application_from_redis_unde
 fn with_pings_every_2_ms_every_get_reply_reaches_the_application_from_redis_under_resp() {
     let server = redis();
     let link = Link::builder(&server.endpoint())
-        .codec(Resp::new())
+        .framing(Resp::new())
         .heartbeat(ping_every_2_ms(
             Ping::Raw(b"PING\r\n".to_vec()),
             Predicate::new(|f| f == b"+PONG\r\n"),

@@ -1,14 +1,17 @@
-//! Property tests of the framings through the public api: round trips split anywhere, noise
-//! that never panics nor buffers past the limit, bad settings, and a framing of one's own.
+//! Property tests of the framings through the public api, each property once: round trips
+//! split anywhere, noise that never panics, buffers past the limit nor returns more than was
+//! fed, length sums that never overflow into a frame, the RESP decoder and parser in
+//! agreement, bad settings, and a framing of one's own.
 //!
 //! Each property runs 256 cases per framing.
 
-use bytes::{Buf, BytesMut};
 use proptest::prelude::*;
 use proptest::sample::Index;
-use relink::{
-    CodecError, ConfigError, Delimited, FrameError, Framing, LengthDelimited, Lines, Raw, Resp,
+use relink::bytes::{Buf, Bytes, BytesMut};
+use relink::framing::{
+    DecodeError, Delimited, EncodeError, Framing, LengthDelimited, Lines, Raw, Resp,
 };
+use relink::ConfigError;
 
 const CASES: u32 = 256;
 
@@ -27,7 +30,9 @@ enum Expect {
 
 /// The framings under test, with small limits so that they are hit.
 fn framings() -> Vec<(&'static str, Box<dyn Framing>, Expect)> {
-    let len = |b: relink::LengthDelimitedBuilder| Box::new(b.build().unwrap()) as Box<dyn Framing>;
+    let len = |b: relink::framing::LengthDelimitedBuilder| {
+        Box::new(b.build().unwrap()) as Box<dyn Framing>
+    };
     let mut all: Vec<(&'static str, Box<dyn Framing>, Expect)> = Vec::new();
     for width in [1, 2, 3, 4, 8] {
         let b = LengthDelimited::builder()
@@ -82,12 +87,12 @@ fn framings() -> Vec<(&'static str, Box<dyn Framing>, Expect)> {
         ),
         (
             "lines lf",
-            Box::new(Lines::new().max_length(40)),
+            Box::new(Lines::builder().max_length(40).build().unwrap()),
             Expect::StripCr,
         ),
         (
             "lines crlf",
-            Box::new(Lines::new().max_length(40).crlf(true)),
+            Box::new(Lines::builder().max_length(40).crlf(true).build().unwrap()),
             Expect::Same,
         ),
     ]);
@@ -117,7 +122,7 @@ fn decode_cut(
     framing: &mut dyn Framing,
     wire: &[u8],
     cuts: &[Index],
-) -> Result<Vec<Vec<u8>>, CodecError> {
+) -> Result<Vec<Vec<u8>>, DecodeError> {
     let mut points: Vec<usize> = cuts.iter().map(|c| c.index(wire.len() + 1)).collect();
     points.push(wire.len());
     points.sort_unstable();
@@ -128,7 +133,7 @@ fn decode_cut(
         src.extend_from_slice(&wire[at..p]);
         at = p;
         while let Some(frame) = framing.decode(&mut src)? {
-            frames.push(frame);
+            frames.push(frame.to_vec());
         }
         assert!(src.len() <= framing.max_buffered());
     }
@@ -182,7 +187,7 @@ proptest! {
         commands in prop::collection::vec(prop::collection::vec(bytes(0..24), 1..5), 0..8),
         cuts in prop::collection::vec(any::<Index>(), 0..10),
     ) {
-        let mut resp = Resp::new().max_frame(4096).unwrap();
+        let mut resp = Resp::builder().max_frame(4096).build().unwrap();
         let mut wire = Vec::new();
         let mut want = Vec::new();
         for args in &commands {
@@ -194,29 +199,51 @@ proptest! {
     }
 
     #[test]
-    fn arbitrary_bytes_never_panic_nor_buffer_past_the_limit(
-        noise in bytes(0..400),
+    fn arbitrary_bytes_never_panic_buffer_past_the_limit_nor_return_more_than_was_fed(
+        noise in prop_oneof![bytes(0..400), len32_stream()],
         chunk in 1usize..64,
     ) {
         let mut all = framings();
-        all.push(("resp", Box::new(Resp::new().max_frame(64).unwrap().max_depth(3).unwrap()), Expect::Same));
-        all.push(("raw", Box::new(Raw), Expect::Same));
+        all.push(("resp", Box::new(Resp::builder().max_frame(64).max_depth(3).build().unwrap()), Expect::Same));
+        all.push(("raw", Box::new(Raw::new()), Expect::Same));
         for (name, mut framing, _) in all {
             let mut src = BytesMut::new();
+            let mut fed = 0;
+            let mut out = Vec::new();
             'feed: for piece in noise.chunks(chunk) {
                 src.extend_from_slice(piece);
+                fed += piece.len();
                 prop_assert!(src.len() <= framing.max_buffered() + chunk, "{}", name);
                 loop {
                     match framing.decode(&mut src) {
-                        Ok(Some(_)) => {}
+                        Ok(Some(frame)) => {
+                            prop_assert!(frame.len() <= framing.max_buffered(), "{}", name);
+                            out.extend_from_slice(&frame);
+                        }
                         Ok(None) => break,
                         Err(_) => break 'feed,
                     }
                 }
                 prop_assert!(src.len() <= framing.max_buffered(), "{} buffers {}", name, src.len());
+                prop_assert!(out.len() + src.len() <= fed, "{} returns more than was fed", name);
+            }
+            if name == "raw" {
+                prop_assert_eq!(&out[..], &noise[..], "raw returns every byte, in order");
             }
         }
     }
+}
+
+/// A stream of noise, len32 frames, and len32 frames whose body may not have the announced
+/// length, so that every framing gets both frames and garbage.
+fn len32_stream() -> impl Strategy<Value = Vec<u8>> {
+    let prefixed = |len: u32, body: &[u8]| [&len.to_be_bytes()[..], body].concat();
+    let segment = prop_oneof![
+        1 => bytes(0..64),
+        4 => bytes(0..64).prop_map(move |body| prefixed(body.len() as u32, &body)),
+        1 => (0u32..64, bytes(0..64)).prop_map(move |(len, body)| prefixed(len, &body)),
+    ];
+    prop::collection::vec(segment, 0..12).prop_map(|segments| segments.concat())
 }
 
 #[test]
@@ -233,7 +260,7 @@ fn bad_framing_settings_are_config_errors() {
         Delimited::builder(b"").build(),
         Err(ConfigError::BadFraming { .. })
     ));
-    assert!(Resp::new().max_frame(0).is_err());
+    assert!(Resp::builder().max_frame(0).build().is_err());
 }
 
 /// A framing of one's own: a 2-byte big-endian length of the body, a type byte, the body.
@@ -242,13 +269,13 @@ fn bad_framing_settings_are_config_errors() {
 struct Typed;
 
 impl Framing for Typed {
-    fn encode(&mut self, frame: &[u8], dst: &mut Vec<u8>) -> Result<(), FrameError> {
+    fn encode(&mut self, frame: &[u8], dst: &mut Vec<u8>) -> Result<(), EncodeError> {
         self.check(frame)?;
         dst.extend_from_slice(&((frame.len() - 1) as u16).to_be_bytes());
         dst.extend_from_slice(frame);
         Ok(())
     }
-    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Vec<u8>>, CodecError> {
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Bytes>, DecodeError> {
         let Some(&[hi, lo, _]) = src.get(..3) else {
             return Ok(None);
         };
@@ -257,12 +284,12 @@ impl Framing for Typed {
             return Ok(None);
         }
         src.advance(2);
-        Ok(Some(src.split_to(end - 2).to_vec()))
+        Ok(Some(src.split_to(end - 2).freeze()))
     }
-    fn check(&self, frame: &[u8]) -> Result<(), FrameError> {
+    fn check(&self, frame: &[u8]) -> Result<(), EncodeError> {
         match frame.len() {
-            0 => Err(FrameError::TooShort { len: 0, min: 1 }),
-            len if len > 1 + 0xffff => Err(FrameError::TooLarge {
+            0 => Err(EncodeError::TooShort { len: 0, min: 1 }),
+            len if len > 1 + 0xffff => Err(EncodeError::TooLarge {
                 len,
                 max: 1 + 0xffff,
             }),
@@ -336,7 +363,7 @@ proptest! {
         wire in resp_value(),
         cuts in prop::collection::vec(any::<Index>(), 0..4),
     ) {
-        let parsed = relink::RespValue::parse(&wire);
+        let parsed = relink::framing::RespValue::parse(&wire);
         let decoded = decode_cut(&mut Resp::new(), &wire, &cuts);
         let whole = matches!(&decoded, Ok(frames) if frames.len() == 1 && frames[0] == wire);
         prop_assert_eq!(parsed.is_ok(), whole, "{:?}: {:?} / {:?}", wire, parsed, decoded);
@@ -364,7 +391,7 @@ proptest! {
         let mut src = BytesMut::from(&wire[..]);
         let result = framing.decode(&mut src);
         prop_assert!(
-            matches!(result, Ok(None) | Err(CodecError::FrameTooLarge { .. })),
+            matches!(result, Ok(None) | Err(DecodeError::FrameTooLarge { .. })),
             "{:?}",
             result
         );

@@ -10,9 +10,8 @@ mod util;
 use std::io::ErrorKind;
 use std::time::{Duration, Instant};
 
-use relink::{
-    Cause, Codec, Event, Heartbeat, Link, Ping, Predicate, ProofOfLife, State, Transition,
-};
+use relink::framing::Lines;
+use relink::{Cause, Event, Heartbeat, Link, Ping, Predicate, ProofOfLife, State, Transition};
 use util::{lines_to, netns, show, watched, Behaviour, Peer, RedisServer, Watch};
 
 /// Room for scheduling delays on a loaded two-core machine, on top of every time bound.
@@ -284,7 +283,7 @@ fn an_idle_only_heartbeat_sends_no_ping_while_the_link_carries_data() {
         .max_missed(2)
         .idle_only(true);
     let link = Link::builder(&peer.endpoint())
-        .codec(Codec::lines())
+        .framing(Lines::new())
         .heartbeat(hb)
         .build()
         .unwrap();
@@ -406,7 +405,7 @@ fn a_handshake_that_gets_no_reply_times_out_and_counts_as_a_failure() {
     let timeout = ms(300);
     let (link, mut w) = watched(
         Link::builder(&peer.endpoint())
-            .codec(Codec::lines())
+            .framing(Lines::new())
             .ready_when(ProofOfLife::Handshake {
                 hello: vec![b"HELLO".to_vec()],
                 accept: Predicate::starts_with(&b"WELCOME"[..]),

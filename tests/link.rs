@@ -10,10 +10,10 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use relink::framing::{DecodeError, EncodeError, LengthDelimited, Lines, Raw};
 use relink::{
-    AbandonReason, Builder, Cause, Codec, CodecError, ConfigError, Event, Events, FrameError,
-    Heartbeat, Jitter, Link, LinkError, Overflow, Ping, Predicate, ProofOfLife, SendError, State,
-    Transition,
+    AbandonReason, Builder, Cause, ConfigError, Event, Events, Heartbeat, Jitter, Link, LinkError,
+    Overflow, Ping, Predicate, ProofOfLife, SendError, State, Transition,
 };
 use util::{
     assert_accounted, decode_length_prefixed, decode_lines, duplicates, encode_length_prefixed,
@@ -104,7 +104,7 @@ fn timed_drop(link: Link, bound: Duration) -> Option<Duration> {
 #[test]
 fn raw_bytes_sent_to_an_echo_peer_come_back_as_the_same_byte_stream() {
     let peer = Peer::start(Behaviour::Echo);
-    let (link, mut seen) = watched(Link::builder(&peer.endpoint()).codec(Codec::Raw));
+    let (link, mut seen) = watched(Link::builder(&peer.endpoint()).framing(Raw::new()));
     let mut sent: Vec<Vec<u8>> = (0..40)
         .map(|i| format!("raw-{i}|").repeat(i + 1).into_bytes())
         .collect();
@@ -131,7 +131,8 @@ fn raw_bytes_sent_to_an_echo_peer_come_back_as_the_same_byte_stream() {
 #[test]
 fn length_prefixed_frames_sent_to_an_echo_peer_come_back_one_for_one() {
     let peer = Peer::start(Behaviour::Echo);
-    let (link, mut seen) = watched(Link::builder(&peer.endpoint()).codec(Codec::length_prefixed()));
+    let (link, mut seen) =
+        watched(Link::builder(&peer.endpoint()).framing(LengthDelimited::len32()));
     let mut sent: Vec<Vec<u8>> = (0..50u64).map(seq_payload).collect();
     sent.insert(10, Vec::new()); // a zero-length frame is legal
     sent.push(vec![0u8; 5]); // bytes that look like a length prefix
@@ -156,7 +157,7 @@ fn length_prefixed_frames_sent_to_an_echo_peer_come_back_one_for_one() {
 #[test]
 fn lines_sent_to_an_echo_peer_come_back_one_for_one() {
     let peer = Peer::start(Behaviour::Echo);
-    let (link, mut seen) = watched(Link::builder(&peer.endpoint()).codec(Codec::lines()));
+    let (link, mut seen) = watched(Link::builder(&peer.endpoint()).framing(Lines::new()));
     let mut sent: Vec<Vec<u8>> = (0..50u64).map(seq_payload).collect();
     sent.insert(5, Vec::new()); // an empty line is a legal empty frame
     sent.push(b"with\ttabs and \x00 bytes".to_vec());
@@ -189,7 +190,7 @@ fn eight_threads_sending_at_once_keep_each_threads_order_with_no_loss_or_duplica
     let total = u64::from(THREADS) * PER_THREAD;
     let peer = Peer::start(Behaviour::Sink);
     let link = Link::builder(&peer.endpoint())
-        .codec(Codec::length_prefixed())
+        .framing(LengthDelimited::len32())
         .overflow(Overflow::Block(Duration::from_secs(10)))
         .build()
         .unwrap();
@@ -272,7 +273,7 @@ fn a_link_whose_peer_restarts_on_the_same_port_comes_back_to_ready_and_frames_fl
     let peer = Peer::start(Behaviour::Echo);
     let port = peer.port();
     let link = quick(&peer.endpoint())
-        .codec(Codec::lines())
+        .framing(Lines::new())
         .build()
         .unwrap();
     let ev = link.events();
@@ -420,11 +421,6 @@ fn build_returns_the_config_error_that_names_each_bad_input() {
         (b().batch_bytes(0), "batch_bytes"),
         (b().hwm(0, 10), "sndhwm"),
         (b().hwm(10, -1), "rcvhwm"),
-        (
-            b().codec(Codec::LengthPrefixed { max_frame: 0 }),
-            "max_frame",
-        ),
-        (b().codec(Codec::Lines { max_line: 0 }), "max_line"),
     ];
     for (builder, name) in cases {
         let err = build_err(builder, name);
@@ -434,19 +430,13 @@ fn build_returns_the_config_error_that_names_each_bad_input() {
         );
     }
 
-    // TooLarge: beyond what libzmq's int milliseconds or the u32 length prefix can carry.
+    // TooLarge: beyond what libzmq's int milliseconds can carry.
     let huge = Duration::from_millis(i32::MAX as u64 + 1);
     let cases: Vec<(Builder, &str)> = vec![
         (b().linger(huge), "linger"),
         (b().connect_timeout(huge), "connect_timeout"),
         (b().reconnect_ivl(huge), "reconnect_ivl"),
         (b().tcp_maxrt(huge), "tcp_maxrt"),
-        (
-            b().codec(Codec::LengthPrefixed {
-                max_frame: u32::MAX as usize + 1,
-            }),
-            "max_frame",
-        ),
     ];
     for (builder, name) in cases {
         let err = build_err(builder, name);
@@ -514,7 +504,7 @@ fn build_returns_the_config_error_that_names_each_bad_input() {
 
     // Unencodable: a hello or a ping frame the codec refuses.
     let err = build_err(
-        b().codec(Codec::lines())
+        b().framing(Lines::new())
             .ready_when(ProofOfLife::handshake(vec![b"HI\nTHERE".to_vec()], |_| {
                 true
             })),
@@ -525,13 +515,13 @@ fn build_returns_the_config_error_that_names_each_bad_input() {
             err,
             ConfigError::Unencodable {
                 what: "hello frame",
-                source: FrameError::ContainsNewline
+                source: EncodeError::ContainsNewline
             }
         ),
         "{err:?}"
     );
     let err = build_err(
-        b().codec(Codec::Raw)
+        b().framing(Raw::new())
             .heartbeat(Heartbeat::new(sec, Ping::Frame(Vec::new()))),
         "empty raw ping frame",
     );
@@ -540,14 +530,19 @@ fn build_returns_the_config_error_that_names_each_bad_input() {
             err,
             ConfigError::Unencodable {
                 what: "heartbeat ping",
-                source: FrameError::Empty
+                source: EncodeError::Empty
             }
         ),
         "{err:?}"
     );
     let err = build_err(
-        b().codec(Codec::LengthPrefixed { max_frame: 4 })
-            .heartbeat(Heartbeat::new(sec, Ping::Frame(b"PING!".to_vec()))),
+        b().framing(
+            LengthDelimited::builder()
+                .max_frame_length(4)
+                .build()
+                .unwrap(),
+        )
+        .heartbeat(Heartbeat::new(sec, Ping::Frame(b"PING!".to_vec()))),
         "ping frame above max_frame",
     );
     assert!(
@@ -555,7 +550,7 @@ fn build_returns_the_config_error_that_names_each_bad_input() {
             err,
             ConfigError::Unencodable {
                 what: "heartbeat ping",
-                source: FrameError::TooLarge { len: 5, max: 4 }
+                source: EncodeError::TooLarge { len: 5, max: 4 }
             }
         ),
         "{err:?}"
@@ -577,7 +572,12 @@ fn an_oversized_inbound_frame_resets_the_connection_with_a_codec_error_and_the_l
     // First connection: a length prefix of 0xFFFFFFFF.
     let peer = Peer::start(Behaviour::Garbage(vec![0xFF; 4]));
     let link = quick(&peer.endpoint())
-        .codec(Codec::LengthPrefixed { max_frame: MAX })
+        .framing(
+            LengthDelimited::builder()
+                .max_frame_length(MAX)
+                .build()
+                .unwrap(),
+        )
         .build()
         .unwrap();
     let ev = link.events();
@@ -598,7 +598,7 @@ fn an_oversized_inbound_frame_resets_the_connection_with_a_codec_error_and_the_l
     assert!(
         matches!(
             seen.errors[0],
-            LinkError::Codec(CodecError::FrameTooLarge { len, max: MAX }) if len == u64::from(u32::MAX)
+            LinkError::Decode(DecodeError::FrameTooLarge { len, max: MAX }) if len == u64::from(u32::MAX)
         ),
         "{:?}",
         seen.errors
@@ -613,7 +613,7 @@ fn an_oversized_inbound_frame_resets_the_connection_with_a_codec_error_and_the_l
     assert!(
         matches!(
             seen.errors[1],
-            LinkError::Codec(CodecError::FrameTooLarge { len, max: MAX }) if len == MAX as u64 + 1
+            LinkError::Decode(DecodeError::FrameTooLarge { len, max: MAX }) if len == MAX as u64 + 1
         ),
         "{:?}",
         seen.errors
@@ -707,7 +707,7 @@ fn close_while_connecting_returns_promptly_gives_queued_frames_back_and_refuses_
 #[test]
 fn close_while_connected_flushes_the_outbox_closes_the_connection_and_refuses_later_sends() {
     let peer = Peer::start(Behaviour::Sink);
-    let (link, mut seen) = watched(Link::builder(&peer.endpoint()).codec(Codec::lines()));
+    let (link, mut seen) = watched(Link::builder(&peer.endpoint()).framing(Lines::new()));
     seen.until_entered(0, State::Ready, T);
     assert!(peer.wait_accepts(1, T));
     let lines: Vec<Vec<u8>> = (0..100).map(seq_payload).collect();
@@ -859,7 +859,7 @@ fn dropping_the_last_handle_with_data_stuck_for_a_peer_that_stopped_reading_does
 fn clones_of_a_link_and_of_its_events_work_from_other_threads() {
     let peer = Peer::start(Behaviour::Echo);
     let link = Link::builder(&peer.endpoint())
-        .codec(Codec::lines())
+        .framing(Lines::new())
         .build()
         .unwrap();
     let expected: Vec<Vec<u8>> = (0..100).map(seq_payload).collect();
@@ -892,13 +892,13 @@ fn clones_of_a_link_and_of_its_events_work_from_other_threads() {
 fn send_refuses_a_frame_the_codec_cannot_encode_and_gives_it_back() {
     let peer = Peer::start(Behaviour::Echo);
     let lines = Link::builder(&peer.endpoint())
-        .codec(Codec::Lines { max_line: 16 })
+        .framing(Lines::builder().max_length(16).build().unwrap())
         .build()
         .unwrap();
 
     let bad = b"two\nlines".to_vec();
     match lines.send(bad.clone()) {
-        Err(SendError::Invalid(f, FrameError::ContainsNewline)) => assert_eq!(f, bad),
+        Err(SendError::Invalid(f, EncodeError::ContainsNewline)) => assert_eq!(f, bad),
         other => panic!("a frame with a newline: {other:?}"),
     }
     for r in [
@@ -907,13 +907,13 @@ fn send_refuses_a_frame_the_codec_cannot_encode_and_gives_it_back() {
         lines.send_with_ttl(bad.clone(), T),
     ] {
         assert!(
-            matches!(&r, Err(SendError::Invalid(f, FrameError::ContainsNewline)) if *f == bad),
+            matches!(&r, Err(SendError::Invalid(f, EncodeError::ContainsNewline)) if *f == bad),
             "{r:?}"
         );
     }
     let long = vec![b'x'; 17];
     match lines.send(long.clone()) {
-        Err(SendError::Invalid(f, FrameError::TooLarge { len: 17, max: 16 })) => {
+        Err(SendError::Invalid(f, EncodeError::TooLarge { len: 17, max: 16 })) => {
             assert_eq!(f, long)
         }
         other => panic!("a line above max_line: {other:?}"),
@@ -932,21 +932,26 @@ fn send_refuses_a_frame_the_codec_cannot_encode_and_gives_it_back() {
 
     // Raw: an empty write would close the connection, so an empty frame is refused.
     let raw = Link::builder(&refused_endpoint())
-        .codec(Codec::Raw)
+        .framing(Raw::new())
         .build()
         .unwrap();
     match raw.send(Vec::new()) {
-        Err(SendError::Invalid(f, FrameError::Empty)) => assert!(f.is_empty()),
+        Err(SendError::Invalid(f, EncodeError::Empty)) => assert!(f.is_empty()),
         other => panic!("an empty raw frame: {other:?}"),
     }
     // Length-prefixed: above max_frame.
     let framed = Link::builder(&refused_endpoint())
-        .codec(Codec::LengthPrefixed { max_frame: 8 })
+        .framing(
+            LengthDelimited::builder()
+                .max_frame_length(8)
+                .build()
+                .unwrap(),
+        )
         .build()
         .unwrap();
     let big = vec![1u8; 9];
     match framed.send(big.clone()) {
-        Err(SendError::Invalid(f, FrameError::TooLarge { len: 9, max: 8 })) => {
+        Err(SendError::Invalid(f, EncodeError::TooLarge { len: 9, max: 8 })) => {
             assert_eq!(f, big)
         }
         other => panic!("a frame above max_frame: {other:?}"),
@@ -968,7 +973,7 @@ fn a_slow_reader_loses_no_event_because_the_link_pauses_reading_instead() {
     let peer = Peer::start(Behaviour::Echo);
     let (link, mut seen) = watched(
         Link::builder(&peer.endpoint())
-            .codec(Codec::lines())
+            .framing(Lines::new())
             .events_capacity(4),
     );
     let ev = link.events();

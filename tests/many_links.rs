@@ -11,7 +11,8 @@ mod util;
 
 use std::time::{Duration, Instant};
 
-use relink::{AbandonReason, Cause, Codec, CodecError, Event, IoPool, Link, LinkError, State};
+use relink::framing::{DecodeError, LengthDelimited};
+use relink::{AbandonReason, Cause, Event, IoPool, Link, LinkError, State};
 use util::*;
 
 /// Bound on a group of links reaching a state.
@@ -22,7 +23,7 @@ fn next_frame(link: &Link, timeout: Duration) -> Option<Vec<u8>> {
     let deadline = Instant::now() + timeout;
     loop {
         match link.events().recv_deadline(deadline) {
-            Ok(Event::Frame(f)) => return Some(f),
+            Ok(Event::Frame(f)) => return Some(f.into()),
             Ok(_) => {}
             Err(_) => return None,
         }
@@ -440,7 +441,12 @@ fn garbage_on_some_links_of_a_shared_thread_resets_only_those_links() {
     }));
     let build = |endpoint: &str| {
         Link::builder(endpoint)
-            .codec(Codec::LengthPrefixed { max_frame: max })
+            .framing(
+                LengthDelimited::builder()
+                    .max_frame_length(max)
+                    .build()
+                    .unwrap(),
+            )
             .io_pool(&pool)
             .backoff(ms(50), ms(200))
             .build()
@@ -497,7 +503,7 @@ fn garbage_on_some_links_of_a_shared_thread_resets_only_those_links() {
         assert!(
             w.errors.iter().any(|e| matches!(
                 e,
-                LinkError::Codec(CodecError::FrameTooLarge { len, max: m })
+                LinkError::Decode(DecodeError::FrameTooLarge { len, max: m })
                     if *len == max as u64 + 1 && *m == max
             )),
             "bad link {i}: no FrameTooLarge event: {:?}",

@@ -11,7 +11,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use relink::{AbandonReason, Codec, Event, Events, Link, Overflow, ProofOfLife, SendError};
+use relink::framing::LengthDelimited;
+use relink::{AbandonReason, Event, Events, Link, Overflow, ProofOfLife, SendError};
 use util::*;
 
 /// Bound on every wait for something that should happen within a few milliseconds.
@@ -48,7 +49,7 @@ fn next_abandoned(events: &Events, timeout: Duration) -> Option<(Vec<u8>, Abando
     let deadline = Instant::now() + timeout;
     loop {
         match events.recv_deadline(deadline).ok()? {
-            Event::Abandoned { frame, reason } => return Some((frame, reason)),
+            Event::Abandoned { frame, reason } => return Some((frame.into(), reason)),
             Event::State(_) => {}
             other => panic!("unexpected event {other:?}"),
         }
@@ -74,7 +75,7 @@ fn abandoned_in(events: &[Event]) -> Vec<(Vec<u8>, AbandonReason)> {
     events
         .iter()
         .filter_map(|e| match e {
-            Event::Abandoned { frame, reason } => Some((frame.clone(), *reason)),
+            Event::Abandoned { frame, reason } => Some((frame.to_vec(), *reason)),
             _ => None,
         })
         .collect()
@@ -137,7 +138,7 @@ fn every_frame_is_accounted_for_and_none_is_duplicated_or_reordered_across_twent
     let mut peer = Peer::start_on(port, Behaviour::Sink).expect("start the peer");
     let (link, ready, drainer) = drained(
         Link::builder(&endpoint_for(port))
-            .codec(Codec::length_prefixed())
+            .framing(LengthDelimited::len32())
             .backoff(ms(10), ms(100))
             .min_stable(ms(10))
             .frame_ttl(TTL)
@@ -412,7 +413,7 @@ fn block_returns_as_soon_as_an_expiring_frame_makes_room() {
 fn block_returns_once_the_peer_comes_up_and_the_outbox_drains() {
     let port = free_port();
     let link = Link::builder(&endpoint_for(port))
-        .codec(Codec::length_prefixed())
+        .framing(LengthDelimited::len32())
         .backoff(ms(10), ms(50))
         .outbox_limits(3, 1 << 20)
         .overflow(Overflow::Block(Duration::from_secs(8)))
@@ -499,7 +500,7 @@ fn a_slow_reader_pauses_reading_with_bounded_memory_then_gets_every_frame_in_ord
         }
     }));
     let link = Link::builder(&peer.endpoint())
-        .codec(Codec::length_prefixed())
+        .framing(LengthDelimited::len32())
         .events_capacity(16)
         .build()
         .expect("build the link");
@@ -650,7 +651,7 @@ fn run_freshness(immediate: bool, handshake: bool) -> Freshness {
         c.reset();
     }));
     let mut builder = Link::builder(&peer.endpoint())
-        .codec(Codec::length_prefixed())
+        .framing(LengthDelimited::len32())
         .immediate(immediate)
         .backoff(ms(10), ms(50))
         .min_stable(ms(10));

@@ -8,7 +8,8 @@ mod util;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use relink::{Cause, Codec, Event, Jitter, Link, State, Transition};
+use relink::framing::Lines;
+use relink::{Cause, Event, Jitter, Link, State, Transition};
 use util::*;
 
 /// Bound on any single wait for something that should happen within a second or two.
@@ -425,7 +426,7 @@ fn frames_flow_again_after_a_peer_restart(immediate: bool) {
     let port = peer.port();
     let (link, mut w) = watched(
         Link::builder(&peer.endpoint())
-            .codec(Codec::lines())
+            .framing(Lines::new())
             .immediate(immediate)
             .backoff(ms(50), ms(400)),
     );

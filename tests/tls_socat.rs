@@ -16,7 +16,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use relink::{Cause, Codec, Event, Link, ProofOfLife, State};
+use relink::framing::LengthDelimited;
+use relink::{Cause, Event, Link, ProofOfLife, State};
 use util::{encode_length_prefixed, endpoint_for, free_port, wait_for, watched};
 
 /// Bound on any single wait for something that should happen at once on loopback.
@@ -176,7 +177,7 @@ fn push_round(link: &Link, round: usize) -> (Duration, usize) {
     for (i, want) in sent.iter().enumerate() {
         match link.events().recv_deadline(deadline) {
             Ok(Event::Frame(got)) => assert!(
-                &got == want,
+                got == want,
                 "round {round}: frame {i} came back as {:?}",
                 String::from_utf8_lossy(&got[..got.len().min(40)])
             ),
@@ -262,7 +263,7 @@ fn frames_cross_a_verified_tls_tunnel_in_order_and_the_link_survives_a_tls_serve
     // path is up, not just the local TCP connection to the tunnel.
     let (link, mut w) = watched(
         Link::builder(&endpoint_for(tunnel_port))
-            .codec(Codec::length_prefixed())
+            .framing(LengthDelimited::len32())
             .ready_when(ProofOfLife::handshake(vec![b"hello".to_vec()], |f| {
                 f == b"hello"
             }))

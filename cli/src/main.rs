@@ -8,7 +8,7 @@
 //! echo PING | relink-cat 127.0.0.1:6379        # prints +PONG, exits 0
 //! ```
 //!
-//! `--codec` chooses the framing: `raw`, `lines` (with `--crlf` to end lines with `\r\n`),
+//! `--framing` chooses the framing: `raw`, `lines` (with `--crlf` to end lines with `\r\n`),
 //! `len32`, `len:W[:be|le]` (a W-byte length, W one of 1, 2, 3, 4, 8), `varint`, `delim:SEQ`
 //! (frames ending in SEQ, e.g. `delim:\0` or `delim:\r\n`) and `resp` (redis: each line an
 //! inline command, sent as an array of bulk strings).
@@ -59,9 +59,10 @@ use std::time::{Duration, Instant};
 
 use clap::{Parser, ValueEnum};
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
+use relink::framing::{Delimited, LengthDelimited, Lines, Raw, Resp};
 use relink::{
-    Codec, ConfigError, Delimited, Event, Heartbeat, Jitter, LengthDelimited, Lines, Link, Metrics,
-    Ping, Predicate, ProofOfLife, RecvTimeoutError, Resp, SendError, State, Tls, Transition,
+    ConfigError, Event, Heartbeat, Jitter, Link, Metrics, Ping, Predicate, ProofOfLife,
+    RecvTimeoutError, SendError, State, Tls, Transition,
 };
 
 /// Exit status for a bad option or a configuration the builder refuses.
@@ -86,14 +87,14 @@ struct Cli {
     /// before each frame, W one of 1 2 3 4 8, big endian by default), varint (a LEB128/MQTT
     /// length), delim:SEQ (frames ending in SEQ; escapes \0 \r \n \t \\ \xNN) or resp (redis:
     /// each line an inline command).
-    #[arg(long, value_name = "SPEC", default_value = "lines", value_parser = parse_codec)]
-    codec: CodecArg,
+    #[arg(long, value_name = "SPEC", default_value = "lines", value_parser = parse_framing)]
+    framing: FramingArg,
 
-    /// With --codec lines: end the lines sent with \r\n instead of \n.
+    /// With --framing lines: end the lines sent with \r\n instead of \n.
     #[arg(long)]
     crlf: bool,
 
-    /// Heartbeat ping, written as is whatever the codec. Escapes: \0 \r \n \t \\ \xNN.
+    /// Heartbeat ping, written as is whatever the framing. Escapes: \0 \r \n \t \\ \xNN.
     #[arg(long, value_name = "PAYLOAD", value_parser = parse_escaped)]
     heartbeat: Option<Escaped>,
 
@@ -198,9 +199,9 @@ struct Cli {
     quiet: bool,
 }
 
-/// The framing chosen with `--codec`, already built (a bad spec is refused while parsing).
+/// The framing chosen with `--framing`, already built (a bad spec is refused while parsing).
 #[derive(Clone, Debug, PartialEq, Eq)]
-enum CodecArg {
+enum FramingArg {
     /// Chunks as they come; writes as they are.
     Raw,
     /// Newline-terminated lines.
@@ -213,15 +214,15 @@ enum CodecArg {
     Resp,
 }
 
-/// Parses `--codec`: `raw`, `lines`, `len32`, `len:W[:be|le]`, `varint`, `delim:SEQ`, `resp`.
-fn parse_codec(s: &str) -> Result<CodecArg, String> {
-    let length = |b: relink::LengthDelimitedBuilder| b.build().map_err(|e| e.to_string());
+/// Parses `--framing`: `raw`, `lines`, `len32`, `len:W[:be|le]`, `varint`, `delim:SEQ`, `resp`.
+fn parse_framing(s: &str) -> Result<FramingArg, String> {
+    let length = |b: relink::framing::LengthDelimitedBuilder| b.build().map_err(|e| e.to_string());
     if let Some(seq) = s.strip_prefix("delim:") {
         let Escaped(delimiter) = parse_escaped(seq)?;
         let framing = Delimited::builder(delimiter)
             .build()
             .map_err(|e| format!("{e} (delim:SEQ needs a delimiter, e.g. delim:\\0)"))?;
-        return Ok(CodecArg::Delim(framing));
+        return Ok(FramingArg::Delim(framing));
     }
     if let Some(rest) = s.strip_prefix("len:") {
         let (width, order) = rest.split_once(':').unwrap_or((rest, "be"));
@@ -234,18 +235,18 @@ fn parse_codec(s: &str) -> Result<CodecArg, String> {
             "le" => b.little_endian(),
             other => return Err(format!("byte order {other:?}: use be or le")),
         };
-        return Ok(CodecArg::Length(
+        return Ok(FramingArg::Length(
             length(b).map_err(|e| format!("{e} (len:W needs W of 1, 2, 3, 4 or 8)"))?,
         ));
     }
     match s {
-        "raw" => Ok(CodecArg::Raw),
-        "lines" => Ok(CodecArg::Lines),
-        "len32" => Ok(CodecArg::Length(LengthDelimited::len32())),
-        "varint" => Ok(CodecArg::Length(length(LengthDelimited::builder().varint())?)),
-        "resp" => Ok(CodecArg::Resp),
+        "raw" => Ok(FramingArg::Raw),
+        "lines" => Ok(FramingArg::Lines),
+        "len32" => Ok(FramingArg::Length(LengthDelimited::len32())),
+        "varint" => Ok(FramingArg::Length(length(LengthDelimited::builder().varint())?)),
+        "resp" => Ok(FramingArg::Resp),
         other => Err(format!(
-            "unknown codec {other:?}: use raw, lines, len32, len:W[:be|le], varint, delim:SEQ or resp"
+            "unknown framing {other:?}: use raw, lines, len32, len:W[:be|le], varint, delim:SEQ or resp"
         )),
     }
 }
@@ -427,13 +428,13 @@ fn parse_cli() -> Result<Cli, ExitCode> {
 
 fn build_link(cli: &Cli) -> Result<Link, ConfigError> {
     let b = Link::builder(&endpoint_url(&cli.endpoint));
-    let mut b = match &cli.codec {
-        CodecArg::Raw => b.codec(Codec::Raw),
-        CodecArg::Lines if cli.crlf => b.codec(Lines::new().crlf(true)),
-        CodecArg::Lines => b.codec(Codec::lines()),
-        CodecArg::Length(framing) => b.codec(framing.clone()),
-        CodecArg::Delim(framing) => b.codec(framing.clone()),
-        CodecArg::Resp => b.codec(Resp::new()),
+    let mut b = match &cli.framing {
+        FramingArg::Raw => b.framing(Raw::new()),
+        FramingArg::Lines if cli.crlf => b.framing(Lines::builder().crlf(true).build().unwrap()),
+        FramingArg::Lines => b.framing(Lines::new()),
+        FramingArg::Length(framing) => b.framing(framing.clone()),
+        FramingArg::Delim(framing) => b.framing(framing.clone()),
+        FramingArg::Resp => b.framing(Resp::new()),
     };
     if let Some(Escaped(ping)) = &cli.heartbeat {
         let mut hb = Heartbeat::new(cli.heartbeat_interval, Ping::Raw(ping.clone()))
@@ -603,22 +604,22 @@ fn metrics_line(m: &Metrics) -> String {
     )
 }
 
-/// Writes received frames to stdout in the codec's form.
+/// Writes received frames to stdout in the framing's form.
 struct Output {
-    codec: CodecArg,
+    framing: FramingArg,
     out: io::Stdout,
 }
 
 impl Output {
     fn frame(&mut self, frame: &[u8]) -> io::Result<()> {
         let mut out = self.out.lock();
-        match self.codec {
-            CodecArg::Raw | CodecArg::Resp => out.write_all(frame)?,
-            CodecArg::Lines => {
+        match self.framing {
+            FramingArg::Raw | FramingArg::Resp => out.write_all(frame)?,
+            FramingArg::Lines => {
                 out.write_all(frame)?;
                 out.write_all(b"\n")?;
             }
-            CodecArg::Length(_) | CodecArg::Delim(_) => {
+            FramingArg::Length(_) | FramingArg::Delim(_) => {
                 writeln!(out, "{}", String::from_utf8_lossy(frame))?
             }
         }
@@ -627,7 +628,7 @@ impl Output {
 }
 
 /// Reads stdin line by line on its own thread and sends each line as a frame.
-fn spawn_reader(link: Link, codec: CodecArg, report: Report, stop: Sender<Stop>) {
+fn spawn_reader(link: Link, framing: FramingArg, report: Report, stop: Sender<Stop>) {
     let spawned = thread::Builder::new().name("stdin".into()).spawn(move || {
         let stdin = io::stdin();
         let mut input = stdin.lock();
@@ -643,8 +644,8 @@ fn spawn_reader(link: Link, codec: CodecArg, report: Report, stop: Sender<Stop>)
                     break;
                 }
             }
-            let frame = match codec {
-                CodecArg::Raw => line.clone(),
+            let frame = match framing {
+                FramingArg::Raw => line.clone(),
                 _ => {
                     let end = line
                         .strip_suffix(b"\r\n")
@@ -671,8 +672,8 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(code) => return code,
     };
-    if cli.crlf && cli.codec != CodecArg::Lines {
-        eprintln!("relink-cat: --crlf needs --codec lines (try --help)");
+    if cli.crlf && cli.framing != FramingArg::Lines {
+        eprintln!("relink-cat: --crlf needs --framing lines (try --help)");
         return ExitCode::from(EXIT_USAGE);
     }
     let link = match build_link(&cli) {
@@ -707,10 +708,10 @@ fn main() -> ExitCode {
     if let Err(e) = handler {
         eprintln!("relink-cat: cannot handle Ctrl-C: {e}");
     }
-    spawn_reader(link.clone(), cli.codec.clone(), report, stop_tx);
+    spawn_reader(link.clone(), cli.framing.clone(), report, stop_tx);
 
     let mut output = Output {
-        codec: cli.codec.clone(),
+        framing: cli.framing.clone(),
         out: io::stdout(),
     };
     let stop = run(&link, &cli, report, &mut output, &stop_rx);

@@ -271,10 +271,10 @@ fn an_unparsable_duration_exits_with_status_2_and_a_one_line_message() {
 }
 
 #[test]
-fn an_unknown_codec_exits_with_status_2_and_names_the_known_ones() {
+fn an_unknown_framing_exits_with_status_2_and_names_the_known_ones() {
     let endpoint = util::refused_endpoint();
     assert_usage_error(
-        &["--codec", "morse", &endpoint],
+        &["--framing", "morse", &endpoint],
         &["morse", "raw", "lines", "len32"],
     );
 }
@@ -414,7 +414,7 @@ fn a_configuration_the_builder_refuses_exits_with_status_2_and_its_message() {
 #[test]
 fn lines_on_stdin_come_back_on_stdout_from_an_echo_peer() {
     let peer = Peer::start(Behaviour::Echo);
-    let mut cat = Cat::start(&["--codec", "lines", "--quiet", &peer.endpoint()]);
+    let mut cat = Cat::start(&["--framing", "lines", "--quiet", &peer.endpoint()]);
     cat.type_line("hello");
     cat.type_line("world");
     cat.expect_stdout("hello");
@@ -558,7 +558,7 @@ fn redis() -> RedisServer {
 #[ignore = "needs redis-server"]
 fn ping_on_stdin_gets_pong_from_redis_server() {
     let server = redis();
-    let mut cat = Cat::start(&["--codec", "lines", "--quiet", &server.endpoint()]);
+    let mut cat = Cat::start(&["--framing", "lines", "--quiet", &server.endpoint()]);
     cat.type_line("PING");
     cat.expect_stdout("+PONG");
     let (status, _) = cat.finish(false, WAIT);
@@ -625,27 +625,27 @@ fn a_ping_typed_while_the_heartbeat_pings_redis_still_gets_its_pong() {
     assert!(status.success(), "{status}\n{}", cat.transcript());
 }
 
-// ----- --codec specs -----------------------------------------------------------------------
+// ----- --framing specs -----------------------------------------------------------------------
 
 #[test]
-fn bad_codec_specs_exit_with_status_2_and_say_what_is_wrong() {
+fn bad_framing_specs_exit_with_status_2_and_say_what_is_wrong() {
     let endpoint = util::refused_endpoint();
     assert_usage_error(
-        &["--codec", "len:5", &endpoint],
+        &["--framing", "len:5", &endpoint],
         &["len:5", "1, 2, 3, 4 or 8"],
     );
-    assert_usage_error(&["--codec", "len:2:xe", &endpoint], &["xe", "be or le"]);
-    assert_usage_error(&["--codec", "len:two", &endpoint], &["two", "width"]);
-    assert_usage_error(&["--codec", "delim:", &endpoint], &["delimiter", "empty"]);
-    assert_usage_error(&["--codec", r"delim:\q", &endpoint], &["escape", r"\q"]);
+    assert_usage_error(&["--framing", "len:2:xe", &endpoint], &["xe", "be or le"]);
+    assert_usage_error(&["--framing", "len:two", &endpoint], &["two", "width"]);
+    assert_usage_error(&["--framing", "delim:", &endpoint], &["delimiter", "empty"]);
+    assert_usage_error(&["--framing", r"delim:\q", &endpoint], &["escape", r"\q"]);
     assert_usage_error(
-        &["--codec", "raw", "--crlf", &endpoint],
-        &["--crlf", "--codec lines"],
+        &["--framing", "raw", "--crlf", &endpoint],
+        &["--crlf", "--framing lines"],
     );
 }
 
 #[test]
-fn help_lists_every_codec_spec_and_crlf() {
+fn help_lists_every_framing_spec_and_crlf() {
     let out = Command::new(cat_binary())
         .arg("--help")
         .output()
@@ -689,7 +689,7 @@ fn len16_reversing_peer() -> Peer {
 #[test]
 fn len_2_be_writes_a_two_byte_big_endian_prefix_the_peer_checks() {
     let peer = len16_reversing_peer();
-    let mut cat = Cat::start(&["--codec", "len:2:be", "--quiet", &peer.endpoint()]);
+    let mut cat = Cat::start(&["--framing", "len:2:be", "--quiet", &peer.endpoint()]);
     cat.type_line("hello");
     cat.expect_stdout("olleh");
     assert_eq!(peer.received_all(), b"\0\x05hello");
@@ -700,7 +700,7 @@ fn len_2_be_writes_a_two_byte_big_endian_prefix_the_peer_checks() {
 #[test]
 fn delim_nul_ends_each_frame_with_a_nul_byte() {
     let peer = Peer::start(Behaviour::Echo);
-    let mut cat = Cat::start(&["--codec", r"delim:\0", "--quiet", &peer.endpoint()]);
+    let mut cat = Cat::start(&["--framing", r"delim:\0", "--quiet", &peer.endpoint()]);
     cat.type_line("one");
     cat.type_line("two");
     cat.expect_stdout("one");
@@ -713,7 +713,7 @@ fn delim_nul_ends_each_frame_with_a_nul_byte() {
 #[test]
 fn crlf_ends_the_lines_sent_with_cr_lf() {
     let peer = Peer::start(Behaviour::Echo);
-    let mut cat = Cat::start(&["--codec", "lines", "--crlf", "--quiet", &peer.endpoint()]);
+    let mut cat = Cat::start(&["--framing", "lines", "--crlf", "--quiet", &peer.endpoint()]);
     cat.type_line("PING");
     cat.expect_stdout("PING");
     assert_eq!(peer.received_all(), b"PING\r\n");
@@ -725,7 +725,7 @@ fn crlf_ends_the_lines_sent_with_cr_lf() {
 #[ignore = "needs redis-server"]
 fn resp_sends_inline_lines_as_arrays_and_prints_whole_replies_from_redis_server() {
     let server = redis();
-    let mut cat = Cat::start(&["--codec", "resp", "--quiet", &server.endpoint()]);
+    let mut cat = Cat::start(&["--framing", "resp", "--quiet", &server.endpoint()]);
     // A value with a newline in it would break `lines`; RESP carries it as a bulk string.
     cat.type_line("SET relink-cat-key hello");
     cat.expect_stdout("+OK");

@@ -21,14 +21,15 @@ const MAX_OUTSTANDING: usize = 8;
 /// # Examples
 /// ```
 /// use std::time::Duration;
-/// use relink::{Codec, ConfigError, Heartbeat, Link, Ping};
+/// use relink::{ConfigError, Heartbeat, Link, Ping};
+/// use relink::framing::{Lines, Raw};
 ///
 /// let every = Duration::from_secs(5);
-/// let lines = || Link::builder("tcp://127.0.0.1:6379").codec(Codec::lines());
-/// // Raw bytes are written as they are, whatever the codec: redis's inline PING.
+/// let lines = || Link::builder("tcp://127.0.0.1:6379").framing(Lines::new());
+/// // Raw bytes are written as they are, whatever the framing: redis's inline PING.
 /// let raw = Heartbeat::new(every, Ping::Raw(b"PING\r\n".to_vec()));
 /// # drop(lines().heartbeat(raw));
-/// // A Frame goes through the codec, and a line cannot hold a newline.
+/// // A Frame goes through the framing, and a line cannot hold a newline.
 /// let framed = Heartbeat::new(every, Ping::Frame(b"PING\r\n".to_vec()));
 /// let err = lines().heartbeat(framed).build().unwrap_err();
 /// assert!(matches!(err, ConfigError::Unencodable { what: "heartbeat ping", .. }));
@@ -36,9 +37,9 @@ const MAX_OUTSTANDING: usize = 8;
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Ping {
-    /// Bytes written as they are, whatever the codec (e.g. `PING\r\n` to redis-server).
+    /// Bytes written as they are, whatever the framing (e.g. `PING\r\n` to redis-server).
     Raw(Vec<u8>),
-    /// A frame encoded by the link's codec.
+    /// A frame encoded by the link's framing.
     Frame(Vec<u8>),
 }
 

@@ -41,7 +41,7 @@
 //! | 19 | any but Closed | Close, frames queued | same | flush until the deadline |
 //! | 20 | any but Closed | Flushed (closing, outbox empty) | Closed | stop |
 //! | 21 | any but Closed | CloseDeadline | Closed | abandon the rest (`shutdown`) |
-//! | 22 | Connected, Ready | CallbackPanicked (a predicate or the codec) | Backoff/Cooldown | close, error event, failure `callback-panic` |
+//! | 22 | Connected, Ready | CallbackPanicked (a predicate or the framing) | Backoff/Cooldown | close, error event, failure `callback-panic` |
 //! | 23 | Connected, Ready | Tls (the session failed: handshake or record) | Backoff/Cooldown | close, error event, failure `tls-handshake` |
 //!
 //! With TLS, row 4 makes the connection's session and arms the TLS handshake bound; the link
@@ -57,7 +57,7 @@ use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 
@@ -73,7 +73,7 @@ use super::settings::{ProofOfLife, Settings};
 use super::timers::{Timer, Timers};
 use super::tls::TlsSession;
 use crate::batch::Batch;
-use crate::error::{Callback, CodecError, LinkError, TlsError};
+use crate::error::{Callback, DecodeError, LinkError, TlsError};
 use crate::event::{AbandonReason, Cause, Event, State, Transition};
 use crate::metrics::Metrics;
 
@@ -189,11 +189,11 @@ enum Ev {
     HandshakeTimeout,
     Disconnected,
     HeartbeatDead,
-    ProtocolError(CodecError),
+    ProtocolError(DecodeError),
     /// The TLS session failed (handshake or record).
     Tls(TlsError),
     Unreachable,
-    /// Application code run for this connection panicked (a predicate, the codec).
+    /// Application code run for this connection panicked (a predicate, the framing).
     CallbackPanicked(Panicked),
     Stable,
     RetryTimer,
@@ -258,8 +258,6 @@ pub(crate) struct Machine {
     /// Ciphertext the socket refused (EAGAIN): sent again as it is, since its records are
     /// numbered and cannot be made again. Its frames stay in flight until then.
     tls_retry: Option<Vec<u8>>,
-    /// Scratch: decrypted bytes on their way to the framing.
-    plain_in: Vec<u8>,
     /// Scratch: an encoded batch on its way into the TLS session.
     plain_out: Vec<u8>,
     /// Why the current failure happened, for the transition's log line.
@@ -309,7 +307,6 @@ impl Machine {
             read_paused: false,
             tls: None,
             tls_retry: None,
-            plain_in: Vec::new(),
             plain_out: Vec::new(),
             fail_reason: None,
             c: Counters::default(),
@@ -385,15 +382,15 @@ impl Machine {
     }
 
     /// Socket bytes through the TLS session: handshake records advance it (its completion
-    /// brings the connection up), application records come out as plaintext for the framing.
+    /// brings the connection up), application records come out as plaintext, appended to the
+    /// receive buffer by the session itself.
     fn tls_data(&mut self, now: Instant, bytes: &[u8]) {
         let Some(tls) = self.tls.as_mut() else {
             return;
         };
         let was_handshaking = tls.is_handshaking();
-        let fed = tls.feed(bytes);
-        let mut plain = std::mem::take(&mut self.plain_in);
-        tls.take_plaintext(&mut plain);
+        let before = self.rx.len();
+        let fed = tls.feed(bytes, &mut self.rx);
         let established = was_handshaking && !tls.is_handshaking() && fed.is_ok();
         if tls.peer_closed() {
             log::debug!("relink: the peer sent tls close_notify");
@@ -401,23 +398,29 @@ impl Machine {
         if established {
             self.tls_established(now);
         }
-        if !plain.is_empty() && matches!(self.state, State::Connected | State::Ready) {
-            self.on_plaintext(now, &plain);
+        let received = self.rx.len().saturating_sub(before);
+        if received > 0 && matches!(self.state, State::Connected | State::Ready) {
+            self.on_received(now, received);
+        } else {
+            self.rx.truncate(before);
         }
-        plain.clear();
-        self.plain_in = plain;
         if let Err(e) = fed {
             self.step(now, Ev::Tls(e));
         }
     }
 
-    /// Application bytes (decrypted, with TLS) into the framing.
+    /// Application bytes (without TLS) into the framing.
     fn on_plaintext(&mut self, now: Instant, bytes: &[u8]) {
-        self.c.bytes_received += bytes.len() as u64;
+        self.rx.extend_from_slice(bytes);
+        self.on_received(now, bytes.len());
+    }
+
+    /// `received` application bytes were appended to the receive buffer: decodes the frames.
+    fn on_received(&mut self, now: Instant, received: usize) {
+        self.c.bytes_received += received as u64;
         if self.state == State::Connected && matches!(self.cfg.proof, ProofOfLife::Inbound) {
             self.step(now, Ev::Alive);
         }
-        self.rx.extend_from_slice(bytes);
         loop {
             let (framing, rx) = (&mut self.framing, &mut self.rx);
             match guarded(Callback::Decode, || framing.decode(rx)) {
@@ -426,7 +429,7 @@ impl Machine {
                     let max = self.framing.max_buffered();
                     if self.rx.len() > max {
                         let buffered = self.rx.len();
-                        let e = CodecError::Overbuffered { buffered, max };
+                        let e = DecodeError::Overbuffered { buffered, max };
                         self.step(now, Ev::ProtocolError(e));
                     }
                     break;
@@ -613,7 +616,7 @@ impl Machine {
         !buf.is_empty()
     }
 
-    /// The codec panicked while a batch was being built: nothing of it is written, the frames
+    /// The framing panicked while a batch was being built: nothing of it is written, the frames
     /// taken for it go back to the outbox and the connection fails.
     fn encode_panicked(&mut self, now: Instant, buf: &mut Vec<u8>, p: Panicked) -> bool {
         buf.clear();
@@ -751,7 +754,7 @@ impl Machine {
             (Connected | Ready, Ev::Disconnected) => self.fail(now, Cause::PeerClosed),
             (Connected | Ready, Ev::HeartbeatDead) => self.fail(now, Cause::HeartbeatTimeout),
             (Connected | Ready, Ev::ProtocolError(e)) => {
-                self.emit(Event::Error(LinkError::Codec(e)));
+                self.emit(Event::Error(LinkError::Decode(e)));
                 self.fail(now, Cause::Protocol)
             }
             (Connected | Ready, Ev::Unreachable) => self.fail(now, Cause::Unreachable),
@@ -1005,7 +1008,7 @@ impl Machine {
         self.transition(now, State::Ready, Cause::Alive);
     }
 
-    fn on_frame(&mut self, now: Instant, frame: Vec<u8>) {
+    fn on_frame(&mut self, now: Instant, frame: Bytes) {
         if self.handshake_pending {
             if let ProofOfLife::Handshake { accept, .. } = &self.cfg.proof {
                 match guarded(Callback::Handshake, || accept.test(&frame)) {
@@ -1195,6 +1198,7 @@ impl Machine {
     fn abandon_all(&mut self, frames: Vec<Vec<u8>>, reason: AbandonReason) {
         for frame in frames {
             self.c.abandon(reason, frame.len());
+            let frame = Bytes::from(frame);
             self.emit(Event::Abandoned { frame, reason });
         }
     }

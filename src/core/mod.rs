@@ -12,7 +12,6 @@
 //! - [`backoff`]: the jittered exponential delay policy ([`Jitter`](backoff::Jitter)).
 //! - [`heartbeat`]: when to ping and when a silent connection is dead.
 //! - [`outbox`]: frames waiting for a Ready connection.
-//! - [`codec`]: framing, bytes to frames and back.
 //! - [`tls`]: the TLS session of one connection (rustls, sans-IO), between the socket's
 //!   bytes and the framing.
 //! - [`framing`]: the [`Framing`](framing::Framing) trait and the built-in framings.
@@ -22,11 +21,10 @@
 //! - [`guard`]: the guard around every call into application code (a panic becomes a value).
 
 pub(crate) mod backoff;
-pub(crate) mod codec;
 mod counters;
 pub(crate) mod endpoint;
 mod endpoints;
-pub(crate) mod framing;
+pub mod framing;
 pub(crate) mod guard;
 pub(crate) mod heartbeat;
 pub(crate) mod machine;

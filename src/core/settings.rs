@@ -45,7 +45,8 @@ pub(crate) struct Settings {
 /// A server that greets first (as SMTP and FTP servers do) is alive when its greeting comes:
 /// ```
 /// use std::time::Duration;
-/// use relink::{Codec, Event, Link, ProofOfLife, State};
+/// use relink::{Event, Link, ProofOfLife, State};
+/// use relink::framing::Lines;
 /// # use std::io::{Read, Write};
 /// # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
 /// # let port = listener.local_addr()?.port();
@@ -57,7 +58,7 @@ pub(crate) struct Settings {
 ///
 /// // The server on `port` greets with "220 hello".
 /// let link = Link::builder(&format!("tcp://127.0.0.1:{port}"))
-///     .codec(Codec::lines())
+///     .framing(Lines::new())
 ///     .ready_when(ProofOfLife::Inbound)
 ///     .build()?;
 /// let mut states = Vec::new();
@@ -69,7 +70,7 @@ pub(crate) struct Settings {
 ///     }
 /// };
 /// assert_eq!(states, [State::Connecting, State::Connected, State::Ready]);
-/// assert_eq!(greeting, b"220 hello");
+/// assert_eq!(greeting, &b"220 hello"[..]);
 /// link.close(Duration::from_millis(50));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
@@ -86,7 +87,7 @@ pub enum ProofOfLife {
     /// A reply accepted by `accept` to the `hello` frames sent on every connect, within
     /// `timeout`.
     Handshake {
-        /// Frames sent (through the codec) first on every connection.
+        /// Frames sent (through the framing) first on every connection.
         hello: Vec<Vec<u8>>,
         /// Tells whether a decoded inbound frame is the reply. The reply is not delivered to
         /// the application.

@@ -2,7 +2,7 @@
 //! and the framing, with no socket and no clock.
 //!
 //! ```text
-//!  socket chunks ──feed()──────────► TlsSession ──take_plaintext()──► framing
+//!  socket chunks ──feed()──────────► TlsSession ──(appended to rx)───► framing
 //!  socket sends  ◄──take_ciphertext()─ TlsSession ◄──send_plaintext()── framing
 //! ```
 //!
@@ -16,10 +16,11 @@
 //! failure as its own cause. After a failure the session is dead: the caller may still take
 //! the alert rustls queued for the peer, then closes the connection.
 
-use std::io::{Read, Write};
+use std::io::{BufRead, Write};
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::BytesMut;
 use rustls::pki_types::ServerName;
 use rustls::{CertificateError, ClientConfig, ClientConnection};
 
@@ -46,8 +47,6 @@ pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 #[derive(Debug)]
 pub(crate) struct TlsSession {
     conn: ClientConnection,
-    /// Plaintext decrypted by `feed` and not yet taken.
-    plaintext: Vec<u8>,
     /// The server name, for error messages.
     server_name: String,
     /// The peer sent close_notify.
@@ -74,16 +73,20 @@ impl TlsSession {
         conn.set_buffer_limit(None);
         Ok(TlsSession {
             conn,
-            plaintext: Vec::new(),
             server_name: settings.server_name.to_str().into_owned(),
             peer_closed: false,
             failed: false,
         })
     }
 
-    /// Takes bytes that arrived from the socket, all of them: decrypts what is complete, keeps
-    /// the rest for the next call. Bytes after the peer's close_notify are ignored.
-    pub(crate) fn feed(&mut self, mut ciphertext: &[u8]) -> Result<(), TlsError> {
+    /// Takes bytes that arrived from the socket, all of them: decrypts what is complete and
+    /// appends the plaintext to `plaintext` (the framing's receive buffer: no copy between),
+    /// keeps the rest for the next call. Bytes after the peer's close_notify are ignored.
+    pub(crate) fn feed(
+        &mut self,
+        mut ciphertext: &[u8],
+        plaintext: &mut BytesMut,
+    ) -> Result<(), TlsError> {
         if self.failed {
             return Err(TlsError::Other("the session has already failed".into()));
         }
@@ -94,7 +97,7 @@ impl TlsSession {
                 Ok(n) => n,
                 Err(e) => return Err(self.fail(TlsError::Other(e.to_string()))),
             };
-            self.process()?;
+            self.process(plaintext)?;
             if taken == 0 && !self.peer_closed {
                 // Never drop bytes silently: a session that cannot take them has failed.
                 return Err(self.fail(TlsError::Other("tls input not taken".into())));
@@ -103,7 +106,7 @@ impl TlsSession {
         Ok(())
     }
 
-    fn process(&mut self) -> Result<(), TlsError> {
+    fn process(&mut self, plaintext: &mut BytesMut) -> Result<(), TlsError> {
         let state = match self.conn.process_new_packets() {
             Ok(state) => state,
             Err(e) => {
@@ -114,13 +117,17 @@ impl TlsSession {
         if state.peer_has_closed() {
             self.peer_closed = true;
         }
-        // Drain rustls's bounded plaintext buffer so the next read_tls has room.
+        // Drain rustls's bounded plaintext buffer so the next read_tls has room: straight
+        // from its buffer into `plaintext`.
         let mut reader = self.conn.reader();
-        let mut chunk = [0u8; 4096];
         loop {
-            match reader.read(&mut chunk) {
-                Ok(0) => break,
-                Ok(n) => self.plaintext.extend_from_slice(&chunk[..n]),
+            match reader.fill_buf() {
+                Ok([]) => break,
+                Ok(chunk) => {
+                    let n = chunk.len();
+                    plaintext.extend_from_slice(chunk);
+                    reader.consume(n);
+                }
                 // WouldBlock: no more for now; UnexpectedEof: the peer closed without
                 // close_notify, which the connection's own close reports.
                 Err(_) => break,
@@ -132,13 +139,6 @@ impl TlsSession {
     fn fail(&mut self, e: TlsError) -> TlsError {
         self.failed = true;
         e
-    }
-
-    /// Moves the decrypted bytes into `out` (appended); returns how many.
-    pub(crate) fn take_plaintext(&mut self, out: &mut Vec<u8>) -> usize {
-        let n = self.plaintext.len();
-        out.append(&mut self.plaintext);
-        n
     }
 
     /// Encrypts `data` for the peer; the records are then taken with

@@ -899,7 +899,7 @@ impl Slot {
     fn transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> bool {
         for _ in 0..WRITE_BUDGET {
             if !self.machine.poll_transmit(now, buf) {
-                // A batch that could not be built (the codec panicked) leaves actions behind.
+                // A batch that could not be built (the framing panicked) leaves actions behind.
                 self.carry_out(now);
                 return false;
             }
@@ -1097,7 +1097,7 @@ impl Slot {
             leftover.extend(self.pending.drain(..));
             leftover.push_back(Event::Error(LinkError::IoThreadPanicked { message }));
             leftover.extend(late.into_iter().map(|frame| Event::Abandoned {
-                frame,
+                frame: frame.into(),
                 reason: crate::event::AbandonReason::Shutdown,
             }));
         }

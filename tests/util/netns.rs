@@ -515,11 +515,12 @@ pub fn wait_report(
 /// (echoed back by the peer, so each reply arrives as a frame), `max_missed`, a short backoff.
 /// Prints reports on stdout until its stdin closes or `limit` passes.
 pub fn run_child_link(endpoint: &str, interval: Duration, max_missed: u32, limit: Duration) {
-    use relink::{Codec, Event, Heartbeat, Link, Ping};
+    use relink::framing::Lines;
+    use relink::{Event, Heartbeat, Link, Ping};
 
     let say = |what: String| println!("{PREFIX} t_us={} {what}", mono_us());
     let link = Link::builder(endpoint)
-        .codec(Codec::lines())
+        .framing(Lines::new())
         .heartbeat(Heartbeat::new(interval, Ping::Raw(b"ping\n".to_vec())).max_missed(max_missed))
         .backoff(Duration::from_millis(50), Duration::from_millis(500))
         .connect_timeout(Duration::from_secs(2))

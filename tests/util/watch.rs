@@ -56,11 +56,11 @@ impl Watch {
                 Some(t)
             }
             Event::Frame(f) => {
-                self.frames.push(f);
+                self.frames.push(f.into());
                 None
             }
             Event::Abandoned { frame, reason } => {
-                self.abandoned.push((frame, reason));
+                self.abandoned.push((frame.into(), reason));
                 None
             }
             Event::Error(e) => {
@@ -260,7 +260,7 @@ impl Watch {
 
 /// A builder for a link to `endpoint` with the lines codec.
 pub fn lines_to(endpoint: &str) -> Builder {
-    Link::builder(endpoint).codec(relink::Codec::lines())
+    Link::builder(endpoint).framing(relink::framing::Lines::new())
 }
 
 /// Builds the link `b` describes and starts watching its events.
@@ -386,7 +386,7 @@ pub fn spawn_drainer(events: &Events, ready: Arc<AtomicUsize>) -> thread::JoinHa
                     }
                     d.transitions.push((Instant::now(), t));
                 }
-                Event::Abandoned { frame, reason } => d.abandoned.push((frame, reason)),
+                Event::Abandoned { frame, reason } => d.abandoned.push((frame.into(), reason)),
                 Event::Error(e) => d.errors.push(e),
                 Event::Frame(_) => d.frames += 1,
                 _ => {}

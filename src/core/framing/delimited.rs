@@ -1,9 +1,9 @@
 //! Delimited frames: any delimiter, and lines.
 
-use bytes::{Buf, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 
-use super::Framing;
-use crate::error::{CodecError, ConfigError, FrameError};
+use super::{DecodeError, EncodeError, Framing};
+use crate::error::ConfigError;
 
 /// Frames that end in a delimiter: any non-empty byte sequence (`\0`, `\r\n`, `\n`, ...).
 ///
@@ -17,8 +17,8 @@ use crate::error::{CodecError, ConfigError, FrameError};
 /// # Examples
 ///
 /// ```
-/// use bytes::BytesMut;
-/// use relink::{Delimited, Framing};
+/// use relink::bytes::BytesMut;
+/// use relink::framing::{Delimited, Framing};
 ///
 /// let mut nul = Delimited::builder(b"\0").build()?;
 /// let mut wire = Vec::new();
@@ -28,12 +28,12 @@ use crate::error::{CodecError, ConfigError, FrameError};
 /// assert!(nul.encode(b"o\0ne", &mut wire).is_err());
 ///
 /// let mut src = BytesMut::from(&b"two\0thr"[..]);
-/// assert_eq!(nul.decode(&mut src)?, Some(b"two".to_vec()));
+/// assert_eq!(nul.decode(&mut src)?.as_deref(), Some(&b"two"[..]));
 /// assert_eq!(nul.decode(&mut src)?, None);
 ///
 /// let mut keep = Delimited::builder(b"\r\n").strip(false).build()?;
 /// let mut src = BytesMut::from(&b"+OK\r\n"[..]);
-/// assert_eq!(keep.decode(&mut src)?, Some(b"+OK\r\n".to_vec()));
+/// assert_eq!(keep.decode(&mut src)?.as_deref(), Some(&b"+OK\r\n"[..]));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -136,7 +136,7 @@ fn find(hay: &[u8], needle: &[u8], from: usize) -> Option<usize> {
 }
 
 impl Framing for Delimited {
-    fn encode(&mut self, frame: &[u8], dst: &mut Vec<u8>) -> Result<(), FrameError> {
+    fn encode(&mut self, frame: &[u8], dst: &mut Vec<u8>) -> Result<(), EncodeError> {
         self.check(frame)?;
         let body = self.body(frame);
         dst.reserve(body.len() + self.delimiter.len());
@@ -145,7 +145,7 @@ impl Framing for Delimited {
         Ok(())
     }
 
-    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Vec<u8>>, CodecError> {
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Bytes>, DecodeError> {
         let d = self.delimiter.len();
         // A frame within the limit has its delimiter within these bytes.
         let window = &src[..src.len().min(self.max_length.saturating_add(d))];
@@ -153,12 +153,12 @@ impl Framing for Delimited {
             Some(at) => {
                 self.scan = 0;
                 let end = if self.strip { at } else { at + d };
-                let frame = src[..end].to_vec();
-                src.advance(at + d);
+                let frame = src.split_to(end).freeze();
+                src.advance(at + d - end);
                 Ok(Some(frame))
             }
             None if window.len() == self.max_length.saturating_add(d) => {
-                Err(CodecError::LineTooLong {
+                Err(DecodeError::LineTooLong {
                     max: self.max_length,
                 })
             }
@@ -169,10 +169,10 @@ impl Framing for Delimited {
         }
     }
 
-    fn check(&self, frame: &[u8]) -> Result<(), FrameError> {
+    fn check(&self, frame: &[u8]) -> Result<(), EncodeError> {
         let body = self.body(frame);
         if body.len() > self.max_length {
-            return Err(FrameError::TooLarge {
+            return Err(EncodeError::TooLarge {
                 len: body.len(),
                 max: self.max_length,
             });
@@ -184,7 +184,7 @@ impl Framing for Delimited {
         if find(body, &self.delimiter, 0).is_some()
             || find(&tail, &self.delimiter, 0) != Some(body.len() - tail_start)
         {
-            return Err(FrameError::ContainsDelimiter);
+            return Err(EncodeError::ContainsDelimiter);
         }
         Ok(())
     }
@@ -205,26 +205,27 @@ impl Framing for Delimited {
 
 /// Lines: frames ending in `\n`, with a `\r` just before it stripped on decode.
 ///
-/// Decode accepts LF and CRLF line ends alike (as today's `lines`); encode writes `\n`, or
-/// `\r\n` with [`crlf(true)`](Lines::crlf), and refuses a frame containing `\n`
-/// ([`FrameError::ContainsNewline`]) or longer than [`max_length`](Lines::max_length). With
-/// LF ends, a frame that itself ends in `\r` loses that `\r` when decoded the same way; with
-/// CRLF ends every frame without `\n` comes back as it was.
+/// Decode accepts LF and CRLF line ends alike; encode writes `\n`, or `\r\n` with
+/// [`crlf(true)`](LinesBuilder::crlf), and refuses a frame containing `\n`
+/// ([`EncodeError::ContainsNewline`]) or longer than
+/// [`max_length`](LinesBuilder::max_length). With LF ends, a frame that itself ends in `\r`
+/// loses that `\r` when decoded the same way; with CRLF ends every frame without `\n` comes
+/// back as it was.
 ///
 /// # Examples
 ///
 /// ```
-/// use bytes::BytesMut;
-/// use relink::{Framing, Lines};
+/// use relink::bytes::BytesMut;
+/// use relink::framing::{Framing, Lines};
 ///
-/// let mut lines = Lines::new().crlf(true);
+/// let mut lines = Lines::builder().crlf(true).build()?;
 /// let mut wire = Vec::new();
 /// lines.encode(b"PING", &mut wire)?;
 /// assert_eq!(wire, b"PING\r\n");
 ///
 /// let mut src = BytesMut::from(&b"+PONG\r\nbare\npart"[..]);
-/// assert_eq!(lines.decode(&mut src)?, Some(b"+PONG".to_vec()));
-/// assert_eq!(lines.decode(&mut src)?, Some(b"bare".to_vec()));
+/// assert_eq!(lines.decode(&mut src)?.as_deref(), Some(&b"+PONG"[..]));
+/// assert_eq!(lines.decode(&mut src)?.as_deref(), Some(&b"bare"[..]));
 /// assert_eq!(lines.decode(&mut src)?, None);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
@@ -232,10 +233,15 @@ impl Framing for Delimited {
 pub struct Lines {
     crlf: bool,
     max_length: usize,
-    /// `max_length` counts a `\r` before the `\n` (as [`Codec::Lines`](crate::Codec::Lines)).
-    cr_counts: bool,
     /// `src[..scan]` holds no `\n` (decoding state).
     scan: usize,
+}
+
+/// Builds a [`Lines`] framing; made by [`Lines::builder`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LinesBuilder {
+    crlf: bool,
+    max_length: usize,
 }
 
 impl Default for Lines {
@@ -253,11 +259,25 @@ impl Lines {
         Lines {
             crlf: false,
             max_length: Lines::DEFAULT_MAX_LENGTH,
-            cr_counts: false,
             scan: 0,
         }
     }
 
+    /// A builder with the defaults of [`Lines::new`].
+    pub fn builder() -> LinesBuilder {
+        LinesBuilder {
+            crlf: false,
+            max_length: Lines::DEFAULT_MAX_LENGTH,
+        }
+    }
+
+    /// The bytes a line within the limit has before its `\n`, at most (a `\r` included).
+    fn room(&self) -> usize {
+        self.max_length.saturating_add(1)
+    }
+}
+
+impl LinesBuilder {
     /// Whether encode ends lines with `\r\n` (true) or `\n`. Decode accepts both either way.
     /// Defaults to false.
     pub fn crlf(mut self, crlf: bool) -> Self {
@@ -272,23 +292,23 @@ impl Lines {
         self
     }
 
-    /// `max_length` counts a `\r` just before the `\n`, and a line is refused as soon as
-    /// `max_length + 1` bytes arrived without a `\n`: the rule of
-    /// [`Codec::Lines`](crate::Codec::Lines).
-    pub(crate) fn counting_cr(mut self) -> Self {
-        self.cr_counts = true;
-        self
-    }
-
-    /// The bytes a line within the limit has before its `\n`, at most.
-    fn room(&self) -> usize {
-        self.max_length
-            .saturating_add(if self.cr_counts { 0 } else { 1 })
+    /// The framing.
+    ///
+    /// # Errors
+    ///
+    /// None today: every setting of a line framing can work. The `Result` keeps every
+    /// framing builder the same.
+    pub fn build(self) -> Result<Lines, ConfigError> {
+        Ok(Lines {
+            crlf: self.crlf,
+            max_length: self.max_length,
+            scan: 0,
+        })
     }
 }
 
 impl Framing for Lines {
-    fn encode(&mut self, frame: &[u8], dst: &mut Vec<u8>) -> Result<(), FrameError> {
+    fn encode(&mut self, frame: &[u8], dst: &mut Vec<u8>) -> Result<(), EncodeError> {
         self.check(frame)?;
         dst.reserve(frame.len() + 2);
         dst.extend_from_slice(frame);
@@ -299,7 +319,7 @@ impl Framing for Lines {
         Ok(())
     }
 
-    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Vec<u8>>, CodecError> {
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Bytes>, DecodeError> {
         // A line within the limit, with a `\r`, has its `\n` within these bytes.
         let window = &src[..src.len().min(self.room().saturating_add(1))];
         match window[self.scan..].iter().position(|&b| b == b'\n') {
@@ -307,22 +327,17 @@ impl Framing for Lines {
                 let at = self.scan + i;
                 self.scan = 0;
                 let raw = &window[..at];
-                let line = raw.strip_suffix(b"\r").unwrap_or(raw);
-                let counted = if self.cr_counts {
-                    raw.len()
-                } else {
-                    line.len()
-                };
-                if counted > self.max_length {
-                    return Err(CodecError::LineTooLong {
+                let len = raw.strip_suffix(b"\r").unwrap_or(raw).len();
+                if len > self.max_length {
+                    return Err(DecodeError::LineTooLong {
                         max: self.max_length,
                     });
                 }
-                let frame = line.to_vec();
-                src.advance(at + 1);
-                Ok(Some(frame))
+                let mut line = src.split_to(at + 1);
+                line.truncate(len);
+                Ok(Some(line.freeze()))
             }
-            None if window.len() > self.room() => Err(CodecError::LineTooLong {
+            None if window.len() > self.room() => Err(DecodeError::LineTooLong {
                 max: self.max_length,
             }),
             None => {
@@ -332,15 +347,15 @@ impl Framing for Lines {
         }
     }
 
-    fn check(&self, frame: &[u8]) -> Result<(), FrameError> {
+    fn check(&self, frame: &[u8]) -> Result<(), EncodeError> {
         if frame.len() > self.max_length {
-            return Err(FrameError::TooLarge {
+            return Err(EncodeError::TooLarge {
                 len: frame.len(),
                 max: self.max_length,
             });
         }
         if frame.contains(&b'\n') {
-            return Err(FrameError::ContainsNewline);
+            return Err(EncodeError::ContainsNewline);
         }
         Ok(())
     }
@@ -363,6 +378,14 @@ impl Framing for Lines {
 mod tests {
     use super::*;
     use crate::core::framing::testkit::{assert_every_split, decode_chunks, encode_all};
+
+    fn lines(crlf: bool, max_length: usize) -> Lines {
+        Lines::builder()
+            .crlf(crlf)
+            .max_length(max_length)
+            .build()
+            .expect("valid settings")
+    }
 
     fn delimited(delimiter: &[u8], max_length: usize) -> Delimited {
         Delimited::builder(delimiter)
@@ -387,11 +410,11 @@ mod tests {
     #[test]
     fn a_frame_that_contains_or_would_form_the_delimiter_is_refused() {
         let crlf = delimited(b"\r\n", 20);
-        assert_eq!(crlf.check(b"a\r\nb"), Err(FrameError::ContainsDelimiter));
+        assert_eq!(crlf.check(b"a\r\nb"), Err(EncodeError::ContainsDelimiter));
         assert_eq!(crlf.check(b"a\r"), Ok(()));
         let aa = delimited(b"aa", 20);
-        assert_eq!(aa.check(b"xa"), Err(FrameError::ContainsDelimiter));
-        assert_eq!(aa.check(b"xaax"), Err(FrameError::ContainsDelimiter));
+        assert_eq!(aa.check(b"xa"), Err(EncodeError::ContainsDelimiter));
+        assert_eq!(aa.check(b"xaax"), Err(EncodeError::ContainsDelimiter));
         assert_eq!(aa.check(b"axb"), Ok(()));
     }
 
@@ -409,17 +432,20 @@ mod tests {
         let mut src = BytesMut::from(&b"abc\r"[..]);
         assert_eq!(framing.decode(&mut src), Ok(None));
         src.extend_from_slice(b"\n");
-        assert_eq!(framing.decode(&mut src), Ok(Some(b"abc".to_vec())));
+        assert_eq!(
+            framing.decode(&mut src),
+            Ok(Some(Bytes::from_static(b"abc")))
+        );
         src.extend_from_slice(b"abcd");
         assert_eq!(framing.decode(&mut src), Ok(None));
         src.extend_from_slice(b"e");
         assert_eq!(
             framing.decode(&mut src),
-            Err(CodecError::LineTooLong { max: 3 })
+            Err(DecodeError::LineTooLong { max: 3 })
         );
         assert_eq!(
             framing.check(b"abcd"),
-            Err(FrameError::TooLarge { len: 4, max: 3 })
+            Err(EncodeError::TooLarge { len: 4, max: 3 })
         );
     }
 
@@ -454,7 +480,7 @@ mod tests {
 
     #[test]
     fn lines_read_lf_and_crlf_ends_at_every_split_point() {
-        let lines = Lines::new().max_length(10);
+        let lines = lines(false, 10);
         assert_every_split(
             &lines,
             b"one\r\n\r\ntwo\r\r\nthree\n\n",
@@ -466,31 +492,31 @@ mod tests {
     fn lines_write_lf_or_crlf_and_crlf_round_trips_a_trailing_cr() {
         let mut lf = Lines::new();
         assert_eq!(encode_all(&mut lf, &[b"a", b""]), b"a\n\n");
-        let crlf = Lines::new().crlf(true);
+        let crlf = lines(true, Lines::DEFAULT_MAX_LENGTH);
         let frames: &[&[u8]] = &[b"a", b"", b"b\r", b"\r"];
         let wire = encode_all(&mut crlf.clone(), frames);
         assert_eq!(wire, b"a\r\n\r\nb\r\r\n\r\r\n");
         assert_every_split(&crlf, &wire, frames);
-        assert_eq!(crlf.check(b"a\nb"), Err(FrameError::ContainsNewline));
+        assert_eq!(crlf.check(b"a\nb"), Err(EncodeError::ContainsNewline));
     }
 
     #[test]
     fn lines_do_not_count_the_line_end_toward_max_length() {
-        let mut lines = Lines::new().max_length(3);
+        let mut lines = lines(false, 3);
         assert_eq!(
             decode_chunks(&mut lines, [&b"abc\r\nabc\n"[..]]),
             Ok(vec![b"abc".to_vec(), b"abc".to_vec()])
         );
         assert_eq!(
             decode_chunks(&mut lines, [&b"abcd\n"[..]]),
-            Err(CodecError::LineTooLong { max: 3 })
+            Err(DecodeError::LineTooLong { max: 3 })
         );
         let mut src = BytesMut::from(&b"abc\r"[..]);
         assert_eq!(lines.decode(&mut src), Ok(None));
         src.extend_from_slice(b"x");
         assert_eq!(
             lines.decode(&mut src),
-            Err(CodecError::LineTooLong { max: 3 })
+            Err(DecodeError::LineTooLong { max: 3 })
         );
     }
 }

@@ -1,9 +1,9 @@
 //! Length-delimited frames: a length field (fixed width or varint) before each frame.
 
-use bytes::{Buf, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 
-use super::{Framing, DEFAULT_MAX_FRAME};
-use crate::error::{CodecError, ConfigError, FrameError};
+use super::{DecodeError, EncodeError, Framing, DEFAULT_MAX_FRAME};
+use crate::error::ConfigError;
 
 /// How the length field is written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,15 +39,15 @@ enum Field {
 /// Today's `len32`: a 4-byte big-endian length, then the frame.
 ///
 /// ```
-/// use bytes::BytesMut;
-/// use relink::{Framing, LengthDelimited};
+/// use relink::bytes::BytesMut;
+/// use relink::framing::{Framing, LengthDelimited};
 ///
 /// let mut len32 = LengthDelimited::len32();
 /// let mut wire = Vec::new();
 /// len32.encode(b"hello", &mut wire)?;
 /// assert_eq!(wire, b"\0\0\0\x05hello");
 /// let mut src = BytesMut::from(&wire[..]);
-/// assert_eq!(len32.decode(&mut src)?, Some(b"hello".to_vec()));
+/// assert_eq!(len32.decode(&mut src)?.as_deref(), Some(&b"hello"[..]));
 ///
 /// // A 2-byte little-endian length that counts its own two bytes.
 /// let mut le = LengthDelimited::builder()
@@ -67,8 +67,8 @@ enum Field {
 ///     .num_skip(Some(0))
 ///     .build()?;
 /// let mut src = BytesMut::from(&b"\xc0\x00\xd0\x00"[..]); // PINGREQ, PINGRESP
-/// assert_eq!(mqtt.decode(&mut src)?, Some(b"\xc0\x00".to_vec()));
-/// assert_eq!(mqtt.decode(&mut src)?, Some(b"\xd0\x00".to_vec()));
+/// assert_eq!(mqtt.decode(&mut src)?.as_deref(), Some(&b"\xc0\x00"[..]));
+/// assert_eq!(mqtt.decode(&mut src)?.as_deref(), Some(&b"\xd0\x00"[..]));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -115,7 +115,7 @@ impl LengthDelimited {
     /// # Examples
     ///
     /// ```
-    /// use relink::{Framing, LengthDelimited};
+    /// use relink::framing::{Framing, LengthDelimited};
     ///
     /// assert_eq!(LengthDelimited::len32().name(), "len32");
     /// assert_eq!(LengthDelimited::len32(), LengthDelimited::builder().build().unwrap());
@@ -124,15 +124,6 @@ impl LengthDelimited {
         match LengthDelimited::builder().build() {
             Ok(framing) => framing,
             Err(_) => unreachable!("the default settings are valid"),
-        }
-    }
-
-    /// len32 with frames of at most `max` bytes (clamped to `u32::MAX`), 0 allowed: the
-    /// framing of [`Codec::LengthPrefixed`](crate::Codec::LengthPrefixed).
-    pub(crate) fn len32_max(max: usize) -> LengthDelimited {
-        LengthDelimited {
-            max_payload: max.min(usize::try_from(u32::MAX).unwrap_or(usize::MAX)),
-            ..LengthDelimited::len32()
         }
     }
 
@@ -147,7 +138,7 @@ impl LengthDelimited {
     #[inline]
     /// Reads the length field at `offset`: its value and its length in bytes, `None` when
     /// more bytes are needed.
-    fn read_field(&self, src: &[u8]) -> Result<Option<(u64, usize)>, CodecError> {
+    fn read_field(&self, src: &[u8]) -> Result<Option<(u64, usize)>, DecodeError> {
         let bytes = src.get(self.offset..).unwrap_or(&[]);
         match self.field {
             Field::Fixed { width, big_endian } => {
@@ -166,12 +157,12 @@ impl LengthDelimited {
                     value |= u64::from(b & 0x7f) << (7 * i);
                     if b & 0x80 == 0 {
                         if i > 0 && b == 0 {
-                            return Err(CodecError::Malformed("overlong varint length"));
+                            return Err(DecodeError::Malformed("overlong varint length"));
                         }
                         return Ok(Some((value, i + 1)));
                     }
                 }
-                Err(CodecError::Malformed(
+                Err(DecodeError::Malformed(
                     "varint length longer than its maximum",
                 ))
             }
@@ -334,7 +325,8 @@ impl LengthDelimitedBuilder {
     /// # Examples
     ///
     /// ```
-    /// use relink::{ConfigError, LengthDelimited};
+    /// use relink::framing::LengthDelimited;
+    /// use relink::ConfigError;
     ///
     /// assert!(matches!(
     ///     LengthDelimited::builder().length_field_length(5).build(),
@@ -410,7 +402,7 @@ impl LengthDelimitedBuilder {
 }
 
 impl Framing for LengthDelimited {
-    fn encode(&mut self, frame: &[u8], dst: &mut Vec<u8>) -> Result<(), FrameError> {
+    fn encode(&mut self, frame: &[u8], dst: &mut Vec<u8>) -> Result<(), EncodeError> {
         self.check(frame)?;
         dst.reserve(frame.len() + self.field_max_len());
         let (head, payload) = frame.split_at(self.offset);
@@ -420,16 +412,16 @@ impl Framing for LengthDelimited {
         Ok(())
     }
 
-    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Vec<u8>>, CodecError> {
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Bytes>, DecodeError> {
         let Some((value, field_len)) = self.read_field(src)? else {
             return Ok(None);
         };
         // Every sum is checked: a length past what a frame can have is too large.
         let payload = i128::from(value) + self.adjustment as i128;
         if payload < 0 {
-            return Err(CodecError::Malformed("length field below the adjustment"));
+            return Err(DecodeError::Malformed("length field below the adjustment"));
         }
-        let too_large = CodecError::FrameTooLarge {
+        let too_large = DecodeError::FrameTooLarge {
             len: u64::try_from(payload).unwrap_or(u64::MAX),
             max: self.max_payload,
         };
@@ -445,27 +437,26 @@ impl Framing for LengthDelimited {
             return Ok(None);
         }
         let skip = self.num_skip.unwrap_or(header);
-        let frame = src[skip..total].to_vec();
-        src.advance(total);
-        Ok(Some(frame))
+        src.advance(skip);
+        Ok(Some(src.split_to(total - skip).freeze()))
     }
 
-    fn check(&self, frame: &[u8]) -> Result<(), FrameError> {
+    fn check(&self, frame: &[u8]) -> Result<(), EncodeError> {
         let len = frame.len();
         let Some(payload) = len.checked_sub(self.offset) else {
-            return Err(FrameError::TooShort {
+            return Err(EncodeError::TooShort {
                 len,
                 min: self.offset + self.min_payload,
             });
         };
         if payload < self.min_payload {
-            return Err(FrameError::TooShort {
+            return Err(EncodeError::TooShort {
                 len,
                 min: self.offset + self.min_payload,
             });
         }
         if payload > self.max_payload {
-            return Err(FrameError::TooLarge {
+            return Err(EncodeError::TooLarge {
                 len,
                 max: self.offset.saturating_add(self.max_payload),
             });
@@ -569,7 +560,7 @@ mod tests {
         );
         assert_eq!(
             decode_chunks(&mut framing, [&b"\x01a"[..]]),
-            Err(CodecError::Malformed("length field below the adjustment"))
+            Err(DecodeError::Malformed("length field below the adjustment"))
         );
     }
 
@@ -594,7 +585,7 @@ mod tests {
         }
         assert_eq!(
             framing.check(b""),
-            Err(FrameError::TooShort { len: 0, min: 1 })
+            Err(EncodeError::TooShort { len: 0, min: 1 })
         );
     }
 
@@ -607,7 +598,7 @@ mod tests {
         );
         assert_eq!(
             framing.check(b"a"),
-            Err(FrameError::TooShort { len: 1, min: 2 })
+            Err(EncodeError::TooShort { len: 1, min: 2 })
         );
         let wire = encode_all(&mut framing, &[b"abc"]);
         assert_eq!(wire, b"\x01abc");
@@ -637,11 +628,11 @@ mod tests {
         let mut framing = build(LengthDelimited::builder().varint());
         assert_eq!(
             decode_chunks(&mut framing, [&b"\x80\x00"[..]]),
-            Err(CodecError::Malformed("overlong varint length"))
+            Err(DecodeError::Malformed("overlong varint length"))
         );
         assert_eq!(
             decode_chunks(&mut framing, [&b"\x80\x80\x80\x80\x01"[..]]),
-            Err(CodecError::Malformed(
+            Err(DecodeError::Malformed(
                 "varint length longer than its maximum"
             ))
         );
@@ -664,7 +655,7 @@ mod tests {
         src.extend_from_slice(b"\x05");
         assert_eq!(
             framing.decode(&mut src),
-            Err(CodecError::FrameTooLarge { len: 5, max: 4 })
+            Err(DecodeError::FrameTooLarge { len: 5, max: 4 })
         );
 
         let mut big = build(
@@ -678,11 +669,11 @@ mod tests {
         assert!(src.capacity() < 1024, "{}", src.capacity());
     }
 
-    /// Decodes `wire` (plus padding) with `framing`, as one chunk.
+    /// Decodes `wire` with `framing`, as one chunk.
     fn decode_once(
         framing: &mut LengthDelimited,
         wire: &[u8],
-    ) -> Result<Option<Vec<u8>>, CodecError> {
+    ) -> Result<Option<Bytes>, DecodeError> {
         let mut src = BytesMut::from(wire);
         framing.decode(&mut src)
     }
@@ -697,7 +688,7 @@ mod tests {
         let wire = [[0xff; 8].as_slice(), b"payload"].concat();
         assert!(matches!(
             decode_once(&mut framing, &wire),
-            Err(CodecError::FrameTooLarge { len: u64::MAX, .. })
+            Err(DecodeError::FrameTooLarge { len: u64::MAX, .. })
         ));
     }
 
@@ -712,7 +703,7 @@ mod tests {
         let wire = [[0xff; 8].as_slice(), b"payload"].concat();
         assert!(matches!(
             decode_once(&mut framing, &wire),
-            Err(CodecError::FrameTooLarge { .. })
+            Err(DecodeError::FrameTooLarge { .. })
         ));
     }
 
@@ -728,7 +719,7 @@ mod tests {
         let wire = [[0xff; 8].as_slice(), b"payload"].concat();
         assert!(matches!(
             decode_once(&mut framing, &wire),
-            Err(CodecError::FrameTooLarge { .. })
+            Err(DecodeError::FrameTooLarge { .. })
         ));
     }
 
@@ -744,7 +735,7 @@ mod tests {
         let wire = [[0xff; 8].as_slice(), b"\x7fpayload"].concat();
         assert!(matches!(
             decode_once(&mut framing, &wire),
-            Err(CodecError::FrameTooLarge { .. })
+            Err(DecodeError::FrameTooLarge { .. })
         ));
     }
 
@@ -770,7 +761,7 @@ mod tests {
         assert_eq!(framing.check(&[0; 255]), Ok(()));
         assert_eq!(
             framing.check(&[0; 256]),
-            Err(FrameError::TooLarge { len: 256, max: 255 })
+            Err(EncodeError::TooLarge { len: 256, max: 255 })
         );
         assert_eq!(framing.max_buffered(), 256);
     }

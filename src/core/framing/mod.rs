@@ -1,24 +1,58 @@
 //! Framing: how frames become bytes on the wire and back.
 //!
-//! A [`Framing`] is sans-IO: it appends the wire form of a frame to a buffer, and takes whole
-//! frames from the front of the bytes received so far. The built-ins are
-//! [`LengthDelimited`] (fixed-width or varint length fields, configured like tokio-util's
-//! `LengthDelimitedCodec`), [`Delimited`] and [`Lines`], [`Resp`] (redis) and [`Raw`].
-//! Every built-in is incremental (bytes may arrive split anywhere), memory bounded (it refuses a
-//! frame above its limit as soon as the limit is passed or announced, and never reserves what
-//! the peer announces) and never panics on what the peer sends.
+//! A link cuts the byte stream of its connection into frames with one [`Framing`], set with
+//! [`Builder::framing`](crate::Builder::framing). Frames go out as `&[u8]` and come in as
+//! [`Bytes`]: a received frame is cut from the link's receive buffer, not copied.
+//!
+//! # The built-ins
+//!
+//! | framing | on the wire | common case | every knob |
+//! |---|---|---|---|
+//! | [`Raw`] (the default) | every chunk read is a frame | `Raw::new()` | none |
+//! | [`LengthDelimited`] | a length field then the frame | `LengthDelimited::len32()` | [`LengthDelimited::builder`] |
+//! | [`Lines`] | frames ending in `\n` (`\r\n` accepted) | `Lines::new()` | [`Lines::builder`] |
+//! | [`Delimited`] | frames ending in any delimiter | | [`Delimited::builder`] |
+//! | [`Resp`] | redis commands out, whole replies in | `Resp::new()` | [`Resp::builder`] |
+//!
+//! Every built-in is configured the same way: a constructor for the common case that cannot
+//! fail, and a builder whose `build()` returns `Result<_, ConfigError>` for every setting.
+//! Every built-in is incremental (bytes may arrive split anywhere), memory bounded (it refuses
+//! a frame above its limit as soon as the limit is passed or announced, and never reserves
+//! what the peer announces) and never panics on what the peer sends.
+//!
+//! # A framing of one's own
+//!
+//! [`Framing`] is sans-IO, in the shape of tokio-util's `Decoder` and `Encoder`:
+//!
+//! - [`encode`](Framing::encode) appends the wire form of one frame to a `Vec<u8>`, or
+//!   refuses it with an [`EncodeError`] (the frame is then handed back to the caller of
+//!   `send`); [`check`](Framing::check) makes the same decision without writing, at `send`.
+//! - [`decode`](Framing::decode) takes one whole frame from the front of a [`BytesMut`] that
+//!   the link appends received bytes to, `Ok(None)` when more bytes are needed, or a
+//!   [`DecodeError`] (the link then resets the connection with cause `protocol`). Cut the
+//!   frame with `src.split_to(len).freeze()` so that it shares the receive buffer.
+//! - [`reset`](Framing::reset) forgets decoding state for a new connection,
+//!   [`max_buffered`](Framing::max_buffered) bounds an incomplete frame,
+//!   [`delimits_frames`](Framing::delimits_frames) says whether decode returns the peer's own
+//!   frames (a heartbeat reply or a handshake needs it).
+//!
+//! The types the trait names are all reachable from relink: [`bytes`](crate::bytes) is
+//! re-exported, and the errors live here. A framing runs on the link's IO thread; a panic in
+//! it is caught and counted as a failure of the connection
+//! ([`Cause::CallbackPanic`](crate::Cause::CallbackPanic)).
 
 mod delimited;
 mod length;
 mod raw;
 mod resp;
 
-pub use delimited::{Delimited, DelimitedBuilder, Lines};
+pub use delimited::{Delimited, DelimitedBuilder, Lines, LinesBuilder};
 pub use length::{LengthDelimited, LengthDelimitedBuilder};
 pub use raw::Raw;
-pub use resp::{Resp, RespValue};
+pub use resp::{Resp, RespBuilder, RespValue};
 
-use crate::error::{CodecError, FrameError};
+pub use crate::error::{DecodeError, EncodeError};
+use bytes::{Bytes, BytesMut};
 
 /// The default frame limit of the built-in framings: 16 MiB.
 pub const DEFAULT_MAX_FRAME: usize = 16 * 1024 * 1024;
@@ -36,35 +70,35 @@ pub const DEFAULT_MAX_FRAME: usize = 16 * 1024 * 1024;
 /// byte, then the body. The frame the application sees is the type byte and the body.
 ///
 /// ```
-/// use bytes::{Buf, BytesMut};
-/// use relink::{CodecError, FrameError, Framing};
+/// use relink::bytes::{Buf, Bytes, BytesMut};
+/// use relink::framing::{DecodeError, EncodeError, Framing};
 ///
 /// #[derive(Debug, Clone)]
 /// struct Typed;
 ///
 /// impl Framing for Typed {
-///     fn encode(&mut self, frame: &[u8], dst: &mut Vec<u8>) -> Result<(), FrameError> {
+///     fn encode(&mut self, frame: &[u8], dst: &mut Vec<u8>) -> Result<(), EncodeError> {
 ///         self.check(frame)?;
 ///         dst.extend_from_slice(&(frame.len() as u16).to_be_bytes());
 ///         dst.extend_from_slice(frame);
 ///         Ok(())
 ///     }
-///     fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Vec<u8>>, CodecError> {
+///     fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Bytes>, DecodeError> {
 ///         let Some(head) = src.get(..2) else { return Ok(None) };
 ///         let len = usize::from(u16::from_be_bytes([head[0], head[1]]));
 ///         if len == 0 {
-///             return Err(CodecError::Malformed("a frame needs its type byte"));
+///             return Err(DecodeError::Malformed("a frame needs its type byte"));
 ///         }
 ///         if src.len() < 2 + len {
 ///             return Ok(None);
 ///         }
 ///         src.advance(2);
-///         Ok(Some(src.split_to(len).to_vec()))
+///         Ok(Some(src.split_to(len).freeze())) // shares the receive buffer: no copy
 ///     }
-///     fn check(&self, frame: &[u8]) -> Result<(), FrameError> {
+///     fn check(&self, frame: &[u8]) -> Result<(), EncodeError> {
 ///         match frame.len() {
-///             0 => Err(FrameError::TooShort { len: 0, min: 1 }),
-///             len if len > 0xffff => Err(FrameError::TooLarge { len, max: 0xffff }),
+///             0 => Err(EncodeError::TooShort { len: 0, min: 1 }),
+///             len if len > 0xffff => Err(EncodeError::TooLarge { len, max: 0xffff }),
 ///             _ => Ok(()),
 ///         }
 ///     }
@@ -77,7 +111,7 @@ pub const DEFAULT_MAX_FRAME: usize = 16 * 1024 * 1024;
 /// Typed.encode(b"\x07hello", &mut wire)?;
 /// assert_eq!(wire, b"\0\x06\x07hello");
 /// let mut src = BytesMut::from(&wire[..]);
-/// assert_eq!(Typed.decode(&mut src)?, Some(b"\x07hello".to_vec()));
+/// assert_eq!(Typed.decode(&mut src)?.as_deref(), Some(&b"\x07hello"[..]));
 /// assert_eq!(Typed.decode(&mut src)?, None);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
@@ -88,16 +122,16 @@ pub trait Framing: Send + Sync + 'static {
     /// # Errors
     ///
     /// Why the frame cannot be written; `dst` is then left as it was.
-    fn encode(&mut self, frame: &[u8], dst: &mut Vec<u8>) -> Result<(), FrameError>;
+    fn encode(&mut self, frame: &[u8], dst: &mut Vec<u8>) -> Result<(), EncodeError>;
 
     /// Takes one whole frame from the front of `src` (advancing it), `Ok(None)` when more bytes
-    /// are needed.
+    /// are needed. A frame cut with `src.split_to(len).freeze()` shares the receive buffer.
     ///
     /// # Errors
     ///
     /// The peer broke the framing or one of its limits; the link then resets the connection
     /// with cause `protocol`.
-    fn decode(&mut self, src: &mut bytes::BytesMut) -> Result<Option<Vec<u8>>, CodecError>;
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Bytes>, DecodeError>;
 
     /// Checks a frame at the call, before it is queued, so that a bad frame is refused by
     /// `send` itself. Defaults to accepting every frame; the built-ins check their limits
@@ -106,7 +140,7 @@ pub trait Framing: Send + Sync + 'static {
     /// # Errors
     ///
     /// Why [`Framing::encode`] would refuse the frame.
-    fn check(&self, frame: &[u8]) -> Result<(), FrameError> {
+    fn check(&self, frame: &[u8]) -> Result<(), EncodeError> {
         let _ = frame;
         Ok(())
     }
@@ -149,12 +183,8 @@ impl<T: Framing + Clone> DynFraming for T {
 pub(crate) struct BoxedFraming(pub(crate) Box<dyn DynFraming>);
 
 impl BoxedFraming {
-    /// Boxes a framing; a [`Codec`](crate::Codec) becomes the built-in it names (with its
-    /// decoding state), not a stateless adapter.
+    /// Boxes a framing.
     pub(crate) fn new<F: Framing + Clone>(framing: F) -> BoxedFraming {
-        if let Some(codec) = (&framing as &dyn std::any::Any).downcast_ref::<crate::Codec>() {
-            return codec.framing();
-        }
         BoxedFraming(Box::new(framing))
     }
 }
@@ -187,8 +217,7 @@ impl std::ops::DerefMut for BoxedFraming {
 #[cfg(test)]
 pub(crate) mod testkit {
     //! Helpers shared by the framing tests.
-    use super::Framing;
-    use crate::error::CodecError;
+    use super::{DecodeError, Framing};
     use bytes::BytesMut;
 
     /// Encodes every frame, panicking on a refusal.
@@ -204,13 +233,13 @@ pub(crate) mod testkit {
     pub fn decode_chunks<'a, F: Framing>(
         framing: &mut F,
         chunks: impl IntoIterator<Item = &'a [u8]>,
-    ) -> Result<Vec<Vec<u8>>, CodecError> {
+    ) -> Result<Vec<Vec<u8>>, DecodeError> {
         let mut src = BytesMut::new();
         let mut out = Vec::new();
         for chunk in chunks {
             src.extend_from_slice(chunk);
             while let Some(frame) = framing.decode(&mut src)? {
-                out.push(frame);
+                out.push(frame.to_vec());
             }
             assert!(src.len() <= framing.max_buffered(), "{}", src.len());
         }

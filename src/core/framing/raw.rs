@@ -1,30 +1,29 @@
 //! Raw chunks: no framing at all.
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 
-use super::Framing;
-use crate::error::{CodecError, FrameError};
+use super::{DecodeError, EncodeError, Framing};
 
 /// Every chunk is a frame: frames are written as they are, and decode returns every byte
 /// received since the last call as one frame.
 ///
 /// Chunks ignore the peer's message boundaries, so [`Framing::delimits_frames`] is false:
 /// a heartbeat reply predicate or a handshake cannot be used with raw chunks. An empty frame
-/// is refused ([`FrameError::Empty`]): an empty write would close the connection.
+/// is refused ([`EncodeError::Empty`]): an empty write would close the connection.
 ///
 /// # Examples
 ///
 /// ```
-/// use bytes::BytesMut;
-/// use relink::{Framing, Raw};
+/// use relink::bytes::BytesMut;
+/// use relink::framing::{Framing, Raw};
 ///
-/// let mut raw = Raw;
+/// let mut raw = Raw::new();
 /// let mut wire = Vec::new();
 /// raw.encode(b"any bytes", &mut wire)?;
 /// assert!(raw.encode(b"", &mut wire).is_err());
 /// let mut src = BytesMut::from(&b"ab"[..]);
 /// src.extend_from_slice(b"cd");
-/// assert_eq!(raw.decode(&mut src)?, Some(b"abcd".to_vec()));
+/// assert_eq!(raw.decode(&mut src)?.as_deref(), Some(&b"abcd"[..]));
 /// assert_eq!(raw.decode(&mut src)?, None);
 /// assert!(!raw.delimits_frames());
 /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -32,25 +31,30 @@ use crate::error::{CodecError, FrameError};
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Raw;
 
+impl Raw {
+    /// Raw chunks (the default framing); it has no settings, so it has no builder.
+    pub fn new() -> Raw {
+        Raw
+    }
+}
+
 impl Framing for Raw {
-    fn encode(&mut self, frame: &[u8], dst: &mut Vec<u8>) -> Result<(), FrameError> {
+    fn encode(&mut self, frame: &[u8], dst: &mut Vec<u8>) -> Result<(), EncodeError> {
         self.check(frame)?;
         dst.extend_from_slice(frame);
         Ok(())
     }
 
-    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Vec<u8>>, CodecError> {
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Bytes>, DecodeError> {
         if src.is_empty() {
             return Ok(None);
         }
-        let frame = src.to_vec();
-        src.clear();
-        Ok(Some(frame))
+        Ok(Some(src.split().freeze()))
     }
 
-    fn check(&self, frame: &[u8]) -> Result<(), FrameError> {
+    fn check(&self, frame: &[u8]) -> Result<(), EncodeError> {
         if frame.is_empty() {
-            return Err(FrameError::Empty);
+            return Err(EncodeError::Empty);
         }
         Ok(())
     }
@@ -76,7 +80,7 @@ mod tests {
             decode_chunks(&mut Raw, chunks),
             Ok(vec![b"ab".to_vec(), b"\0\n".to_vec()])
         );
-        assert_eq!(Raw.check(b""), Err(FrameError::Empty));
+        assert_eq!(Raw.check(b""), Err(EncodeError::Empty));
         assert!(!Raw.delimits_frames());
     }
 }

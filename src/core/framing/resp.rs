@@ -1,9 +1,9 @@
 //! RESP, the redis protocol: commands out as arrays of bulk strings, replies in as whole values.
 
-use bytes::{Buf, BytesMut};
+use bytes::{Bytes, BytesMut};
 
-use super::{Framing, DEFAULT_MAX_FRAME};
-use crate::error::{CodecError, ConfigError, FrameError};
+use super::{DecodeError, EncodeError, Framing, DEFAULT_MAX_FRAME};
+use crate::error::ConfigError;
 
 /// RESP2 (and RESP3's simple types): each decoded frame is one whole reply, as its exact wire
 /// bytes; each encoded frame is one command.
@@ -24,8 +24,8 @@ use crate::error::{CodecError, ConfigError, FrameError};
 /// # Examples
 ///
 /// ```
-/// use bytes::BytesMut;
-/// use relink::{Framing, Resp, RespValue};
+/// use relink::bytes::BytesMut;
+/// use relink::framing::{Framing, Resp, RespValue};
 ///
 /// let mut resp = Resp::new();
 /// let mut wire = Vec::new();
@@ -34,7 +34,7 @@ use crate::error::{CodecError, ConfigError, FrameError};
 /// resp.encode(&Resp::command(["SET", "key", "a b\r\n"]), &mut wire)?;
 ///
 /// let mut src = BytesMut::from(&b"+PONG\r\n*2\r\n$1\r\n\n\r\n:7\r\n$3\r\nab"[..]);
-/// assert_eq!(resp.decode(&mut src)?, Some(b"+PONG\r\n".to_vec()));
+/// assert_eq!(resp.decode(&mut src)?.as_deref(), Some(&b"+PONG\r\n"[..]));
 /// let reply = resp.decode(&mut src)?.unwrap();
 /// assert_eq!(
 ///     RespValue::parse(&reply)?,
@@ -80,31 +80,12 @@ impl Resp {
         }
     }
 
-    /// The largest value read, or command written, in wire bytes. Defaults to 16 MiB.
-    ///
-    /// # Errors
-    ///
-    /// [`ConfigError::ZeroLimit`] for 0.
-    pub fn max_frame(mut self, max_frame: usize) -> Result<Resp, ConfigError> {
-        if max_frame == 0 {
-            return Err(ConfigError::ZeroLimit { name: "max_frame" });
+    /// A builder with the defaults of [`Resp::new`].
+    pub fn builder() -> RespBuilder {
+        RespBuilder {
+            max_frame: DEFAULT_MAX_FRAME,
+            max_depth: Resp::DEFAULT_MAX_DEPTH,
         }
-        self.max_frame = max_frame;
-        Ok(self)
-    }
-
-    /// The deepest nesting of arrays read or written (1 allows arrays of plain values only).
-    /// Defaults to [`Resp::DEFAULT_MAX_DEPTH`].
-    ///
-    /// # Errors
-    ///
-    /// [`ConfigError::ZeroLimit`] for 0.
-    pub fn max_depth(mut self, max_depth: usize) -> Result<Resp, ConfigError> {
-        if max_depth == 0 {
-            return Err(ConfigError::ZeroLimit { name: "max_depth" });
-        }
-        self.max_depth = max_depth;
-        Ok(self)
     }
 
     /// A command as RESP sends it: an array of bulk strings, one per argument (any bytes).
@@ -112,7 +93,7 @@ impl Resp {
     /// # Examples
     ///
     /// ```
-    /// use relink::Resp;
+    /// use relink::framing::Resp;
     ///
     /// assert_eq!(Resp::command(["PING"]), b"*1\r\n$4\r\nPING\r\n");
     /// assert_eq!(Resp::command([&b"SET"[..], b"k", b""]), b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$0\r\n\r\n");
@@ -126,6 +107,57 @@ impl Resp {
         let mut out = Vec::new();
         write_array(args.iter().map(AsRef::as_ref), args.len(), &mut out);
         out
+    }
+}
+
+/// Builds a [`Resp`] framing; made by [`Resp::builder`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RespBuilder {
+    max_frame: usize,
+    max_depth: usize,
+}
+
+impl RespBuilder {
+    /// The largest value read, or command written, in wire bytes. Defaults to 16 MiB.
+    pub fn max_frame(mut self, max_frame: usize) -> Self {
+        self.max_frame = max_frame;
+        self
+    }
+
+    /// The deepest nesting of arrays read or written (1 allows arrays of plain values only).
+    /// Defaults to [`Resp::DEFAULT_MAX_DEPTH`].
+    pub fn max_depth(mut self, max_depth: usize) -> Self {
+        self.max_depth = max_depth;
+        self
+    }
+
+    /// The framing.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::ZeroLimit`] for a `max_frame` or a `max_depth` of 0.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use relink::framing::Resp;
+    ///
+    /// let resp = Resp::builder().max_frame(1 << 20).max_depth(4).build()?;
+    /// assert!(Resp::builder().max_depth(0).build().is_err());
+    /// # Ok::<(), relink::ConfigError>(())
+    /// ```
+    pub fn build(self) -> Result<Resp, ConfigError> {
+        if self.max_frame == 0 {
+            return Err(ConfigError::ZeroLimit { name: "max_frame" });
+        }
+        if self.max_depth == 0 {
+            return Err(ConfigError::ZeroLimit { name: "max_depth" });
+        }
+        Ok(Resp {
+            max_frame: self.max_frame,
+            max_depth: self.max_depth,
+            scanner: Scanner::default(),
+        })
     }
 }
 
@@ -164,18 +196,18 @@ fn words(frame: &[u8]) -> impl Iterator<Item = &[u8]> {
 
 /// Parses a RESP integer line: an optional `+` or `-`, then decimal digits (the spec's
 /// `:[<+|->]<value>`; lengths use the same form).
-fn parse_int(line: &[u8]) -> Result<i64, CodecError> {
+fn parse_int(line: &[u8]) -> Result<i64, DecodeError> {
     let digits = line
         .strip_prefix(b"-")
         .or_else(|| line.strip_prefix(b"+"))
         .unwrap_or(line);
     if digits.is_empty() || digits.len() > 19 || !digits.iter().all(u8::is_ascii_digit) {
-        return Err(CodecError::Malformed("bad RESP integer"));
+        return Err(DecodeError::Malformed("bad RESP integer"));
     }
     std::str::from_utf8(line)
         .ok()
         .and_then(|s| s.parse().ok())
-        .ok_or(CodecError::Malformed("bad RESP integer"))
+        .ok_or(DecodeError::Malformed("bad RESP integer"))
 }
 
 /// Whether `s` is one or more ASCII digits.
@@ -210,43 +242,43 @@ fn is_double(line: &[u8]) -> bool {
 }
 
 /// Checks a simple line's content for its type byte.
-fn check_simple(kind: u8, line: &[u8]) -> Result<(), CodecError> {
+fn check_simple(kind: u8, line: &[u8]) -> Result<(), DecodeError> {
     match kind {
         b':' => parse_int(line).map(drop),
-        b'_' if !line.is_empty() => Err(CodecError::Malformed("bad RESP null")),
-        b'#' if line != b"t" && line != b"f" => Err(CodecError::Malformed("bad RESP boolean")),
-        b',' if !is_double(line) => Err(CodecError::Malformed("bad RESP double")),
+        b'_' if !line.is_empty() => Err(DecodeError::Malformed("bad RESP null")),
+        b'#' if line != b"t" && line != b"f" => Err(DecodeError::Malformed("bad RESP boolean")),
+        b',' if !is_double(line) => Err(DecodeError::Malformed("bad RESP double")),
         b'(' if !all_digits(
             line.strip_prefix(b"-")
                 .or_else(|| line.strip_prefix(b"+"))
                 .unwrap_or(line),
         ) =>
         {
-            Err(CodecError::Malformed("bad RESP big number"))
+            Err(DecodeError::Malformed("bad RESP big number"))
         }
-        _ if line.contains(&b'\r') => Err(CodecError::Malformed("a RESP line holds a CR")),
+        _ if line.contains(&b'\r') => Err(DecodeError::Malformed("a RESP line holds a CR")),
         _ => Ok(()),
     }
 }
 
 /// Checks the body of a blob (`$`, `!`, `=`): a verbatim string starts with a 3-byte format
 /// and a colon.
-fn check_blob(kind: u8, body: &[u8]) -> Result<(), CodecError> {
+fn check_blob(kind: u8, body: &[u8]) -> Result<(), DecodeError> {
     if kind == b'=' && body.get(3) != Some(&b':') {
-        return Err(CodecError::Malformed("bad RESP verbatim string"));
+        return Err(DecodeError::Malformed("bad RESP verbatim string"));
     }
     Ok(())
 }
 
 /// Finds the `\n` ending the line that starts at `start`, searching from `from`; checks the
 /// `\r` before it. Returns the index of the `\r`.
-fn line_end(src: &[u8], start: usize, from: usize) -> Result<Option<usize>, CodecError> {
+fn line_end(src: &[u8], start: usize, from: usize) -> Result<Option<usize>, DecodeError> {
     let Some(i) = src[from..].iter().position(|&b| b == b'\n') else {
         return Ok(None);
     };
     let nl = from + i;
     if nl < start + 2 || src[nl - 1] != b'\r' {
-        return Err(CodecError::Malformed("a RESP line must end in CRLF"));
+        return Err(DecodeError::Malformed("a RESP line must end in CRLF"));
     }
     Ok(Some(nl - 1))
 }
@@ -258,8 +290,8 @@ impl Scanner {
         src: &[u8],
         max_frame: usize,
         max_depth: usize,
-    ) -> Result<Option<usize>, CodecError> {
-        let too_large = |len: usize| CodecError::FrameTooLarge {
+    ) -> Result<Option<usize>, DecodeError> {
+        let too_large = |len: usize| DecodeError::FrameTooLarge {
             len: len as u64,
             max: max_frame,
         };
@@ -285,7 +317,7 @@ impl Scanner {
                 }
                 b'$' | b'!' | b'=' => match parse_int(line)? {
                     -1 if kind == b'$' => next,
-                    n if n < 0 => return Err(CodecError::Malformed("bad RESP bulk length")),
+                    n if n < 0 => return Err(DecodeError::Malformed("bad RESP bulk length")),
                     n => {
                         let end = usize::try_from(n)
                             .ok()
@@ -297,7 +329,7 @@ impl Scanner {
                             return Ok(None);
                         }
                         if &src[end - 2..end] != b"\r\n" {
-                            return Err(CodecError::Malformed(
+                            return Err(DecodeError::Malformed(
                                 "a RESP bulk string must end in CRLF",
                             ));
                         }
@@ -307,10 +339,10 @@ impl Scanner {
                 },
                 b'*' => match parse_int(line)? {
                     -1 | 0 => next,
-                    n if n < 0 => return Err(CodecError::Malformed("bad RESP array length")),
+                    n if n < 0 => return Err(DecodeError::Malformed("bad RESP array length")),
                     n => {
                         if self.open.len() >= max_depth {
-                            return Err(CodecError::Malformed("RESP arrays nested too deep"));
+                            return Err(DecodeError::Malformed("RESP arrays nested too deep"));
                         }
                         self.open.push(n as u64);
                         self.pos = next;
@@ -318,7 +350,7 @@ impl Scanner {
                         continue;
                     }
                 },
-                _ => return Err(CodecError::Malformed("unknown RESP type")),
+                _ => return Err(DecodeError::Malformed("unknown RESP type")),
             };
             self.pos = end;
             self.scan = end;
@@ -342,7 +374,7 @@ impl Scanner {
 }
 
 impl Framing for Resp {
-    fn encode(&mut self, frame: &[u8], dst: &mut Vec<u8>) -> Result<(), FrameError> {
+    fn encode(&mut self, frame: &[u8], dst: &mut Vec<u8>) -> Result<(), EncodeError> {
         self.check(frame)?;
         if frame.first() == Some(&b'*') {
             dst.extend_from_slice(frame);
@@ -352,14 +384,10 @@ impl Framing for Resp {
         Ok(())
     }
 
-    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Vec<u8>>, CodecError> {
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Bytes>, DecodeError> {
         let result = self.scanner.scan(src, self.max_frame, self.max_depth);
         match result {
-            Ok(Some(end)) => {
-                let frame = src[..end].to_vec();
-                src.advance(end);
-                Ok(Some(frame))
-            }
+            Ok(Some(end)) => Ok(Some(src.split_to(end).freeze())),
             Ok(None) => Ok(None),
             Err(e) => {
                 self.scanner = Scanner::default();
@@ -368,27 +396,29 @@ impl Framing for Resp {
         }
     }
 
-    fn check(&self, frame: &[u8]) -> Result<(), FrameError> {
+    fn check(&self, frame: &[u8]) -> Result<(), EncodeError> {
         if frame.first() == Some(&b'*') {
             if frame.len() > self.max_frame {
-                return Err(FrameError::TooLarge {
+                return Err(EncodeError::TooLarge {
                     len: frame.len(),
                     max: self.max_frame,
                 });
             }
             return match Scanner::default().scan(frame, self.max_frame, self.max_depth) {
                 Ok(Some(end)) if end == frame.len() => Ok(()),
-                _ => Err(FrameError::Malformed("not exactly one complete RESP array")),
+                _ => Err(EncodeError::Malformed(
+                    "not exactly one complete RESP array",
+                )),
             };
         }
         let (count, body) =
             words(frame).fold((0, 0), |(n, len), w| (n + 1, len + bulk_len(w.len())));
         if count == 0 {
-            return Err(FrameError::Malformed("an inline command needs a word"));
+            return Err(EncodeError::Malformed("an inline command needs a word"));
         }
         let len = 1 + decimal_len(count) + 2 + body;
         if len > self.max_frame {
-            return Err(FrameError::TooLarge {
+            return Err(EncodeError::TooLarge {
                 len,
                 max: self.max_frame,
             });
@@ -415,12 +445,12 @@ impl Framing for Resp {
 /// # Examples
 ///
 /// ```
-/// use relink::RespValue;
+/// use relink::framing::RespValue;
 ///
 /// assert_eq!(RespValue::parse(b"+OK\r\n")?, RespValue::Simple(b"OK".to_vec()));
 /// assert_eq!(RespValue::parse(b"$-1\r\n")?, RespValue::Null);
 /// assert!(RespValue::parse(b"+OK\r\n+OK\r\n").is_err()); // one value only
-/// # Ok::<(), relink::CodecError>(())
+/// # Ok::<(), relink::framing::DecodeError>(())
 /// ```
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
@@ -453,20 +483,20 @@ impl RespValue {
     ///
     /// # Errors
     ///
-    /// [`CodecError::Malformed`] when `bytes` are not exactly one value (incomplete, followed by
+    /// [`DecodeError::Malformed`] when `bytes` are not exactly one value (incomplete, followed by
     /// more bytes, not RESP, or nested deeper than 64 arrays).
-    pub fn parse(bytes: &[u8]) -> Result<RespValue, CodecError> {
+    pub fn parse(bytes: &[u8]) -> Result<RespValue, DecodeError> {
         let (value, end) = parse_value(bytes, 0, 0)?;
         if end != bytes.len() {
-            return Err(CodecError::Malformed("bytes after the RESP value"));
+            return Err(DecodeError::Malformed("bytes after the RESP value"));
         }
         Ok(value)
     }
 }
 
 /// Reads the value at `start`: the value and where it ends.
-fn parse_value(src: &[u8], start: usize, depth: usize) -> Result<(RespValue, usize), CodecError> {
-    let incomplete = CodecError::Malformed("incomplete RESP value");
+fn parse_value(src: &[u8], start: usize, depth: usize) -> Result<(RespValue, usize), DecodeError> {
+    let incomplete = DecodeError::Malformed("incomplete RESP value");
     if start >= src.len() {
         return Err(incomplete);
     }
@@ -487,12 +517,12 @@ fn parse_value(src: &[u8], start: usize, depth: usize) -> Result<(RespValue, usi
             std::str::from_utf8(line)
                 .ok()
                 .and_then(|s| s.parse().ok())
-                .ok_or(CodecError::Malformed("bad RESP double"))?,
+                .ok_or(DecodeError::Malformed("bad RESP double"))?,
         ),
         b'(' => RespValue::BigNumber(line.to_vec()),
         b'$' | b'!' | b'=' => match parse_int(line)? {
             -1 if kind == b'$' => RespValue::Null,
-            n if n < 0 => return Err(CodecError::Malformed("bad RESP bulk length")),
+            n if n < 0 => return Err(DecodeError::Malformed("bad RESP bulk length")),
             n => {
                 let end = usize::try_from(n)
                     .ok()
@@ -500,7 +530,9 @@ fn parse_value(src: &[u8], start: usize, depth: usize) -> Result<(RespValue, usi
                     .filter(|&end| end <= src.len())
                     .ok_or(incomplete)?;
                 if &src[end - 2..end] != b"\r\n" {
-                    return Err(CodecError::Malformed("a RESP bulk string must end in CRLF"));
+                    return Err(DecodeError::Malformed(
+                        "a RESP bulk string must end in CRLF",
+                    ));
                 }
                 check_blob(kind, &src[next..end - 2])?;
                 let body = src[next..end - 2].to_vec();
@@ -514,10 +546,10 @@ fn parse_value(src: &[u8], start: usize, depth: usize) -> Result<(RespValue, usi
         },
         b'*' => match parse_int(line)? {
             -1 => RespValue::Null,
-            n if n < 0 => return Err(CodecError::Malformed("bad RESP array length")),
+            n if n < 0 => return Err(DecodeError::Malformed("bad RESP array length")),
             n => {
                 if depth >= RespValue::MAX_DEPTH {
-                    return Err(CodecError::Malformed("RESP arrays nested too deep"));
+                    return Err(DecodeError::Malformed("RESP arrays nested too deep"));
                 }
                 let mut items = Vec::new();
                 let mut at = next;
@@ -529,7 +561,7 @@ fn parse_value(src: &[u8], start: usize, depth: usize) -> Result<(RespValue, usi
                 return Ok((RespValue::Array(items), at));
             }
         },
-        _ => return Err(CodecError::Malformed("unknown RESP type")),
+        _ => return Err(DecodeError::Malformed("unknown RESP type")),
     };
     Ok((value, next))
 }
@@ -548,7 +580,7 @@ mod tests {
         );
         assert_eq!(
             resp.check(b" \r\n"),
-            Err(FrameError::Malformed("an inline command needs a word"))
+            Err(EncodeError::Malformed("an inline command needs a word"))
         );
     }
 
@@ -557,7 +589,7 @@ mod tests {
         let mut resp = Resp::new();
         let cmd = Resp::command([&b"SET"[..], b"k", b"a\r\nb"]);
         assert_eq!(encode_all(&mut resp, &[&cmd]), cmd);
-        let refused = FrameError::Malformed("not exactly one complete RESP array");
+        let refused = EncodeError::Malformed("not exactly one complete RESP array");
         assert_eq!(resp.check(&cmd[..cmd.len() - 1]), Err(refused));
         assert_eq!(resp.check(&[&cmd[..], b"+OK\r\n"].concat()), Err(refused));
         assert_eq!(resp.check(b"*1\r\n$1\r\nab\r\n"), Err(refused));
@@ -598,23 +630,23 @@ mod tests {
 
     #[test]
     fn an_announced_bulk_above_the_limit_is_refused_without_waiting_or_reserving() {
-        let mut resp = Resp::new().max_frame(100).unwrap();
+        let mut resp = Resp::builder().max_frame(100).build().unwrap();
         let mut src = BytesMut::with_capacity(64);
         src.extend_from_slice(b"$1000000000\r\n");
         assert!(matches!(
             resp.decode(&mut src),
-            Err(CodecError::FrameTooLarge { max: 100, .. })
+            Err(DecodeError::FrameTooLarge { max: 100, .. })
         ));
         assert!(src.capacity() < 1024);
         assert_eq!(
             decode_chunks(&mut resp, [&[b'+'; 101][..]]),
-            Err(CodecError::FrameTooLarge { len: 101, max: 100 })
+            Err(DecodeError::FrameTooLarge { len: 101, max: 100 })
         );
     }
 
     #[test]
     fn arrays_nested_past_max_depth_are_refused() {
-        let mut resp = Resp::new().max_depth(2).unwrap();
+        let mut resp = Resp::builder().max_depth(2).build().unwrap();
         assert_eq!(
             decode_chunks(&mut resp, [&b"*1\r\n*1\r\n:1\r\n"[..]])
                 .unwrap()
@@ -623,7 +655,7 @@ mod tests {
         );
         assert_eq!(
             decode_chunks(&mut resp, [&b"*1\r\n*1\r\n*1\r\n:1\r\n"[..]]),
-            Err(CodecError::Malformed("RESP arrays nested too deep"))
+            Err(DecodeError::Malformed("RESP arrays nested too deep"))
         );
     }
 
@@ -640,7 +672,7 @@ mod tests {
         ] {
             assert_eq!(
                 decode_chunks(&mut Resp::new(), [wire]),
-                Err(CodecError::Malformed(why)),
+                Err(DecodeError::Malformed(why)),
                 "{wire:?}"
             );
         }
@@ -713,11 +745,11 @@ mod tests {
     #[test]
     fn zero_limits_are_config_errors() {
         assert_eq!(
-            Resp::new().max_frame(0),
+            Resp::builder().max_frame(0).build(),
             Err(ConfigError::ZeroLimit { name: "max_frame" })
         );
         assert_eq!(
-            Resp::new().max_depth(0),
+            Resp::builder().max_depth(0).build(),
             Err(ConfigError::ZeroLimit { name: "max_depth" })
         );
     }

@@ -5,7 +5,8 @@ use super::*;
 use crate::core::backoff::Jitter;
 use crate::core::heartbeat::Heartbeat;
 use crate::core::predicate::Predicate;
-use crate::{Builder, Codec, Overflow};
+use crate::framing::{LengthDelimited, Lines};
+use crate::{Builder, Overflow};
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -197,7 +198,7 @@ impl Sim {
         self.events
             .iter()
             .filter_map(|e| match e {
-                Event::Abandoned { frame, reason } => Some((frame.clone(), *reason)),
+                Event::Abandoned { frame, reason } => Some((frame.to_vec(), *reason)),
                 _ => None,
             })
             .collect()
@@ -207,7 +208,7 @@ impl Sim {
         self.events
             .iter()
             .filter_map(|e| match e {
-                Event::Frame(f) => Some(f.clone()),
+                Event::Frame(f) => Some(f.to_vec()),
                 _ => None,
             })
             .collect()
@@ -371,7 +372,7 @@ fn row8_the_first_inbound_bytes_make_the_link_ready() {
 #[test]
 fn row8_an_accepted_handshake_reply_makes_the_link_ready_and_is_not_delivered() {
     let hs = ProofOfLife::handshake(vec![b"HELLO".to_vec()], |f| f == b"OK");
-    let mut s = Sim::connecting(Sim::builder().codec(Codec::lines()).ready_when(hs));
+    let mut s = Sim::connecting(Sim::builder().framing(Lines::new()).ready_when(hs));
     s.submit(b"queued");
     s.tcp_up();
     s.transmit();
@@ -386,7 +387,7 @@ fn row8_an_accepted_handshake_reply_makes_the_link_ready_and_is_not_delivered() 
 #[test]
 fn row9_a_missing_handshake_reply_is_a_failure() {
     let hs = ProofOfLife::handshake(vec![b"HELLO".to_vec()], |f| f == b"OK");
-    let mut s = Sim::connecting(Sim::builder().codec(Codec::lines()).ready_when(hs));
+    let mut s = Sim::connecting(Sim::builder().framing(Lines::new()).ready_when(hs));
     s.tcp_up();
     s.next_timer();
     assert_eq!(s.last_transition().cause, Cause::HandshakeTimeout);
@@ -443,7 +444,7 @@ fn row11_a_peer_that_answers_is_never_declared_dead() {
     let hb = Heartbeat::new(1000 * MS, Ping::Raw(b"p\n".to_vec()))
         .max_missed(1)
         .reply(Predicate::new(|f| f == b"P"));
-    let mut s = Sim::ready(Sim::builder().codec(Codec::lines()).heartbeat(hb));
+    let mut s = Sim::ready(Sim::builder().framing(Lines::new()).heartbeat(hb));
     for _ in 0..100 {
         s.next_timer();
         s.transmit();
@@ -459,7 +460,7 @@ fn row11_a_peer_that_answers_is_never_declared_dead() {
 fn a_frame_like_the_heartbeat_reply_is_delivered_when_no_ping_awaits_it() {
     let hb =
         Heartbeat::new(1000 * MS, Ping::Raw(b"p\n".to_vec())).reply(Predicate::new(|f| f == b"P"));
-    let mut s = Sim::ready(Sim::builder().codec(Codec::lines()).heartbeat(hb));
+    let mut s = Sim::ready(Sim::builder().framing(Lines::new()).heartbeat(hb));
     s.data(b"P\n");
     assert_eq!(s.frames(), [b"P".to_vec()], "the application's own answer");
     s.next_timer();
@@ -470,13 +471,20 @@ fn a_frame_like_the_heartbeat_reply_is_delivered_when_no_ping_awaits_it() {
 
 #[test]
 fn row12_a_peer_that_breaks_the_framing_gets_its_connection_reset() {
-    let mut s = Sim::ready(Sim::builder().codec(Codec::LengthPrefixed { max_frame: 16 }));
+    let mut s = Sim::ready(
+        Sim::builder().framing(
+            LengthDelimited::builder()
+                .max_frame_length(16)
+                .build()
+                .unwrap(),
+        ),
+    );
     s.data(&[0xff, 0xff, 0xff, 0xff]);
     assert_eq!(s.last_transition().cause, Cause::Protocol);
     assert!(s
         .events
         .iter()
-        .any(|e| matches!(e, Event::Error(LinkError::Codec(_)))));
+        .any(|e| matches!(e, Event::Error(LinkError::Decode(_)))));
     assert_eq!(s.m.state(), Backoff);
     assert_eq!(s.disconnects, 1);
 }
@@ -683,7 +691,7 @@ fn a_fixed_seed_gives_an_exact_delay_sequence() {
 
 #[test]
 fn frames_reach_the_socket_only_while_ready_and_in_order() {
-    let mut s = Sim::connecting(Sim::builder().codec(Codec::lines()));
+    let mut s = Sim::connecting(Sim::builder().framing(Lines::new()));
     s.submit(b"1");
     s.submit(b"2");
     s.transmit();
@@ -697,7 +705,7 @@ fn frames_reach_the_socket_only_while_ready_and_in_order() {
 
 #[test]
 fn small_frames_are_coalesced_into_one_write() {
-    let mut s = Sim::ready(Sim::builder().codec(Codec::length_prefixed()));
+    let mut s = Sim::ready(Sim::builder().framing(LengthDelimited::len32()));
     for i in 0..100u8 {
         s.submit(&[i; 10]);
     }
@@ -708,7 +716,7 @@ fn small_frames_are_coalesced_into_one_write() {
 
 #[test]
 fn a_refused_batch_is_offered_again_in_the_same_order() {
-    let mut s = Sim::ready(Sim::builder().codec(Codec::lines()));
+    let mut s = Sim::ready(Sim::builder().framing(Lines::new()));
     s.submit(b"a");
     s.submit(b"b");
     let mut buf = Vec::new();
@@ -1091,7 +1099,7 @@ fn panic_errors(s: &Sim) -> Vec<(crate::error::Callback, Option<String>)> {
 #[test]
 fn row22_a_reply_predicate_that_panics_once_fails_the_connection_then_the_link_recovers() {
     let hb = Heartbeat::new(1000 * MS, Ping::Raw(b"p".to_vec())).reply(panicking(false, false));
-    let mut s = Sim::ready(Sim::builder().codec(Codec::lines()).heartbeat(hb));
+    let mut s = Sim::ready(Sim::builder().framing(Lines::new()).heartbeat(hb));
     s.data(b"first\n");
     let errors = panic_errors(&s);
     assert_eq!(
@@ -1140,7 +1148,7 @@ fn row22_a_reply_predicate_that_panics_once_fails_the_connection_then_the_link_r
 fn row22_a_reply_predicate_that_always_panics_backs_off_with_growing_delays_then_cools_down() {
     let hb = Heartbeat::new(1000 * MS, Ping::Raw(b"p".to_vec())).reply(panicking(true, false));
     let b = Sim::builder()
-        .codec(Codec::lines())
+        .framing(Lines::new())
         .heartbeat(hb)
         .jitter(Jitter::None)
         .max_attempts(5)
@@ -1173,7 +1181,7 @@ fn row22_a_handshake_predicate_that_panics_fails_the_connection() {
         accept: panicking(false, true),
         timeout: 5000 * MS,
     };
-    let mut s = Sim::connecting(Sim::builder().codec(Codec::lines()).ready_when(hs));
+    let mut s = Sim::connecting(Sim::builder().framing(Lines::new()).ready_when(hs));
     s.tcp_up();
     s.data(b"OK\n");
     assert_eq!(

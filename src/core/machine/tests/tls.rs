@@ -30,7 +30,7 @@ fn server(cert: &Pem) -> ServerConnection {
 fn tls_builder(pki: &Pki) -> Builder {
     Sim::builder()
         .tls(Tls::new().ca_pem(&pki.ca.cert).server_name("localhost"))
-        .codec(Codec::lines())
+        .framing(Lines::new())
 }
 
 /// A peer on the other side of the simulated socket: what it decrypted, and every byte that
