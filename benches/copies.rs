@@ -1,6 +1,7 @@
 //! Allocations per frame, each way, plaintext and TLS, counted by a global allocator.
 //!
-//! Run with `cargo bench --bench copies` (a few seconds; `-- --frames N` to change the count).
+//! Run with `cargo bench --bench copies` (a few seconds; `-- --frames N` to change the count,
+//! 20 000 by default).
 //!
 //! One link with [`LengthDelimited::len32`] talks to a peer on 127.0.0.1 that runs in this
 //! process on threads whose allocations are not counted. Every other thread counts: the
@@ -109,11 +110,12 @@ fn peer(
     (port, handle)
 }
 
-/// A len32 link to `port`, Ready.
-fn link(port: u16, pki: Option<&Pki>) -> Link {
+/// A len32 link to `port`, Ready, with room for every event of a run (reading never pauses).
+fn link(port: u16, pki: Option<&Pki>, n: usize) -> Link {
     let mut b = Link::builder(&format!("tcp://127.0.0.1:{port}"))
         .framing(LengthDelimited::len32())
-        .overflow(Overflow::Block(BOUND));
+        .overflow(Overflow::Block(BOUND))
+        .events_capacity(2 * n);
     if let Some(pki) = pki {
         b = b.tls(client(pki));
     }
@@ -146,7 +148,7 @@ fn inbound(n: usize, size: usize, pki: Option<&Pki>) -> (f64, f64) {
         }
         let _ = go_rx.recv_timeout(BOUND);
     });
-    let link = link(port, pki);
+    let link = link(port, pki, n);
     let before = counted();
     go_tx.send(()).expect("go");
     let deadline = Instant::now() + BOUND;
@@ -157,7 +159,8 @@ fn inbound(n: usize, size: usize, pki: Option<&Pki>) -> (f64, f64) {
                 assert_eq!(f.len(), size);
                 got += 1;
             }
-            Event::State(t) => assert_eq!(t.to, State::Ready, "the link left Ready: {t:?}"),
+            // The start-up transitions may still be on their way; leaving Ready is not.
+            Event::State(t) => assert_ne!(t.from, State::Ready, "the link left Ready: {t:?}"),
             _ => {}
         }
     }
@@ -188,7 +191,7 @@ fn outbound(n: usize, size: usize, pki: Option<&Pki>) -> (f64, f64) {
         assert_eq!(read, total, "the peer read every byte");
         done_tx.send(()).expect("done");
     });
-    let link = link(port, pki);
+    let link = link(port, pki, n);
     let frames: Vec<Vec<u8>> = (0..n).map(|i| vec![i as u8; size]).collect();
     let before = counted();
     for frame in frames {
