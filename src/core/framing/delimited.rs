@@ -519,4 +519,58 @@ mod tests {
             Err(DecodeError::LineTooLong { max: 3 })
         );
     }
+
+    #[test]
+    fn lines_accept_empty_lines_even_with_a_zero_max_length() {
+        let mut lines = lines(false, 0);
+        assert_eq!(
+            decode_chunks(&mut lines, [&b"\n\n\r\n"[..]]),
+            Ok(vec![Vec::new(); 3])
+        );
+        assert_eq!(
+            decode_chunks(&mut lines, [&b"a\n"[..]]),
+            Err(DecodeError::LineTooLong { max: 0 })
+        );
+    }
+
+    #[test]
+    fn lines_accept_a_line_of_exactly_max_length_and_refuse_one_as_soon_as_it_passes() {
+        let mut lines = lines(false, 4);
+        let mut src = BytesMut::from(&b"abcd"[..]);
+        assert_eq!(lines.decode(&mut src), Ok(None));
+        src.extend_from_slice(b"\nab\r\nabcd");
+        assert_eq!(
+            lines.decode(&mut src),
+            Ok(Some(Bytes::from_static(b"abcd")))
+        );
+        assert_eq!(lines.decode(&mut src), Ok(Some(Bytes::from_static(b"ab"))));
+        assert_eq!(lines.decode(&mut src), Ok(None));
+        src.extend_from_slice(b"ef");
+        assert_eq!(
+            lines.decode(&mut src),
+            Err(DecodeError::LineTooLong { max: 4 })
+        );
+        assert_eq!(
+            decode_chunks(&mut lines, [&b"abcdefgh\n"[..]]),
+            Err(DecodeError::LineTooLong { max: 4 }),
+            "refused even when its newline came with it"
+        );
+    }
+
+    #[test]
+    fn lines_resume_the_newline_scan_where_it_stopped() {
+        let mut lines = Lines::new();
+        let mut src = BytesMut::new();
+        for i in 1..=100 {
+            src.extend_from_slice(b"z");
+            assert_eq!(lines.decode(&mut src), Ok(None));
+            assert_eq!(lines.scan, i);
+        }
+        src.extend_from_slice(b"\ny\n");
+        assert_eq!(
+            lines.decode(&mut src),
+            Ok(Some(Bytes::from(vec![b'z'; 100])))
+        );
+        assert_eq!(lines.decode(&mut src), Ok(Some(Bytes::from_static(b"y"))));
+    }
 }

@@ -503,6 +503,59 @@ mod tests {
     }
 
     #[test]
+    fn len32_accepts_empty_frames() {
+        assert_eq!(
+            decode_chunks(&mut LengthDelimited::len32(), [&[0u8; 12][..]]),
+            Ok(vec![Vec::new(); 3])
+        );
+    }
+
+    #[test]
+    fn len32_refuses_a_4_gib_prefix_at_once_without_reserving_it() {
+        let mut src = BytesMut::with_capacity(64);
+        src.extend_from_slice(&[0xff; 4]);
+        src.extend_from_slice(b"some payload");
+        assert_eq!(
+            LengthDelimited::len32().decode(&mut src),
+            Err(DecodeError::FrameTooLarge {
+                len: 0xffff_ffff,
+                max: DEFAULT_MAX_FRAME
+            })
+        );
+        assert!(src.capacity() < 1024, "{}", src.capacity());
+    }
+
+    #[test]
+    fn the_receive_buffer_stays_small_as_frames_are_cut_from_it() {
+        let mut len32 = LengthDelimited::len32();
+        let wire = encode_all(&mut len32.clone(), &[&b"0123456789"[..]; 1000]);
+        let mut src = BytesMut::new();
+        let mut count = 0;
+        for chunk in wire.chunks(37) {
+            src.extend_from_slice(chunk);
+            assert!(src.len() <= 2 * (14 + 37), "{}", src.len());
+            while let Some(frame) = len32.decode(&mut src).unwrap() {
+                assert_eq!(frame, &b"0123456789"[..]);
+                count += 1;
+            }
+        }
+        assert_eq!(count, 1000);
+    }
+
+    #[test]
+    fn a_decoded_frame_shares_the_receive_buffer() {
+        let mut src = BytesMut::with_capacity(64);
+        src.extend_from_slice(b"\0\0\0\x05hello\0\0\0\x01x");
+        let start = src.as_ptr() as usize;
+        let frame = LengthDelimited::len32().decode(&mut src).unwrap().unwrap();
+        assert_eq!(
+            frame.as_ptr() as usize,
+            start + 4,
+            "cut from the buffer, not copied"
+        );
+    }
+
+    #[test]
     fn every_width_and_byte_order_round_trips_at_every_split_point() {
         let long = [0xab; 300];
         for width in [1, 2, 3, 4, 8] {

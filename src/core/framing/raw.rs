@@ -74,6 +74,26 @@ mod tests {
     use crate::core::framing::testkit::decode_chunks;
 
     #[test]
+    fn raw_returns_every_byte_fed_at_every_split_point() {
+        let wire = b"hello, world: any bytes \0\n\r\xff at all";
+        for split in 0..=wire.len() {
+            let (a, b) = wire.split_at(split);
+            let frames = decode_chunks(&mut Raw, [a, b]).unwrap();
+            assert_eq!(frames.concat(), wire, "{split}");
+            let expected = usize::from(!a.is_empty()) + usize::from(!b.is_empty());
+            assert_eq!(frames.len(), expected);
+        }
+    }
+
+    #[test]
+    fn raw_returns_the_chunks_appended_before_a_decode_as_one_frame() {
+        let mut src = BytesMut::from(&b"ab"[..]);
+        src.extend_from_slice(b"cd");
+        assert_eq!(Raw.decode(&mut src), Ok(Some(Bytes::from_static(b"abcd"))));
+        assert_eq!(Raw.decode(&mut src), Ok(None));
+    }
+
+    #[test]
     fn raw_returns_each_chunk_and_refuses_an_empty_frame() {
         let chunks: [&[u8]; 3] = [b"ab", b"", b"\0\n"];
         assert_eq!(
