@@ -9,7 +9,8 @@ use proptest::prelude::*;
 use proptest::sample::Index;
 use relink::bytes::{Buf, Bytes, BytesMut};
 use relink::framing::{
-    DecodeError, Delimited, EncodeError, Framing, LengthDelimited, Lines, Raw, Resp,
+    DecodeError, Delimited, EncodeError, Framing, LengthDelimited, Lines, Raw, Resp, RespReply,
+    RespValue,
 };
 use relink::ConfigError;
 
@@ -324,6 +325,23 @@ proptest! {
     }
 }
 
+/// The owned tree of a reply, built from its in-place view alone.
+fn tree(reply: &RespReply) -> RespValue {
+    let text = |b: Option<Bytes>| b.expect("a string").to_vec();
+    match reply.kind().expect("a type byte") {
+        _ if reply.is_null() => RespValue::Null,
+        b'+' => RespValue::Simple(text(reply.as_simple())),
+        b'-' | b'!' => RespValue::Error(text(reply.as_error())),
+        b':' => RespValue::Integer(reply.as_integer().expect("an integer")),
+        b'$' | b'=' => RespValue::Bulk(text(reply.as_bulk())),
+        b'#' => RespValue::Boolean(reply.as_bool().expect("a boolean")),
+        b',' => RespValue::Double(reply.as_double().expect("a double")),
+        b'(' => RespValue::BigNumber(text(reply.as_big_number())),
+        b'*' => RespValue::Array(reply.items().map(|item| tree(&item)).collect()),
+        other => panic!("type {other}"),
+    }
+}
+
 /// RESP-like values: well-formed values of every type the decoder knows, and lines whose
 /// content breaks the type (a sign alone, letters in a number, a bad verbatim format), nested
 /// in arrays, so that the decoder and the parser meet both.
@@ -359,14 +377,19 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(4 * CASES))]
 
     #[test]
-    fn the_resp_decoder_accepts_exactly_the_values_the_parser_accepts(
+    fn the_resp_decoder_accepts_exactly_what_the_parser_accepts_and_the_view_reads_the_same_value(
         wire in resp_value(),
         cuts in prop::collection::vec(any::<Index>(), 0..4),
     ) {
-        let parsed = relink::framing::RespValue::parse(&wire);
+        let parsed = RespValue::parse(&wire);
         let decoded = decode_cut(&mut Resp::new(), &wire, &cuts);
         let whole = matches!(&decoded, Ok(frames) if frames.len() == 1 && frames[0] == wire);
         prop_assert_eq!(parsed.is_ok(), whole, "{:?}: {:?} / {:?}", wire, parsed, decoded);
+        if let Ok(value) = parsed {
+            // Read in place, the decoded frame gives the same value, without a second check.
+            let view = tree(&RespReply::new(Bytes::from(wire.clone())));
+            prop_assert_eq!(format!("{view:?}"), format!("{value:?}"));
+        }
     }
 
     #[test]

@@ -14,6 +14,9 @@
 //! | [`Delimited`] | frames ending in any delimiter | | [`Delimited::builder`] |
 //! | [`Resp`] | redis commands out, whole replies in | `Resp::new()` | [`Resp::builder`] |
 //!
+//! A reply decoded by [`Resp`] is read in place with [`RespReply`] (no copy, no second
+//! check: the decoder checked it), or as an owned tree with [`RespValue::parse`].
+//!
 //! Every built-in is configured the same way: a constructor for the common case that cannot
 //! fail, and a builder whose `build()` returns `Result<_, ConfigError>` for every setting.
 //! Every built-in is incremental (bytes may arrive split anywhere), memory bounded (it refuses
@@ -44,11 +47,13 @@
 mod delimited;
 mod length;
 mod raw;
+mod reply;
 mod resp;
 
 pub use delimited::{Delimited, DelimitedBuilder, Lines, LinesBuilder};
 pub use length::{LengthDelimited, LengthDelimitedBuilder};
 pub use raw::Raw;
+pub use reply::{RespItems, RespReply};
 pub use resp::{Resp, RespBuilder, RespValue};
 
 pub use crate::error::{DecodeError, EncodeError};

@@ -13,7 +13,8 @@ use crate::error::ConfigError;
 /// blob error and verbatim string. It is incremental (a value split anywhere is resumed where
 /// it stopped, not parsed again) and bounded: a value longer than `max_frame` bytes or nested
 /// deeper than `max_depth` arrays is refused as soon as that is known, and nothing the peer
-/// announces is reserved before its bytes are there. Read a decoded reply with
+/// announces is reserved before its bytes are there. Read a decoded reply in place with
+/// [`RespReply`](super::RespReply) (no copy and no second check), or as an owned tree with
 /// [`RespValue::parse`].
 ///
 /// Encode writes a frame that starts with `*` as it is, once checked to be exactly one
@@ -196,7 +197,7 @@ fn words(frame: &[u8]) -> impl Iterator<Item = &[u8]> {
 
 /// Parses a RESP integer line: an optional `+` or `-`, then decimal digits (the spec's
 /// `:[<+|->]<value>`; lengths use the same form).
-fn parse_int(line: &[u8]) -> Result<i64, DecodeError> {
+pub(super) fn parse_int(line: &[u8]) -> Result<i64, DecodeError> {
     let digits = line
         .strip_prefix(b"-")
         .or_else(|| line.strip_prefix(b"+"))
