@@ -325,6 +325,17 @@ proptest! {
     }
 }
 
+/// The trees of an aggregate's values.
+fn items(reply: &RespReply) -> Vec<RespValue> {
+    reply.items().map(|item| tree(&item)).collect()
+}
+
+/// Values two by two.
+fn pairs(items: Vec<RespValue>) -> Vec<(RespValue, RespValue)> {
+    let mut it = items.into_iter();
+    std::iter::from_fn(|| Some((it.next()?, it.next()?))).collect()
+}
+
 /// The owned tree of a reply, built from its in-place view alone.
 fn tree(reply: &RespReply) -> RespValue {
     let text = |b: Option<Bytes>| b.expect("a string").to_vec();
@@ -337,14 +348,26 @@ fn tree(reply: &RespReply) -> RespValue {
         b'#' => RespValue::Boolean(reply.as_bool().expect("a boolean")),
         b',' => RespValue::Double(reply.as_double().expect("a double")),
         b'(' => RespValue::BigNumber(text(reply.as_big_number())),
-        b'*' => RespValue::Array(reply.items().map(|item| tree(&item)).collect()),
+        b'*' => RespValue::Array(items(reply)),
+        b'~' => RespValue::Set(items(reply)),
+        b'>' => RespValue::Push(items(reply)),
+        b'%' => RespValue::Map(pairs(items(reply))),
+        b'|' => {
+            let mut all = items(reply);
+            let value = Box::new(all.pop().expect("the attributed value"));
+            RespValue::Attributed {
+                attributes: pairs(all),
+                value,
+            }
+        }
         other => panic!("type {other}"),
     }
 }
 
 /// RESP-like values: well-formed values of every type the decoder knows, and lines whose
 /// content breaks the type (a sign alone, letters in a number, a bad verbatim format), nested
-/// in arrays, so that the decoder and the parser meet both.
+/// in aggregates whose header may not match what follows, so that the decoder and the parser
+/// meet both.
 fn resp_value() -> impl Strategy<Value = Vec<u8>> {
     const LINES: &[&[u8]] = &[
         b"+OK", b"-ERR x", b":5", b":+5", b":-5", b":+", b":5a", b"_", b"_x", b"#t", b"#f", b"#x",
@@ -366,10 +389,25 @@ fn resp_value() -> impl Strategy<Value = Vec<u8>> {
         });
     let leaf = prop_oneof![4 => line, 2 => blob];
     leaf.prop_recursive(3, 24, 4, |inner| {
-        (prop::collection::vec(inner, 0..4), -1i8..2).prop_map(|(items, skew)| {
-            let len = items.len() as i64 + i64::from(skew);
-            [format!("*{len}\r\n").into_bytes(), items.concat()].concat()
-        })
+        (
+            prop::sample::select(&b"**%~>|"[..]),
+            prop::collection::vec(inner, 0..5),
+            -1i8..2,
+        )
+            .prop_map(|(kind, items, skew)| {
+                // A map's header counts pairs, an attribute's its pairs before the value.
+                let n = match kind {
+                    b'%' => items.len() / 2,
+                    b'|' => items.len().saturating_sub(1) / 2,
+                    _ => items.len(),
+                };
+                let len = n as i64 + i64::from(skew);
+                [
+                    format!("{}{len}\r\n", kind as char).into_bytes(),
+                    items.concat(),
+                ]
+                .concat()
+            })
     })
 }
 

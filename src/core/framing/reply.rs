@@ -2,7 +2,7 @@
 
 use bytes::Bytes;
 
-use super::resp::{parse_int, RespValue};
+use super::resp::{elements, parse_int, RespValue};
 use super::DecodeError;
 
 /// One RESP value read in place from a frame decoded by [`Resp`](super::Resp): no copy and no
@@ -78,8 +78,8 @@ fn value_end(wire: &[u8], mut at: usize) -> Option<usize> {
                     .checked_add(usize::try_from(n).ok()?)?
                     .checked_add(2)?,
             },
-            b'*' => {
-                left = left.checked_add(u64::try_from(parse_int(h.line).ok()?).unwrap_or(0))?;
+            b'*' | b'%' | b'~' | b'>' | b'|' => {
+                left = left.checked_add(elements(h.kind, parse_int(h.line).ok()?).ok()?)?;
                 h.next
             }
             _ => h.next,
@@ -99,7 +99,7 @@ impl RespReply {
         &self.wire
     }
 
-    /// The type byte: `+`, `-`, `:`, `$`, `*`, or one of RESP3's `_ # , ( ! =`.
+    /// The type byte: `+`, `-`, `:`, `$`, `*`, or one of RESP3's `_ # , ( ! = % ~ > |`.
     pub fn kind(&self) -> Option<u8> {
         self.wire.first().copied()
     }
@@ -170,22 +170,25 @@ impl RespReply {
         self.line_of(b'(')
     }
 
-    /// The number of elements of an array (`*`, not the null one).
+    /// The number of values [`items`](Self::items) yields, for an aggregate: an array's, a
+    /// set's or a push's elements (`*`, `~`, `>`; not the null array), a map's keys and
+    /// values (`%`: twice its pairs), an attribute's keys and values then the value they
+    /// describe (`|`).
     pub fn len(&self) -> Option<usize> {
         let h = self.head()?;
-        if h.kind != b'*' {
+        if !matches!(h.kind, b'*' | b'%' | b'~' | b'>' | b'|') || self.is_null() {
             return None;
         }
-        usize::try_from(parse_int(h.line).ok()?).ok()
+        usize::try_from(elements(h.kind, parse_int(h.line).ok()?).ok()?).ok()
     }
 
-    /// Whether the value is an empty array.
+    /// Whether the value is an empty aggregate.
     pub fn is_empty(&self) -> bool {
         self.len() == Some(0)
     }
 
-    /// The elements of an array, in order, each a view of its own bytes; nothing for any
-    /// other value.
+    /// The values of an aggregate, in wire order, each a view of its own bytes (a map's keys
+    /// and values alternate; an attribute's value comes last); nothing for any other value.
     pub fn items(&self) -> RespItems {
         let (at, left) = match (self.head(), self.len()) {
             (Some(h), Some(n)) => (h.next, n),
@@ -306,6 +309,18 @@ mod tests {
         assert!(items[2].is_empty());
         assert_eq!(items[3].as_integer(), Some(7));
         assert_eq!(reply.to_value(), RespValue::parse(wire));
+    }
+
+    #[test]
+    fn a_map_yields_its_keys_and_values_and_an_attribute_its_value_last() {
+        let map = RespReply::new(decoded(b"%2\r\n+a\r\n:1\r\n+b\r\n*1\r\n:2\r\n"));
+        assert_eq!(map.len(), Some(4));
+        let items: Vec<RespReply> = map.items().collect();
+        assert_eq!(items[2].as_simple().as_deref(), Some(&b"b"[..]));
+        assert_eq!(items[3].len(), Some(1));
+        let attributed = RespReply::new(decoded(b"|1\r\n+ttl\r\n:3\r\n$1\r\nv\r\n"));
+        let last = attributed.items().last().and_then(|v| v.as_bulk());
+        assert_eq!(last.as_deref(), Some(&b"v"[..]));
     }
 
     #[test]

@@ -5,17 +5,18 @@ use bytes::{Bytes, BytesMut};
 use super::{DecodeError, EncodeError, Framing, DEFAULT_MAX_FRAME};
 use crate::error::ConfigError;
 
-/// RESP2 (and RESP3's simple types): each decoded frame is one whole reply, as its exact wire
-/// bytes; each encoded frame is one command.
+/// RESP2 and RESP3: each decoded frame is one whole reply, as its exact wire bytes; each
+/// encoded frame is one command.
 ///
-/// Decode accepts simple strings, errors, integers, bulk strings (binary, and the null bulk
-/// string), arrays (nested, empty and null), and RESP3's null, boolean, double, big number,
-/// blob error and verbatim string. It is incremental (a value split anywhere is resumed where
-/// it stopped, not parsed again) and bounded: a value longer than `max_frame` bytes or nested
-/// deeper than `max_depth` arrays is refused as soon as that is known, and nothing the peer
-/// announces is reserved before its bytes are there. Read a decoded reply in place with
-/// [`RespReply`](super::RespReply) (no copy and no second check), or as an owned tree with
-/// [`RespValue::parse`].
+/// Decode accepts every RESP2 and RESP3 type: simple strings, errors, integers, bulk strings
+/// (binary, and the null bulk string), arrays (nested, empty and null), and RESP3's null,
+/// boolean, double, big number, blob error, verbatim string, map, set, push and attribute (an
+/// attribute and the value after it are one frame). It is incremental (a value split
+/// anywhere is resumed where it stopped, not parsed again) and bounded: a value longer than
+/// `max_frame` bytes or nested deeper than `max_depth` aggregates is refused as soon as that is
+/// known, and nothing the peer announces is reserved before its bytes are there. Read a
+/// decoded reply in place with [`RespReply`](super::RespReply) (no copy and no second check),
+/// or as an owned tree with [`RespValue::parse`].
 ///
 /// Encode writes a frame that starts with `*` as it is, once checked to be exactly one
 /// complete RESP array (as made by [`Resp::command`]); any other frame is an inline command,
@@ -271,6 +272,20 @@ fn check_blob(kind: u8, body: &[u8]) -> Result<(), DecodeError> {
     Ok(())
 }
 
+/// The values that follow the header of an aggregate of type `kind` whose header says `n`:
+/// an array's, a set's or a push's `n` elements, a map's `n` keys and `n` values, an
+/// attribute's `n` pairs then the value they describe. 0 for RESP2's null array (`*-1`).
+pub(super) fn elements(kind: u8, n: i64) -> Result<u64, DecodeError> {
+    let bad = DecodeError::Malformed("bad RESP aggregate length");
+    match (kind, u64::try_from(n)) {
+        (b'*', Err(_)) if n == -1 => Ok(0),
+        (_, Err(_)) => Err(bad),
+        (b'%', Ok(n)) => n.checked_mul(2).ok_or(bad),
+        (b'|', Ok(n)) => n.checked_mul(2).and_then(|n| n.checked_add(1)).ok_or(bad),
+        (_, Ok(n)) => Ok(n),
+    }
+}
+
 /// Finds the `\n` ending the line that starts at `start`, searching from `from`; checks the
 /// `\r` before it. Returns the index of the `\r`.
 fn line_end(src: &[u8], start: usize, from: usize) -> Result<Option<usize>, DecodeError> {
@@ -338,14 +353,13 @@ impl Scanner {
                         end
                     }
                 },
-                b'*' => match parse_int(line)? {
-                    -1 | 0 => next,
-                    n if n < 0 => return Err(DecodeError::Malformed("bad RESP array length")),
+                b'*' | b'%' | b'~' | b'>' | b'|' => match elements(kind, parse_int(line)?)? {
+                    0 => next,
                     n => {
                         if self.open.len() >= max_depth {
                             return Err(DecodeError::Malformed("RESP arrays nested too deep"));
                         }
-                        self.open.push(n as u64);
+                        self.open.push(n);
                         self.pos = next;
                         self.scan = next;
                         continue;
@@ -474,24 +488,57 @@ pub enum RespValue {
     Double(f64),
     /// RESP3's big number (`(`), as its decimal digits.
     BigNumber(Vec<u8>),
+    /// RESP3's map (`%`): its keys and values, in wire order.
+    Map(Vec<(RespValue, RespValue)>),
+    /// RESP3's set (`~`).
+    Set(Vec<RespValue>),
+    /// RESP3's push (`>`): data the server sends unasked (pub/sub messages, invalidations).
+    Push(Vec<RespValue>),
+    /// A value after RESP3's attribute (`|`): the attribute's pairs, then the value they
+    /// describe.
+    Attributed {
+        /// The attribute's keys and values.
+        attributes: Vec<(RespValue, RespValue)>,
+        /// The value.
+        value: Box<RespValue>,
+    },
 }
 
 impl RespValue {
-    /// The deepest nesting [`RespValue::parse`] reads.
-    const MAX_DEPTH: usize = 64;
-
     /// Reads exactly one whole value.
     ///
     /// # Errors
     ///
     /// [`DecodeError::Malformed`] when `bytes` are not exactly one value (incomplete, followed by
-    /// more bytes, not RESP, or nested deeper than 64 arrays).
+    /// more bytes, not RESP, or nested deeper than [`Resp::DEFAULT_MAX_DEPTH`] aggregates, the
+    /// decoder's default).
     pub fn parse(bytes: &[u8]) -> Result<RespValue, DecodeError> {
         let (value, end) = parse_value(bytes, 0, 0)?;
         if end != bytes.len() {
             return Err(DecodeError::Malformed("bytes after the RESP value"));
         }
         Ok(value)
+    }
+}
+
+/// The value of an aggregate of type `kind` from its elements, in wire order.
+fn aggregate(kind: u8, mut items: Vec<RespValue>) -> RespValue {
+    let pairs = |items: Vec<RespValue>| {
+        let mut it = items.into_iter();
+        std::iter::from_fn(|| Some((it.next()?, it.next()?))).collect()
+    };
+    match kind {
+        b'%' => RespValue::Map(pairs(items)),
+        b'~' => RespValue::Set(items),
+        b'>' => RespValue::Push(items),
+        b'|' => {
+            let value = items.pop().unwrap_or(RespValue::Null);
+            RespValue::Attributed {
+                attributes: pairs(items),
+                value: Box::new(value),
+            }
+        }
+        _ => RespValue::Array(items),
     }
 }
 
@@ -545,23 +592,24 @@ fn parse_value(src: &[u8], start: usize, depth: usize) -> Result<(RespValue, usi
                 return Ok((value, end));
             }
         },
-        b'*' => match parse_int(line)? {
-            -1 => RespValue::Null,
-            n if n < 0 => return Err(DecodeError::Malformed("bad RESP array length")),
-            n => {
-                if depth >= RespValue::MAX_DEPTH {
-                    return Err(DecodeError::Malformed("RESP arrays nested too deep"));
-                }
-                let mut items = Vec::new();
-                let mut at = next;
-                for _ in 0..n {
-                    let (item, end) = parse_value(src, at, depth + 1)?;
-                    items.push(item);
-                    at = end;
-                }
-                return Ok((RespValue::Array(items), at));
+        b'*' | b'%' | b'~' | b'>' | b'|' => {
+            let n = parse_int(line)?;
+            if kind == b'*' && n == -1 {
+                return Ok((RespValue::Null, next));
             }
-        },
+            let count = elements(kind, n)?;
+            if depth >= Resp::DEFAULT_MAX_DEPTH {
+                return Err(DecodeError::Malformed("RESP arrays nested too deep"));
+            }
+            let mut items = Vec::new();
+            let mut at = next;
+            for _ in 0..count {
+                let (item, end) = parse_value(src, at, depth + 1)?;
+                items.push(item);
+                at = end;
+            }
+            return Ok((aggregate(kind, items), at));
+        }
         _ => return Err(DecodeError::Malformed("unknown RESP type")),
     };
     Ok((value, next))
@@ -613,6 +661,11 @@ mod tests {
             b"#t\r\n",
             b",1.5\r\n",
             b"(12345678901234567890\r\n",
+            b"%2\r\n+a\r\n:1\r\n+b\r\n*1\r\n:2\r\n",
+            b"~2\r\n:1\r\n:2\r\n",
+            b">3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$2\r\nhi\r\n",
+            b"|1\r\n+ttl\r\n:3\r\n$1\r\nv\r\n",
+            b"%0\r\n",
         ];
         assert_every_split(&Resp::new(), &replies.concat(), replies);
     }
@@ -668,7 +721,8 @@ mod tests {
             (b":12a\r\n", "bad RESP integer"),
             (b"$-2\r\n", "bad RESP bulk length"),
             (b"$1\r\nab\r\n", "a RESP bulk string must end in CRLF"),
-            (b"*-5\r\n", "bad RESP array length"),
+            (b"*-5\r\n", "bad RESP aggregate length"),
+            (b"%-1\r\n", "bad RESP aggregate length"),
             (b"#x\r\n", "bad RESP boolean"),
         ] {
             assert_eq!(
@@ -694,6 +748,39 @@ mod tests {
         assert_eq!(RespValue::parse(b"#f\r\n"), Ok(Boolean(false)));
         assert_eq!(RespValue::parse(b",2.5\r\n"), Ok(Double(2.5)));
         assert_eq!(RespValue::parse(b"*-1\r\n"), Ok(Null));
+        assert_eq!(
+            RespValue::parse(b"%1\r\n+k\r\n~1\r\n:1\r\n"),
+            Ok(Map(vec![(Simple(b"k".to_vec()), Set(vec![Integer(1)]))]))
+        );
+        assert_eq!(
+            RespValue::parse(b">1\r\n+hi\r\n"),
+            Ok(Push(vec![Simple(b"hi".to_vec())]))
+        );
+        assert_eq!(
+            RespValue::parse(b"|1\r\n+ttl\r\n:3\r\n:7\r\n"),
+            Ok(Attributed {
+                attributes: vec![(Simple(b"ttl".to_vec()), Integer(3))],
+                value: Box::new(Integer(7)),
+            })
+        );
+        assert!(
+            RespValue::parse(b"|1\r\n+ttl\r\n:3\r\n").is_err(),
+            "no value after it"
+        );
+        let nested = |depth: usize| [b"*1\r\n".repeat(depth), b":1\r\n".to_vec()].concat();
+        for (depth, whole) in [
+            (Resp::DEFAULT_MAX_DEPTH, true),
+            (Resp::DEFAULT_MAX_DEPTH + 1, false),
+        ] {
+            let wire = nested(depth);
+            let decoded = decode_chunks(&mut Resp::new(), [&wire[..]]);
+            assert_eq!(decoded.is_ok(), whole, "decode at depth {depth}");
+            assert_eq!(
+                RespValue::parse(&wire).is_ok(),
+                whole,
+                "parse at depth {depth}"
+            );
+        }
         assert!(RespValue::parse(b"*2\r\n:1\r\n").is_err());
         assert!(RespValue::parse(b"*1000000000\r\n").is_err());
         assert!(RespValue::parse(b"").is_err());
