@@ -18,7 +18,7 @@
 //!   (`blocking_send` from the producer thread); see `support/tokio_client.rs`.
 //! - `tokio_stubborn`: the same over stubborn-io's `StubbornTcpStream`.
 //! - `relink_user`: the `relink` sender with a len32 framing written in this file against the
-//!   public [`Framing`] trait instead of the built-in (`Codec::length_prefixed`), to measure
+//!   public [`Framing`] trait instead of the built-in (`LengthDelimited::len32`), to measure
 //!   what a user's framing costs through the trait (`ratio_user` = relink_user / relink).
 //! - `relink_tls`: `relink` with TLS (rustls, ring), verified against a private CA, to a
 //!   TLS sink (a rustls server thread that decrypts and counts); for 1 KiB and 64 KiB only.

@@ -50,10 +50,11 @@ fn wait_echoes(w: &mut Watch, n: usize) {
 // 8. Garbage from the peer
 // ---------------------------------------------------------------------------------------
 
-/// The peer streams bytes without a newline, far past the lines codec's `max_line` (64).
-/// Expected states: Ready -(protocol)-> Backoff with an `Error(Codec(LineTooLong))` event, over
+/// The peer streams bytes without a newline, far past the lines framing's `max_length` (64).
+/// Expected states: Ready -(protocol)-> Backoff with an `Error(Decode(LineTooLong))` event, over
 /// again while the peer keeps doing it; once it echoes, Ready and a round trip.
-/// Detection bound: the reset within 1 s of the connect (it takes `max_line + 1` bytes).
+/// Detection bound: the reset within 1 s of the connect (it takes `max_length + 2` bytes: the
+/// longest line and a `\r`).
 /// Memory bound: the link resets the connection instead of buffering: the peer manages to
 /// write only what the socket buffers hold (asserted below 16 MiB of the 64 MiB it tries).
 /// Frames: 10 queued while the peer misbehaves arrive once each after the switch, in order.
@@ -109,7 +110,7 @@ fn a_peer_that_sends_an_endless_line_gets_its_connection_reset_without_a_panic_a
 }
 
 /// The peer announces a frame of 4 GiB − 1 bytes (length prefix `ff ff ff ff`).
-/// Expected states: Ready -(protocol)-> Backoff with `Error(Codec(FrameTooLarge { len:
+/// Expected states: Ready -(protocol)-> Backoff with `Error(Decode(FrameTooLarge { len:
 /// 4294967295, .. }))`, as soon as the 4 prefix bytes are in (nothing is allocated for the
 /// frame); once the peer echoes, Ready and a round trip.
 /// Detection bound: the reset within 1 s of the connect.

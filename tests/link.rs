@@ -916,7 +916,7 @@ fn send_refuses_a_frame_the_codec_cannot_encode_and_gives_it_back() {
         Err(SendError::Invalid(f, EncodeError::TooLarge { len: 17, max: 16 })) => {
             assert_eq!(f, long)
         }
-        other => panic!("a line above max_line: {other:?}"),
+        other => panic!("a line above max_length: {other:?}"),
     }
 
     // The link is unharmed: a good frame goes through, and only it reaches the peer.

@@ -410,7 +410,7 @@ fn a_sigstopped_server_is_declared_dead_on_every_link_of_a_shared_thread_within_
 /// frame. The 20 send `go`; the 180 make rounds of round trips (at least three) until all 20
 /// are back.
 /// Expected: each of the 20 goes Ready -(protocol)-> Backoff with an
-/// `Error(Codec(FrameTooLarge))` event, comes back to Ready within 60 s and makes a round
+/// `Error(Decode(FrameTooLarge))` event, comes back to Ready within 60 s and makes a round
 /// trip; none of the 180 leaves Ready and each gets its echo of every round within 10 s;
 /// frames and accounting exact per link.
 #[test]
