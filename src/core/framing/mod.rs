@@ -39,6 +39,10 @@
 //!   [`delimits_frames`](Framing::delimits_frames) says whether decode returns the peer's own
 //!   frames (a heartbeat reply or a handshake needs it).
 //!
+//! A frame shares the allocation of the receive buffer it was cut from: an application that
+//! keeps a few small frames for long keeps that buffer too; `Bytes::copy_from_slice(&frame)`
+//! keeps a frame on its own.
+//!
 //! The types the trait names are all reachable from relink: [`bytes`](crate::bytes) is
 //! re-exported, and the errors live here. A framing runs on the link's IO thread; a panic in
 //! it is caught and counted as a failure of the connection

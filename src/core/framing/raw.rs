@@ -49,7 +49,8 @@ impl Framing for Raw {
         if src.is_empty() {
             return Ok(None);
         }
-        Ok(Some(src.split().freeze()))
+        // The whole buffer is the frame: handed over as it is, and the link starts a new one.
+        Ok(Some(std::mem::take(src).freeze()))
     }
 
     fn check(&self, frame: &[u8]) -> Result<(), EncodeError> {
@@ -83,6 +84,15 @@ mod tests {
             let expected = usize::from(!a.is_empty()) + usize::from(!b.is_empty());
             assert_eq!(frames.len(), expected);
         }
+    }
+
+    #[test]
+    fn raw_hands_over_the_receive_buffer_itself() {
+        let mut src = BytesMut::from(&b"chunk"[..]);
+        let start = src.as_ptr();
+        let frame = Raw.decode(&mut src).unwrap().unwrap();
+        assert_eq!(frame.as_ptr(), start, "not copied");
+        assert_eq!(src.capacity(), 0, "nothing of it is kept");
     }
 
     #[test]
