@@ -110,12 +110,11 @@ fn peer(
     (port, handle)
 }
 
-/// A len32 link to `port`, Ready, with room for every event of a run (reading never pauses).
-fn link(port: u16, pki: Option<&Pki>, n: usize) -> Link {
+/// A len32 link to `port` with the default settings, Ready.
+fn link(port: u16, pki: Option<&Pki>) -> Link {
     let mut b = Link::builder(&format!("tcp://127.0.0.1:{port}"))
         .framing(LengthDelimited::len32())
-        .overflow(Overflow::Block(BOUND))
-        .events_capacity(2 * n);
+        .overflow(Overflow::Block(BOUND));
     if let Some(pki) = pki {
         b = b.tls(client(pki));
     }
@@ -129,10 +128,13 @@ fn inbound(n: usize, size: usize, pki: Option<&Pki>) -> (f64, f64) {
     let (go_tx, go_rx) = mpsc::channel::<()>();
     let bytes = wire(n, size);
     let (port, peer) = peer(pki.map(server_config), move |mut sock, tls| {
+        // The connection stays open until the link has every frame: a link whose reading is
+        // paused acts on a close at once, and the frames still unread would be lost.
         match tls {
             None => {
                 go_rx.recv_timeout(BOUND).expect("go");
                 sock.write_all(&bytes).expect("write the frames");
+                let _ = go_rx.recv_timeout(BOUND);
             }
             Some(config) => {
                 let conn = rustls::ServerConnection::new(config).expect("tls session");
@@ -144,11 +146,11 @@ fn inbound(n: usize, size: usize, pki: Option<&Pki>) -> (f64, f64) {
                 go_rx.recv_timeout(BOUND).expect("go");
                 s.write_all(&bytes).expect("write the frames");
                 s.flush().expect("flush");
+                let _ = go_rx.recv_timeout(BOUND);
             }
         }
-        let _ = go_rx.recv_timeout(BOUND);
     });
-    let link = link(port, pki, n);
+    let link = link(port, pki);
     let before = counted();
     go_tx.send(()).expect("go");
     let deadline = Instant::now() + BOUND;
@@ -191,7 +193,7 @@ fn outbound(n: usize, size: usize, pki: Option<&Pki>) -> (f64, f64) {
         assert_eq!(read, total, "the peer read every byte");
         done_tx.send(()).expect("done");
     });
-    let link = link(port, pki, n);
+    let link = link(port, pki);
     let frames: Vec<Vec<u8>> = (0..n).map(|i| vec![i as u8; size]).collect();
     let before = counted();
     for frame in frames {
