@@ -181,7 +181,9 @@ pub enum EncodeError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum DecodeError {
-    /// A length prefix announced a frame longer than `max_frame`.
+    /// The peer announced, or sent, a frame longer than the framing's limit: a length field
+    /// above `max_frame_length` (or one no frame can have: the sum of header, length and
+    /// adjustment past what memory can hold), a RESP value above `max_frame`.
     #[error("peer announced a frame of {len} bytes, above the limit of {max}")]
     FrameTooLarge {
         /// The announced length.
