@@ -430,8 +430,7 @@ fn build_link(cli: &Cli) -> Result<Link, ConfigError> {
     let b = Link::builder(&endpoint_url(&cli.endpoint));
     let mut b = match &cli.framing {
         FramingArg::Raw => b.framing(Raw::new()),
-        FramingArg::Lines if cli.crlf => b.framing(Lines::builder().crlf(true).build().unwrap()),
-        FramingArg::Lines => b.framing(Lines::new()),
+        FramingArg::Lines => b.framing(Lines::builder().crlf(cli.crlf).build()?),
         FramingArg::Length(framing) => b.framing(framing.clone()),
         FramingArg::Delim(framing) => b.framing(framing.clone()),
         FramingArg::Resp => b.framing(Resp::new()),
