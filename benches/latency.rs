@@ -52,7 +52,7 @@ trait Client {
 
 struct RelinkClient {
     link: Link,
-    frame: Vec<u8>,
+    frame: Bytes,
 }
 
 impl RelinkClient {
@@ -64,7 +64,7 @@ impl RelinkClient {
         support::wait_state(&link, State::Ready, Instant::now() + ECHO_BOUND);
         RelinkClient {
             link,
-            frame: vec![0x5A; SIZE],
+            frame: Bytes::from(vec![0x5A; SIZE]),
         }
     }
 }

@@ -6,7 +6,8 @@
 //! These senders are compared, each writing the same bytes on the wire (a 4-byte big-endian
 //! length, then the payload) for 64 B, 1 KiB and 64 KiB payloads:
 //! - `relink`: one [`Link`] with the length-prefixed codec and `Overflow::Block`, so the
-//!   producer waits for room and never loses a frame; one producer thread.
+//!   producer waits for room and never loses a frame; one producer thread, `link.send` of a
+//!   clone of one `Bytes` payload per frame (the tokio clients get the same clones).
 //! - `relink4`: the same link fed by four producer threads splitting the same total.
 //! - `raw_zmq`: a bare ZMQ_STREAM socket, one zmq message per frame, blocking sends from one
 //!   thread, with the send high-water mark raised to [`queue_frames`] (100 000 frames, fewer
@@ -60,6 +61,7 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use relink::{Batch, Codec, Link, Overflow, State};
 
 use support::framing::UserLen32;
@@ -230,7 +232,8 @@ fn run_relink(
         State::Ready,
         Instant::now() + Duration::from_secs(10),
     );
-    let payload = vec![0xA5u8; size];
+    // Every sender gets its frames as one shared `Bytes` (a clone is a reference count).
+    let payload = Bytes::from(vec![0xA5u8; size]);
     let barrier = Arc::new(Barrier::new(producers + 1));
     let threads: Vec<_> = (0..producers)
         .map(|p| {
@@ -301,10 +304,10 @@ fn run_relink_batch(sink: &Sink, size: usize, frames: usize) -> Duration {
 fn run_tokio(sink: &Sink, size: usize, frames: usize, stubborn: bool) -> Duration {
     let addr = ([127, 0, 0, 1], sink.peer.port()).into();
     let client = TokioClient::with_channel(addr, stubborn, queue_frames(size));
-    let payload = vec![0xA5u8; size];
+    let payload = Bytes::from(vec![0xA5u8; size]);
     let start = Instant::now();
     for _ in 0..frames {
-        client.send(bytes::Bytes::copy_from_slice(&payload));
+        client.send(payload.clone());
     }
     let done = sink.wait();
     client.finish();

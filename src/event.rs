@@ -198,7 +198,7 @@ impl fmt::Display for Cause {
 ///
 /// assert_eq!(AbandonReason::ConnectionLost.to_string(), "connection-lost");
 /// ```
-/// [`Link::send_with_ttl`](crate::Link::send_with_ttl) and
+/// [`Link::send_with`](crate::Link::send_with) and
 /// [`Builder::outbox_limits`](crate::Builder::outbox_limits) show frames coming back with a
 /// reason.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -305,7 +305,7 @@ pub struct Transition {
 /// loop {
 ///     match link.events().recv_timeout(Duration::from_secs(5))? {
 ///         Event::Frame(f) => {
-///             assert_eq!(f, b"hello");
+///             assert_eq!(f, &b"hello"[..]);
 ///             break;
 ///         }
 ///         Event::State(t) => println!("{} -> {} ({})", t.from, t.to, t.cause),

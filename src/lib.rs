@@ -30,7 +30,7 @@
 //! loop {
 //!     match link.events().recv_timeout(Duration::from_secs(5))? {
 //!         Event::State(t) => println!("{} -> {} ({})", t.from, t.to, t.cause),
-//!         Event::Frame(f) => { assert_eq!(f, b"hello"); break; }
+//!         Event::Frame(f) => { assert_eq!(f, &b"hello"[..]); break; }
 //!         _ => {}
 //!     }
 //! }
@@ -226,6 +226,7 @@ mod event;
 mod io;
 mod link;
 mod metrics;
+mod send;
 mod tls;
 
 pub use crate::core::backoff::Jitter;
@@ -248,6 +249,7 @@ pub use event::{AbandonReason, Cause, Event, State, Transition};
 pub use io::{Context, IoPool, Keepalive, Resolver};
 pub use link::{Events, Link, Recv};
 pub use metrics::{Abandoned, Metrics};
+pub use send::SendOptions;
 pub use tls::Tls;
 
 /// The README's examples, compiled and run as doctests.

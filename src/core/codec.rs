@@ -651,7 +651,7 @@ mod tests {
             decoder.feed(chunk);
             assert!(decoder.buf.len() <= 2 * (14 + 37), "{}", decoder.buf.len());
             while let Some(frame) = decoder.decode().unwrap() {
-                assert_eq!(frame, b"0123456789");
+                assert_eq!(frame, &b"0123456789"[..]);
                 count += 1;
             }
         }
