@@ -31,7 +31,7 @@ use crossbeam_channel::{Receiver, Sender};
 use super::context::Context;
 use super::ffi::{self, Epoll, Ready};
 use super::resolver::{self, Resolver};
-use super::shared::{Command, Lookup, Msg, Route, Shared, Wake};
+use super::shared::{Command, Lookup, Shared, Wake};
 use super::socket::{apply_options, ms, send_batch, SocketOptions};
 use crate::core::fmt_addr;
 use crate::core::guard::panic_message;
@@ -67,6 +67,34 @@ const EVENT_DISCONNECTED: u16 = 0x0200;
 
 /// The token of the thread's eventfd; a link's sockets use `id * 2` and `id * 2 + 1`.
 const WAKE_TOKEN: u64 = u64::MAX;
+
+/// What an IO thread's channel carries: a new link, or a command for one of its links.
+#[derive(Debug)]
+pub(crate) enum Msg {
+    /// A link built on the caller's thread, moved to the IO thread that serves it.
+    Register(Box<Slot>),
+    /// A command for the link with this id.
+    Link(u64, Command),
+}
+
+/// The way to one link on its IO thread: the thread's channel and the link's id.
+#[derive(Debug, Clone)]
+pub(crate) struct Route {
+    pub id: u64,
+    pub tx: Sender<Msg>,
+}
+
+impl Route {
+    /// Queues a command for the link (the caller wakes the thread).
+    pub(crate) fn send(&self, cmd: Command) -> Result<(), crossbeam_channel::SendError<Command>> {
+        self.tx
+            .send(Msg::Link(self.id, cmd))
+            .map_err(|crossbeam_channel::SendError(m)| match m {
+                Msg::Link(_, cmd) => crossbeam_channel::SendError(cmd),
+                Msg::Register(_) => unreachable!("a command was sent"),
+            })
+    }
+}
 
 /// One link as its IO thread holds it: its machine, its sockets, its undelivered events.
 /// Built on the caller's thread (so that errors reach `build()`), then moved to the thread.
@@ -833,14 +861,13 @@ impl Slot {
 
     /// Hands a name to the resolver pool; the answer comes back as a command.
     fn resolve(&self, host: String, port: u16, lookup: Lookup) {
-        resolver::resolve(
-            self.resolver.clone(),
-            host,
-            port,
-            lookup,
-            self.route.clone(),
-            self.shared.clone(),
-        );
+        let (route, shared) = (self.route.clone(), self.shared.clone());
+        let reply = move |result| {
+            if route.send(Command::Resolved { lookup, result }).is_ok() {
+                shared.wake();
+            }
+        };
+        resolver::resolve(self.resolver.clone(), host, port, Box::new(reply));
     }
 
     fn connect(&mut self, now: Instant, generation: u64, addr: SocketAddr) {

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use event_listener::Event as Notify;
 
-use super::shared::Padded;
+use super::padded::Padded;
 use crate::batch::Batch;
 use crate::core::machine::Input;
 

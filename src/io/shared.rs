@@ -12,14 +12,14 @@ use std::time::Instant;
 use crossbeam_channel::Sender;
 use event_listener::Event as Notify;
 
-use super::event_loop::Slot;
 use super::ffi::EventFd;
 use super::intake::Intake;
+use super::padded::Padded;
 use crate::core::machine::Unresolved;
 use crate::event::{Event, State};
 use crate::metrics::Metrics;
 
-/// What handles and resolver threads send to the IO thread.
+/// What handles and resolver threads send to the IO thread about one link.
 #[derive(Debug)]
 pub(crate) enum Command {
     /// Frames wait in the link's intake (sent by the frame that found it empty).
@@ -36,34 +36,6 @@ pub(crate) enum Command {
     /// Makes the IO thread panic, so that tests can check what the handles see when it stops.
     #[cfg(feature = "test-hooks")]
     PanicForTests,
-}
-
-/// What an IO thread's channel carries: a new link, or a command for one of its links.
-#[derive(Debug)]
-pub(crate) enum Msg {
-    /// A link built on the caller's thread, moved to the IO thread that serves it.
-    Register(Box<Slot>),
-    /// A command for the link with this id.
-    Link(u64, Command),
-}
-
-/// The way to one link on its IO thread: the thread's channel and the link's id.
-#[derive(Debug, Clone)]
-pub(crate) struct Route {
-    pub id: u64,
-    pub tx: Sender<Msg>,
-}
-
-impl Route {
-    /// Queues a command for the link (the caller wakes the thread).
-    pub(crate) fn send(&self, cmd: Command) -> Result<(), crossbeam_channel::SendError<Command>> {
-        self.tx
-            .send(Msg::Link(self.id, cmd))
-            .map_err(|crossbeam_channel::SendError(m)| match m {
-                Msg::Link(_, cmd) => crossbeam_channel::SendError(cmd),
-                Msg::Register(_) => unreachable!("a command was sent"),
-            })
-    }
 }
 
 /// An IO thread's wake-up: one eventfd per thread, whatever the number of its links.
@@ -128,19 +100,6 @@ pub(crate) enum Lookup {
     Dial(u64),
     /// A background refresh of this endpoint's cached answer.
     Refresh(usize),
-}
-
-/// A value on a cache line of its own, so that producers and the IO thread do not slow each
-/// other down by writing neighbouring fields.
-#[derive(Debug, Default)]
-#[repr(align(128))]
-pub(crate) struct Padded<T>(pub T);
-
-impl<T> std::ops::Deref for Padded<T> {
-    type Target = T;
-    fn deref(&self) -> &T {
-        &self.0
-    }
 }
 
 /// State shared between one link's handles, its event receivers and its IO thread.
