@@ -11,9 +11,10 @@
 //! that message. Order per producer holds: one lock orders every frame, and a take moves
 //! them out in that order.
 //!
-//! The admission counters are atomics that producers raise under the lock and the IO thread
-//! lowers without it (when frames leave the outbox), so a check under the lock never admits
-//! more than the limits allow. A producer that must wait for room waits on the lock's
+//! Admission counts the frames and bytes admitted under the lock, and the IO thread counts
+//! those that left the outbox (sent or abandoned) in atomics of its own that producers only
+//! read: the check costs no atomic write, and the one it reads changes once per pass. A stale
+//! read sees less room than there is, never more, so the limits hold. A producer that must wait for room waits on the lock's
 //! condition variable (blocking) or on `room_freed` (async); the IO thread wakes both when it
 //! frees room and when the link closes.
 
@@ -41,14 +42,15 @@ const WAIT_SLICE: Duration = Duration::from_millis(100);
 /// A link's intake and admission (see the module docs).
 #[derive(Debug)]
 pub(crate) struct Intake {
-    queue: Mutex<Queue>,
+    /// On a cache line of its own: between two takes it stays in the producer's cache.
+    queue: Padded<Mutex<Queue>>,
     /// Blocked senders wait here for room (or the close).
     room: Condvar,
-    /// Frames and bytes admitted and not yet sent or abandoned.
-    queued_frames: Padded<AtomicUsize>,
-    queued_bytes: Padded<AtomicUsize>,
-    /// Senders waiting for room, blocked or async.
-    waiters: AtomicUsize,
+    /// Frames and bytes that left the outbox (sent or abandoned), written by the IO thread.
+    released_frames: Padded<AtomicUsize>,
+    released_bytes: Padded<AtomicUsize>,
+    /// Senders waiting for room, blocked or async (read by the IO thread at every pass).
+    waiters: Padded<AtomicUsize>,
     /// Wakes async senders waiting for room.
     room_freed: Notify,
     /// Frames refused at the call.
@@ -63,6 +65,9 @@ struct Queue {
     open: bool,
     /// The IO thread was told that there is something to take, and has not taken it yet.
     told: bool,
+    /// Frames and bytes admitted so far (wrapping counts: less the released, the queued).
+    admitted_frames: usize,
+    admitted_bytes: usize,
     frames: Taken,
 }
 
@@ -111,15 +116,17 @@ pub(crate) struct Tell(pub bool);
 impl Intake {
     pub(crate) fn new(max_frames: usize, max_bytes: usize) -> Intake {
         Intake {
-            queue: Mutex::new(Queue {
+            queue: Padded(Mutex::new(Queue {
                 open: true,
                 told: false,
+                admitted_frames: 0,
+                admitted_bytes: 0,
                 frames: Taken::default(),
-            }),
+            })),
             room: Condvar::new(),
-            queued_frames: Padded(AtomicUsize::new(0)),
-            queued_bytes: Padded(AtomicUsize::new(0)),
-            waiters: AtomicUsize::new(0),
+            released_frames: Padded(AtomicUsize::new(0)),
+            released_bytes: Padded(AtomicUsize::new(0)),
+            waiters: Padded(AtomicUsize::new(0)),
             room_freed: Notify::new(),
             rejected: AtomicU64::new(0),
             max_frames,
@@ -143,18 +150,22 @@ impl Intake {
         }
     }
 
-    /// Whether `len` more bytes in one frame fit: under the frame limit, and under the byte
-    /// limit unless nothing is queued (a frame larger than the byte limit goes alone).
-    fn fits(&self, len: usize, forced: bool) -> bool {
-        let (max_frames, max_bytes) = self.limits(forced);
-        let frames = self.queued_frames.load(Ordering::SeqCst);
-        let bytes = self.queued_bytes.load(Ordering::SeqCst);
-        frames < max_frames && (bytes + len <= max_bytes || frames == 0)
+    /// Frames and bytes admitted and not yet sent or abandoned.
+    fn queued(&self, q: &Queue) -> (usize, usize) {
+        let frames = self.released_frames.load(Ordering::SeqCst);
+        let bytes = self.released_bytes.load(Ordering::SeqCst);
+        (
+            q.admitted_frames.wrapping_sub(frames),
+            q.admitted_bytes.wrapping_sub(bytes),
+        )
     }
 
-    fn admit(&self, frames: usize, bytes: usize) {
-        self.queued_frames.fetch_add(frames, Ordering::SeqCst);
-        self.queued_bytes.fetch_add(bytes, Ordering::SeqCst);
+    /// Whether `len` more bytes in one frame fit: under the frame limit, and under the byte
+    /// limit unless nothing is queued (a frame larger than the byte limit goes alone).
+    fn fits(&self, q: &Queue, len: usize, forced: bool) -> bool {
+        let (max_frames, max_bytes) = self.limits(forced);
+        let (frames, bytes) = self.queued(q);
+        frames < max_frames && (bytes + len <= max_bytes || frames == 0)
     }
 
     /// Queues one frame if it is admitted now; never waits.
@@ -168,10 +179,10 @@ impl Intake {
         if !q.open {
             return Err(Refused::Closed(frame));
         }
-        if !self.fits(frame.len(), forced) {
+        if !self.fits(&q, frame.len(), forced) {
             return Err(Refused::Full(frame));
         }
-        self.admit(1, frame.len());
+        q.admit(1, frame.len());
         q.frames.push(frame, deadline);
         Ok(q.tell())
     }
@@ -190,8 +201,7 @@ impl Intake {
             return Err(Refused::Closed(()));
         }
         let (max_frames, max_bytes) = self.limits(forced);
-        let f0 = self.queued_frames.load(Ordering::SeqCst);
-        let b0 = self.queued_bytes.load(Ordering::SeqCst);
+        let (f0, b0) = self.queued(&q);
         let k = if forced {
             if (f0 < max_frames && b0 < max_bytes) || f0 == 0 {
                 batch.len()
@@ -214,7 +224,7 @@ impl Intake {
         }
         let rest = batch.split_off(k);
         let taken = std::mem::replace(batch, rest);
-        self.admit(k, taken.bytes());
+        q.admit(k, taken.bytes());
         q.frames.entries.push(Entry::Batch {
             batch: taken,
             deadline,
@@ -243,7 +253,7 @@ impl Intake {
         self.waiters.fetch_add(1, Ordering::SeqCst);
         let mut q = self.lock();
         let ok = loop {
-            if !q.open || self.fits(len, forced) {
+            if !q.open || self.fits(&q, len, forced) {
                 break true;
             }
             let now = Instant::now();
@@ -276,7 +286,7 @@ impl Intake {
         loop {
             // Register, then look: room freed after the look wakes the listener.
             let listener = self.room_freed.listen();
-            if !self.lock().open || self.fits(len, forced) {
+            if self.room_or_closed(len, forced) {
                 return true;
             }
             let mut listener = std::pin::pin!(listener);
@@ -295,9 +305,14 @@ impl Intake {
             })
             .await;
             if fired {
-                return !self.lock().open || self.fits(len, forced);
+                return self.room_or_closed(len, forced);
             }
         }
+    }
+
+    fn room_or_closed(&self, len: usize, forced: bool) -> bool {
+        let q = self.lock();
+        !q.open || self.fits(&q, len, forced)
     }
 
     /// Wakes every sender waiting for room, blocked or async.
@@ -312,8 +327,8 @@ impl Intake {
         if frames == 0 && bytes == 0 {
             return;
         }
-        self.queued_frames.fetch_sub(frames, Ordering::SeqCst);
-        self.queued_bytes.fetch_sub(bytes, Ordering::SeqCst);
+        self.released_frames.fetch_add(frames, Ordering::SeqCst);
+        self.released_bytes.fetch_add(bytes, Ordering::SeqCst);
         if self.waiters.load(Ordering::SeqCst) > 0 {
             self.wake_waiters();
         }
@@ -348,6 +363,11 @@ impl Intake {
 }
 
 impl Queue {
+    fn admit(&mut self, frames: usize, bytes: usize) {
+        self.admitted_frames = self.admitted_frames.wrapping_add(frames);
+        self.admitted_bytes = self.admitted_bytes.wrapping_add(bytes);
+    }
+
     /// Whether the frame just queued must tell the IO thread (it is the first since a take).
     fn tell(&mut self) -> Tell {
         Tell(!std::mem::replace(&mut self.told, true))
@@ -431,5 +451,122 @@ impl<'a> Waiting<'a> {
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
         self.0.waiters.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn submissions(taken: Taken) -> Vec<(Vec<Vec<u8>>, Option<Instant>)> {
+        let mut out = Vec::new();
+        taken.into_inputs(|input| match input {
+            Input::Submit { frame, deadline } => out.push((vec![frame.to_vec()], deadline)),
+            Input::SubmitBatch { batch, deadline } => out.push((batch.into_frames(), deadline)),
+            other => panic!("not a submission: {other:?}"),
+        });
+        out
+    }
+
+    #[test]
+    fn a_take_hands_over_the_frames_in_order_as_one_submission_per_run() {
+        let intake = Intake::new(100, 1 << 20);
+        let later = Some(Instant::now() + Duration::from_secs(1));
+        let large = vec![7u8; COPY_MAX + 1];
+        for (frame, deadline) in [
+            (Bytes::from_static(b"a"), None),
+            (Bytes::from_static(b"b"), None),
+            (Bytes::from(large.clone()), None),
+            (Bytes::from_static(b"c"), later),
+            (Bytes::from_static(b"d"), later),
+        ] {
+            let _ = intake.offer(frame, deadline, false).expect("room");
+        }
+        let mut batch: Batch = ["e", "f"].into_iter().collect();
+        let (k, _) = intake.offer_batch(&mut batch, None, false).expect("room");
+        assert_eq!((k, batch.len()), (2, 0));
+        let _ = intake.offer(Bytes::from_static(b"g"), None, false);
+        assert_eq!(
+            submissions(intake.take()),
+            [
+                (vec![b"a".to_vec(), b"b".to_vec()], None),
+                (vec![large], None),
+                (vec![b"c".to_vec(), b"d".to_vec()], later),
+                (vec![b"e".to_vec(), b"f".to_vec()], None),
+                (vec![b"g".to_vec()], None),
+            ]
+        );
+        assert!(submissions(intake.take()).is_empty(), "taken once");
+    }
+
+    #[test]
+    fn only_the_first_frame_after_a_take_tells_the_io_thread() {
+        let intake = Intake::new(100, 1 << 20);
+        let tells: Vec<bool> = (0..3)
+            .map(|_| {
+                intake
+                    .offer(Bytes::from_static(b"x"), None, false)
+                    .unwrap()
+                    .0
+            })
+            .collect();
+        assert_eq!(tells, [true, false, false]);
+        let _ = intake.take();
+        assert!(
+            intake
+                .offer(Bytes::from_static(b"y"), None, false)
+                .unwrap()
+                .0
+        );
+    }
+
+    #[test]
+    fn admission_keeps_both_limits_until_frames_are_released_and_a_large_frame_goes_alone() {
+        let intake = Intake::new(2, 10);
+        let f = |n: usize| Bytes::from(vec![0u8; n]);
+        let _ = intake.offer(f(6), None, false).expect("room");
+        assert!(
+            matches!(intake.offer(f(6), None, false), Err(Refused::Full(_))),
+            "bytes"
+        );
+        let _ = intake.offer(f(4), None, false).expect("room for 4 bytes");
+        assert!(
+            matches!(intake.offer(f(1), None, false), Err(Refused::Full(_))),
+            "frames"
+        );
+        assert!(
+            intake.offer(f(1), None, true).is_ok(),
+            "forced: twice the limits"
+        );
+        intake.release(3, 11);
+        let _ = intake
+            .offer(f(50), None, false)
+            .expect("alone, over the byte limit");
+        assert!(matches!(
+            intake.offer(f(1), None, false),
+            Err(Refused::Full(_))
+        ));
+    }
+
+    #[test]
+    fn a_shut_intake_refuses_new_frames_and_keeps_the_queued_ones_for_the_io_thread() {
+        // Room for one frame: "kept" fills it.
+        let intake = Intake::new(1, 1 << 20);
+        let _ = intake.offer(Bytes::from_static(b"kept"), None, false);
+        intake.shut();
+        assert!(matches!(
+            intake.offer(Bytes::from_static(b"late"), None, false),
+            Err(Refused::Closed(f)) if f == b"late"[..]
+        ));
+        let mut batch: Batch = ["late"].into_iter().collect();
+        assert!(matches!(
+            intake.offer_batch(&mut batch, None, false),
+            Err(Refused::Closed(()))
+        ));
+        // A sender that would wait for room returns at once, to be refused.
+        let started = Instant::now();
+        assert!(intake.wait_for_room(1, Some(started + Duration::from_secs(5)), false));
+        assert!(started.elapsed() < Duration::from_secs(1));
+        assert_eq!(intake.close().into_frames(), [b"kept".to_vec()]);
     }
 }
