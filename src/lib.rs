@@ -60,6 +60,10 @@
 //!   TCP_USER_TIMEOUT as kernel backstops.
 //! - Accounting: every frame given to [`Link::send`] is sent, abandoned with a reason and handed
 //!   back in an [`Event::Abandoned`], or refused at the call with the frame given back.
+//! - One way in: every `send*` call, blocking or async, frame or [`Batch`], takes the same
+//!   path (admission against the outbox limits, then the link's intake buffer, which the IO
+//!   thread takes whole), with [`SendOptions`] for the wait and a per-frame deadline; frames
+//!   are anything that converts into `bytes::Bytes`.
 //! - Names resolved off every IO thread; several endpoints tried in a per-link order.
 //! - TLS on the link itself ([`Builder::tls`], [`Tls`]): a rustls session per connection
 //!   between the socket's bytes and the framing, the server verified by default (trust roots,
