@@ -1,6 +1,7 @@
 //! Framing speed: encode + decode throughput of a framing, without any socket.
 //!
-//! Run with `cargo bench --bench codec` (about 8 s).
+//! Run with `cargo bench --bench codec` (about 8 s); `--smoke` (or `RELINK_BENCH_SMOKE=1`) runs
+//! one round of 20 ms slices, to show that it runs to the end.
 //!
 //! Three ways to put 4-byte big-endian length-prefixed frames on the wire and read them back
 //! are compared, at 64 B and 1 KiB frames:
@@ -36,6 +37,8 @@ const CHUNK: usize = 8192;
 const ROUNDS: usize = 5;
 /// Time per measurement.
 const SLICE: Duration = Duration::from_millis(250);
+/// Time per measurement in the smoke mode.
+const SMOKE_SLICE: Duration = Duration::from_millis(20);
 
 /// One pass through a framing: encode the batch, decode it back; returns frames decoded.
 fn pass_framing(framing: &mut dyn Framing, frames: &[Vec<u8>], wire: &mut Vec<u8>) -> usize {
@@ -75,10 +78,10 @@ fn pass_tokio(codec: &mut LengthDelimitedCodec, frames: &[Bytes], wire: &mut Byt
 }
 
 /// Millions of frames per second of `pass`, run for one slice.
-fn measure(mut pass: impl FnMut() -> usize) -> f64 {
+fn measure(slice: Duration, mut pass: impl FnMut() -> usize) -> f64 {
     let start = Instant::now();
     let mut frames = 0;
-    while start.elapsed() < SLICE {
+    while start.elapsed() < slice {
         frames += pass();
     }
     frames as f64 / start.elapsed().as_secs_f64() / 1e6
@@ -90,6 +93,12 @@ fn median(mut xs: Vec<f64>) -> f64 {
 }
 
 fn main() {
+    let smoke = support::smoke();
+    let (rounds, slice) = if smoke {
+        (1, SMOKE_SLICE)
+    } else {
+        (ROUNDS, SLICE)
+    };
     for size in [64usize, 1024] {
         let frames: Vec<Vec<u8>> = (0..BATCH).map(|i| vec![i as u8; size]).collect();
         let shared: Vec<Bytes> = frames.iter().cloned().map(Bytes::from).collect();
@@ -99,12 +108,16 @@ fn main() {
         let mut builtin: Box<dyn Framing> = Box::new(LengthDelimited::len32());
         let mut tokio = LengthDelimitedCodec::new();
         let (mut u, mut b, mut t) = (Vec::new(), Vec::new(), Vec::new());
-        for _ in 0..ROUNDS {
-            u.push(measure(|| pass_framing(user.as_mut(), &frames, &mut wire)));
-            b.push(measure(|| {
+        for _ in 0..rounds {
+            u.push(measure(slice, || {
+                pass_framing(user.as_mut(), &frames, &mut wire)
+            }));
+            b.push(measure(slice, || {
                 pass_framing(builtin.as_mut(), &frames, &mut wire)
             }));
-            t.push(measure(|| pass_tokio(&mut tokio, &shared, &mut tokio_wire)));
+            t.push(measure(slice, || {
+                pass_tokio(&mut tokio, &shared, &mut tokio_wire)
+            }));
         }
         let (u, b, t) = (median(u), median(b), median(t));
         println!(

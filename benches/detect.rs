@@ -2,7 +2,7 @@
 //! declare the connection dead?
 //!
 //! Run it with `cargo bench --bench detect -- [--trials N]` (N defaults to 10, about 15 s per
-//! case; `--interval-ms` (200) and `--max-missed` (2) set the heartbeat, whose bound is
+//! case, or to 1 with `--smoke` or `RELINK_BENCH_SMOKE=1`; `--interval-ms` (200) and `--max-missed` (2) set the heartbeat, whose bound is
 //! interval × (max_missed + 1): 600 ms by default).
 //!
 //! Three cases, each timed from the instant the peer goes silent to the `heartbeat-timeout`
@@ -45,9 +45,9 @@ use support::redis::RedisServer;
 /// Measures how long relink takes to notice a dead peer.
 #[derive(Parser, Debug)]
 struct Args {
-    /// Trials per case.
-    #[arg(long, default_value_t = 10)]
-    trials: usize,
+    /// Trials per case (10; 1 with `--smoke`).
+    #[arg(long)]
+    trials: Option<usize>,
     /// Heartbeat interval, in milliseconds.
     #[arg(long, default_value_t = 200)]
     interval_ms: u64,
@@ -415,7 +415,7 @@ fn main() -> ExitCode {
     let _ = env_logger::try_init();
     let args = Args::parse();
     let s = Settings {
-        trials: args.trials,
+        trials: args.trials.unwrap_or(if support::smoke() { 1 } else { 10 }),
         interval: Duration::from_millis(args.interval_ms.max(1)),
         max_missed: args.max_missed,
     };

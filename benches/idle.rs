@@ -1,7 +1,8 @@
 //! Idle cost: the CPU time 100 links use when there is nothing to send.
 //!
 //! Run with `cargo bench --bench idle` (two 10 s windows) or
-//! `cargo bench --bench idle -- --quick` (two 3 s windows).
+//! `cargo bench --bench idle -- --quick` (two 3 s windows) or `--smoke` (or
+//! `RELINK_BENCH_SMOKE=1`: two 1 s windows, to show that it runs to the end).
 //!
 //! Two measurements, each over a window of wall-clock time, of this process's CPU time (user +
 //! system, `getrusage(RUSAGE_SELF)`):
@@ -74,13 +75,26 @@ fn report(state: &str, window: Duration, cpu: Duration, extra: &str) -> String {
 
 fn main() {
     support::peer::serve_if_child();
-    // `cargo bench` adds `--bench`; every argument but `--quick` is ignored.
+    // `cargo bench` adds `--bench`; every argument but `--quick` and `--smoke` is ignored.
+    let smoke = support::smoke();
     let quick = support::flag("quick");
-    let window = Duration::from_secs(if quick { 3 } else { 10 });
+    let window = Duration::from_secs(if smoke {
+        1
+    } else if quick {
+        3
+    } else {
+        10
+    });
     println!(
         "idle: {LINKS} links, {:.0} s windows{}",
         window.as_secs_f64(),
-        if quick { " (quick)" } else { "" }
+        if smoke {
+            " (smoke)"
+        } else if quick {
+            " (quick)"
+        } else {
+            ""
+        }
     );
     let mut summary = Vec::new();
 

@@ -18,7 +18,9 @@
 //! a burst of load on the machine hits all of them alike. The last lines are one summary per
 //! client: `latency impl=<name> p50_us=<x> p99_us=<y> p999_us=<z>`.
 //!
-//! `--only=<impl>` runs one client alone, for profiling.
+//! `--only=<impl>` runs one client alone, for profiling. `--smoke` (or `RELINK_BENCH_SMOKE=1`)
+//! makes 200 round trips per client, in about a second: it shows that every client runs to
+//! the end, not how fast.
 
 mod support;
 
@@ -51,7 +53,7 @@ trait Client {
 
 struct RelinkClient {
     link: Link,
-    frame: Vec<u8>,
+    frame: Bytes,
 }
 
 impl RelinkClient {
@@ -63,7 +65,7 @@ impl RelinkClient {
         support::wait_state(&link, State::Ready, Instant::now() + ECHO_BOUND);
         RelinkClient {
             link,
-            frame: vec![0x5A; SIZE],
+            frame: Bytes::from(vec![0x5A; SIZE]),
         }
     }
 }
@@ -220,9 +222,12 @@ fn us(d: Duration) -> f64 {
 fn main() {
     // `cargo bench` adds `--bench`; unknown arguments are ignored. For profiling one client:
     // `--only=<impl>` (relink, raw_zmq, std_tcp, tokio).
+    let smoke = support::smoke();
     let quick = support::flag("quick");
     let only = support::arg("only");
-    let (n, warmup, block) = if quick {
+    let (n, warmup, block) = if smoke {
+        (200, 20, 100)
+    } else if quick {
         (2_000, 200, 500)
     } else {
         (20_000, 2_000, 1_000)
@@ -230,7 +235,13 @@ fn main() {
     println!(
         "latency: {n} round trips of {SIZE} B per client after {warmup} warm-up, blocks of \
          {block}{}",
-        if quick { " (quick)" } else { "" }
+        if smoke {
+            " (smoke)"
+        } else if quick {
+            " (quick)"
+        } else {
+            ""
+        }
     );
 
     let wanted = |name: &str| only.as_deref().map_or(true, |o| o == name);

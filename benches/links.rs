@@ -2,7 +2,8 @@
 //!
 //! Run with `cargo bench --bench links` (100, 1000 and 4500 links, 10 s idle windows) or
 //! `cargo bench --bench links -- --quick` (3 s windows); `--links 100,2000` picks the counts,
-//! `--window SECS` the idle window.
+//! `--window SECS` the idle window; `--smoke` (or `RELINK_BENCH_SMOKE=1`) is 20 links and a
+//! 1 s window unless told otherwise, to show that it runs to the end.
 //!
 //! The peer is a `redis-server` child (one process, epoll, not counted in our CPU time) when
 //! one is on PATH, else the benches' echo peer in a child process. Each count runs in a fresh
@@ -41,12 +42,19 @@ fn main() {
         child(n.parse().expect("a count of links"));
         return;
     }
+    let smoke = support::smoke();
     let quick = support::flag("quick");
     let window: u64 = support::arg("window")
         .map(|w| w.parse().expect("--window SECS"))
-        .unwrap_or(if quick { 3 } else { 10 });
+        .unwrap_or(if smoke {
+            1
+        } else if quick {
+            3
+        } else {
+            10
+        });
     let counts: Vec<usize> = support::arg("links")
-        .unwrap_or_else(|| "100,1000,4500".into())
+        .unwrap_or_else(|| if smoke { "20" } else { "100,1000,4500" }.into())
         .split(',')
         .map(|n| n.trim().parse().expect("--links N,N,.."))
         .collect();

@@ -1,7 +1,8 @@
 //! Memory during a long outage: one producer sends as fast as it can to a server that is down.
 //!
 //! Run it with `cargo bench --bench outage -- [--secs 10] [--policy reject|drop]` (10 s by
-//! default; the README's figures come from `--secs 60`).
+//! default; the README's figures come from `--secs 60`); `--smoke` (or `RELINK_BENCH_SMOKE=1`)
+//! runs for 1 s unless `--secs` says otherwise.
 //!
 //! The outbox is the only place frames wait, and it is bounded: the process's peak RSS stays
 //! near the outbox limit whatever the producer does. Prints one summary line.
@@ -16,10 +17,10 @@ use relink::{Link, Overflow, SendError};
 use support::rss_kib;
 
 fn main() {
-    // `cargo bench` adds `--bench`; every argument but these two is ignored.
+    // `cargo bench` adds `--bench`; every argument but these and `--smoke` is ignored.
     let secs: u64 = support::arg("secs")
         .and_then(|v| v.parse().ok())
-        .unwrap_or(10);
+        .unwrap_or(if support::smoke() { 1 } else { 10 });
     let policy = match support::arg("policy").as_deref() {
         Some("drop") => Overflow::DropOldest,
         _ => Overflow::RejectNew,

@@ -1,7 +1,8 @@
 //! Soak: a link under steady load while its peer restarts every few seconds.
 //!
 //! Run it with `cargo bench --bench soak -- [--secs 30] [--restart-every 5]` (30 s by
-//! default; the long soak is `cargo bench --bench soak -- --secs 600`).
+//! default; the long soak is `cargo bench --bench soak -- --secs 600`); `--smoke` (or
+//! `RELINK_BENCH_SMOKE=1`) runs 4 s with a restart every 2 s unless told otherwise.
 //!
 //! Checks, at the end, that every frame is accounted for, that the peer never saw a frame
 //! twice or out of order, and that RSS and the open file descriptors stayed flat; prints one
@@ -61,14 +62,15 @@ fn start_sink(port: u16, seen: Arc<Mutex<Seen>>) -> Peer {
 }
 
 fn main() {
-    // `cargo bench` adds `--bench`; every argument but these two is ignored.
+    // `cargo bench` adds `--bench`; every argument but these and `--smoke` is ignored.
     let arg = |name, default| {
         support::arg(name)
             .and_then(|v| v.parse().ok())
             .unwrap_or(default)
     };
-    let secs = arg("secs", 30);
-    let every = arg("restart-every", 5);
+    let smoke = support::smoke();
+    let secs = arg("secs", if smoke { 4 } else { 30 });
+    let every = arg("restart-every", if smoke { 2 } else { 5 });
     let port = support::free_port();
     let seen = Arc::new(Mutex::new(Seen::default()));
     let mut sink = Some(start_sink(port, seen.clone()));

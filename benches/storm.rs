@@ -3,7 +3,9 @@
 //!
 //! Run it with `cargo bench --bench storm -- [--clients N] [--down SECS]
 //! [--strategies fixed,libzmq,relink] [--svg PATH]` (defaults: 1000 clients, 5 s down, all three
-//! strategies, no chart, about a minute; `--svg docs/storm.svg` writes the chart). No setup: the
+//! strategies, no chart, about a minute; `--svg docs/storm.svg` writes the chart). `--smoke` (or
+//! `RELINK_BENCH_SMOKE=1`) makes it 20 clients and 0.5 s down unless told otherwise, to show
+//! that it runs to the end. No setup: the
 //! clients and a counting server run in this one process, on 127.0.0.1.
 //!
 //! For each strategy, with fresh clients and a fresh server: the server accepts every client and
@@ -76,12 +78,12 @@ const BACKLOG: c_int = 4096;
 #[derive(Parser, Debug)]
 #[command(about = "Reconnect storm: N clients lose their server at once and come back")]
 struct Args {
-    /// Clients per strategy.
-    #[arg(long, default_value_t = 1000)]
-    clients: usize,
-    /// Seconds the server stays down (refusing connects).
-    #[arg(long, default_value_t = 5.0)]
-    down: f64,
+    /// Clients per strategy (1000; 20 with `--smoke`).
+    #[arg(long)]
+    clients: Option<usize>,
+    /// Seconds the server stays down, refusing connects (5; 0.5 with `--smoke`).
+    #[arg(long)]
+    down: Option<f64>,
     /// Strategies to run, one after the other.
     #[arg(long, value_delimiter = ',', default_value = "fixed,libzmq,relink")]
     strategies: Vec<Strategy>,
@@ -93,6 +95,18 @@ struct Args {
     svg: Option<PathBuf>,
     #[command(flatten)]
     cargo: support::CargoBench,
+}
+
+impl Args {
+    fn clients(&self) -> usize {
+        self.clients
+            .unwrap_or(if support::smoke() { 20 } else { 1000 })
+    }
+
+    fn down(&self) -> f64 {
+        self.down
+            .unwrap_or(if support::smoke() { 0.5 } else { 5.0 })
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -157,13 +171,14 @@ trait Fleet {
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     env_logger::init();
     let args = Args::parse();
-    if args.clients == 0 {
+    if args.clients() == 0 {
         return Err("--clients must be at least 1".into());
     }
-    let (soft, hard) = raise_fd_limit(args.clients)?;
+    let (soft, hard) = raise_fd_limit(args.clients())?;
     println!(
         "storm: {} clients, server down {} s, open-file limit {soft} (hard {hard})",
-        args.clients, args.down
+        args.clients(),
+        args.down()
     );
     let mut outcomes = Vec::new();
     for &strategy in &args.strategies {
@@ -180,7 +195,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
 /// One strategy, start to end, with fresh clients and a fresh server.
 fn run(strategy: Strategy, args: &Args) -> Result<Outcome, Box<dyn std::error::Error>> {
-    let n = args.clients;
+    let n = args.clients();
     let mut server = Server::start()?;
     let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, server.port));
     let mut fleet: Box<dyn Fleet> = match strategy {
@@ -204,7 +219,7 @@ fn run(strategy: Strategy, args: &Args) -> Result<Outcome, Box<dyn std::error::E
 
     let dropped_at = Instant::now();
     server.go_down();
-    thread::sleep(Duration::from_secs_f64(args.down));
+    thread::sleep(Duration::from_secs_f64(args.down()));
     let returned_at = server.come_back()?;
     let accepts = server.accept_until(n, Duration::from_secs_f64(args.bound));
 
@@ -878,7 +893,7 @@ fn chart(
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)?;
     }
-    let n = args.clients;
+    let n = args.clients();
     let buckets = outcomes.iter().map(|o| o.buckets.len()).max().unwrap_or(1);
     let x_max = (buckets as f64 * BUCKET.as_secs_f64()).max(1.0) + 0.5;
     let peak = outcomes
@@ -899,7 +914,7 @@ fn chart(
             peak + peak / 10 + 1,
             format!(
                 "Reconnect storm: {n} clients, server down {} s (accepts per 100 ms)",
-                args.down
+                args.down()
             ),
         ),
         (

@@ -6,16 +6,21 @@
 //! These senders are compared, each writing the same bytes on the wire (a 4-byte big-endian
 //! length, then the payload) for 64 B, 1 KiB and 64 KiB payloads:
 //! - `relink`: one [`Link`] with the length-prefixed codec and `Overflow::Block`, so the
-//!   producer waits for room and never loses a frame; one producer thread.
+//!   producer waits for room and never loses a frame; one producer thread, `link.send` of a
+//!   clone of one `Bytes` payload per frame, a view of a static buffer (the tokio clients
+//!   get the same clones).
 //! - `relink4`: the same link fed by four producer threads splitting the same total.
 //! - `raw_zmq`: a bare ZMQ_STREAM socket, one zmq message per frame, blocking sends from one
-//!   thread, with the send high-water mark raised.
+//!   thread, with the send high-water mark raised to [`queue_frames`] (100 000 frames, fewer
+//!   for large frames: about 64 MiB).
 //! - `std_tcp`: `std::net::TcpStream` behind a `BufWriter`.
 //! - `relink_batch`: the `relink` link, frames handed over in [`Batch`]es of up to 1024
 //!   frames (64 KiB of payload at most) with `send_batch`.
 //! - `tokio`: the client a tokio user would write: a runtime thread owning tokio-util's
 //!   `FramedWrite<_, LengthDelimitedCodec>`, fed through a bounded mpsc handle
-//!   (`blocking_send` from the producer thread); see `support/tokio_client.rs`.
+//!   (`blocking_send` from the producer thread); see `support/tokio_client.rs`. Its channel
+//!   holds [`queue_frames`] frames, as many as raw_zmq's high-water mark: a small channel
+//!   (1 024) costs it a third of its speed at 64 B, so the size is chosen for throughput.
 //! - `tokio_stubborn`: the same over stubborn-io's `StubbornTcpStream`.
 //! - `relink_user`: the `relink` sender with a len32 framing written in this file against the
 //!   public [`Framing`] trait instead of the built-in (`LengthDelimited::len32`), to measure
@@ -42,6 +47,9 @@
 //! `tls_handshake n=<N> connect_ready_ms=<p> tls_connect_ready_ms=<t> handshake_ms=<t-p>`,
 //! where `*_mps` is millions of frames per second.
 //!
+//! `--smoke` (or `RELINK_BENCH_SMOKE=1`) runs one round of small counts, in seconds: it shows
+//! that every sender runs to the end and every summary line prints, not how fast they are.
+//!
 //! To profile one case, `--only=<sender>` and `--size=<bytes>` narrow the runs (no summary
 //! lines then), e.g. `cargo bench --bench throughput -- --quick --only=relink --size=65536`.
 
@@ -54,6 +62,7 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use relink::bytes::Bytes;
 use relink::framing::LengthDelimited;
 use relink::{Batch, Link, Overflow, State};
 
@@ -68,6 +77,22 @@ const PREFIX: usize = 4;
 const PRODUCERS: usize = 4;
 /// Upper bound on one run, so that a stuck sender fails the bench instead of hanging it.
 const RUN_BOUND: Duration = Duration::from_secs(300);
+
+/// The bytes of every payload.
+static PAYLOAD: [u8; 64 * 1024] = [0xA5; 64 * 1024];
+
+/// The payload the `Bytes` senders (relink's `send`, the tokio clients) clone for each frame:
+/// a view of a static buffer, so that a clone costs neither an allocation nor a reference
+/// count, as a slice costs std and raw zmq nothing.
+fn payload(size: usize) -> Bytes {
+    Bytes::from_static(&PAYLOAD[..size])
+}
+
+/// Frames a baseline may queue ahead of the wire (raw_zmq's high-water mark, the tokio
+/// client's channel): 100 000, or about 64 MiB for large frames.
+fn queue_frames(size: usize) -> usize {
+    (64 * 1024 * 1024 / (PREFIX + size)).clamp(1000, 100_000)
+}
 
 /// The senders compared, in the order they run within a round.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -219,7 +244,7 @@ fn run_relink(
         State::Ready,
         Instant::now() + Duration::from_secs(10),
     );
-    let payload = vec![0xA5u8; size];
+    let payload = payload(size);
     let barrier = Arc::new(Barrier::new(producers + 1));
     let threads: Vec<_> = (0..producers)
         .map(|p| {
@@ -289,11 +314,11 @@ fn run_relink_batch(sink: &Sink, size: usize, frames: usize) -> Duration {
 
 fn run_tokio(sink: &Sink, size: usize, frames: usize, stubborn: bool) -> Duration {
     let addr = ([127, 0, 0, 1], sink.peer.port()).into();
-    let client = TokioClient::connect(addr, stubborn);
-    let payload = vec![0xA5u8; size];
+    let client = TokioClient::with_channel(addr, stubborn, queue_frames(size));
+    let payload = payload(size);
     let start = Instant::now();
     for _ in 0..frames {
-        client.send(bytes::Bytes::copy_from_slice(&payload));
+        client.send(payload.clone());
     }
     let done = sink.wait();
     client.finish();
@@ -304,8 +329,9 @@ fn run_raw_zmq(sink: &Sink, size: usize, frames: usize) -> Duration {
     let ctx = zmq::Context::new();
     let socket = ctx.socket(zmq::STREAM).expect("stream socket");
     // Enough room that the sender rarely waits, bounded to about 64 MiB of queued frames.
-    let hwm = (64 * 1024 * 1024 / (PREFIX + size)).clamp(1000, 100_000) as i32;
-    socket.set_sndhwm(hwm).expect("sndhwm");
+    socket
+        .set_sndhwm(queue_frames(size) as i32)
+        .expect("sndhwm");
     socket.set_linger(1000).expect("linger");
     socket.set_rcvtimeo(10_000).expect("rcvtimeo");
     socket.connect(&sink.endpoint()).expect("connect");
@@ -343,7 +369,11 @@ fn run_std_tcp(sink: &Sink, size: usize, frames: usize) -> Duration {
     done - start
 }
 
+/// The median of one column; NaN (printed as such) for a column that has no run.
 fn median(v: &[f64]) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
     let mut s = v.to_vec();
     s.sort_by(f64::total_cmp);
     let n = s.len();
@@ -367,11 +397,20 @@ fn main() {
     // `cargo bench` adds `--bench`; unknown arguments are ignored. For profiling one case:
     // `--only=<sender>` (relink, relink4, raw_zmq, std_tcp, relink_user) and `--size=<bytes>` (64, 1024,
     // 65536) narrow the runs; the summary lines need every sender.
+    let smoke = support::smoke();
     let quick = support::flag("quick");
     let only = support::arg("only");
     let only_size: Option<usize> = support::arg("size").and_then(|s| s.parse().ok());
-    let rounds = if quick { 5 } else { 7 };
-    let plan: Vec<(usize, usize)> = if quick {
+    let rounds = if smoke {
+        1
+    } else if quick {
+        5
+    } else {
+        7
+    };
+    let plan: Vec<(usize, usize)> = if smoke {
+        vec![(64, 20_000), (1024, 5_000), (64 * 1024, 100)]
+    } else if quick {
         vec![(64, 300_000), (1024, 60_000), (64 * 1024, 1_800)]
     } else {
         vec![(64, 2_000_000), (1024, 400_000), (64 * 1024, 12_000)]
@@ -391,7 +430,13 @@ fn main() {
     println!(
         "throughput: {} rounds{}, frames per run: {}",
         rounds,
-        if quick { " (quick)" } else { "" },
+        if smoke {
+            " (smoke)"
+        } else if quick {
+            " (quick)"
+        } else {
+            ""
+        },
         plan.iter()
             .map(|(size, n)| format!("{n} x {size} B"))
             .collect::<Vec<_>>()
@@ -401,7 +446,7 @@ fn main() {
     let pki = Pki::new();
     // One short warm-up run of each sender, not counted.
     for &sender in &senders {
-        sender.run(1024, 10_000, &pki);
+        sender.run(1024, if smoke { 1_000 } else { 10_000 }, &pki);
     }
 
     // mps[size index][sender index] = one figure per round.
@@ -476,8 +521,14 @@ fn main() {
         );
     }
     for (si, &(size, _)) in plan.iter().enumerate() {
-        let m: Vec<f64> = mps[si].iter().map(|v| median(v)).collect();
-        let (x, z, b, t, st) = (m[0], m[3], m[6], m[7], m[8]);
+        // Only the columns this line shows: the TLS column is empty at 64 B.
+        let m = |sender: Sender| median(&mps[si][sender as usize]);
+        let (x, z) = (m(Sender::Relink), m(Sender::StdTcp));
+        let (b, t, st) = (
+            m(Sender::RelinkBatch),
+            m(Sender::Tokio),
+            m(Sender::TokioStubborn),
+        );
         println!(
             "throughput size={size} relink_batch_mps={} tokio_mps={} tokio_stubborn_mps={} \
              ratio_tokio={:.3} ratio_stubborn={:.3} ratio_batch_std={:.3} \
@@ -503,7 +554,13 @@ fn main() {
             t / x
         );
     }
-    let n = if quick { 21 } else { 51 };
+    let n = if smoke {
+        3
+    } else if quick {
+        21
+    } else {
+        51
+    };
     let (mut plain, mut tls) = (Vec::new(), Vec::new());
     for _ in 0..n {
         plain.push(connect_time(&pki, false).as_secs_f64() * 1e3);

@@ -98,6 +98,13 @@ impl Batch {
         self.iter().map(<[u8]>::to_vec).collect()
     }
 
+    /// A batch of the frames in `data` that end at `ends` (increasing, the last at
+    /// `data.len()`).
+    pub(crate) fn from_parts(data: Vec<u8>, ends: Vec<usize>) -> Batch {
+        debug_assert!(ends.last().map_or(data.is_empty(), |&e| e == data.len()));
+        Batch { data, ends }
+    }
+
     /// Where frame `index` starts in the buffer.
     pub(crate) fn start(&self, index: usize) -> usize {
         if index == 0 {

@@ -569,7 +569,7 @@ impl Builder {
     /// link.send("one")?;
     /// link.send("two")?;
     /// // At the limit the frame is refused and given back.
-    /// assert_eq!(link.send("three"), Err(SendError::Full(b"three".to_vec())));
+    /// assert_eq!(link.send("three"), Err(SendError::Full(b"three"[..].into())));
     /// // Closing abandons what is still queued; each frame comes back in an event.
     /// let m = link.close(Duration::from_millis(50));
     /// assert_eq!((m.frames_rejected, m.abandoned.shutdown), (1, 2));
@@ -599,7 +599,8 @@ impl Builder {
     /// Default lifetime of a queued frame; an unsent frame older than this is abandoned as
     /// Expired. Defaults to none (frames wait until sent, closed or dropped).
     ///
-    /// See the example on [`Builder::outbox_limits`]. and on [`Link::send_with_ttl`](crate::Link::send_with_ttl).
+    /// See the example on [`Builder::outbox_limits`]. and on [`Link::send_with`](crate::Link::send_with), whose
+    /// [`SendOptions::ttl`](crate::SendOptions::ttl) overrides it for one call.
     pub fn frame_ttl(mut self, ttl: Duration) -> Builder {
         self.config.frame_ttl = Some(ttl);
         self

@@ -213,7 +213,7 @@ pub enum DecodeError {
 }
 
 /// A frame refused by [`Link::send`](crate::Link::send) and its variants; the frame is given
-/// back.
+/// back as the [`Bytes`](bytes::Bytes) handle it was passed in (no copy).
 ///
 /// # Examples
 /// ```
@@ -227,13 +227,13 @@ pub enum DecodeError {
 ///     .build()?;
 /// link.send("first")?;
 /// match link.send("second") {
-///     Err(SendError::Full(frame)) => assert_eq!(frame, b"second"), // keep it, try later
+///     Err(SendError::Full(frame)) => assert_eq!(frame, &b"second"[..]), // keep it, try later
 ///     other => panic!("{other:?}"),
 /// }
 /// link.close(Duration::from_millis(50));
 /// let err = link.send("third").unwrap_err();
 /// assert_eq!(err.to_string(), "link closed");
-/// assert_eq!(err.into_inner(), b"third");
+/// assert_eq!(err.into_inner(), &b"third"[..]);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -242,18 +242,18 @@ pub enum SendError {
     /// The outbox is at its limit (frames or bytes) and the overflow policy is `RejectNew`,
     /// or `try_send` was used, or a `Block` wait ran out.
     #[error("outbox full")]
-    Full(Vec<u8>),
+    Full(bytes::Bytes),
     /// The link is closed or closing.
     #[error("link closed")]
-    Closed(Vec<u8>),
+    Closed(bytes::Bytes),
     /// The framing cannot encode this frame.
     #[error("frame refused: {1}")]
-    Invalid(Vec<u8>, EncodeError),
+    Invalid(bytes::Bytes, EncodeError),
 }
 
 impl SendError {
     /// The frame that was not sent.
-    pub fn into_inner(self) -> Vec<u8> {
+    pub fn into_inner(self) -> bytes::Bytes {
         match self {
             SendError::Full(f) | SendError::Closed(f) | SendError::Invalid(f, _) => f,
         }

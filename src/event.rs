@@ -190,7 +190,7 @@ impl fmt::Display for Cause {
 ///
 /// assert_eq!(AbandonReason::ConnectionLost.to_string(), "connection-lost");
 /// ```
-/// [`Link::send_with_ttl`](crate::Link::send_with_ttl) and
+/// [`Link::send_with`](crate::Link::send_with) and
 /// [`Builder::outbox_limits`](crate::Builder::outbox_limits) show frames coming back with a
 /// reason.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -64,6 +64,10 @@
 //!   TCP_USER_TIMEOUT as kernel backstops.
 //! - Accounting: every frame given to [`Link::send`] is sent, abandoned with a reason and handed
 //!   back in an [`Event::Abandoned`], or refused at the call with the frame given back.
+//! - One way in: every `send*` call, blocking or async, frame or [`Batch`], takes the same
+//!   path (admission against the outbox limits, then the link's intake buffer, which the IO
+//!   thread takes whole), with [`SendOptions`] for the wait and a per-frame deadline; frames
+//!   are anything that converts into `bytes::Bytes`.
 //! - Names resolved off every IO thread; several endpoints tried in a per-link order.
 //! - TLS on the link itself ([`Builder::tls`], [`Tls`]): a rustls session per connection
 //!   between the socket's bytes and the framing, the server verified by default (trust roots,
@@ -231,6 +235,7 @@ mod event;
 mod io;
 mod link;
 mod metrics;
+mod send;
 mod tls;
 
 pub use crate::core::backoff::Jitter;
@@ -253,6 +258,7 @@ pub use event::{AbandonReason, Cause, Event, State, Transition};
 pub use io::{Context, IoPool, Keepalive, Resolver};
 pub use link::{Events, Link, Recv};
 pub use metrics::{Abandoned, Metrics};
+pub use send::SendOptions;
 pub use tls::Tls;
 
 /// The README's examples, compiled and run as doctests.

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::task::{Context as TaskContext, Poll};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use crossbeam_channel::{self as channel, Receiver};
 use event_listener::EventListener;
 
@@ -17,11 +18,13 @@ use crate::builder::{Builder, Config, Overflow};
 use crate::core::framing::BoxedFraming;
 use crate::error::{BatchError, ConfigError, RecvError, RecvTimeoutError, SendError, TryRecvError};
 use crate::event::{Event, State};
-use crate::io::event_loop::{next_link_id, IoSettings, Slot, Wiring};
+use crate::io::event_loop::{next_link_id, IoSettings, Msg, Route, Slot, Wiring};
+use crate::io::intake::{Intake, Refused, Tell};
 use crate::io::pool::WorkerRef;
-use crate::io::shared::{Command, Msg, Route, Shared};
+use crate::io::shared::{Command, Shared};
 use crate::io::{Context, IoPool};
 use crate::metrics::Metrics;
+use crate::send::{SendOptions, WaitFor};
 
 /// A self-healing TCP link. Cheap to clone; every clone drives the same link, from any thread.
 ///
@@ -80,8 +83,6 @@ struct Inner {
     /// A copy of the link's framing, to check frames at the call.
     framing: BoxedFraming,
     overflow: Overflow,
-    max_frames: usize,
-    max_bytes: usize,
     frame_ttl: Option<Duration>,
     close_timeout: Duration,
     linger: Duration,
@@ -97,14 +98,33 @@ impl fmt::Debug for Link {
     }
 }
 
-/// How long `submit` may wait for room.
-#[derive(Clone, Copy)]
+/// How a `send*` call waits for room, resolved from its options and the link's policy.
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum Wait {
     No,
     /// Wait up to this long; the clock is read only if there is no room at once.
     For(Duration),
-    /// Accept regardless; the IO thread drops the oldest.
-    Force,
+    /// Wait as long as it takes under twice the limits (`DropOldest`: the IO thread drops the
+    /// oldest frames).
+    Forced,
+}
+
+/// One `send*` call's way through the intake.
+struct Plan {
+    wait: Wait,
+    forced: bool,
+    ttl: Option<Duration>,
+}
+
+impl Plan {
+    /// The end of the wait for room, read when a wait begins: `None` for no end.
+    fn until(&self) -> Option<Instant> {
+        match self.wait {
+            Wait::No => Some(Instant::now()),
+            Wait::For(t) => Some(Instant::now() + t),
+            Wait::Forced => None,
+        }
+    }
 }
 
 impl Builder {
@@ -143,7 +163,8 @@ impl Link {
         context: Context,
         worker: Arc<WorkerRef>,
     ) -> Result<Link, ConfigError> {
-        let shared = Arc::new(Shared::new(worker.wake.clone()));
+        let intake = Intake::new(config.core.outbox_frames, config.core.outbox_bytes);
+        let shared = Arc::new(Shared::new(worker.wake.clone(), intake));
         let route = Route {
             id: next_link_id(),
             tx: worker.tx.clone(),
@@ -184,8 +205,6 @@ impl Link {
                 shared,
                 framing: config.core.framing.clone(),
                 overflow: config.overflow,
-                max_frames: config.core.outbox_frames,
-                max_bytes: config.core.outbox_bytes,
                 frame_ttl: config.frame_ttl,
                 close_timeout: config.close_timeout,
                 linger: config.socket.linger,
@@ -196,7 +215,13 @@ impl Link {
 
     /// Queues a frame, applying the overflow policy at the outbox limit. Never waits on the
     /// network: with `RejectNew` (the default) and `DropOldest` it returns at once; with
-    /// `Block(t)` it waits up to `t` for room.
+    /// `Block(t)` it waits up to `t` for room. The builder's `frame_ttl` applies.
+    /// [`send_with`](Link::send_with) is the same call with options.
+    ///
+    /// Takes anything that converts into [`Bytes`] without a copy: a `Vec<u8>`, a `String`,
+    /// a `&'static` string or byte string, a `Bytes` (a clone of one is a reference count).
+    /// A small frame is copied once, into the link's intake; a large one (over 1 KiB) is
+    /// handed over as it is.
     ///
     /// # Errors
     /// The frame comes back in the error: [`SendError::Full`] at the limit,
@@ -236,17 +261,14 @@ impl Link {
     /// link.close(Duration::from_millis(100));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn send(&self, frame: impl Into<Vec<u8>>) -> Result<(), SendError> {
-        let wait = match self.inner.overflow {
-            Overflow::RejectNew => Wait::No,
-            Overflow::DropOldest => Wait::Force,
-            Overflow::Block(t) => Wait::For(t),
-        };
-        self.submit(frame.into(), wait, self.inner.frame_ttl)
+    pub fn send(&self, frame: impl Into<Bytes>) -> Result<(), SendError> {
+        self.send_with(frame, SendOptions::new())
     }
 
     /// Queues a frame, or refuses it at once when the outbox is at its limit (whatever the
-    /// policy, except `DropOldest`, which drops the oldest frame instead).
+    /// policy, except `DropOldest`, which drops the oldest frame instead):
+    /// [`send_with`](Link::send_with) with [`SendOptions::no_wait`]. Never blocks, so it is
+    /// also the async call that does not wait.
     ///
     /// # Errors
     /// As [`send`](Link::send).
@@ -264,20 +286,17 @@ impl Link {
     ///     .build()?;
     /// link.try_send("first")?;
     /// let start = Instant::now();
-    /// assert_eq!(link.try_send("second"), Err(SendError::Full(b"second".to_vec())));
+    /// assert_eq!(link.try_send("second"), Err(SendError::Full("second".into())));
     /// assert!(start.elapsed() < Duration::from_secs(5)); // refused without waiting
     /// link.close(Duration::from_millis(50));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn try_send(&self, frame: impl Into<Vec<u8>>) -> Result<(), SendError> {
-        let wait = match self.inner.overflow {
-            Overflow::DropOldest => Wait::Force,
-            _ => Wait::No,
-        };
-        self.submit(frame.into(), wait, self.inner.frame_ttl)
+    pub fn try_send(&self, frame: impl Into<Bytes>) -> Result<(), SendError> {
+        self.send_with(frame, SendOptions::new().no_wait())
     }
 
-    /// Queues a frame, waiting up to `timeout` for room in the outbox.
+    /// Queues a frame, waiting up to `timeout` for room in the outbox, whatever the policy:
+    /// [`send_with`](Link::send_with) with [`SendOptions::wait`].
     ///
     /// # Errors
     /// As [`send`](Link::send).
@@ -317,14 +336,15 @@ impl Link {
     /// ```
     pub fn send_timeout(
         &self,
-        frame: impl Into<Vec<u8>>,
+        frame: impl Into<Bytes>,
         timeout: Duration,
     ) -> Result<(), SendError> {
-        self.submit(frame.into(), Wait::For(timeout), self.inner.frame_ttl)
+        self.send_with(frame, SendOptions::new().wait(timeout))
     }
 
-    /// Queues a frame that is abandoned (reason `Expired`) if it is not sent within `ttl`,
-    /// overriding the builder's `frame_ttl`. The overflow policy applies as in `send`.
+    /// Queues a frame as `options` say: how long to wait for room at the outbox limit, and how
+    /// long the frame may wait to be sent. `send`, `try_send` and `send_timeout` are this call
+    /// with options of their own.
     ///
     /// # Errors
     /// As [`send`](Link::send).
@@ -333,12 +353,12 @@ impl Link {
     /// A frame that is worthless once late is given back with reason `Expired`:
     /// ```
     /// use std::time::Duration;
-    /// use relink::{AbandonReason, Event, Link};
+    /// use relink::{AbandonReason, Event, Link, SendOptions};
     ///
     /// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     /// // Nobody listens on `port`: the frame cannot be sent in time.
     /// let link = Link::builder(&format!("tcp://127.0.0.1:{port}")).build()?;
-    /// link.send_with_ttl("price: 42", Duration::from_millis(20))?;
+    /// link.send_with("price: 42", SendOptions::new().ttl(Duration::from_millis(20)))?;
     /// let (frame, reason) = loop {
     ///     if let Event::Abandoned { frame, reason } =
     ///         link.events().recv_timeout(Duration::from_secs(5))?
@@ -350,33 +370,165 @@ impl Link {
     /// assert_eq!(link.close(Duration::from_millis(50)).abandoned.expired, 1);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn send_with_ttl(&self, frame: impl Into<Vec<u8>>, ttl: Duration) -> Result<(), SendError> {
-        let wait = match self.inner.overflow {
-            Overflow::RejectNew => Wait::No,
-            Overflow::DropOldest => Wait::Force,
-            Overflow::Block(t) => Wait::For(t),
-        };
-        self.submit(frame.into(), wait, Some(ttl))
+    pub fn send_with(
+        &self,
+        frame: impl Into<Bytes>,
+        options: SendOptions,
+    ) -> Result<(), SendError> {
+        let plan = self.plan(options);
+        let mut frame = frame.into();
+        let mut until = None;
+        loop {
+            frame = match self.submit(frame, &plan)? {
+                None => return Ok(()),
+                Some(frame) => frame,
+            };
+            let until = *until.get_or_insert_with(|| plan.until());
+            if !self
+                .inner
+                .shared
+                .intake
+                .wait_for_room(frame.len(), until, plan.forced)
+            {
+                return Err(self.refuse(frame));
+            }
+        }
     }
 
-    fn submit(&self, frame: Vec<u8>, wait: Wait, ttl: Option<Duration>) -> Result<(), SendError> {
+    /// Queues a frame as [`send`](Link::send) does, without blocking the thread: with
+    /// `Overflow::Block(t)` it waits for room up to `t`, woken by the IO thread when frames
+    /// leave the outbox (and by relink's timer thread at the bound). Works on any executor.
+    ///
+    /// If the future is dropped while it waits, the frame is dropped with it, never accepted
+    /// and not counted.
+    ///
+    /// # Errors
+    /// As [`send`](Link::send).
+    ///
+    /// # Examples
+    /// ```
+    /// use std::time::{Duration, Instant};
+    /// use relink::{Link, Overflow, SendError};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    /// // Nobody listens on `port`: the outbox fills up and nothing leaves it.
+    /// let link = Link::builder(&format!("tcp://127.0.0.1:{port}"))
+    ///     .outbox_limits(1, 1024)
+    ///     .overflow(Overflow::Block(Duration::from_millis(50)))
+    ///     .build()?;
+    /// link.send_async("first").await?;
+    /// // No room: the task waits (the thread does not), for the policy's 50 ms.
+    /// let start = Instant::now();
+    /// assert_eq!(link.send_async("second").await, Err(SendError::Full("second".into())));
+    /// assert!(start.elapsed() >= Duration::from_millis(50));
+    /// link.close_async(Duration::from_millis(50)).await;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn send_async(&self, frame: impl Into<Bytes>) -> Result<(), SendError> {
+        self.send_with_async(frame, SendOptions::new()).await
+    }
+
+    /// Queues a frame as [`send_with`](Link::send_with) does, without blocking the thread: the
+    /// same options, the same bounds on the wait.
+    ///
+    /// # Errors
+    /// As [`send`](Link::send).
+    ///
+    /// # Examples
+    /// ```
+    /// use std::time::Duration;
+    /// use relink::{Link, SendOptions};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    /// let link = Link::builder(&format!("tcp://127.0.0.1:{port}")).build()?;
+    /// let options = SendOptions::new()
+    ///     .wait(Duration::from_secs(1))
+    ///     .ttl(Duration::from_millis(20));
+    /// link.send_with_async("quote", options).await?;
+    /// let m = link.close_async(Duration::from_millis(100)).await;
+    /// assert_eq!(m.abandoned.expired, 1); // nobody listens: too late for its 20 ms
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn send_with_async(
+        &self,
+        frame: impl Into<Bytes>,
+        options: SendOptions,
+    ) -> Result<(), SendError> {
+        let plan = self.plan(options);
+        let mut frame = frame.into();
+        let mut until = None;
+        loop {
+            frame = match self.submit(frame, &plan)? {
+                None => return Ok(()),
+                Some(frame) => frame,
+            };
+            let until = *until.get_or_insert_with(|| plan.until());
+            let intake = &self.inner.shared.intake;
+            if !intake.room_async(frame.len(), until, plan.forced).await {
+                return Err(self.refuse(frame));
+            }
+        }
+    }
+
+    /// How a call with `options` waits and what deadline its frames get.
+    fn plan(&self, options: SendOptions) -> Plan {
         let inner = &*self.inner;
-        let shared = &*inner.shared;
+        let forced = inner.overflow == Overflow::DropOldest;
+        let wait = match options.wait {
+            None => match inner.overflow {
+                Overflow::RejectNew => Wait::No,
+                Overflow::DropOldest => Wait::Forced,
+                Overflow::Block(t) => Wait::For(t),
+            },
+            Some(WaitFor::No) if forced => Wait::Forced,
+            Some(WaitFor::No) => Wait::No,
+            Some(WaitFor::For(t)) => Wait::For(t),
+        };
+        Plan {
+            forced: wait == Wait::Forced,
+            wait,
+            ttl: options.ttl.or(inner.frame_ttl),
+        }
+    }
+
+    /// The one submission under every `send*` call: the framing's check, then the frame is
+    /// queued in the intake if there is room now (and the IO thread told if it must be).
+    /// `Ok(None)` when queued; `Ok(Some(frame))` when it found no room and the call may wait.
+    fn submit(&self, frame: Bytes, plan: &Plan) -> Result<Option<Bytes>, SendError> {
+        let inner = &*self.inner;
         if let Err(e) = inner.framing.check(&frame) {
             return Err(self.reject(SendError::Invalid(frame, e)));
         }
-        if shared.closed.load(Ordering::SeqCst) {
-            return Err(self.reject(SendError::Closed(frame)));
+        let deadline = plan.ttl.map(|t| Instant::now() + t);
+        match inner.shared.intake.offer(frame, deadline, plan.forced) {
+            Ok(tell) => {
+                self.tell(tell);
+                Ok(None)
+            }
+            Err(Refused::Closed(frame)) => Err(self.reject(SendError::Closed(frame))),
+            Err(Refused::Full(frame)) if plan.wait == Wait::No => Err(self.refuse(frame)),
+            Err(Refused::Full(frame)) => Ok(Some(frame)),
         }
-        let len = frame.len();
-        if !self.reserve(len, wait) {
-            return Err(self.refuse(frame));
+    }
+
+    /// Tells the IO thread that frames wait in the intake, if they are the first since it
+    /// last took them; it is woken only if it sleeps.
+    fn tell(&self, tell: Tell) {
+        if tell.0 && self.inner.route.send(Command::Take).is_ok() {
+            self.inner.shared.wake_for_command();
         }
-        self.enqueue_frame(frame, ttl)
+        // A send that fails finds the IO thread gone: the frames are given back by the
+        // slot's `StopGuard`, as abandoned.
     }
 
     /// The error for a frame that found no room: `Closed` if the link closed meanwhile.
-    fn refuse(&self, frame: Vec<u8>) -> SendError {
+    fn refuse(&self, frame: Bytes) -> SendError {
         let err = if self.inner.shared.closed.load(Ordering::SeqCst) {
             SendError::Closed(frame)
         } else {
@@ -385,221 +537,12 @@ impl Link {
         self.reject(err)
     }
 
-    /// Hands a frame, whose room is reserved, to the IO thread.
-    fn enqueue_frame(&self, frame: Vec<u8>, ttl: Option<Duration>) -> Result<(), SendError> {
-        let len = frame.len();
-        let deadline = ttl.map(|t| Instant::now() + t);
-        match self.enqueue(Command::Send { frame, deadline }, 1, len) {
-            Ok(()) => Ok(()),
-            Err(Command::Send { frame, .. }) => Err(self.reject(SendError::Closed(frame))),
-            Err(_) => unreachable!("the command enqueued is a Send"),
-        }
-    }
-
-    /// Sends a command carrying `frames` frames of `bytes` bytes, whose room is reserved, to
-    /// the IO thread; gives it back (room released) if the link closed first.
-    fn enqueue(&self, cmd: Command, frames: usize, bytes: usize) -> Result<(), Command> {
-        let inner = &*self.inner;
-        let shared = &*inner.shared;
-        // The IO thread sets `closed`, then waits for `sending` to reach zero before its last
-        // look at the channel: a frame is either seen by it or refused here.
-        shared.sending.fetch_add(1, Ordering::SeqCst);
-        if shared.closed.load(Ordering::SeqCst) {
-            shared.sending.fetch_sub(1, Ordering::SeqCst);
-            self.unreserve(frames, bytes);
-            return Err(cmd);
-        }
-        let sent = inner.route.send(cmd);
-        shared.sending.fetch_sub(1, Ordering::SeqCst);
-        match sent {
-            Ok(()) => {
-                shared.wake_for_command();
-                Ok(())
-            }
-            Err(crossbeam_channel::SendError(cmd)) => {
-                self.unreserve(frames, bytes);
-                Err(cmd)
-            }
-        }
-    }
-
     fn reject(&self, e: SendError) -> SendError {
-        self.inner.shared.rejected.fetch_add(1, Ordering::SeqCst);
+        self.inner.shared.intake.rejected(1);
         e
     }
 
-    /// Admits one frame of `len` bytes if the reserved total stays within (frames, bytes); a
-    /// frame larger than the byte limit is admitted alone.
-    fn try_reserve(&self, len: usize, max_frames: usize, max_bytes: usize) -> bool {
-        let shared = &*self.inner.shared;
-        let frames = shared.queued_frames.fetch_add(1, Ordering::SeqCst);
-        let bytes = shared.queued_bytes.fetch_add(len, Ordering::SeqCst);
-        if frames < max_frames && (bytes + len <= max_bytes || frames == 0) {
-            true
-        } else {
-            self.unreserve(1, len);
-            false
-        }
-    }
-
-    fn unreserve(&self, frames: usize, bytes: usize) {
-        let shared = &*self.inner.shared;
-        shared.queued_frames.fetch_sub(frames, Ordering::SeqCst);
-        shared.queued_bytes.fetch_sub(bytes, Ordering::SeqCst);
-    }
-
-    /// The limits a frame is admitted under: the outbox's, or for `DropOldest` twice them (the
-    /// IO thread trims the outbox to its limits; beyond twice the limits the frames are still
-    /// on their way to it, and a producer that fast waits for the IO thread, never for the
-    /// network, so memory stays bounded).
-    fn limits(&self, force: bool) -> (usize, usize) {
-        let inner = &*self.inner;
-        if force {
-            (
-                inner.max_frames.saturating_mul(2),
-                inner.max_bytes.saturating_mul(2),
-            )
-        } else {
-            (inner.max_frames, inner.max_bytes)
-        }
-    }
-
-    /// Reserves room for one frame of `len` bytes in the outbox.
-    fn reserve(&self, len: usize, wait: Wait) -> bool {
-        match wait {
-            Wait::No => {
-                let (f, b) = self.limits(false);
-                self.try_reserve(len, f, b)
-            }
-            Wait::For(timeout) => {
-                let (f, b) = self.limits(false);
-                self.try_reserve(len, f, b)
-                    || self
-                        .wait_for_room(Some(timeout), || self.try_reserve(len, f, b).then_some(()))
-                        .is_some()
-            }
-            Wait::Force => {
-                let (f, b) = self.limits(true);
-                self.try_reserve(len, f, b)
-                    || self
-                        .wait_for_room(None, || self.try_reserve(len, f, b).then_some(()))
-                        .is_some()
-            }
-        }
-    }
-
-    /// Reserves room for as many frames from the start of `batch` as fit under the limits;
-    /// returns how many. One reservation for all of them when no other sender interferes.
-    fn reserve_prefix(&self, batch: &Batch, max_frames: usize, max_bytes: usize) -> usize {
-        let shared = &*self.inner.shared;
-        let f0 = shared.queued_frames.load(Ordering::SeqCst);
-        let b0 = shared.queued_bytes.load(Ordering::SeqCst);
-        let mut k = 0;
-        while k < batch.len() {
-            let end = batch.prefix_bytes(k + 1);
-            let alone = f0 + k == 0;
-            if f0 + k >= max_frames || (b0 + end > max_bytes && !alone) {
-                break;
-            }
-            k += 1;
-        }
-        if k == 0 {
-            return 0;
-        }
-        let kb = batch.prefix_bytes(k);
-        let frames = shared.queued_frames.fetch_add(k, Ordering::SeqCst);
-        let bytes = shared.queued_bytes.fetch_add(kb, Ordering::SeqCst);
-        if frames + k <= max_frames && (bytes + kb <= max_bytes || (frames == 0 && k == 1)) {
-            return k;
-        }
-        self.unreserve(k, kb);
-        // Another sender got in between: one frame at a time, as `send` does.
-        let mut k = 0;
-        while k < batch.len() {
-            let len = batch.prefix_bytes(k + 1) - batch.prefix_bytes(k);
-            if !self.try_reserve(len, max_frames, max_bytes) {
-                break;
-            }
-            k += 1;
-        }
-        k
-    }
-
-    /// Reserves room for a whole batch under `DropOldest`: admitted at once while the reserved
-    /// total is under twice the limits (or nothing is reserved).
-    fn try_reserve_all(&self, batch: &Batch) -> bool {
-        let shared = &*self.inner.shared;
-        let (max_frames, max_bytes) = self.limits(true);
-        let (n, nb) = (batch.len(), batch.bytes());
-        let frames = shared.queued_frames.fetch_add(n, Ordering::SeqCst);
-        let bytes = shared.queued_bytes.fetch_add(nb, Ordering::SeqCst);
-        if (frames < max_frames && bytes < max_bytes) || frames == 0 {
-            true
-        } else {
-            self.unreserve(n, nb);
-            false
-        }
-    }
-
-    /// Waits until `try_reserve` succeeds, the link closes, or `timeout` (if any) passes.
-    fn wait_for_room<R>(
-        &self,
-        timeout: Option<Duration>,
-        mut try_reserve: impl FnMut() -> Option<R>,
-    ) -> Option<R> {
-        let shared = &*self.inner.shared;
-        let deadline = timeout.map(|t| Instant::now() + t);
-        shared.waiters.fetch_add(1, Ordering::SeqCst);
-        let mut guard = shared.room.lock().unwrap_or_else(|e| e.into_inner());
-        let got = loop {
-            if let Some(r) = try_reserve() {
-                break Some(r);
-            }
-            let now = Instant::now();
-            if deadline.is_some_and(|d| now >= d) || shared.closed.load(Ordering::SeqCst) {
-                break None;
-            }
-            // Without a deadline, wake now and then anyway: a bound on every wait.
-            let wait = deadline.map_or(Duration::from_millis(100), |d| d - now);
-            guard = shared
-                .room_cv
-                .wait_timeout(guard, wait)
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
-        };
-        drop(guard);
-        shared.waiters.fetch_sub(1, Ordering::SeqCst);
-        got
-    }
-
-    /// Waits, without blocking the thread, until `try_reserve` succeeds or the link closes
-    /// (`None`). Woken by the IO thread when room frees and when the link closes.
-    async fn room_async<R>(&self, mut try_reserve: impl FnMut() -> Option<R>) -> Option<R> {
-        if let Some(r) = try_reserve() {
-            return Some(r);
-        }
-        let shared = &*self.inner.shared;
-        let _waiting = Waiting::new(shared);
-        loop {
-            if shared.closed.load(Ordering::SeqCst) {
-                return None;
-            }
-            // Register, then look again: room freed after the look wakes the listener.
-            let listener = shared.room_freed.listen();
-            if let Some(r) = try_reserve() {
-                return Some(r);
-            }
-            if shared.closed.load(Ordering::SeqCst) {
-                return None;
-            }
-            listener.await;
-            if let Some(r) = try_reserve() {
-                return Some(r);
-            }
-        }
-    }
-
-    /// Queues many frames in one call: one admission check and one message to the IO thread
+    /// Queues many frames in one call: one admission check and one hand-over to the IO thread
     /// for all of them, the frames stored back to back (see [`Batch`]). Each frame keeps its
     /// own outcome and counts as one frame in the metrics; order is kept.
     ///
@@ -607,7 +550,7 @@ impl Link {
     /// queued and the rest are refused; with `DropOldest` all are queued and the oldest
     /// frames are abandoned as needed; with `Block(t)` the call waits up to `t` in all for
     /// room for the rest, then refuses what is left. The builder's `frame_ttl` applies to
-    /// every frame.
+    /// every frame. [`send_batch_with`](Link::send_batch_with) is the same call with options.
     ///
     /// # Examples
     /// ```no_run
@@ -632,56 +575,47 @@ impl Link {
     /// ones before them were); [`BatchError::Invalid`] gives back the whole batch, none sent,
     /// when the framing refuses one of its frames.
     pub fn send_batch(&self, batch: Batch) -> Result<(), BatchError> {
-        let batch = self.check_batch(batch)?;
-        if batch.is_empty() {
-            return Ok(());
-        }
-        match self.inner.overflow {
-            Overflow::RejectNew => {
-                let (f, b) = self.limits(false);
-                let k = self.reserve_prefix(&batch, f, b);
-                self.enqueue_prefix(batch, k, 0)
-            }
-            Overflow::DropOldest => {
-                if !self.try_reserve_all(&batch)
-                    && self
-                        .wait_for_room(None, || self.try_reserve_all(&batch).then_some(()))
-                        .is_none()
-                {
-                    return Err(self.refuse_batch(batch, 0));
-                }
-                let k = batch.len();
-                self.enqueue_prefix(batch, k, 0)
-            }
-            Overflow::Block(timeout) => {
-                let deadline = Instant::now() + timeout;
-                let (f, b) = self.limits(false);
-                let mut rest = batch;
-                let mut accepted = 0;
-                loop {
-                    let k = match self.reserve_prefix(&rest, f, b) {
-                        0 => {
-                            // Nothing fits now: wait, the deadline bounding the whole call.
-                            let left = deadline.saturating_duration_since(Instant::now());
-                            match self.wait_for_room(Some(left), || {
-                                Some(self.reserve_prefix(&rest, f, b)).filter(|&k| k > 0)
-                            }) {
-                                Some(k) => k,
-                                None => return Err(self.refuse_batch(rest, accepted)),
-                            }
-                        }
-                        k => k,
-                    };
-                    if k == rest.len() {
-                        return self.enqueue_prefix(rest, k, accepted);
-                    }
-                    let tail = rest.split_off(k);
-                    self.enqueue_prefix(rest, k, accepted)?;
-                    accepted += k;
-                    rest = tail;
-                }
+        self.send_batch_with(batch, SendOptions::new())
+    }
+
+    /// Queues a batch as `options` say (see [`send_with`](Link::send_with)): the wait bounds
+    /// the whole call, the deadline applies to every frame.
+    ///
+    /// # Errors
+    /// As [`send_batch`](Link::send_batch).
+    ///
+    /// # Examples
+    /// ```
+    /// use std::time::Duration;
+    /// use relink::{Batch, Link, SendOptions};
+    ///
+    /// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    /// // Nobody listens on `port`: the frames wait in the outbox until they expire.
+    /// let link = Link::builder(&format!("tcp://127.0.0.1:{port}")).build()?;
+    /// let batch: Batch = ["tick 1", "tick 2"].into_iter().collect();
+    /// link.send_batch_with(batch, SendOptions::new().ttl(Duration::from_millis(20)))?;
+    /// std::thread::sleep(Duration::from_millis(100));
+    /// assert_eq!(link.close(Duration::from_millis(50)).abandoned.expired, 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn send_batch_with(&self, batch: Batch, options: SendOptions) -> Result<(), BatchError> {
+        let plan = self.plan(options);
+        let mut rest = self.check_batch(batch)?;
+        let mut accepted = 0;
+        let mut until = None;
+        while !self.submit_batch(&mut rest, &plan, &mut accepted)? {
+            let until = *until.get_or_insert_with(|| plan.until());
+            let len = rest.get(0).map_or(0, <[u8]>::len);
+            if !self
+                .inner
+                .shared
+                .intake
+                .wait_for_room(len, until, plan.forced)
+            {
+                return Err(self.refuse_batch(rest, accepted));
             }
         }
+        Ok(())
     }
 
     /// Queues every frame of `frames` as one batch; see [`send_batch`](Link::send_batch).
@@ -723,7 +657,7 @@ impl Link {
             .enumerate()
             .find_map(|(i, f)| framing.check(f).err().map(|e| (i, e)))
         {
-            self.reject_frames(batch.len());
+            self.inner.shared.intake.rejected(batch.len());
             return Err(BatchError::Invalid {
                 batch,
                 index,
@@ -736,16 +670,46 @@ impl Link {
         Ok(batch)
     }
 
-    fn reject_frames(&self, n: usize) {
-        self.inner
+    /// The one submission under every `send_batch*` call: queues the longest prefix of `rest`
+    /// that has room now; `Ok(true)` once every frame is queued, `Ok(false)` when the call may
+    /// wait for room for the rest. `accepted` counts the frames queued by the call so far.
+    fn submit_batch(
+        &self,
+        rest: &mut Batch,
+        plan: &Plan,
+        accepted: &mut usize,
+    ) -> Result<bool, BatchError> {
+        if rest.is_empty() {
+            return Ok(true);
+        }
+        let deadline = plan.ttl.map(|t| Instant::now() + t);
+        match self
+            .inner
             .shared
-            .rejected
-            .fetch_add(n as u64, Ordering::SeqCst);
+            .intake
+            .offer_batch(rest, deadline, plan.forced)
+        {
+            Ok((k, tell)) => {
+                self.tell(tell);
+                *accepted += k;
+                if rest.is_empty() {
+                    return Ok(true);
+                }
+            }
+            Err(Refused::Closed(())) => {
+                return Err(self.refuse_batch(std::mem::take(rest), *accepted));
+            }
+            Err(Refused::Full(())) => {}
+        }
+        if plan.wait == Wait::No {
+            return Err(self.refuse_batch(std::mem::take(rest), *accepted));
+        }
+        Ok(false)
     }
 
     /// The error for the frames of a batch that found no room (`accepted` were queued).
     fn refuse_batch(&self, rest: Batch, accepted: usize) -> BatchError {
-        self.reject_frames(rest.len());
+        self.inner.shared.intake.rejected(rest.len());
         if self.inner.shared.closed.load(Ordering::SeqCst) {
             BatchError::Closed { accepted, rest }
         } else {
@@ -753,97 +717,9 @@ impl Link {
         }
     }
 
-    /// Hands the first `k` frames of `batch`, whose room is reserved, to the IO thread; the
-    /// rest are refused. `before` frames of the same call were accepted earlier.
-    fn enqueue_prefix(&self, mut batch: Batch, k: usize, before: usize) -> Result<(), BatchError> {
-        let rest = batch.split_off(k);
-        if k > 0 {
-            let bytes = batch.bytes();
-            let deadline = self.inner.frame_ttl.map(|t| Instant::now() + t);
-            if let Err(cmd) = self.enqueue(Command::SendBatch { batch, deadline }, k, bytes) {
-                let Command::SendBatch { mut batch, .. } = cmd else {
-                    unreachable!("the command enqueued is a SendBatch")
-                };
-                batch.extend(&rest);
-                self.reject_frames(batch.len());
-                return Err(BatchError::Closed {
-                    accepted: before,
-                    rest: batch,
-                });
-            }
-        }
-        if rest.is_empty() {
-            Ok(())
-        } else {
-            Err(self.refuse_batch(rest, before + k))
-        }
-    }
-
-    /// Queues a frame as [`send`](Link::send) does, without blocking the thread: with
-    /// `Overflow::Block` it waits for room until there is some or the link closes, woken by
-    /// the IO thread when frames leave the outbox. The `Block` duration is not applied here:
-    /// bound the wait with your executor's timer (e.g. `tokio::time::timeout`). Works on any
-    /// executor.
-    ///
-    /// If the future is dropped while it waits, the frame is dropped with it, never accepted
-    /// and not counted.
-    ///
-    /// # Errors
-    /// As [`send`](Link::send); `Full` only under `RejectNew`.
-    ///
-    /// # Examples
-    /// ```
-    /// use std::time::Duration;
-    /// use relink::{Link, Overflow};
-    ///
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    /// // Nobody listens on `port`: the outbox fills up and nothing leaves it.
-    /// let link = Link::builder(&format!("tcp://127.0.0.1:{port}"))
-    ///     .outbox_limits(1, 1024)
-    ///     .overflow(Overflow::Block(Duration::from_secs(60)))
-    ///     .build()?;
-    /// link.send_async("first").await?;
-    /// // No room: the task waits (the thread does not); the caller bounds the wait.
-    /// let waited = tokio::time::timeout(Duration::from_millis(50), link.send_async("second"));
-    /// assert!(waited.await.is_err());
-    /// link.close_async(Duration::from_millis(50)).await;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn send_async(&self, frame: impl Into<Vec<u8>>) -> Result<(), SendError> {
-        let frame = frame.into();
-        let inner = &*self.inner;
-        if let Err(e) = inner.framing.check(&frame) {
-            return Err(self.reject(SendError::Invalid(frame, e)));
-        }
-        if inner.shared.closed.load(Ordering::SeqCst) {
-            return Err(self.reject(SendError::Closed(frame)));
-        }
-        let len = frame.len();
-        let reserved = match inner.overflow {
-            Overflow::RejectNew => {
-                let (f, b) = self.limits(false);
-                self.try_reserve(len, f, b)
-            }
-            Overflow::DropOldest | Overflow::Block(_) => {
-                let force = matches!(inner.overflow, Overflow::DropOldest);
-                let (f, b) = self.limits(force);
-                self.room_async(|| self.try_reserve(len, f, b).then_some(()))
-                    .await
-                    .is_some()
-            }
-        };
-        if !reserved {
-            return Err(self.refuse(frame));
-        }
-        self.enqueue_frame(frame, inner.frame_ttl)
-    }
-
     /// Queues a batch as [`send_batch`](Link::send_batch) does, without blocking the thread:
-    /// with `Overflow::Block` it waits for room for the rest until all are accepted or the link
-    /// closes (bound it with your executor's timer; the `Block` duration is not applied).
+    /// with `Overflow::Block(t)` it waits for room for the rest up to `t` in all, as
+    /// `send_batch` does.
     ///
     /// If the future is dropped while it waits, the frames not yet accepted are dropped with
     /// it, uncounted; those accepted stay queued.
@@ -867,45 +743,53 @@ impl Link {
     /// # }
     /// ```
     pub async fn send_batch_async(&self, batch: Batch) -> Result<(), BatchError> {
-        let batch = self.check_batch(batch)?;
-        if batch.is_empty() {
-            return Ok(());
-        }
-        match self.inner.overflow {
-            Overflow::RejectNew => self.send_batch(batch),
-            Overflow::DropOldest => {
-                if self
-                    .room_async(|| self.try_reserve_all(&batch).then_some(()))
-                    .await
-                    .is_none()
-                {
-                    return Err(self.refuse_batch(batch, 0));
-                }
-                let k = batch.len();
-                self.enqueue_prefix(batch, k, 0)
+        self.send_batch_with_async(batch, SendOptions::new()).await
+    }
+
+    /// Queues a batch as [`send_batch_with`](Link::send_batch_with) does, without blocking
+    /// the thread.
+    ///
+    /// # Errors
+    /// As [`send_batch`](Link::send_batch).
+    ///
+    /// # Examples
+    /// ```
+    /// use std::time::Duration;
+    /// use relink::{Batch, Link, Overflow, SendOptions};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    /// // Nobody listens on `port`: room for 2 frames, and nothing leaves the outbox.
+    /// let link = Link::builder(&format!("tcp://127.0.0.1:{port}"))
+    ///     .outbox_limits(2, 1024)
+    ///     .build()?;
+    /// let batch: Batch = ["a", "b", "c"].into_iter().collect();
+    /// let options = SendOptions::new().wait(Duration::from_millis(20));
+    /// let err = link.send_batch_with_async(batch, options).await.unwrap_err();
+    /// assert_eq!(err.accepted(), 2); // the third found no room within 20 ms
+    /// link.close_async(Duration::from_millis(50)).await;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn send_batch_with_async(
+        &self,
+        batch: Batch,
+        options: SendOptions,
+    ) -> Result<(), BatchError> {
+        let plan = self.plan(options);
+        let mut rest = self.check_batch(batch)?;
+        let mut accepted = 0;
+        let mut until = None;
+        while !self.submit_batch(&mut rest, &plan, &mut accepted)? {
+            let until = *until.get_or_insert_with(|| plan.until());
+            let len = rest.get(0).map_or(0, <[u8]>::len);
+            let intake = &self.inner.shared.intake;
+            if !intake.room_async(len, until, plan.forced).await {
+                return Err(self.refuse_batch(rest, accepted));
             }
-            Overflow::Block(_) => {
-                let (f, b) = self.limits(false);
-                let mut rest = batch;
-                let mut accepted = 0;
-                loop {
-                    let k = match self
-                        .room_async(|| Some(self.reserve_prefix(&rest, f, b)).filter(|&k| k > 0))
-                        .await
-                    {
-                        Some(k) => k,
-                        None => return Err(self.refuse_batch(rest, accepted)),
-                    };
-                    if k == rest.len() {
-                        return self.enqueue_prefix(rest, k, accepted);
-                    }
-                    let tail = rest.split_off(k);
-                    self.enqueue_prefix(rest, k, accepted)?;
-                    accepted += k;
-                    rest = tail;
-                }
-            }
         }
+        Ok(())
     }
 
     /// The events of this link: frames, state changes, abandoned frames, errors.
@@ -1070,16 +954,17 @@ impl Link {
 
     /// Adds the frames refused at the call, which only the handles count.
     fn with_rejected(&self, mut m: Metrics) -> Metrics {
-        let rejected = self.inner.shared.rejected.load(Ordering::SeqCst);
+        let rejected = self.inner.shared.intake.rejected_total();
         m.frames_submitted += rejected;
         m.frames_rejected += rejected;
         m
     }
 
     /// Makes the link's IO thread panic, as a bug in relink would: for tests of what the
-    /// handles see when the IO thread stops. Not part of the API.
-    #[doc(hidden)]
-    pub fn __panic_io_thread_for_tests(&self) {
+    /// handles see when the IO thread stops. Only with the `test-hooks` feature, which only
+    /// relink's own tests enable.
+    #[cfg(feature = "test-hooks")]
+    pub fn panic_io_thread_for_tests(&self) {
         if self.inner.route.send(Command::PanicForTests).is_ok() {
             self.inner.shared.wake();
         }
@@ -1102,7 +987,7 @@ impl Link {
     /// link.send("b")?;
     /// let m = link.close(Duration::from_millis(50)); // flushes for 50 ms, then gives up
     /// assert_eq!((m.state, m.abandoned.shutdown), (State::Closed, 2));
-    /// assert_eq!(link.send("c"), Err(SendError::Closed(b"c".to_vec())));
+    /// assert_eq!(link.send("c"), Err(SendError::Closed(b"c"[..].into())));
     /// link.close(Duration::from_millis(50)); // closing again is harmless
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -1145,32 +1030,15 @@ impl Link {
     }
 }
 
-/// Counts an async sender among the waiters for room while it waits (dropped with its
-/// future if that is cancelled).
-struct Waiting<'a>(&'a Shared);
-
-impl<'a> Waiting<'a> {
-    fn new(shared: &'a Shared) -> Waiting<'a> {
-        shared.waiters.fetch_add(1, Ordering::SeqCst);
-        Waiting(shared)
-    }
-}
-
-impl Drop for Waiting<'_> {
-    fn drop(&mut self) {
-        self.0.waiters.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
 impl Inner {
     /// Refuses new frames and asks the IO thread to close by `now + timeout`; never waits.
     fn start_close(&self, timeout: Duration) {
         self.shared.closed.store(true, Ordering::SeqCst);
+        self.shared.intake.shut();
         let deadline = Instant::now() + timeout;
         if self.route.send(Command::Close { deadline }).is_ok() {
             self.shared.wake();
         }
-        self.shared.wake_room_waiters();
     }
 }
 
@@ -1523,6 +1391,7 @@ fn assert_send_sync() {
     fn future_is_send<F: Future + Send>(_: F) {}
     fn link_futures_are_send(link: &Link) {
         future_is_send(link.send_async(Vec::new()));
+        future_is_send(link.send_with_async(Vec::new(), SendOptions::new()));
         future_is_send(link.send_batch_async(Batch::new()));
         future_is_send(link.close_async(Duration::ZERO));
     }

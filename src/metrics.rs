@@ -10,12 +10,12 @@ use crate::event::State;
 /// # Examples
 /// ```
 /// use std::time::Duration;
-/// use relink::{AbandonReason, Event, Link};
+/// use relink::{AbandonReason, Event, Link, SendOptions};
 ///
 /// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
 /// // Nobody listens on `port`: nothing is sent.
 /// let link = Link::builder(&format!("tcp://127.0.0.1:{port}")).build()?;
-/// link.send_with_ttl("late", Duration::from_millis(10))?;
+/// link.send_with("late", SendOptions::new().ttl(Duration::from_millis(10)))?;
 /// link.send("queued")?;
 /// while !matches!(
 ///     link.events().recv_timeout(Duration::from_secs(5))?,

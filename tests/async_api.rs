@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use relink::bytes::Bytes;
 use relink::framing::Lines;
-use relink::{Event, Link, Overflow, SendError, State};
+use relink::{Event, Link, Overflow, SendError, SendOptions, State};
 use util::*;
 
 /// Bound on every wait for something that should happen within a few milliseconds.
@@ -144,8 +144,10 @@ fn send_async_with_block_waits_for_room_and_resumes_when_frames_leave() {
         .overflow(Overflow::Block(Duration::from_secs(60)))
         .build()
         .expect("build");
-    link.send_with_ttl(b"a".to_vec(), ms(300)).expect("a");
-    link.send_with_ttl(b"b".to_vec(), ms(300)).expect("b");
+    link.send_with(b"a".to_vec(), SendOptions::new().ttl(ms(300)))
+        .expect("a");
+    link.send_with(b"b".to_vec(), SendOptions::new().ttl(ms(300)))
+        .expect("b");
     let mut exec = TestExec::new();
     let started = Instant::now();
     let mut send = Box::pin(link.send_async(b"c".to_vec()));
@@ -192,7 +194,7 @@ fn a_waiting_send_async_is_refused_when_the_link_closes() {
         thread::spawn(move || link.close(ms(50)))
     };
     let result = exec.block_on(send, BOUND).expect("woken by the close");
-    assert_eq!(result, Err(SendError::Closed(b"b".to_vec())));
+    assert_eq!(result, Err(SendError::Closed(b"b"[..].into())));
     let m = closer.join().expect("closer");
     assert_eq!(m.frames_rejected, 1);
     assert_accounted(&m, "refused at close");

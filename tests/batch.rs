@@ -7,7 +7,7 @@ mod util;
 use std::time::{Duration, Instant};
 
 use relink::framing::{EncodeError, LengthDelimited, Lines};
-use relink::{AbandonReason, Batch, BatchError, Event, Link, Overflow, State};
+use relink::{AbandonReason, Batch, BatchError, Event, Link, Overflow, SendOptions, State};
 use util::*;
 
 /// Bound on every wait for something that should happen within a few milliseconds.
@@ -219,8 +219,10 @@ fn under_block_a_batch_larger_than_the_outbox_goes_in_as_room_frees() {
 fn send_batch_async_waits_for_room_without_blocking() {
     let link = queued_link((2, 1 << 20), Overflow::Block(BOUND));
     let mut exec = TestExec::new();
-    link.send_with_ttl(seq_payload(0), ms(200)).expect("0");
-    link.send_with_ttl(seq_payload(1), ms(200)).expect("1");
+    link.send_with(seq_payload(0), SendOptions::new().ttl(ms(200)))
+        .expect("0");
+    link.send_with(seq_payload(1), SendOptions::new().ttl(ms(200)))
+        .expect("1");
     let mut send = Box::pin(link.send_batch_async(numbered(2..4)));
     assert!(exec.poll(&mut send).is_pending(), "no room");
     let result = exec

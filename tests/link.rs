@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use relink::framing::{DecodeError, EncodeError, LengthDelimited, Lines, Raw};
 use relink::{
     AbandonReason, Builder, Cause, ConfigError, Event, Events, Heartbeat, Jitter, Link, LinkError,
-    Overflow, Ping, Predicate, ProofOfLife, SendError, State, Transition,
+    Overflow, Ping, Predicate, ProofOfLife, SendError, SendOptions, State, Transition,
 };
 use util::{
     assert_accounted, decode_length_prefixed, decode_lines, duplicates, encode_length_prefixed,
@@ -691,11 +691,11 @@ fn close_while_connecting_returns_promptly_gives_queued_frames_back_and_refuses_
     assert_chained(&seen.since(0));
 
     match link.send(b"late".to_vec()) {
-        Err(SendError::Closed(f)) => assert_eq!(f, b"late"),
+        Err(SendError::Closed(f)) => assert_eq!(f, &b"late"[..]),
         other => panic!("send after close: {other:?}"),
     }
     match link.try_send(b"later".to_vec()) {
-        Err(SendError::Closed(f)) => assert_eq!(f, b"later"),
+        Err(SendError::Closed(f)) => assert_eq!(f, &b"later"[..]),
         other => panic!("try_send after close: {other:?}"),
     }
     let again = close_again(&link);
@@ -738,7 +738,7 @@ fn close_while_connected_flushes_the_outbox_closes_the_connection_and_refuses_la
     );
 
     match link.send(b"late".to_vec()) {
-        Err(SendError::Closed(f)) => assert_eq!(f, b"late"),
+        Err(SendError::Closed(f)) => assert_eq!(f, &b"late"[..]),
         other => panic!("send after close: {other:?}"),
     }
     let again = close_again(&link);
@@ -904,7 +904,7 @@ fn send_refuses_a_frame_the_codec_cannot_encode_and_gives_it_back() {
     for r in [
         lines.try_send(bad.clone()),
         lines.send_timeout(bad.clone(), T),
-        lines.send_with_ttl(bad.clone(), T),
+        lines.send_with(bad.clone(), SendOptions::new().ttl(T)),
     ] {
         assert!(
             matches!(&r, Err(SendError::Invalid(f, EncodeError::ContainsNewline)) if *f == bad),

@@ -12,7 +12,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use relink::framing::LengthDelimited;
-use relink::{AbandonReason, Event, Events, Link, Overflow, ProofOfLife, SendError};
+use relink::{AbandonReason, Event, Events, Link, Overflow, ProofOfLife, SendError, SendOptions};
 use util::*;
 
 /// Bound on every wait for something that should happen within a few milliseconds.
@@ -310,7 +310,7 @@ fn reject_new_gives_the_fourth_frame_back_when_the_outbox_holds_three() {
     }
     assert_eq!(
         link.send(b"four".to_vec()),
-        Err(SendError::Full(b"four".to_vec()))
+        Err(SendError::Full(b"four"[..].into()))
     );
     let m = link.metrics();
     assert_eq!(
@@ -328,7 +328,7 @@ fn reject_new_gives_a_frame_back_when_it_would_pass_the_byte_limit() {
     link.send(b"bbbb".to_vec()).expect("8 of 10 bytes");
     assert_eq!(
         link.send(b"ccc".to_vec()),
-        Err(SendError::Full(b"ccc".to_vec())),
+        Err(SendError::Full(b"ccc"[..].into())),
         "11 bytes are over the limit"
     );
     link.send(b"dd".to_vec()).expect("exactly 10 bytes fit");
@@ -371,7 +371,7 @@ fn block_waits_its_timeout_then_gives_the_frame_back() {
     let t0 = Instant::now();
     let result = link.send("f4");
     let waited = t0.elapsed();
-    assert_eq!(result, Err(SendError::Full(b"f4".to_vec())));
+    assert_eq!(result, Err(SendError::Full(b"f4"[..].into())));
     assert!(
         waited >= ms(190) && waited < Duration::from_secs(3),
         "waited {waited:?} for a 200 ms block"
@@ -386,7 +386,8 @@ fn block_waits_its_timeout_then_gives_the_frame_back() {
 fn block_returns_as_soon_as_an_expiring_frame_makes_room() {
     let link = offline_link((3, 1 << 20), Overflow::Block(Duration::from_secs(5)));
     let t0 = Instant::now();
-    link.send_with_ttl("f1", ms(300)).expect("room");
+    link.send_with("f1", SendOptions::new().ttl(ms(300)))
+        .expect("room");
     link.send("f2").expect("room");
     link.send("f3").expect("room");
     link.send("f4")
@@ -455,7 +456,8 @@ fn block_returns_once_the_peer_comes_up_and_the_outbox_drains() {
 fn a_frame_whose_ttl_passes_while_offline_comes_back_as_expired() {
     let link = offline_link((100, 1 << 20), Overflow::RejectNew);
     let t0 = Instant::now();
-    link.send_with_ttl("short-lived", ms(100)).expect("queued");
+    link.send_with("short-lived", SendOptions::new().ttl(ms(100)))
+        .expect("queued");
     assert_eq!(
         next_abandoned(link.events(), BOUND),
         Some((b"short-lived".to_vec(), AbandonReason::Expired))
@@ -597,7 +599,10 @@ fn close_during_an_outage_gives_back_every_queued_frame_as_shutdown() {
     assert_eq!(m.abandoned.shutdown, N);
     assert_eq!((m.frames_sent, m.outbox_frames), (0, 0));
     assert_eq!(m.unaccounted(), 0);
-    assert_eq!(link.send("late"), Err(SendError::Closed(b"late".to_vec())));
+    assert_eq!(
+        link.send("late"),
+        Err(SendError::Closed(b"late"[..].into()))
+    );
 }
 
 // ---------------------------------------------------------------------------------------
@@ -670,7 +675,7 @@ fn run_freshness(immediate: bool, handshake: bool) -> Freshness {
 
     let mut seq = 0u64;
     let mut refused = 0u64;
-    let mut held: Option<Vec<u8>> = None;
+    let mut held: Option<bytes::Bytes> = None;
     let deadline = Instant::now() + Duration::from_secs(20);
     while peer.closed().iter().filter(|c| **c).count() < CLOSED_CONNECTIONS {
         assert!(
@@ -679,7 +684,7 @@ fn run_freshness(immediate: bool, handshake: bool) -> Freshness {
             peer.closed().iter().filter(|c| **c).count()
         );
         for _ in 0..20 {
-            let frame = held.take().unwrap_or_else(|| numbered_frame(seq));
+            let frame = held.take().unwrap_or_else(|| numbered_frame(seq).into());
             match link.send(frame) {
                 Ok(()) => seq += 1,
                 Err(SendError::Full(f)) => {

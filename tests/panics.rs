@@ -437,10 +437,10 @@ fn when_the_io_thread_stops_every_blocked_caller_returns_and_everything_says_clo
     assert!(!blocked_send.is_finished(), "the send waits for room");
 
     let at = Instant::now();
-    link.__panic_io_thread_for_tests();
+    link.panic_io_thread_for_tests();
 
     let sent = join_within(blocked_send, at, PROMPT);
-    assert!(matches!(sent, Err(SendError::Closed(f)) if f == b"blocked"));
+    assert!(matches!(sent, Err(SendError::Closed(f)) if f == b"blocked"[..]));
     let (events, end) = join_within(reader, at, PROMPT);
     assert_eq!(end, relink::RecvTimeoutError::Disconnected, "{events:?}");
     assert!(

@@ -19,12 +19,16 @@ use std::time::{Duration, Instant};
 
 use relink::{Event, Link, State};
 
-/// The flag `cargo bench` passes to every bench binary: accepted and ignored.
+/// The flags every bench binary takes: `--bench`, which `cargo bench` passes (accepted and
+/// ignored), and `--smoke` (see [`smoke`]).
 #[derive(clap::Args, Debug)]
 pub struct CargoBench {
     /// Passed by `cargo bench`; ignored.
     #[arg(long = "bench", hide = true)]
     pub bench: bool,
+    /// Run in seconds with small counts, to show that the program runs to its end.
+    #[arg(long)]
+    pub smoke: bool,
 }
 
 /// The value of `--name value` or `--name=value` among the arguments; every other argument
@@ -56,10 +60,19 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-/// Takes the link's events until it is in `state`; panics, saying where it is instead, if it
-/// is not there by `deadline`.
+/// Whether the program runs in its smoke mode: `--smoke` among the arguments, or
+/// `RELINK_BENCH_SMOKE=1` in the environment. A smoke run takes seconds and small counts: it
+/// shows that the program runs to its end (CI runs every bench so), not how fast anything is.
+pub fn smoke() -> bool {
+    flag("smoke") || std::env::var("RELINK_BENCH_SMOKE").is_ok_and(|v| v == "1")
+}
+
+/// Takes the link's events up to and including its transition into `state`, so that the
+/// start-up transitions before it are not left for the caller to read; panics, saying where
+/// the link is instead, if that transition has not come by `deadline`. For a link that has
+/// not yet been in `state` since the caller last took its events.
 pub fn wait_state(link: &Link, state: State, deadline: Instant) {
-    while link.state() != state {
+    loop {
         match link.events().recv_deadline(deadline) {
             Ok(Event::State(t)) if t.to == state => return,
             Ok(_) => {}

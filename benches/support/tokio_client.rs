@@ -16,7 +16,8 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc;
 use tokio_util::codec::{FramedRead, FramedWrite, LengthDelimitedCodec};
 
-/// Frames queued in the handle's channel before `send` waits.
+/// Frames queued in the handle's channel before `send` waits, for a client that makes round
+/// trips (one frame in flight); a throughput run passes a larger channel to `with_channel`.
 const CHANNEL: usize = 1024;
 /// Frames fed into the codec between two flushes at most.
 const FEED_MAX: usize = 1024;
@@ -29,9 +30,16 @@ pub struct TokioClient {
 }
 
 impl TokioClient {
-    /// Connects to `addr` (through stubborn-io if `stubborn`) on a runtime thread of its own.
+    /// Connects to `addr` (through stubborn-io if `stubborn`) on a runtime thread of its own,
+    /// with a channel of 1 024 frames.
     pub fn connect(addr: SocketAddr, stubborn: bool) -> TokioClient {
-        let (tx, rx) = mpsc::channel::<Bytes>(CHANNEL);
+        TokioClient::with_channel(addr, stubborn, CHANNEL)
+    }
+
+    /// As [`connect`](TokioClient::connect), with room for `channel` frames in the handle's
+    /// channel before `send` waits.
+    pub fn with_channel(addr: SocketAddr, stubborn: bool, channel: usize) -> TokioClient {
+        let (tx, rx) = mpsc::channel::<Bytes>(channel);
         let (reply_tx, replies) = mpsc::channel::<BytesMut>(CHANNEL);
         let (ready_tx, ready) = std::sync::mpsc::channel();
         let thread = thread::Builder::new()

@@ -88,7 +88,7 @@ pub(crate) enum Input {
     ReconnectNow,
     /// A frame accepted by the handle.
     Submit {
-        frame: Vec<u8>,
+        frame: bytes::Bytes,
         deadline: Option<Instant>,
     },
     /// Frames accepted by the handle in one call, in order, sharing one deadline.
@@ -1158,7 +1158,9 @@ impl Machine {
         self.actions.push_back(Action::Stop);
     }
 
-    fn submit(&mut self, now: Instant, frame: Vec<u8>, deadline: Option<Instant>) {
+    fn submit(&mut self, now: Instant, frame: bytes::Bytes, deadline: Option<Instant>) {
+        // The outbox holds `Vec`s: the buffer moves over when this handle is its only owner.
+        let frame = Vec::from(frame);
         self.c.submitted += 1;
         if self.state == State::Closed {
             self.abandon_all(vec![frame], AbandonReason::Shutdown);

@@ -31,7 +31,7 @@ use crossbeam_channel::{Receiver, Sender};
 use super::context::Context;
 use super::ffi::{self, Epoll, Ready};
 use super::resolver::{self, Resolver};
-use super::shared::{Command, Lookup, Msg, Route, Shared, Wake};
+use super::shared::{Command, Lookup, Shared, Wake};
 use super::socket::{apply_options, ms, send_batch, SocketOptions};
 use crate::core::fmt_addr;
 use crate::core::guard::panic_message;
@@ -60,8 +60,6 @@ const WRITE_BUDGET: usize = 16;
 const COMMAND_BUDGET: usize = 1024;
 /// Readiness reports taken per wait.
 const REPORTS: usize = 256;
-/// How long a stopping link waits for handles still inside `send` before it closes anyway.
-const SENDERS_BOUND: Duration = Duration::from_secs(1);
 
 const EVENT_CONNECTED: u16 = 0x0001;
 const EVENT_CONNECT_RETRIED: u16 = 0x0004;
@@ -69,6 +67,34 @@ const EVENT_DISCONNECTED: u16 = 0x0200;
 
 /// The token of the thread's eventfd; a link's sockets use `id * 2` and `id * 2 + 1`.
 const WAKE_TOKEN: u64 = u64::MAX;
+
+/// What an IO thread's channel carries: a new link, or a command for one of its links.
+#[derive(Debug)]
+pub(crate) enum Msg {
+    /// A link built on the caller's thread, moved to the IO thread that serves it.
+    Register(Box<Slot>),
+    /// A command for the link with this id.
+    Link(u64, Command),
+}
+
+/// The way to one link on its IO thread: the thread's channel and the link's id.
+#[derive(Debug, Clone)]
+pub(crate) struct Route {
+    pub id: u64,
+    pub tx: Sender<Msg>,
+}
+
+impl Route {
+    /// Queues a command for the link (the caller wakes the thread).
+    pub(crate) fn send(&self, cmd: Command) -> Result<(), crossbeam_channel::SendError<Command>> {
+        self.tx
+            .send(Msg::Link(self.id, cmd))
+            .map_err(|crossbeam_channel::SendError(m)| match m {
+                Msg::Link(_, cmd) => crossbeam_channel::SendError(cmd),
+                Msg::Register(_) => unreachable!("a command was sent"),
+            })
+    }
+}
 
 /// One link as its IO thread holds it: its machine, its sockets, its undelivered events.
 /// Built on the caller's thread (so that errors reach `build()`), then moved to the thread.
@@ -492,20 +518,12 @@ impl Worker {
         self.epoll.delete(slot.monitor_fd);
         self.wake.links.fetch_sub(1, Ordering::SeqCst);
         slot.shared.closed.store(true, Ordering::SeqCst);
-        let until = now + SENDERS_BOUND;
-        while slot.shared.sending.load(Ordering::SeqCst) > 0 && Instant::now() < until {
-            std::thread::yield_now();
-        }
-        let mut late = Vec::new();
+        let late = slot.shared.intake.close().into_frames();
         for _ in 0..self.commands.len() {
             match self.commands.try_recv() {
                 // A metrics request is answered by the final snapshot once its reply
                 // channel is dropped here.
-                Ok(Msg::Link(i, cmd)) if i == id => match cmd {
-                    Command::Send { frame, .. } => late.push(frame),
-                    Command::SendBatch { batch, .. } => late.extend(batch.into_frames()),
-                    _ => {}
-                },
+                Ok(Msg::Link(i, _)) if i == id => {}
                 Ok(msg) => self.dispatch(now, msg),
                 Err(_) => break,
             }
@@ -578,19 +596,13 @@ impl Worker {
     /// Closes a stopped link: refuses new frames, takes what its handles queued before, hands
     /// over its final snapshot and leftover events, closes its sockets and frees its slot.
     fn finish(&mut self, now: Instant, id: u64) {
-        let Some(slot) = self.slots.get(&id) else {
+        let Some(slot) = self.slots.get_mut(&id) else {
             return;
         };
-        let stopped_at = slot.stopped.unwrap_or(now);
-        // Refuse new frames, then wait (a pass at a time, never blocking the thread) for the
-        // senders already past the check.
+        // Refuse new frames and take the last ones queued: the machine, closed, gives them
+        // back as abandoned.
         slot.shared.closed.store(true, Ordering::SeqCst);
-        if slot.shared.sending.load(Ordering::SeqCst) > 0
-            && now.saturating_duration_since(stopped_at) < SENDERS_BOUND
-        {
-            self.enqueue(id);
-            return;
-        }
+        slot.take_intake(now, true);
         // Every command of this link is in the channel now: take all that is there (other
         // links' commands are dispatched as usual).
         for _ in 0..self.commands.len() {
@@ -775,8 +787,10 @@ impl Slot {
 
     fn command(&mut self, now: Instant, cmd: Command) {
         let input = match cmd {
-            Command::Send { frame, deadline } => Input::Submit { frame, deadline },
-            Command::SendBatch { batch, deadline } => Input::SubmitBatch { batch, deadline },
+            Command::Take => {
+                self.take_intake(now, false);
+                return;
+            }
             Command::Close { deadline } => Input::Close { deadline },
             Command::ReconnectNow => Input::ReconnectNow,
             Command::Resolved {
@@ -791,9 +805,19 @@ impl Slot {
                 let _ = reply.send(self.snapshot(now));
                 return;
             }
+            #[cfg(feature = "test-hooks")]
             Command::PanicForTests => panic!("IO thread panic requested by a test"),
         };
         self.machine.handle_input(now, input);
+    }
+
+    /// Hands the frames waiting in the intake to the machine; with `last`, the intake is
+    /// closed first, so that these are the last.
+    fn take_intake(&mut self, now: Instant, last: bool) {
+        let intake = &self.shared.intake;
+        let taken = if last { intake.close() } else { intake.take() };
+        let machine = &mut self.machine;
+        taken.into_inputs(|input| machine.handle_input(now, input));
     }
 
     fn snapshot(&self, now: Instant) -> Metrics {
@@ -837,14 +861,13 @@ impl Slot {
 
     /// Hands a name to the resolver pool; the answer comes back as a command.
     fn resolve(&self, host: String, port: u16, lookup: Lookup) {
-        resolver::resolve(
-            self.resolver.clone(),
-            host,
-            port,
-            lookup,
-            self.route.clone(),
-            self.shared.clone(),
-        );
+        let (route, shared) = (self.route.clone(), self.shared.clone());
+        let reply = move |result| {
+            if route.send(Command::Resolved { lookup, result }).is_ok() {
+                shared.wake();
+            }
+        };
+        resolver::resolve(self.resolver.clone(), host, port, Box::new(reply));
     }
 
     fn connect(&mut self, now: Instant, generation: u64, addr: SocketAddr) {
@@ -1023,7 +1046,7 @@ impl Slot {
         let df = (frames - self.released.0) as usize;
         let db = (bytes - self.released.1) as usize;
         self.released = (frames, bytes);
-        self.shared.release(df, db);
+        self.shared.intake.release(df, db);
         // Once per pass, after the sends: a receiver registers, then looks at the channel,
         // so it cannot miss them.
         if self.delivered.replace(false) {
@@ -1062,7 +1085,7 @@ impl Slot {
             );
         }
         // Wake any sender waiting for room: the link is closed.
-        self.shared.wake_room_waiters();
+        self.shared.intake.wake_waiters();
     }
 
     /// The loop panicked (a bug in relink, not application code: that is guarded where it is
@@ -1121,14 +1144,28 @@ impl Drop for StopGuard {
         let shared = &*self.0;
         shared.closed.store(true, Ordering::SeqCst);
         shared.state.store(State::Closed as u8, Ordering::Release);
+        // Frames still in the intake (the loop stopped outside this link) are given back.
+        let late = shared.intake.close().into_frames();
         {
             let mut m = shared
                 .final_metrics
                 .lock()
                 .unwrap_or_else(|e| e.into_inner());
-            m.get_or_insert_with(|| Metrics::empty(State::Closed)).state = State::Closed;
+            let m = m.get_or_insert_with(|| Metrics::empty(State::Closed));
+            m.state = State::Closed;
+            m.frames_submitted += late.len() as u64;
+            m.abandoned.shutdown += late.len() as u64;
         }
-        shared.wake_room_waiters();
+        if !late.is_empty() {
+            shared
+                .leftover
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .extend(late.into_iter().map(|frame| Event::Abandoned {
+                    frame: frame.into(),
+                    reason: crate::event::AbandonReason::Shutdown,
+                }));
+        }
         // The events channel is closed (the slot's sender went first) and the final snapshot
         // is kept: async closers and receivers can finish.
         shared.finish();

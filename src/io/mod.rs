@@ -5,6 +5,9 @@
 //!   inputs, carry out the core's actions.
 //! - [`pool`]: the IO threads links share.
 //! - [`shared`]: the commands handles send and the state they share with the IO thread.
+//! - [`intake`]: where a link's frames wait for its IO thread, and their admission.
+//! - [`timer`]: the deadline of async waits, on any executor.
+//! - [`padded`]: a value on a cache line of its own.
 //! - [`resolver`]: the resolver thread pool (names never block an IO thread).
 //! - [`socket`]: the STREAM socket's options and the send of one batch.
 //! - [`context`]: the libzmq context that links share.
@@ -14,10 +17,13 @@ mod context;
 pub(crate) mod event_loop;
 #[allow(unsafe_code)]
 mod ffi;
+pub(crate) mod intake;
+mod padded;
 pub(crate) mod pool;
 mod resolver;
 pub(crate) mod shared;
 mod socket;
+mod timer;
 
 pub use context::{Context, MAX_SOCKETS};
 pub use pool::IoPool;

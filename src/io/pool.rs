@@ -6,8 +6,9 @@ use std::sync::{Arc, OnceLock};
 
 use crossbeam_channel::Sender;
 
+use super::event_loop::Msg;
 use super::event_loop::Worker;
-use super::shared::{Msg, Wake};
+use super::shared::Wake;
 use crate::error::ConfigError;
 
 /// A set of IO threads that links share: each link runs on one of them (the one serving the

@@ -11,7 +11,6 @@ use std::sync::{Arc, OnceLock};
 
 use crossbeam_channel::{Receiver, Sender};
 
-use super::shared::{Command, Lookup, Route, Shared};
 use crate::core::guard::guarded;
 use crate::core::machine::Unresolved;
 use crate::error::Callback;
@@ -81,13 +80,14 @@ impl fmt::Debug for Resolver {
     }
 }
 
+/// Where an answer goes (the asking link's IO thread).
+pub(super) type Reply = Box<dyn FnOnce(Result<Vec<SocketAddr>, Unresolved>) + Send>;
+
 struct Job {
     custom: Option<Resolver>,
     host: String,
     port: u16,
-    lookup: Lookup,
-    reply: Route,
-    shared: Arc<Shared>,
+    reply: Reply,
 }
 
 fn pool() -> &'static Sender<Job> {
@@ -109,13 +109,7 @@ fn pool() -> &'static Sender<Job> {
                             }
                             None => lookup(&job.host, job.port).map_err(Unresolved::Failed),
                         };
-                        let cmd = Command::Resolved {
-                            lookup: job.lookup,
-                            result,
-                        };
-                        if job.reply.send(cmd).is_ok() {
-                            job.shared.wake();
-                        }
+                        (job.reply)(result);
                     }
                 })
                 .expect("spawn resolver thread");
@@ -124,22 +118,13 @@ fn pool() -> &'static Sender<Job> {
     })
 }
 
-/// Asks the pool to resolve `host`; the answer arrives as `Command::Resolved`.
-pub(super) fn resolve(
-    custom: Option<Resolver>,
-    host: String,
-    port: u16,
-    lookup: Lookup,
-    reply: Route,
-    shared: Arc<Shared>,
-) {
+/// Asks the pool to resolve `host`; `reply` gets the answer, on a resolver thread.
+pub(super) fn resolve(custom: Option<Resolver>, host: String, port: u16, reply: Reply) {
     let job = Job {
         custom,
         host,
         port,
-        lookup,
         reply,
-        shared,
     };
     // The pool lives as long as the process; a send cannot fail.
     let _ = pool().send(job);

@@ -1,35 +1,29 @@
 //! What the handles and the IO threads share: the commands sent to a link's IO thread, the
-//! thread's wake-up, the state both sides of one link read (atomics, the room condition, the
-//! final snapshot, undelivered events), and the notifications that wake async tasks: events
-//! arrived, room freed, the IO thread finished with the link.
+//! thread's wake-up, the state both sides of one link read (atomics, the intake, the final
+//! snapshot, undelivered events), and the notifications that wake async tasks: events
+//! arrived, the IO thread finished with the link.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::atomic::{fence, AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use crossbeam_channel::Sender;
 use event_listener::Event as Notify;
 
-use super::event_loop::Slot;
 use super::ffi::EventFd;
-use crate::batch::Batch;
+use super::intake::Intake;
+use super::padded::Padded;
 use crate::core::machine::Unresolved;
 use crate::event::{Event, State};
 use crate::metrics::Metrics;
 
-/// What handles and resolver threads send to the IO thread.
+/// What handles and resolver threads send to the IO thread about one link.
 #[derive(Debug)]
 pub(crate) enum Command {
-    Send {
-        frame: Vec<u8>,
-        deadline: Option<Instant>,
-    },
-    SendBatch {
-        batch: Batch,
-        deadline: Option<Instant>,
-    },
+    /// Frames wait in the link's intake (sent by the frame that found it empty).
+    Take,
     Close {
         deadline: Instant,
     },
@@ -40,35 +34,8 @@ pub(crate) enum Command {
         result: Result<Vec<SocketAddr>, Unresolved>,
     },
     /// Makes the IO thread panic, so that tests can check what the handles see when it stops.
+    #[cfg(feature = "test-hooks")]
     PanicForTests,
-}
-
-/// What an IO thread's channel carries: a new link, or a command for one of its links.
-#[derive(Debug)]
-pub(crate) enum Msg {
-    /// A link built on the caller's thread, moved to the IO thread that serves it.
-    Register(Box<Slot>),
-    /// A command for the link with this id.
-    Link(u64, Command),
-}
-
-/// The way to one link on its IO thread: the thread's channel and the link's id.
-#[derive(Debug, Clone)]
-pub(crate) struct Route {
-    pub id: u64,
-    pub tx: Sender<Msg>,
-}
-
-impl Route {
-    /// Queues a command for the link (the caller wakes the thread).
-    pub(crate) fn send(&self, cmd: Command) -> Result<(), crossbeam_channel::SendError<Command>> {
-        self.tx
-            .send(Msg::Link(self.id, cmd))
-            .map_err(|crossbeam_channel::SendError(m)| match m {
-                Msg::Link(_, cmd) => crossbeam_channel::SendError(cmd),
-                Msg::Register(_) => unreachable!("a command was sent"),
-            })
-    }
 }
 
 /// An IO thread's wake-up: one eventfd per thread, whatever the number of its links.
@@ -135,19 +102,6 @@ pub(crate) enum Lookup {
     Refresh(usize),
 }
 
-/// A value on a cache line of its own, so that producers and the IO thread do not slow each
-/// other down by writing neighbouring fields.
-#[derive(Debug, Default)]
-#[repr(align(128))]
-pub(crate) struct Padded<T>(pub T);
-
-impl<T> std::ops::Deref for Padded<T> {
-    type Target = T;
-    fn deref(&self) -> &T {
-        &self.0
-    }
-}
-
 /// State shared between one link's handles, its event receivers and its IO thread.
 #[derive(Debug)]
 pub(crate) struct Shared {
@@ -158,17 +112,8 @@ pub(crate) struct Shared {
     pub state: AtomicU8,
     /// No new frames are accepted. Set by `close` and by the IO thread when it stops.
     pub closed: AtomicBool,
-    /// Handles inside the accept-and-enqueue section (see `Link::submit`).
-    pub sending: Padded<AtomicUsize>,
-    /// Frames and bytes accepted and not yet sent or abandoned (admission control).
-    pub queued_frames: Padded<AtomicUsize>,
-    pub queued_bytes: Padded<AtomicUsize>,
-    pub room: Mutex<()>,
-    pub room_cv: Condvar,
-    /// Senders waiting for room, blocked or async.
-    pub waiters: AtomicUsize,
-    /// Wakes async senders waiting for room (the condition variable wakes blocked ones).
-    pub room_freed: Notify,
+    /// Where frames wait for the IO thread, and their admission.
+    pub intake: Intake,
     /// Wakes async receivers: the IO thread delivered events, or stopped.
     pub arrived: Notify,
     /// The IO thread has finished (its final snapshot is kept); `done` wakes async closers.
@@ -176,8 +121,6 @@ pub(crate) struct Shared {
     pub done: Notify,
     /// The IO thread stopped reading because the application is not taking events.
     pub reader_waiting: AtomicBool,
-    /// Frames refused at the call.
-    pub rejected: AtomicU64,
     /// The last snapshot, kept when the IO thread stops.
     pub final_metrics: Mutex<Option<Metrics>>,
     /// Events the IO thread could not deliver before it stopped; receivers take them after
@@ -186,24 +129,17 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    pub(crate) fn new(thread: Arc<Wake>) -> Shared {
+    pub(crate) fn new(thread: Arc<Wake>, intake: Intake) -> Shared {
         Shared {
             thread,
             events_queued: Padded(AtomicUsize::new(0)),
             state: AtomicU8::new(State::Idle as u8),
             closed: AtomicBool::new(false),
-            sending: Padded(AtomicUsize::new(0)),
-            queued_frames: Padded(AtomicUsize::new(0)),
-            queued_bytes: Padded(AtomicUsize::new(0)),
-            room: Mutex::new(()),
-            room_cv: Condvar::new(),
-            waiters: AtomicUsize::new(0),
-            room_freed: Notify::new(),
+            intake,
             arrived: Notify::new(),
             finished: AtomicBool::new(false),
             done: Notify::new(),
             reader_waiting: AtomicBool::new(false),
-            rejected: AtomicU64::new(0),
             final_metrics: Mutex::new(None),
             leftover: Mutex::new(VecDeque::new()),
         }
@@ -218,28 +154,6 @@ impl Shared {
     /// [`Wake::wake_for_command`]).
     pub(crate) fn wake_for_command(&self) {
         self.thread.wake_for_command()
-    }
-
-    /// Frames and bytes left the outbox: room for senders, who are woken if they wait.
-    pub(super) fn release(&self, frames: usize, bytes: usize) {
-        if frames == 0 && bytes == 0 {
-            return;
-        }
-        self.queued_frames.fetch_sub(frames, Ordering::SeqCst);
-        self.queued_bytes.fetch_sub(bytes, Ordering::SeqCst);
-        if self.waiters.load(Ordering::SeqCst) > 0 {
-            self.wake_room_waiters();
-        }
-    }
-
-    /// Wakes every sender waiting for room, blocked or async: room was freed, or the link
-    /// closed.
-    pub(crate) fn wake_room_waiters(&self) {
-        {
-            let _g = self.room.lock().unwrap_or_else(|e| e.into_inner());
-            self.room_cv.notify_all();
-        }
-        self.room_freed.notify(usize::MAX);
     }
 
     /// The IO thread has stopped for good: wakes async closers and receivers.

@@ -139,7 +139,7 @@ pub fn send_paced(
         if let Some(wait) = due.checked_duration_since(Instant::now()) {
             thread::sleep(wait);
         }
-        let mut frame = producer_payload(p, seq);
+        let mut frame = bytes::Bytes::from(producer_payload(p, seq));
         let until = Instant::now() + give_up;
         loop {
             match link.send(frame) {

@@ -105,7 +105,7 @@ impl Sim {
 
     fn submit(&mut self, frame: &[u8]) {
         self.input(Input::Submit {
-            frame: frame.to_vec(),
+            frame: bytes::Bytes::copy_from_slice(frame),
             deadline: None,
         });
     }
@@ -733,7 +733,7 @@ fn queued_frames_expire_while_offline() {
     let mut s = Sim::backoff(Sim::builder().backoff(60_000 * MS, 60_000 * MS));
     let deadline = Some(s.now + 500 * MS);
     s.input(Input::Submit {
-        frame: b"old".to_vec(),
+        frame: bytes::Bytes::from_static(b"old"),
         deadline,
     });
     s.submit(b"keep");

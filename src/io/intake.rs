@@ -1,0 +1,572 @@
+//! A link's intake: where the handles' frames wait for the IO thread, and the admission that
+//! keeps them within the outbox limits.
+//!
+//! A frame is admitted and queued in one short critical section: the admission check against
+//! the frames and bytes accepted and not yet sent or abandoned, then a copy of the frame into
+//! the intake buffer (small frames, back to back) or its `Bytes` handle (large ones, whole
+//! batches). The IO thread takes the intake whole, every frame queued since its last take,
+//! and hands it to the machine as few submissions (one per run of copied frames with the same
+//! deadline). Only the frame that finds the intake empty tells the IO thread, with one
+//! message in its channel (and a wake-up if it sleeps); the frames queued behind it ride on
+//! that message. Order per producer holds: one lock orders every frame, and a take moves
+//! them out in that order.
+//!
+//! Admission counts the frames and bytes admitted under the lock, and the IO thread counts
+//! those that left the outbox (sent or abandoned) in atomics of its own that producers only
+//! read: the check costs no atomic write, and the one it reads changes once per pass. A stale
+//! read sees less room than there is, never more, so the limits hold. A producer that must wait for room waits on the lock's
+//! condition variable (blocking) or on `room_freed` (async); the IO thread wakes both when it
+//! frees room and when the link closes.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use event_listener::Event as Notify;
+
+use super::padded::Padded;
+use crate::batch::Batch;
+use crate::core::machine::Input;
+
+/// Frames up to this size are copied into the intake buffer; larger ones keep their own
+/// buffer (a copy would cost more than the handle).
+const COPY_MAX: usize = 1024;
+
+/// How a blocked sender waits at most between two looks at the link, without a deadline.
+const WAIT_SLICE: Duration = Duration::from_millis(100);
+
+/// A link's intake and admission (see the module docs).
+#[derive(Debug)]
+pub(crate) struct Intake {
+    /// On a cache line of its own: between two takes it stays in the producer's cache.
+    queue: Padded<Mutex<Queue>>,
+    /// Blocked senders wait here for room (or the close).
+    room: Condvar,
+    /// Frames and bytes that left the outbox (sent or abandoned), written by the IO thread.
+    released_frames: Padded<AtomicUsize>,
+    released_bytes: Padded<AtomicUsize>,
+    /// Senders waiting for room, blocked or async (read by the IO thread at every pass).
+    waiters: Padded<AtomicUsize>,
+    /// Wakes async senders waiting for room.
+    room_freed: Notify,
+    /// Frames refused at the call.
+    rejected: AtomicU64,
+    max_frames: usize,
+    max_bytes: usize,
+}
+
+#[derive(Debug)]
+struct Queue {
+    /// Frames are accepted; false once the IO thread has taken the last of them.
+    open: bool,
+    /// The IO thread was told that there is something to take, and has not taken it yet.
+    told: bool,
+    /// Frames and bytes admitted so far (wrapping counts: less the released, the queued).
+    admitted_frames: usize,
+    admitted_bytes: usize,
+    frames: Taken,
+}
+
+/// The frames of the intake, in submission order, as one take moves them to the IO thread.
+#[derive(Debug, Default)]
+pub(crate) struct Taken {
+    /// Copied frames, back to back.
+    data: Vec<u8>,
+    /// The end of each copied frame in `data`.
+    ends: Vec<usize>,
+    entries: Vec<Entry>,
+}
+
+#[derive(Debug)]
+enum Entry {
+    /// The next `count` copied frames, all with this deadline.
+    Copied {
+        count: usize,
+        deadline: Option<Instant>,
+    },
+    /// A frame that keeps its own buffer.
+    Whole {
+        frame: Bytes,
+        deadline: Option<Instant>,
+    },
+    /// A batch's frames.
+    Batch {
+        batch: Batch,
+        deadline: Option<Instant>,
+    },
+}
+
+/// Why a frame was not queued; it comes back.
+#[derive(Debug)]
+pub(crate) enum Refused<T> {
+    /// No room now.
+    Full(T),
+    /// The link is closed.
+    Closed(T),
+}
+
+/// Whether the IO thread must be told about a frame just queued (the intake was empty).
+#[must_use]
+pub(crate) struct Tell(pub bool);
+
+impl Intake {
+    pub(crate) fn new(max_frames: usize, max_bytes: usize) -> Intake {
+        Intake {
+            queue: Padded(Mutex::new(Queue {
+                open: true,
+                told: false,
+                admitted_frames: 0,
+                admitted_bytes: 0,
+                frames: Taken::default(),
+            })),
+            room: Condvar::new(),
+            released_frames: Padded(AtomicUsize::new(0)),
+            released_bytes: Padded(AtomicUsize::new(0)),
+            waiters: Padded(AtomicUsize::new(0)),
+            room_freed: Notify::new(),
+            rejected: AtomicU64::new(0),
+            max_frames,
+            max_bytes,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The limits a frame is admitted under: the outbox's, or twice them when forced.
+    fn limits(&self, forced: bool) -> (usize, usize) {
+        if forced {
+            (
+                self.max_frames.saturating_mul(2),
+                self.max_bytes.saturating_mul(2),
+            )
+        } else {
+            (self.max_frames, self.max_bytes)
+        }
+    }
+
+    /// Frames and bytes admitted and not yet sent or abandoned.
+    fn queued(&self, q: &Queue) -> (usize, usize) {
+        let frames = self.released_frames.load(Ordering::SeqCst);
+        let bytes = self.released_bytes.load(Ordering::SeqCst);
+        (
+            q.admitted_frames.wrapping_sub(frames),
+            q.admitted_bytes.wrapping_sub(bytes),
+        )
+    }
+
+    /// Whether `len` more bytes in one frame fit: under the frame limit, and under the byte
+    /// limit unless nothing is queued (a frame larger than the byte limit goes alone).
+    fn fits(&self, q: &Queue, len: usize, forced: bool) -> bool {
+        let (max_frames, max_bytes) = self.limits(forced);
+        let (frames, bytes) = self.queued(q);
+        frames < max_frames && (bytes + len <= max_bytes || frames == 0)
+    }
+
+    /// Queues one frame if it is admitted now; never waits.
+    pub(crate) fn offer(
+        &self,
+        frame: Bytes,
+        deadline: Option<Instant>,
+        forced: bool,
+    ) -> Result<Tell, Refused<Bytes>> {
+        let mut q = self.lock();
+        if !q.open {
+            return Err(Refused::Closed(frame));
+        }
+        if !self.fits(&q, frame.len(), forced) {
+            return Err(Refused::Full(frame));
+        }
+        q.admit(1, frame.len());
+        q.frames.push(frame, deadline);
+        Ok(q.tell())
+    }
+
+    /// Queues the longest prefix of `batch` that is admitted now (the whole batch, or none of
+    /// it, when forced); never waits. Returns how many frames were queued; `batch` keeps the
+    /// rest.
+    pub(crate) fn offer_batch(
+        &self,
+        batch: &mut Batch,
+        deadline: Option<Instant>,
+        forced: bool,
+    ) -> Result<(usize, Tell), Refused<()>> {
+        let mut q = self.lock();
+        if !q.open {
+            return Err(Refused::Closed(()));
+        }
+        let (max_frames, max_bytes) = self.limits(forced);
+        let (f0, b0) = self.queued(&q);
+        let k = if forced {
+            if (f0 < max_frames && b0 < max_bytes) || f0 == 0 {
+                batch.len()
+            } else {
+                0
+            }
+        } else {
+            let mut k = 0;
+            while k < batch.len() {
+                let alone = f0 + k == 0;
+                if f0 + k >= max_frames || (b0 + batch.prefix_bytes(k + 1) > max_bytes && !alone) {
+                    break;
+                }
+                k += 1;
+            }
+            k
+        };
+        if k == 0 {
+            return Err(Refused::Full(()));
+        }
+        let rest = batch.split_off(k);
+        let taken = std::mem::replace(batch, rest);
+        q.admit(k, taken.bytes());
+        q.frames.entries.push(Entry::Batch {
+            batch: taken,
+            deadline,
+        });
+        Ok((k, q.tell()))
+    }
+
+    /// Counts frames refused at the call.
+    pub(crate) fn rejected(&self, frames: usize) {
+        self.rejected.fetch_add(frames as u64, Ordering::SeqCst);
+    }
+
+    /// Frames refused at the call so far.
+    pub(crate) fn rejected_total(&self) -> u64 {
+        self.rejected.load(Ordering::SeqCst)
+    }
+
+    /// Waits (blocking) until a frame of `len` bytes may fit (under twice the limits if
+    /// `forced`), the link closes, or `deadline` (if any) passes; false when it passed.
+    pub(crate) fn wait_for_room(
+        &self,
+        len: usize,
+        deadline: Option<Instant>,
+        forced: bool,
+    ) -> bool {
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+        let mut q = self.lock();
+        let ok = loop {
+            if !q.open || self.fits(&q, len, forced) {
+                break true;
+            }
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                break false;
+            }
+            // Without a deadline, look again now and then anyway: a bound on every wait.
+            let slice = deadline.map_or(WAIT_SLICE, |d| d - now);
+            q = self
+                .room
+                .wait_timeout(q, slice)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        };
+        drop(q);
+        self.waiters.fetch_sub(1, Ordering::SeqCst);
+        ok
+    }
+
+    /// As [`wait_for_room`](Intake::wait_for_room), without blocking the thread: woken by
+    /// the IO thread when it frees room or the link closes, and by the timer at `deadline`.
+    pub(crate) async fn room_async(
+        &self,
+        len: usize,
+        deadline: Option<Instant>,
+        forced: bool,
+    ) -> bool {
+        let _waiting = Waiting::new(self);
+        let mut timer = deadline.map(super::timer::sleep_until);
+        loop {
+            // Register, then look: room freed after the look wakes the listener.
+            let listener = self.room_freed.listen();
+            if self.room_or_closed(len, forced) {
+                return true;
+            }
+            let mut listener = std::pin::pin!(listener);
+            let fired = std::future::poll_fn(|cx| {
+                if listener.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(false);
+                }
+                let timed_out = timer
+                    .as_mut()
+                    .is_some_and(|t| Pin::new(t).poll(cx).is_ready());
+                if timed_out {
+                    Poll::Ready(true)
+                } else {
+                    Poll::Pending
+                }
+            })
+            .await;
+            if fired {
+                return self.room_or_closed(len, forced);
+            }
+        }
+    }
+
+    fn room_or_closed(&self, len: usize, forced: bool) -> bool {
+        let q = self.lock();
+        !q.open || self.fits(&q, len, forced)
+    }
+
+    /// Wakes every sender waiting for room, blocked or async.
+    pub(crate) fn wake_waiters(&self) {
+        drop(self.lock());
+        self.room.notify_all();
+        self.room_freed.notify(usize::MAX);
+    }
+
+    /// Frames and bytes left the outbox: room for senders, who are woken if they wait.
+    pub(crate) fn release(&self, frames: usize, bytes: usize) {
+        if frames == 0 && bytes == 0 {
+            return;
+        }
+        self.released_frames.fetch_add(frames, Ordering::SeqCst);
+        self.released_bytes.fetch_add(bytes, Ordering::SeqCst);
+        if self.waiters.load(Ordering::SeqCst) > 0 {
+            self.wake_waiters();
+        }
+    }
+
+    /// Takes every frame queued (for the IO thread); the next frame tells it again.
+    pub(crate) fn take(&self) -> Taken {
+        let mut spare = Taken::default();
+        let mut q = self.lock();
+        q.told = false;
+        std::mem::swap(&mut q.frames, &mut spare);
+        spare
+    }
+
+    /// Refuses every frame from now on (the frames queued stay for the IO thread to take);
+    /// senders waiting for room are woken, to be refused.
+    pub(crate) fn shut(&self) {
+        self.lock().open = false;
+        self.wake_waiters();
+    }
+
+    /// Refuses every frame from now on and takes the last ones queued.
+    pub(crate) fn close(&self) -> Taken {
+        let taken = {
+            let mut q = self.lock();
+            q.open = false;
+            std::mem::take(&mut q.frames)
+        };
+        self.wake_waiters();
+        taken
+    }
+}
+
+impl Queue {
+    fn admit(&mut self, frames: usize, bytes: usize) {
+        self.admitted_frames = self.admitted_frames.wrapping_add(frames);
+        self.admitted_bytes = self.admitted_bytes.wrapping_add(bytes);
+    }
+
+    /// Whether the frame just queued must tell the IO thread (it is the first since a take).
+    fn tell(&mut self) -> Tell {
+        Tell(!std::mem::replace(&mut self.told, true))
+    }
+}
+
+impl Taken {
+    fn push(&mut self, frame: Bytes, deadline: Option<Instant>) {
+        if frame.len() > COPY_MAX {
+            self.entries.push(Entry::Whole { frame, deadline });
+            return;
+        }
+        self.data.extend_from_slice(&frame);
+        self.ends.push(self.data.len());
+        match self.entries.last_mut() {
+            Some(Entry::Copied { count, deadline: d }) if *d == deadline => *count += 1,
+            _ => self.entries.push(Entry::Copied { count: 1, deadline }),
+        }
+    }
+
+    /// The frames as machine inputs, in order: one `SubmitBatch` per run of copied frames
+    /// (the buffer moves into it without a copy when it is the only run), one per batch, one
+    /// `Submit` per frame that kept its own buffer.
+    pub(crate) fn into_inputs(self, mut submit: impl FnMut(Input)) {
+        let Taken {
+            mut data,
+            ends,
+            entries,
+        } = self;
+        let only_run = entries
+            .iter()
+            .filter(|e| matches!(e, Entry::Copied { .. }))
+            .count()
+            == 1;
+        let mut next = 0;
+        for entry in entries {
+            match entry {
+                Entry::Copied { count, deadline } => {
+                    let start = if next == 0 { 0 } else { ends[next - 1] };
+                    let run = &ends[next..next + count];
+                    let batch = if only_run {
+                        // The only run starts the buffer: it moves as it is.
+                        Batch::from_parts(std::mem::take(&mut data), run.to_vec())
+                    } else {
+                        let end = run[count - 1];
+                        let ends = run.iter().map(|e| e - start).collect();
+                        Batch::from_parts(data[start..end].to_vec(), ends)
+                    };
+                    next += count;
+                    submit(Input::SubmitBatch { batch, deadline });
+                }
+                Entry::Whole { frame, deadline } => submit(Input::Submit { frame, deadline }),
+                Entry::Batch { batch, deadline } => submit(Input::SubmitBatch { batch, deadline }),
+            }
+        }
+    }
+
+    /// Every frame, one `Vec` each, in order.
+    pub(crate) fn into_frames(self) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        self.into_inputs(|input| match input {
+            Input::Submit { frame, .. } => out.push(Vec::from(frame)),
+            Input::SubmitBatch { batch, .. } => out.extend(batch.into_frames()),
+            _ => {}
+        });
+        out
+    }
+}
+
+/// Counts an async sender among the waiters for room while it waits (dropped with its
+/// future if that is cancelled).
+struct Waiting<'a>(&'a Intake);
+
+impl<'a> Waiting<'a> {
+    fn new(intake: &'a Intake) -> Waiting<'a> {
+        intake.waiters.fetch_add(1, Ordering::SeqCst);
+        Waiting(intake)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.waiters.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn submissions(taken: Taken) -> Vec<(Vec<Vec<u8>>, Option<Instant>)> {
+        let mut out = Vec::new();
+        taken.into_inputs(|input| match input {
+            Input::Submit { frame, deadline } => out.push((vec![frame.to_vec()], deadline)),
+            Input::SubmitBatch { batch, deadline } => out.push((batch.into_frames(), deadline)),
+            other => panic!("not a submission: {other:?}"),
+        });
+        out
+    }
+
+    #[test]
+    fn a_take_hands_over_the_frames_in_order_as_one_submission_per_run() {
+        let intake = Intake::new(100, 1 << 20);
+        let later = Some(Instant::now() + Duration::from_secs(1));
+        let large = vec![7u8; COPY_MAX + 1];
+        for (frame, deadline) in [
+            (Bytes::from_static(b"a"), None),
+            (Bytes::from_static(b"b"), None),
+            (Bytes::from(large.clone()), None),
+            (Bytes::from_static(b"c"), later),
+            (Bytes::from_static(b"d"), later),
+        ] {
+            let _ = intake.offer(frame, deadline, false).expect("room");
+        }
+        let mut batch: Batch = ["e", "f"].into_iter().collect();
+        let (k, _) = intake.offer_batch(&mut batch, None, false).expect("room");
+        assert_eq!((k, batch.len()), (2, 0));
+        let _ = intake.offer(Bytes::from_static(b"g"), None, false);
+        assert_eq!(
+            submissions(intake.take()),
+            [
+                (vec![b"a".to_vec(), b"b".to_vec()], None),
+                (vec![large], None),
+                (vec![b"c".to_vec(), b"d".to_vec()], later),
+                (vec![b"e".to_vec(), b"f".to_vec()], None),
+                (vec![b"g".to_vec()], None),
+            ]
+        );
+        assert!(submissions(intake.take()).is_empty(), "taken once");
+    }
+
+    #[test]
+    fn only_the_first_frame_after_a_take_tells_the_io_thread() {
+        let intake = Intake::new(100, 1 << 20);
+        let tells: Vec<bool> = (0..3)
+            .map(|_| {
+                intake
+                    .offer(Bytes::from_static(b"x"), None, false)
+                    .unwrap()
+                    .0
+            })
+            .collect();
+        assert_eq!(tells, [true, false, false]);
+        let _ = intake.take();
+        assert!(
+            intake
+                .offer(Bytes::from_static(b"y"), None, false)
+                .unwrap()
+                .0
+        );
+    }
+
+    #[test]
+    fn admission_keeps_both_limits_until_frames_are_released_and_a_large_frame_goes_alone() {
+        let intake = Intake::new(2, 10);
+        let f = |n: usize| Bytes::from(vec![0u8; n]);
+        let _ = intake.offer(f(6), None, false).expect("room");
+        assert!(
+            matches!(intake.offer(f(6), None, false), Err(Refused::Full(_))),
+            "bytes"
+        );
+        let _ = intake.offer(f(4), None, false).expect("room for 4 bytes");
+        assert!(
+            matches!(intake.offer(f(1), None, false), Err(Refused::Full(_))),
+            "frames"
+        );
+        assert!(
+            intake.offer(f(1), None, true).is_ok(),
+            "forced: twice the limits"
+        );
+        intake.release(3, 11);
+        let _ = intake
+            .offer(f(50), None, false)
+            .expect("alone, over the byte limit");
+        assert!(matches!(
+            intake.offer(f(1), None, false),
+            Err(Refused::Full(_))
+        ));
+    }
+
+    #[test]
+    fn a_shut_intake_refuses_new_frames_and_keeps_the_queued_ones_for_the_io_thread() {
+        // Room for one frame: "kept" fills it.
+        let intake = Intake::new(1, 1 << 20);
+        let _ = intake.offer(Bytes::from_static(b"kept"), None, false);
+        intake.shut();
+        assert!(matches!(
+            intake.offer(Bytes::from_static(b"late"), None, false),
+            Err(Refused::Closed(f)) if f == b"late"[..]
+        ));
+        let mut batch: Batch = ["late"].into_iter().collect();
+        assert!(matches!(
+            intake.offer_batch(&mut batch, None, false),
+            Err(Refused::Closed(()))
+        ));
+        // A sender that would wait for room returns at once, to be refused.
+        let started = Instant::now();
+        assert!(intake.wait_for_room(1, Some(started + Duration::from_secs(5)), false));
+        assert!(started.elapsed() < Duration::from_secs(1));
+        assert_eq!(intake.close().into_frames(), [b"kept".to_vec()]);
+    }
+}
