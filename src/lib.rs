@@ -226,6 +226,7 @@ mod event;
 mod io;
 mod link;
 mod metrics;
+mod request;
 mod tls;
 
 pub use crate::core::backoff::Jitter;
@@ -237,9 +238,11 @@ pub use crate::core::framing::{
 };
 pub use crate::core::heartbeat::{Heartbeat, Ping};
 pub use crate::core::predicate::Predicate;
+pub use crate::core::requests::{Correlation, IdReader, Redelivery};
 pub use crate::core::settings::ProofOfLife;
 pub use batch::{Batch, BatchIter};
 pub use builder::{defaults, Builder, Overflow};
+pub use error::RequestError;
 pub use error::{
     BatchError, Callback, CodecError, ConfigError, FrameError, LinkError, RecvError,
     RecvTimeoutError, SendError, TlsConfigError, TlsError, TryRecvError,
@@ -248,6 +251,7 @@ pub use event::{AbandonReason, Cause, Event, State, Transition};
 pub use io::{Context, IoPool, Keepalive, Resolver};
 pub use link::{Events, Link, Recv};
 pub use metrics::{Abandoned, Metrics};
+pub use request::Pending;
 pub use tls::Tls;
 
 /// The README's examples, compiled and run as doctests.

@@ -15,6 +15,7 @@ use event_listener::EventListener;
 use crate::batch::Batch;
 use crate::builder::{Builder, Config, Overflow};
 use crate::core::framing::BoxedFraming;
+use crate::core::requests::RequestSettings;
 use crate::error::{BatchError, ConfigError, RecvError, RecvTimeoutError, SendError, TryRecvError};
 use crate::event::{Event, State};
 use crate::io::event_loop::{next_link_id, IoSettings, Slot, Wiring};
@@ -86,6 +87,8 @@ struct Inner {
     linger: Duration,
     /// Disconnected when the IO thread has freed the link's slot.
     done: Receiver<()>,
+    /// Request and reply settings, for the request calls.
+    requests: RequestSettings,
 }
 
 impl fmt::Debug for Link {
@@ -189,6 +192,7 @@ impl Link {
                 close_timeout: config.close_timeout,
                 linger: config.socket.linger,
                 done,
+                requests: config.core.requests.clone(),
             }),
         })
     }
@@ -418,6 +422,17 @@ impl Link {
                 Err(cmd)
             }
         }
+    }
+
+    /// What the request calls (`crate::request`) need of the handle: the framing, to check a
+    /// request at the call, and the request settings.
+    pub(crate) fn request_parts(&self) -> (&BoxedFraming, &RequestSettings) {
+        (&self.inner.framing, &self.inner.requests)
+    }
+
+    /// Hands a request to the IO thread; gives it back if the link closed first.
+    pub(crate) fn enqueue_request(&self, cmd: Command) -> Result<(), Command> {
+        self.enqueue(cmd, 0, 0)
     }
 
     fn reject(&self, e: SendError) -> SendError {

@@ -12,6 +12,7 @@ use std::time::Instant;
 use crossbeam_channel::Sender;
 use event_listener::Event as Notify;
 
+use super::answer::Promise;
 use super::event_loop::Slot;
 use super::ffi::EventFd;
 use crate::batch::Batch;
@@ -41,6 +42,13 @@ pub(crate) enum Command {
     },
     /// Makes the IO thread panic, so that tests can check what the handles see when it stops.
     PanicForTests,
+    /// A request; its outcome goes into `promise`.
+    Request {
+        frame: Vec<u8>,
+        id: Option<Vec<u8>>,
+        deadline: Instant,
+        promise: Promise,
+    },
 }
 
 /// What an IO thread's channel carries: a new link, or a command for one of its links.

@@ -20,6 +20,7 @@ struct Sim {
     disconnects: usize,
     stopped: bool,
     written: Vec<u8>,
+    answers: Vec<(Token, Outcome)>,
 }
 
 impl Sim {
@@ -36,6 +37,7 @@ impl Sim {
             disconnects: 0,
             stopped: false,
             written: Vec::new(),
+            answers: Vec::new(),
         }
     }
 
@@ -156,6 +158,7 @@ impl Sim {
                 Action::Send(bytes) => self.written.extend_from_slice(&bytes),
                 Action::Disconnect => self.disconnects += 1,
                 Action::Stop => self.stopped = true,
+                Action::Answer(token, outcome) => self.answers.push((token, outcome)),
             }
         }
     }
@@ -220,6 +223,7 @@ impl Sim {
 
 use State::*;
 
+mod requests;
 mod tls;
 
 // --- one test per row ---------------------------------------------------------------------

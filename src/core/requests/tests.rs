@@ -1,0 +1,359 @@
+//! The matcher in simulated time: every request ends in exactly one outcome, and no reply
+//! ever answers another request.
+
+use super::*;
+
+const T: Duration = Duration::from_secs(1);
+
+fn settings(overflow: Overflow, frames: usize) -> RequestSettings {
+    RequestSettings {
+        overflow,
+        max_frames: frames,
+        ..RequestSettings::default()
+    }
+}
+
+fn in_order(overflow: Overflow, frames: usize) -> Requests {
+    Requests::new(&settings(overflow, frames))
+}
+
+fn resending() -> Requests {
+    Requests::new(&RequestSettings {
+        redelivery: Redelivery::Resend,
+        ..settings(Overflow::RejectNew, 8)
+    })
+}
+
+fn bytes_limited(max_bytes: usize) -> Requests {
+    Requests::new(&RequestSettings {
+        max_bytes,
+        ..settings(Overflow::RejectNew, 8)
+    })
+}
+
+fn by_id() -> Requests {
+    let id = |f: &[u8]| f.get(..1).map(<[u8]>::to_vec);
+    Requests::new(&RequestSettings {
+        correlation: Correlation::by_id(id, id),
+        ..settings(Overflow::RejectNew, 16)
+    })
+}
+
+/// Writes every unsent request, as one batch the socket takes.
+fn write_all(r: &mut Requests) -> Vec<Vec<u8>> {
+    let mut written = Vec::new();
+    while let Some(f) = r.next_unsent() {
+        written.push(f.to_vec());
+        r.advance();
+    }
+    r.confirm();
+    written
+}
+
+fn outcomes(r: &mut Requests) -> Vec<(Token, Outcome)> {
+    std::iter::from_fn(|| r.poll_outcome()).collect()
+}
+
+fn reply(r: &mut Requests, frame: &[u8]) -> Matched {
+    r.on_frame(frame.to_vec(), Verdict::Reply)
+}
+
+#[test]
+fn in_order_each_reply_answers_the_oldest_outstanding_request() {
+    let now = Instant::now();
+    let mut r = in_order(Overflow::RejectNew, 8);
+    for t in 1..=3 {
+        r.submit(now, t, vec![t as u8], None, now + T);
+    }
+    assert_eq!(write_all(&mut r), [[1], [2], [3]]);
+    assert_eq!(reply(&mut r, b"a"), Matched::Answer(1));
+    assert_eq!(reply(&mut r, b"b"), Matched::Answer(2));
+    assert_eq!(reply(&mut r, b"c"), Matched::Answer(3));
+    assert_eq!(
+        outcomes(&mut r),
+        [
+            (1, Ok(b"a".to_vec())),
+            (2, Ok(b"b".to_vec())),
+            (3, Ok(b"c".to_vec()))
+        ]
+    );
+    assert!(r.is_empty());
+}
+
+#[test]
+fn a_frame_while_nothing_was_sent_is_unsolicited() {
+    let now = Instant::now();
+    let mut r = in_order(Overflow::RejectNew, 8);
+    assert_eq!(
+        reply(&mut r, b"greeting"),
+        Matched::Unsolicited(b"greeting".to_vec())
+    );
+    r.submit(now, 1, b"q".to_vec(), None, now + T);
+    // Queued, not yet written: the frame cannot be its reply.
+    assert_eq!(
+        reply(&mut r, b"notice"),
+        Matched::Unsolicited(b"notice".to_vec())
+    );
+    assert_eq!(r.len(), 1);
+}
+
+#[test]
+fn an_unsolicited_verdict_leaves_the_outstanding_request_waiting() {
+    let now = Instant::now();
+    let mut r = in_order(Overflow::RejectNew, 8);
+    r.submit(now, 1, b"q".to_vec(), None, now + T);
+    write_all(&mut r);
+    assert_eq!(
+        r.on_frame(b">push".to_vec(), Verdict::Unsolicited),
+        Matched::Unsolicited(b">push".to_vec())
+    );
+    assert_eq!(reply(&mut r, b"answer"), Matched::Answer(1));
+}
+
+#[test]
+fn a_timed_out_request_keeps_its_place_and_its_late_reply_is_dropped() {
+    let now = Instant::now();
+    let mut r = in_order(Overflow::RejectNew, 8);
+    r.submit(now, 1, b"slow".to_vec(), None, now + T);
+    r.submit(now, 2, b"next".to_vec(), None, now + 3 * T);
+    write_all(&mut r);
+    r.expire(now + T);
+    assert_eq!(outcomes(&mut r), [(1, Err(RequestError::TimedOut))]);
+    assert_eq!(r.waiting(), 1);
+    assert_eq!(reply(&mut r, b"late answer to slow"), Matched::Late);
+    assert_eq!(reply(&mut r, b"answer to next"), Matched::Answer(2));
+    assert_eq!(r.late, 1);
+    assert_eq!(outcomes(&mut r), [(2, Ok(b"answer to next".to_vec()))]);
+}
+
+#[test]
+fn a_request_that_expires_unsent_leaves_and_says_so() {
+    let now = Instant::now();
+    let mut r = in_order(Overflow::RejectNew, 8);
+    r.submit(now, 1, b"q".to_vec(), None, now + T);
+    assert_eq!(r.next_deadline(), Some(now + T));
+    r.expire(now + T);
+    assert_eq!(
+        outcomes(&mut r),
+        [(1, Err(RequestError::Abandoned(AbandonReason::Expired)))]
+    );
+    assert!(r.is_empty());
+    assert_eq!(r.next_unsent(), None);
+}
+
+#[test]
+fn a_request_submitted_past_its_deadline_expires_at_once() {
+    let now = Instant::now();
+    let mut r = in_order(Overflow::RejectNew, 8);
+    r.submit(now, 1, b"q".to_vec(), None, now);
+    assert_eq!(
+        outcomes(&mut r),
+        [(1, Err(RequestError::Abandoned(AbandonReason::Expired)))]
+    );
+}
+
+#[test]
+fn a_request_in_the_batch_being_written_is_not_expired_under_it() {
+    let now = Instant::now();
+    let mut r = in_order(Overflow::RejectNew, 8);
+    r.submit(now, 1, b"q".to_vec(), None, now + T);
+    assert!(r.next_unsent().is_some());
+    r.advance();
+    r.expire(now + T);
+    assert!(outcomes(&mut r).is_empty());
+    r.confirm();
+    r.expire(now + T);
+    assert_eq!(outcomes(&mut r), [(1, Err(RequestError::TimedOut))]);
+}
+
+#[test]
+fn by_id_replies_answer_their_own_requests_in_any_order() {
+    let now = Instant::now();
+    let mut r = by_id();
+    for (t, id) in [(1, b'a'), (2, b'b'), (3, b'c')] {
+        r.submit(now, t, vec![id], Some(vec![id]), now + T);
+    }
+    write_all(&mut r);
+    for (id, token) in [(b'c', 3), (b'a', 1), (b'b', 2)] {
+        assert_eq!(
+            r.on_frame(vec![id, b'!'], Verdict::Id(vec![id])),
+            Matched::Answer(token)
+        );
+    }
+    assert!(r.is_empty());
+}
+
+#[test]
+fn by_id_a_reply_for_a_timed_out_request_is_late() {
+    let now = Instant::now();
+    let mut r = by_id();
+    r.submit(now, 1, b"a".to_vec(), Some(b"a".to_vec()), now + T);
+    r.submit(now, 2, b"b".to_vec(), Some(b"b".to_vec()), now + 2 * T);
+    write_all(&mut r);
+    r.expire(now + T);
+    assert_eq!(outcomes(&mut r), [(1, Err(RequestError::TimedOut))]);
+    assert_eq!(
+        r.len(),
+        1,
+        "a timed-out request by id leaves the window at once"
+    );
+    assert_eq!(
+        r.on_frame(b"a".to_vec(), Verdict::Id(b"a".to_vec())),
+        Matched::Late
+    );
+    assert_eq!(
+        r.on_frame(b"b".to_vec(), Verdict::Id(b"b".to_vec())),
+        Matched::Answer(2)
+    );
+}
+
+#[test]
+fn report_fails_the_sent_requests_at_a_drop_and_keeps_the_unsent_ones() {
+    let now = Instant::now();
+    let mut r = in_order(Overflow::RejectNew, 8);
+    r.submit(now, 1, b"sent".to_vec(), None, now + T);
+    write_all(&mut r);
+    r.submit(now, 2, b"queued".to_vec(), None, now + T);
+    r.connection_lost();
+    assert_eq!(
+        outcomes(&mut r),
+        [(
+            1,
+            Err(RequestError::Abandoned(AbandonReason::ConnectionLost))
+        )]
+    );
+    assert_eq!(write_all(&mut r), [b"queued".to_vec()]);
+}
+
+#[test]
+fn resend_writes_the_sent_requests_again_first_and_in_order() {
+    let now = Instant::now();
+    let mut r = resending();
+    r.submit(now, 1, b"one".to_vec(), None, now + T);
+    r.submit(now, 2, b"two".to_vec(), None, now + T);
+    write_all(&mut r);
+    r.submit(now, 3, b"three".to_vec(), None, now + T);
+    r.connection_lost();
+    assert!(outcomes(&mut r).is_empty());
+    assert_eq!(
+        write_all(&mut r),
+        [b"one".to_vec(), b"two".to_vec(), b"three".to_vec()]
+    );
+    assert_eq!(reply(&mut r, b"1"), Matched::Answer(1));
+}
+
+#[test]
+fn a_drop_forgets_timed_out_requests_whose_replies_cannot_come_any_more() {
+    let now = Instant::now();
+    let mut r = resending();
+    r.submit(now, 1, b"slow".to_vec(), None, now + T);
+    r.submit(now, 2, b"next".to_vec(), None, now + 2 * T);
+    write_all(&mut r);
+    r.expire(now + T);
+    outcomes(&mut r);
+    r.connection_lost();
+    assert_eq!(write_all(&mut r), [b"next".to_vec()]);
+    assert_eq!(reply(&mut r, b"n"), Matched::Answer(2));
+}
+
+#[test]
+fn past_the_window_reject_new_gives_the_frame_back() {
+    let now = Instant::now();
+    let mut r = in_order(Overflow::RejectNew, 1);
+    r.submit(now, 1, b"a".to_vec(), None, now + T);
+    r.submit(now, 2, b"b".to_vec(), None, now + T);
+    assert_eq!(
+        outcomes(&mut r),
+        [(2, Err(RequestError::Full(b"b".to_vec())))]
+    );
+}
+
+#[test]
+fn past_the_window_drop_oldest_abandons_the_oldest_unsent_request() {
+    let now = Instant::now();
+    let mut r = in_order(Overflow::DropOldest, 2);
+    r.submit(now, 1, b"a".to_vec(), None, now + T);
+    write_all(&mut r);
+    r.submit(now, 2, b"b".to_vec(), None, now + T);
+    r.submit(now, 3, b"c".to_vec(), None, now + T);
+    assert_eq!(
+        outcomes(&mut r),
+        [(2, Err(RequestError::Abandoned(AbandonReason::Overflow)))]
+    );
+    assert_eq!(write_all(&mut r), [b"c".to_vec()]);
+}
+
+#[test]
+fn past_the_window_block_parks_the_request_until_room_or_its_wait_ends() {
+    let now = Instant::now();
+    let mut r = in_order(Overflow::Block(T), 1);
+    r.submit(now, 1, b"a".to_vec(), None, now + 5 * T);
+    r.submit(now, 2, b"b".to_vec(), None, now + 5 * T);
+    r.submit(now, 3, b"c".to_vec(), None, now + 5 * T);
+    assert_eq!(write_all(&mut r), [b"a".to_vec()]);
+    assert_eq!(reply(&mut r, b"A"), Matched::Answer(1));
+    assert_eq!(write_all(&mut r), [b"b".to_vec()], "room made: b moves in");
+    r.expire(now + T);
+    let out = outcomes(&mut r);
+    assert_eq!(out[1], (3, Err(RequestError::Full(b"c".to_vec()))));
+    assert_eq!(r.len(), 1);
+}
+
+#[test]
+fn the_window_counts_bytes_too() {
+    let now = Instant::now();
+    let mut r = bytes_limited(4);
+    r.submit(now, 1, b"abc".to_vec(), None, now + T);
+    r.submit(now, 2, b"de".to_vec(), None, now + T);
+    assert_eq!(
+        outcomes(&mut r),
+        [(2, Err(RequestError::Full(b"de".to_vec())))]
+    );
+    // One request larger than the limit is admitted alone.
+    let mut r = bytes_limited(4);
+    r.submit(now, 1, b"abcdef".to_vec(), None, now + T);
+    assert!(outcomes(&mut r).is_empty());
+}
+
+#[test]
+fn shutdown_fails_every_request_left_once() {
+    let now = Instant::now();
+    let mut r = in_order(Overflow::Block(T), 1);
+    r.submit(now, 1, b"a".to_vec(), None, now + T);
+    write_all(&mut r);
+    r.submit(now, 2, b"b".to_vec(), None, now + T);
+    r.shutdown();
+    let shut = Err(RequestError::Abandoned(AbandonReason::Shutdown));
+    assert_eq!(outcomes(&mut r), [(1, shut.clone()), (2, shut)]);
+    assert!(r.is_empty());
+    assert_eq!(r.next_deadline(), None);
+}
+
+#[test]
+fn a_refused_encoding_fails_that_request_alone() {
+    let now = Instant::now();
+    let mut r = in_order(Overflow::RejectNew, 8);
+    r.submit(now, 1, b"bad".to_vec(), None, now + T);
+    r.submit(now, 2, b"good".to_vec(), None, now + T);
+    r.refuse_next(RequestError::Closed);
+    assert_eq!(
+        outcomes(&mut r),
+        [(1, Err(RequestError::Closed(b"bad".to_vec())))]
+    );
+    assert_eq!(write_all(&mut r), [b"good".to_vec()]);
+}
+
+#[test]
+fn a_stale_deadline_only_costs_one_scan() {
+    let now = Instant::now();
+    let mut r = in_order(Overflow::RejectNew, 8);
+    r.submit(now, 1, b"a".to_vec(), None, now + T);
+    r.submit(now, 2, b"b".to_vec(), None, now + 4 * T);
+    write_all(&mut r);
+    assert_eq!(reply(&mut r, b"A"), Matched::Answer(1));
+    outcomes(&mut r);
+    assert_eq!(r.next_deadline(), Some(now + T));
+    r.expire(now + T);
+    assert!(outcomes(&mut r).is_empty());
+    assert_eq!(r.next_deadline(), Some(now + 4 * T));
+}
