@@ -155,9 +155,8 @@ fn pushes_between_replies_are_delivered_as_events() {
     }
     let mut pushes = Vec::new();
     while pushes.len() < 100 {
-        match link.events().recv_timeout(T).unwrap() {
-            Event::Frame(f) => pushes.push(f),
-            _ => {}
+        if let Event::Frame(f) = link.events().recv_timeout(T).unwrap() {
+            pushes.push(f);
         }
     }
     assert!(pushes.iter().all(|p| p.starts_with(b">push ")));
