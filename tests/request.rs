@@ -274,6 +274,43 @@ fn an_async_request_is_answered_on_any_executor() {
 
 // --- redis-server -----------------------------------------------------------------------
 
+/// A redis-server the scenario kills and starts again: plaintext or TLS.
+trait Restart {
+    /// A link to it, with RESP framing (and TLS, for a TLS server).
+    fn builder(&self) -> relink::Builder;
+    /// SIGKILL, then start again on the same port with the same data.
+    fn restart(&mut self);
+}
+
+impl Restart for RedisServer {
+    fn builder(&self) -> relink::Builder {
+        Link::builder(&self.endpoint()).codec(Resp::new())
+    }
+    fn restart(&mut self) {
+        RedisServer::restart(self)
+    }
+}
+
+/// A TLS-only redis-server and the PKI its certificate comes from.
+struct TlsServer(util::tls::TlsKit, util::tls::TlsRedis);
+
+impl Restart for TlsServer {
+    fn builder(&self) -> relink::Builder {
+        Link::builder(&self.1.named_endpoint())
+            .codec(Resp::new())
+            .tls(relink::Tls::new().ca_pem(&self.0.pki.ca.cert))
+    }
+    fn restart(&mut self) {
+        self.1.restart()
+    }
+}
+
+fn tls_server() -> TlsServer {
+    let kit = util::tls::TlsKit::new();
+    let redis = util::tls::TlsRedis::start_persistent(&kit).expect("redis-server on PATH");
+    TlsServer(kit, redis)
+}
+
 /// The outcome of each of `n` pipelined `SET key:i i` against `server`, SIGKILLed and
 /// restarted twice on its way: right after the first quarter is submitted and right after the
 /// first three fifths are, so that the link has requests in flight at each kill.
@@ -282,7 +319,7 @@ fn an_async_request_is_answered_on_any_executor() {
 /// while it loads its append-only file and answers `-LOADING` until then, so requests (resent
 /// ones first) wait until it serves.
 fn sets_through_two_kills(
-    server: &mut RedisServer,
+    server: &mut dyn Restart,
     policy: Redelivery,
     n: usize,
 ) -> Vec<Result<Vec<u8>, RequestError>> {
@@ -291,8 +328,8 @@ fn sets_through_two_kills(
         accept: Predicate::new(|f| f == b"+PONG\r\n"),
         timeout: ms(300),
     };
-    let link = Link::builder(&server.endpoint())
-        .codec(Resp::new())
+    let link = server
+        .builder()
         .ready_when(hello)
         .requests(Correlation::resp())
         .request_redelivery(policy)
@@ -321,9 +358,9 @@ fn sets_through_two_kills(
 }
 
 /// Which of the keys `key:0..n` the server holds, asked through a fresh link.
-fn present_keys(server: &RedisServer, n: usize) -> Vec<bool> {
-    let link = Link::builder(&server.endpoint())
-        .codec(Resp::new())
+fn present_keys(server: &dyn Restart, n: usize) -> Vec<bool> {
+    let link = server
+        .builder()
         .requests(Correlation::resp())
         .overflow(Overflow::Block(T))
         .build()
@@ -345,29 +382,24 @@ fn present_keys(server: &RedisServer, n: usize) -> Vec<bool> {
 
 const SETS: usize = 20_000;
 
-#[test]
-#[ignore = "needs redis-server"]
-fn with_resend_every_set_through_two_redis_kills_is_answered_and_present() {
-    let _g = exclusive();
-    let mut server = RedisServer::start_persistent().expect("redis-server on PATH");
-    let outcomes = sets_through_two_kills(&mut server, Redelivery::Resend, SETS);
+/// With resend: every request answered `+OK`, every key present.
+fn resend_scenario(server: &mut dyn Restart, what: &str) {
+    let outcomes = sets_through_two_kills(server, Redelivery::Resend, SETS);
     let answered = outcomes.iter().filter(|o| o.is_ok()).count();
-    let present = present_keys(&server, SETS);
+    let present = present_keys(server, SETS);
     let held = present.iter().filter(|p| **p).count();
-    eprintln!("resend: {answered} of {SETS} answered, {held} keys present");
+    eprintln!("{what} resend: {answered} of {SETS} answered, {held} keys present");
     for (i, o) in outcomes.iter().enumerate() {
         assert_eq!(o.as_deref(), Ok(&b"+OK\r\n"[..]), "SET key:{i}");
     }
     assert_eq!(held, SETS);
 }
 
-#[test]
-#[ignore = "needs redis-server"]
-fn with_report_every_missing_key_after_two_redis_kills_was_failed_to_its_caller() {
-    let _g = exclusive();
-    let mut server = RedisServer::start_persistent().expect("redis-server on PATH");
-    let outcomes = sets_through_two_kills(&mut server, Redelivery::Report, SETS);
-    let present = present_keys(&server, SETS);
+/// With report: every request answered `+OK` has its key; every missing key's request failed
+/// as "may have been processed".
+fn report_scenario(server: &mut dyn Restart, what: &str) {
+    let outcomes = sets_through_two_kills(server, Redelivery::Report, SETS);
+    let present = present_keys(server, SETS);
     let mut counts: HashMap<&str, usize> = HashMap::new();
     for (i, (o, held)) in outcomes.iter().zip(&present).enumerate() {
         let kind = match (o, held) {
@@ -384,10 +416,40 @@ fn with_report_every_missing_key_after_two_redis_kills_was_failed_to_its_caller(
         };
         *counts.entry(kind).or_default() += 1;
     }
-    eprintln!("report: {counts:?}");
+    eprintln!("{what} report: {counts:?}");
     let failed: usize = outcomes.iter().filter(|o| o.is_err()).count();
     assert!(
         failed > 0,
         "two kills with requests in flight fail some of them"
     );
+}
+
+#[test]
+#[ignore = "needs redis-server"]
+fn with_resend_every_set_through_two_redis_kills_is_answered_and_present() {
+    let _g = exclusive();
+    let mut server = RedisServer::start_persistent().expect("redis-server on PATH");
+    resend_scenario(&mut server, "plaintext");
+}
+
+#[test]
+#[ignore = "needs redis-server"]
+fn with_report_every_missing_key_after_two_redis_kills_was_failed_to_its_caller() {
+    let _g = exclusive();
+    let mut server = RedisServer::start_persistent().expect("redis-server on PATH");
+    report_scenario(&mut server, "plaintext");
+}
+
+#[test]
+#[ignore = "needs redis-server"]
+fn with_resend_every_set_through_two_tls_redis_kills_is_answered_and_present() {
+    let _g = exclusive();
+    resend_scenario(&mut tls_server(), "tls");
+}
+
+#[test]
+#[ignore = "needs redis-server"]
+fn with_report_every_missing_key_after_two_tls_redis_kills_was_failed_to_its_caller() {
+    let _g = exclusive();
+    report_scenario(&mut tls_server(), "tls");
 }
