@@ -59,6 +59,7 @@ pub mod defaults {
     pub const DNS_REFRESH: Duration = Duration::from_secs(60);
     /// Largest zmq message relink builds by coalescing frames.
     pub const BATCH_BYTES: usize = 64 * 1024;
+    pub use crate::core::requests::{REQUEST_TIMEOUT, REQUEST_WINDOW_BYTES, REQUEST_WINDOW_FRAMES};
     pub use crate::io::MAX_SOCKETS;
 }
 
