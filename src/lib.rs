@@ -213,6 +213,7 @@
 //!     .codec(Codec::lines())
 //!     .requests(Correlation::in_order()) // the default
 //!     .build()?;
+//! assert_eq!(link.request("hello")?, b"re hello"); // connected, answered
 //! let slow = link.request_nowait_timeout("slow", Duration::from_millis(50));
 //! let next = link.request_nowait("next");
 //! assert_eq!(slow.wait(), Err(RequestError::TimedOut));

@@ -46,6 +46,8 @@ fn lines_link(peer: &Peer) -> relink::Builder {
 fn every_later_reply_goes_to_its_own_request_when_some_replies_come_late() {
     let peer = Peer::start(replier(ms(300)));
     let link = lines_link(&peer).build().unwrap();
+    // Connected first: the short deadlines below are for replies, not for the connect.
+    Watch::new(&link).until_state(State::Ready, T);
     // Every tenth request is slow and has a deadline shorter than its reply's delay.
     let pending: Vec<(usize, Pending)> = (0..100)
         .map(|i| {

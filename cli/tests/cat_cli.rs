@@ -888,7 +888,7 @@ fn with_replies_each_a_line_without_a_reply_in_time_is_reported_and_exits_1() {
         "--replies",
         "each",
         "--request-timeout",
-        "200ms",
+        "1s",
         &peer.endpoint(),
     ]);
     cat.pipe("GET k\n");
