@@ -357,3 +357,91 @@ fn a_stale_deadline_only_costs_one_scan() {
     assert!(outcomes(&mut r).is_empty());
     assert_eq!(r.next_deadline(), Some(now + 4 * T));
 }
+
+/// A random run against an echo peer that answers in order what it received on the current
+/// connection: submissions, writes, replies, drops, time passing, overflow, a final close.
+/// Returns how many requests were answered and how many late replies were dropped.
+fn random_run(seed: u64, redelivery: Redelivery, overflow: Overflow) -> (usize, u64) {
+    use rand::{Rng, SeedableRng};
+    use std::collections::HashMap;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let start = Instant::now();
+    let mut now = start;
+    let mut r = Requests::new(&RequestSettings {
+        redelivery,
+        ..settings(overflow, 8)
+    });
+    let mut frames: HashMap<Token, Vec<u8>> = HashMap::new();
+    let mut ends: HashMap<Token, Vec<Outcome>> = HashMap::new();
+    // What the peer received on this connection and has not answered yet.
+    let mut peer: VecDeque<Vec<u8>> = VecDeque::new();
+    let mut next: Token = 0;
+    for _ in 0..400 {
+        match rng.random_range(0..10) {
+            0..=2 => {
+                let frame = format!("req-{next}").into_bytes();
+                frames.insert(next, frame.clone());
+                let ttl = Duration::from_millis(rng.random_range(1..400));
+                r.submit(now, next, frame, None, now + ttl);
+                next += 1;
+            }
+            3 | 4 => peer.extend(write_all(&mut r)),
+            5 | 6 => {
+                if let Some(f) = peer.pop_front() {
+                    r.on_frame(f, Verdict::Reply);
+                }
+            }
+            7 => {
+                peer.clear();
+                r.connection_lost();
+            }
+            _ => {
+                now += Duration::from_millis(rng.random_range(1..100));
+                r.expire(now);
+            }
+        }
+        for (t, o) in outcomes(&mut r) {
+            ends.entry(t).or_default().push(o);
+        }
+    }
+    r.shutdown();
+    for (t, o) in outcomes(&mut r) {
+        ends.entry(t).or_default().push(o);
+    }
+    assert!(r.is_empty());
+    let mut answered = 0;
+    for t in 0..next {
+        let got = ends.get(&t).map(Vec::as_slice).unwrap_or_default();
+        assert_eq!(got.len(), 1, "seed {seed}: request {t} ended {got:?}");
+        if let Ok(reply) = &got[0] {
+            assert_eq!(
+                reply, &frames[&t],
+                "seed {seed}: request {t} got another's reply"
+            );
+            answered += 1;
+        }
+    }
+    (answered, r.late)
+}
+
+#[test]
+fn every_request_ends_once_and_only_its_own_reply_answers_it_in_random_runs() {
+    let (mut answered, mut late) = (0, 0);
+    for seed in 0..200 {
+        for (redelivery, overflow) in [
+            (Redelivery::Report, Overflow::RejectNew),
+            (Redelivery::Resend, Overflow::DropOldest),
+            (
+                Redelivery::Resend,
+                Overflow::Block(Duration::from_millis(150)),
+            ),
+        ] {
+            let (a, l) = random_run(seed, redelivery, overflow);
+            answered += a;
+            late += l;
+        }
+    }
+    // The runs reach the cases the test is about.
+    assert!(answered > 1000, "{answered} answered");
+    assert!(late > 100, "{late} late replies");
+}
