@@ -358,17 +358,24 @@ fn a_stale_deadline_only_costs_one_scan() {
     assert_eq!(r.next_deadline(), Some(now + 4 * T));
 }
 
-/// A random run against an echo peer that answers in order what it received on the current
-/// connection: submissions, writes, replies, drops, time passing, overflow, a final close.
-/// Returns how many requests were answered and how many late replies were dropped.
-fn random_run(seed: u64, redelivery: Redelivery, overflow: Overflow) -> (usize, u64) {
+/// A random run against an echo peer that answers what it received on the current
+/// connection, in order (or, by id, in any order): submissions, writes, replies, drops, time
+/// passing, overflow, a final close. Returns how many requests were answered and how many
+/// late replies were dropped.
+fn random_run(seed: u64, by_id: bool, redelivery: Redelivery, overflow: Overflow) -> (usize, u64) {
     use rand::{Rng, SeedableRng};
     use std::collections::HashMap;
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let start = Instant::now();
     let mut now = start;
+    let correlation = if by_id {
+        Correlation::by_id(|f| Some(f.to_vec()), |f| Some(f.to_vec()))
+    } else {
+        Correlation::in_order()
+    };
     let mut r = Requests::new(&RequestSettings {
         redelivery,
+        correlation,
         ..settings(overflow, 8)
     });
     let mut frames: HashMap<Token, Vec<u8>> = HashMap::new();
@@ -382,13 +389,22 @@ fn random_run(seed: u64, redelivery: Redelivery, overflow: Overflow) -> (usize, 
                 let frame = format!("req-{next}").into_bytes();
                 frames.insert(next, frame.clone());
                 let ttl = Duration::from_millis(rng.random_range(1..400));
-                r.submit(now, next, frame, None, now + ttl);
+                let id = by_id.then(|| frame.clone());
+                r.submit(now, next, frame, id, now + ttl);
                 next += 1;
             }
             3 | 4 => peer.extend(write_all(&mut r)),
             5 | 6 => {
-                if let Some(f) = peer.pop_front() {
-                    r.on_frame(f, Verdict::Reply);
+                let pick = match by_id {
+                    true if !peer.is_empty() => rng.random_range(0..peer.len()),
+                    _ => 0,
+                };
+                if let Some(f) = peer.remove(pick) {
+                    let verdict = match by_id {
+                        true => Verdict::Id(f.clone()),
+                        false => Verdict::Reply,
+                    };
+                    r.on_frame(f, verdict);
                 }
             }
             7 => {
@@ -428,15 +444,15 @@ fn random_run(seed: u64, redelivery: Redelivery, overflow: Overflow) -> (usize, 
 fn every_request_ends_once_and_only_its_own_reply_answers_it_in_random_runs() {
     let (mut answered, mut late) = (0, 0);
     for seed in 0..200 {
-        for (redelivery, overflow) in [
-            (Redelivery::Report, Overflow::RejectNew),
-            (Redelivery::Resend, Overflow::DropOldest),
-            (
-                Redelivery::Resend,
-                Overflow::Block(Duration::from_millis(150)),
-            ),
+        let block = Overflow::Block(Duration::from_millis(150));
+        for (by_id, redelivery, overflow) in [
+            (false, Redelivery::Report, Overflow::RejectNew),
+            (false, Redelivery::Resend, Overflow::DropOldest),
+            (false, Redelivery::Resend, block),
+            (true, Redelivery::Report, block),
+            (true, Redelivery::Resend, Overflow::RejectNew),
         ] {
-            let (a, l) = random_run(seed, redelivery, overflow);
+            let (a, l) = random_run(seed, by_id, redelivery, overflow);
             answered += a;
             late += l;
         }
