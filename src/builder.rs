@@ -964,7 +964,8 @@ impl Builder {
     /// depth, in requests and in their bytes (one request larger than `bytes` is admitted
     /// alone). Past it, the [`Overflow`] policy applies: `RejectNew` refuses the request
     /// ([`RequestError::Full`](crate::RequestError::Full)), `DropOldest` abandons the oldest
-    /// unsent one, `Block(t)` waits up to `t` for room. Defaults to 1024 requests, 4 MiB.
+    /// unsent one, `Block(t)` lets it wait up to `t` for room, in line in the IO thread (the
+    /// call itself never blocks). Defaults to 1024 requests, 4 MiB.
     pub fn request_window(mut self, requests: usize, bytes: usize) -> Builder {
         self.config.core.requests.max_frames = requests;
         self.config.core.requests.max_bytes = bytes;
