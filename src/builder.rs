@@ -9,6 +9,7 @@ use crate::core::backoff::{BackoffConfig, Jitter};
 use crate::core::endpoint::{Endpoint, Host};
 use crate::core::framing::{BoxedFraming, Framing, Raw};
 use crate::core::heartbeat::{Heartbeat, Ping};
+use crate::core::requests::{Correlation, Redelivery, RequestSettings};
 use crate::core::settings::{ProofOfLife, Settings};
 use crate::error::ConfigError;
 use crate::io::{Context, IoPool, Keepalive, Resolver, SocketOptions};
@@ -57,6 +58,7 @@ pub mod defaults {
     pub const DNS_REFRESH: Duration = Duration::from_secs(60);
     /// Largest zmq message relink builds by coalescing frames.
     pub const BATCH_BYTES: usize = 64 * 1024;
+    pub use crate::core::requests::{REQUEST_TIMEOUT, REQUEST_WINDOW_BYTES, REQUEST_WINDOW_FRAMES};
     pub use crate::io::MAX_SOCKETS;
 }
 
@@ -175,6 +177,7 @@ impl Builder {
                     connect_timeout: defaults::CONNECT_TIMEOUT,
                     dial_bound: Duration::ZERO,
                     tls: None,
+                    requests: RequestSettings::default(),
                 },
                 rng_seed: None,
                 socket: SocketOptions {
@@ -902,8 +905,75 @@ impl Builder {
                 .collect::<Result<Vec<_>, _>>()?;
             c.core.tls = Some(sessions);
         }
+        check_requests(&mut c)?;
         Ok(c)
     }
+}
+
+/// Request and reply settings ([`Link::request`](crate::Link::request)).
+impl Builder {
+    /// How replies are matched to requests. Defaults to [`Correlation::in_order`] (every
+    /// inbound frame answers the oldest outstanding request); [`Correlation::resp`] for redis.
+    ///
+    /// # Examples
+    /// ```
+    /// use relink::{Correlation, Link, Resp};
+    ///
+    /// let link = Link::builder("tcp://127.0.0.1:6379")
+    ///     .codec(Resp::new())
+    ///     .requests(Correlation::resp())
+    ///     .build()?;
+    /// # link.close(std::time::Duration::ZERO);
+    /// # Ok::<(), relink::ConfigError>(())
+    /// ```
+    pub fn requests(mut self, correlation: Correlation) -> Builder {
+        self.config.core.requests.correlation = correlation;
+        self
+    }
+
+    /// A request's deadline, counted from the call (time queued during an outage counts),
+    /// unless the call gives its own ([`Link::request_timeout`](crate::Link::request_timeout)).
+    /// Defaults to 5 s.
+    pub fn request_timeout(mut self, timeout: Duration) -> Builder {
+        self.config.core.requests.timeout = timeout;
+        self
+    }
+
+    /// The window of outstanding requests (queued or written, not answered): the pipelining
+    /// depth, in requests and in their bytes (one request larger than `bytes` is admitted
+    /// alone). Past it, the [`Overflow`] policy applies: `RejectNew` refuses the request
+    /// ([`RequestError::Full`](crate::RequestError::Full)), `DropOldest` abandons the oldest
+    /// unsent one, `Block(t)` lets it wait up to `t` for room, in line in the IO thread (the
+    /// call itself never blocks). Defaults to 1024 requests, 4 MiB.
+    pub fn request_window(mut self, requests: usize, bytes: usize) -> Builder {
+        self.config.core.requests.max_frames = requests;
+        self.config.core.requests.max_bytes = bytes;
+        self
+    }
+
+    /// What becomes of requests written on a connection that drops before their reply.
+    /// Defaults to [`Redelivery::Report`] (they fail as "may have been processed").
+    pub fn request_redelivery(mut self, policy: Redelivery) -> Builder {
+        self.config.core.requests.redelivery = policy;
+        self
+    }
+}
+
+fn check_requests(c: &mut Config) -> Result<(), ConfigError> {
+    let r = &mut c.core.requests;
+    r.overflow = c.overflow;
+    positive("request_timeout", r.timeout)?;
+    if r.max_frames == 0 {
+        return Err(ConfigError::ZeroLimit {
+            name: "request window",
+        });
+    }
+    if r.max_bytes == 0 {
+        return Err(ConfigError::ZeroLimit {
+            name: "request window bytes",
+        });
+    }
+    Ok(())
 }
 
 fn positive(name: &'static str, d: Duration) -> Result<(), ConfigError> {

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use crate::batch::Batch;
+use crate::event::AbandonReason;
 
 /// A configuration that [`Builder::build`](crate::Builder::build) refuses.
 ///
@@ -416,6 +417,9 @@ pub enum Callback {
     Decode,
     /// The framing, encoding a frame (a queued frame, a hello frame or the heartbeat ping).
     Encode,
+    /// The request correlation's code, telling replies apart
+    /// ([`Correlation`](crate::Correlation)).
+    Correlation,
 }
 
 impl Callback {
@@ -427,6 +431,7 @@ impl Callback {
             Callback::Resolver => "resolver",
             Callback::Decode => "framing decoder",
             Callback::Encode => "framing encoder",
+            Callback::Correlation => "request correlation",
         }
     }
 }
@@ -585,4 +590,71 @@ pub enum RecvTimeoutError {
     /// The link is closed and every event was taken.
     #[error("channel is empty and disconnected")]
     Disconnected,
+}
+
+/// Why a request ([`Link::request`](crate::Link::request) and its variants) got no reply.
+/// Every request ends in exactly one outcome: its reply, or one of these.
+///
+/// # Examples
+/// ```
+/// use relink::{AbandonReason, RequestError};
+///
+/// let lost = RequestError::Abandoned(AbandonReason::ConnectionLost);
+/// assert!(lost.may_have_been_processed());
+/// assert_eq!(lost.to_string(), "request abandoned: connection-lost");
+/// let full = RequestError::Full(b"GET k".to_vec());
+/// assert!(!full.may_have_been_processed());
+/// assert_eq!(full.into_frame().as_deref(), Some(&b"GET k"[..]));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RequestError {
+    /// The request was written and no reply came before its deadline (counted from the call):
+    /// the peer may have processed it. In order, its late reply is dropped when it comes.
+    #[error("no reply before the deadline")]
+    TimedOut,
+    /// The request ended without a reply: [`Expired`](AbandonReason::Expired) (its deadline
+    /// passed before it was written: not processed), [`ConnectionLost`](AbandonReason::ConnectionLost)
+    /// (written, then its connection dropped, under [`Redelivery::Report`](crate::Redelivery):
+    /// it may have been processed), [`Overflow`](AbandonReason::Overflow) (pushed out of the
+    /// window unsent by `Overflow::DropOldest`) or [`Shutdown`](AbandonReason::Shutdown) (the
+    /// link closed first).
+    #[error("request abandoned: {0}")]
+    Abandoned(AbandonReason),
+    /// Refused: the window of outstanding requests is full
+    /// ([`Builder::request_window`](crate::Builder::request_window)); the frame is given back.
+    #[error("request window full")]
+    Full(bytes::Bytes),
+    /// Refused: the link is closed or closing; the frame is given back.
+    #[error("link closed")]
+    Closed(bytes::Bytes),
+    /// Refused: the framing cannot encode the frame; it is given back.
+    #[error("frame refused: {1}")]
+    Invalid(bytes::Bytes, EncodeError),
+    /// Refused: correlating by id, the request's id could not be read; the frame is given
+    /// back.
+    #[error("request has no id")]
+    NoId(bytes::Bytes),
+}
+
+impl RequestError {
+    /// The frame, when the request was refused at the call.
+    pub fn into_frame(self) -> Option<bytes::Bytes> {
+        match self {
+            RequestError::Full(f)
+            | RequestError::Closed(f)
+            | RequestError::Invalid(f, _)
+            | RequestError::NoId(f) => Some(f),
+            _ => None,
+        }
+    }
+
+    /// Whether the peer may have processed the request: it was written and its reply did not
+    /// come (timed out, or its connection dropped).
+    pub fn may_have_been_processed(&self) -> bool {
+        matches!(
+            self,
+            RequestError::TimedOut | RequestError::Abandoned(AbandonReason::ConnectionLost)
+        )
+    }
 }

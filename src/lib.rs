@@ -81,6 +81,11 @@
 //!   the IO thread on any executor ([`Events::recv_async`], [`Events`] as a
 //!   `futures_core::Stream`, [`Link::send_async`], [`Link::close_async`]), and [`Batch`] sends
 //!   that hand many frames over in one call. Dropping the last handle never waits.
+//! - Request and reply ([`Link::request`], [`Link::request_nowait`] and [`Pending`],
+//!   [`Link::request_async`]): replies matched to requests in order or by id
+//!   ([`Correlation`]), a deadline per request counted from the call, every request ended in
+//!   exactly one outcome ([`RequestError`]), requests outstanding at a drop resent or failed
+//!   ([`Redelivery`]). See [Request and reply](#request-and-reply).
 //!
 //! # Out of scope
 //! - Servers (relink only dials).
@@ -194,6 +199,47 @@
 //! [`Overflow::Block`], [`Link::close`], [`Link::metrics`], event receivers) returns at once;
 //! the event stream ends with [`LinkError::IoThreadPanicked`].
 //!
+//! # Request and reply
+//! A request is a frame whose reply the link matches to it and hands to its caller:
+//! ```
+//! use std::time::Duration;
+//! use relink::{Codec, Correlation, Link, RequestError};
+//! # use std::io::{BufRead, BufReader, Write};
+//! # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+//! # let port = listener.local_addr()?.port();
+//! # std::thread::spawn(move || {
+//! #     let (s, _) = listener.accept().unwrap();
+//! #     let mut w = s.try_clone().unwrap();
+//! #     for line in BufReader::new(s).lines().map_while(Result::ok) {
+//! #         if line.starts_with("slow") { std::thread::sleep(Duration::from_millis(300)); }
+//! #         if w.write_all(format!("re {line}\n").as_bytes()).is_err() { break; }
+//! #     }
+//! # });
+//!
+//! // The server on `port` answers each line `L` with `re L`, a `slow` one after 300 ms.
+//! let link = Link::builder(&format!("tcp://127.0.0.1:{port}"))
+//!     .codec(Codec::lines())
+//!     .requests(Correlation::in_order()) // the default
+//!     .build()?;
+//! assert_eq!(link.request("hello")?, b"re hello"); // connected, answered
+//! let slow = link.request_nowait_timeout("slow", Duration::from_millis(50));
+//! let next = link.request_nowait("next");
+//! assert_eq!(slow.wait(), Err(RequestError::TimedOut));
+//! // The late reply to "slow" is dropped: "next" gets its own.
+//! assert_eq!(next.wait()?, b"re next");
+//! assert_eq!(link.close(Duration::from_secs(1)).replies_late, 1);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//! In order, a request that timed out keeps its place until its late reply, which is consumed
+//! and counted ([`Metrics::replies_late`]); by id ([`Correlation::by_id`]), a reply whose id
+//! nobody waits for is. Frames that are no reply (RESP3 pushes with [`Correlation::resp`], a
+//! greeting, anything while no request is outstanding) are [`Event::Frame`]s. The window of
+//! outstanding requests ([`Builder::request_window`]) is the pipelining depth, under the
+//! link's [`Overflow`] policy. A connection lost with requests outstanding resends them first
+//! on the next one, after its hello ([`Redelivery::Resend`]), or fails them as "may have been
+//! processed" ([`Redelivery::Report`], the default). A close waits (until its timeout) for the
+//! replies outstanding; the requests left end as `Abandoned(Shutdown)`.
+//!
 //! # Architecture
 //! A [`Link`] is a crossbeam sender of commands to an IO thread plus that thread's eventfd. An
 //! IO thread of an [`IoPool`] serves one link (the default: a thread of its own) or many (links
@@ -235,6 +281,7 @@ mod event;
 mod io;
 mod link;
 mod metrics;
+mod request;
 mod send;
 mod tls;
 
@@ -243,6 +290,7 @@ pub use crate::core::endpoint::Endpoint;
 pub use crate::core::framing;
 pub use crate::core::heartbeat::{Heartbeat, Ping};
 pub use crate::core::predicate::Predicate;
+pub use crate::core::requests::{Correlation, IdReader, Redelivery};
 pub use crate::core::settings::ProofOfLife;
 pub use batch::{Batch, BatchIter};
 pub use builder::{defaults, Builder, Overflow};
@@ -250,6 +298,7 @@ pub use builder::{defaults, Builder, Overflow};
 /// [`BytesMut`](bytes::BytesMut) is the receive buffer a [`Framing`](framing::Framing)
 /// decodes from.
 pub use bytes;
+pub use error::RequestError;
 pub use error::{
     BatchError, Callback, ConfigError, LinkError, RecvError, RecvTimeoutError, SendError,
     TlsConfigError, TlsError, TryRecvError,
@@ -258,6 +307,7 @@ pub use event::{AbandonReason, Cause, Event, State, Transition};
 pub use io::{Context, IoPool, Keepalive, Resolver};
 pub use link::{Events, Link, Recv};
 pub use metrics::{Abandoned, Metrics};
+pub use request::Pending;
 pub use send::SendOptions;
 pub use tls::Tls;
 

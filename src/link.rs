@@ -16,6 +16,7 @@ use event_listener::EventListener;
 use crate::batch::Batch;
 use crate::builder::{Builder, Config, Overflow};
 use crate::core::framing::BoxedFraming;
+use crate::core::requests::RequestSettings;
 use crate::error::{BatchError, ConfigError, RecvError, RecvTimeoutError, SendError, TryRecvError};
 use crate::event::{Event, State};
 use crate::io::event_loop::{next_link_id, IoSettings, Msg, Route, Slot, Wiring};
@@ -88,6 +89,8 @@ struct Inner {
     linger: Duration,
     /// Disconnected when the IO thread has freed the link's slot.
     done: Receiver<()>,
+    /// Request and reply settings, for the request calls.
+    requests: RequestSettings,
 }
 
 impl fmt::Debug for Link {
@@ -209,6 +212,7 @@ impl Link {
                 close_timeout: config.close_timeout,
                 linger: config.socket.linger,
                 done,
+                requests: config.core.requests.clone(),
             }),
         })
     }
@@ -535,6 +539,28 @@ impl Link {
             SendError::Full(frame)
         };
         self.reject(err)
+    }
+
+    /// What the request calls (`crate::request`) need of the handle: the framing, to check a
+    /// request at the call, and the request settings.
+    pub(crate) fn request_parts(&self) -> (&BoxedFraming, &RequestSettings) {
+        (&self.inner.framing, &self.inner.requests)
+    }
+
+    /// Hands a request to the IO thread; gives it back if the link is closed. A request that
+    /// reaches a link closing meanwhile is ended by its promise (`Shutdown`), never left waiting.
+    pub(crate) fn enqueue_request(&self, cmd: Command) -> Result<(), Command> {
+        let inner = &*self.inner;
+        if inner.shared.closed.load(Ordering::SeqCst) {
+            return Err(cmd);
+        }
+        match inner.route.send(cmd) {
+            Ok(()) => {
+                inner.shared.wake_for_command();
+                Ok(())
+            }
+            Err(crossbeam_channel::SendError(cmd)) => Err(cmd),
+        }
     }
 
     fn reject(&self, e: SendError) -> SendError {

@@ -147,6 +147,16 @@ pub struct Metrics {
     /// was reported in an `Event::Error` and, unless it came too late to matter, failed the
     /// connection or the dial with cause `callback-panic`.
     pub callback_panics: u64,
+    /// Requests answered by their reply ([`Link::request`](crate::Link::request)).
+    pub requests_answered: u64,
+    /// Requests that ended without a reply (timed out, abandoned, refused in the IO thread:
+    /// see [`RequestError`](crate::RequestError)).
+    pub requests_failed: u64,
+    /// Requests outstanding: queued, written and unanswered (those that timed out in order
+    /// keep their place until their reply), or waiting for room in the window.
+    pub requests_outstanding: u64,
+    /// Late replies (to requests that had timed out) consumed and dropped.
+    pub replies_late: u64,
 }
 
 impl Metrics {
@@ -189,6 +199,10 @@ impl Metrics {
             events_dropped: 0,
             ignored_inputs: 0,
             callback_panics: 0,
+            requests_answered: 0,
+            requests_failed: 0,
+            requests_outstanding: 0,
+            replies_late: 0,
         }
     }
 }

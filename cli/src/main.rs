@@ -40,13 +40,24 @@
 //!
 //! Frames the outbox refuses and frames abandoned are always reported on stderr.
 //!
-//! At the end of stdin it waits for the outbox to flush (up to `--flush-timeout`), then prints
-//! replies until nothing arrived for `--quiet-time` (socat's `-t`), then closes. Ctrl-C closes
+//! With `--replies each` (the default with `--framing resp`) every line is a request: its reply
+//! is printed in the order the lines were read (other frames, such as RESP3 pushes, as they
+//! come), a line that gets no reply within `--request-timeout` is reported on stderr
+//! (`request-failed error=timed-out frame="GET k" ...` with `--status`), and the run ends once
+//! every line got its reply or failed, with status 1 if any failed:
+//!
+//! ```text
+//! printf 'SET k v\nGET k\n' | relink-cat --framing resp 127.0.0.1:6379   # +OK, $1 v; exits 0
+//! ```
+//!
+//! Otherwise (`--replies stream`), at the end of stdin it waits for the outbox to flush (up to
+//! `--flush-timeout`), then prints replies until nothing arrived for `--quiet-time` (socat's
+//! `-t`), then closes. Ctrl-C closes
 //! gracefully at once. `--give-up-after N` (attempts) or `--give-up-after 30s` (time without a
 //! Ready connection) ends the run when the server stays away.
 //!
-//! Exit status: 0 every line was delivered; 1 it gave up, or closed with frames refused or
-//! abandoned (or libzmq failed); 2 a bad option; 130 Ctrl-C (SIGINT).
+//! Exit status: 0 every line was delivered (with `--replies each`: answered); 1 it gave up,
+//! closed with frames refused or abandoned, a request failed or timed out (or libzmq failed); 2 a bad option; 130 Ctrl-C (SIGINT).
 
 // The option docs below are clap's --help text, written for a terminal, not Markdown.
 #![allow(rustdoc::broken_intra_doc_links, rustdoc::invalid_html_tags)]
@@ -54,6 +65,7 @@
 use std::io::{self, BufRead, Write};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -61,8 +73,8 @@ use clap::{Parser, ValueEnum};
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use relink::framing::{Delimited, LengthDelimited, Lines, Raw, Resp};
 use relink::{
-    ConfigError, Event, Heartbeat, Jitter, Link, Metrics, Ping, Predicate, ProofOfLife,
-    RecvTimeoutError, SendError, State, Tls, Transition,
+    ConfigError, Correlation, Event, Heartbeat, Jitter, Link, Metrics, Overflow, Pending, Ping,
+    Predicate, ProofOfLife, RecvTimeoutError, RequestError, SendError, State, Tls, Transition,
 };
 
 /// Exit status for a bad option or a configuration the builder refuses.
@@ -197,6 +209,37 @@ struct Cli {
     /// No state changes on stderr (refused and abandoned frames are still reported).
     #[arg(long, short, conflicts_with = "status")]
     quiet: bool,
+
+    /// How lines and replies pair up: each (every line is a request: relink-cat waits for
+    /// its reply, prints it, and exits 1 if any request failed or timed out; no quiet time)
+    /// or stream (frames printed as they come, until --quiet-time after the end of stdin).
+    /// Defaults to each with --framing resp, stream otherwise.
+    #[arg(long, value_enum, value_name = "MODE")]
+    replies: Option<Replies>,
+
+    /// With --replies each: how long a line waits for its reply, from the moment it was read
+    /// (time queued while the server is away counts).
+    #[arg(long, value_name = "DUR", default_value = "5s", value_parser = parse_positive_duration)]
+    request_timeout: Duration,
+}
+
+/// How lines and replies pair up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Replies {
+    /// Every line is a request, answered by one reply.
+    Each,
+    /// Frames are printed as they come.
+    Stream,
+}
+
+impl Cli {
+    /// Whether every line is a request whose reply is awaited.
+    fn each_line_a_request(&self) -> bool {
+        match self.replies {
+            Some(r) => r == Replies::Each,
+            None => self.framing == FramingArg::Resp,
+        }
+    }
 }
 
 /// The framing chosen with `--framing`, already built (a bad spec is refused while parsing).
@@ -300,6 +343,8 @@ enum Stop {
     Interrupt,
     /// stdout is gone (e.g. `| head -1`).
     StdoutClosed,
+    /// With `--replies each`: stdin ended and every line got its reply or failed.
+    Answered,
 }
 
 /// Parses `250ms`, `2s` or `1.5s`.
@@ -481,6 +526,17 @@ fn build_link(cli: &Cli) -> Result<Link, ConfigError> {
         }
         b = b.tls(tls);
     }
+    if cli.each_line_a_request() {
+        let correlation = match cli.framing {
+            FramingArg::Resp => Correlation::resp(),
+            _ => Correlation::in_order(),
+        };
+        // Lines read faster than the server answers wait for room, within their deadline.
+        b = b
+            .requests(correlation)
+            .request_timeout(cli.request_timeout)
+            .overflow(Overflow::Block(cli.request_timeout));
+    }
     b.immediate(cli.immediate).build()
 }
 
@@ -558,6 +614,28 @@ impl Report {
         }
     }
 
+    fn request_failed(self, line: &[u8], e: &RequestError) {
+        let error = match e {
+            RequestError::TimedOut => "timed-out".to_string(),
+            RequestError::Abandoned(reason) => reason.as_str().to_string(),
+            RequestError::Full(_) => "full".to_string(),
+            RequestError::Closed(_) => "closed".to_string(),
+            RequestError::Invalid(..) => "invalid".to_string(),
+            _ => "other".to_string(),
+        };
+        match self {
+            Report::Status => eprintln!(
+                "request-failed error={error} frame={:?} message={:?}",
+                String::from_utf8_lossy(line),
+                e.to_string()
+            ),
+            _ => eprintln!(
+                "relink-cat: no reply to {:?}: {e}",
+                String::from_utf8_lossy(line)
+            ),
+        }
+    }
+
     fn error(self, e: &relink::LinkError) {
         match self {
             Report::Status => eprintln!("error message={:?}", e.to_string()),
@@ -626,8 +704,53 @@ impl Output {
     }
 }
 
-/// Reads stdin line by line on its own thread and sends each line as a frame.
-fn spawn_reader(link: Link, framing: FramingArg, report: Report, stop: Sender<Stop>) {
+/// With `--replies each`: prints each line's reply in the order the lines were read, and
+/// reports the lines that got none; tells the main loop once the last one is done.
+fn spawn_printer(
+    requests: Receiver<(Vec<u8>, Pending)>,
+    framing: FramingArg,
+    report: Report,
+    failures: Arc<AtomicUsize>,
+    stop: Sender<Stop>,
+) {
+    let spawned = thread::Builder::new()
+        .name("replies".into())
+        .spawn(move || {
+            let mut output = Output {
+                framing,
+                out: io::stdout(),
+            };
+            for (line, pending) in requests {
+                match pending.wait() {
+                    Ok(reply) => {
+                        if output.frame(&reply).is_err() {
+                            let _ = stop.send(Stop::StdoutClosed);
+                            return;
+                        }
+                    }
+                    Err(e) => {
+                        failures.fetch_add(1, Ordering::SeqCst);
+                        report.request_failed(&line, &e);
+                    }
+                }
+            }
+            let _ = stop.send(Stop::Answered);
+        });
+    if let Err(e) = spawned {
+        eprintln!("relink-cat: cannot start the reply printer: {e}");
+        std::process::exit(EXIT_FAILURE.into());
+    }
+}
+
+/// Reads stdin line by line on its own thread and sends each line as a frame, or as a
+/// request handed to the printer when `requests` is given.
+fn spawn_reader(
+    link: Link,
+    framing: FramingArg,
+    report: Report,
+    stop: Sender<Stop>,
+    requests: Option<Sender<(Vec<u8>, Pending)>>,
+) {
     let spawned = thread::Builder::new().name("stdin".into()).spawn(move || {
         let stdin = io::stdin();
         let mut input = stdin.lock();
@@ -653,11 +776,19 @@ fn spawn_reader(link: Link, framing: FramingArg, report: Report, stop: Sender<St
                     end.to_vec()
                 }
             };
-            if let Err(e) = link.send(frame) {
+            if let Some(requests) = &requests {
+                let pending = link.request_nowait(frame.clone());
+                if requests.send((frame, pending)).is_err() {
+                    break;
+                }
+            } else if let Err(e) = link.send(frame) {
                 report.refused(&e);
             }
         }
-        let _ = stop.send(Stop::Eof);
+        // With requests, the printer says when the run is over.
+        if requests.is_none() {
+            let _ = stop.send(Stop::Eof);
+        }
     });
     if let Err(e) = spawned {
         eprintln!("relink-cat: cannot start the stdin reader: {e}");
@@ -707,7 +838,19 @@ fn main() -> ExitCode {
     if let Err(e) = handler {
         eprintln!("relink-cat: cannot handle Ctrl-C: {e}");
     }
-    spawn_reader(link.clone(), cli.framing.clone(), report, stop_tx);
+    let failures = Arc::new(AtomicUsize::new(0));
+    let requests = cli.each_line_a_request().then(|| {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        spawn_printer(
+            rx,
+            cli.framing.clone(),
+            report,
+            failures.clone(),
+            stop_tx.clone(),
+        );
+        tx
+    });
+    spawn_reader(link.clone(), cli.framing.clone(), report, stop_tx, requests);
 
     let mut output = Output {
         framing: cli.framing.clone(),
@@ -745,8 +888,12 @@ fn main() -> ExitCode {
             }
             ExitCode::from(EXIT_FAILURE)
         }
-        Stop::Eof | Stop::StdoutClosed if undelivered > 0 => ExitCode::from(EXIT_FAILURE),
-        Stop::Eof | Stop::StdoutClosed => ExitCode::SUCCESS,
+        Stop::Eof | Stop::StdoutClosed | Stop::Answered
+            if undelivered > 0 || failures.load(Ordering::SeqCst) > 0 =>
+        {
+            ExitCode::from(EXIT_FAILURE)
+        }
+        Stop::Eof | Stop::StdoutClosed | Stop::Answered => ExitCode::SUCCESS,
     }
 }
 

@@ -837,3 +837,82 @@ fn tls_mutual_tls_with_cert_and_key_gets_pong_from_a_redis_server_that_requires_
 fn tls_an_ip_endpoint_without_a_server_name_exits_with_status_2() {
     assert_usage_error(&["--tls", "tcp://127.0.0.1:1"], &["server_name"]);
 }
+
+// --- replies: every line a request ------------------------------------------------------
+
+/// Answers each line `L` with `re L`, the first one 300 ms late.
+fn replier() -> Behaviour {
+    Behaviour::script(|conn| {
+        let mut first = true;
+        while let Ok(line) = conn.read_line(WAIT) {
+            if first {
+                conn.pause(Duration::from_millis(300));
+                first = false;
+            }
+            let reply = [b"re ".as_slice(), &line, b"\n"].concat();
+            if conn.write_all(&reply).is_err() {
+                return;
+            }
+        }
+    })
+}
+
+#[test]
+fn with_replies_each_every_reply_is_printed_in_order_and_the_run_ends_at_the_last_one() {
+    let peer = Peer::start(replier());
+    // A quiet time longer than the wait allowed: the run must end on the last reply.
+    let mut cat = Cat::start(&[
+        "--quiet",
+        "--replies",
+        "each",
+        "--quiet-time",
+        "60s",
+        &peer.endpoint(),
+    ]);
+    cat.pipe("a\nb\nc\n");
+    let (status, _) = cat.finish(false, WAIT);
+    assert_eq!(
+        cat.stdout.text(),
+        "re a\nre b\nre c",
+        "{}",
+        cat.transcript()
+    );
+    assert_eq!(status.code(), Some(0), "{}", cat.transcript());
+}
+
+#[test]
+fn with_replies_each_a_line_without_a_reply_in_time_is_reported_and_exits_1() {
+    let peer = Peer::start(Behaviour::Sink);
+    let mut cat = Cat::start(&[
+        "--status",
+        "--replies",
+        "each",
+        "--request-timeout",
+        "1s",
+        &peer.endpoint(),
+    ]);
+    cat.pipe("GET k\n");
+    let line = cat.expect_stderr("request-failed ");
+    assert_has(&line, "error=timed-out");
+    assert_has(&line, "frame=\"GET k\"");
+    let (status, _) = cat.finish(false, WAIT);
+    assert_eq!(status.code(), Some(1), "{}", cat.transcript());
+}
+
+#[test]
+#[ignore = "needs redis-server"]
+fn resp_lines_wait_for_each_reply_from_redis_server_and_exit_zero() {
+    let server = redis();
+    let mut cat = Cat::start(&[
+        "--quiet",
+        "--framing",
+        "resp",
+        "--quiet-time",
+        "60s",
+        &server.endpoint(),
+    ]);
+    cat.pipe("SET relink-cat-key v\nGET relink-cat-key\n");
+    let (status, _) = cat.finish(false, WAIT);
+    assert_eq!(cat.stdout.text(), "+OK\n$1\nv", "{}", cat.transcript());
+    assert_eq!(status.code(), Some(0), "{}", cat.transcript());
+}

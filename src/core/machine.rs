@@ -69,11 +69,12 @@ use super::framing::BoxedFraming;
 use super::guard::{guarded, Panicked};
 use super::heartbeat::{HeartbeatState, Ping};
 use super::outbox::Outbox;
+use super::requests::{Correlation, Matched, Outcome, Requests, Token, Verdict};
 use super::settings::{ProofOfLife, Settings};
 use super::timers::{Timer, Timers};
 use super::tls::TlsSession;
 use crate::batch::Batch;
-use crate::error::{Callback, DecodeError, LinkError, TlsError};
+use crate::error::{Callback, DecodeError, LinkError, RequestError, TlsError};
 use crate::event::{AbandonReason, Cause, Event, State, Transition};
 use crate::metrics::Metrics;
 
@@ -114,6 +115,14 @@ pub(crate) enum Input {
     ConnectFailed { generation: u64 },
     /// The IO side stopped (true) or resumed (false) reading because the application is slow.
     ReadPaused(bool),
+    /// A request accepted by the handle; its outcome leaves as `Action::Answer`.
+    Request {
+        token: Token,
+        frame: Bytes,
+        /// Its id, when correlating by id.
+        id: Option<Vec<u8>>,
+        deadline: Instant,
+    },
 }
 
 /// Why a lookup gave no address.
@@ -163,6 +172,8 @@ pub(crate) enum Action {
     Emit(Event),
     /// The machine is Closed: release the socket and stop.
     Stop,
+    /// The one outcome of a request, for whoever waits for it.
+    Answer(Token, Outcome),
 }
 
 /// Outcome of handing a batch to the socket.
@@ -263,6 +274,8 @@ pub(crate) struct Machine {
     /// Why the current failure happened, for the transition's log line.
     fail_reason: Option<String>,
     c: Counters,
+    /// Requests outstanding and their replies.
+    requests: Requests,
 }
 
 impl Machine {
@@ -273,6 +286,7 @@ impl Machine {
         let framing = cfg.framing.clone();
         let outbox = Outbox::new(cfg.outbox_frames, cfg.outbox_bytes);
         let backoff = Backoff::new(cfg.backoff.clone());
+        let requests = Requests::new(&cfg.requests);
         Machine {
             cfg,
             state: State::Idle,
@@ -310,6 +324,7 @@ impl Machine {
             plain_out: Vec::new(),
             fail_reason: None,
             c: Counters::default(),
+            requests,
         }
     }
 
@@ -361,7 +376,14 @@ impl Machine {
                     hb.set_paused(paused, now);
                 }
             }
+            Input::Request {
+                token,
+                frame,
+                id,
+                deadline,
+            } => self.request(now, token, frame, id, deadline),
         }
+        self.answer_requests();
         self.check_flushed(now);
     }
 
@@ -470,6 +492,8 @@ impl Machine {
         }
         let expired = self.outbox.expire(now);
         self.abandon_all(expired, AbandonReason::Expired);
+        self.requests.expire(now);
+        self.answer_requests();
         if let Some(hb) = &mut self.heartbeat {
             if hb.death_at().is_some_and(|t| t <= now) {
                 // The interval that ends in the verdict was silent too.
@@ -500,6 +524,7 @@ impl Machine {
             }
         };
         consider(self.outbox.next_deadline());
+        consider(self.requests.next_deadline());
         if let Some(hb) = &self.heartbeat {
             consider(hb.death_at());
             consider(Some(hb.next_ping()));
@@ -572,7 +597,10 @@ impl Machine {
     /// The plaintext batch: control frames, then queued frames while Ready.
     fn poll_batch(&mut self, now: Instant, buf: &mut Vec<u8>) -> bool {
         buf.clear();
-        if !matches!(self.state, State::Connected | State::Ready) || self.outbox.in_flight() > 0 {
+        if !matches!(self.state, State::Connected | State::Ready)
+            || self.outbox.in_flight() > 0
+            || self.requests.in_flight() > 0
+        {
             return false;
         }
         if self.timers.at(Timer::SendRetry).is_some_and(|t| t > now) {
@@ -612,6 +640,9 @@ impl Machine {
                     }
                 }
             }
+            if let Err(p) = self.batch_requests(buf) {
+                return self.encode_panicked(now, buf, p);
+            }
         }
         !buf.is_empty()
     }
@@ -631,6 +662,7 @@ impl Machine {
             TxResult::Sent => {
                 let c = &mut self.c;
                 self.outbox.confirm(|len| c.sent(len));
+                self.requests.confirm();
                 self.in_flight_control.clear();
                 if let Some(hb) = &mut self.heartbeat {
                     hb.on_outbound(now);
@@ -698,6 +730,10 @@ impl Machine {
             events_dropped: 0,
             ignored_inputs: self.c.ignored,
             callback_panics: self.c.callback_panics,
+            requests_answered: self.requests.answered,
+            requests_failed: self.requests.failed,
+            requests_outstanding: self.requests.len() as u64,
+            replies_late: self.requests.late,
         }
     }
 
@@ -774,7 +810,7 @@ impl Machine {
             (_, Ev::Close(deadline)) => {
                 self.closing = true;
                 self.timers.arm(Timer::Close, deadline);
-                if self.outbox.is_empty() {
+                if self.flushed() {
                     self.finish(now);
                 }
             }
@@ -1037,7 +1073,84 @@ impl Machine {
         }
         self.c.received += 1;
         log::trace!("relink: frame of {} bytes received", frame.len());
-        self.emit(Event::Frame(frame));
+        if self.requests.is_empty() {
+            return self.emit(Event::Frame(frame));
+        }
+        let verdict = match self.verdict(&frame) {
+            Ok(v) => v,
+            Err(p) => return self.step(now, Ev::CallbackPanicked(p)),
+        };
+        match self.requests.on_frame(frame, verdict) {
+            Matched::Answer(_) => self.answer_requests(),
+            Matched::Late => log::debug!("relink: a late reply dropped"),
+            Matched::Unsolicited(frame) => self.emit(Event::Frame(frame)),
+        }
+    }
+
+    /// What the correlation's code says of an inbound frame, guarded.
+    fn verdict(&self, frame: &[u8]) -> Result<Verdict, Panicked> {
+        guarded(Callback::Correlation, || {
+            match &self.cfg.requests.correlation {
+                Correlation::InOrder {
+                    unsolicited: Some(p),
+                } if p.test(frame) => Verdict::Unsolicited,
+                Correlation::InOrder { .. } => Verdict::Reply,
+                Correlation::ById { reply_id, .. } => match reply_id.read(frame) {
+                    Some(id) => Verdict::Id(id),
+                    None => Verdict::Unsolicited,
+                },
+            }
+        })
+    }
+
+    fn request(
+        &mut self,
+        now: Instant,
+        token: Token,
+        frame: Bytes,
+        id: Option<Vec<u8>>,
+        deadline: Instant,
+    ) {
+        if self.state == State::Closed {
+            return self
+                .requests
+                .answer(token, Err(RequestError::Closed(frame)));
+        }
+        self.requests.submit(now, token, frame, id, deadline);
+    }
+
+    /// Hands every outcome reached to its caller.
+    fn answer_requests(&mut self) {
+        while let Some((token, outcome)) = self.requests.poll_outcome() {
+            self.actions.push_back(Action::Answer(token, outcome));
+        }
+    }
+
+    /// Adds the requests waiting to be written to the batch, while it has room.
+    fn batch_requests(&mut self, buf: &mut Vec<u8>) -> Result<(), Panicked> {
+        let limit = self.cfg.batch_bytes;
+        while let Some(frame) = self.requests.next_unsent() {
+            if !buf.is_empty() && buf.len().saturating_add(frame.len()) > limit {
+                break;
+            }
+            let mark = buf.len();
+            let framing = &mut self.framing;
+            match guarded(Callback::Encode, || framing.encode(frame, buf))? {
+                Ok(()) => self.requests.advance(),
+                Err(e) => {
+                    buf.truncate(mark);
+                    self.requests
+                        .refuse_next(|frame| RequestError::Invalid(frame, e));
+                    self.answer_requests();
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Nothing left to flush before a close: the outbox is empty and every request answered.
+    fn flushed(&self) -> bool {
+        self.outbox.is_empty() && self.requests.waiting() == 0
     }
 
     /// Tells the application that its code panicked, and counts it.
@@ -1060,6 +1173,8 @@ impl Machine {
             // was up and dropped says nothing against the address.
             self.note_address_failed();
         }
+        self.requests.connection_lost();
+        self.answer_requests();
         if self.cfg.abandon_on_disconnect && matches!(was, State::Connected | State::Ready) {
             let frames = self.outbox.drain();
             self.abandon_all(frames, AbandonReason::ConnectionLost);
@@ -1095,7 +1210,7 @@ impl Machine {
         self.timers.arm(Timer::Retry, now + delay);
         self.retry_delay = Some(delay);
         self.transition(now, to, cause);
-        if self.closing && self.outbox.is_empty() {
+        if self.closing && self.flushed() {
             self.finish(now);
         }
     }
@@ -1151,6 +1266,8 @@ impl Machine {
         self.requeue_in_flight();
         let frames = self.outbox.drain();
         self.abandon_all(frames, AbandonReason::Shutdown);
+        self.requests.shutdown();
+        self.answer_requests();
         self.timers.clear();
         self.heartbeat = None;
         self.retry_delay = None;
@@ -1207,13 +1324,14 @@ impl Machine {
 
     fn requeue_in_flight(&mut self) {
         self.outbox.requeue();
+        self.requests.requeue();
         for c in self.in_flight_control.drain(..).rev() {
             self.control.push_front(c);
         }
     }
 
     fn check_flushed(&mut self, now: Instant) {
-        if self.closing && self.state != State::Closed && self.outbox.is_empty() {
+        if self.closing && self.state != State::Closed && self.flushed() {
             self.step(now, Ev::Flushed);
         }
     }

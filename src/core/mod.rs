@@ -18,6 +18,7 @@
 //! - [`endpoint`]: `tcp://host:port`, parsed.
 //! - [`predicate`]: a shareable test on a frame (handshake and heartbeat replies).
 //! - [`settings`]: what the core is told, built once by the builder, and the proof of life.
+//! - [`requests`]: request and reply: which request an inbound frame answers.
 //! - [`guard`]: the guard around every call into application code (a panic becomes a value).
 
 pub(crate) mod backoff;
@@ -30,6 +31,7 @@ pub(crate) mod heartbeat;
 pub(crate) mod machine;
 mod outbox;
 pub(crate) mod predicate;
+pub(crate) mod requests;
 pub(crate) mod settings;
 mod timers;
 pub(crate) mod tls;

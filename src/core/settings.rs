@@ -8,6 +8,7 @@ use super::endpoint::Endpoint;
 use super::framing::BoxedFraming;
 use super::heartbeat::Heartbeat;
 use super::predicate::Predicate;
+use super::requests::RequestSettings;
 use super::tls::TlsSettings;
 
 /// Handshake reply timeout.
@@ -37,6 +38,8 @@ pub(crate) struct Settings {
     /// TLS on every connection: one session setting per endpoint, in the order of
     /// `endpoints`. None: plain TCP.
     pub tls: Option<Vec<TlsSettings>>,
+    /// Request and reply: correlation, redelivery, the window, the default deadline.
+    pub requests: RequestSettings,
 }
 
 /// What makes a Connected link Ready (proof of life).

@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 
+use super::answer::Promise;
 use super::context::Context;
 use super::ffi::{self, Epoll, Ready};
 use super::resolver::{self, Resolver};
@@ -36,6 +37,7 @@ use super::socket::{apply_options, ms, send_batch, SocketOptions};
 use crate::core::fmt_addr;
 use crate::core::guard::panic_message;
 use crate::core::machine::{Action, Input, Machine, TxResult};
+use crate::core::requests::Token;
 use crate::core::settings::Settings;
 use crate::error::{ConfigError, LinkError};
 use crate::event::{Event, State};
@@ -135,6 +137,9 @@ pub(crate) struct Slot {
     timer_at: Option<Instant>,
     /// Queued to be served in the current or the next pass.
     queued: bool,
+    /// Who waits for each outstanding request, by its token.
+    promises: HashMap<Token, Promise, ById>,
+    next_token: Token,
     /// Leaves the shared state Closed when the slot goes (before `_done` tells `close`).
     _stop: StopGuard,
     /// Dropped when the slot is freed: `close` waits for that.
@@ -256,6 +261,8 @@ impl Slot {
             resolver: io.resolver,
             timer_at: None,
             queued: false,
+            promises: HashMap::default(),
+            next_token: 0,
             _stop: StopGuard(stop),
             _done: done,
             _context: context,
@@ -807,6 +814,22 @@ impl Slot {
             }
             #[cfg(feature = "test-hooks")]
             Command::PanicForTests => panic!("IO thread panic requested by a test"),
+            Command::Request {
+                frame,
+                id,
+                deadline,
+                promise,
+            } => {
+                let token = self.next_token;
+                self.next_token += 1;
+                self.promises.insert(token, promise);
+                Input::Request {
+                    token,
+                    frame,
+                    id,
+                    deadline,
+                }
+            }
         };
         self.machine.handle_input(now, input);
     }
@@ -855,6 +878,11 @@ impl Slot {
                     port,
                 } => self.resolve(host, port, Lookup::Refresh(endpoint)),
                 Action::Stop => self.stopped = Some(now),
+                Action::Answer(token, outcome) => {
+                    if let Some(p) = self.promises.remove(&token) {
+                        p.fill(outcome);
+                    }
+                }
             }
         }
     }

@@ -1,6 +1,7 @@
 //! The IO side: the only code that calls libzmq, starts threads or reads the clock. It drives
 //! the core and never decides policy.
 //!
+//! - [`answer`]: the one-shot cell a request's outcome goes into.
 //! - [`event_loop`]: an IO thread's loop over its links: wait, translate what arrived into core
 //!   inputs, carry out the core's actions.
 //! - [`pool`]: the IO threads links share.
@@ -13,6 +14,7 @@
 //! - [`context`]: the libzmq context that links share.
 //! - [`ffi`]: the raw libzmq and libc calls, the crate's only `unsafe` code.
 
+pub(crate) mod answer;
 mod context;
 pub(crate) mod event_loop;
 #[allow(unsafe_code)]

@@ -12,6 +12,7 @@ use std::time::Instant;
 use crossbeam_channel::Sender;
 use event_listener::Event as Notify;
 
+use super::answer::Promise;
 use super::ffi::EventFd;
 use super::intake::Intake;
 use super::padded::Padded;
@@ -36,6 +37,13 @@ pub(crate) enum Command {
     /// Makes the IO thread panic, so that tests can check what the handles see when it stops.
     #[cfg(feature = "test-hooks")]
     PanicForTests,
+    /// A request; its outcome goes into `promise`.
+    Request {
+        frame: bytes::Bytes,
+        id: Option<Vec<u8>>,
+        deadline: Instant,
+        promise: Promise,
+    },
 }
 
 /// An IO thread's wake-up: one eventfd per thread, whatever the number of its links.

@@ -18,6 +18,8 @@ pub struct RedisServer {
     port: u16,
     child: Option<Child>,
     log: PathBuf,
+    /// With persistence: the directory of its append-only file (every write fsynced).
+    data: Option<PathBuf>,
 }
 
 fn find_on_path(name: &str) -> Option<PathBuf> {
@@ -64,8 +66,26 @@ impl RedisServer {
     /// None when `redis-server` is not on PATH. Panics if it is there but does not come
     /// up (answer PING) within 10 s.
     pub fn start() -> Option<RedisServer> {
+        RedisServer::start_with(false)
+    }
+
+    /// As `start`, with `appendonly yes` and `appendfsync always`: every write acknowledged
+    /// is on disk, so what it answered survives a SIGKILL and `relaunch`. Its data directory
+    /// is removed on drop.
+    pub fn start_persistent() -> Option<RedisServer> {
+        RedisServer::start_with(true)
+    }
+
+    fn start_with(persistent: bool) -> Option<RedisServer> {
         let binary = find_on_path("redis-server")?;
         let port = free_port();
+        let data = persistent.then(|| {
+            let dir = std::env::temp_dir()
+                .join(format!("relink-test-redis-{}-{port}.d", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).expect("create the redis data directory");
+            dir
+        });
         let mut server = RedisServer {
             binary,
             port,
@@ -74,6 +94,7 @@ impl RedisServer {
                 "relink-test-redis-{}-{port}.log",
                 std::process::id()
             )),
+            data,
         };
         server.launch();
         Some(server)
@@ -82,12 +103,26 @@ impl RedisServer {
     fn launch(&mut self) {
         assert!(self.child.is_none(), "redis-server already running");
         let _ = std::fs::remove_file(&self.log);
-        let child = Command::new(&self.binary)
-            .arg("--port")
-            .arg(self.port.to_string())
-            .args(["--save", "", "--appendonly", "no", "--bind", "127.0.0.1"])
-            .arg("--dir")
-            .arg(std::env::temp_dir())
+        let mut cmd = Command::new(&self.binary);
+        cmd.arg("--port").arg(self.port.to_string());
+        match &self.data {
+            None => cmd
+                .args(["--save", "", "--appendonly", "no", "--bind", "127.0.0.1"])
+                .arg("--dir")
+                .arg(std::env::temp_dir()),
+            Some(dir) => cmd
+                .args([
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "yes",
+                    "--appendfsync",
+                    "always",
+                ])
+                .args(["--bind", "127.0.0.1", "--dir"])
+                .arg(dir),
+        };
+        let child = cmd
             .arg("--logfile")
             .arg(&self.log)
             .stdin(Stdio::null())
@@ -179,5 +214,8 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();
         let _ = std::fs::remove_file(&self.log);
+        if let Some(dir) = &self.data {
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
 }

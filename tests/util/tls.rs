@@ -90,6 +90,8 @@ pub struct TlsRedis {
     auth_clients: bool,
     child: Option<Child>,
     log: PathBuf,
+    /// With persistence: the directory of its append-only file (every write fsynced).
+    data: Option<PathBuf>,
 }
 
 impl TlsRedis {
@@ -97,6 +99,22 @@ impl TlsRedis {
     /// requires a client certificate signed by the kit's CA (`--tls-auth-clients yes`).
     /// Panics if the server does not accept on its TLS port within 10 s.
     pub fn start(kit: &TlsKit, cert: ServerCert, auth_clients: bool) -> Option<TlsRedis> {
+        TlsRedis::start_with(kit, cert, auth_clients, false)
+    }
+
+    /// As `start` (the valid certificate, no client certificate required), with `appendonly
+    /// yes` and `appendfsync always`: what it answered survives a SIGKILL and `relaunch`. Its
+    /// data lives in the kit's directory.
+    pub fn start_persistent(kit: &TlsKit) -> Option<TlsRedis> {
+        TlsRedis::start_with(kit, ServerCert::Valid, false, true)
+    }
+
+    fn start_with(
+        kit: &TlsKit,
+        cert: ServerCert,
+        auth_clients: bool,
+        persistent: bool,
+    ) -> Option<TlsRedis> {
         Command::new("redis-server")
             .arg("--version")
             .stdout(Stdio::null())
@@ -112,6 +130,11 @@ impl TlsRedis {
             auth_clients,
             child: None,
             log: kit.dir.join(format!("redis-{port}.log")),
+            data: persistent.then(|| {
+                let dir = kit.dir.join(format!("redis-{port}.d"));
+                std::fs::create_dir_all(&dir).expect("create the redis data directory");
+                dir
+            }),
         };
         redis.launch();
         Some(redis)
@@ -129,9 +152,13 @@ impl TlsRedis {
             .arg("--tls-ca-cert-file")
             .arg(&self.ca)
             .args(["--tls-auth-clients", auth])
-            .args(["--save", "", "--appendonly", "no", "--bind", "127.0.0.1"])
+            .args(match self.data {
+                None => &["--appendonly", "no"][..],
+                Some(_) => &["--appendonly", "yes", "--appendfsync", "always"][..],
+            })
+            .args(["--save", "", "--bind", "127.0.0.1"])
             .arg("--dir")
-            .arg(self.log.parent().unwrap())
+            .arg(self.data.as_deref().unwrap_or(self.log.parent().unwrap()))
             .arg("--logfile")
             .arg(&self.log)
             .stdin(Stdio::null())

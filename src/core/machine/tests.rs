@@ -21,6 +21,7 @@ struct Sim {
     disconnects: usize,
     stopped: bool,
     written: Vec<u8>,
+    answers: Vec<(Token, Outcome)>,
 }
 
 impl Sim {
@@ -37,6 +38,7 @@ impl Sim {
             disconnects: 0,
             stopped: false,
             written: Vec::new(),
+            answers: Vec::new(),
         }
     }
 
@@ -157,6 +159,7 @@ impl Sim {
                 Action::Send(bytes) => self.written.extend_from_slice(&bytes),
                 Action::Disconnect => self.disconnects += 1,
                 Action::Stop => self.stopped = true,
+                Action::Answer(token, outcome) => self.answers.push((token, outcome)),
             }
         }
     }
@@ -221,6 +224,7 @@ impl Sim {
 
 use State::*;
 
+mod requests;
 mod tls;
 
 // --- one test per row ---------------------------------------------------------------------

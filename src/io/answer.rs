@@ -1,0 +1,124 @@
+//! The one-shot cell a request's outcome goes into: filled once by the IO thread, taken by
+//! the caller, who blocks on it or awaits it (on any executor: the fill wakes both).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use event_listener::{Event as Notify, EventListener, Listener};
+
+use crate::core::requests::Outcome;
+use crate::error::RequestError;
+use crate::event::AbandonReason;
+
+#[derive(Debug, Default)]
+struct Cell {
+    outcome: Mutex<Option<Outcome>>,
+    filled: AtomicBool,
+    notify: Notify,
+}
+
+impl Cell {
+    fn fill(&self, outcome: Outcome) {
+        *self.outcome.lock().unwrap_or_else(|e| e.into_inner()) = Some(outcome);
+        self.filled.store(true, Ordering::Release);
+        self.notify.notify(usize::MAX);
+    }
+}
+
+/// The IO thread's end. Dropped unfilled (the link stopped with the request on its way), it
+/// fills the cell with `Shutdown`: nobody waits forever.
+#[derive(Debug)]
+pub(crate) struct Promise(Option<Arc<Cell>>);
+
+impl Promise {
+    pub(crate) fn fill(mut self, outcome: Outcome) {
+        if let Some(cell) = self.0.take() {
+            cell.fill(outcome);
+        }
+    }
+}
+
+impl Drop for Promise {
+    fn drop(&mut self) {
+        if let Some(cell) = self.0.take() {
+            cell.fill(Err(RequestError::Abandoned(AbandonReason::Shutdown)));
+        }
+    }
+}
+
+/// The caller's end.
+#[derive(Debug)]
+pub(crate) struct Answer {
+    cell: Arc<Cell>,
+    listener: Option<EventListener>,
+}
+
+impl Answer {
+    /// A cell and its two ends.
+    pub(crate) fn pair() -> (Promise, Answer) {
+        let cell = Arc::new(Cell::default());
+        (
+            Promise(Some(cell.clone())),
+            Answer {
+                cell,
+                listener: None,
+            },
+        )
+    }
+
+    /// An answer known at the call (a refusal).
+    pub(crate) fn ready(outcome: Outcome) -> Answer {
+        let (promise, answer) = Answer::pair();
+        promise.fill(outcome);
+        answer
+    }
+
+    /// The outcome, if it has come (taken once).
+    pub(crate) fn try_take(&mut self) -> Option<Outcome> {
+        if !self.cell.filled.load(Ordering::Acquire) {
+            return None;
+        }
+        self.cell
+            .outcome
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+    }
+
+    /// Blocks until the outcome comes (`None` if it was taken already).
+    pub(crate) fn wait(&mut self) -> Option<Outcome> {
+        loop {
+            if self.cell.filled.load(Ordering::Acquire) {
+                return self.try_take();
+            }
+            let listener = self.cell.notify.listen();
+            if self.cell.filled.load(Ordering::Acquire) {
+                return self.try_take();
+            }
+            listener.wait();
+        }
+    }
+
+    /// The outcome, or the task registered to be woken when it comes (register first, then
+    /// look again: a fill after the look wakes it).
+    pub(crate) fn poll_take(&mut self, cx: &mut Context<'_>) -> Poll<Outcome> {
+        loop {
+            if let Some(o) = self.try_take() {
+                self.listener = None;
+                return Poll::Ready(o);
+            }
+            match &mut self.listener {
+                None => self.listener = Some(self.cell.notify.listen()),
+                Some(l) => {
+                    if Pin::new(l).poll(cx).is_pending() {
+                        return Poll::Pending;
+                    }
+                    self.listener = None;
+                }
+            }
+        }
+    }
+}
