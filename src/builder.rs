@@ -917,10 +917,11 @@ impl Builder {
     ///
     /// # Examples
     /// ```
-    /// use relink::{Correlation, Link, Resp};
+    /// use relink::framing::Resp;
+    /// use relink::{Correlation, Link};
     ///
     /// let link = Link::builder("tcp://127.0.0.1:6379")
-    ///     .codec(Resp::new())
+    ///     .framing(Resp::new())
     ///     .requests(Correlation::resp())
     ///     .build()?;
     /// # link.close(std::time::Duration::ZERO);

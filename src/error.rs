@@ -602,7 +602,7 @@ pub enum RecvTimeoutError {
 /// let lost = RequestError::Abandoned(AbandonReason::ConnectionLost);
 /// assert!(lost.may_have_been_processed());
 /// assert_eq!(lost.to_string(), "request abandoned: connection-lost");
-/// let full = RequestError::Full(b"GET k".to_vec());
+/// let full = RequestError::Full(relink::bytes::Bytes::from_static(b"GET k"));
 /// assert!(!full.may_have_been_processed());
 /// assert_eq!(full.into_frame().as_deref(), Some(&b"GET k"[..]));
 /// ```

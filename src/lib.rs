@@ -203,7 +203,8 @@
 //! A request is a frame whose reply the link matches to it and hands to its caller:
 //! ```
 //! use std::time::Duration;
-//! use relink::{Codec, Correlation, Link, RequestError};
+//! use relink::framing::Lines;
+//! use relink::{Correlation, Link, RequestError};
 //! # use std::io::{BufRead, BufReader, Write};
 //! # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
 //! # let port = listener.local_addr()?.port();
@@ -218,15 +219,15 @@
 //!
 //! // The server on `port` answers each line `L` with `re L`, a `slow` one after 300 ms.
 //! let link = Link::builder(&format!("tcp://127.0.0.1:{port}"))
-//!     .codec(Codec::lines())
+//!     .framing(Lines::new())
 //!     .requests(Correlation::in_order()) // the default
 //!     .build()?;
-//! assert_eq!(link.request("hello")?, b"re hello"); // connected, answered
+//! assert_eq!(link.request("hello")?, &b"re hello"[..]); // connected, answered
 //! let slow = link.request_nowait_timeout("slow", Duration::from_millis(50));
 //! let next = link.request_nowait("next");
 //! assert_eq!(slow.wait(), Err(RequestError::TimedOut));
 //! // The late reply to "slow" is dropped: "next" gets its own.
-//! assert_eq!(next.wait()?, b"re next");
+//! assert_eq!(next.wait()?, &b"re next"[..]);
 //! assert_eq!(link.close(Duration::from_secs(1)).replies_late, 1);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```

@@ -76,7 +76,8 @@ impl Link {
     /// # Examples
     /// ```
     /// use std::time::Duration;
-    /// use relink::{Link};
+    /// use relink::framing::Lines;
+    /// use relink::Link;
     /// # use std::io::{BufRead, BufReader, Write};
     /// # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
     /// # let port = listener.local_addr()?.port();
@@ -93,7 +94,7 @@ impl Link {
     /// let link = Link::builder(&format!("tcp://127.0.0.1:{port}"))
     ///     .framing(Lines::new())
     ///     .build()?;
-    /// assert_eq!(link.request("hello")?, b"HELLO");
+    /// assert_eq!(link.request("hello")?, &b"HELLO"[..]);
     /// link.close(Duration::from_secs(1));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -129,7 +130,8 @@ impl Link {
     /// # Examples
     /// ```
     /// use std::time::Duration;
-    /// use relink::{Codec, Link};
+    /// use relink::framing::Lines;
+    /// use relink::Link;
     /// # use std::io::{BufRead, BufReader, Write};
     /// # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
     /// # let port = listener.local_addr()?.port();
@@ -148,7 +150,7 @@ impl Link {
     ///     .build()?;
     /// let pending: Vec<_> = ["a", "b", "c"].iter().map(|l| link.request_nowait(*l)).collect();
     /// let replies: Vec<_> = pending.into_iter().map(|p| p.wait()).collect::<Result<_, _>>()?;
-    /// assert_eq!(replies, [b"A", b"B", b"C"]);
+    /// assert_eq!(replies, [&b"A"[..], b"B", b"C"]);
     /// link.close(Duration::from_secs(1));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
