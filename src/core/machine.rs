@@ -66,8 +66,8 @@ use super::counters::Counters;
 use super::endpoint::Host;
 use super::endpoints::{fmt_addr, Endpoints};
 use super::framing::BoxedFraming;
-use super::guard::{guarded, Panicked};
-use super::heartbeat::{HeartbeatState, Ping};
+use super::guard::{timed, Panicked, Stopwatch, Untimed};
+use super::heartbeat::{HeartbeatState, Ping, Reply};
 use super::outbox::Outbox;
 use super::settings::{ProofOfLife, Settings};
 use super::timers::{Timer, Timers};
@@ -114,6 +114,11 @@ pub(crate) enum Input {
     ConnectFailed { generation: u64 },
     /// The IO side stopped (true) or resumed (false) reading because the application is slow.
     ReadPaused(bool),
+    /// The link was not served for `unserved`, up to now: the process was stopped or got no
+    /// CPU, or a slow callback held the IO thread. Given before the pass reads the socket.
+    Resumed { unserved: Duration },
+    /// Application code run off the IO thread (the resolver) took `took`.
+    CallbackTook { callback: Callback, took: Duration },
 }
 
 /// Why a lookup gave no address.
@@ -207,6 +212,9 @@ const OUTAGE_WARN_FIRST: Duration = Duration::from_secs(10);
 /// How long to wait before offering the socket a batch again after EAGAIN.
 const SEND_RETRY: Duration = Duration::from_millis(1);
 
+/// A link reports slow callbacks (a warn line and an error event) at most once per period.
+const SLOW_REPORT_PERIOD: Duration = Duration::from_secs(10);
+
 /// The state machine of one link.
 #[derive(Debug)]
 pub(crate) struct Machine {
@@ -264,6 +272,11 @@ pub(crate) struct Machine {
     plain_out: Vec<u8>,
     /// Why the current failure happened, for the transition's log line.
     fail_reason: Option<String>,
+    /// Times every call into application code (the IO side's clock; none in unit tests).
+    watch: Box<dyn Stopwatch>,
+    /// When a slow callback was last reported, and how many came since without a report.
+    slow_reported: Option<Instant>,
+    slow_unreported: u64,
     c: Counters,
 }
 
@@ -312,8 +325,16 @@ impl Machine {
             plain_in: Vec::new(),
             plain_out: Vec::new(),
             fail_reason: None,
+            watch: Box::new(Untimed),
+            slow_reported: None,
+            slow_unreported: 0,
             c: Counters::default(),
         }
+    }
+
+    /// Times every call into application code from now on with `watch`.
+    pub(crate) fn set_stopwatch(&mut self, watch: Box<dyn Stopwatch>) {
+        self.watch = watch;
     }
 
     pub(crate) fn state(&self) -> State {
@@ -364,8 +385,86 @@ impl Machine {
                     hb.set_paused(paused, now);
                 }
             }
+            Input::Resumed { unserved } => self.resumed(now, unserved),
+            Input::CallbackTook { callback, took } => self.took(now, callback, took),
         }
         self.check_flushed(now);
+    }
+
+    /// After a gap in which the link was not served, a verdict on the peer that was due, or
+    /// about to be, gets a fresh chance: the heartbeat a ping at once and a full bound, the
+    /// handshake, TLS handshake and dial bounds their full length again from `now`. Frame
+    /// deadlines, the backoff and the close deadline stay as they were.
+    fn resumed(&mut self, now: Instant, unserved: Duration) {
+        let mut deferred = 0;
+        if let Some(hb) = &mut self.heartbeat {
+            deferred += u64::from(hb.resumed(now, unserved));
+        }
+        for t in [Timer::Dial, Timer::Handshake] {
+            let Some(at) = self.timers.at(t) else {
+                continue;
+            };
+            // Due, or due sooner than the gap was long: the answer may still be on its way
+            // (libzmq's own thread was stopped too, and hands it over a little later).
+            if at <= now + unserved {
+                let bound = self.verdict_bound(t);
+                self.timers.arm(t, now + bound);
+                deferred += 1;
+            }
+        }
+        if deferred > 0 {
+            self.c.verdicts_deferred += deferred;
+            log::debug!(
+                "relink: {} not served for {unserved:?}: the peer gets a fresh chance",
+                self.endpoint_text().unwrap_or_else(|| "-".into())
+            );
+        }
+    }
+
+    /// The full length of a verdict timer, as it was armed.
+    fn verdict_bound(&self, t: Timer) -> Duration {
+        match (t, &self.cfg.proof) {
+            (Timer::Dial, _) => self.cfg.dial_bound,
+            _ if self.tls_handshaking() => self
+                .tls_settings()
+                .map_or(Duration::ZERO, |t| t.handshake_timeout),
+            (_, ProofOfLife::Handshake { timeout, .. }) => *timeout,
+            _ => Duration::ZERO,
+        }
+    }
+
+    /// Application code `callback` took `took`: counted and reported when it is slow (at
+    /// most one warn line and one error event per link per period).
+    fn took(&mut self, now: Instant, callback: Callback, took: Duration) {
+        let threshold = self.cfg.slow_callback;
+        if took < threshold {
+            return;
+        }
+        self.c.slow_callbacks += 1;
+        self.c.slowest_callback = self.c.slowest_callback.max(Some(took));
+        if self
+            .slow_reported
+            .is_some_and(|at| now < at + SLOW_REPORT_PERIOD)
+        {
+            self.slow_unreported += 1;
+            return;
+        }
+        let more = match std::mem::take(&mut self.slow_unreported) {
+            0 => String::new(),
+            n => format!("; {n} more since the last report"),
+        };
+        let cost = if callback == Callback::Resolver {
+            "only this link's dial waited"
+        } else {
+            "no other link of its IO thread was served meanwhile"
+        };
+        log::warn!(
+            "relink: slow callback on {}: the {callback} took {took:?} (threshold {threshold:?}); \
+             {cost}{more}",
+            self.endpoint_text().unwrap_or_else(|| "-".into()),
+        );
+        self.slow_reported = Some(now);
+        self.emit(Event::Error(LinkError::SlowCallback { callback, took }));
     }
 
     /// Bytes received on the connection of dial `generation`.
@@ -419,8 +518,10 @@ impl Machine {
         }
         self.rx.extend_from_slice(bytes);
         loop {
-            let (framing, rx) = (&mut self.framing, &mut self.rx);
-            match guarded(Callback::Decode, || framing.decode(rx)) {
+            let (framing, rx, watch) = (&mut self.framing, &mut self.rx, &*self.watch);
+            let (decoded, took) = timed(watch, Callback::Decode, || framing.decode(rx));
+            self.took(now, Callback::Decode, took);
+            match decoded {
                 Ok(Ok(Some(frame))) => self.on_frame(now, frame),
                 Ok(Ok(None)) => {
                     let max = self.framing.max_buffered();
@@ -478,7 +579,7 @@ impl Machine {
                     self.c.heartbeats_missed += 1;
                 }
                 self.c.heartbeats_sent += 1;
-                match self.encoded_ping() {
+                match self.encoded_ping(now) {
                     Ok(ping) if ping.is_empty() => {}
                     Ok(ping) => self.control.push_back(ping),
                     Err(p) => self.step(now, Ev::CallbackPanicked(p)),
@@ -588,8 +689,10 @@ impl Machine {
                     break;
                 }
                 let mark = buf.len();
-                let framing = &mut self.framing;
-                match guarded(Callback::Encode, || framing.encode(frame, buf)) {
+                let (framing, watch) = (&mut self.framing, &*self.watch);
+                let (encoded, took) = timed(watch, Callback::Encode, || framing.encode(frame, buf));
+                self.took(now, Callback::Encode, took);
+                match encoded {
                     Ok(Ok(())) => self.outbox.advance(),
                     Ok(Err(e)) => {
                         buf.truncate(mark);
@@ -695,6 +798,9 @@ impl Machine {
             events_dropped: 0,
             ignored_inputs: self.c.ignored,
             callback_panics: self.c.callback_panics,
+            slow_callbacks: self.c.slow_callbacks,
+            slowest_callback: self.c.slowest_callback,
+            verdicts_deferred: self.c.verdicts_deferred,
         }
     }
 
@@ -946,8 +1052,9 @@ impl Machine {
     /// The connection carries application bytes (TCP is up, and the TLS handshake has
     /// completed): heartbeat, hello, and the connect as proof of life.
     fn link_up(&mut self, now: Instant) {
-        let framing = &mut self.framing;
-        let reset = guarded(Callback::Decode, || framing.reset());
+        let (framing, watch) = (&mut self.framing, &*self.watch);
+        let (reset, took) = timed(watch, Callback::Decode, || framing.reset());
+        self.took(now, Callback::Decode, took);
         self.heartbeat = self
             .cfg
             .heartbeat
@@ -955,9 +1062,12 @@ impl Machine {
             .map(|hb| HeartbeatState::start(hb, now, self.read_paused));
         self.handshake_pending = false;
         let mut panicked = reset.err();
+        let mut slowest = Duration::ZERO;
         if let ProofOfLife::Handshake { hello, timeout, .. } = &self.cfg.proof {
             for h in hello.iter().take_while(|_| panicked.is_none()) {
-                match encode(&mut self.framing, h) {
+                let (encoded, took) = encode(&mut self.framing, &*self.watch, h);
+                slowest = slowest.max(took);
+                match encoded {
                     Ok(Some(buf)) => self.control.push_back(buf),
                     Ok(None) => {}
                     Err(p) => {
@@ -970,6 +1080,7 @@ impl Machine {
             let t = now + *timeout;
             self.timers.arm(Timer::Handshake, t);
         }
+        self.took(now, Callback::Encode, slowest);
         if let Some(p) = panicked {
             self.step(now, Ev::CallbackPanicked(p));
         } else if matches!(self.cfg.proof, ProofOfLife::Connect) {
@@ -1008,7 +1119,10 @@ impl Machine {
     fn on_frame(&mut self, now: Instant, frame: Vec<u8>) {
         if self.handshake_pending {
             if let ProofOfLife::Handshake { accept, .. } = &self.cfg.proof {
-                match guarded(Callback::Handshake, || accept.test(&frame)) {
+                let (accepted, took) =
+                    timed(&*self.watch, Callback::Handshake, || accept.test(&frame));
+                self.took(now, Callback::Handshake, took);
+                match accepted {
                     Ok(true) => {
                         self.step(now, Ev::Alive);
                         return;
@@ -1019,15 +1133,21 @@ impl Machine {
             }
         }
         if let Some(reply) = self.cfg.heartbeat.as_ref().and_then(|h| h.reply.as_ref()) {
-            let is_reply = match guarded(Callback::HeartbeatReply, || reply.test(&frame)) {
+            let (is_reply, took) = timed(&*self.watch, Callback::HeartbeatReply, || {
+                reply.test(&frame)
+            });
+            self.took(now, Callback::HeartbeatReply, took);
+            let is_reply = match is_reply {
                 Ok(r) => r,
                 Err(p) => return self.step(now, Ev::CallbackPanicked(p)),
             };
             if is_reply {
                 // Only the replies to our own pings are swallowed: an application that sends
                 // the same command as the ping still gets its answers.
-                if let Some(rtt) = self.heartbeat.as_mut().and_then(|h| h.on_reply(now)) {
-                    self.last_rtt = Some(rtt);
+                if let Some(reply) = self.heartbeat.as_mut().and_then(|h| h.on_reply(now)) {
+                    if let Reply::Rtt(rtt) = reply {
+                        self.last_rtt = Some(rtt);
+                    }
                     return;
                 }
             }
@@ -1274,12 +1394,14 @@ impl Machine {
     }
 
     /// The ping's bytes; empty when there is none, or when the framing refused it.
-    fn encoded_ping(&mut self) -> Result<Vec<u8>, Panicked> {
-        match self.cfg.heartbeat.as_ref().map(|h| &h.ping) {
-            Some(Ping::Raw(b)) => Ok(b.clone()),
-            Some(Ping::Frame(f)) => Ok(encode(&mut self.framing, f)?.unwrap_or_default()),
-            None => Ok(Vec::new()),
-        }
+    fn encoded_ping(&mut self, now: Instant) -> Result<Vec<u8>, Panicked> {
+        let (ping, took) = match self.cfg.heartbeat.as_ref().map(|h| &h.ping) {
+            Some(Ping::Raw(b)) => return Ok(b.clone()),
+            Some(Ping::Frame(f)) => encode(&mut self.framing, &*self.watch, f),
+            None => return Ok(Vec::new()),
+        };
+        self.took(now, Callback::Encode, took);
+        Ok(ping?.unwrap_or_default())
     }
 
     fn is_current(&self, generation: u64) -> bool {
@@ -1299,8 +1421,12 @@ impl Machine {
 /// One control frame (a hello frame, the ping) through the framing, guarded: the framing may
 /// be application code. `None` when the framing refuses it (`build()` checked it, so only a
 /// framing whose `check` and `encode` disagree does).
-fn encode(framing: &mut BoxedFraming, frame: &[u8]) -> Result<Option<Vec<u8>>, Panicked> {
-    guarded(Callback::Encode, || {
+fn encode(
+    framing: &mut BoxedFraming,
+    watch: &dyn Stopwatch,
+    frame: &[u8],
+) -> (Result<Option<Vec<u8>>, Panicked>, Duration) {
+    timed(watch, Callback::Encode, || {
         let mut buf = Vec::new();
         match framing.encode(frame, &mut buf) {
             Ok(()) => Some(buf),

@@ -37,6 +37,8 @@ pub(crate) struct Settings {
     /// TLS on every connection: one session setting per endpoint, in the order of
     /// `endpoints`. None: plain TCP.
     pub tls: Option<Vec<TlsSettings>>,
+    /// A call into application code this long or longer is reported as slow.
+    pub slow_callback: Duration,
 }
 
 /// What makes a Connected link Ready (proof of life).

@@ -7,6 +7,7 @@
 //! - [`shared`]: the commands handles send and the state they share with the IO thread.
 //! - [`resolver`]: the resolver thread pool (names never block an IO thread).
 //! - [`socket`]: the STREAM socket's options and the send of one batch.
+//! - [`stopwatch`]: the clock around calls into application code.
 //! - [`context`]: the libzmq context that links share.
 //! - [`ffi`]: the raw libzmq and libc calls, the crate's only `unsafe` code.
 
@@ -18,6 +19,7 @@ pub(crate) mod pool;
 mod resolver;
 pub(crate) mod shared;
 mod socket;
+mod stopwatch;
 
 pub use context::{Context, MAX_SOCKETS};
 pub use pool::IoPool;

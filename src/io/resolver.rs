@@ -12,7 +12,8 @@ use std::sync::{Arc, OnceLock};
 use crossbeam_channel::{Receiver, Sender};
 
 use super::shared::{Command, Lookup, Route, Shared};
-use crate::core::guard::guarded;
+use super::stopwatch::CallClock;
+use crate::core::guard::timed;
 use crate::core::machine::Unresolved;
 use crate::error::Callback;
 
@@ -102,7 +103,13 @@ fn pool() -> &'static Sender<Job> {
                     for job in rx.iter() {
                         let result = match &job.custom {
                             Some(r) => {
-                                match guarded(Callback::Resolver, || (r.0)(&job.host, job.port)) {
+                                let (answer, took) = timed(&CallClock, Callback::Resolver, || {
+                                    (r.0)(&job.host, job.port)
+                                });
+                                // Before the answer: the link judges whether it was slow.
+                                let callback = Callback::Resolver;
+                                let _ = job.reply.send(Command::CallbackTook { callback, took });
+                                match answer {
                                     Ok(answer) => answer.map_err(Unresolved::Failed),
                                     Err(p) => Err(Unresolved::Panicked(p)),
                                 }

@@ -41,6 +41,11 @@ pub(crate) enum Command {
     },
     /// Makes the IO thread panic, so that tests can check what the handles see when it stops.
     PanicForTests,
+    /// Application code run for the link off its IO thread (the resolver) took `took`.
+    CallbackTook {
+        callback: crate::error::Callback,
+        took: std::time::Duration,
+    },
 }
 
 /// What an IO thread's channel carries: a new link, or a command for one of its links.
