@@ -142,6 +142,12 @@ fn pause_child_helper_owns_links_on_the_global_pool_and_reports_them() {
 fn start_child(endpoint: &str, peer: &str, links: usize) -> Process {
     let spec = format!("{endpoint} {peer} {links}");
     let child = Process::this_test(CHILD_TEST, &[(CHILD_SPEC, spec)]).expect("start the child");
+    wait_started(&child, links);
+    child
+}
+
+/// Waits until the child says all its `links` links are Ready.
+fn wait_started(child: &Process, links: usize) {
     let mut seen = Vec::new();
     let started = netns::wait_report(child.lines(), T, &mut seen, |r| {
         matches!(r, Report::Started { .. })
@@ -150,7 +156,6 @@ fn start_child(endpoint: &str, peer: &str, links: usize) -> Process {
         started.is_ok(),
         "the child's {links} links did not all become Ready: {started:?}; seen: {seen:?}"
     );
-    child
 }
 
 /// Stops the child for `pause`, lets it run on, and returns the transitions it reports in
@@ -216,12 +221,11 @@ fn links_of_a_process_stopped_for_30_s_stay_ready_against_redis_server() {
 /// child is stopped for `pause`. Returns how long after the peer's death the child declared
 /// the link dead.
 fn detection_after_client_pause(
-    endpoint: &str,
+    child: &Process,
     peer: &str,
     pause: Duration,
     kill_peer: impl FnOnce(),
 ) -> Duration {
-    let child = start_child(endpoint, peer, 1);
     let died_us = mono_us();
     kill_peer();
     child.signal(libc::SIGSTOP);
@@ -270,7 +274,8 @@ fn silenceable_echo() -> (Peer, Arc<AtomicBool>) {
 fn a_peer_that_goes_silent_during_a_client_pause_is_found_within_pause_plus_bound() {
     let _process = util::exclusive();
     let (peer, silent) = silenceable_echo();
-    detection_after_client_pause(&peer.endpoint(), "echo", ms(700), || {
+    let child = start_child(&peer.endpoint(), "echo", 1);
+    detection_after_client_pause(&child, "echo", ms(700), || {
         silent.store(true, Ordering::SeqCst)
     });
 }
@@ -280,8 +285,34 @@ fn a_peer_that_goes_silent_during_a_client_pause_is_found_within_pause_plus_boun
 fn a_redis_server_stopped_during_a_client_pause_is_found_within_pause_plus_bound() {
     let _process = util::exclusive();
     let redis = RedisServer::start().expect("this test needs redis-server on PATH");
-    detection_after_client_pause(&redis.endpoint(), "redis", ms(700), || redis.stop_signal());
+    let child = start_child(&redis.endpoint(), "redis", 1);
+    detection_after_client_pause(&child, "redis", ms(700), || redis.stop_signal());
     redis.cont_signal();
+}
+
+#[test]
+#[ignore = "needs root and network namespaces"]
+fn a_peer_blackholed_during_a_client_pause_is_found_within_pause_plus_bound() {
+    let _process = util::exclusive();
+    let pair = netns::netns_pair();
+    let port = 7000;
+    // socat echoes the pings back, and the reply predicate knows them.
+    let _echo = pair.echo_in_b(port, T);
+    let exe = std::env::current_exe().expect("path of the test binary");
+    let exe = exe.to_str().expect("a UTF-8 path");
+    let args: Vec<String> = [CHILD_TEST, "--exact", "--ignored", "--nocapture"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let spec = format!("tcp://{}:{port} echo 1", pair.addr_b);
+    let child = pair
+        .spawn(&pair.a, exe, &args, &[(CHILD_SPEC, spec)])
+        .unwrap_or_else(|e| panic!("cannot start the link in namespace A: {e}"));
+    wait_started(&child, 1);
+    detection_after_client_pause(&child, "echo", ms(700), || {
+        pair.blackhole_b_in_a()
+            .unwrap_or_else(|e| panic!("cannot add the blackhole route: {e}"))
+    });
 }
 
 // ---------------------------------------------------------------------------------------

@@ -54,7 +54,10 @@ fn a_pause_past_the_heartbeat_bound_gives_the_peer_a_ping_and_a_full_bound_not_a
     s.now += 5 * MS;
     s.data(b"PONG\n");
     let rtt = s.metrics().last_rtt;
-    assert!(rtt < Some(1000 * MS), "the pause measured as a round trip: {rtt:?}");
+    assert!(
+        rtt < Some(1000 * MS),
+        "the pause measured as a round trip: {rtt:?}"
+    );
     s.data(b"PONG\n");
     s.advance(100 * MS);
     assert_eq!(s.m.state(), Ready);
@@ -207,7 +210,11 @@ fn a_slow_decode_is_counted_every_time_and_reported_once_per_period() {
     let m = s.metrics();
     // Three decode calls: two frames, then "need more bytes".
     assert_eq!((m.slow_callbacks, m.slowest_callback), (3, Some(1500 * MS)));
-    assert_eq!(s.frames(), [b"a".to_vec(), b"b".to_vec()], "nothing is lost");
+    assert_eq!(
+        s.frames(),
+        [b"a".to_vec(), b"b".to_vec()],
+        "nothing is lost"
+    );
     let warns: Vec<String> = capture::lines(logs, log::Level::Warn)
         .into_iter()
         .filter(|l| l.contains("slow callback"))
@@ -222,18 +229,17 @@ fn a_slow_decode_is_counted_every_time_and_reported_once_per_period() {
     assert_eq!(slow_errors(&s).len(), 2);
     let warns = capture::lines(logs, log::Level::Warn);
     assert!(
-        warns.last().unwrap().contains("2 more since the last report"),
+        warns
+            .last()
+            .unwrap()
+            .contains("2 more since the last report"),
         "{warns:#?}"
     );
 }
 
 #[test]
 fn a_call_under_the_threshold_is_not_slow() {
-    let mut s = Sim::ready(
-        Sim::builder()
-            .codec(Codec::lines())
-            .slow_callback(200 * MS),
-    );
+    let mut s = Sim::ready(Sim::builder().codec(Codec::lines()).slow_callback(200 * MS));
     s.m.set_stopwatch(Box::new(SlowOn(Callback::Decode, 150 * MS)));
     s.data(b"a\n");
     assert!(slow_errors(&s).is_empty());
