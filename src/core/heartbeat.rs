@@ -48,7 +48,10 @@ pub enum Ping {
 /// (the STREAM socket runs none of its own).
 ///
 /// Any inbound byte counts as life. A connection silent for `interval × (max_missed + 1)` is
-/// declared dead, closed and counted as a failure.
+/// declared dead, closed and counted as a failure. Only time in which relink served the link
+/// counts: after a pause of the process or a slow callback on its IO thread, a verdict that
+/// was due gives the peer a ping at once and a full bound instead (see the crate docs,
+/// "Pauses of the process and slow callbacks").
 ///
 /// # Examples
 /// ```
