@@ -66,7 +66,7 @@ use super::counters::Counters;
 use super::endpoint::Host;
 use super::endpoints::{fmt_addr, Endpoints};
 use super::framing::BoxedFraming;
-use super::guard::{timed, Panicked, Stopwatch, Untimed};
+use super::guard::{guarded, timed, Panicked, Stopwatch, Untimed};
 use super::heartbeat::{HeartbeatState, Ping, Reply};
 use super::outbox::Outbox;
 use super::settings::{ProofOfLife, Settings};
@@ -684,33 +684,19 @@ impl Machine {
             // A batch holds one frame at least, and no more frames once the payloads would
             // pass the limit (the framing's own bytes are not counted).
             let limit = self.cfg.batch_bytes;
-            while let Some(frame) = self.outbox.next_unsent() {
-                if !buf.is_empty() && buf.len().saturating_add(frame.len()) > limit {
-                    break;
-                }
-                let mark = buf.len();
-                let (framing, watch) = (&mut self.framing, &*self.watch);
-                let (encoded, took) = timed(watch, Callback::Encode, || framing.encode(frame, buf));
-                self.took(now, Callback::Encode, took);
-                match encoded {
-                    Ok(Ok(())) => self.outbox.advance(),
-                    Ok(Err(e)) => {
-                        buf.truncate(mark);
-                        if self.outbox.in_flight() > 0 {
-                            // The frames before it go first; it is then first in line.
-                            break;
-                        }
-                        // The framing accepted the frame at `send` and refuses it now.
-                        log::debug!("relink: the framing refused a queued frame: {e}");
-                        let frame = self.outbox.pop_front().expect("front exists");
-                        self.abandon_all(vec![frame], AbandonReason::Unencodable);
-                    }
-                    Err(p) => {
-                        // The frame stays first in line (not in flight): it is never lost
-                        // without a word, and its deadline (if any) or a close still ends it.
-                        return self.encode_panicked(now, buf, p);
-                    }
-                }
+            let (outbox, framing) = (&mut self.outbox, &mut self.framing);
+            let mut filled = Filled::default();
+            // One reading for the whole batch: timing each frame would cost more than
+            // encoding a small one.
+            let took = self.watch.time(Callback::Encode, &mut || {
+                filled = fill_batch(outbox, framing, buf, limit);
+            });
+            self.took(now, Callback::Encode, took);
+            self.abandon_all(filled.refused, AbandonReason::Unencodable);
+            if let Some(p) = filled.panicked {
+                // The frame stays first in line (not in flight): it is never lost without a
+                // word, and its deadline (if any) or a close still ends it.
+                return self.encode_panicked(now, buf, p);
             }
         }
         !buf.is_empty()
@@ -1416,6 +1402,51 @@ impl Machine {
             log::trace!("relink: stale {ev:?} from dial {generation} dropped");
         }
     }
+}
+
+/// How filling a batch ended: frames the framing refused now (taken out of the outbox), and
+/// the panic that ended it, if any.
+#[derive(Default)]
+struct Filled {
+    refused: Vec<Vec<u8>>,
+    panicked: Option<Panicked>,
+}
+
+/// Encodes queued frames into `buf` while the payloads stay within `limit` (one frame at
+/// least). Each call into the framing is guarded.
+fn fill_batch(
+    outbox: &mut Outbox,
+    framing: &mut BoxedFraming,
+    buf: &mut Vec<u8>,
+    limit: usize,
+) -> Filled {
+    let mut filled = Filled::default();
+    while let Some(frame) = outbox.next_unsent() {
+        if !buf.is_empty() && buf.len().saturating_add(frame.len()) > limit {
+            break;
+        }
+        let mark = buf.len();
+        match guarded(Callback::Encode, || framing.encode(frame, buf)) {
+            Ok(Ok(())) => outbox.advance(),
+            Ok(Err(e)) => {
+                buf.truncate(mark);
+                if outbox.in_flight() > 0 {
+                    // The frames before it go first; it is then first in line.
+                    break;
+                }
+                // The framing accepted the frame at `send` and refuses it now.
+                log::debug!("relink: the framing refused a queued frame: {e}");
+                filled
+                    .refused
+                    .push(outbox.pop_front().expect("front exists"));
+            }
+            Err(p) => {
+                filled.panicked = Some(p);
+                break;
+            }
+        }
+    }
+    filled
 }
 
 /// One control frame (a hello frame, the ping) through the framing, guarded: the framing may
