@@ -205,7 +205,7 @@
 //! every link of that thread while it runs: their pings are not sent and their replies not
 //! read. Their peers are not condemned for it (the gap gives them a fresh chance), but their
 //! frames wait as long. Every such call is timed (with the coarse monotonic clock, a few
-//! nanoseconds a call); one that takes [`Builder::slow_callback`] (100 ms by default) or more
+//! nanoseconds a reading; the encodes of one batch together); one that takes [`Builder::slow_callback`] (100 ms by default) or more
 //! is logged at warn with the link, the callback and the time, counted in
 //! [`Metrics::slow_callbacks`] and [`Metrics::slowest_callback`], and reported as
 //! [`Event::Error`] with [`LinkError::SlowCallback`] (the line and the event at most once per
