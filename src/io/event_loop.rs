@@ -430,9 +430,10 @@ impl Worker {
         }
         let why = match slowest {
             Some((callback, took)) => format!("a {callback} held it for {took:?}"),
-            None if late >= long_pass => {
-                format!("woke {late:?} late: the process got no CPU (stopped, paused or starved)")
-            }
+            None if late >= long_pass => format!(
+                "it woke {late:?} after its deadline: the process got no CPU, being stopped, \
+                 paused or starved"
+            ),
             None => format!("one pass over its links took {long_pass:?}"),
         };
         let more = match std::mem::take(&mut self.late_unwarned) {
@@ -440,9 +441,12 @@ impl Worker {
             n => format!("; {n} more gaps since the last report"),
         };
         log::warn!(
-            "relink: an IO thread served its {} links {unserved:?} late: {why}; their peers \
-             get a fresh chance, not a verdict{more}",
-            ids.len()
+            "relink: an IO thread served its {} {unserved:?} late ({why}); their peers get \
+             a fresh chance, not a verdict{more}",
+            match ids.len() {
+                1 => "link".to_string(),
+                n => format!("{n} links"),
+            }
         );
         self.late_warned = Some(now);
     }
