@@ -481,3 +481,34 @@ fn a_decode_that_sleeps_1_5_s_on_a_shared_thread_condemns_none_of_its_100_neighb
     }
     slow.close(ms(100));
 }
+
+#[test]
+fn a_resolver_that_takes_300_ms_is_reported_as_slow_and_its_link_still_connects() {
+    let peer = Peer::start(Behaviour::Echo);
+    let port = peer.port();
+    let resolver = relink::Resolver::new(move |_, _| {
+        std::thread::sleep(ms(300));
+        Ok(vec![std::net::SocketAddr::from(([127, 0, 0, 1], port))])
+    });
+    let link = Link::builder(&format!("tcp://slow.test:{port}"))
+        .resolver(resolver)
+        .build()
+        .expect("build");
+    let mut slow = None;
+    let deadline = Instant::now() + T;
+    while link.state() != State::Ready || slow.is_none() {
+        match link.events().recv_deadline(deadline) {
+            Ok(Event::Error(LinkError::SlowCallback { callback, took })) => {
+                slow = Some((callback, took))
+            }
+            Ok(_) => {}
+            Err(e) => panic!("no Ready and slow-callback report: {e} (slow: {slow:?})"),
+        }
+    }
+    let (callback, took) = slow.expect("reported");
+    assert_eq!(callback, Callback::Resolver);
+    assert!(took + ms(20) >= ms(300), "reported {took:?}");
+    let m = link.metrics();
+    assert_eq!(m.slow_callbacks, 1, "{m:?}");
+    link.close(ms(100));
+}
