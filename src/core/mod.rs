@@ -19,7 +19,8 @@
 //! - [`endpoint`]: `tcp://host:port`, parsed.
 //! - [`predicate`]: a shareable test on a frame (handshake and heartbeat replies).
 //! - [`settings`]: what the core is told, built once by the builder, and the proof of life.
-//! - [`guard`]: the guard around every call into application code (a panic becomes a value).
+//! - [`guard`]: the guard around every call into application code (a panic becomes a value;
+//!   the time it took is measured by a stopwatch the IO side gives).
 
 pub(crate) mod backoff;
 pub(crate) mod codec;
