@@ -219,8 +219,9 @@ fn links_of_a_process_stopped_for_30_s_stay_ready_against_redis_server() {
 
 /// The child's one link is Ready; the peer dies (`kill_peer`) and at the same instant the
 /// child is stopped for `pause`. Returns how long after the peer's death the child declared
-/// the link dead.
+/// the link dead. `what` names the row in the output.
 fn detection_after_client_pause(
+    what: &str,
     child: &Process,
     peer: &str,
     pause: Duration,
@@ -239,7 +240,7 @@ fn detection_after_client_pause(
     })
     .unwrap_or_else(|e| panic!("the dead peer was not found: {e}; seen: {seen:?}"));
     let took = us_between(died_us, dead.t_us());
-    eprintln!("{peer}: dead {took:?} after its death and a client pause of {pause:?}");
+    eprintln!("{what}: dead {took:?} after its death and a client pause of {pause:?}");
     assert!(
         took <= pause + bound + SLACK,
         "declared dead {took:?} after the peer died; the pause was {pause:?}, the bound \
@@ -275,7 +276,7 @@ fn a_peer_that_goes_silent_during_a_client_pause_is_found_within_pause_plus_boun
     let _process = util::exclusive();
     let (peer, silent) = silenceable_echo();
     let child = start_child(&peer.endpoint(), "echo", 1);
-    detection_after_client_pause(&child, "echo", ms(700), || {
+    detection_after_client_pause("silent peer", &child, "echo", ms(700), || {
         silent.store(true, Ordering::SeqCst)
     });
 }
@@ -286,7 +287,9 @@ fn a_redis_server_stopped_during_a_client_pause_is_found_within_pause_plus_bound
     let _process = util::exclusive();
     let redis = RedisServer::start().expect("this test needs redis-server on PATH");
     let child = start_child(&redis.endpoint(), "redis", 1);
-    detection_after_client_pause(&child, "redis", ms(700), || redis.stop_signal());
+    detection_after_client_pause("stopped redis-server", &child, "redis", ms(700), || {
+        redis.stop_signal()
+    });
     redis.cont_signal();
 }
 
@@ -309,7 +312,7 @@ fn a_peer_blackholed_during_a_client_pause_is_found_within_pause_plus_bound() {
         .spawn(&pair.a, exe, &args, &[(CHILD_SPEC, spec)])
         .unwrap_or_else(|e| panic!("cannot start the link in namespace A: {e}"));
     wait_started(&child, 1);
-    detection_after_client_pause(&child, "echo", ms(700), || {
+    detection_after_client_pause("blackhole", &child, "echo", ms(700), || {
         pair.blackhole_b_in_a()
             .unwrap_or_else(|e| panic!("cannot add the blackhole route: {e}"))
     });
