@@ -131,8 +131,10 @@ fn pause_child_helper_owns_links_on_the_global_pool_and_reports_them() {
             recv(eof_rx) -> _ => break,
         }
     }
-    let missed: u64 = links.iter().map(|l| l.metrics().heartbeats_missed).sum();
-    say(format!("ended missed={missed}"));
+    let metrics: Vec<relink::Metrics> = links.iter().map(Link::metrics).collect();
+    let ready = metrics.iter().filter(|m| m.state == State::Ready).count();
+    let deferred: u64 = metrics.iter().map(|m| m.verdicts_deferred).sum();
+    say(format!("ended ready={ready} deferred={deferred}"));
     for link in links {
         link.close(ms(100));
     }
@@ -167,8 +169,33 @@ fn pause_child(child: &Process, pause: Duration) -> Vec<Report> {
     let mut seen = Vec::new();
     // Nothing to wait for: a quiet child is the expected outcome.
     let bound = child_heartbeat("echo").bound();
-    let _ = netns::wait_report(child.lines(), 2 * bound + SLACK, &mut seen, |_| false);
+    let quiet = netns::wait_report(child.lines(), 2 * bound + SLACK, &mut seen, |_| false);
+    assert!(
+        quiet.is_err_and(|e| e.starts_with("nothing within")),
+        "the child stopped reporting; seen: {seen:?}"
+    );
     seen
+}
+
+/// Tells the child to stop; returns its last word: (links Ready, verdicts deferred).
+fn finish_child(mut child: Process) -> (usize, u64) {
+    child.close_stdin();
+    let deadline = Instant::now() + T;
+    loop {
+        let line = child
+            .lines()
+            .recv_deadline(deadline)
+            .unwrap_or_else(|e| panic!("the child did not say how it ended: {e}"));
+        let Some(rest) = line.split(" ended ").nth(1) else {
+            continue;
+        };
+        let field = |name: &str| -> u64 {
+            rest.split_whitespace()
+                .find_map(|w| w.strip_prefix(name)?.strip_prefix('=')?.parse().ok())
+                .unwrap_or_else(|| panic!("no {name} in {line:?}"))
+        };
+        return (field("ready") as usize, field("deferred"));
+    }
 }
 
 fn left_ready(reports: &[Report]) -> usize {
@@ -191,6 +218,16 @@ fn none_leaves_ready_after_pauses(endpoint: &str, peer: &str, links: usize, paus
             "{left} of {links} links left Ready after a pause of {pause:?}: {reports:?}"
         );
     }
+    let (ready, deferred) = finish_child(child);
+    eprintln!("at the end: {ready} of {links} Ready, {deferred} verdicts deferred");
+    assert_eq!(
+        ready, links,
+        "the child's links are not all Ready at the end"
+    );
+    assert!(
+        deferred > 0,
+        "no verdict was deferred: did the pauses reach the links?"
+    );
 }
 
 #[test]
