@@ -516,6 +516,14 @@ fn a_decode_that_sleeps_1_5_s_on_a_shared_thread_condemns_none_of_its_100_neighb
         "the IO thread did not say why it was late: {warned:?}"
     );
     assert_eq!(slow.state(), State::Ready, "the slow link itself stays up");
+    let spared = neighbours
+        .iter()
+        .filter(|l| l.metrics().verdicts_deferred > 0)
+        .count();
+    assert_eq!(
+        spared, 100,
+        "neighbours whose verdict was put off after the stall"
+    );
     for link in neighbours {
         link.close(ms(100));
     }
