@@ -60,6 +60,8 @@ pub mod defaults {
     pub const BATCH_BYTES: usize = 64 * 1024;
     pub use crate::core::requests::{REQUEST_TIMEOUT, REQUEST_WINDOW_BYTES, REQUEST_WINDOW_FRAMES};
     pub use crate::io::MAX_SOCKETS;
+    /// A call into application code this long or longer is reported as slow.
+    pub const SLOW_CALLBACK: Duration = Duration::from_millis(100);
 }
 
 /// What `send` does when the outbox is at its limit.
@@ -178,6 +180,7 @@ impl Builder {
                     dial_bound: Duration::ZERO,
                     tls: None,
                     requests: RequestSettings::default(),
+                    slow_callback: defaults::SLOW_CALLBACK,
                 },
                 rng_seed: None,
                 socket: SocketOptions {
@@ -709,6 +712,19 @@ impl Builder {
         self
     }
 
+    /// A call into application code (the framing's decode, encode or reset, a reply or
+    /// handshake predicate, the resolver) that takes this long or longer is slow: it is
+    /// logged at warn naming the link, the callback and the time it took, counted in
+    /// [`Metrics::slow_callbacks`](crate::Metrics::slow_callbacks) and
+    /// [`slowest_callback`](crate::Metrics::slowest_callback), and reported in an
+    /// [`Event::Error`](crate::Event) with [`LinkError::SlowCallback`](crate::LinkError)
+    /// (the warn line and the event at most once per link per 10 s). A callback on an IO
+    /// thread holds every link of that thread for as long as it runs. Defaults to 100 ms.
+    pub fn slow_callback(mut self, threshold: Duration) -> Builder {
+        self.config.core.slow_callback = threshold;
+        self
+    }
+
     pub(crate) fn validate(self) -> Result<(Config, Context, IoPool), ConfigError> {
         let context = self.context.clone();
         let pool = self.io_pool.clone();
@@ -879,6 +895,7 @@ impl Builder {
             });
         }
         positive("close_timeout", c.close_timeout)?;
+        positive("slow_callback", c.core.slow_callback)?;
         positive("dns_refresh", c.core.dns_refresh)?;
         if c.core.batch_bytes == 0 {
             return Err(ConfigError::ZeroLimit {

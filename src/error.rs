@@ -393,6 +393,18 @@ pub enum LinkError {
         /// The panic message, when the payload is a string.
         message: Option<String>,
     },
+    /// Application code the link runs (the framing, a predicate, the resolver) took at least
+    /// the [`slow_callback`](crate::Builder::slow_callback) threshold. On the IO thread that
+    /// time was taken from every link of the thread (the verdicts on their peers are put off,
+    /// not given). Reported once per link per period (10 s); every one is counted in
+    /// [`Metrics::slow_callbacks`](crate::Metrics::slow_callbacks).
+    #[error("{callback} was slow: it took {took:?}")]
+    SlowCallback {
+        /// What was slow.
+        callback: Callback,
+        /// How long the call took.
+        took: Duration,
+    },
 }
 
 fn message_suffix(message: &Option<String>) -> String {

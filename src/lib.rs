@@ -240,6 +240,32 @@
 //! on the next one, after its hello ([`Redelivery::Resend`]), or fails them as "may have been
 //! processed" ([`Redelivery::Report`], the default). A close waits (until its timeout) for the
 //! replies outstanding; the requests left end as `Abandoned(Shutdown)`.
+
+//! # Pauses of the process and slow callbacks
+//! A heartbeat judges the peer on silence, so it must not count the time relink itself was not
+//! listening. Each IO thread measures its own lateness: how long past the deadline it slept to
+//! it woke, and how long its last pass over its links took. When the two together reach 50 ms
+//! (the process was stopped by SIGSTOP, a VM pause, a CPU quota or a debugger, or a callback
+//! held the thread), every link of the thread is told before anything is read or any timer
+//! fires. What already arrived is read first; a verdict that was due, or would come within an
+//! interval, becomes a fresh chance: a ping at once and a full `interval × (max_missed + 1)`
+//! from the resume (the handshake, TLS handshake and connect bounds likewise get their full
+//! length again). So a pause condemns no healthy peer, and a dead one is still found within
+//! the pause plus one bound. Frame deadlines (`send_with_ttl`, `frame_ttl`) stay absolute:
+//! a frame that got stale in a pause is stale. [`Metrics::verdicts_deferred`] counts the
+//! fresh chances, and the thread says at warn how late it was and why (a named slow callback,
+//! or "the process got no CPU").
+//!
+//! Application code on an IO thread (the framing, the reply and handshake predicates) holds
+//! every link of that thread while it runs: their pings are not sent and their replies not
+//! read. Their peers are not condemned for it (the gap gives them a fresh chance), but their
+//! frames wait as long. Every such call is timed (with the coarse monotonic clock, a few
+//! nanoseconds a reading; the encodes of one batch together); one that takes [`Builder::slow_callback`] (100 ms by default) or more
+//! is logged at warn with the link, the callback and the time, counted in
+//! [`Metrics::slow_callbacks`] and [`Metrics::slowest_callback`], and reported as
+//! [`Event::Error`] with [`LinkError::SlowCallback`] (the line and the event at most once per
+//! link per 10 s). A slow [`Resolver`] runs on a resolver thread and delays only its own
+//! link's dial; it is reported the same way.
 //!
 //! # Architecture
 //! A [`Link`] is a crossbeam sender of commands to an IO thread plus that thread's eventfd. An

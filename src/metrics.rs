@@ -157,6 +157,18 @@ pub struct Metrics {
     pub requests_outstanding: u64,
     /// Late replies (to requests that had timed out) consumed and dropped.
     pub replies_late: u64,
+    /// Calls into application code (framing, predicates, resolver) that took at least the
+    /// [`slow_callback`](crate::Builder::slow_callback) threshold. The first of each period
+    /// was reported in an `Event::Error` with [`LinkError::SlowCallback`].
+    ///
+    /// [`LinkError::SlowCallback`]: crate::LinkError::SlowCallback
+    pub slow_callbacks: u64,
+    /// The longest of those calls.
+    pub slowest_callback: Option<Duration>,
+    /// Verdicts on the peer (heartbeat, handshake, TLS handshake, dial bound) that were due
+    /// after a gap in which relink itself did not serve the link (the process was stopped, or
+    /// a slow callback held its IO thread), and that were given a fresh chance instead.
+    pub verdicts_deferred: u64,
 }
 
 impl Metrics {
@@ -203,6 +215,9 @@ impl Metrics {
             requests_failed: 0,
             requests_outstanding: 0,
             replies_late: 0,
+            slow_callbacks: 0,
+            slowest_callback: None,
+            verdicts_deferred: 0,
         }
     }
 }

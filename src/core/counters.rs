@@ -21,6 +21,9 @@ pub(super) struct Counters {
     pub(super) callback_panics: u64,
     pub(super) released_frames: u64,
     pub(super) released_bytes: u64,
+    pub(super) slow_callbacks: u64,
+    pub(super) slowest_callback: Option<std::time::Duration>,
+    pub(super) verdicts_deferred: u64,
 }
 
 impl Counters {

@@ -1,12 +1,17 @@
 //! The guard around every call into application code: a panic is caught where the code is
 //! called and comes back as a value, so it never unwinds through the IO loop or reaches another
-//! link.
+//! link; and the call is timed, so that slow application code is named.
+//!
+//! The core reads no clock: a [`Stopwatch`] given by the IO side measures each call (the
+//! core's tests give one that runs in simulated time).
 //!
 //! The process's panic hook still runs first (by default it prints the panic to stderr); the
 //! guard only stops the unwinding. With `panic = "abort"` nothing can be caught.
 
 use std::any::Any;
+use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::Duration;
 
 use crate::error::{Callback, LinkError};
 
@@ -39,6 +44,48 @@ pub(crate) fn guarded<T>(what: Callback, f: impl FnOnce() -> T) -> Result<T, Pan
     })
 }
 
+/// Measures calls into application code; implemented by the IO side, which reads the clock
+/// around the call.
+pub(crate) trait Stopwatch: fmt::Debug + Send {
+    /// Runs `f`, the callback `what`, and returns how long it took.
+    fn time(&self, what: Callback, f: &mut dyn FnMut()) -> Duration;
+}
+
+/// No measurement: every call takes no time (a machine no IO side has given a stopwatch).
+#[derive(Debug)]
+pub(crate) struct Untimed;
+
+impl Stopwatch for Untimed {
+    fn time(&self, _: Callback, f: &mut dyn FnMut()) -> Duration {
+        f();
+        Duration::ZERO
+    }
+}
+
+/// [`guarded`], timed by `watch`: the call's result (a panic caught as a value) and how long
+/// it took.
+pub(crate) fn timed<T>(
+    watch: &dyn Stopwatch,
+    what: Callback,
+    f: impl FnOnce() -> T,
+) -> (Result<T, Panicked>, Duration) {
+    let mut f = Some(f);
+    let mut out = None;
+    let took = watch.time(what, &mut || {
+        if let Some(f) = f.take() {
+            out = Some(guarded(what, f));
+        }
+    });
+    let out = out.unwrap_or_else(|| {
+        // A stopwatch that did not run the call: treat it as a callback that failed.
+        Err(Panicked {
+            callback: what,
+            message: Some("the call was not run".into()),
+        })
+    });
+    (out, took)
+}
+
 /// The message of a panic payload, when it is a string (`panic!("literal")` gives a `&str`,
 /// `panic!("{x}")` a `String`).
 pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> Option<String> {
@@ -52,6 +99,22 @@ pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_timed_call_gives_its_value_and_the_stopwatch_s_reading() {
+        #[derive(Debug)]
+        struct Fixed;
+        impl Stopwatch for Fixed {
+            fn time(&self, _: Callback, f: &mut dyn FnMut()) -> Duration {
+                f();
+                Duration::from_millis(150)
+            }
+        }
+        let (r, took) = timed(&Fixed, Callback::Decode, || 7);
+        assert_eq!((r, took), (Ok(7), Duration::from_millis(150)));
+        let (r, _) = timed(&Fixed, Callback::Decode, || -> u8 { panic!("boom") });
+        assert_eq!(r.unwrap_err().message.as_deref(), Some("boom"));
+    }
 
     #[test]
     fn a_call_that_returns_gives_its_value() {

@@ -3,7 +3,9 @@
 //! Pure: the caller passes `now`. Any inbound byte counts as life. Death is declared when
 //! nothing arrived for `interval × (max_missed + 1)`; while reading is paused (the application
 //! is slow to take frames) no verdict is given, and the silence is measured again from the
-//! moment reading resumes.
+//! moment reading resumes. After a gap in which the link was not served (the process was
+//! stopped, or a slow callback held its IO thread), a verdict that was due or about to be gets a
+//! fresh chance instead: a ping at once and a full bound from the resume.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -47,7 +49,10 @@ pub enum Ping {
 /// (the STREAM socket runs none of its own).
 ///
 /// Any inbound byte counts as life. A connection silent for `interval × (max_missed + 1)` is
-/// declared dead, closed and counted as a failure.
+/// declared dead, closed and counted as a failure. Only time in which relink served the link
+/// counts: after a pause of the process or a slow callback on its IO thread, a verdict that
+/// was due gives the peer a ping at once and a full bound instead (see the crate docs,
+/// "Pauses of the process and slow callbacks").
 ///
 /// # Examples
 /// ```
@@ -117,6 +122,11 @@ pub(crate) struct HeartbeatState {
     inbound_since_ping: bool,
     /// Pings sent and not answered yet, oldest first (a few at most).
     pings_outstanding: VecDeque<Instant>,
+    /// How many of the oldest outstanding pings were sent before a gap: their round trip
+    /// would measure our pause, not the peer.
+    unmeasured: usize,
+    /// A ping owed at once (after a gap), whatever the schedule says.
+    ping_now: Option<Instant>,
     paused: bool,
 }
 
@@ -132,6 +142,8 @@ impl HeartbeatState {
             last_ping: now,
             inbound_since_ping: true,
             pings_outstanding: VecDeque::new(),
+            unmeasured: 0,
+            ping_now: None,
             paused,
         }
     }
@@ -147,6 +159,9 @@ impl HeartbeatState {
 
     /// When the next ping is due.
     pub(crate) fn next_ping(&self) -> Instant {
+        if let Some(at) = self.ping_now {
+            return at;
+        }
         if self.idle_only {
             self.last_outbound.max(self.last_ping) + self.interval
         } else {
@@ -164,17 +179,44 @@ impl HeartbeatState {
         let missed = !self.inbound_since_ping && !self.paused;
         self.inbound_since_ping = false;
         self.last_ping = now;
+        self.ping_now = None;
         if self.pings_outstanding.len() >= MAX_OUTSTANDING {
             self.pings_outstanding.pop_front();
+            self.unmeasured = self.unmeasured.saturating_sub(1);
         }
         self.pings_outstanding.push_back(now);
         missed
     }
 
-    /// A recognised reply: the round trip of the oldest unanswered ping, if there is one.
-    /// Without one, the frame is the application's own and must be delivered.
-    pub(crate) fn on_reply(&mut self, now: Instant) -> Option<Duration> {
-        self.pings_outstanding.pop_front().map(|t| now - t)
+    /// A recognised reply to the oldest unanswered ping, if there is one (without one, the
+    /// frame is the application's own and must be delivered).
+    pub(crate) fn on_reply(&mut self, now: Instant) -> Option<Reply> {
+        let sent = self.pings_outstanding.pop_front()?;
+        if self.unmeasured > 0 {
+            self.unmeasured -= 1;
+            return Some(Reply::Unmeasured);
+        }
+        Some(Reply::Rtt(now.saturating_duration_since(sent)))
+    }
+
+    /// The link was not served for `unserved` up to `now` (the process was stopped, or its IO
+    /// thread was held by a slow callback): that time is not the peer's silence. A verdict
+    /// that was due, or would come before a ping sent now could be answered (within an
+    /// interval), is put off: the peer gets a ping at once and a full bound from `now`.
+    /// Returns whether a verdict was put off. The interval the gap broke is not counted as
+    /// missed, and the round trips of pings sent before the gap are not measured.
+    pub(crate) fn resumed(&mut self, now: Instant, unserved: Duration) -> bool {
+        if unserved.is_zero() {
+            return false;
+        }
+        self.inbound_since_ping = true;
+        self.unmeasured = self.pings_outstanding.len();
+        if self.paused || self.last_inbound + self.bound > now + self.interval {
+            return false;
+        }
+        self.last_inbound = now;
+        self.ping_now = Some(now);
+        true
     }
 
     pub(crate) fn set_paused(&mut self, paused: bool, now: Instant) {
@@ -185,6 +227,15 @@ impl HeartbeatState {
         }
         self.paused = paused;
     }
+}
+
+/// What a recognised reply measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reply {
+    /// The round trip of the ping it answers.
+    Rtt(Duration),
+    /// It answers a ping sent before a gap of ours: its round trip would measure the gap.
+    Unmeasured,
 }
 
 #[cfg(test)]

@@ -66,8 +66,8 @@ use super::counters::Counters;
 use super::endpoint::Host;
 use super::endpoints::{fmt_addr, Endpoints};
 use super::framing::BoxedFraming;
-use super::guard::{guarded, Panicked};
-use super::heartbeat::{HeartbeatState, Ping};
+use super::guard::{guarded, timed, Panicked, Stopwatch, Untimed};
+use super::heartbeat::{HeartbeatState, Ping, Reply};
 use super::outbox::Outbox;
 use super::requests::{Correlation, Matched, Outcome, Requests, Token, Verdict};
 use super::settings::{ProofOfLife, Settings};
@@ -123,6 +123,11 @@ pub(crate) enum Input {
         id: Option<Vec<u8>>,
         deadline: Instant,
     },
+    /// The link was not served for `unserved`, up to now: the process was stopped or got no
+    /// CPU, or a slow callback held the IO thread. Given before the pass reads the socket.
+    Resumed { unserved: Duration },
+    /// Application code run off the IO thread (the resolver) took `took`.
+    CallbackTook { callback: Callback, took: Duration },
 }
 
 /// Why a lookup gave no address.
@@ -273,6 +278,11 @@ pub(crate) struct Machine {
     plain_out: Vec<u8>,
     /// Why the current failure happened, for the transition's log line.
     fail_reason: Option<String>,
+    /// Times every call into application code (the IO side's clock; none in unit tests).
+    watch: Box<dyn Stopwatch>,
+    /// When a slow callback was last reported, and how many came since without a report.
+    slow_reported: Option<Instant>,
+    slow_unreported: u64,
     c: Counters,
     /// Requests outstanding and their replies.
     requests: Requests,
@@ -323,9 +333,17 @@ impl Machine {
             tls_retry: None,
             plain_out: Vec::new(),
             fail_reason: None,
+            watch: Box::new(Untimed),
+            slow_reported: None,
+            slow_unreported: 0,
             c: Counters::default(),
             requests,
         }
+    }
+
+    /// Times every call into application code from now on with `watch`.
+    pub(crate) fn set_stopwatch(&mut self, watch: Box<dyn Stopwatch>) {
+        self.watch = watch;
     }
 
     pub(crate) fn state(&self) -> State {
@@ -382,6 +400,8 @@ impl Machine {
                 id,
                 deadline,
             } => self.request(now, token, frame, id, deadline),
+            Input::Resumed { unserved } => self.resumed(now, unserved),
+            Input::CallbackTook { callback, took } => self.took(now, callback, took),
         }
         self.answer_requests();
         self.check_flushed(now);
@@ -444,8 +464,10 @@ impl Machine {
             self.step(now, Ev::Alive);
         }
         loop {
-            let (framing, rx) = (&mut self.framing, &mut self.rx);
-            match guarded(Callback::Decode, || framing.decode(rx)) {
+            let (framing, rx, watch) = (&mut self.framing, &mut self.rx, &*self.watch);
+            let (decoded, took) = timed(watch, Callback::Decode, || framing.decode(rx));
+            self.took(now, Callback::Decode, took);
+            match decoded {
                 Ok(Ok(Some(frame))) => self.on_frame(now, frame),
                 Ok(Ok(None)) => {
                     let max = self.framing.max_buffered();
@@ -505,7 +527,7 @@ impl Machine {
                     self.c.heartbeats_missed += 1;
                 }
                 self.c.heartbeats_sent += 1;
-                match self.encoded_ping() {
+                match self.encoded_ping(now) {
                     Ok(ping) if ping.is_empty() => {}
                     Ok(ping) => self.control.push_back(ping),
                     Err(p) => self.step(now, Ev::CallbackPanicked(p)),
@@ -614,31 +636,19 @@ impl Machine {
             // A batch holds one frame at least, and no more frames once the payloads would
             // pass the limit (the framing's own bytes are not counted).
             let limit = self.cfg.batch_bytes;
-            while let Some(frame) = self.outbox.next_unsent() {
-                if !buf.is_empty() && buf.len().saturating_add(frame.len()) > limit {
-                    break;
-                }
-                let mark = buf.len();
-                let framing = &mut self.framing;
-                match guarded(Callback::Encode, || framing.encode(frame, buf)) {
-                    Ok(Ok(())) => self.outbox.advance(),
-                    Ok(Err(e)) => {
-                        buf.truncate(mark);
-                        if self.outbox.in_flight() > 0 {
-                            // The frames before it go first; it is then first in line.
-                            break;
-                        }
-                        // The framing accepted the frame at `send` and refuses it now.
-                        log::debug!("relink: the framing refused a queued frame: {e}");
-                        let frame = self.outbox.pop_front().expect("front exists");
-                        self.abandon_all(vec![frame], AbandonReason::Unencodable);
-                    }
-                    Err(p) => {
-                        // The frame stays first in line (not in flight): it is never lost
-                        // without a word, and its deadline (if any) or a close still ends it.
-                        return self.encode_panicked(now, buf, p);
-                    }
-                }
+            let (outbox, framing) = (&mut self.outbox, &mut self.framing);
+            let mut filled = Filled::default();
+            // One reading for the whole batch: timing each frame would cost more than
+            // encoding a small one.
+            let took = self.watch.time(Callback::Encode, &mut || {
+                filled = fill_batch(outbox, framing, buf, limit);
+            });
+            self.took(now, Callback::Encode, took);
+            self.abandon_all(filled.refused, AbandonReason::Unencodable);
+            if let Some(p) = filled.panicked {
+                // The frame stays first in line (not in flight): it is never lost without a
+                // word, and its deadline (if any) or a close still ends it.
+                return self.encode_panicked(now, buf, p);
             }
             if let Err(p) = self.batch_requests(buf) {
                 return self.encode_panicked(now, buf, p);
@@ -734,6 +744,9 @@ impl Machine {
             requests_failed: self.requests.failed,
             requests_outstanding: self.requests.len() as u64,
             replies_late: self.requests.late,
+            slow_callbacks: self.c.slow_callbacks,
+            slowest_callback: self.c.slowest_callback,
+            verdicts_deferred: self.c.verdicts_deferred,
         }
     }
 
@@ -985,8 +998,9 @@ impl Machine {
     /// The connection carries application bytes (TCP is up, and the TLS handshake has
     /// completed): heartbeat, hello, and the connect as proof of life.
     fn link_up(&mut self, now: Instant) {
-        let framing = &mut self.framing;
-        let reset = guarded(Callback::Decode, || framing.reset());
+        let (framing, watch) = (&mut self.framing, &*self.watch);
+        let (reset, took) = timed(watch, Callback::Decode, || framing.reset());
+        self.took(now, Callback::Decode, took);
         self.heartbeat = self
             .cfg
             .heartbeat
@@ -994,9 +1008,12 @@ impl Machine {
             .map(|hb| HeartbeatState::start(hb, now, self.read_paused));
         self.handshake_pending = false;
         let mut panicked = reset.err();
+        let mut slowest = Duration::ZERO;
         if let ProofOfLife::Handshake { hello, timeout, .. } = &self.cfg.proof {
             for h in hello.iter().take_while(|_| panicked.is_none()) {
-                match encode(&mut self.framing, h) {
+                let (encoded, took) = encode(&mut self.framing, &*self.watch, h);
+                slowest = slowest.max(took);
+                match encoded {
                     Ok(Some(buf)) => self.control.push_back(buf),
                     Ok(None) => {}
                     Err(p) => {
@@ -1009,6 +1026,7 @@ impl Machine {
             let t = now + *timeout;
             self.timers.arm(Timer::Handshake, t);
         }
+        self.took(now, Callback::Encode, slowest);
         if let Some(p) = panicked {
             self.step(now, Ev::CallbackPanicked(p));
         } else if matches!(self.cfg.proof, ProofOfLife::Connect) {
@@ -1047,7 +1065,10 @@ impl Machine {
     fn on_frame(&mut self, now: Instant, frame: Bytes) {
         if self.handshake_pending {
             if let ProofOfLife::Handshake { accept, .. } = &self.cfg.proof {
-                match guarded(Callback::Handshake, || accept.test(&frame)) {
+                let (accepted, took) =
+                    timed(&*self.watch, Callback::Handshake, || accept.test(&frame));
+                self.took(now, Callback::Handshake, took);
+                match accepted {
                     Ok(true) => {
                         self.step(now, Ev::Alive);
                         return;
@@ -1058,15 +1079,21 @@ impl Machine {
             }
         }
         if let Some(reply) = self.cfg.heartbeat.as_ref().and_then(|h| h.reply.as_ref()) {
-            let is_reply = match guarded(Callback::HeartbeatReply, || reply.test(&frame)) {
+            let (is_reply, took) = timed(&*self.watch, Callback::HeartbeatReply, || {
+                reply.test(&frame)
+            });
+            self.took(now, Callback::HeartbeatReply, took);
+            let is_reply = match is_reply {
                 Ok(r) => r,
                 Err(p) => return self.step(now, Ev::CallbackPanicked(p)),
             };
             if is_reply {
                 // Only the replies to our own pings are swallowed: an application that sends
                 // the same command as the ping still gets its answers.
-                if let Some(rtt) = self.heartbeat.as_mut().and_then(|h| h.on_reply(now)) {
-                    self.last_rtt = Some(rtt);
+                if let Some(reply) = self.heartbeat.as_mut().and_then(|h| h.on_reply(now)) {
+                    if let Reply::Rtt(rtt) = reply {
+                        self.last_rtt = Some(rtt);
+                    }
                     return;
                 }
             }
@@ -1398,12 +1425,14 @@ impl Machine {
     }
 
     /// The ping's bytes; empty when there is none, or when the framing refused it.
-    fn encoded_ping(&mut self) -> Result<Vec<u8>, Panicked> {
-        match self.cfg.heartbeat.as_ref().map(|h| &h.ping) {
-            Some(Ping::Raw(b)) => Ok(b.clone()),
-            Some(Ping::Frame(f)) => Ok(encode(&mut self.framing, f)?.unwrap_or_default()),
-            None => Ok(Vec::new()),
-        }
+    fn encoded_ping(&mut self, now: Instant) -> Result<Vec<u8>, Panicked> {
+        let (ping, took) = match self.cfg.heartbeat.as_ref().map(|h| &h.ping) {
+            Some(Ping::Raw(b)) => return Ok(b.clone()),
+            Some(Ping::Frame(f)) => encode(&mut self.framing, &*self.watch, f),
+            None => return Ok(Vec::new()),
+        };
+        self.took(now, Callback::Encode, took);
+        Ok(ping?.unwrap_or_default())
     }
 
     fn is_current(&self, generation: u64) -> bool {
@@ -1420,11 +1449,60 @@ impl Machine {
     }
 }
 
+/// How filling a batch ended: frames the framing refused now (taken out of the outbox), and
+/// the panic that ended it, if any.
+#[derive(Default)]
+struct Filled {
+    refused: Vec<Vec<u8>>,
+    panicked: Option<Panicked>,
+}
+
+/// Encodes queued frames into `buf` while the payloads stay within `limit` (one frame at
+/// least). Each call into the framing is guarded.
+fn fill_batch(
+    outbox: &mut Outbox,
+    framing: &mut BoxedFraming,
+    buf: &mut Vec<u8>,
+    limit: usize,
+) -> Filled {
+    let mut filled = Filled::default();
+    while let Some(frame) = outbox.next_unsent() {
+        if !buf.is_empty() && buf.len().saturating_add(frame.len()) > limit {
+            break;
+        }
+        let mark = buf.len();
+        match guarded(Callback::Encode, || framing.encode(frame, buf)) {
+            Ok(Ok(())) => outbox.advance(),
+            Ok(Err(e)) => {
+                buf.truncate(mark);
+                if outbox.in_flight() > 0 {
+                    // The frames before it go first; it is then first in line.
+                    break;
+                }
+                // The framing accepted the frame at `send` and refuses it now.
+                log::debug!("relink: the framing refused a queued frame: {e}");
+                filled
+                    .refused
+                    .push(outbox.pop_front().expect("front exists"));
+            }
+            Err(p) => {
+                filled.panicked = Some(p);
+                break;
+            }
+        }
+    }
+    filled
+}
+
 /// One control frame (a hello frame, the ping) through the framing, guarded: the framing may
 /// be application code. `None` when the framing refuses it (`build()` checked it, so only a
 /// framing whose `check` and `encode` disagree does).
-fn encode(framing: &mut BoxedFraming, frame: &[u8]) -> Result<Option<Vec<u8>>, Panicked> {
-    guarded(Callback::Encode, || {
+fn encode(
+    framing: &mut BoxedFraming,
+    watch: &dyn Stopwatch,
+    frame: &[u8],
+) -> (Result<Option<Vec<u8>>, Panicked>, Duration) {
+    timed(watch, Callback::Encode, || {
         let mut buf = Vec::new();
         match framing.encode(frame, &mut buf) {
             Ok(()) => Some(buf),
@@ -1436,5 +1514,6 @@ fn encode(framing: &mut BoxedFraming, frame: &[u8]) -> Result<Option<Vec<u8>>, P
     })
 }
 
+mod served;
 #[cfg(test)]
 mod tests;

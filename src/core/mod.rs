@@ -19,7 +19,8 @@
 //! - [`predicate`]: a shareable test on a frame (handshake and heartbeat replies).
 //! - [`settings`]: what the core is told, built once by the builder, and the proof of life.
 //! - [`requests`]: request and reply: which request an inbound frame answers.
-//! - [`guard`]: the guard around every call into application code (a panic becomes a value).
+//! - [`guard`]: the guard around every call into application code (a panic becomes a value;
+//!   the time it took is measured by a stopwatch the IO side gives).
 
 pub(crate) mod backoff;
 mod counters;

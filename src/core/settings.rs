@@ -40,6 +40,8 @@ pub(crate) struct Settings {
     pub tls: Option<Vec<TlsSettings>>,
     /// Request and reply: correlation, redelivery, the window, the default deadline.
     pub requests: RequestSettings,
+    /// A call into application code this long or longer is reported as slow.
+    pub slow_callback: Duration,
 }
 
 /// What makes a Connected link Ready (proof of life).

@@ -15,6 +15,12 @@
 //! disconnect's among them): a link whose socket still has input is served again next pass.
 //! Budgets per link per pass (messages read, batches written) keep one busy link from starving
 //! the others on its thread.
+//!
+//! The loop also measures its own lateness: it knows the deadline it slept to and how long its
+//! last pass took. When the two together left its links unserved for [`LATE`] or more (the
+//! process was stopped or got no CPU, or a slow callback held the thread), every link is told
+//! so (`Input::Resumed`) before anything is read or any timer fires, and the core gives the
+//! peers a fresh chance instead of a verdict.
 
 use std::cell::Cell;
 use std::cmp::Reverse;
@@ -34,12 +40,13 @@ use super::ffi::{self, Epoll, Ready};
 use super::resolver::{self, Resolver};
 use super::shared::{Command, Lookup, Shared, Wake};
 use super::socket::{apply_options, ms, send_batch, SocketOptions};
+use super::stopwatch::{self, CallClock};
 use crate::core::fmt_addr;
 use crate::core::guard::panic_message;
 use crate::core::machine::{Action, Input, Machine, TxResult};
 use crate::core::requests::Token;
 use crate::core::settings::Settings;
-use crate::error::{ConfigError, LinkError};
+use crate::error::{Callback, ConfigError, LinkError};
 use crate::event::{Event, State};
 use crate::metrics::Metrics;
 
@@ -62,6 +69,10 @@ const WRITE_BUDGET: usize = 16;
 const COMMAND_BUDGET: usize = 1024;
 /// Readiness reports taken per wait.
 const REPORTS: usize = 256;
+/// A gap this long in the loop's service (woken late, or a long pass) is told to every link.
+const LATE: Duration = Duration::from_millis(50);
+/// The loop says at warn that it was late at most once per period.
+const LATE_WARN_PERIOD: Duration = Duration::from_secs(10);
 
 const EVENT_CONNECTED: u16 = 0x0001;
 const EVENT_CONNECT_RETRIED: u16 = 0x0004;
@@ -231,7 +242,8 @@ impl Slot {
         // Room for a batch's TLS records too (about 22 bytes per 16 KiB record).
         let batch_cap =
             settings.batch_bytes.min(1 << 20) + 64 + settings.batch_bytes.min(1 << 20) / 256;
-        let machine = Machine::new(settings, seed, Instant::now());
+        let mut machine = Machine::new(settings, seed, Instant::now());
+        machine.set_stopwatch(Box::new(CallClock));
         let stop = shared.clone();
         Ok(Slot {
             route,
@@ -306,6 +318,9 @@ pub(crate) struct Worker {
     /// The batch being written; it moves into the zmq message, so only one per thread.
     buf: Vec<u8>,
     reports: Vec<Ready>,
+    /// When the loop last warned that it was late, and the gaps since then not warned of.
+    late_warned: Option<Instant>,
+    late_unwarned: u64,
 }
 
 impl Worker {
@@ -322,6 +337,8 @@ impl Worker {
             timers: BinaryHeap::new(),
             buf: Vec::new(),
             reports: vec![ffi::BLANK; REPORTS],
+            late_warned: None,
+            late_unwarned: 0,
         })
     }
 
@@ -342,6 +359,8 @@ impl Worker {
     fn run_loop(&mut self) {
         let mut busy = false;
         let mut serving = Vec::new();
+        // The `now` of the pass before: the last instant every link was known to be served.
+        let mut pass_began = Instant::now();
         loop {
             if self.slots.is_empty() && self.wake.orphaned.load(Ordering::SeqCst) {
                 // Registrations made before the pool went away are still in the channel.
@@ -360,10 +379,22 @@ impl Worker {
             }
             self.wake.sleeping.store(true, Ordering::SeqCst);
             fence(Ordering::SeqCst);
-            let timeout = self.timeout_ms();
+            let slept_at = Instant::now();
+            let timeout = self.timeout_ms(slept_at);
             let n = self.epoll.wait(&mut self.reports, timeout);
             self.wake.sleeping.store(false, Ordering::SeqCst);
             let now = Instant::now();
+            // Unserved: the last pass, and the time past the deadline the loop slept to.
+            let wake_by = u64::try_from(timeout)
+                .ok()
+                .map(|t| slept_at + Duration::from_millis(t));
+            let late = wake_by.map_or(Duration::ZERO, |at| now.saturating_duration_since(at));
+            let long_pass = slept_at.saturating_duration_since(pass_began);
+            pass_began = now;
+            let slowest = stopwatch::take_slowest();
+            if late + long_pass >= LATE {
+                self.resumed(now, late, long_pass, slowest);
+            }
             for i in 0..n {
                 let token = ffi::token(&self.reports[i]);
                 if token == WAKE_TOKEN {
@@ -401,6 +432,58 @@ impl Worker {
         }
     }
 
+    /// The loop did not serve its links for `late + long_pass` (it woke `late` after the
+    /// deadline it slept to; its last pass took `long_pass`): every link is told before this
+    /// pass reads anything or fires a timer, and is served in it. Says why at warn, at most
+    /// once per period: a slow callback it timed, or a process that got no CPU.
+    fn resumed(
+        &mut self,
+        now: Instant,
+        late: Duration,
+        long_pass: Duration,
+        slowest: Option<(Callback, Duration)>,
+    ) {
+        let unserved = late + long_pass;
+        let ids: Vec<u64> = self.slots.keys().copied().collect();
+        for &id in &ids {
+            self.guarded(now, id, |w| {
+                if let Some(slot) = w.slots.get_mut(&id) {
+                    slot.machine.handle_input(now, Input::Resumed { unserved });
+                }
+            });
+            self.enqueue(id);
+        }
+        let slowest = slowest.filter(|(_, took)| *took >= LATE);
+        if self
+            .late_warned
+            .is_some_and(|at| now < at + LATE_WARN_PERIOD)
+        {
+            self.late_unwarned += 1;
+            return;
+        }
+        let why = match slowest {
+            Some((callback, took)) => format!("a {callback} held it for {took:?}"),
+            None if late >= long_pass => format!(
+                "it woke {late:?} after its deadline: the process got no CPU, being stopped, \
+                 paused or starved"
+            ),
+            None => format!("one pass over its links took {long_pass:?}"),
+        };
+        let more = match std::mem::take(&mut self.late_unwarned) {
+            0 => String::new(),
+            n => format!("; {n} more gaps since the last report"),
+        };
+        log::warn!(
+            "relink: an IO thread served its {} {unserved:?} late ({why}); their peers get \
+             a fresh chance, not a verdict{more}",
+            match ids.len() {
+                1 => "link".to_string(),
+                n => format!("{n} links"),
+            }
+        );
+        self.late_warned = Some(now);
+    }
+
     /// Queues a link to be served (once) in this pass or the next.
     fn enqueue(&mut self, id: u64) {
         if let Some(slot) = self.slots.get_mut(&id) {
@@ -411,14 +494,13 @@ impl Worker {
         }
     }
 
-    fn timeout_ms(&self) -> i32 {
+    fn timeout_ms(&self, now: Instant) -> i32 {
         if !self.commands.is_empty() || !self.queue.is_empty() {
             return 0;
         }
         match self.timers.peek() {
             None => -1,
             Some(Reverse((t, _))) => {
-                let now = Instant::now();
                 if *t <= now {
                     0
                 } else {
@@ -830,6 +912,7 @@ impl Slot {
                     deadline,
                 }
             }
+            Command::CallbackTook { callback, took } => Input::CallbackTook { callback, took },
         };
         self.machine.handle_input(now, input);
     }
@@ -890,7 +973,13 @@ impl Slot {
     /// Hands a name to the resolver pool; the answer comes back as a command.
     fn resolve(&self, host: String, port: u16, lookup: Lookup) {
         let (route, shared) = (self.route.clone(), self.shared.clone());
-        let reply = move |result| {
+        let reply = move |result, took: Option<Duration>| {
+            // Before the answer: the link judges whether a resolver of the application's was
+            // slow.
+            if let Some(took) = took {
+                let callback = Callback::Resolver;
+                let _ = route.send(Command::CallbackTook { callback, took });
+            }
             if route.send(Command::Resolved { lookup, result }).is_ok() {
                 shared.wake();
             }

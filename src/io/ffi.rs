@@ -276,3 +276,19 @@ impl Drop for Epoll {
         }
     }
 }
+
+/// CLOCK_MONOTONIC_COARSE: the monotonic clock at the kernel's tick (1–4 ms), read in a few
+/// nanoseconds; for timing calls into application code against thresholds of tens of
+/// milliseconds, on every frame.
+pub(super) fn coarse_now() -> std::time::Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec for clock_gettime to write.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+    if rc != 0 {
+        return std::time::Duration::ZERO;
+    }
+    std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}

@@ -11,6 +11,7 @@
 //! - [`padded`]: a value on a cache line of its own.
 //! - [`resolver`]: the resolver thread pool (names never block an IO thread).
 //! - [`socket`]: the STREAM socket's options and the send of one batch.
+//! - [`stopwatch`]: the clock around calls into application code.
 //! - [`context`]: the libzmq context that links share.
 //! - [`ffi`]: the raw libzmq and libc calls, the crate's only `unsafe` code.
 
@@ -25,6 +26,7 @@ pub(crate) mod pool;
 mod resolver;
 pub(crate) mod shared;
 mod socket;
+mod stopwatch;
 mod timer;
 
 pub use context::{Context, MAX_SOCKETS};

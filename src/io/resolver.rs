@@ -8,10 +8,12 @@
 use std::fmt;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender};
 
-use crate::core::guard::guarded;
+use super::stopwatch::CallClock;
+use crate::core::guard::timed;
 use crate::core::machine::Unresolved;
 use crate::error::Callback;
 
@@ -81,7 +83,8 @@ impl fmt::Debug for Resolver {
 }
 
 /// Where an answer goes (the asking link's IO thread).
-pub(super) type Reply = Box<dyn FnOnce(Result<Vec<SocketAddr>, Unresolved>) + Send>;
+pub(super) type Reply =
+    Box<dyn FnOnce(Result<Vec<SocketAddr>, Unresolved>, Option<Duration>) + Send>;
 
 struct Job {
     custom: Option<Resolver>,
@@ -100,16 +103,23 @@ fn pool() -> &'static Sender<Job> {
                 .name(format!("relink-dns-{i}"))
                 .spawn(move || {
                     for job in rx.iter() {
-                        let result = match &job.custom {
+                        let (result, took) = match &job.custom {
                             Some(r) => {
-                                match guarded(Callback::Resolver, || (r.0)(&job.host, job.port)) {
+                                let (answer, took) = timed(&CallClock, Callback::Resolver, || {
+                                    (r.0)(&job.host, job.port)
+                                });
+                                let result = match answer {
                                     Ok(answer) => answer.map_err(Unresolved::Failed),
                                     Err(p) => Err(Unresolved::Panicked(p)),
-                                }
+                                };
+                                (result, Some(took))
                             }
-                            None => lookup(&job.host, job.port).map_err(Unresolved::Failed),
+                            None => (
+                                lookup(&job.host, job.port).map_err(Unresolved::Failed),
+                                None,
+                            ),
                         };
-                        (job.reply)(result);
+                        (job.reply)(result, took);
                     }
                 })
                 .expect("spawn resolver thread");

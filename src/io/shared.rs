@@ -44,6 +44,11 @@ pub(crate) enum Command {
         deadline: Instant,
         promise: Promise,
     },
+    /// Application code run for the link off its IO thread (the resolver) took `took`.
+    CallbackTook {
+        callback: crate::error::Callback,
+        took: std::time::Duration,
+    },
 }
 
 /// An IO thread's wake-up: one eventfd per thread, whatever the number of its links.

@@ -203,40 +203,11 @@ impl NetnsPair {
         env: &[(&str, String)],
     ) -> Result<Process, String> {
         let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", ns, program])
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .process_group(0);
+        cmd.args(["netns", "exec", ns, program]).args(args);
         for (k, v) in env {
             cmd.env(k, v);
         }
-        super::proc::die_with_parent(&mut cmd);
-        let mut child = cmd
-            .spawn()
-            .map_err(|e| format!("spawn `ip netns exec {ns} {program}`: {e}"))?;
-        let stdout = child.stdout.take().expect("stdout is piped");
-        let stdin = child.stdin.take();
-        let (tx, rx) = crossbeam_channel::unbounded();
-        let reader = std::thread::Builder::new()
-            .name(format!("netns-out-{}", child.id()))
-            .spawn(move || {
-                for line in BufReader::new(stdout).lines() {
-                    let Ok(line) = line else { return };
-                    if tx.send(line).is_err() {
-                        return;
-                    }
-                }
-            })
-            .map_err(|e| format!("spawn a reader thread: {e}"))?;
-        Ok(Process {
-            child: Some(child),
-            stdin,
-            lines: rx,
-            reader: Some(reader),
-            label: format!("{program} in {ns}"),
-        })
+        Process::start(cmd, format!("{program} in {ns}"))
     }
 
     /// Starts an echo server (`socat TCP-LISTEN:<port>,reuseaddr,fork PIPE`) in namespace B.
@@ -310,6 +281,65 @@ pub struct Process {
 }
 
 impl Process {
+    /// This test binary again, running only the (ignored) test `test`, with `env` added to
+    /// its environment: a child process a test can stop and continue (SIGSTOP, SIGCONT) while
+    /// the peers stay in the parent. Piped and killed as [`NetnsPair::spawn`] says.
+    pub fn this_test(test: &str, env: &[(&str, String)]) -> Result<Process, String> {
+        let exe = std::env::current_exe().map_err(|e| format!("path of the test binary: {e}"))?;
+        let mut cmd = Command::new(exe);
+        cmd.args([test, "--exact", "--ignored", "--nocapture"]);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        Process::start(cmd, format!("test {test}"))
+    }
+
+    /// Spawns `cmd` in a process group of its own, stdin and stdout piped (stdout read line by
+    /// line into [`Process::lines`]), stderr inherited; SIGKILL if the thread that started it
+    /// dies without cleaning up.
+    fn start(mut cmd: Command, label: String) -> Result<Process, String> {
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .process_group(0);
+        super::proc::die_with_parent(&mut cmd);
+        let mut child = cmd.spawn().map_err(|e| format!("spawn {label}: {e}"))?;
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let stdin = child.stdin.take();
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let reader = std::thread::Builder::new()
+            .name(format!("child-out-{}", child.id()))
+            .spawn(move || {
+                for line in BufReader::new(stdout).lines() {
+                    let Ok(line) = line else { return };
+                    if tx.send(line).is_err() {
+                        return;
+                    }
+                }
+            })
+            .map_err(|e| format!("spawn a reader thread: {e}"))?;
+        Ok(Process {
+            child: Some(child),
+            stdin,
+            lines: rx,
+            reader: Some(reader),
+            label,
+        })
+    }
+
+    /// Sends `sig` to the process (SIGSTOP freezes it, SIGCONT lets it run on).
+    pub fn signal(&self, sig: libc::c_int) {
+        let pid = self.id().expect("the process was killed");
+        // SAFETY: kill(2) on our own child, which is not reaped while `child` is Some.
+        let rc = unsafe { libc::kill(pid as libc::pid_t, sig) };
+        assert_eq!(
+            rc,
+            0,
+            "kill({pid}, {sig}): {}",
+            std::io::Error::last_os_error()
+        );
+    }
+
     /// Its stdout, one line per message; disconnected at end of output.
     pub fn lines(&self) -> &Receiver<String> {
         &self.lines

@@ -39,9 +39,9 @@ fn a_ping_after_a_silent_interval_counts_as_missed() {
     assert!(!h.on_ping(t0 + 3 * s));
     // TCP keeps order: the replies come oldest ping first.
     let at = t0 + 3 * s + s / 10;
-    assert_eq!(h.on_reply(at), Some(2 * s + s / 10));
-    assert_eq!(h.on_reply(at), Some(s + s / 10));
-    assert_eq!(h.on_reply(at), Some(s / 10));
+    assert_eq!(h.on_reply(at), Some(Reply::Rtt(2 * s + s / 10)));
+    assert_eq!(h.on_reply(at), Some(Reply::Rtt(s + s / 10)));
+    assert_eq!(h.on_reply(at), Some(Reply::Rtt(s / 10)));
     assert_eq!(h.on_reply(at), None, "one reply per ping");
 }
 
@@ -53,4 +53,52 @@ fn no_verdict_while_paused_and_silence_restarts_on_resume() {
     assert_eq!(h.death_at(), None);
     h.set_paused(false, t0 + Duration::from_secs(60));
     assert_eq!(h.death_at(), Some(t0 + Duration::from_secs(63)));
+}
+
+#[test]
+fn after_a_gap_a_due_verdict_becomes_a_ping_now_and_a_full_bound() {
+    let t0 = Instant::now();
+    let s = Duration::from_secs(1);
+    let mut h = HeartbeatState::start(&hb(false), t0, false);
+    assert!(!h.on_ping(t0 + s));
+    // Stopped from 1.2 s to 4.2 s: the verdict was due at 3 s.
+    let resume = t0 + 4 * s + s / 5;
+    assert!(h.resumed(resume, 3 * s));
+    assert_eq!(h.death_at(), Some(resume + 3 * s));
+    assert_eq!(h.next_ping(), resume, "a ping at once");
+    assert!(
+        !h.on_ping(resume),
+        "the interval the gap broke is not missed"
+    );
+    assert_eq!(h.next_ping(), resume + s);
+    // The ping sent before the gap is answered first: its round trip is the gap's.
+    assert_eq!(h.on_reply(resume + s / 100), Some(Reply::Unmeasured));
+    assert_eq!(h.on_reply(resume + s / 100), Some(Reply::Rtt(s / 100)));
+}
+
+#[test]
+fn after_a_gap_a_verdict_more_than_an_interval_away_stays_where_it_was() {
+    let t0 = Instant::now();
+    let s = Duration::from_secs(1);
+    let mut h = HeartbeatState::start(&hb(false), t0, false);
+    h.on_inbound(t0 + s);
+    // A gap of 0.5 s ending at 1.6 s: the verdict (4 s) is 2.4 s away, more than an interval.
+    assert!(!h.resumed(t0 + s + s * 6 / 10, s / 2));
+    assert_eq!(h.death_at(), Some(t0 + 4 * s));
+}
+
+#[test]
+fn a_dead_peer_is_still_found_one_bound_after_the_gap() {
+    let t0 = Instant::now();
+    let s = Duration::from_secs(1);
+    let mut h = HeartbeatState::start(&hb(false), t0, false);
+    let resume = t0 + 10 * s;
+    assert!(h.resumed(resume, 10 * s));
+    // Nothing arrives: the next gap-free verdict comes one bound after the resume.
+    assert_eq!(h.death_at(), Some(resume + 3 * s));
+    assert!(
+        !h.resumed(resume + s, Duration::ZERO),
+        "no gap, no new chance"
+    );
+    assert_eq!(h.death_at(), Some(resume + 3 * s));
 }

@@ -224,6 +224,7 @@ impl Sim {
 
 use State::*;
 
+mod pause;
 mod requests;
 mod tls;
 

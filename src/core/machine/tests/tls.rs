@@ -231,6 +231,40 @@ fn tls_a_handshake_that_never_completes_times_out_with_the_tls_cause() {
 }
 
 #[test]
+fn tls_a_handshake_due_to_time_out_during_a_pause_gets_its_full_bound_again() {
+    let pki = Pki::new();
+    let b = tls_builder(&pki).tls(
+        Tls::new()
+            .ca_pem(&pki.ca.cert)
+            .server_name("localhost")
+            .handshake_timeout(Duration::from_secs(3)),
+    );
+    let mut s = Sim::connecting(b);
+    s.tcp_up();
+    s.transmit();
+    // Stopped for 5 s: the bound passed while nothing was served.
+    s.now += Duration::from_secs(5);
+    s.input(Input::Resumed {
+        unserved: Duration::from_secs(5),
+    });
+    s.m.handle_timeout(s.now);
+    s.drain();
+    assert_eq!(s.m.state(), Connected, "no verdict at the resume");
+    Peer::new(&pki.server).pump(&mut s);
+    assert_eq!(s.m.state(), Ready);
+    // A server that never answers still fails the attempt one bound after the resume.
+    let mut s = Sim::connecting(tls_builder(&pki));
+    s.tcp_up();
+    s.now += Duration::from_secs(30);
+    s.input(Input::Resumed {
+        unserved: Duration::from_secs(30),
+    });
+    let waited = s.next_timer();
+    assert_eq!(waited, crate::defaults::TLS_HANDSHAKE_TIMEOUT);
+    assert_eq!(s.last_transition().cause, Cause::Tls);
+}
+
+#[test]
 fn tls_every_connection_gets_a_fresh_session() {
     let pki = Pki::new();
     let mut s = Sim::connecting(tls_builder(&pki));
