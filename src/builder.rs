@@ -3,6 +3,7 @@
 //! `build()` itself lives with the handle it builds, in `link.rs`. The checked [`Config`] is
 //! split there: the core gets its [`Settings`], the IO thread its socket options.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::core::backoff::{BackoffConfig, Jitter};
@@ -140,6 +141,7 @@ pub struct Builder {
     io_pool: Option<IoPool>,
     /// The codec given, when it is a [`Codec`]: its limits are checked by `build()`.
     codec: Option<Codec>,
+    name: Option<String>,
 }
 
 const MAX_ZMQ_MS: u128 = i32::MAX as u128;
@@ -152,6 +154,7 @@ impl Builder {
             tls: None,
             io_pool: None,
             codec: None,
+            name: None,
             config: Config {
                 core: Settings {
                     endpoints: Vec::new(),
@@ -178,6 +181,8 @@ impl Builder {
                     connect_timeout: defaults::CONNECT_TIMEOUT,
                     dial_bound: Duration::ZERO,
                     tls: None,
+                    // Set by `into_config`: the name given, or the first endpoint.
+                    name: Arc::from(""),
                 },
                 rng_seed: None,
                 socket: SocketOptions {
@@ -709,6 +714,29 @@ impl Builder {
         self
     }
 
+    /// The link's name: every log line about the link carries it (`relink[NAME]: Ready ->
+    /// Backoff (peer-closed) ...`), and [`Link::name`](crate::Link::name),
+    /// [`Events::name`](crate::Events::name) and the pool's view
+    /// ([`IoPool::view`](crate::IoPool::view)) give it back. Names need not be unique.
+    /// Defaults to the endpoint given to [`Link::builder`](crate::Link::builder).
+    ///
+    /// # Examples
+    /// ```
+    /// use relink::Link;
+    ///
+    /// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    /// let endpoint = format!("tcp://127.0.0.1:{port}");
+    /// let named = Link::builder(&endpoint).name("meter-17").build()?;
+    /// let unnamed = Link::builder(&endpoint).build()?;
+    /// assert_eq!(named.name(), "meter-17");
+    /// assert_eq!(unnamed.name(), endpoint);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn name(mut self, name: impl Into<String>) -> Builder {
+        self.name = Some(name.into());
+        self
+    }
+
     pub(crate) fn validate(self) -> Result<(Config, Context, IoPool), ConfigError> {
         let context = self.context.clone();
         let pool = self.io_pool.clone();
@@ -735,6 +763,7 @@ impl Builder {
             .iter()
             .map(|e| Endpoint::parse(e))
             .collect::<Result<_, _>>()?;
+        c.core.name = Arc::from(self.name.as_deref().unwrap_or(&self.endpoints[0]));
         let b = &c.core.backoff;
         positive("backoff base", b.base)?;
         if b.max < b.base {

@@ -320,6 +320,11 @@ impl Machine {
         self.state
     }
 
+    /// The link's name, as every log line about it says it.
+    pub(crate) fn name(&self) -> &std::sync::Arc<str> {
+        &self.cfg.name
+    }
+
     /// Frames submitted, sent and received: changes whenever application data moved
     /// (heartbeats do not count).
     pub(crate) fn traffic(&self) -> u64 {
@@ -396,7 +401,7 @@ impl Machine {
         tls.take_plaintext(&mut plain);
         let established = was_handshaking && !tls.is_handshaking() && fed.is_ok();
         if tls.peer_closed() {
-            log::debug!("relink: the peer sent tls close_notify");
+            log::debug!("relink[{}]: the peer sent tls close_notify", self.cfg.name);
         }
         if established {
             self.tls_established(now);
@@ -598,7 +603,10 @@ impl Machine {
                             break;
                         }
                         // The framing accepted the frame at `send` and refuses it now.
-                        log::debug!("relink: the framing refused a queued frame: {e}");
+                        log::debug!(
+                            "relink[{}]: the framing refused a queued frame: {e}",
+                            self.cfg.name
+                        );
                         let frame = self.outbox.pop_front().expect("front exists");
                         self.abandon_all(vec![frame], AbandonReason::Unencodable);
                     }
@@ -707,7 +715,7 @@ impl Machine {
             (Idle, Ev::Start) => self.dial(now, Cause::Start),
             (Connecting, Ev::Resolved(Ok(addrs))) => self.resolved(now, addrs),
             (Connecting, Ev::Resolved(Err(Unresolved::Failed(reason)))) => {
-                log::debug!("relink: resolving failed: {reason}");
+                log::debug!("relink[{}]: resolving failed: {reason}", self.cfg.name);
                 self.fail(now, Cause::Dns)
             }
             (Connecting, Ev::Resolved(Err(Unresolved::Panicked(p)))) => {
@@ -722,7 +730,7 @@ impl Machine {
                 self.failures = self.failures.saturating_add(1);
                 self.note_address_failed();
                 log::debug!(
-                    "relink: dial {} failed (refused); the socket redials ({} native retries left)",
+                    "relink[{}]: dial {} failed (refused); the socket redials ({} native retries left)", self.cfg.name,
                     self.endpoint_text().unwrap_or_default(),
                     self.native_left
                 );
@@ -778,7 +786,10 @@ impl Machine {
             (_, Ev::Flushed) | (_, Ev::CloseDeadline) => self.finish(now),
             (state, ev) => {
                 self.c.ignored += 1;
-                log::trace!("relink: no row for {ev:?} in {state}; ignored");
+                log::trace!(
+                    "relink[{}]: no row for {ev:?} in {state}; ignored",
+                    self.cfg.name
+                );
             }
         }
     }
@@ -869,7 +880,8 @@ impl Machine {
             Ok(addrs) if !addrs.is_empty() => self.endpoints.refreshed(idx, addrs, now),
             Ok(_) | Err(_) => {
                 log::debug!(
-                    "relink: background refresh of {} failed; the old answer stays",
+                    "relink[{}]: background refresh of {} failed; the old answer stays",
+                    self.cfg.name,
                     self.endpoints.get(idx)
                 );
             }
@@ -880,7 +892,7 @@ impl Machine {
 
     fn connect_current(&mut self) {
         if let Some((_, addr)) = self.current {
-            log::debug!("relink: dialling {}", fmt_addr(addr));
+            log::debug!("relink[{}]: dialling {}", self.cfg.name, fmt_addr(addr));
             self.actions.push_back(Action::Connect {
                 generation: self.generation,
                 addr,
@@ -897,6 +909,14 @@ impl Machine {
         self.heartbeat = None;
         self.handshake_pending = false;
         self.tls_retry = None;
+        if let Some(t) = self.tls_settings().filter(|t| t.skip_verification) {
+            log::warn!(
+                "relink[{}]: TLS to {:?} without certificate verification (a test-only \
+                 setting): anyone on the path can read and change this connection",
+                self.cfg.name,
+                t.server_name.to_str()
+            );
+        }
         let session = self
             .tls_settings()
             .map(|t| (TlsSession::new(t), t.handshake_timeout));
@@ -926,7 +946,8 @@ impl Machine {
         self.timers.disarm(Timer::Handshake);
         if let Some(tls) = &self.tls {
             log::debug!(
-                "relink: tls established with {}{}",
+                "relink[{}]: tls established with {}{}",
+                self.cfg.name,
                 self.endpoint_text().unwrap_or_default(),
                 tls.alpn_protocol()
                     .map(|p| format!(" (alpn {})", String::from_utf8_lossy(p)))
@@ -957,7 +978,7 @@ impl Machine {
         let mut panicked = reset.err();
         if let ProofOfLife::Handshake { hello, timeout, .. } = &self.cfg.proof {
             for h in hello.iter().take_while(|_| panicked.is_none()) {
-                match encode(&mut self.framing, h) {
+                match encode(&mut self.framing, &self.cfg.name, h) {
                     Ok(Some(buf)) => self.control.push_back(buf),
                     Ok(None) => {}
                     Err(p) => {
@@ -983,7 +1004,8 @@ impl Machine {
             let d = now.saturating_duration_since(since);
             if d >= OUTAGE_WARN_FIRST {
                 log::warn!(
-                    "relink: connected again after {}s without a connection",
+                    "relink[{}]: connected again after {}s without a connection",
+                    self.cfg.name,
                     d.as_secs()
                 );
             }
@@ -1033,14 +1055,18 @@ impl Machine {
             }
         }
         self.c.received += 1;
-        log::trace!("relink: frame of {} bytes received", frame.len());
+        log::trace!(
+            "relink[{}]: frame of {} bytes received",
+            self.cfg.name,
+            frame.len()
+        );
         self.emit(Event::Frame(frame));
     }
 
     /// Tells the application that its code panicked, and counts it.
     fn report_panic(&mut self, p: &Panicked) {
         self.c.callback_panics += 1;
-        log::warn!("relink: {}", p.to_error());
+        log::warn!("relink[{}]: {}", self.cfg.name, p.to_error());
         self.emit(Event::Error(p.to_error()));
     }
 
@@ -1062,7 +1088,8 @@ impl Machine {
             self.abandon_all(frames, AbandonReason::ConnectionLost);
         }
         log::debug!(
-            "relink: attempt failed ({cause}) on {}: attempt={} failures={}",
+            "relink[{}]: attempt failed ({cause}) on {}: attempt={} failures={}",
+            self.cfg.name,
             self.endpoint_text().unwrap_or_else(|| "-".into()),
             self.attempt,
             self.failures
@@ -1071,7 +1098,7 @@ impl Machine {
         let failing_for = now.saturating_duration_since(failing_since);
         if failing_for >= self.next_outage_warn {
             log::warn!(
-                "relink: no connection for {}s ({} failures in a row, last: {cause}); still retrying",
+                "relink[{}]: no connection for {}s ({} failures in a row, last: {cause}); still retrying", self.cfg.name,
                 failing_for.as_secs(),
                 self.failures
             );
@@ -1236,13 +1263,15 @@ impl Machine {
         };
         match (to, next_retry) {
             (State::Cooldown, Some(d)) => log::warn!(
-                "relink: attempt {} failed on {} (last: {why}); cooling down for {:?}",
+                "relink[{}]: attempt {} failed on {} (last: {why}); cooling down for {:?}",
+                self.cfg.name,
                 self.attempt,
                 endpoint.as_deref().unwrap_or("-"),
                 d
             ),
             _ => log::info!(
-                "relink: {from} -> {to} ({why}) attempt={} next_retry={}",
+                "relink[{}]: {from} -> {to} ({why}) attempt={} next_retry={}",
+                self.cfg.name,
                 self.attempt,
                 next_retry.map_or("-".to_string(), |d| format!("{d:?}"))
             ),
@@ -1277,7 +1306,9 @@ impl Machine {
     fn encoded_ping(&mut self) -> Result<Vec<u8>, Panicked> {
         match self.cfg.heartbeat.as_ref().map(|h| &h.ping) {
             Some(Ping::Raw(b)) => Ok(b.clone()),
-            Some(Ping::Frame(f)) => Ok(encode(&mut self.framing, f)?.unwrap_or_default()),
+            Some(Ping::Frame(f)) => {
+                Ok(encode(&mut self.framing, &self.cfg.name, f)?.unwrap_or_default())
+            }
             None => Ok(Vec::new()),
         }
     }
@@ -1291,7 +1322,10 @@ impl Machine {
             self.step(now, ev);
         } else {
             self.c.ignored += 1;
-            log::trace!("relink: stale {ev:?} from dial {generation} dropped");
+            log::trace!(
+                "relink[{}]: stale {ev:?} from dial {generation} dropped",
+                self.cfg.name
+            );
         }
     }
 }
@@ -1299,13 +1333,17 @@ impl Machine {
 /// One control frame (a hello frame, the ping) through the framing, guarded: the framing may
 /// be application code. `None` when the framing refuses it (`build()` checked it, so only a
 /// framing whose `check` and `encode` disagree does).
-fn encode(framing: &mut BoxedFraming, frame: &[u8]) -> Result<Option<Vec<u8>>, Panicked> {
+fn encode(
+    framing: &mut BoxedFraming,
+    name: &str,
+    frame: &[u8],
+) -> Result<Option<Vec<u8>>, Panicked> {
     guarded(Callback::Encode, || {
         let mut buf = Vec::new();
         match framing.encode(frame, &mut buf) {
             Ok(()) => Some(buf),
             Err(e) => {
-                log::warn!("relink: the framing refused a control frame: {e}");
+                log::warn!("relink[{name}]: the framing refused a control frame: {e}");
                 None
             }
         }

@@ -1,6 +1,7 @@
 //! What the core is told: the settings of one link, built once by the builder, and the public
 //! policy types they hold. No socket option, resolver, context or channel size is among them.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::backoff::BackoffConfig;
@@ -37,6 +38,8 @@ pub(crate) struct Settings {
     /// TLS on every connection: one session setting per endpoint, in the order of
     /// `endpoints`. None: plain TCP.
     pub tls: Option<Vec<TlsSettings>>,
+    /// The link's name, in every log line about it.
+    pub name: Arc<str>,
 }
 
 /// What makes a Connected link Ready (proof of life).

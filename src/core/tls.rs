@@ -60,13 +60,6 @@ impl TlsSession {
     /// A fresh session for a new connection; the ClientHello is ready at once in
     /// [`take_ciphertext`](Self::take_ciphertext).
     pub(crate) fn new(settings: &TlsSettings) -> Result<TlsSession, TlsError> {
-        if settings.skip_verification {
-            log::warn!(
-                "TLS to {:?} without certificate verification (a test-only setting): \
-                 anyone on the path can read and change this connection",
-                settings.server_name.to_str()
-            );
-        }
         let mut conn = ClientConnection::new(settings.config.clone(), settings.server_name.clone())
             .map_err(|e| TlsError::Other(e.to_string()))?;
         // The caller takes the ciphertext after every send: rustls need not bound it, and a

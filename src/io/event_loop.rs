@@ -510,12 +510,13 @@ impl Worker {
                 Err(_) => break,
             }
         }
+        let name = slot.machine.name().clone();
         let stopped = catch_unwind(AssertUnwindSafe(move || {
             slot.stop_after_panic(now, message, late)
         }));
         if let Err(payload) = stopped {
             log::error!(
-                "relink: a link panicked while stopping: {}",
+                "relink[{name}]: the link panicked while stopping: {}",
                 panic_message(payload.as_ref()).unwrap_or_default()
             );
         }
@@ -529,7 +530,7 @@ impl Worker {
             .and_then(|()| self.epoll.add(slot.monitor_fd, id * 2 + 1));
         if let Err(e) = added {
             // Cannot happen short of the kernel's memory: the link cannot be served; it closes.
-            log::error!("relink: epoll add failed: {e}");
+            log::error!("relink[{}]: epoll add failed: {e}", slot.machine.name());
             slot.deliver(Event::Error(LinkError::Zmq {
                 call: "epoll_ctl",
                 message: e.to_string(),
@@ -606,9 +607,10 @@ impl Worker {
         self.queue.retain(|q| *q != id);
         self.epoll.delete(slot.socket_fd);
         self.epoll.delete(slot.monitor_fd);
+        let name = slot.machine.name().clone();
         if let Err(payload) = catch_unwind(AssertUnwindSafe(move || slot.shutdown(now))) {
             log::error!(
-                "relink: a link panicked while stopping: {}",
+                "relink[{name}]: the link panicked while stopping: {}",
                 panic_message(payload.as_ref()).unwrap_or_default()
             );
         }
@@ -670,7 +672,10 @@ impl Slot {
                 (Some(e), Some(active)) => e.as_str() == Some(active.as_str()),
                 _ => false,
             };
-            log::trace!("relink: monitor event {event:#06x} value {value} ours={ours}");
+            log::trace!(
+                "relink[{}]: monitor event {event:#06x} value {value} ours={ours}",
+                self.machine.name()
+            );
             if !ours {
                 continue;
             }
@@ -704,7 +709,8 @@ impl Slot {
                     }
                     self.monitor_mismatch += 1;
                     log::trace!(
-                        "relink: monitor says {} before the stream notification",
+                        "relink[{}]: monitor says {} before the stream notification",
+                        self.machine.name(),
                         if says_up { "connected" } else { "disconnected" }
                     );
                 }
@@ -720,7 +726,7 @@ impl Slot {
                 Ok(m) => m,
                 Err(zmq::Error::EAGAIN) => return false,
                 Err(e) => {
-                    log::error!("relink: zmq recv failed: {e}");
+                    log::error!("relink[{}]: zmq recv failed: {e}", self.machine.name());
                     return false;
                 }
             };
@@ -730,7 +736,7 @@ impl Slot {
             let data = match self.socket.recv_msg(0) {
                 Ok(m) => m,
                 Err(e) => {
-                    log::error!("relink: zmq recv failed: {e}");
+                    log::error!("relink[{}]: zmq recv failed: {e}", self.machine.name());
                     return false;
                 }
             };
@@ -747,7 +753,8 @@ impl Slot {
                 }
                 _ => {
                     log::trace!(
-                        "relink: {} bytes from a stale connection dropped",
+                        "relink[{}]: {} bytes from a stale connection dropped",
+                        self.machine.name(),
                         data.len()
                     );
                     continue;
@@ -885,7 +892,10 @@ impl Slot {
             }
             match self.socket.disconnect(&endpoint) {
                 Ok(()) | Err(zmq::Error::ENOENT) => {}
-                Err(e) => log::warn!("relink: disconnect {endpoint} failed: {e}"),
+                Err(e) => log::warn!(
+                    "relink[{}]: disconnect {endpoint} failed: {e}",
+                    self.machine.name()
+                ),
             }
             if discard {
                 let _ = self.socket.set_linger(ms(self.linger));
@@ -1010,7 +1020,10 @@ impl Slot {
             self.machine
                 .handle_input(Instant::now(), Input::ReadPaused(waiting));
             if waiting {
-                log::debug!("relink: the application is not taking events; reading paused");
+                log::debug!(
+                    "relink[{}]: the application is not taking events; reading paused",
+                    self.machine.name()
+                );
             }
         }
     }
@@ -1057,7 +1070,8 @@ impl Slot {
             .store(State::Closed as u8, Ordering::Release);
         if self.monitor_mismatch > 0 {
             log::debug!(
-                "relink: {} monitor events disagreed with the stream notifications",
+                "relink[{}]: {} monitor events disagreed with the stream notifications",
+                self.machine.name(),
                 self.monitor_mismatch
             );
         }
@@ -1073,7 +1087,8 @@ impl Slot {
     /// are the machine's last counters with state Closed.
     fn stop_after_panic(mut self, now: Instant, message: Option<String>, late: Vec<Vec<u8>>) {
         log::error!(
-            "relink: the IO thread panicked serving a link ({}); the link is closed",
+            "relink[{}]: the IO thread panicked serving the link ({}); the link is closed",
+            self.machine.name(),
             message.as_deref().unwrap_or("no message")
         );
         let machine = &self.machine;
