@@ -227,6 +227,7 @@ mod io;
 mod link;
 mod metrics;
 mod tls;
+mod view;
 
 pub use crate::core::backoff::Jitter;
 pub use crate::core::codec::{Codec, Decoder};
@@ -249,6 +250,7 @@ pub use io::{Context, IoPool, Keepalive, Resolver};
 pub use link::{Events, Link, Recv};
 pub use metrics::{Abandoned, Metrics};
 pub use tls::Tls;
+pub use view::{LinkSummary, PoolView, StateCounts, Totals};
 
 /// The README's examples, compiled and run as doctests.
 #[cfg(doctest)]

@@ -47,6 +47,18 @@ impl Abandoned {
     }
 }
 
+/// Reason by reason: the abandoned frames of several links (as in a pool's
+/// [`Totals`](crate::Totals)).
+impl std::ops::AddAssign for Abandoned {
+    fn add_assign(&mut self, o: Abandoned) {
+        self.expired += o.expired;
+        self.overflow += o.overflow;
+        self.shutdown += o.shutdown;
+        self.connection_lost += o.connection_lost;
+        self.unencodable += o.unencodable;
+    }
+}
+
 /// A snapshot of a link, taken by [`Link::metrics`](crate::Link::metrics).
 ///
 /// The frame counters are exact at the moment of the snapshot:
@@ -147,6 +159,10 @@ pub struct Metrics {
     /// was reported in an `Event::Error` and, unless it came too late to matter, failed the
     /// connection or the dial with cause `callback-panic`.
     pub callback_panics: u64,
+    /// How long the link has been without a Ready connection: since it lost its last one (or
+    /// since its first failed attempt, if it was never up). `None` while Ready, and before
+    /// any failure. A pool's view ranks its links by it.
+    pub down_for: Option<Duration>,
 }
 
 impl Metrics {
@@ -189,6 +205,7 @@ impl Metrics {
             events_dropped: 0,
             ignored_inputs: 0,
             callback_panics: 0,
+            down_for: None,
         }
     }
 }

@@ -703,6 +703,9 @@ impl Machine {
             events_dropped: 0,
             ignored_inputs: self.c.ignored,
             callback_panics: self.c.callback_panics,
+            down_for: self
+                .failing_since
+                .map(|since| now.saturating_duration_since(since)),
         }
     }
 

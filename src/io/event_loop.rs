@@ -456,6 +456,13 @@ impl Worker {
     fn dispatch(&mut self, now: Instant, msg: Msg) {
         match msg {
             Msg::Register(slot) => self.register(now, *slot),
+            Msg::View { top, reply } => {
+                let links = self
+                    .slots
+                    .values()
+                    .map(|s| (s.machine.name(), s.snapshot(now)));
+                let _ = reply.send(crate::view::tally(links, top));
+            }
             Msg::Link(id, cmd) => {
                 // A command for a link already closed (a late resolver answer) finds no slot.
                 self.guarded(now, id, |w| {

@@ -18,6 +18,7 @@ use crate::batch::Batch;
 use crate::core::machine::Unresolved;
 use crate::event::{Event, State};
 use crate::metrics::Metrics;
+use crate::view::PoolView;
 
 /// What handles and resolver threads send to the IO thread.
 #[derive(Debug)]
@@ -50,6 +51,8 @@ pub(crate) enum Msg {
     Register(Box<Slot>),
     /// A command for the link with this id.
     Link(u64, Command),
+    /// The thread's part of a pool view, with the `top` worst links of each list.
+    View { top: usize, reply: Sender<PoolView> },
 }
 
 /// The way to one link on its IO thread: the thread's channel and the link's id.
@@ -66,7 +69,7 @@ impl Route {
             .send(Msg::Link(self.id, cmd))
             .map_err(|crossbeam_channel::SendError(m)| match m {
                 Msg::Link(_, cmd) => crossbeam_channel::SendError(cmd),
-                Msg::Register(_) => unreachable!("a command was sent"),
+                Msg::Register(_) | Msg::View { .. } => unreachable!("a command was sent"),
             })
     }
 }
