@@ -183,6 +183,7 @@ impl Builder {
                     tls: None,
                     // Set by `into_config`: the name given, or the first endpoint.
                     name: Arc::from(""),
+                    config_retry: None,
                 },
                 rng_seed: None,
                 socket: SocketOptions {
@@ -737,6 +738,30 @@ impl Builder {
         self
     }
 
+    /// The wait before the next attempt after a failure no retry can fix until a
+    /// configuration changes ([`Cause::TlsRejected`](crate::Cause::TlsRejected): the server's
+    /// certificate is not valid for the name or has an unknown issuer, or the server refused
+    /// ours), instead of the backoff meant for restarts: each attempt is a full handshake
+    /// against the server, and the answer will be the same. Defaults to the
+    /// [`cooldown`](Builder::cooldown) period (60 s by default).
+    ///
+    /// # Examples
+    /// ```
+    /// use std::time::Duration;
+    /// use relink::{Link, Tls};
+    ///
+    /// let link = Link::builder("tcp://gateway.example:6380")
+    ///     .tls(Tls::new())
+    ///     .backoff(Duration::from_millis(50), Duration::from_secs(2)) // for restarts
+    ///     .config_failure_retry(Duration::from_secs(300)) // for a wrong certificate
+    ///     .build()?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn config_failure_retry(mut self, wait: Duration) -> Builder {
+        self.config.core.config_retry = Some(wait);
+        self
+    }
+
     pub(crate) fn validate(self) -> Result<(Config, Context, IoPool), ConfigError> {
         let context = self.context.clone();
         let pool = self.io_pool.clone();
@@ -792,6 +817,9 @@ impl Builder {
             });
         }
         positive("cooldown", c.core.cooldown)?;
+        if let Some(d) = c.core.config_retry {
+            positive("config_failure_retry", d)?;
+        }
         let s = &c.socket;
         positive("connect_timeout", s.connect_timeout)?;
         positive("reconnect_ivl", s.reconnect_ivl)?;

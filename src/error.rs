@@ -471,6 +471,54 @@ pub enum TlsError {
     Other(String),
 }
 
+impl TlsError {
+    /// Whether the failure is one a retry cannot fix until a certificate, a key, a trusted
+    /// root or the server name changes: the server's certificate (unknown issuer, wrong
+    /// name, expired, otherwise bad), or a fatal alert by which the server refused the
+    /// handshake for what the link offered (`certificate required`, `bad certificate`,
+    /// `unknown ca`, `access denied`, `handshake failure`, ...). A link reports these with
+    /// [`Cause::TlsRejected`](crate::Cause::TlsRejected) and retries them slowly; the other
+    /// failures (a stopped server, a peer that is not TLS, a broken record) with
+    /// [`Cause::Tls`](crate::Cause::Tls) at the backoff.
+    ///
+    /// # Examples
+    /// ```
+    /// use relink::TlsError;
+    ///
+    /// assert!(TlsError::UnknownIssuer.is_config());
+    /// assert!(TlsError::Alert("certificate required".into()).is_config());
+    /// assert!(!TlsError::NotTls.is_config());
+    /// ```
+    pub fn is_config(&self) -> bool {
+        match self {
+            TlsError::UnknownIssuer
+            | TlsError::WrongName { .. }
+            | TlsError::Expired
+            | TlsError::BadCertificate(_) => true,
+            TlsError::Alert(alert) => REFUSING_ALERTS.contains(&alert.as_str()),
+            TlsError::NotTls | TlsError::HandshakeTimeout(_) | TlsError::Other(_) => false,
+        }
+    }
+}
+
+/// Fatal alerts (as [`TlsError::Alert`] spells them) by which a server refuses what the link
+/// offered: they repeat on every attempt until the configuration changes.
+const REFUSING_ALERTS: &[&str] = &[
+    "certificate required",
+    "bad certificate",
+    "unsupported certificate",
+    "certificate revoked",
+    "certificate expired",
+    "certificate unknown",
+    "unknown ca",
+    "access denied",
+    "handshake failure",
+    "insufficient security",
+    "protocol version",
+    "no application protocol",
+    "unrecognised name",
+];
+
 fn presented_names(names: &[String]) -> String {
     if names.is_empty() {
         String::new()

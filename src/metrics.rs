@@ -163,6 +163,10 @@ pub struct Metrics {
     /// since its first failed attempt, if it was never up). `None` while Ready, and before
     /// any failure. A pool's view ranks its links by it.
     pub down_for: Option<Duration>,
+    /// TLS handshakes that failed in a way no retry can fix
+    /// ([`Cause::TlsRejected`](crate::Cause::TlsRejected): wrong name, unknown issuer, our
+    /// certificate refused), each retried after `config_failure_retry`.
+    pub tls_rejected: u64,
 }
 
 impl Metrics {
@@ -206,6 +210,7 @@ impl Metrics {
             ignored_inputs: 0,
             callback_panics: 0,
             down_for: None,
+            tls_rejected: 0,
         }
     }
 }

@@ -36,7 +36,9 @@
 //! relink-cat --tls --ca ca.crt --server-name localhost 127.0.0.1:6380
 //! ```
 //!
-//! A failed handshake shows as `cause=tls-handshake`, with its reason on an `error` line.
+//! A failed handshake shows as `cause=tls-handshake`, with its reason on an `error` line; one
+//! no retry can fix (a certificate not valid for the name, an unknown issuer, the server
+//! refusing ours) as `cause=tls-rejected`, retried after the cooldown period.
 //!
 //! Frames the outbox refuses and frames abandoned are always reported on stderr.
 //!

@@ -786,7 +786,7 @@ fn tls_through_a_tls_redis_server_and_back_to_ready_after_its_restart() {
 
 #[test]
 #[ignore = "needs redis-server"]
-fn tls_a_wrong_server_name_is_a_tls_handshake_failure_with_its_reason() {
+fn tls_a_wrong_server_name_is_a_tls_rejection_with_its_reason() {
     let kit = util::tls::TlsKit::new();
     let server = tls_redis(&kit, false);
     let ca = kit.files.ca.to_str().unwrap().to_string();
@@ -801,7 +801,7 @@ fn tls_a_wrong_server_name_is_a_tls_handshake_failure_with_its_reason() {
         &endpoint,
     ]);
     cat.expect_stderr("error message=\"tls: server certificate is not valid for");
-    cat.expect_stderr("state from=Connected to=Backoff cause=tls-handshake ");
+    cat.expect_stderr("state from=Connected to=Backoff cause=tls-rejected ");
     let (status, _) = cat.finish(false, WAIT);
     assert!(status.success(), "{status}\n{}", cat.transcript());
 }

@@ -21,6 +21,7 @@ pub(super) struct Counters {
     pub(super) callback_panics: u64,
     pub(super) released_frames: u64,
     pub(super) released_bytes: u64,
+    pub(super) tls_rejected: u64,
 }
 
 impl Counters {

@@ -42,7 +42,7 @@
 //! | 20 | any but Closed | Flushed (closing, outbox empty) | Closed | stop |
 //! | 21 | any but Closed | CloseDeadline | Closed | abandon the rest (`shutdown`) |
 //! | 22 | Connected, Ready | CallbackPanicked (a predicate or the codec) | Backoff/Cooldown | close, error event, failure `callback-panic` |
-//! | 23 | Connected, Ready | Tls (the session failed: handshake or record) | Backoff/Cooldown | close, error event, failure `tls-handshake` |
+//! | 23 | Connected, Ready | Tls (the session failed: handshake or record) | Backoff/Cooldown | close, error event, failure `tls-handshake`; one no retry can fix (the certificates, `TlsError::is_config`): failure `tls-rejected`, next attempt after `config_failure_retry` |
 //!
 //! With TLS, row 4 makes the connection's session and arms the TLS handshake bound; the link
 //! stays Connected and only handshake records leave. The handshake's completion does what row 4
@@ -706,6 +706,7 @@ impl Machine {
             down_for: self
                 .failing_since
                 .map(|since| now.saturating_duration_since(since)),
+            tls_rejected: self.c.tls_rejected,
         }
     }
 
@@ -960,11 +961,18 @@ impl Machine {
         self.link_up(now);
     }
 
-    /// A TLS failure: its own cause, the reason in an error event and in the log line.
+    /// A TLS failure: its own cause, the reason in an error event and in the log line. One
+    /// that no retry can fix (the certificates) is `tls-rejected`, retried slowly.
     fn tls_failed(&mut self, now: Instant, e: TlsError) {
+        let cause = if e.is_config() {
+            self.c.tls_rejected += 1;
+            Cause::TlsRejected
+        } else {
+            Cause::Tls
+        };
         self.fail_reason = Some(e.to_string());
         self.emit(Event::Error(LinkError::Tls(e)));
-        self.fail(now, Cause::Tls);
+        self.fail(now, cause);
     }
 
     /// The connection carries application bytes (TCP is up, and the TLS handshake has
@@ -1112,6 +1120,16 @@ impl Machine {
         let exhausted = self.cfg.max_attempts.is_some_and(|m| self.attempt >= m);
         let (to, delay) = if exhausted {
             (State::Cooldown, self.cfg.cooldown)
+        } else if cause == Cause::TlsRejected {
+            // The same certificates get the same answer: no backoff meant for restarts.
+            let wait = self.cfg.config_retry.unwrap_or(self.cfg.cooldown);
+            log::warn!(
+                "relink[{}]: tls rejected on {} ({}); a retry cannot fix this, next attempt in {wait:?}",
+                self.cfg.name,
+                self.endpoint_text().unwrap_or_else(|| "-".into()),
+                self.fail_reason.as_deref().unwrap_or("-")
+            );
+            (State::Backoff, wait)
         } else {
             (
                 State::Backoff,

@@ -40,6 +40,8 @@ pub(crate) struct Settings {
     pub tls: Option<Vec<TlsSettings>>,
     /// The link's name, in every log line about it.
     pub name: Arc<str>,
+    /// The wait after a failure no retry can fix (`tls-rejected`); None: the cooldown period.
+    pub config_retry: Option<Duration>,
 }
 
 /// What makes a Connected link Ready (proof of life).

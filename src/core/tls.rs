@@ -232,13 +232,17 @@ fn plain_name(presented: String) -> String {
     }
 }
 
-/// `CertificateRequired` → `"certificate required"`.
+/// `CertificateRequired` → `"certificate required"`, `UnknownCA` → `"unknown ca"`.
 fn alert_text(debug: &str) -> String {
     let mut text = String::with_capacity(debug.len() + 4);
-    for (i, c) in debug.chars().enumerate() {
-        if c.is_ascii_uppercase() && i > 0 {
+    let mut after_lower = false;
+    for c in debug.chars() {
+        // A word starts at an upper-case letter after a lower-case one (`UnknownCA` →
+        // `unknown ca`).
+        if c.is_ascii_uppercase() && after_lower {
             text.push(' ');
         }
+        after_lower = c.is_ascii_lowercase();
         text.push(c.to_ascii_lowercase());
     }
     text
