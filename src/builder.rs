@@ -12,6 +12,7 @@ use crate::core::endpoint::{Endpoint, Host};
 use crate::core::framing::{BoxedFraming, Framing};
 use crate::core::heartbeat::{Heartbeat, Ping};
 use crate::core::settings::{ProofOfLife, Settings};
+use crate::core::tls::TlsSettings;
 use crate::error::ConfigError;
 use crate::io::{Context, IoPool, Keepalive, Resolver, SocketOptions};
 use crate::tls::Tls;
@@ -968,7 +969,7 @@ impl Builder {
             positive("tls handshake timeout", tls.handshake_bound())?;
             // One rustls configuration for the link (every PEM read and checked here); one
             // server name per endpoint.
-            let config = tls.client_config()?;
+            let (config, source) = tls.credentials(&c.core.name)?;
             let sessions = c
                 .core
                 .endpoints
@@ -976,6 +977,12 @@ impl Builder {
                 .map(|e| match &e.host {
                     Host::Ip(ip) => tls.settings(config.clone(), &ip.to_string(), true),
                     Host::Name(name) => tls.settings(config.clone(), name, false),
+                })
+                .map(|s| {
+                    s.map(|s| TlsSettings {
+                        source: source.clone(),
+                        ..s
+                    })
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             c.core.tls = Some(sessions);

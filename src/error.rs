@@ -385,6 +385,12 @@ pub enum LinkError {
         /// The panic message, when the payload is a string.
         message: Option<String>,
     },
+    /// A TLS credentials file (CA, client certificate or key) changed and cannot be used
+    /// (unreadable, bad PEM, a key that does not match the certificate, a file half-written):
+    /// the link keeps the last good credentials and reads the files again when they change
+    /// next. Reported once per change, at the next connection.
+    #[error("new tls credentials refused, the last good ones stay: {0}")]
+    TlsCredentials(TlsConfigError),
 }
 
 fn message_suffix(message: &Option<String>) -> String {

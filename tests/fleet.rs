@@ -5,8 +5,9 @@ mod util;
 
 use std::time::Duration;
 
-use relink::{Cause, IoPool, Link, State};
+use relink::{Cause, Codec, IoPool, Link, LinkError, State, Tls};
 use util::logs::Logs;
+use util::tls::{restartable_port, server_config, Pki, Serve, TlsKit, TlsServer, SERVER_NAME};
 use util::*;
 
 /// Bound on a link reaching a state.
@@ -112,4 +113,82 @@ fn a_pool_view_counts_links_per_state_and_names_the_worst() {
     }
     assert_eq!(pool.view(10).links, 0);
     peer.stop();
+}
+
+/// Writes `text` to `path`, replacing it.
+fn write(path: &std::path::Path, text: &str) {
+    std::fs::write(path, text).expect("write a credentials file");
+}
+
+#[test]
+fn a_link_follows_rotated_credential_files_and_keeps_the_last_good_ones_when_new_ones_are_broken() {
+    let _g = shared();
+    let logs = Logs::capture();
+    let old = TlsKit::new();
+    let new = Pki::new();
+    let (ca, cert, key) = (
+        old.dir.join("link-ca.crt"),
+        old.dir.join("link-client.crt"),
+        old.dir.join("link-client.key"),
+    );
+    write(&ca, &old.pki.ca.cert);
+    write(&cert, &old.pki.client.cert);
+    write(&key, &old.pki.client.key);
+    let port = restartable_port();
+    let old_config = || server_config(&old.pki.server, Some(&old.pki.ca.cert));
+    let server = TlsServer::start_on(port, old_config(), Serve::Echo);
+    let link = Link::builder(&format!("tcp://{SERVER_NAME}:{port}"))
+        .name("rotating")
+        .codec(Codec::lines())
+        .tls(Tls::new().ca_file(&ca).client_auth_files(&cert, &key))
+        .backoff(ms(20), ms(100))
+        .config_failure_retry(ms(100))
+        .build()
+        .expect("build");
+    let mut w = Watch::new(&link);
+    let echo = |w: &mut Watch, line: &str| {
+        let seen = w.frames.len();
+        link.send(line.to_string()).expect("send");
+        assert!(w.frames_until(seen + 1, T), "no echo: {}", w.trace());
+        assert_eq!(w.frames[seen], line.as_bytes());
+    };
+    w.until(T, |t| t.to == State::Ready);
+    echo(&mut w, "with the first certificate");
+
+    // A broken rotation (the key half-written), then a restart: the link comes back with the
+    // last good credentials, and says so.
+    write(&key, "-----BEGIN PRIVATE KEY-----\nnot base64 at all");
+    drop(server);
+    w.until(T, |t| t.from == State::Ready);
+    let server = TlsServer::start_on(port, old_config(), Serve::Echo);
+    w.until(T, |t| t.to == State::Ready);
+    echo(&mut w, "with the last good certificate");
+    assert!(
+        w.errors
+            .iter()
+            .any(|e| matches!(e, LinkError::TlsCredentials(_))),
+        "the broken file is reported: {}",
+        w.trace()
+    );
+
+    // The whole rotation, and a server that accepts only the new certificate.
+    drop(server);
+    w.until(T, |t| t.from == State::Ready);
+    write(&ca, &new.ca.cert);
+    write(&cert, &new.client.cert);
+    write(&key, &new.client.key);
+    let _server = TlsServer::start_on(
+        port,
+        server_config(&new.server, Some(&new.ca.cert)),
+        Serve::Echo,
+    );
+    w.until(T, |t| t.to == State::Ready);
+    echo(&mut w, "with the rotated certificate");
+    let m = link.metrics();
+    assert_eq!((m.reconnects, m.tls_rejected), (2, 0), "{}", w.trace());
+    // The transcript: what the link logged.
+    for line in logs.matching("relink[rotating]") {
+        eprintln!("{line}");
+    }
+    w.close(&link, T, "rotating link");
 }

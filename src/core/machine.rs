@@ -921,9 +921,19 @@ impl Machine {
                 t.server_name.to_str()
             );
         }
-        let session = self
-            .tls_settings()
-            .map(|t| (TlsSession::new(t), t.handshake_timeout));
+        let mut stale = None;
+        let session = self.tls_settings().map(|t| {
+            let (config, refused) = t.fresh_config();
+            stale = refused;
+            (TlsSession::with_config(t, config), t.handshake_timeout)
+        });
+        if let Some(e) = stale {
+            log::warn!(
+                "relink[{}]: new tls credentials refused, the last good ones stay: {e}",
+                self.cfg.name
+            );
+            self.emit(Event::Error(LinkError::TlsCredentials(e)));
+        }
         self.transition(now, State::Connected, Cause::TcpConnected);
         match session {
             None => self.link_up(now),

@@ -347,8 +347,14 @@ const SEEN_CAP: usize = 1 << 20;
 impl TlsServer {
     /// Listens on 127.0.0.1 (a free port) with `config`.
     pub fn start(config: Arc<rustls::ServerConfig>, serve: Serve) -> TlsServer {
+        TlsServer::start_on(0, config, serve)
+    }
+
+    /// Listens on 127.0.0.1:`port` with `config`: a server restarted where another was
+    /// (a [`restartable_port`]).
+    pub fn start_on(port: u16, config: Arc<rustls::ServerConfig>, serve: Serve) -> TlsServer {
         use std::sync::atomic::AtomicBool;
-        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, port)).unwrap();
         listener.set_nonblocking(true).unwrap();
         let addr = listener.local_addr().unwrap();
         let seen = Arc::new(std::sync::Mutex::new(Seen::default()));
