@@ -595,6 +595,10 @@ pub enum TlsConfigError {
     /// rustls refused the configuration, described.
     #[error("{0}")]
     Rustls(String),
+    /// [`Tls::system_roots`](crate::Tls::system_roots) was asked for and the system's
+    /// certificate store gave no usable certificate, with what went wrong reading it.
+    #[error("no certificate in the system's store: {0}")]
+    NoSystemRoots(String),
 }
 
 /// [`Events::recv`](crate::Events::recv) found the link closed and every event taken.

@@ -58,6 +58,7 @@ pub struct Tls {
     alpn: Vec<Vec<u8>>,
     skip_verification: bool,
     handshake_timeout: Option<Duration>,
+    system_roots: bool,
 }
 
 /// PEM text given inline or as a file read when the link is built.
@@ -139,6 +140,7 @@ impl fmt::Debug for Tls {
             .field("alpn", &self.alpn)
             .field("skip_verification", &self.skip_verification)
             .field("handshake_timeout", &self.handshake_timeout)
+            .field("system_roots", &self.system_roots)
             .finish()
     }
 }
@@ -180,9 +182,35 @@ impl Tls {
 
     /// Whether the bundled web roots (Mozilla's list) are trusted.
     ///
-    /// Defaults to `true` when no CA is given, `false` when one is.
+    /// Defaults to `true` when no CA is given and the system's store is not asked for,
+    /// `false` otherwise.
     pub fn web_roots(mut self, on: bool) -> Tls {
         self.web_roots = Some(on);
+        self
+    }
+
+    /// Whether the system's certificate store is trusted (read with rustls-native-certs when
+    /// the link is built: on Linux the bundle that `SSL_CERT_FILE`, `SSL_CERT_DIR` or the
+    /// distribution's `/etc/ssl/certs` name). A fleet whose operators manage roots with the
+    /// OS (a private CA installed with `update-ca-certificates`, a root withdrawn by an OS
+    /// update) trusts what the machine trusts; the link reads the store again when it is
+    /// rebuilt. Combines with [`ca_pem`](Tls::ca_pem) and [`web_roots`](Tls::web_roots);
+    /// asking for it turns the bundled web roots off unless `web_roots(true)` is called.
+    ///
+    /// Defaults to `false`: the bundled roots behave the same on every machine, including
+    /// minimal containers and gateways without a store; see the README's "Trust roots".
+    ///
+    /// # Errors
+    /// `build()` fails with [`TlsConfigError::NoSystemRoots`] when the store gives no usable
+    /// certificate (and no other root is trusted).
+    ///
+    /// # Examples
+    /// ```
+    /// let tls = relink::Tls::new().system_roots(true);
+    /// # let _ = tls;
+    /// ```
+    pub fn system_roots(mut self, on: bool) -> Tls {
+        self.system_roots = on;
         self
     }
 
@@ -317,8 +345,28 @@ impl Tls {
 
     fn root_store(&self) -> Result<RootCertStore, TlsConfigError> {
         let mut roots = RootCertStore::empty();
-        if self.web_roots.unwrap_or(self.cas.is_empty()) {
+        if self
+            .web_roots
+            .unwrap_or(self.cas.is_empty() && !self.system_roots)
+        {
             roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+        }
+        if self.system_roots {
+            let found = rustls_native_certs::load_native_certs();
+            let (added, _) = roots.add_parsable_certificates(found.certs);
+            if added == 0 {
+                let why = found
+                    .errors
+                    .iter()
+                    .map(|e| e.to_string())
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                return Err(TlsConfigError::NoSystemRoots(if why.is_empty() {
+                    "no certificate found".into()
+                } else {
+                    why
+                }));
+            }
         }
         for ca in &self.cas {
             for cert in ca.certificates("CA")? {

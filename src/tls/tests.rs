@@ -28,6 +28,17 @@ fn a_private_ca_replaces_the_web_roots_unless_they_are_asked_for() {
 }
 
 #[test]
+fn the_system_store_replaces_the_web_roots_and_adds_to_a_private_ca() {
+    // This machine's store: the distribution's bundle in /etc/ssl/certs.
+    let system = Tls::new().system_roots(true);
+    let n = system.root_store().unwrap().len();
+    assert!(n > 100, "{n} roots from the system's store");
+    let pki = certs::Pki::new();
+    let both = system.ca_pem(&pki.ca.cert);
+    assert_eq!(both.root_store().unwrap().len(), n + 1);
+}
+
+#[test]
 fn no_ca_and_no_web_roots_is_refused() {
     assert_eq!(
         tls_error(Tls::new().web_roots(false).client_config()),
