@@ -22,7 +22,8 @@
 //! exchanges heartbeats with the peer.
 //!
 //! Then it times `IoPool::view` against walking every handle's `metrics()` (see
-//! `pool_view_row`) and prints the view.
+//! `pool_view_row`) and prints the view; with `--features metrics`, an export pass and the
+//! Prometheus text it makes, per pool and per link (`export_row`).
 
 mod support;
 
@@ -160,6 +161,8 @@ fn child(n: usize) {
         100.0 * cpu.as_secs_f64() / wall.as_secs_f64(),
     );
     pool_view_row(n, &pool, &links);
+    #[cfg(feature = "metrics")]
+    export_row(n, &pool);
     let t = Instant::now();
     drop(links);
     eprintln!("links n={n}: dropping every link took {:?}", t.elapsed());
@@ -197,6 +200,43 @@ fn pool_view_row(n: usize, pool: &IoPool, links: &[Link]) {
         v / w
     );
     println!("{view}");
+}
+
+/// With `--features metrics`: one export pass and the Prometheus text it makes, with labels
+/// per pool and per link:
+///
+/// ```text
+/// export n=<n> per_link=<bool> pass_us=<t> series=<s> text_kib=<k>
+/// ```
+#[cfg(feature = "metrics")]
+fn export_row(n: usize, pool: &IoPool) {
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    for per_link in [false, true] {
+        let exporter = pool.export_metrics(
+            relink::MetricsExport::new("bench")
+                .per_link(per_link)
+                .interval(Duration::from_secs(3600)),
+        );
+        let mut pass_us = Vec::new();
+        metrics::with_local_recorder(&recorder, || {
+            for _ in 0..5 {
+                let t = Instant::now();
+                exporter.flush();
+                pass_us.push(t.elapsed().as_secs_f64() * 1e6);
+            }
+        });
+        let text = handle.render();
+        let series = text
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.is_empty())
+            .count();
+        println!(
+            "export n={n} per_link={per_link} pass_us={:.0} series={series} text_kib={:.0}",
+            support::median(&mut pass_us),
+            text.len() as f64 / 1024.0
+        );
+    }
 }
 
 /// Raises RLIMIT_NOFILE's soft limit to the hard one; returns (soft, hard).

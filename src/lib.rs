@@ -223,6 +223,8 @@ mod builder;
 mod core;
 mod error;
 mod event;
+#[cfg(feature = "metrics")]
+mod export;
 mod io;
 mod link;
 mod metrics;
@@ -246,6 +248,8 @@ pub use error::{
     RecvTimeoutError, SendError, TlsConfigError, TlsError, TryRecvError,
 };
 pub use event::{AbandonReason, Cause, Event, State, Transition};
+#[cfg(feature = "metrics")]
+pub use export::{MetricsExport, MetricsExporter};
 pub use io::{Context, IoPool, Keepalive, Resolver};
 pub use link::{Events, Link, Recv};
 pub use metrics::{Abandoned, Metrics};

@@ -192,3 +192,37 @@ fn a_link_follows_rotated_credential_files_and_keeps_the_last_good_ones_when_new
     }
     w.close(&link, T, "rotating link");
 }
+
+#[cfg(feature = "metrics")]
+#[test]
+fn the_metrics_export_counts_the_pools_links_by_state_and_their_connects() {
+    let _g = shared();
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let text = recorder.handle();
+    let pool = IoPool::new(1).expect("pool");
+    let peer = Peer::start(Behaviour::Echo);
+    let links: Vec<Link> = (0..2)
+        .map(|_| {
+            Link::builder(&peer.endpoint())
+                .io_pool(&pool)
+                .build()
+                .expect("build")
+        })
+        .collect();
+    assert!(wait_until(T, || links
+        .iter()
+        .all(|l| l.state() == State::Ready)));
+    let exporter = pool.export_metrics(relink::MetricsExport::new("test"));
+    metrics::with_local_recorder(&recorder, || exporter.flush());
+    let text = text.render();
+    for line in [
+        "relink_links{pool=\"test\",state=\"Ready\"} 2",
+        "relink_connects_total{pool=\"test\"} 2",
+        "relink_abandoned_total{pool=\"test\",reason=\"expired\"} 0",
+    ] {
+        assert!(text.contains(line), "{line} not in\n{text}");
+    }
+    for link in &links {
+        link.close(T);
+    }
+}

@@ -463,6 +463,15 @@ impl Worker {
                     .map(|s| (s.machine.name(), s.snapshot(now)));
                 let _ = reply.send(crate::view::tally(links, top));
             }
+            #[cfg(feature = "metrics")]
+            Msg::Rows(reply) => {
+                let rows = self
+                    .slots
+                    .iter()
+                    .map(|(id, s)| (*id, s.machine.name().clone(), s.snapshot(now)))
+                    .collect();
+                let _ = reply.send(rows);
+            }
             Msg::Link(id, cmd) => {
                 // A command for a link already closed (a late resolver answer) finds no slot.
                 self.guarded(now, id, |w| {

@@ -126,28 +126,36 @@ impl IoPool {
     ///
     /// [`Builder::io_pool`]: crate::Builder::io_pool
     pub fn view(&self, top: usize) -> PoolView {
+        let mut view = PoolView::default();
+        for part in self.ask(|reply| Msg::View { top, reply }) {
+            view.merge(part, top);
+        }
+        view
+    }
+
+    /// Asks every thread (`make` builds the question around the reply channel) and takes
+    /// their answers, a second at most in all.
+    fn ask<T>(&self, make: impl Fn(crossbeam_channel::Sender<T>) -> Msg) -> Vec<T> {
         let (tx, rx) = crossbeam_channel::bounded(self.workers.len());
         let mut asked = 0;
         for w in self.workers.iter() {
-            let msg = Msg::View {
-                top,
-                reply: tx.clone(),
-            };
-            if w.tx.send(msg).is_ok() {
+            if w.tx.send(make(tx.clone())).is_ok() {
                 w.wake.wake();
                 asked += 1;
             }
         }
         drop(tx);
         let deadline = Instant::now() + VIEW_BOUND;
-        let mut view = PoolView::default();
-        for _ in 0..asked {
-            match rx.recv_deadline(deadline) {
-                Ok(part) => view.merge(part, top),
-                Err(_) => break,
-            }
-        }
-        view
+        (0..asked)
+            .map_while(|_| rx.recv_deadline(deadline).ok())
+            .collect()
+    }
+
+    /// Every link of the pool, with its id, name and snapshot (for the metrics export);
+    /// bounded as [`view`](IoPool::view) is.
+    #[cfg(feature = "metrics")]
+    pub(crate) fn rows(&self) -> Vec<super::shared::LinkRow> {
+        self.ask(Msg::Rows).into_iter().flatten().collect()
     }
 
     /// The thread serving the fewest links, counted as serving one more.

@@ -53,7 +53,14 @@ pub(crate) enum Msg {
     Link(u64, Command),
     /// The thread's part of a pool view, with the `top` worst links of each list.
     View { top: usize, reply: Sender<PoolView> },
+    /// Every link of the thread: id, name and snapshot (the metrics export).
+    #[cfg(feature = "metrics")]
+    Rows(Sender<Vec<LinkRow>>),
 }
+
+/// One link as the metrics export sees it: its id, its name and its snapshot.
+#[cfg(feature = "metrics")]
+pub(crate) type LinkRow = (u64, std::sync::Arc<str>, Metrics);
 
 /// The way to one link on its IO thread: the thread's channel and the link's id.
 #[derive(Debug, Clone)]
@@ -69,7 +76,7 @@ impl Route {
             .send(Msg::Link(self.id, cmd))
             .map_err(|crossbeam_channel::SendError(m)| match m {
                 Msg::Link(_, cmd) => crossbeam_channel::SendError(cmd),
-                Msg::Register(_) | Msg::View { .. } => unreachable!("a command was sent"),
+                _ => unreachable!("a command was sent"),
             })
     }
 }
