@@ -25,7 +25,7 @@
 //!
 //! ```text
 //! state from=Connected to=Ready cause=alive attempt=1 next_retry_ms=-
-//! metrics state=Ready time_in_state_ms=812 attempt=1 consecutive_failures=0 ...
+//! metrics state=Ready time_in_state_ms=812 attempt=1 consecutive_failures=0 ... down_for_ms=- tls_rejected=0 name="meter-17"
 //! ```
 //!
 //! With `--tls` the link speaks TLS, verifying the server against the web roots, or against
@@ -189,6 +189,10 @@ struct Cli {
     /// Machine-readable state and metrics lines on stderr.
     #[arg(long)]
     status: bool,
+
+    /// The link's name, in its log lines and its `metrics` lines. Defaults to the endpoint.
+    #[arg(long, value_name = "NAME")]
+    name: Option<String>,
 
     /// Time between two `metrics` lines with --status.
     #[arg(long, value_name = "DUR", default_value = "1s", value_parser = parse_positive_duration,
@@ -428,7 +432,10 @@ fn parse_cli() -> Result<Cli, ExitCode> {
 }
 
 fn build_link(cli: &Cli) -> Result<Link, ConfigError> {
-    let b = Link::builder(&endpoint_url(&cli.endpoint));
+    let mut b = Link::builder(&endpoint_url(&cli.endpoint));
+    if let Some(name) = &cli.name {
+        b = b.name(name);
+    }
     let mut b = match &cli.codec {
         CodecArg::Raw => b.codec(Codec::Raw),
         CodecArg::Lines if cli.crlf => b.codec(Lines::new().crlf(true)),
@@ -572,13 +579,14 @@ fn or_dash(v: Option<impl ToString>) -> String {
     v.map(|v| v.to_string()).unwrap_or_else(|| "-".to_string())
 }
 
-/// The `metrics key=value ...` line.
-fn metrics_line(m: &Metrics) -> String {
+/// The `metrics key=value ...` line of the link named `name`.
+fn metrics_line(name: &str, m: &Metrics) -> String {
     format!(
         "metrics state={} time_in_state_ms={} attempt={} native_redials={} consecutive_failures={} connects={} \
          reconnects={} last_outage_ms={} next_retry_ms={} peer={} submitted={} sent={} \
          rejected={} abandoned={} outbox_frames={} outbox_bytes={} received={} bytes_in={} \
-         bytes_out={} hb_sent={} hb_missed={} rtt_us={} paused={}",
+         bytes_out={} hb_sent={} hb_missed={} rtt_us={} paused={} down_for_ms={} tls_rejected={} \
+         name={:?}",
         m.state.name(),
         m.time_in_state.as_millis(),
         m.attempt,
@@ -602,6 +610,9 @@ fn metrics_line(m: &Metrics) -> String {
         m.heartbeats_missed,
         or_dash(m.last_rtt.map(|d| d.as_micros())),
         m.reading_paused,
+        or_dash(m.down_for.map(|d| d.as_millis())),
+        m.tls_rejected,
+        name,
     )
 }
 
@@ -728,7 +739,7 @@ fn main() -> ExitCode {
         handle(ev, report, &mut output);
     }
     if report == Report::Status {
-        eprintln!("{}", metrics_line(&last));
+        eprintln!("{}", metrics_line(link.name(), &last));
     }
     let undelivered = last.frames_rejected + last.abandoned.total();
     match stop {
@@ -841,7 +852,7 @@ fn run(
             }
         }
         if report == Report::Status && now >= next_status {
-            eprintln!("{}", metrics_line(&link.metrics()));
+            eprintln!("{}", metrics_line(link.name(), &link.metrics()));
             next_status += cli.status_interval;
             if next_status < now {
                 next_status = now + cli.status_interval;

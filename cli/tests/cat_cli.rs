@@ -467,7 +467,10 @@ fn status_prints_a_connected_to_ready_line_and_metrics_lines_with_every_field() 
             "hb_sent",
             "hb_missed",
             "rtt_us",
-            "paused"
+            "paused",
+            "down_for_ms",
+            "tls_rejected",
+            "name"
         ],
         "{metrics}"
     );
@@ -475,6 +478,31 @@ fn status_prints_a_connected_to_ready_line_and_metrics_lines_with_every_field() 
         metrics.contains(&format!(" peer={} ", peer.addr())),
         "{metrics}"
     );
+    assert!(
+        metrics.ends_with(&format!(" name=\"{}\"", peer.endpoint())),
+        "a link without --name is named after its endpoint: {metrics}"
+    );
+    let (status, _) = cat.finish(false, WAIT);
+    assert!(status.success(), "{status}\n{}", cat.transcript());
+}
+
+#[test]
+fn status_metrics_lines_carry_the_name_given() {
+    let peer = Peer::start(Behaviour::Echo);
+    let mut cat = Cat::start(&[
+        "--status",
+        "--status-interval",
+        "200ms",
+        "--name",
+        "meter-17",
+        &peer.endpoint(),
+    ]);
+    let metrics = cat.expect_stderr("metrics state=Ready ");
+    assert!(
+        metrics.contains(" down_for_ms=- tls_rejected=0 "),
+        "{metrics}"
+    );
+    assert!(metrics.ends_with(" name=\"meter-17\""), "{metrics}");
     let (status, _) = cat.finish(false, WAIT);
     assert!(status.success(), "{status}\n{}", cat.transcript());
 }
