@@ -65,7 +65,8 @@
 //!   between the socket's bytes and the framing, the server verified by default (trust roots,
 //!   server name, optional client certificate for mutual TLS, ALPN). A failed handshake is a
 //!   failed attempt with cause [`Cause::Tls`] and the reason in [`LinkError::Tls`]; there is
-//!   never a plaintext fallback.
+//!   never a plaintext fallback. One no retry can fix (the certificates) is
+//!   [`Cause::TlsRejected`], retried at [`Builder::config_failure_retry`]'s slow pace.
 //! - Many links per IO thread: links given the same [`IoPool`] (e.g. [`IoPool::global`], a
 //!   thread per core) share its threads; a budget per link per pass keeps a busy link from
 //!   starving the others. Without a pool a link gets a thread of its own.
@@ -73,6 +74,12 @@
 //!   the IO thread on any executor ([`Events::recv_async`], [`Events`] as a
 //!   `futures_core::Stream`, [`Link::send_async`], [`Link::close_async`]), and [`Batch`] sends
 //!   that hand many frames over in one call. Dropping the last handle never waits.
+//!
+//! - Fleets: a name per link in every log line ([`Builder::name`]), one call for a whole pool
+//!   ([`IoPool::view`]: links per state, summed counters, the worst links by name), PEM
+//!   credentials read again when their files change ([`Tls::client_auth_files`]), the
+//!   system's trust store ([`Tls::system_roots`]), and, with the cargo feature `metrics`, an
+//!   export through the `metrics` crate's facade (`IoPool::export_metrics`).
 //!
 //! # Out of scope
 //! - Servers (relink only dials).
