@@ -241,7 +241,10 @@ impl Tls {
     /// link reports it once per change, in an [`Event::Error`](crate::Event::Error) with
     /// [`LinkError::TlsCredentials`](crate::LinkError::TlsCredentials) and a warn line, and
     /// tries the files again when they change next. Write the key and the certificate, then
-    /// restart or wait for the server: the connection after the last write uses both.
+    /// restart or wait for the server: the connection after the last write uses both. A
+    /// file replaced by a rename (as rotation tools do) is always seen as changed; one
+    /// rewritten in place, to the same length, within the same tick of the file clock (a few
+    /// milliseconds) as its previous version may not be.
     pub fn client_auth_files(mut self, cert_chain: impl AsRef<Path>, key: impl AsRef<Path>) -> Tls {
         self.client_auth = Some((
             Pem::File(cert_chain.as_ref().to_path_buf()),

@@ -334,3 +334,73 @@ impl fmt::Display for PoolView {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn link(state: State, down_s: Option<u64>, reconnects: u64) -> Metrics {
+        let mut m = Metrics::empty(state);
+        m.down_for = down_s.map(Duration::from_secs);
+        m.reconnects = reconnects;
+        m.connects = reconnects + 1;
+        m.outbox_frames = 2;
+        m.abandoned.expired = 1;
+        m
+    }
+
+    #[test]
+    fn a_tally_counts_states_sums_counters_and_keeps_the_worst_by_name() {
+        let names: Vec<Arc<str>> = (0..6).map(|i| Arc::from(format!("l{i}"))).collect();
+        let links = [
+            link(State::Ready, None, 5),
+            link(State::Backoff, Some(30), 1),
+            link(State::Backoff, Some(90), 0),
+            link(State::Connecting, Some(10), 7),
+            link(State::Ready, None, 0),
+            link(State::Cooldown, Some(600), 2),
+        ];
+        let v = tally(names.iter().zip(links), 2);
+        assert_eq!((v.threads, v.links), (1, 6));
+        assert_eq!(
+            [
+                State::Ready,
+                State::Backoff,
+                State::Connecting,
+                State::Cooldown
+            ]
+            .map(|s| v.states.get(s)),
+            [2, 2, 1, 1]
+        );
+        assert_eq!(v.totals.reconnects, 15);
+        assert_eq!(v.totals.connects, 21);
+        assert_eq!(v.totals.outbox_frames, 12);
+        assert_eq!(v.totals.abandoned.expired, 6);
+        let names = |l: &[LinkSummary]| l.iter().map(|s| s.name.to_string()).collect::<Vec<_>>();
+        assert_eq!(names(&v.longest_down), ["l5", "l2"]);
+        assert_eq!(names(&v.most_reconnects), ["l3", "l0"]);
+    }
+
+    #[test]
+    fn merged_views_keep_the_worst_of_both() {
+        let a_names: Vec<Arc<str>> = vec![Arc::from("a0"), Arc::from("a1")];
+        let b_names: Vec<Arc<str>> = vec![Arc::from("b0")];
+        let a = tally(
+            a_names.iter().zip([
+                link(State::Backoff, Some(5), 1),
+                link(State::Backoff, Some(50), 3),
+            ]),
+            2,
+        );
+        let b = tally(b_names.iter().zip([link(State::Backoff, Some(20), 9)]), 2);
+        let mut v = a;
+        v.merge(b, 2);
+        assert_eq!((v.threads, v.links, v.states.backoff), (2, 3, 3));
+        let down: Vec<&str> = v.longest_down.iter().map(|l| &*l.name).collect();
+        let most: Vec<&str> = v.most_reconnects.iter().map(|l| &*l.name).collect();
+        assert_eq!((down, most), (vec!["a1", "b0"], vec!["b0", "a1"]));
+        assert!(v
+            .to_string()
+            .starts_with("3 links on 2 threads: Backoff 3\n"));
+    }
+}

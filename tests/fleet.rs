@@ -115,9 +115,11 @@ fn a_pool_view_counts_links_per_state_and_names_the_worst() {
     peer.stop();
 }
 
-/// Writes `text` to `path`, replacing it.
+/// Replaces `path` with `text` as rotation tools do: a new file renamed over the old one.
 fn write(path: &std::path::Path, text: &str) {
-    std::fs::write(path, text).expect("write a credentials file");
+    let tmp = path.with_extension("new");
+    std::fs::write(&tmp, text).expect("write a credentials file");
+    std::fs::rename(&tmp, path).expect("rename it into place");
 }
 
 #[test]
