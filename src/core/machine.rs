@@ -734,7 +734,8 @@ impl Machine {
                 self.failures = self.failures.saturating_add(1);
                 self.note_address_failed();
                 log::debug!(
-                    "relink[{}]: dial {} failed (refused); the socket redials ({} native retries left)", self.cfg.name,
+                    "relink[{}]: dial {} failed (refused); the socket redials ({} native retries left)",
+                    self.cfg.name,
                     self.endpoint_text().unwrap_or_default(),
                     self.native_left
                 );
@@ -1119,7 +1120,8 @@ impl Machine {
         let failing_for = now.saturating_duration_since(failing_since);
         if failing_for >= self.next_outage_warn {
             log::warn!(
-                "relink[{}]: no connection for {}s ({} failures in a row, last: {cause}); still retrying", self.cfg.name,
+                "relink[{}]: no connection for {}s ({} failures in a row, last: {cause}); still retrying",
+                self.cfg.name,
                 failing_for.as_secs(),
                 self.failures
             );
