@@ -190,7 +190,8 @@ struct Cli {
     #[arg(long)]
     status: bool,
 
-    /// The link's name, in its log lines and its `metrics` lines. Defaults to the endpoint.
+    /// The link's name, in its log lines, its `metrics` lines and its state lines. Defaults
+    /// to the endpoint.
     #[arg(long, value_name = "NAME")]
     name: Option<String>,
 
@@ -502,7 +503,8 @@ enum Report {
 }
 
 impl Report {
-    fn transition(self, t: &Transition) {
+    /// A state change; the human form names the link when `--name` gave it one.
+    fn transition(self, t: &Transition, name: Option<&str>) {
         let retry = t.next_retry.map(|d| d.as_millis());
         match self {
             Report::Status => eprintln!(
@@ -514,7 +516,8 @@ impl Report {
                 or_dash(retry)
             ),
             Report::Human => eprintln!(
-                "relink-cat: {} -> {} ({}), attempt {}{}{}",
+                "relink-cat: {}{} -> {} ({}), attempt {}{}{}",
+                name.map(|n| format!("{n}: ")).unwrap_or_default(),
                 t.from,
                 t.to,
                 t.cause,
@@ -620,6 +623,8 @@ fn metrics_line(name: &str, m: &Metrics) -> String {
 struct Output {
     codec: CodecArg,
     out: io::Stdout,
+    /// The name given with `--name`, for the human state lines.
+    name: Option<String>,
 }
 
 impl Output {
@@ -725,6 +730,7 @@ fn main() -> ExitCode {
     let mut output = Output {
         codec: cli.codec.clone(),
         out: io::stdout(),
+        name: cli.name.clone(),
     };
     let stop = run(&link, &cli, report, &mut output, &stop_rx);
 
@@ -890,7 +896,7 @@ fn run(
 fn handle(ev: Event, report: Report, output: &mut Output) -> bool {
     match ev {
         Event::Frame(f) => return output.frame(&f).is_ok(),
-        Event::State(t) => report.transition(&t),
+        Event::State(t) => report.transition(&t, output.name.as_deref()),
         Event::Abandoned { frame, reason } => report.abandoned(&frame, reason),
         Event::Error(e) => report.error(&e),
         _ => {}

@@ -487,6 +487,15 @@ fn status_prints_a_connected_to_ready_line_and_metrics_lines_with_every_field() 
 }
 
 #[test]
+fn human_state_lines_carry_the_name_given() {
+    let peer = Peer::start(Behaviour::Echo);
+    let mut cat = Cat::start(&["--name", "meter-17", &peer.endpoint()]);
+    cat.expect_stderr("relink-cat: meter-17: Connected -> Ready (alive)");
+    let (status, _) = cat.finish(false, WAIT);
+    assert!(status.success(), "{status}\n{}", cat.transcript());
+}
+
+#[test]
 fn status_metrics_lines_carry_the_name_given() {
     let peer = Peer::start(Behaviour::Echo);
     let mut cat = Cat::start(&[
