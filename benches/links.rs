@@ -21,6 +21,10 @@
 //! first link to all Ready, divided by the number of links. `idle_cpu_pct` is this process's
 //! CPU time (user + system) over the window, in percent of one core, while every link
 //! exchanges heartbeats with the peer.
+//!
+//! Then it times `IoPool::view` against walking every handle's `metrics()` (see
+//! `pool_view_row`) and prints the view; with `--features metrics`, an export pass and the
+//! Prometheus text it makes, per pool and per link (`export_row`).
 
 mod support;
 
@@ -113,6 +117,7 @@ fn child(n: usize) {
     let mut links = Vec::with_capacity(n);
     for i in 0..n {
         let link = Link::builder(&endpoint)
+            .name(format!("link-{i}"))
             .io_pool(&pool)
             .framing(Lines::new())
             .heartbeat(
@@ -164,9 +169,83 @@ fn child(n: usize) {
         rss as f64 / n as f64,
         100.0 * cpu.as_secs_f64() / wall.as_secs_f64(),
     );
+    pool_view_row(n, &pool, &links);
+    #[cfg(feature = "metrics")]
+    export_row(n, &pool);
     let t = Instant::now();
     drop(links);
     eprintln!("links n={n}: dropping every link took {:?}", t.elapsed());
+}
+
+/// The cost of one `IoPool::view` beside its baseline, asking every handle for its metrics
+/// and summing them; medians of a few calls each:
+///
+/// ```text
+/// pool_view n=<n> view_us=<v> walk_us=<w> view/walk=<ratio>
+/// ```
+///
+/// then the view itself (at 4 500 links this is the README's excerpt).
+fn pool_view_row(n: usize, pool: &IoPool, links: &[Link]) {
+    const CALLS: usize = 21;
+    let mut view_us = Vec::with_capacity(CALLS);
+    let mut walk_us = Vec::with_capacity(CALLS);
+    let mut view = pool.view(10);
+    for _ in 0..CALLS {
+        let t = Instant::now();
+        view = pool.view(10);
+        view_us.push(t.elapsed().as_secs_f64() * 1e6);
+        let t = Instant::now();
+        let ready = links
+            .iter()
+            .map(|l| l.metrics())
+            .filter(|m| m.state == State::Ready)
+            .count();
+        walk_us.push(t.elapsed().as_secs_f64() * 1e6);
+        assert!(ready <= n);
+    }
+    let (v, w) = (support::median(&mut view_us), support::median(&mut walk_us));
+    println!(
+        "pool_view n={n} view_us={v:.0} walk_us={w:.0} view/walk={:.3}",
+        v / w
+    );
+    println!("{view}");
+}
+
+/// With `--features metrics`: one export pass and the Prometheus text it makes, with labels
+/// per pool and per link:
+///
+/// ```text
+/// export n=<n> per_link=<bool> pass_us=<t> series=<s> text_kib=<k>
+/// ```
+#[cfg(feature = "metrics")]
+fn export_row(n: usize, pool: &IoPool) {
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    for per_link in [false, true] {
+        let exporter = pool.export_metrics(
+            relink::MetricsExport::new("bench")
+                .per_link(per_link)
+                .interval(Duration::from_secs(3600)),
+        );
+        let mut pass_us = Vec::new();
+        metrics::with_local_recorder(&recorder, || {
+            for _ in 0..5 {
+                let t = Instant::now();
+                exporter.flush();
+                pass_us.push(t.elapsed().as_secs_f64() * 1e6);
+            }
+        });
+        let text = handle.render();
+        let series = text
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.is_empty())
+            .count();
+        println!(
+            "export n={n} per_link={per_link} pass_us={:.0} series={series} text_kib={:.0}",
+            support::median(&mut pass_us),
+            text.len() as f64 / 1024.0
+        );
+    }
 }
 
 /// Raises RLIMIT_NOFILE's soft limit to the hard one; returns (soft, hard).

@@ -4,66 +4,18 @@
 //! Set `RUST_LOG=debug` for every attempt. It ends by itself in about 12 seconds, or at Ctrl-C
 //! with a graceful close.
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use relink::framing::Lines;
 use relink::{Event, Heartbeat, Link, Ping, Predicate};
 
-/// A line-echo peer that can be stopped, dropping every connection.
-struct EchoPeer {
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-}
+#[path = "support/echo_peer.rs"]
+mod echo_peer;
 
-impl EchoPeer {
-    fn start(port: u16) -> std::io::Result<EchoPeer> {
-        let listener = TcpListener::bind(("127.0.0.1", port))?;
-        listener.set_nonblocking(true)?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let thread = thread::spawn(move || {
-            let mut conns: Vec<TcpStream> = Vec::new();
-            let mut buf = [0u8; 4096];
-            while !flag.load(Ordering::Relaxed) {
-                if let Ok((s, _)) = listener.accept() {
-                    s.set_read_timeout(Some(Duration::from_millis(5))).ok();
-                    conns.push(s);
-                }
-                conns.retain_mut(|s| match s.read(&mut buf) {
-                    Ok(0) => false,
-                    Ok(n) => {
-                        // Answer heartbeat pings, echo everything else in upper case.
-                        let text = String::from_utf8_lossy(&buf[..n]).replace("ping\n", "pong\n");
-                        s.write_all(text.to_uppercase().as_bytes()).is_ok()
-                    }
-                    Err(e) => matches!(
-                        e.kind(),
-                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                    ),
-                });
-                if conns.is_empty() {
-                    thread::sleep(Duration::from_millis(5));
-                }
-            }
-        });
-        Ok(EchoPeer {
-            stop,
-            thread: Some(thread),
-        })
-    }
-
-    fn stop(mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
+use echo_peer::EchoPeer;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();

@@ -3,6 +3,7 @@
 //! `build()` itself lives with the handle it builds, in `link.rs`. The checked [`Config`] is
 //! split there: the core gets its [`Settings`], the IO thread its socket options.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::core::backoff::{BackoffConfig, Jitter};
@@ -11,6 +12,7 @@ use crate::core::framing::{BoxedFraming, Framing, Raw};
 use crate::core::heartbeat::{Heartbeat, Ping};
 use crate::core::requests::{Correlation, Redelivery, RequestSettings};
 use crate::core::settings::{ProofOfLife, Settings};
+use crate::core::tls::TlsSettings;
 use crate::error::ConfigError;
 use crate::io::{Context, IoPool, Keepalive, Resolver, SocketOptions};
 use crate::tls::Tls;
@@ -142,6 +144,7 @@ pub struct Builder {
     context: Option<Context>,
     tls: Option<Tls>,
     io_pool: Option<IoPool>,
+    name: Option<String>,
 }
 
 const MAX_ZMQ_MS: u128 = i32::MAX as u128;
@@ -153,6 +156,7 @@ impl Builder {
             context: None,
             tls: None,
             io_pool: None,
+            name: None,
             config: Config {
                 core: Settings {
                     endpoints: Vec::new(),
@@ -181,6 +185,9 @@ impl Builder {
                     tls: None,
                     requests: RequestSettings::default(),
                     slow_callback: defaults::SLOW_CALLBACK,
+                    // Set by `into_config`: the name given, or the first endpoint.
+                    name: Arc::from(""),
+                    config_retry: None,
                 },
                 rng_seed: None,
                 socket: SocketOptions {
@@ -725,6 +732,53 @@ impl Builder {
         self
     }
 
+    /// The link's name: every log line about the link carries it (`relink[NAME]: Ready ->
+    /// Backoff (peer-closed) ...`), and [`Link::name`](crate::Link::name),
+    /// [`Events::name`](crate::Events::name) and the pool's view
+    /// ([`IoPool::view`](crate::IoPool::view)) give it back. Names need not be unique.
+    /// Defaults to the endpoint given to [`Link::builder`](crate::Link::builder).
+    ///
+    /// # Examples
+    /// ```
+    /// use relink::Link;
+    ///
+    /// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    /// let endpoint = format!("tcp://127.0.0.1:{port}");
+    /// let named = Link::builder(&endpoint).name("meter-17").build()?;
+    /// let unnamed = Link::builder(&endpoint).build()?;
+    /// assert_eq!(named.name(), "meter-17");
+    /// assert_eq!(unnamed.name(), endpoint);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn name(mut self, name: impl Into<String>) -> Builder {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// The wait before the next attempt after a failure no retry can fix until a
+    /// configuration changes ([`Cause::TlsRejected`](crate::Cause::TlsRejected): the server's
+    /// certificate is not valid for the name or has an unknown issuer, or the server refused
+    /// ours), instead of the backoff meant for restarts: each attempt is a full handshake
+    /// against the server, and the answer will be the same. Defaults to the
+    /// [`cooldown`](Builder::cooldown) period (60 s by default).
+    ///
+    /// # Examples
+    /// ```
+    /// use std::time::Duration;
+    /// use relink::{Link, Tls};
+    ///
+    /// let link = Link::builder("tcp://gateway.example:6380")
+    ///     .tls(Tls::new())
+    ///     .backoff(Duration::from_millis(50), Duration::from_secs(2)) // for restarts
+    ///     .config_failure_retry(Duration::from_secs(300)) // for a wrong certificate
+    ///     .build()?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn config_failure_retry(mut self, wait: Duration) -> Builder {
+        self.config.core.config_retry = Some(wait);
+        self
+    }
+
     pub(crate) fn validate(self) -> Result<(Config, Context, IoPool), ConfigError> {
         let context = self.context.clone();
         let pool = self.io_pool.clone();
@@ -751,6 +805,7 @@ impl Builder {
             .iter()
             .map(|e| Endpoint::parse(e))
             .collect::<Result<_, _>>()?;
+        c.core.name = Arc::from(self.name.as_deref().unwrap_or(&self.endpoints[0]));
         let b = &c.core.backoff;
         positive("backoff base", b.base)?;
         if b.max < b.base {
@@ -779,6 +834,9 @@ impl Builder {
             });
         }
         positive("cooldown", c.core.cooldown)?;
+        if let Some(d) = c.core.config_retry {
+            positive("config_failure_retry", d)?;
+        }
         let s = &c.socket;
         positive("connect_timeout", s.connect_timeout)?;
         positive("reconnect_ivl", s.reconnect_ivl)?;
@@ -910,7 +968,7 @@ impl Builder {
             positive("tls handshake timeout", tls.handshake_bound())?;
             // One rustls configuration for the link (every PEM read and checked here); one
             // server name per endpoint.
-            let config = tls.client_config()?;
+            let (config, source) = tls.credentials(&c.core.name)?;
             let sessions = c
                 .core
                 .endpoints
@@ -918,6 +976,12 @@ impl Builder {
                 .map(|e| match &e.host {
                     Host::Ip(ip) => tls.settings(config.clone(), &ip.to_string(), true),
                     Host::Name(name) => tls.settings(config.clone(), name, false),
+                })
+                .map(|s| {
+                    s.map(|s| TlsSettings {
+                        source: source.clone(),
+                        ..s
+                    })
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             c.core.tls = Some(sessions);

@@ -405,6 +405,12 @@ pub enum LinkError {
         /// How long the call took.
         took: Duration,
     },
+    /// A TLS credentials file (CA, client certificate or key) changed and cannot be used
+    /// (unreadable, bad PEM, a key that does not match the certificate, a file half-written):
+    /// the link keeps the last good credentials and reads the files again when they change
+    /// next. Reported once per change, at the next connection.
+    #[error("new tls credentials refused, the last good ones stay: {0}")]
+    TlsCredentials(TlsConfigError),
 }
 
 fn message_suffix(message: &Option<String>) -> String {
@@ -495,6 +501,54 @@ pub enum TlsError {
     Other(String),
 }
 
+impl TlsError {
+    /// Whether the failure is one a retry cannot fix until a certificate, a key, a trusted
+    /// root or the server name changes: the server's certificate (unknown issuer, wrong
+    /// name, expired, otherwise bad), or a fatal alert by which the server refused the
+    /// handshake for what the link offered (`certificate required`, `bad certificate`,
+    /// `unknown ca`, `access denied`, `handshake failure`, ...). A link reports these with
+    /// [`Cause::TlsRejected`](crate::Cause::TlsRejected) and retries them slowly; the other
+    /// failures (a stopped server, a peer that is not TLS, a broken record) with
+    /// [`Cause::Tls`](crate::Cause::Tls) at the backoff.
+    ///
+    /// # Examples
+    /// ```
+    /// use relink::TlsError;
+    ///
+    /// assert!(TlsError::UnknownIssuer.is_config());
+    /// assert!(TlsError::Alert("certificate required".into()).is_config());
+    /// assert!(!TlsError::NotTls.is_config());
+    /// ```
+    pub fn is_config(&self) -> bool {
+        match self {
+            TlsError::UnknownIssuer
+            | TlsError::WrongName { .. }
+            | TlsError::Expired
+            | TlsError::BadCertificate(_) => true,
+            TlsError::Alert(alert) => REFUSING_ALERTS.contains(&alert.as_str()),
+            TlsError::NotTls | TlsError::HandshakeTimeout(_) | TlsError::Other(_) => false,
+        }
+    }
+}
+
+/// Fatal alerts (as [`TlsError::Alert`] spells them) by which a server refuses what the link
+/// offered: they repeat on every attempt until the configuration changes.
+const REFUSING_ALERTS: &[&str] = &[
+    "certificate required",
+    "bad certificate",
+    "unsupported certificate",
+    "certificate revoked",
+    "certificate expired",
+    "certificate unknown",
+    "unknown ca",
+    "access denied",
+    "handshake failure",
+    "insufficient security",
+    "protocol version",
+    "no application protocol",
+    "unrecognised name",
+];
+
 fn presented_names(names: &[String]) -> String {
     if names.is_empty() {
         String::new()
@@ -565,6 +619,10 @@ pub enum TlsConfigError {
     /// rustls refused the configuration, described.
     #[error("{0}")]
     Rustls(String),
+    /// [`Tls::system_roots`](crate::Tls::system_roots) was asked for and the system's
+    /// certificate store gave no usable certificate, with what went wrong reading it.
+    #[error("no certificate in the system's store: {0}")]
+    NoSystemRoots(String),
 }
 
 /// [`Events::recv`](crate::Events::recv) found the link closed and every event taken.

@@ -132,6 +132,16 @@ pub enum Cause {
     ReconnectNow,
     /// The application closed the link.
     Closed,
+    /// The TLS handshake failed in a way no retry can fix until the configuration changes
+    /// (on either side): a server certificate not valid for the name, an unknown issuer, an
+    /// expired or otherwise bad certificate, or the server refusing ours (a fatal alert such
+    /// as `certificate required`; see [`TlsError::is_config`](crate::TlsError::is_config)).
+    /// The reason is in an [`Event::Error`] with [`LinkError::Tls`](crate::LinkError::Tls);
+    /// the next attempt waits
+    /// [`Builder::config_failure_retry`](crate::Builder::config_failure_retry) (the cooldown
+    /// period by default), not the backoff, and
+    /// [`Metrics::tls_rejected`](crate::Metrics::tls_rejected) counts it.
+    TlsRejected,
 }
 
 impl Cause {
@@ -155,6 +165,7 @@ impl Cause {
             Cause::CooldownOver => "cooldown-over",
             Cause::ReconnectNow => "reconnect-now",
             Cause::Closed => "closed",
+            Cause::TlsRejected => "tls-rejected",
         }
     }
 
@@ -172,6 +183,7 @@ impl Cause {
                 | Cause::Tls
                 | Cause::Unreachable
                 | Cause::CallbackPanic
+                | Cause::TlsRejected
         )
     }
 }

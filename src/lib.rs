@@ -73,7 +73,8 @@
 //!   between the socket's bytes and the framing, the server verified by default (trust roots,
 //!   server name, optional client certificate for mutual TLS, ALPN). A failed handshake is a
 //!   failed attempt with cause [`Cause::Tls`] and the reason in [`LinkError::Tls`]; there is
-//!   never a plaintext fallback.
+//!   never a plaintext fallback. One no retry can fix (the certificates) is
+//!   [`Cause::TlsRejected`], retried at [`Builder::config_failure_retry`]'s slow pace.
 //! - Many links per IO thread: links given the same [`IoPool`] (e.g. [`IoPool::global`], a
 //!   thread per core) share its threads; a budget per link per pass keeps a busy link from
 //!   starving the others. Without a pool a link gets a thread of its own.
@@ -86,6 +87,12 @@
 //!   ([`Correlation`]), a deadline per request counted from the call, every request ended in
 //!   exactly one outcome ([`RequestError`]), requests outstanding at a drop resent or failed
 //!   ([`Redelivery`]). See [Request and reply](#request-and-reply).
+//!
+//! - Fleets: a name per link in every log line ([`Builder::name`]), one call for a whole pool
+//!   ([`IoPool::view`]: links per state, summed counters, the worst links by name), PEM
+//!   credentials read again when their files change ([`Tls::client_auth_files`]), the
+//!   system's trust store ([`Tls::system_roots`]), and, with the cargo feature `metrics`, an
+//!   export through the `metrics` crate's facade (`IoPool::export_metrics`).
 //!
 //! # Out of scope
 //! - Servers (relink only dials).
@@ -305,12 +312,15 @@ mod builder;
 mod core;
 mod error;
 mod event;
+#[cfg(feature = "metrics")]
+mod export;
 mod io;
 mod link;
 mod metrics;
 mod request;
 mod send;
 mod tls;
+mod view;
 
 pub use crate::core::backoff::Jitter;
 pub use crate::core::endpoint::Endpoint;
@@ -331,12 +341,15 @@ pub use error::{
     TlsConfigError, TlsError, TryRecvError,
 };
 pub use event::{AbandonReason, Cause, Event, State, Transition};
+#[cfg(feature = "metrics")]
+pub use export::{MetricsExport, MetricsExporter};
 pub use io::{Context, IoPool, Keepalive, Resolver};
 pub use link::{Events, Link, Recv};
 pub use metrics::{Abandoned, Metrics};
 pub use request::Pending;
 pub use send::SendOptions;
 pub use tls::Tls;
+pub use view::{LinkSummary, PoolView, StateCounts, Totals};
 
 /// The README's examples, compiled and run as doctests.
 #[cfg(doctest)]

@@ -91,11 +91,13 @@ struct Inner {
     done: Receiver<()>,
     /// Request and reply settings, for the request calls.
     requests: RequestSettings,
+    name: Arc<str>,
 }
 
 impl fmt::Debug for Link {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Link")
+            .field("name", &self.name())
             .field("state", &self.state())
             .finish_non_exhaustive()
     }
@@ -204,6 +206,7 @@ impl Link {
                     rx: events_rx,
                     shared: shared.clone(),
                     listener: None,
+                    name: config.core.name.clone(),
                 },
                 shared,
                 framing: config.core.framing.clone(),
@@ -213,6 +216,7 @@ impl Link {
                 linger: config.socket.linger,
                 done,
                 requests: config.core.requests.clone(),
+                name: config.core.name.clone(),
             }),
         })
     }
@@ -986,6 +990,18 @@ impl Link {
         m
     }
 
+    /// The link's name ([`Builder::name`]; by default the endpoint given to
+    /// [`Link::builder`]). Every log line about the link carries it.
+    ///
+    /// A [`Metrics`] snapshot stays `Copy` (plain numbers, cheap to take for thousands of
+    /// links), so it does not carry the name: the handle does, and so do the events receiver
+    /// ([`Events::name`]) and the pool's view ([`IoPool::view`](crate::IoPool::view)).
+    ///
+    /// See the example on [`Builder::name`].
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
     /// Makes the link's IO thread panic, as a bug in relink would: for tests of what the
     /// handles see when the IO thread stops. Only with the `test-hooks` feature, which only
     /// relink's own tests enable.
@@ -1022,7 +1038,10 @@ impl Link {
         // The IO thread stops at the deadline, then closes the socket (bounded by linger).
         let bound = timeout + self.inner.linger + Duration::from_secs(2);
         if let Err(channel::RecvTimeoutError::Timeout) = self.inner.done.recv_timeout(bound) {
-            log::error!("relink: the link did not close within {bound:?}");
+            log::error!(
+                "relink[{}]: the link did not close within {bound:?}",
+                self.name()
+            );
         }
         self.metrics()
     }
@@ -1098,6 +1117,7 @@ pub struct Events {
     shared: Arc<Shared>,
     /// The registration of this receiver's `Stream` while it waits.
     listener: Option<EventListener>,
+    name: Arc<str>,
 }
 
 impl Clone for Events {
@@ -1106,6 +1126,7 @@ impl Clone for Events {
             rx: self.rx.clone(),
             shared: self.shared.clone(),
             listener: None,
+            name: self.name.clone(),
         }
     }
 }
@@ -1113,12 +1134,18 @@ impl Clone for Events {
 impl fmt::Debug for Events {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Events")
+            .field("name", &self.name)
             .field("queued", &self.rx.len())
             .finish()
     }
 }
 
 impl Events {
+    /// The name of the link whose events these are (see [`Link::name`]).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
     /// Waits for the next event. Fails only when the link is closed and every event was taken.
     ///
     /// # Examples

@@ -47,6 +47,18 @@ impl Abandoned {
     }
 }
 
+/// Reason by reason: the abandoned frames of several links (as in a pool's
+/// [`Totals`](crate::Totals)).
+impl std::ops::AddAssign for Abandoned {
+    fn add_assign(&mut self, o: Abandoned) {
+        self.expired += o.expired;
+        self.overflow += o.overflow;
+        self.shutdown += o.shutdown;
+        self.connection_lost += o.connection_lost;
+        self.unencodable += o.unencodable;
+    }
+}
+
 /// A snapshot of a link, taken by [`Link::metrics`](crate::Link::metrics).
 ///
 /// The frame counters are exact at the moment of the snapshot:
@@ -169,6 +181,14 @@ pub struct Metrics {
     /// after a gap in which relink itself did not serve the link (the process was stopped, or
     /// a slow callback held its IO thread), and that were given a fresh chance instead.
     pub verdicts_deferred: u64,
+    /// How long the link has been without a Ready connection: since it lost its last one (or
+    /// since its first failed attempt, if it was never up). `None` while Ready, and before
+    /// any failure. A pool's view ranks its links by it.
+    pub down_for: Option<Duration>,
+    /// TLS handshakes that failed in a way no retry can fix
+    /// ([`Cause::TlsRejected`](crate::Cause::TlsRejected): wrong name, unknown issuer, our
+    /// certificate refused), each retried after `config_failure_retry`.
+    pub tls_rejected: u64,
 }
 
 impl Metrics {
@@ -218,6 +238,8 @@ impl Metrics {
             slow_callbacks: 0,
             slowest_callback: None,
             verdicts_deferred: 0,
+            down_for: None,
+            tls_rejected: 0,
         }
     }
 }

@@ -3,12 +3,18 @@
 //!
 //! The settings are checked once, when the link is built: PEM files are read and parsed, the
 //! client key is matched with its certificate, and one rustls configuration is made for all
-//! the connections of the link.
+//! the connections of the link. PEM files are looked at again (one `stat` each) at every new
+//! connection: when one changed (a rotated certificate), they are read again and the new
+//! configuration is used from that connection on; if the new files cannot be used, the last
+//! good configuration stays and the link says so once ([`LinkError::TlsCredentials`]).
+//!
+//! [`LinkError::TlsCredentials`]: crate::LinkError::TlsCredentials
 
 use std::fmt;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, CryptoProvider};
@@ -16,7 +22,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 
-use crate::core::tls::{TlsSettings, TLS_HANDSHAKE_TIMEOUT};
+use crate::core::tls::{ConfigSource, TlsSettings, TLS_HANDSHAKE_TIMEOUT};
 use crate::error::ConfigError;
 use crate::error::TlsConfigError;
 
@@ -52,6 +58,7 @@ pub struct Tls {
     alpn: Vec<Vec<u8>>,
     skip_verification: bool,
     handshake_timeout: Option<Duration>,
+    system_roots: bool,
 }
 
 /// PEM text given inline or as a file read when the link is built.
@@ -133,6 +140,7 @@ impl fmt::Debug for Tls {
             .field("alpn", &self.alpn)
             .field("skip_verification", &self.skip_verification)
             .field("handshake_timeout", &self.handshake_timeout)
+            .field("system_roots", &self.system_roots)
             .finish()
     }
 }
@@ -164,7 +172,9 @@ impl Tls {
         self
     }
 
-    /// Like [`ca_pem`](Tls::ca_pem), with the PEM read from a file when the link is built.
+    /// Like [`ca_pem`](Tls::ca_pem), with the PEM read from a file when the link is built,
+    /// and again at the next connection whenever the file changes (see
+    /// [`client_auth_files`](Tls::client_auth_files)).
     pub fn ca_file(mut self, path: impl AsRef<Path>) -> Tls {
         self.cas.push(Pem::File(path.as_ref().to_path_buf()));
         self
@@ -172,9 +182,35 @@ impl Tls {
 
     /// Whether the bundled web roots (Mozilla's list) are trusted.
     ///
-    /// Defaults to `true` when no CA is given, `false` when one is.
+    /// Defaults to `true` when no CA is given and the system's store is not asked for,
+    /// `false` otherwise.
     pub fn web_roots(mut self, on: bool) -> Tls {
         self.web_roots = Some(on);
+        self
+    }
+
+    /// Whether the system's certificate store is trusted (read with rustls-native-certs when
+    /// the link is built: on Linux the bundle that `SSL_CERT_FILE`, `SSL_CERT_DIR` or the
+    /// distribution's `/etc/ssl/certs` name). A fleet whose operators manage roots with the
+    /// OS (a private CA installed with `update-ca-certificates`, a root withdrawn by an OS
+    /// update) trusts what the machine trusts; the link reads the store again when it is
+    /// rebuilt. Combines with [`ca_pem`](Tls::ca_pem) and [`web_roots`](Tls::web_roots);
+    /// asking for it turns the bundled web roots off unless `web_roots(true)` is called.
+    ///
+    /// Defaults to `false`: the bundled roots behave the same on every machine, including
+    /// minimal containers and gateways without a store; see the README's "Trust roots".
+    ///
+    /// # Errors
+    /// `build()` fails with [`TlsConfigError::NoSystemRoots`] when the store gives no usable
+    /// certificate (and no other root is trusted).
+    ///
+    /// # Examples
+    /// ```
+    /// let tls = relink::Tls::new().system_roots(true);
+    /// # let _ = tls;
+    /// ```
+    pub fn system_roots(mut self, on: bool) -> Tls {
+        self.system_roots = on;
         self
     }
 
@@ -195,7 +231,20 @@ impl Tls {
     }
 
     /// Like [`client_auth`](Tls::client_auth), with both read from files when the link is
-    /// built.
+    /// built, and again whenever they change: a link follows a certificate rotation without
+    /// being rebuilt.
+    ///
+    /// At each new connection the link looks at its PEM files (a `stat` each: time, length,
+    /// inode); when one changed it reads them all again, and the connection uses the new
+    /// credentials. Files that cannot be used (unreadable, bad PEM, a key that does not match
+    /// the certificate: a rotation half-done) leave the last good credentials in use; the
+    /// link reports it once per change, in an [`Event::Error`](crate::Event::Error) with
+    /// [`LinkError::TlsCredentials`](crate::LinkError::TlsCredentials) and a warn line, and
+    /// tries the files again when they change next. Write the key and the certificate, then
+    /// restart or wait for the server: the connection after the last write uses both. A
+    /// file replaced by a rename (as rotation tools do) is always seen as changed; one
+    /// rewritten in place, to the same length, within the same tick of the file clock (a few
+    /// milliseconds) as its previous version may not be.
     pub fn client_auth_files(mut self, cert_chain: impl AsRef<Path>, key: impl AsRef<Path>) -> Tls {
         self.client_auth = Some((
             Pem::File(cert_chain.as_ref().to_path_buf()),
@@ -299,8 +348,28 @@ impl Tls {
 
     fn root_store(&self) -> Result<RootCertStore, TlsConfigError> {
         let mut roots = RootCertStore::empty();
-        if self.web_roots.unwrap_or(self.cas.is_empty()) {
+        if self
+            .web_roots
+            .unwrap_or(self.cas.is_empty() && !self.system_roots)
+        {
             roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+        }
+        if self.system_roots {
+            let found = rustls_native_certs::load_native_certs();
+            let (added, _) = roots.add_parsable_certificates(found.certs);
+            if added == 0 {
+                let why = found
+                    .errors
+                    .iter()
+                    .map(|e| e.to_string())
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                return Err(TlsConfigError::NoSystemRoots(if why.is_empty() {
+                    "no certificate found".into()
+                } else {
+                    why
+                }));
+            }
         }
         for ca in &self.cas {
             for cert in ca.certificates("CA")? {
@@ -318,6 +387,49 @@ impl Tls {
         Ok(roots)
     }
 
+    /// The link's rustls configuration, and, when any PEM comes from a file, the source that
+    /// renews it for each new connection once a file changed.
+    pub(crate) fn credentials(
+        &self,
+        link: &Arc<str>,
+    ) -> Result<(Arc<ClientConfig>, Option<Renewal>), ConfigError> {
+        let stamps = self.file_stamps();
+        let config = self.client_config()?;
+        if stamps.is_empty() {
+            return Ok((config, None));
+        }
+        let reloader = Reloader {
+            link: link.clone(),
+            tls: self.clone(),
+            loaded: Mutex::new(Loaded {
+                stamps,
+                config: config.clone(),
+                refused: None,
+            }),
+        };
+        Ok((config, Some(Arc::new(reloader))))
+    }
+
+    /// The PEM files given (CAs, client certificate and key), in a fixed order.
+    fn files(&self) -> impl Iterator<Item = &Path> {
+        let client = self.client_auth.iter().flat_map(|(c, k)| [c, k]);
+        self.cas.iter().chain(client).filter_map(|p| match p {
+            Pem::File(path) => Some(path.as_path()),
+            Pem::Inline(_) => None,
+        })
+    }
+
+    /// What tells each file's version apart: modification time, length and inode (a file
+    /// replaced by a rename has a new inode). None for a file that cannot be read.
+    fn file_stamps(&self) -> Vec<Stamp> {
+        self.files()
+            .map(|path| {
+                let m = std::fs::metadata(path).ok()?;
+                Some((m.modified().ok()?, m.len(), m.ino()))
+            })
+            .collect()
+    }
+
     /// Everything a session with this endpoint needs, given the link's configuration.
     pub(crate) fn settings(
         &self,
@@ -330,7 +442,64 @@ impl Tls {
             server_name: self.resolve_server_name(endpoint_host, is_ip)?,
             skip_verification: self.skip_verification,
             handshake_timeout: self.handshake_bound(),
+            source: None,
         })
+    }
+}
+
+/// What renews a link's configuration from its files.
+type Renewal = Arc<dyn ConfigSource>;
+
+/// One version of a PEM file: modification time, length, inode.
+type Stamp = Option<(SystemTime, u64, u64)>;
+
+/// Renews a link's configuration from its PEM files: at each new connection it looks at the
+/// files (a `stat` each) and reads them again only when one changed.
+#[derive(Debug)]
+struct Reloader {
+    /// The link's name, for the log line.
+    link: Arc<str>,
+    tls: Tls,
+    loaded: Mutex<Loaded>,
+}
+
+#[derive(Debug)]
+struct Loaded {
+    /// The files' versions the configuration was made from.
+    stamps: Vec<Stamp>,
+    /// The last good configuration.
+    config: Arc<ClientConfig>,
+    /// The versions last refused (reported once; read again when they change).
+    refused: Option<Vec<Stamp>>,
+}
+
+impl ConfigSource for Reloader {
+    fn current(&self) -> (Arc<ClientConfig>, Option<TlsConfigError>) {
+        let stamps = self.tls.file_stamps();
+        let mut loaded = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
+        if stamps == loaded.stamps || loaded.refused.as_ref() == Some(&stamps) {
+            return (loaded.config.clone(), None);
+        }
+        match self.tls.client_config() {
+            Ok(config) => {
+                log::info!(
+                    "relink[{}]: tls credentials renewed from their files",
+                    self.link
+                );
+                loaded.config = config;
+                loaded.stamps = stamps;
+                loaded.refused = None;
+                (loaded.config.clone(), None)
+            }
+            Err(e) => {
+                loaded.refused = Some(stamps);
+                let e = match e {
+                    ConfigError::Tls(e) => e,
+                    other => TlsConfigError::Rustls(other.to_string()),
+                };
+                (loaded.config.clone(), Some(e))
+            }
+        }
     }
 }
 

@@ -381,6 +381,7 @@ fn build_returns_the_config_error_that_names_each_bad_input() {
     let cases: Vec<(Builder, &str)> = vec![
         (b().backoff(zero, sec), "backoff base"),
         (b().cooldown(zero), "cooldown"),
+        (b().config_failure_retry(zero), "config_failure_retry"),
         (b().connect_timeout(zero), "connect_timeout"),
         (b().reconnect_ivl(zero), "reconnect_ivl"),
         (b().linger(zero), "linger"),

@@ -22,15 +22,18 @@ const T: Duration = Duration::from_secs(10);
 /// Scheduling slack on a busy 2-core machine.
 const SLACK: Duration = Duration::from_millis(500);
 
-/// A link to `endpoint` with the lines codec, TLS trusting the kit's CA, and a short backoff.
+/// A link to `endpoint` with the lines codec, TLS trusting the kit's CA, and a short backoff
+/// (for restarts, and for failures no retry can fix).
 fn tls_lines(kit: &TlsKit, endpoint: &str, tls: Tls) -> Builder {
     lines_to(endpoint)
         .tls(tls.ca_pem(&kit.pki.ca.cert))
         .backoff(ms(50), ms(400))
+        .config_failure_retry(ms(100))
 }
 
-fn tls_failure(t: &Transition) -> bool {
-    t.cause == Cause::Tls
+/// A failure no retry can fix: the certificates.
+fn tls_rejected(t: &Transition) -> bool {
+    t.cause == Cause::TlsRejected
 }
 
 fn tls_errors(w: &Watch) -> Vec<TlsError> {
@@ -94,10 +97,12 @@ fn tls_a_certificate_for_another_name_fails_the_handshake_and_no_application_byt
     w.expect_step(
         T,
         |t| t.from == State::Connected,
-        (State::Connected, State::Backoff, Cause::Tls),
+        (State::Connected, State::Backoff, Cause::TlsRejected),
     );
-    // It backs off and tries again, and fails the same way: never a plaintext attempt.
-    w.until(T, |t| t.from == State::Connected && t.cause == Cause::Tls);
+    // It waits and tries again, and fails the same way: never a plaintext attempt.
+    w.until(T, |t| {
+        t.from == State::Connected && t.cause == Cause::TlsRejected
+    });
     assert!(
         !w.transitions.iter().any(|(_, t)| t.to == State::Ready),
         "{}",
@@ -138,8 +143,8 @@ fn tls_a_server_that_requires_a_client_certificate_refuses_a_link_without_one_an
     without.send(b"no cert".to_vec()).unwrap();
     // With TLS 1.3 the client's side of the handshake is over before the server has checked
     // the (missing) certificate; its alert then ends the session, with the TLS cause.
-    w.until(T, tls_failure);
-    w.until(T, tls_failure);
+    w.until(T, tls_rejected);
+    w.until(T, tls_rejected);
     let errors = tls_errors(&w);
     assert!(
         errors
@@ -297,7 +302,7 @@ fn redis_tls_a_certificate_for_another_name_fails_the_handshake() {
     w.expect_step(
         T,
         |t| t.from == State::Connected,
-        (State::Connected, State::Backoff, Cause::Tls),
+        (State::Connected, State::Backoff, Cause::TlsRejected),
     );
     assert!(matches!(
         tls_errors(&w).first(),
@@ -314,7 +319,7 @@ fn redis_mutual_tls_refuses_a_link_without_a_client_certificate_and_accepts_one_
     let redis = redis(&kit, ServerCert::Valid, true);
     let (without, mut w) = watched(tls_lines(&kit, &redis.named_endpoint(), Tls::new()));
     without.send(b"PING".to_vec()).unwrap();
-    w.until(T, tls_failure);
+    w.until(T, tls_rejected);
     assert!(w.frames.is_empty());
     let errors = tls_errors(&w);
     assert!(

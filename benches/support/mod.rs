@@ -128,3 +128,12 @@ pub fn find_on_path(name: &str) -> Option<std::path::PathBuf> {
                 .unwrap_or(false)
         })
 }
+
+/// The median of `xs` (sorted in place); 0 for none.
+pub fn median(xs: &mut [f64]) -> f64 {
+    if xs.is_empty() {
+        return 0.0;
+    }
+    xs.sort_by(f64::total_cmp);
+    xs[xs.len() / 2]
+}

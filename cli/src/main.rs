@@ -25,7 +25,7 @@
 //!
 //! ```text
 //! state from=Connected to=Ready cause=alive attempt=1 next_retry_ms=-
-//! metrics state=Ready time_in_state_ms=812 attempt=1 consecutive_failures=0 ...
+//! metrics state=Ready time_in_state_ms=812 attempt=1 consecutive_failures=0 ... down_for_ms=- tls_rejected=0 name="meter-17"
 //! ```
 //!
 //! With `--tls` the link speaks TLS, verifying the server against the web roots, or against
@@ -36,7 +36,9 @@
 //! relink-cat --tls --ca ca.crt --server-name localhost 127.0.0.1:6380
 //! ```
 //!
-//! A failed handshake shows as `cause=tls-handshake`, with its reason on an `error` line.
+//! A failed handshake shows as `cause=tls-handshake`, with its reason on an `error` line; one
+//! no retry can fix (a certificate not valid for the name, an unknown issuer, the server
+//! refusing ours) as `cause=tls-rejected`, retried after the cooldown period.
 //!
 //! Frames the outbox refuses and frames abandoned are always reported on stderr.
 //!
@@ -200,6 +202,11 @@ struct Cli {
     /// Machine-readable state and metrics lines on stderr.
     #[arg(long)]
     status: bool,
+
+    /// The link's name, in its log lines, its `metrics` lines and its state lines. Defaults
+    /// to the endpoint.
+    #[arg(long, value_name = "NAME")]
+    name: Option<String>,
 
     /// Time between two `metrics` lines with --status.
     #[arg(long, value_name = "DUR", default_value = "1s", value_parser = parse_positive_duration,
@@ -472,7 +479,10 @@ fn parse_cli() -> Result<Cli, ExitCode> {
 }
 
 fn build_link(cli: &Cli) -> Result<Link, ConfigError> {
-    let b = Link::builder(&endpoint_url(&cli.endpoint));
+    let mut b = Link::builder(&endpoint_url(&cli.endpoint));
+    if let Some(name) = &cli.name {
+        b = b.name(name);
+    }
     let mut b = match &cli.framing {
         FramingArg::Raw => b.framing(Raw::new()),
         FramingArg::Lines => b.framing(Lines::builder().crlf(cli.crlf).build()?),
@@ -549,7 +559,8 @@ enum Report {
 }
 
 impl Report {
-    fn transition(self, t: &Transition) {
+    /// A state change; the human form names the link when `--name` gave it one.
+    fn transition(self, t: &Transition, name: Option<&str>) {
         let retry = t.next_retry.map(|d| d.as_millis());
         match self {
             Report::Status => eprintln!(
@@ -561,7 +572,8 @@ impl Report {
                 or_dash(retry)
             ),
             Report::Human => eprintln!(
-                "relink-cat: {} -> {} ({}), attempt {}{}{}",
+                "relink-cat: {}{} -> {} ({}), attempt {}{}{}",
+                name.map(|n| format!("{n}: ")).unwrap_or_default(),
                 t.from,
                 t.to,
                 t.cause,
@@ -648,13 +660,14 @@ fn or_dash(v: Option<impl ToString>) -> String {
     v.map(|v| v.to_string()).unwrap_or_else(|| "-".to_string())
 }
 
-/// The `metrics key=value ...` line.
-fn metrics_line(m: &Metrics) -> String {
+/// The `metrics key=value ...` line of the link named `name`.
+fn metrics_line(name: &str, m: &Metrics) -> String {
     format!(
         "metrics state={} time_in_state_ms={} attempt={} native_redials={} consecutive_failures={} connects={} \
          reconnects={} last_outage_ms={} next_retry_ms={} peer={} submitted={} sent={} \
          rejected={} abandoned={} outbox_frames={} outbox_bytes={} received={} bytes_in={} \
-         bytes_out={} hb_sent={} hb_missed={} rtt_us={} paused={}",
+         bytes_out={} hb_sent={} hb_missed={} rtt_us={} paused={} down_for_ms={} tls_rejected={} \
+         name={:?}",
         m.state.name(),
         m.time_in_state.as_millis(),
         m.attempt,
@@ -678,6 +691,9 @@ fn metrics_line(m: &Metrics) -> String {
         m.heartbeats_missed,
         or_dash(m.last_rtt.map(|d| d.as_micros())),
         m.reading_paused,
+        or_dash(m.down_for.map(|d| d.as_millis())),
+        m.tls_rejected,
+        name,
     )
 }
 
@@ -685,6 +701,8 @@ fn metrics_line(m: &Metrics) -> String {
 struct Output {
     framing: FramingArg,
     out: io::Stdout,
+    /// The name given with `--name`, for the human state lines.
+    name: Option<String>,
 }
 
 impl Output {
@@ -716,9 +734,11 @@ fn spawn_printer(
     let spawned = thread::Builder::new()
         .name("replies".into())
         .spawn(move || {
+            // Replies only: the state lines are the main loop's.
             let mut output = Output {
                 framing,
                 out: io::stdout(),
+                name: None,
             };
             for (line, pending) in requests {
                 match pending.wait() {
@@ -855,6 +875,7 @@ fn main() -> ExitCode {
     let mut output = Output {
         framing: cli.framing.clone(),
         out: io::stdout(),
+        name: cli.name.clone(),
     };
     let stop = run(&link, &cli, report, &mut output, &stop_rx);
 
@@ -869,7 +890,7 @@ fn main() -> ExitCode {
         handle(ev, report, &mut output);
     }
     if report == Report::Status {
-        eprintln!("{}", metrics_line(&last));
+        eprintln!("{}", metrics_line(link.name(), &last));
     }
     let undelivered = last.frames_rejected + last.abandoned.total();
     match stop {
@@ -986,7 +1007,7 @@ fn run(
             }
         }
         if report == Report::Status && now >= next_status {
-            eprintln!("{}", metrics_line(&link.metrics()));
+            eprintln!("{}", metrics_line(link.name(), &link.metrics()));
             next_status += cli.status_interval;
             if next_status < now {
                 next_status = now + cli.status_interval;
@@ -1024,7 +1045,7 @@ fn run(
 fn handle(ev: Event, report: Report, output: &mut Output) -> bool {
     match ev {
         Event::Frame(f) => return output.frame(&f).is_ok(),
-        Event::State(t) => report.transition(&t),
+        Event::State(t) => report.transition(&t, output.name.as_deref()),
         Event::Abandoned { frame, reason } => report.abandoned(&frame, reason),
         Event::Error(e) => report.error(&e),
         _ => {}

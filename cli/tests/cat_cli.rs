@@ -467,7 +467,10 @@ fn status_prints_a_connected_to_ready_line_and_metrics_lines_with_every_field() 
             "hb_sent",
             "hb_missed",
             "rtt_us",
-            "paused"
+            "paused",
+            "down_for_ms",
+            "tls_rejected",
+            "name"
         ],
         "{metrics}"
     );
@@ -475,6 +478,40 @@ fn status_prints_a_connected_to_ready_line_and_metrics_lines_with_every_field() 
         metrics.contains(&format!(" peer={} ", peer.addr())),
         "{metrics}"
     );
+    assert!(
+        metrics.ends_with(&format!(" name=\"{}\"", peer.endpoint())),
+        "a link without --name is named after its endpoint: {metrics}"
+    );
+    let (status, _) = cat.finish(false, WAIT);
+    assert!(status.success(), "{status}\n{}", cat.transcript());
+}
+
+#[test]
+fn human_state_lines_carry_the_name_given() {
+    let peer = Peer::start(Behaviour::Echo);
+    let mut cat = Cat::start(&["--name", "meter-17", &peer.endpoint()]);
+    cat.expect_stderr("relink-cat: meter-17: Connected -> Ready (alive)");
+    let (status, _) = cat.finish(false, WAIT);
+    assert!(status.success(), "{status}\n{}", cat.transcript());
+}
+
+#[test]
+fn status_metrics_lines_carry_the_name_given() {
+    let peer = Peer::start(Behaviour::Echo);
+    let mut cat = Cat::start(&[
+        "--status",
+        "--status-interval",
+        "200ms",
+        "--name",
+        "meter-17",
+        &peer.endpoint(),
+    ]);
+    let metrics = cat.expect_stderr("metrics state=Ready ");
+    assert!(
+        metrics.contains(" down_for_ms=- tls_rejected=0 "),
+        "{metrics}"
+    );
+    assert!(metrics.ends_with(" name=\"meter-17\""), "{metrics}");
     let (status, _) = cat.finish(false, WAIT);
     assert!(status.success(), "{status}\n{}", cat.transcript());
 }
@@ -786,7 +823,7 @@ fn tls_through_a_tls_redis_server_and_back_to_ready_after_its_restart() {
 
 #[test]
 #[ignore = "needs redis-server"]
-fn tls_a_wrong_server_name_is_a_tls_handshake_failure_with_its_reason() {
+fn tls_a_wrong_server_name_is_a_tls_rejection_with_its_reason() {
     let kit = util::tls::TlsKit::new();
     let server = tls_redis(&kit, false);
     let ca = kit.files.ca.to_str().unwrap().to_string();
@@ -801,7 +838,7 @@ fn tls_a_wrong_server_name_is_a_tls_handshake_failure_with_its_reason() {
         &endpoint,
     ]);
     cat.expect_stderr("error message=\"tls: server certificate is not valid for");
-    cat.expect_stderr("state from=Connected to=Backoff cause=tls-handshake ");
+    cat.expect_stderr("state from=Connected to=Backoff cause=tls-rejected ");
     let (status, _) = cat.finish(false, WAIT);
     assert!(status.success(), "{status}\n{}", cat.transcript());
 }

@@ -24,6 +24,7 @@ pub(super) struct Counters {
     pub(super) slow_callbacks: u64,
     pub(super) slowest_callback: Option<std::time::Duration>,
     pub(super) verdicts_deferred: u64,
+    pub(super) tls_rejected: u64,
 }
 
 impl Counters {

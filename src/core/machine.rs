@@ -350,6 +350,11 @@ impl Machine {
         self.state
     }
 
+    /// The link's name, as every log line about it says it.
+    pub(crate) fn name(&self) -> &std::sync::Arc<str> {
+        &self.cfg.name
+    }
+
     /// Frames submitted, sent and received: changes whenever application data moved
     /// (heartbeats do not count).
     pub(crate) fn traffic(&self) -> u64 {
@@ -435,7 +440,7 @@ impl Machine {
         let fed = tls.feed(bytes, &mut self.rx);
         let established = was_handshaking && !tls.is_handshaking() && fed.is_ok();
         if tls.peer_closed() {
-            log::debug!("relink: the peer sent tls close_notify");
+            log::debug!("relink[{}]: the peer sent tls close_notify", self.cfg.name);
         }
         if established {
             self.tls_established(now);
@@ -636,12 +641,12 @@ impl Machine {
             // A batch holds one frame at least, and no more frames once the payloads would
             // pass the limit (the framing's own bytes are not counted).
             let limit = self.cfg.batch_bytes;
-            let (outbox, framing) = (&mut self.outbox, &mut self.framing);
+            let (outbox, framing, name) = (&mut self.outbox, &mut self.framing, &self.cfg.name);
             let mut filled = Filled::default();
             // One reading for the whole batch: timing each frame would cost more than
             // encoding a small one.
             let took = self.watch.time(Callback::Encode, &mut || {
-                filled = fill_batch(outbox, framing, buf, limit);
+                filled = fill_batch(outbox, framing, name, buf, limit);
             });
             self.took(now, Callback::Encode, took);
             self.abandon_all(filled.refused, AbandonReason::Unencodable);
@@ -747,6 +752,10 @@ impl Machine {
             slow_callbacks: self.c.slow_callbacks,
             slowest_callback: self.c.slowest_callback,
             verdicts_deferred: self.c.verdicts_deferred,
+            down_for: self
+                .failing_since
+                .map(|since| now.saturating_duration_since(since)),
+            tls_rejected: self.c.tls_rejected,
         }
     }
 
@@ -759,7 +768,7 @@ impl Machine {
             (Idle, Ev::Start) => self.dial(now, Cause::Start),
             (Connecting, Ev::Resolved(Ok(addrs))) => self.resolved(now, addrs),
             (Connecting, Ev::Resolved(Err(Unresolved::Failed(reason)))) => {
-                log::debug!("relink: resolving failed: {reason}");
+                log::debug!("relink[{}]: resolving failed: {reason}", self.cfg.name);
                 self.fail(now, Cause::Dns)
             }
             (Connecting, Ev::Resolved(Err(Unresolved::Panicked(p)))) => {
@@ -774,7 +783,8 @@ impl Machine {
                 self.failures = self.failures.saturating_add(1);
                 self.note_address_failed();
                 log::debug!(
-                    "relink: dial {} failed (refused); the socket redials ({} native retries left)",
+                    "relink[{}]: dial {} failed (refused); the socket redials ({} native retries left)",
+                    self.cfg.name,
                     self.endpoint_text().unwrap_or_default(),
                     self.native_left
                 );
@@ -830,7 +840,10 @@ impl Machine {
             (_, Ev::Flushed) | (_, Ev::CloseDeadline) => self.finish(now),
             (state, ev) => {
                 self.c.ignored += 1;
-                log::trace!("relink: no row for {ev:?} in {state}; ignored");
+                log::trace!(
+                    "relink[{}]: no row for {ev:?} in {state}; ignored",
+                    self.cfg.name
+                );
             }
         }
     }
@@ -921,7 +934,8 @@ impl Machine {
             Ok(addrs) if !addrs.is_empty() => self.endpoints.refreshed(idx, addrs, now),
             Ok(_) | Err(_) => {
                 log::debug!(
-                    "relink: background refresh of {} failed; the old answer stays",
+                    "relink[{}]: background refresh of {} failed; the old answer stays",
+                    self.cfg.name,
                     self.endpoints.get(idx)
                 );
             }
@@ -932,7 +946,7 @@ impl Machine {
 
     fn connect_current(&mut self) {
         if let Some((_, addr)) = self.current {
-            log::debug!("relink: dialling {}", fmt_addr(addr));
+            log::debug!("relink[{}]: dialling {}", self.cfg.name, fmt_addr(addr));
             self.actions.push_back(Action::Connect {
                 generation: self.generation,
                 addr,
@@ -949,9 +963,27 @@ impl Machine {
         self.heartbeat = None;
         self.handshake_pending = false;
         self.tls_retry = None;
-        let session = self
-            .tls_settings()
-            .map(|t| (TlsSession::new(t), t.handshake_timeout));
+        if let Some(t) = self.tls_settings().filter(|t| t.skip_verification) {
+            log::warn!(
+                "relink[{}]: TLS to {:?} without certificate verification (a test-only \
+                 setting): anyone on the path can read and change this connection",
+                self.cfg.name,
+                t.server_name.to_str()
+            );
+        }
+        let mut stale = None;
+        let session = self.tls_settings().map(|t| {
+            let (config, refused) = t.fresh_config();
+            stale = refused;
+            (TlsSession::with_config(t, config), t.handshake_timeout)
+        });
+        if let Some(e) = stale {
+            log::warn!(
+                "relink[{}]: new tls credentials refused, the last good ones stay: {e}",
+                self.cfg.name
+            );
+            self.emit(Event::Error(LinkError::TlsCredentials(e)));
+        }
         self.transition(now, State::Connected, Cause::TcpConnected);
         match session {
             None => self.link_up(now),
@@ -978,7 +1010,8 @@ impl Machine {
         self.timers.disarm(Timer::Handshake);
         if let Some(tls) = &self.tls {
             log::debug!(
-                "relink: tls established with {}{}",
+                "relink[{}]: tls established with {}{}",
+                self.cfg.name,
                 self.endpoint_text().unwrap_or_default(),
                 tls.alpn_protocol()
                     .map(|p| format!(" (alpn {})", String::from_utf8_lossy(p)))
@@ -988,11 +1021,18 @@ impl Machine {
         self.link_up(now);
     }
 
-    /// A TLS failure: its own cause, the reason in an error event and in the log line.
+    /// A TLS failure: its own cause, the reason in an error event and in the log line. One
+    /// that no retry can fix (the certificates) is `tls-rejected`, retried slowly.
     fn tls_failed(&mut self, now: Instant, e: TlsError) {
+        let cause = if e.is_config() {
+            self.c.tls_rejected += 1;
+            Cause::TlsRejected
+        } else {
+            Cause::Tls
+        };
         self.fail_reason = Some(e.to_string());
         self.emit(Event::Error(LinkError::Tls(e)));
-        self.fail(now, Cause::Tls);
+        self.fail(now, cause);
     }
 
     /// The connection carries application bytes (TCP is up, and the TLS handshake has
@@ -1011,7 +1051,7 @@ impl Machine {
         let mut slowest = Duration::ZERO;
         if let ProofOfLife::Handshake { hello, timeout, .. } = &self.cfg.proof {
             for h in hello.iter().take_while(|_| panicked.is_none()) {
-                let (encoded, took) = encode(&mut self.framing, &*self.watch, h);
+                let (encoded, took) = encode(&mut self.framing, &*self.watch, &self.cfg.name, h);
                 slowest = slowest.max(took);
                 match encoded {
                     Ok(Some(buf)) => self.control.push_back(buf),
@@ -1040,7 +1080,8 @@ impl Machine {
             let d = now.saturating_duration_since(since);
             if d >= OUTAGE_WARN_FIRST {
                 log::warn!(
-                    "relink: connected again after {}s without a connection",
+                    "relink[{}]: connected again after {}s without a connection",
+                    self.cfg.name,
                     d.as_secs()
                 );
             }
@@ -1099,7 +1140,11 @@ impl Machine {
             }
         }
         self.c.received += 1;
-        log::trace!("relink: frame of {} bytes received", frame.len());
+        log::trace!(
+            "relink[{}]: frame of {} bytes received",
+            self.cfg.name,
+            frame.len()
+        );
         if self.requests.is_empty() {
             return self.emit(Event::Frame(frame));
         }
@@ -1109,7 +1154,7 @@ impl Machine {
         };
         match self.requests.on_frame(frame, verdict) {
             Matched::Answer(_) => self.answer_requests(),
-            Matched::Late => log::debug!("relink: a late reply dropped"),
+            Matched::Late => log::debug!("relink[{}]: a late reply dropped", self.cfg.name),
             Matched::Unsolicited(frame) => self.emit(Event::Frame(frame)),
         }
     }
@@ -1183,7 +1228,7 @@ impl Machine {
     /// Tells the application that its code panicked, and counts it.
     fn report_panic(&mut self, p: &Panicked) {
         self.c.callback_panics += 1;
-        log::warn!("relink: {}", p.to_error());
+        log::warn!("relink[{}]: {}", self.cfg.name, p.to_error());
         self.emit(Event::Error(p.to_error()));
     }
 
@@ -1207,7 +1252,8 @@ impl Machine {
             self.abandon_all(frames, AbandonReason::ConnectionLost);
         }
         log::debug!(
-            "relink: attempt failed ({cause}) on {}: attempt={} failures={}",
+            "relink[{}]: attempt failed ({cause}) on {}: attempt={} failures={}",
+            self.cfg.name,
             self.endpoint_text().unwrap_or_else(|| "-".into()),
             self.attempt,
             self.failures
@@ -1216,7 +1262,8 @@ impl Machine {
         let failing_for = now.saturating_duration_since(failing_since);
         if failing_for >= self.next_outage_warn {
             log::warn!(
-                "relink: no connection for {}s ({} failures in a row, last: {cause}); still retrying",
+                "relink[{}]: no connection for {}s ({} failures in a row, last: {cause}); still retrying",
+                self.cfg.name,
                 failing_for.as_secs(),
                 self.failures
             );
@@ -1227,6 +1274,16 @@ impl Machine {
         let exhausted = self.cfg.max_attempts.is_some_and(|m| self.attempt >= m);
         let (to, delay) = if exhausted {
             (State::Cooldown, self.cfg.cooldown)
+        } else if cause == Cause::TlsRejected {
+            // The same certificates get the same answer: no backoff meant for restarts.
+            let wait = self.cfg.config_retry.unwrap_or(self.cfg.cooldown);
+            log::warn!(
+                "relink[{}]: tls rejected on {} ({}); a retry cannot fix this, next attempt in {wait:?}",
+                self.cfg.name,
+                self.endpoint_text().unwrap_or_else(|| "-".into()),
+                self.fail_reason.as_deref().unwrap_or("-")
+            );
+            (State::Backoff, wait)
         } else {
             (
                 State::Backoff,
@@ -1387,13 +1444,15 @@ impl Machine {
         };
         match (to, next_retry) {
             (State::Cooldown, Some(d)) => log::warn!(
-                "relink: attempt {} failed on {} (last: {why}); cooling down for {:?}",
+                "relink[{}]: attempt {} failed on {} (last: {why}); cooling down for {:?}",
+                self.cfg.name,
                 self.attempt,
                 endpoint.as_deref().unwrap_or("-"),
                 d
             ),
             _ => log::info!(
-                "relink: {from} -> {to} ({why}) attempt={} next_retry={}",
+                "relink[{}]: {from} -> {to} ({why}) attempt={} next_retry={}",
+                self.cfg.name,
                 self.attempt,
                 next_retry.map_or("-".to_string(), |d| format!("{d:?}"))
             ),
@@ -1428,7 +1487,7 @@ impl Machine {
     fn encoded_ping(&mut self, now: Instant) -> Result<Vec<u8>, Panicked> {
         let (ping, took) = match self.cfg.heartbeat.as_ref().map(|h| &h.ping) {
             Some(Ping::Raw(b)) => return Ok(b.clone()),
-            Some(Ping::Frame(f)) => encode(&mut self.framing, &*self.watch, f),
+            Some(Ping::Frame(f)) => encode(&mut self.framing, &*self.watch, &self.cfg.name, f),
             None => return Ok(Vec::new()),
         };
         self.took(now, Callback::Encode, took);
@@ -1444,7 +1503,10 @@ impl Machine {
             self.step(now, ev);
         } else {
             self.c.ignored += 1;
-            log::trace!("relink: stale {ev:?} from dial {generation} dropped");
+            log::trace!(
+                "relink[{}]: stale {ev:?} from dial {generation} dropped",
+                self.cfg.name
+            );
         }
     }
 }
@@ -1462,6 +1524,7 @@ struct Filled {
 fn fill_batch(
     outbox: &mut Outbox,
     framing: &mut BoxedFraming,
+    name: &str,
     buf: &mut Vec<u8>,
     limit: usize,
 ) -> Filled {
@@ -1480,7 +1543,7 @@ fn fill_batch(
                     break;
                 }
                 // The framing accepted the frame at `send` and refuses it now.
-                log::debug!("relink: the framing refused a queued frame: {e}");
+                log::debug!("relink[{name}]: the framing refused a queued frame: {e}");
                 filled
                     .refused
                     .push(outbox.pop_front().expect("front exists"));
@@ -1500,6 +1563,7 @@ fn fill_batch(
 fn encode(
     framing: &mut BoxedFraming,
     watch: &dyn Stopwatch,
+    name: &str,
     frame: &[u8],
 ) -> (Result<Option<Vec<u8>>, Panicked>, Duration) {
     timed(watch, Callback::Encode, || {
@@ -1507,7 +1571,7 @@ fn encode(
         match framing.encode(frame, &mut buf) {
             Ok(()) => Some(buf),
             Err(e) => {
-                log::warn!("relink: the framing refused a control frame: {e}");
+                log::warn!("relink[{name}]: the framing refused a control frame: {e}");
                 None
             }
         }

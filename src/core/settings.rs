@@ -1,6 +1,7 @@
 //! What the core is told: the settings of one link, built once by the builder, and the public
 //! policy types they hold. No socket option, resolver, context or channel size is among them.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::backoff::BackoffConfig;
@@ -42,6 +43,10 @@ pub(crate) struct Settings {
     pub requests: RequestSettings,
     /// A call into application code this long or longer is reported as slow.
     pub slow_callback: Duration,
+    /// The link's name, in every log line about it.
+    pub name: Arc<str>,
+    /// The wait after a failure no retry can fix (`tls-rejected`); None: the cooldown period.
+    pub config_retry: Option<Duration>,
 }
 
 /// What makes a Connected link Ready (proof of life).

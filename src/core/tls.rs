@@ -16,6 +16,7 @@
 //! failure as its own cause. After a failure the session is dead: the caller may still take
 //! the alert rustls queued for the peer, then closes the connection.
 
+use std::fmt;
 use std::io::{BufRead, Write};
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,7 +25,7 @@ use bytes::BytesMut;
 use rustls::pki_types::ServerName;
 use rustls::{CertificateError, ClientConfig, ClientConnection};
 
-use crate::error::TlsError;
+use crate::error::{TlsConfigError, TlsError};
 
 /// What a session needs, made once per link and endpoint when the link is built: the client
 /// configuration (shared by every endpoint) and the name to check.
@@ -38,6 +39,27 @@ pub(crate) struct TlsSettings {
     pub(crate) skip_verification: bool,
     /// How long a handshake may take from the TCP connect.
     pub(crate) handshake_timeout: Duration,
+    /// Renews `config` for each new connection when the credentials behind it changed (PEM
+    /// files rotated). None: `config` is used for every connection.
+    pub(crate) source: Option<Arc<dyn ConfigSource>>,
+}
+
+/// Where each new connection's rustls configuration comes from, when the credentials can
+/// change while the link lives (its implementation reads files; the core only asks it).
+pub(crate) trait ConfigSource: Send + Sync + fmt::Debug {
+    /// The configuration for a new connection. When the credentials changed and cannot be
+    /// used, the last good configuration and what is wrong (said once per change).
+    fn current(&self) -> (Arc<ClientConfig>, Option<TlsConfigError>);
+}
+
+impl TlsSettings {
+    /// The configuration for a new connection (see [`ConfigSource::current`]).
+    pub(crate) fn fresh_config(&self) -> (Arc<ClientConfig>, Option<TlsConfigError>) {
+        match &self.source {
+            Some(source) => source.current(),
+            None => (self.config.clone(), None),
+        }
+    }
 }
 
 /// Default bound on a TLS handshake, from the TCP connect to its completion.
@@ -58,15 +80,18 @@ pub(crate) struct TlsSession {
 impl TlsSession {
     /// A fresh session for a new connection; the ClientHello is ready at once in
     /// [`take_ciphertext`](Self::take_ciphertext).
+    #[cfg(test)]
     pub(crate) fn new(settings: &TlsSettings) -> Result<TlsSession, TlsError> {
-        if settings.skip_verification {
-            log::warn!(
-                "TLS to {:?} without certificate verification (a test-only setting): \
-                 anyone on the path can read and change this connection",
-                settings.server_name.to_str()
-            );
-        }
-        let mut conn = ClientConnection::new(settings.config.clone(), settings.server_name.clone())
+        TlsSession::with_config(settings, settings.config.clone())
+    }
+
+    /// A fresh session as [`new`](Self::new) makes it, with this configuration (renewed for
+    /// the connection).
+    pub(crate) fn with_config(
+        settings: &TlsSettings,
+        config: Arc<ClientConfig>,
+    ) -> Result<TlsSession, TlsError> {
+        let mut conn = ClientConnection::new(config, settings.server_name.clone())
             .map_err(|e| TlsError::Other(e.to_string()))?;
         // The caller takes the ciphertext after every send: rustls need not bound it, and a
         // bound would make a large frame fail half-written.
@@ -239,13 +264,17 @@ fn plain_name(presented: String) -> String {
     }
 }
 
-/// `CertificateRequired` → `"certificate required"`.
+/// `CertificateRequired` → `"certificate required"`, `UnknownCA` → `"unknown ca"`.
 fn alert_text(debug: &str) -> String {
     let mut text = String::with_capacity(debug.len() + 4);
-    for (i, c) in debug.chars().enumerate() {
-        if c.is_ascii_uppercase() && i > 0 {
+    let mut after_lower = false;
+    for c in debug.chars() {
+        // A word starts at an upper-case letter after a lower-case one (`UnknownCA` →
+        // `unknown ca`).
+        if c.is_ascii_uppercase() && after_lower {
             text.push(' ');
         }
+        after_lower = c.is_ascii_lowercase();
         text.push(c.to_ascii_lowercase());
     }
     text

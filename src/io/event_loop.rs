@@ -34,6 +34,8 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 
+use crate::view::PoolView;
+
 use super::answer::Promise;
 use super::context::Context;
 use super::ffi::{self, Epoll, Ready};
@@ -88,7 +90,16 @@ pub(crate) enum Msg {
     Register(Box<Slot>),
     /// A command for the link with this id.
     Link(u64, Command),
+    /// The thread's part of a pool view, with the `top` worst links of each list.
+    View { top: usize, reply: Sender<PoolView> },
+    /// Every link of the thread: id, name and snapshot (the metrics export).
+    #[cfg(feature = "metrics")]
+    Rows(Sender<Vec<LinkRow>>),
 }
+
+/// One link as the metrics export sees it: its id, its name and its snapshot.
+#[cfg(feature = "metrics")]
+pub(crate) type LinkRow = (u64, std::sync::Arc<str>, Metrics);
 
 /// The way to one link on its IO thread: the thread's channel and the link's id.
 #[derive(Debug, Clone)]
@@ -104,7 +115,7 @@ impl Route {
             .send(Msg::Link(self.id, cmd))
             .map_err(|crossbeam_channel::SendError(m)| match m {
                 Msg::Link(_, cmd) => crossbeam_channel::SendError(cmd),
-                Msg::Register(_) => unreachable!("a command was sent"),
+                _ => unreachable!("a command was sent"),
             })
     }
 }
@@ -571,6 +582,22 @@ impl Worker {
     fn dispatch(&mut self, now: Instant, msg: Msg) {
         match msg {
             Msg::Register(slot) => self.register(now, *slot),
+            Msg::View { top, reply } => {
+                let links = self
+                    .slots
+                    .values()
+                    .map(|s| (s.machine.name(), s.snapshot(now)));
+                let _ = reply.send(crate::view::tally(links, top));
+            }
+            #[cfg(feature = "metrics")]
+            Msg::Rows(reply) => {
+                let rows = self
+                    .slots
+                    .iter()
+                    .map(|(id, s)| (*id, s.machine.name().clone(), s.snapshot(now)))
+                    .collect();
+                let _ = reply.send(rows);
+            }
             Msg::Link(id, cmd) => {
                 // A command for a link already closed (a late resolver answer) finds no slot.
                 self.guarded(now, id, |w| {
@@ -617,12 +644,13 @@ impl Worker {
                 Err(_) => break,
             }
         }
+        let name = slot.machine.name().clone();
         let stopped = catch_unwind(AssertUnwindSafe(move || {
             slot.stop_after_panic(now, message, late)
         }));
         if let Err(payload) = stopped {
             log::error!(
-                "relink: a link panicked while stopping: {}",
+                "relink[{name}]: the link panicked while stopping: {}",
                 panic_message(payload.as_ref()).unwrap_or_default()
             );
         }
@@ -636,7 +664,7 @@ impl Worker {
             .and_then(|()| self.epoll.add(slot.monitor_fd, id * 2 + 1));
         if let Err(e) = added {
             // Cannot happen short of the kernel's memory: the link cannot be served; it closes.
-            log::error!("relink: epoll add failed: {e}");
+            log::error!("relink[{}]: epoll add failed: {e}", slot.machine.name());
             slot.deliver(Event::Error(LinkError::Zmq {
                 call: "epoll_ctl",
                 message: e.to_string(),
@@ -707,9 +735,10 @@ impl Worker {
         self.queue.retain(|q| *q != id);
         self.epoll.delete(slot.socket_fd);
         self.epoll.delete(slot.monitor_fd);
+        let name = slot.machine.name().clone();
         if let Err(payload) = catch_unwind(AssertUnwindSafe(move || slot.shutdown(now))) {
             log::error!(
-                "relink: a link panicked while stopping: {}",
+                "relink[{name}]: the link panicked while stopping: {}",
                 panic_message(payload.as_ref()).unwrap_or_default()
             );
         }
@@ -771,7 +800,10 @@ impl Slot {
                 (Some(e), Some(active)) => e.as_str() == Some(active.as_str()),
                 _ => false,
             };
-            log::trace!("relink: monitor event {event:#06x} value {value} ours={ours}");
+            log::trace!(
+                "relink[{}]: monitor event {event:#06x} value {value} ours={ours}",
+                self.machine.name()
+            );
             if !ours {
                 continue;
             }
@@ -805,7 +837,8 @@ impl Slot {
                     }
                     self.monitor_mismatch += 1;
                     log::trace!(
-                        "relink: monitor says {} before the stream notification",
+                        "relink[{}]: monitor says {} before the stream notification",
+                        self.machine.name(),
                         if says_up { "connected" } else { "disconnected" }
                     );
                 }
@@ -821,7 +854,7 @@ impl Slot {
                 Ok(m) => m,
                 Err(zmq::Error::EAGAIN) => return false,
                 Err(e) => {
-                    log::error!("relink: zmq recv failed: {e}");
+                    log::error!("relink[{}]: zmq recv failed: {e}", self.machine.name());
                     return false;
                 }
             };
@@ -831,7 +864,7 @@ impl Slot {
             let data = match self.socket.recv_msg(0) {
                 Ok(m) => m,
                 Err(e) => {
-                    log::error!("relink: zmq recv failed: {e}");
+                    log::error!("relink[{}]: zmq recv failed: {e}", self.machine.name());
                     return false;
                 }
             };
@@ -848,7 +881,8 @@ impl Slot {
                 }
                 _ => {
                     log::trace!(
-                        "relink: {} bytes from a stale connection dropped",
+                        "relink[{}]: {} bytes from a stale connection dropped",
+                        self.machine.name(),
                         data.len()
                     );
                     continue;
@@ -1025,7 +1059,10 @@ impl Slot {
             }
             match self.socket.disconnect(&endpoint) {
                 Ok(()) | Err(zmq::Error::ENOENT) => {}
-                Err(e) => log::warn!("relink: disconnect {endpoint} failed: {e}"),
+                Err(e) => log::warn!(
+                    "relink[{}]: disconnect {endpoint} failed: {e}",
+                    self.machine.name()
+                ),
             }
             if discard {
                 let _ = self.socket.set_linger(ms(self.linger));
@@ -1150,7 +1187,10 @@ impl Slot {
             self.machine
                 .handle_input(Instant::now(), Input::ReadPaused(waiting));
             if waiting {
-                log::debug!("relink: the application is not taking events; reading paused");
+                log::debug!(
+                    "relink[{}]: the application is not taking events; reading paused",
+                    self.machine.name()
+                );
             }
         }
     }
@@ -1197,7 +1237,8 @@ impl Slot {
             .store(State::Closed as u8, Ordering::Release);
         if self.monitor_mismatch > 0 {
             log::debug!(
-                "relink: {} monitor events disagreed with the stream notifications",
+                "relink[{}]: {} monitor events disagreed with the stream notifications",
+                self.machine.name(),
                 self.monitor_mismatch
             );
         }
@@ -1213,7 +1254,8 @@ impl Slot {
     /// are the machine's last counters with state Closed.
     fn stop_after_panic(mut self, now: Instant, message: Option<String>, late: Vec<Vec<u8>>) {
         log::error!(
-            "relink: the IO thread panicked serving a link ({}); the link is closed",
+            "relink[{}]: the IO thread panicked serving the link ({}); the link is closed",
+            self.machine.name(),
             message.as_deref().unwrap_or("no message")
         );
         let machine = &self.machine;

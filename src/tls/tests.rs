@@ -28,6 +28,17 @@ fn a_private_ca_replaces_the_web_roots_unless_they_are_asked_for() {
 }
 
 #[test]
+fn the_system_store_replaces_the_web_roots_and_adds_to_a_private_ca() {
+    // This machine's store: the distribution's bundle in /etc/ssl/certs.
+    let system = Tls::new().system_roots(true);
+    let n = system.root_store().unwrap().len();
+    assert!(n > 100, "{n} roots from the system's store");
+    let pki = certs::Pki::new();
+    let both = system.ca_pem(&pki.ca.cert);
+    assert_eq!(both.root_store().unwrap().len(), n + 1);
+}
+
+#[test]
 fn no_ca_and_no_web_roots_is_refused() {
     assert_eq!(
         tls_error(Tls::new().web_roots(false).client_config()),
@@ -176,4 +187,83 @@ fn each_endpoint_checks_its_own_host_name_unless_one_is_set() {
         names(b.tls(Tls::new().server_name("c.example"))),
         ["c.example", "c.example"]
     );
+}
+
+/// Replaces `path` as rotation tools do: a new file renamed over the old one (a new inode, so
+/// the change is seen even within one tick of the file clock).
+fn replace(path: &std::path::Path, text: &str) {
+    let tmp = path.with_extension("new");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+/// A temp dir of its own, removed on drop.
+struct Dir(std::path::PathBuf);
+
+impl Dir {
+    fn new(tag: &str) -> Dir {
+        let dir = std::env::temp_dir().join(format!("relink-tls-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        Dir(dir)
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[test]
+fn changed_files_are_read_again_and_a_broken_change_keeps_the_last_good_config_said_once() {
+    let pki = certs::Pki::new();
+    let dir = Dir::new("reload");
+    let (ca, cert, key) = (dir.0.join("ca"), dir.0.join("crt"), dir.0.join("key"));
+    std::fs::write(&ca, &pki.ca.cert).unwrap();
+    std::fs::write(&cert, &pki.client.cert).unwrap();
+    std::fs::write(&key, &pki.client.key).unwrap();
+    let tls = Tls::new().ca_file(&ca).client_auth_files(&cert, &key);
+    let (first, source) = tls.credentials(&Arc::from("t")).unwrap();
+    let source = source.expect("files: a source that renews them");
+    let (same, none) = source.current();
+    assert!(
+        Arc::ptr_eq(&first, &same) && none.is_none(),
+        "unchanged files"
+    );
+
+    replace(&key, "-----BEGIN PRIVATE KEY-----\nbroken");
+    let (kept, refused) = source.current();
+    assert!(
+        Arc::ptr_eq(&first, &kept),
+        "the last good configuration stays"
+    );
+    assert!(
+        matches!(refused, Some(TlsConfigError::BadPem { .. })),
+        "{refused:?}"
+    );
+    let (kept, again) = source.current();
+    assert!(Arc::ptr_eq(&first, &kept) && again.is_none(), "said once");
+
+    let other = certs::Pki::new();
+    replace(&key, &other.client.key);
+    let (kept, mismatch) = source.current();
+    assert!(Arc::ptr_eq(&first, &kept));
+    assert_eq!(
+        mismatch,
+        Some(TlsConfigError::KeyMismatch),
+        "a rotation half done"
+    );
+    replace(&cert, &other.client.cert);
+    let (renewed, none) = source.current();
+    assert!(!Arc::ptr_eq(&first, &renewed) && none.is_none(), "renewed");
+}
+
+#[test]
+fn inline_pem_needs_no_source() {
+    let pki = certs::Pki::new();
+    let (_, source) = Tls::new()
+        .ca_pem(&pki.ca.cert)
+        .credentials(&Arc::from("t"))
+        .unwrap();
+    assert!(source.is_none());
 }

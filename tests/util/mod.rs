@@ -11,6 +11,7 @@
 //! - [`netns`]: network namespaces, processes inside them and a link built in one;
 //! - [`pki`]: a throw-away PKI made with rcgen (also used by the crate's unit tests);
 //! - [`tls`]: a TLS-only `redis-server`, in-process rustls servers and a plain rustls client;
+//! - [`logs`]: the log lines the links of a test binary write, captured;
 //! - [`proc`]: child processes (this test binary re-run as a peer) and the process-wide lock.
 //!
 //! Include with `mod util;` in a test file, then `use util::*;` or name what is used.
@@ -28,6 +29,7 @@
 
 pub mod checks;
 pub mod exec;
+pub mod logs;
 pub mod netns;
 pub mod payload;
 pub mod peers;

@@ -1,10 +1,15 @@
 //! A throw-away PKI made at test time with rcgen: one CA and the certificates the TLS tests
 //! need, as PEM text (and DER for rustls). Shared by the crate's unit tests (through a `#[path]`
 //! module) and by the integration kit in `tests/util/tls.rs`, so both speak of the same
-//! certificates.
+//! certificates. [`ServerSetup`] is the one rustls server configuration over them, for the
+//! in-memory servers of the unit tests, the kit's in-process servers and the benches'.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 use rcgen::{
     date_time_ymd, BasicConstraints, Certificate, CertificateParams, DnType,
@@ -155,4 +160,81 @@ impl Pki {
             unknown_ca_server: pair("unknown-ca-server", &self.unknown_ca_server),
         }
     }
+}
+
+/// How a rustls server is set up: the certificate it presents, and what it asks of clients.
+#[derive(Debug, Clone)]
+pub struct ServerSetup<'a> {
+    /// The certificate and key presented.
+    pub cert: &'a Pem,
+    /// Require a client certificate signed by this CA (PEM).
+    pub client_ca: Option<&'a str>,
+    /// The ALPN protocols offered.
+    pub alpn: Vec<Vec<u8>>,
+    /// Speak TLS 1.2 only.
+    pub tls12_only: bool,
+}
+
+impl<'a> ServerSetup<'a> {
+    /// A server presenting `cert`, asking nothing of clients.
+    pub fn with(cert: &'a Pem) -> ServerSetup<'a> {
+        ServerSetup {
+            cert,
+            client_ca: None,
+            alpn: Vec::new(),
+            tls12_only: false,
+        }
+    }
+
+    /// The rustls configuration.
+    pub fn config(&self) -> Arc<rustls::ServerConfig> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let chain = CertificateDer::pem_slice_iter(self.cert.cert.as_bytes())
+            .collect::<Result<Vec<_>, _>>()
+            .expect("certificate PEM");
+        let key = PrivateKeyDer::from_pem_slice(self.cert.key.as_bytes()).expect("key PEM");
+        let builder = rustls::ServerConfig::builder_with_provider(provider.clone());
+        let builder = if self.tls12_only {
+            builder.with_protocol_versions(&[&rustls::version::TLS12])
+        } else {
+            builder.with_safe_default_protocol_versions()
+        }
+        .expect("protocol versions");
+        let builder = match self.client_ca {
+            None => builder.with_no_client_auth(),
+            Some(ca) => {
+                let mut roots = rustls::RootCertStore::empty();
+                for c in CertificateDer::pem_slice_iter(ca.as_bytes()) {
+                    roots.add(c.expect("CA PEM")).expect("CA certificate");
+                }
+                let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                    Arc::new(roots),
+                    provider,
+                )
+                .build()
+                .expect("client verifier");
+                builder.with_client_cert_verifier(verifier)
+            }
+        };
+        let mut config = builder.with_single_cert(chain, key).expect("server config");
+        config.alpn_protocols = self.alpn.clone();
+        Arc::new(config)
+    }
+
+    /// A server session over the configuration, for bytes moved by hand (no buffer limit).
+    pub fn session(&self) -> rustls::ServerConnection {
+        let mut conn = rustls::ServerConnection::new(self.config()).expect("server session");
+        conn.set_buffer_limit(None);
+        conn
+    }
+}
+
+/// A rustls server configuration presenting `cert`, requiring a client certificate signed by
+/// `client_ca` when given.
+pub fn server_config(cert: &Pem, client_ca: Option<&str>) -> Arc<rustls::ServerConfig> {
+    ServerSetup {
+        client_ca,
+        ..ServerSetup::with(cert)
+    }
+    .config()
 }

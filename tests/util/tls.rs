@@ -366,43 +366,22 @@ pub struct TlsServer {
     acceptor: Option<std::thread::JoinHandle<()>>,
 }
 
-/// A rustls server configuration presenting `cert`, requiring a client certificate signed by
-/// `client_ca` when given.
-pub fn server_config(cert: &Pem, client_ca: Option<&str>) -> Arc<rustls::ServerConfig> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let chain = CertificateDer::pem_slice_iter(cert.cert.as_bytes())
-        .collect::<Result<Vec<_>, _>>()
-        .unwrap();
-    let key = PrivateKeyDer::from_pem_slice(cert.key.as_bytes()).unwrap();
-    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
-        .unwrap();
-    let builder = match client_ca {
-        None => builder.with_no_client_auth(),
-        Some(ca) => {
-            let mut roots = RootCertStore::empty();
-            for c in CertificateDer::pem_slice_iter(ca.as_bytes()) {
-                roots.add(c.unwrap()).unwrap();
-            }
-            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
-                Arc::new(roots),
-                provider,
-            )
-            .build()
-            .unwrap();
-            builder.with_client_cert_verifier(verifier)
-        }
-    };
-    Arc::new(builder.with_single_cert(chain, key).unwrap())
-}
+#[allow(unused_imports)]
+pub use super::pki::server_config;
 
 const SEEN_CAP: usize = 1 << 20;
 
 impl TlsServer {
     /// Listens on 127.0.0.1 (a free port) with `config`.
     pub fn start(config: Arc<rustls::ServerConfig>, serve: Serve) -> TlsServer {
+        TlsServer::start_on(0, config, serve)
+    }
+
+    /// Listens on 127.0.0.1:`port` with `config`: a server restarted where another was
+    /// (a [`restartable_port`]).
+    pub fn start_on(port: u16, config: Arc<rustls::ServerConfig>, serve: Serve) -> TlsServer {
         use std::sync::atomic::AtomicBool;
-        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, port)).unwrap();
         listener.set_nonblocking(true).unwrap();
         let addr = listener.local_addr().unwrap();
         let seen = Arc::new(std::sync::Mutex::new(Seen::default()));

@@ -411,6 +411,22 @@ fn row10_a_drop_before_ready_is_a_failure_followed_by_a_backoff() {
 }
 
 #[test]
+fn down_for_counts_from_losing_ready_and_ends_at_ready_again() {
+    let mut s = Sim::ready(Sim::builder());
+    assert_eq!(s.metrics().down_for, None);
+    s.tcp_down();
+    s.advance(700 * MS);
+    let down = s.metrics().down_for.expect("down since the drop");
+    assert!(down >= 700 * MS, "{down:?}");
+    while s.m.state() != Connecting {
+        s.next_timer();
+    }
+    s.tcp_up();
+    assert_eq!(s.m.state(), Ready);
+    assert_eq!(s.metrics().down_for, None);
+}
+
+#[test]
 fn row10_a_drop_from_ready_backs_off_and_counts_the_outage() {
     let mut s = Sim::ready(Sim::builder());
     s.advance(5000 * MS);

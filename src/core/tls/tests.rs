@@ -2,75 +2,16 @@
 //! is exact and needs no network.
 
 use std::io::Read;
-use std::sync::Arc;
 
-use rustls::crypto::CryptoProvider;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use rustls::server::WebPkiClientVerifier;
-use rustls::{RootCertStore, ServerConfig, ServerConnection};
+use rustls::ServerConnection;
 
 use super::*;
 use crate::Tls;
 
-use super::test_certs::{Pem, Pki, OTHER_NAME, SERVER_NAME};
-
-fn provider() -> Arc<CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
-}
+use super::test_certs::{Pki, ServerSetup, OTHER_NAME, SERVER_NAME};
 
 /// How the in-memory server is set up.
-struct Server<'a> {
-    cert: &'a Pem,
-    /// Require a client certificate signed by this CA.
-    client_ca: Option<&'a str>,
-    alpn: Vec<Vec<u8>>,
-    tls12_only: bool,
-}
-
-impl<'a> Server<'a> {
-    fn with(cert: &'a Pem) -> Server<'a> {
-        Server {
-            cert,
-            client_ca: None,
-            alpn: Vec::new(),
-            tls12_only: false,
-        }
-    }
-
-    fn start(&self) -> ServerConnection {
-        let chain = CertificateDer::pem_slice_iter(self.cert.cert.as_bytes())
-            .collect::<Result<Vec<_>, _>>()
-            .unwrap();
-        let key = PrivateKeyDer::from_pem_slice(self.cert.key.as_bytes()).unwrap();
-        let builder = ServerConfig::builder_with_provider(provider());
-        let builder = if self.tls12_only {
-            builder.with_protocol_versions(&[&rustls::version::TLS12])
-        } else {
-            builder.with_safe_default_protocol_versions()
-        }
-        .unwrap();
-        let builder = match self.client_ca {
-            None => builder.with_no_client_auth(),
-            Some(ca) => {
-                let mut roots = RootCertStore::empty();
-                for cert in CertificateDer::pem_slice_iter(ca.as_bytes()) {
-                    roots.add(cert.unwrap()).unwrap();
-                }
-                let verifier =
-                    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
-                        .build()
-                        .unwrap();
-                builder.with_client_cert_verifier(verifier)
-            }
-        };
-        let mut config = builder.with_single_cert(chain, key).unwrap();
-        config.alpn_protocols = self.alpn.clone();
-        let mut conn = ServerConnection::new(Arc::new(config)).unwrap();
-        conn.set_buffer_limit(None);
-        conn
-    }
-}
+type Server<'a> = ServerSetup<'a>;
 
 /// A client session for `host` with these settings.
 fn client(tls: &Tls, host: &str) -> TlsSession {
@@ -161,7 +102,7 @@ impl Wire {
 }
 
 fn handshake(tls: &Tls, server: &Server) -> (Wire, Result<(), TlsError>) {
-    let mut wire = Wire::new(client(tls, SERVER_NAME), server.start());
+    let mut wire = Wire::new(client(tls, SERVER_NAME), server.session());
     let result = wire.pump();
     (wire, result)
 }
@@ -208,7 +149,7 @@ fn ciphertext_fed_one_byte_at_a_time_still_completes_the_handshake_and_decrypts(
     let pki = Pki::new();
     let mut wire = Wire::new(
         client(&trusting(&pki), SERVER_NAME),
-        Server::with(&pki.server).start(),
+        Server::with(&pki.server).session(),
     );
     wire.chunk = 1;
     wire.pump().unwrap();
@@ -433,7 +374,7 @@ fn an_ip_address_as_server_name_checks_the_certificates_ip_addresses() {
     let settings = tls.settings(config, "127.0.0.1", true).unwrap();
     let mut wire = Wire::new(
         TlsSession::new(&settings).unwrap(),
-        Server::with(&pki.server).start(),
+        Server::with(&pki.server).session(),
     );
     wire.pump().unwrap();
     assert!(!wire.client.is_handshaking());
@@ -447,7 +388,7 @@ fn an_ip_address_the_certificate_does_not_name_fails_with_wrong_name() {
     let settings = tls.settings(config, "127.0.0.2", true).unwrap();
     let mut wire = Wire::new(
         TlsSession::new(&settings).unwrap(),
-        Server::with(&pki.server).start(),
+        Server::with(&pki.server).session(),
     );
     assert_eq!(
         wire.pump().unwrap_err(),

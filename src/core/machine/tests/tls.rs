@@ -2,30 +2,12 @@
 //! hand between the two, so each test sees exactly what went on the wire.
 
 use std::io::{Read, Write};
-use std::sync::Arc;
 
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use rustls::{ServerConfig, ServerConnection};
+use rustls::ServerConnection;
 
 use super::*;
-use crate::core::tls::test_certs::{Pem, Pki};
+use crate::core::tls::test_certs::{Pem, Pki, ServerSetup};
 use crate::{LinkError, ProofOfLife, Tls, TlsError};
-
-fn server(cert: &Pem) -> ServerConnection {
-    let chain = CertificateDer::pem_slice_iter(cert.cert.as_bytes())
-        .collect::<Result<Vec<_>, _>>()
-        .unwrap();
-    let key = PrivateKeyDer::from_pem_slice(cert.key.as_bytes()).unwrap();
-    let config =
-        ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_no_client_auth()
-            .with_single_cert(chain, key)
-            .unwrap();
-    ServerConnection::new(Arc::new(config)).unwrap()
-}
 
 fn tls_builder(pki: &Pki) -> Builder {
     Sim::builder()
@@ -45,7 +27,7 @@ struct Peer {
 impl Peer {
     fn new(cert: &Pem) -> Peer {
         Peer {
-            conn: server(cert),
+            conn: ServerSetup::with(cert).session(),
             plaintext: Vec::new(),
             raw: Vec::new(),
             taken: 0,
@@ -170,7 +152,7 @@ fn tls_the_hello_and_pings_go_after_the_handshake_inside_the_session() {
 }
 
 #[test]
-fn tls_a_certificate_for_another_name_fails_with_the_tls_cause_and_lets_no_frame_out() {
+fn tls_a_certificate_for_another_name_is_rejected_and_lets_no_frame_out() {
     let pki = Pki::new();
     let mut s = Sim::connecting(tls_builder(&pki));
     s.submit(b"secret");
@@ -178,8 +160,9 @@ fn tls_a_certificate_for_another_name_fails_with_the_tls_cause_and_lets_no_frame
     let mut peer = Peer::new(&pki.other_name);
     peer.pump(&mut s);
     assert_eq!(s.m.state(), Backoff);
-    assert_eq!(s.last_transition().cause, Cause::Tls);
-    assert_eq!(s.last_transition().cause.to_string(), "tls-handshake");
+    assert_eq!(s.last_transition().cause, Cause::TlsRejected);
+    assert_eq!(s.last_transition().cause.to_string(), "tls-rejected");
+    assert_eq!(s.metrics().tls_rejected, 1);
     assert!(matches!(
         errors(&s).as_slice(),
         [LinkError::Tls(TlsError::WrongName { expected, .. })] if expected == "localhost"
@@ -192,6 +175,53 @@ fn tls_a_certificate_for_another_name_fails_with_the_tls_cause_and_lets_no_frame
         "the frame waits for a verified server"
     );
     assert_eq!(s.metrics().frames_sent, 0);
+}
+
+#[test]
+fn tls_a_failure_no_retry_can_fix_waits_the_config_failure_retry_not_the_backoff() {
+    let pki = Pki::new();
+    let retry = Duration::from_secs(90);
+    let mut s = Sim::connecting(tls_builder(&pki).config_failure_retry(retry));
+    for attempt in 1..=3 {
+        s.tcp_up();
+        let mut peer = Peer::new(&pki.other_name);
+        // Only this connection's bytes reach this connection's server.
+        peer.taken = s.written.len();
+        peer.pump(&mut s);
+        let t = s.last_transition();
+        assert_eq!(
+            (t.to, t.cause, t.attempt),
+            (Backoff, Cause::TlsRejected, attempt)
+        );
+        assert_eq!(t.next_retry, Some(retry), "attempt {attempt}");
+        assert_eq!(s.next_timer(), retry);
+        assert_eq!(s.m.state(), Connecting);
+    }
+    assert_eq!(s.metrics().tls_rejected, 3);
+}
+
+#[test]
+fn tls_a_failure_no_retry_can_fix_waits_the_cooldown_period_by_default() {
+    let pki = Pki::new();
+    let mut s = Sim::connecting(tls_builder(&pki).cooldown(Duration::from_secs(45)));
+    s.tcp_up();
+    Peer::new(&pki.other_name).pump(&mut s);
+    assert_eq!(
+        s.last_transition().next_retry,
+        Some(Duration::from_secs(45))
+    );
+}
+
+#[test]
+fn tls_a_server_that_is_not_tls_is_retried_at_the_backoff() {
+    let pki = Pki::new();
+    let mut s = Sim::connecting(tls_builder(&pki).config_failure_retry(Duration::from_secs(90)));
+    s.tcp_up();
+    s.transmit();
+    s.data(b"+OK plaintext server\r\n");
+    let t = s.last_transition();
+    assert_eq!(t.cause, Cause::Tls);
+    assert!(t.next_retry.unwrap() <= Duration::from_millis(200), "{t:?}");
 }
 
 #[test]
