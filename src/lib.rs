@@ -144,7 +144,7 @@
 //! | 20 | any but Closed | Flushed (closing, outbox empty) | Closed | stop |
 //! | 21 | any but Closed | CloseDeadline | Closed | abandon the rest (`shutdown`) |
 //! | 22 | Connected, Ready | CallbackPanicked (a predicate or the framing) | Backoff/Cooldown | close, error event, failure `callback-panic` |
-//! | 23 | Connected, Ready | Tls (the session failed: handshake or record) | Backoff/Cooldown | close, error event, failure `tls-handshake` |
+//! | 23 | Connected, Ready | Tls (the session failed: handshake or record) | Backoff/Cooldown | close, error event, failure `tls-handshake`; one no retry can fix (the certificates, `TlsError::is_config`): failure `tls-rejected`, next attempt after `config_failure_retry` |
 //!
 //! With TLS, row 4 makes the connection's session and arms the TLS handshake bound; the link
 //! stays Connected and only handshake records leave. The handshake's completion does what row 4
