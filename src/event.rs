@@ -216,6 +216,10 @@ pub enum AbandonReason {
     /// [`check`](crate::Framing::check) accepted it at `send` (a framing whose `check` and
     /// `encode` disagree).
     Unencodable,
+    /// It was handed to the socket and its connection dropped before the peer's TCP
+    /// acknowledged its last byte, with [`Redelivery::Report`](crate::Redelivery::Report)
+    /// (or the link closed then): the peer may have received it.
+    Unconfirmed,
 }
 
 impl AbandonReason {
@@ -227,6 +231,7 @@ impl AbandonReason {
             AbandonReason::Shutdown => "shutdown",
             AbandonReason::ConnectionLost => "connection-lost",
             AbandonReason::Unencodable => "unencodable",
+            AbandonReason::Unconfirmed => "unconfirmed",
         }
     }
 }

@@ -238,6 +238,7 @@ pub use crate::core::framing::{
 pub use crate::core::heartbeat::{Heartbeat, Ping};
 pub use crate::core::predicate::Predicate;
 pub use crate::core::settings::ProofOfLife;
+pub use crate::core::window::Redelivery;
 pub use batch::{Batch, BatchIter};
 pub use builder::{defaults, Builder, Overflow};
 pub use error::{

@@ -72,6 +72,7 @@ use super::outbox::Outbox;
 use super::settings::{ProofOfLife, Settings};
 use super::timers::{Timer, Timers};
 use super::tls::TlsSession;
+use super::window::{Redelivery, Window};
 use crate::batch::Batch;
 use crate::error::{Callback, CodecError, LinkError, TlsError};
 use crate::event::{AbandonReason, Cause, Event, State, Transition};
@@ -114,6 +115,12 @@ pub(crate) enum Input {
     ConnectFailed { generation: u64 },
     /// The IO side stopped (true) or resumed (false) reading because the application is slow.
     ReadPaused(bool),
+    /// Payload bytes of the connection of dial `generation` that the peer's kernel has
+    /// acknowledged (`TCP_INFO`), or `None` when no reading could be taken now.
+    Acked { generation: u64, bytes: Option<u64> },
+    /// The acknowledgements of the connection of dial `generation` cannot be read (its
+    /// descriptor could not be matched): its frames count as confirmed when written.
+    AcksUnavailable { generation: u64 },
 }
 
 /// Why a lookup gave no address.
@@ -265,6 +272,12 @@ pub(crate) struct Machine {
     /// Why the current failure happened, for the transition's log line.
     fail_reason: Option<String>,
     c: Counters,
+    /// Frames written on the current connection and not yet confirmed.
+    window: Window,
+    /// Where each frame of the last `poll_transmit` ends in its plaintext batch.
+    pending_ends: Vec<usize>,
+    /// Bytes of the last `poll_transmit` (ciphertext, with TLS).
+    pending_len: usize,
 }
 
 impl Machine {
@@ -313,6 +326,9 @@ impl Machine {
             plain_out: Vec::new(),
             fail_reason: None,
             c: Counters::default(),
+            window: Window::new(),
+            pending_ends: Vec::new(),
+            pending_len: 0,
         }
     }
 
@@ -362,6 +378,18 @@ impl Machine {
                 self.read_paused = paused;
                 if let Some(hb) = &mut self.heartbeat {
                     hb.set_paused(paused, now);
+                }
+            }
+            Input::Acked { generation, bytes } => self.acked(now, generation, bytes),
+            Input::AcksUnavailable { generation } => {
+                if self.is_current(generation) && !self.window.is_blind() {
+                    log::warn!(
+                        "relink: the acknowledgements of the connection to {} cannot be read: \
+                         its frames count as confirmed when written",
+                        self.endpoint_text().unwrap_or_default()
+                    );
+                    let c = &mut self.c;
+                    self.window.go_blind(|s| c.confirmed(s.frame.len()));
                 }
             }
         }
@@ -467,6 +495,8 @@ impl Machine {
         }
         let expired = self.outbox.expire(now);
         self.abandon_all(expired, AbandonReason::Expired);
+        // The IO side reads the acknowledgements in this pass.
+        self.window.poll_due(now);
         if let Some(hb) = &mut self.heartbeat {
             if hb.death_at().is_some_and(|t| t <= now) {
                 // The interval that ends in the verdict was silent too.
@@ -497,6 +527,7 @@ impl Machine {
             }
         };
         consider(self.outbox.next_deadline());
+        consider(self.window.poll_at());
         if let Some(hb) = &self.heartbeat {
             consider(hb.death_at());
             consider(Some(hb.next_ping()));
@@ -516,6 +547,13 @@ impl Machine {
     /// [`Machine::transmit_done`] (after [`Machine::transmit_unsent`] when the socket gave
     /// the bytes back).
     pub(crate) fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> bool {
+        let more = self.poll_sealed(now, buf);
+        self.pending_len = buf.len();
+        more
+    }
+
+    /// `poll_transmit`'s bytes: the plaintext batch, or with TLS its records.
+    fn poll_sealed(&mut self, now: Instant, buf: &mut Vec<u8>) -> bool {
         if self.tls.is_none() {
             return self.poll_batch(now, buf);
         }
@@ -527,6 +565,7 @@ impl Machine {
             return false;
         }
         if let Some(retry) = self.tls_retry.take() {
+            // The same records: the frames in flight end where they did.
             *buf = retry;
             return true;
         }
@@ -575,22 +614,37 @@ impl Machine {
         if self.timers.at(Timer::SendRetry).is_some_and(|t| t > now) {
             return false;
         }
+        self.pending_ends.clear();
         while let Some(c) = self.control.pop_front() {
             buf.extend_from_slice(&c);
             self.in_flight_control.push(c);
         }
         if self.state == State::Ready {
             // A batch holds one frame at least, and no more frames once the payloads would
-            // pass the limit (the framing's own bytes are not counted).
+            // pass the limit (the framing's own bytes are not counted). The window holds back
+            // frames while too many written bytes are unacknowledged (one batch at least when
+            // none are).
             let limit = self.cfg.batch_bytes;
+            let window = match self.cfg.window {
+                0 => u64::MAX,
+                _ if self.window.is_blind() => u64::MAX,
+                w => w as u64,
+            };
             while let Some(frame) = self.outbox.next_unsent() {
                 if !buf.is_empty() && buf.len().saturating_add(frame.len()) > limit {
+                    break;
+                }
+                let unacked = self.window.unacked() + buf.len() as u64;
+                if unacked > 0 && unacked >= window {
                     break;
                 }
                 let mark = buf.len();
                 let framing = &mut self.framing;
                 match guarded(Callback::Encode, || framing.encode(frame, buf)) {
-                    Ok(Ok(())) => self.outbox.advance(),
+                    Ok(Ok(())) => {
+                        self.outbox.advance();
+                        self.pending_ends.push(buf.len());
+                    }
                     Ok(Err(e)) => {
                         buf.truncate(mark);
                         if self.outbox.in_flight() > 0 {
@@ -626,8 +680,7 @@ impl Machine {
     pub(crate) fn transmit_done(&mut self, now: Instant, result: TxResult) {
         match result {
             TxResult::Sent => {
-                let c = &mut self.c;
-                self.outbox.confirm(|len| c.sent(len));
+                self.written(now);
                 self.in_flight_control.clear();
                 if let Some(hb) = &mut self.heartbeat {
                     hb.on_outbound(now);
@@ -655,6 +708,81 @@ impl Machine {
         }
         self.trim();
         self.check_flushed(now);
+    }
+
+    /// The bytes of the last `poll_transmit` went out: its frames wait in the window for
+    /// their confirmation, each at the stream offset where it ends.
+    fn written(&mut self, now: Instant) {
+        let base = self.window.written();
+        let len = self.pending_len;
+        self.window.wrote(now, len);
+        let (c, window, ends) = (&mut self.c, &mut self.window, &self.pending_ends);
+        // With TLS a frame's last byte is in one of the records written now: it is
+        // acknowledged at the latest with the last of them.
+        let tls = self.tls.is_some();
+        let mut k = 0;
+        self.outbox.take_written(|frame, deadline| {
+            c.sent(frame.len());
+            if window.is_blind() {
+                c.confirmed(frame.len());
+            } else {
+                let end = match ends.get(k) {
+                    Some(e) if !tls => base + *e as u64,
+                    _ => base + len as u64,
+                };
+                window.push(frame, end, now, deadline);
+            }
+            k += 1;
+        });
+    }
+
+    /// A reading of the acknowledged bytes: the frames it covers are confirmed.
+    fn acked(&mut self, now: Instant, generation: u64, bytes: Option<u64>) {
+        if !self.is_current(generation) || !matches!(self.state, State::Connected | State::Ready) {
+            self.c.ignored += 1;
+            return;
+        }
+        let Some(bytes) = bytes else {
+            self.window.no_reading(now);
+            return;
+        };
+        let c = &mut self.c;
+        if !self
+            .window
+            .acked(now, bytes, |s| c.confirmed(s.frame.len()))
+        {
+            log::debug!("relink: an acknowledged count that cannot be this connection's ignored");
+        }
+        self.check_flushed(now);
+    }
+
+    /// Whether the IO side should read the acknowledged bytes of the current connection.
+    pub(crate) fn wants_acks(&self) -> bool {
+        !self.window.is_empty()
+    }
+
+    /// The frames of a lost connection that were written and not confirmed, by the policy:
+    /// first in line again (resend), or each given back (report).
+    fn redeliver(&mut self) {
+        let frames = self.window.take_all();
+        self.window.reset();
+        match self.cfg.redelivery {
+            Redelivery::Resend => {
+                self.c.resent += frames.len() as u64;
+                for s in frames.into_iter().rev() {
+                    self.outbox.push_front(s.frame, s.deadline);
+                }
+            }
+            Redelivery::Report => {
+                let frames = frames.into_iter().map(|s| s.frame).collect();
+                self.abandon_all(frames, AbandonReason::Unconfirmed);
+            }
+        }
+    }
+
+    /// Nothing left to write or to confirm.
+    fn drained(&self) -> bool {
+        self.outbox.is_empty() && self.window.is_empty()
     }
 
     /// A consistent snapshot at `now`.
@@ -695,6 +823,13 @@ impl Machine {
             events_dropped: 0,
             ignored_inputs: self.c.ignored,
             callback_panics: self.c.callback_panics,
+            frames_confirmed: self.c.confirmed,
+            frames_unconfirmed: self.window.len() as u64,
+            frames_resent: self.c.resent,
+            oldest_unconfirmed: self
+                .window
+                .oldest()
+                .map(|t| now.saturating_duration_since(t)),
         }
     }
 
@@ -771,7 +906,7 @@ impl Machine {
             (_, Ev::Close(deadline)) => {
                 self.closing = true;
                 self.timers.arm(Timer::Close, deadline);
-                if self.outbox.is_empty() {
+                if self.drained() {
                     self.finish(now);
                 }
             }
@@ -1057,6 +1192,7 @@ impl Machine {
             // was up and dropped says nothing against the address.
             self.note_address_failed();
         }
+        self.redeliver();
         if self.cfg.abandon_on_disconnect && matches!(was, State::Connected | State::Ready) {
             let frames = self.outbox.drain();
             self.abandon_all(frames, AbandonReason::ConnectionLost);
@@ -1146,6 +1282,15 @@ impl Machine {
         self.tls = None;
         self.tls_retry = None;
         self.requeue_in_flight();
+        // Written, not confirmed: the peer may have them.
+        let unconfirmed = self
+            .window
+            .take_all()
+            .into_iter()
+            .map(|s| s.frame)
+            .collect();
+        self.abandon_all(unconfirmed, AbandonReason::Unconfirmed);
+        self.window.reset();
         let frames = self.outbox.drain();
         self.abandon_all(frames, AbandonReason::Shutdown);
         self.timers.clear();
@@ -1207,7 +1352,7 @@ impl Machine {
     }
 
     fn check_flushed(&mut self, now: Instant) {
-        if self.closing && self.state != State::Closed && self.outbox.is_empty() {
+        if self.closing && self.state != State::Closed && self.drained() {
             self.step(now, Ev::Flushed);
         }
     }

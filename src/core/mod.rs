@@ -35,5 +35,6 @@ pub(crate) mod predicate;
 pub(crate) mod settings;
 mod timers;
 pub(crate) mod tls;
+pub(crate) mod window;
 
 pub(crate) use endpoints::fmt_addr;

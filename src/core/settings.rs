@@ -9,6 +9,7 @@ use super::framing::BoxedFraming;
 use super::heartbeat::Heartbeat;
 use super::predicate::Predicate;
 use super::tls::TlsSettings;
+use super::window::Redelivery;
 
 /// Handshake reply timeout.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -37,6 +38,10 @@ pub(crate) struct Settings {
     /// TLS on every connection: one session setting per endpoint, in the order of
     /// `endpoints`. None: plain TCP.
     pub tls: Option<Vec<TlsSettings>>,
+    /// Most bytes written and not yet acknowledged by the peer's TCP; 0: no bound.
+    pub window: usize,
+    /// What becomes of unconfirmed frames when their connection drops.
+    pub redelivery: Redelivery,
 }
 
 /// What makes a Connected link Ready (proof of life).

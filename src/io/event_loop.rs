@@ -88,6 +88,11 @@ pub(crate) struct Slot {
     shared: Arc<Shared>,
     /// Routing id and generation of the current dial.
     rid: Option<(Vec<u8>, u64)>,
+    /// The address of the current dial.
+    dialed: Option<SocketAddr>,
+    /// The TCP connection of the current dial, as the monitor reported it: its
+    /// acknowledgements confirm frames.
+    conn: Option<ffi::TcpConn>,
     connected: bool,
     /// ZMQ_IMMEDIATE is set: libzmq then names each connection itself and ignores
     /// ZMQ_CONNECT_ROUTING_ID, so the routing id is learnt from the connect notification.
@@ -227,6 +232,8 @@ impl Slot {
             dropped_unreported: 0,
             stopped: None,
             monitor_mismatch: 0,
+            dialed: None,
+            conn: None,
             resolver: io.resolver,
             timer_at: None,
             queued: false,
@@ -640,6 +647,7 @@ impl Slot {
         }
         self.machine.handle_timeout(now);
         self.carry_out(now);
+        self.read_acks(now);
         more |= self.transmit(now, buf);
         self.publish();
         // Any call into the socket may have taken libzmq's signal for input that is still
@@ -677,6 +685,11 @@ impl Slot {
             let Some((_, generation)) = self.rid else {
                 continue;
             };
+            if event == EVENT_CONNECTED {
+                self.note_connection(now, generation, value);
+            } else if event == EVENT_DISCONNECTED {
+                self.conn = None;
+            }
             match event {
                 EVENT_CONNECT_RETRIED if !self.connected => {
                     self.machine
@@ -711,6 +724,41 @@ impl Slot {
                 _ => {}
             }
         }
+    }
+
+    /// The monitor reported the connection of dial `generation` with its descriptor: keep it
+    /// (and its addresses) to read the peer's acknowledgements from, if it is the dialled
+    /// peer's; otherwise the machine confirms this connection's frames as they are written.
+    fn note_connection(&mut self, now: Instant, generation: u64, fd: u32) {
+        let conn = match (i32::try_from(fd), self.dialed) {
+            (Ok(fd), Some(peer)) => ffi::TcpConn::probe(fd, peer),
+            _ => None,
+        };
+        self.conn = conn;
+        if conn.is_none() {
+            self.machine
+                .handle_input(now, Input::AcksUnavailable { generation });
+            self.carry_out(now);
+        }
+    }
+
+    /// Reads how many bytes the peer acknowledged, while frames wait for it.
+    fn read_acks(&mut self, now: Instant) {
+        if !self.machine.wants_acks() {
+            return;
+        }
+        let Some((_, generation)) = self.rid else {
+            return;
+        };
+        let bytes = self.conn.and_then(|c| c.bytes_acked());
+        if bytes.is_none() {
+            // The descriptor names another connection now (libzmq closed ours): no more
+            // readings from it.
+            self.conn = None;
+        }
+        self.machine
+            .handle_input(now, Input::Acked { generation, bytes });
+        self.carry_out(now);
     }
 
     /// Reads up to the budget; returns true when the budget ran out before the input did.
@@ -860,6 +908,7 @@ impl Slot {
             Ok(()) => {
                 self.rid = Some((rid, generation));
                 self.endpoint = Some(endpoint);
+                self.dialed = Some(addr);
             }
             Err(e) => {
                 self.deliver(Event::Error(LinkError::Zmq {
@@ -892,6 +941,8 @@ impl Slot {
             }
         }
         self.rid = None;
+        self.dialed = None;
+        self.conn = None;
         self.connected = false;
     }
 

@@ -20,6 +20,8 @@ struct Sim {
     disconnects: usize,
     stopped: bool,
     written: Vec<u8>,
+    /// The peer's TCP acknowledges every byte as soon as it is written.
+    auto_ack: bool,
 }
 
 impl Sim {
@@ -36,6 +38,7 @@ impl Sim {
             disconnects: 0,
             stopped: false,
             written: Vec::new(),
+            auto_ack: true,
         }
     }
 
@@ -141,7 +144,19 @@ impl Sim {
             self.written.extend_from_slice(&buf);
             self.m.transmit_done(self.now, TxResult::Sent);
             self.drain();
+            if self.auto_ack {
+                self.ack(self.m.window.written());
+            }
         }
+    }
+
+    /// The peer's TCP acknowledged `bytes` bytes of the current connection.
+    fn ack(&mut self, bytes: u64) {
+        let generation = self.m.generation;
+        self.input(Input::Acked {
+            generation,
+            bytes: Some(bytes),
+        });
     }
 
     fn drain(&mut self) {
