@@ -236,6 +236,7 @@ impl Sim {
 use State::*;
 
 mod tls;
+mod window;
 
 // --- one test per row ---------------------------------------------------------------------
 
