@@ -735,6 +735,10 @@ impl Slot {
             _ => None,
         };
         self.conn = conn;
+        log::trace!(
+            "relink: connection descriptor {fd} of {:?}: {conn:?}",
+            self.dialed
+        );
         if conn.is_none() {
             self.machine
                 .handle_input(now, Input::AcksUnavailable { generation });

@@ -333,7 +333,8 @@ impl TcpConn {
 
 type AddrCall = unsafe extern "C" fn(c_int, *mut libc::sockaddr, *mut libc::socklen_t) -> c_int;
 
-/// The local (`getsockname`) or peer (`getpeername`) address of a socket descriptor.
+/// The local (`getsockname`) or peer (`getpeername`) address of a socket descriptor, a
+/// v4-mapped IPv6 address given as the IPv4 address it maps.
 fn sock_addr(fd: c_int, call: AddrCall) -> Option<std::net::SocketAddr> {
     // SAFETY: sockaddr_storage is plain old data, for which all zeros is valid.
     let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
@@ -363,7 +364,12 @@ fn sock_addr(fd: c_int, call: AddrCall) -> Option<std::net::SocketAddr> {
             let a =
                 unsafe { &*(&ss as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
             let ip = std::net::Ipv6Addr::from(a.sin6_addr.s6_addr);
-            Some(std::net::SocketAddr::from((ip, u16::from_be(a.sin6_port))))
+            let port = u16::from_be(a.sin6_port);
+            // libzmq opens IPv6 sockets for IPv4 peers too: their addresses are v4-mapped.
+            Some(match ip.to_ipv4_mapped() {
+                Some(v4) => std::net::SocketAddr::from((v4, port)),
+                None => std::net::SocketAddr::from((ip, port)),
+            })
         }
         _ => None,
     }
