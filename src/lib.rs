@@ -58,8 +58,9 @@
 //!   (the attempt counter resets only after a connection proved alive and stable).
 //! - Dead-peer detection: [`Heartbeat`] pings, handshake timeouts, TCP keepalive and
 //!   TCP_USER_TIMEOUT as kernel backstops.
-//! - Accounting: every frame given to [`Link::send`] is sent, abandoned with a reason and handed
-//!   back in an [`Event::Abandoned`], or refused at the call with the frame given back.
+//! - Accounting: every frame given to [`Link::send`] is confirmed by the peer's TCP, abandoned
+//!   with a reason and handed back in an [`Event::Abandoned`], or refused at the call with the
+//!   frame given back (see "Confirmed delivery" below).
 //! - Names resolved off every IO thread; several endpoints tried in a per-link order.
 //! - TLS on the link itself ([`Builder::tls`], [`Tls`]): a rustls session per connection
 //!   between the socket's bytes and the framing, the server verified by default (trust roots,
@@ -76,9 +77,26 @@
 //!
 //! # Out of scope
 //! - Servers (relink only dials).
-//! - Delivery guarantees beyond "handed to the socket": bytes in kernel buffers when a
-//!   connection dies are lost, as with any TCP client. End-to-end acknowledgement belongs to
-//!   the protocol on top.
+//! - Delivery guarantees beyond "the peer's kernel has the bytes": a peer that dies with
+//!   acknowledged bytes unread loses them, and only a reply can show that its application read
+//!   a frame. End-to-end acknowledgement belongs to the protocol on top.
+//!
+//! # Confirmed delivery
+//! A frame is *confirmed* once the peer's TCP has acknowledged its last byte: relink writes
+//! (and encrypts) every byte of a connection, so it knows where each frame ends in the stream,
+//! and reads the peer's acknowledged count (`TCP_INFO`, Linux 4.1 or newer) while frames wait.
+//! At most [`Builder::window`] bytes (1 MiB by default) are handed to the socket unconfirmed;
+//! the rest wait in the outbox, counted. When a connection drops, its unconfirmed frames are
+//! written again first on the next one ([`Redelivery::Resend`], the default: at-least-once), or
+//! each is handed back in an [`Event::Abandoned`] with [`AbandonReason::Unconfirmed`]
+//! ([`Redelivery::Report`]: at-most-once, "may have been received"). [`Link::close`] waits
+//! for the confirmations until its deadline. [`Metrics::frames_confirmed`],
+//! [`Metrics::frames_unconfirmed`], [`Metrics::frames_resent`] and
+//! [`Metrics::oldest_unconfirmed`] show it; `frames_sent` counts hand-offs to the socket.
+//!
+//! What "confirmed" proves: the peer's machine received the bytes. What it does not: that the
+//! peer's application read them (a peer killed with bytes unread in its kernel loses them), or
+//! acted on them; only a reply can show that.
 //!
 //! # States
 //! A link is always in one [`State`]. The state machine changes it on an *input*: something
