@@ -225,7 +225,8 @@
 //! src/core/        sans-IO policy: machine (transition table), timers, endpoints (order, DNS
 //!                  cache), counters, backoff, heartbeat, outbox, framing (the trait and the
 //!                  built-ins), codec, tls (the session of one connection), endpoint,
-//!                  predicate, settings, guard (every call into application code)
+//!                  predicate, settings, guard (every call into application code),
+//!                  window (frames written and not yet acknowledged by the peer's TCP)
 //! ```
 #![warn(missing_docs, missing_debug_implementations)]
 #![deny(unsafe_code)]
