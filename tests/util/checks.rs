@@ -1,7 +1,7 @@
 //! Frames and their accounting: sending numbered frames, reading the numbers back, and the
-//! checks every fault scenario ends with (each frame once and in order, `submitted = confirmed
-//! + unconfirmed + abandoned + rejected + queued`, Abandoned events that match the counters, a
-//! bounded close).
+//! checks every fault scenario ends with (each frame once and in order, `submitted =
+//! confirmed + unconfirmed + abandoned + rejected + queued`, Abandoned events that match the
+//! counters, a bounded close).
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
