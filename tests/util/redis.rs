@@ -18,6 +18,8 @@ pub struct RedisServer {
     port: u16,
     child: Option<Child>,
     log: PathBuf,
+    /// Options given after the defaults (they override them).
+    extra: Vec<String>,
 }
 
 fn find_on_path(name: &str) -> Option<PathBuf> {
@@ -64,6 +66,11 @@ impl RedisServer {
     /// None when `redis-server` is not on PATH. Panics if it is there but does not come
     /// up (answer PING) within 10 s.
     pub fn start() -> Option<RedisServer> {
+        RedisServer::start_with(&[])
+    }
+
+    /// `start` with these options after the defaults, e.g. `["--appendonly", "yes"]`.
+    pub fn start_with(extra: &[&str]) -> Option<RedisServer> {
         let binary = find_on_path("redis-server")?;
         let port = free_port();
         let mut server = RedisServer {
@@ -74,6 +81,7 @@ impl RedisServer {
                 "relink-test-redis-{}-{port}.log",
                 std::process::id()
             )),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
         };
         server.launch();
         Some(server)
@@ -90,6 +98,7 @@ impl RedisServer {
             .arg(std::env::temp_dir())
             .arg("--logfile")
             .arg(&self.log)
+            .args(&self.extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
