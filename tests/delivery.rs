@@ -398,3 +398,142 @@ fn a_redis_server_killed_twice_mid_stream_loses_no_write_beyond_what_its_kernel_
     );
     let _ = std::fs::remove_dir_all(std::env::temp_dir().join(&aof));
 }
+
+// ----- a blackhole route added mid-stream ------------------------------------------------------
+
+#[test]
+#[ignore = "needs root and network namespaces"]
+fn a_blackhole_mid_stream_loses_nothing_unreported_and_resends_what_was_not_confirmed() {
+    use util::netns;
+    let _ = env_logger::builder().is_test(true).try_init();
+    let pair = netns::netns_pair();
+    let port = 7003;
+    // Each connection: socat runs `tee` on it, which echoes every byte (life for the
+    // heartbeat) and records it in a file of its own.
+    let dir = std::env::temp_dir().join(format!("relink-delivery-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let record = format!("SYSTEM:tee {}/conn-$$", dir.display());
+    let _peer = pair
+        .spawn(
+            &pair.b,
+            "socat",
+            &[format!("TCP-LISTEN:{port},reuseaddr,fork"), record],
+            &[],
+        )
+        .expect("socat in namespace B");
+    assert!(pair.wait_listening(&pair.b, port, T), "the peer listens");
+    let endpoint = format!("tcp://{}:{port}", pair.addr_b);
+    let link = netns::build_in_namespace(&pair.a, move |ctx| {
+        let hb = relink::Heartbeat::new(
+            Duration::from_millis(200),
+            relink::Ping::Raw(b"ping\n".to_vec()),
+        )
+        .max_missed(2)
+        .reply(relink::Predicate::new(|f| f == b"ping"));
+        Link::builder(&endpoint)
+            .context(ctx)
+            .codec(Codec::lines())
+            .heartbeat(hb)
+            .overflow(Overflow::Block(T))
+            .connect_timeout(Duration::from_millis(1000))
+            .backoff(Duration::from_millis(50), Duration::from_millis(400))
+    });
+    let collector = {
+        let events = link.events().clone();
+        thread::spawn(move || {
+            let mut reported = Vec::new();
+            let deadline = Instant::now() + 3 * T;
+            while Instant::now() < deadline {
+                match events.recv_timeout(Duration::from_millis(100)) {
+                    Ok(Event::Abandoned { frame, .. }) => reported.push(seq(&frame)),
+                    Ok(Event::State(t)) if t.to == relink::State::Closed => break,
+                    Ok(_) | Err(relink::RecvTimeoutError::Timeout) => {}
+                    Err(_) => break,
+                }
+            }
+            reported
+        })
+    };
+    let producer = {
+        let link = link.clone();
+        thread::spawn(move || {
+            for n in 0..N {
+                link.send(frame(n)).expect("accepted");
+            }
+        })
+    };
+    assert!(
+        wait_for(T, || (link.metrics().frames_confirmed >= N / 4)
+            .then_some(()))
+        .is_some(),
+        "frames flow"
+    );
+    pair.blackhole_b_in_a().expect("add the blackhole route");
+    let resent = || link.metrics().frames_resent;
+    assert!(
+        wait_for(T, || (resent() > 0 || link.state() != relink::State::Ready)
+            .then_some(()))
+        .is_some(),
+        "the heartbeat declares the connection dead"
+    );
+    thread::sleep(Duration::from_millis(300));
+    pair.clear_blackhole().expect("remove the blackhole route");
+    producer.join().unwrap();
+    let settled = |m: &relink::Metrics| m.frames_confirmed + m.abandoned.total() == N;
+    assert!(
+        wait_for(2 * T, || settled(&link.metrics()).then_some(())).is_some(),
+        "every frame confirmed or reported: {:?}",
+        link.metrics()
+    );
+    // The peer's files hold what its application read; give tee a moment to write the last.
+    let read_all = || -> Vec<u64> {
+        let mut got = Vec::new();
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let bytes = std::fs::read(e.unwrap().path()).unwrap();
+            got.extend(
+                decode_lines(&bytes)
+                    .0
+                    .iter()
+                    .filter(|l| l.starts_with(b"seq-"))
+                    .map(|l| seq(l)),
+            );
+        }
+        got
+    };
+    let _ = wait_for(T, || {
+        let got: HashSet<u64> = read_all().into_iter().collect();
+        (got.len() as u64 >= N).then_some(())
+    });
+    let m = link.close(Duration::from_secs(1));
+    let reported = collector.join().unwrap();
+    let got = read_all();
+    let _ = std::fs::remove_dir_all(&dir);
+    let dups = duplicates(&got);
+    let seen: HashSet<u64> = got
+        .iter()
+        .copied()
+        .chain(reported.iter().copied())
+        .collect();
+    let lost: Vec<u64> = (0..N).filter(|n| !seen.contains(n)).collect();
+    eprintln!(
+        "blackhole: peer read {} frames ({} twice), reported {}, resent {}, lost without a \
+         report {}",
+        got.len(),
+        dups.len(),
+        reported.len(),
+        m.frames_resent,
+        lost.len()
+    );
+    assert_eq!(m.unaccounted(), 0, "{m:?}");
+    assert!(
+        lost.is_empty(),
+        "lost without a report: {:?}",
+        &lost[..lost.len().min(20)]
+    );
+    assert!(
+        dups.len() as u64 <= m.frames_resent,
+        "{} twice, {} resent",
+        dups.len(),
+        m.frames_resent
+    );
+}
