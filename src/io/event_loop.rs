@@ -687,8 +687,6 @@ impl Slot {
             };
             if event == EVENT_CONNECTED {
                 self.note_connection(now, generation, value);
-            } else if event == EVENT_DISCONNECTED {
-                self.conn = None;
             }
             match event {
                 EVENT_CONNECT_RETRIED if !self.connected => {
@@ -704,6 +702,7 @@ impl Slot {
                     // is paused the notification waits behind unread data, and libzmq's own
                     // redial would hand the queue to a new connection: act on the monitor.
                     self.connected = false;
+                    self.last_acks(now);
                     self.machine
                         .handle_input(now, Input::Disconnected { generation });
                     self.carry_out(now);
@@ -734,12 +733,13 @@ impl Slot {
             (Ok(fd), Some(peer)) => ffi::TcpConn::probe(fd, peer),
             _ => None,
         };
-        self.conn = conn;
         log::trace!(
             "relink: connection descriptor {fd} of {:?}: {conn:?}",
             self.dialed
         );
-        if conn.is_none() {
+        let unmatched = conn.is_none();
+        self.conn = conn;
+        if unmatched {
             self.machine
                 .handle_input(now, Input::AcksUnavailable { generation });
             self.carry_out(now);
@@ -754,15 +754,18 @@ impl Slot {
         let Some((_, generation)) = self.rid else {
             return;
         };
-        let bytes = self.conn.and_then(|c| c.bytes_acked());
-        if bytes.is_none() {
-            // The descriptor names another connection now (libzmq closed ours): no more
-            // readings from it.
-            self.conn = None;
-        }
+        let bytes = self.conn.as_ref().and_then(ffi::TcpConn::bytes_acked);
         self.machine
             .handle_input(now, Input::Acked { generation, bytes });
         self.carry_out(now);
+    }
+
+    /// The connection dropped: one last reading (the descriptor is our own duplicate, still
+    /// open), so that only frames the peer really did not acknowledge are resent or reported;
+    /// then the duplicate is closed.
+    fn last_acks(&mut self, now: Instant) {
+        self.read_acks(now);
+        self.conn = None;
     }
 
     /// Reads up to the budget; returns true when the budget ran out before the input did.
@@ -811,6 +814,7 @@ impl Slot {
                 let input = if self.connected {
                     Input::Connected { generation }
                 } else {
+                    self.last_acks(now);
                     Input::Disconnected { generation }
                 };
                 self.machine.handle_input(now, input);

@@ -277,46 +277,42 @@ impl Drop for Epoll {
     }
 }
 
-/// One TCP connection libzmq opened, known by its descriptor and the two addresses it had when
-/// the monitor reported it. libzmq closes descriptors at a drop and reuses their numbers, so
-/// every reading first checks that the descriptor still names the same connection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// One TCP connection libzmq opened, held through a duplicate of its descriptor: the socket
+/// stays the same object however libzmq closes or reuses its own number, and a last reading
+/// can be taken after libzmq let the connection go. Dropping it closes the duplicate (the
+/// connection itself closes once libzmq has closed its descriptor too).
+#[derive(Debug)]
 pub(super) struct TcpConn {
-    fd: c_int,
-    local: std::net::SocketAddr,
-    peer: std::net::SocketAddr,
+    fd: std::os::fd::OwnedFd,
 }
 
 impl TcpConn {
     /// The connection behind `fd` (the value of the monitor's ZMQ_EVENT_CONNECTED), if it is a
     /// connected TCP socket whose peer is `peer`.
     pub(super) fn probe(fd: i32, peer: std::net::SocketAddr) -> Option<TcpConn> {
-        let local = sock_addr(fd, libc::getsockname)?;
-        let found = sock_addr(fd, libc::getpeername)?;
-        (found == peer).then_some(TcpConn {
-            fd,
-            local,
-            peer: found,
-        })
+        sock_addr(fd, libc::getsockname)?;
+        if sock_addr(fd, libc::getpeername)? != peer {
+            return None;
+        }
+        // SAFETY: `fd` is open (getpeername just succeeded on it) and is only borrowed for
+        // the duplication, which makes a descriptor of our own (F_DUPFD_CLOEXEC).
+        let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+        let fd = borrowed.try_clone_to_owned().ok()?;
+        Some(TcpConn { fd })
     }
 
     /// Payload bytes the peer's kernel acknowledged (`tcpi_bytes_acked − 1`: the SYN counts
-    /// one), or `None` when the descriptor no longer names this connection or the kernel does
-    /// not report the field (Linux before 4.1).
+    /// one), or `None` when the kernel does not report the field (Linux before 4.1).
     pub(super) fn bytes_acked(&self) -> Option<u64> {
-        if sock_addr(self.fd, libc::getsockname)? != self.local
-            || sock_addr(self.fd, libc::getpeername)? != self.peer
-        {
-            return None;
-        }
+        use std::os::fd::AsRawFd;
         // SAFETY: tcp_info is plain old data (integers only), for which all zeros is valid.
         let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
         let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
-        // SAFETY: `info` is valid for writes of `len` bytes and `len` is valid for writes; the
-        // kernel writes at most `len` bytes and stores how many it wrote in `len`.
+        // SAFETY: the descriptor is ours and open; `info` is valid for writes of `len` bytes
+        // and `len` for writes; the kernel writes at most `len` bytes and stores the count.
         let rc = unsafe {
             libc::getsockopt(
-                self.fd,
+                self.fd.as_raw_fd(),
                 libc::IPPROTO_TCP,
                 libc::TCP_INFO,
                 (&mut info as *mut libc::tcp_info).cast(),
