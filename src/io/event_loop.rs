@@ -643,6 +643,10 @@ impl Slot {
         self.read_monitor(now);
         let mut more = false;
         if self.pending.is_empty() {
+            // Acknowledgements first: a reply (or garbage that fails the connection) comes
+            // after the peer's kernel acknowledged what it answers, so the frames it answers
+            // are confirmed before anything the reply causes.
+            self.read_acks(now);
             more |= self.read_socket(now);
         }
         self.machine.handle_timeout(now);
@@ -730,7 +734,10 @@ impl Slot {
     /// peer's; otherwise the machine confirms this connection's frames as they are written.
     fn note_connection(&mut self, now: Instant, generation: u64, fd: u32) {
         let conn = match (i32::try_from(fd), self.dialed) {
-            (Ok(fd), Some(peer)) => ffi::TcpConn::probe(fd, peer),
+            // A kernel that does not report the count (before Linux 4.1) counts as unmatched.
+            (Ok(fd), Some(peer)) => {
+                ffi::TcpConn::probe(fd, peer).filter(|c| c.bytes_acked().is_some())
+            }
             _ => None,
         };
         log::trace!(
