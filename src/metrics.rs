@@ -164,8 +164,9 @@ pub struct Metrics {
     pub frames_confirmed: u64,
     /// Frames handed to the socket and not yet confirmed, now.
     pub frames_unconfirmed: u64,
-    /// Frames written again on a new connection after theirs dropped unconfirmed
-    /// (`Redelivery::Resend`); each is also counted again in `frames_sent`.
+    /// Frames put back first in the outbox, to be written again, because their connection
+    /// dropped before they were confirmed (`Redelivery::Resend`); each counts again in
+    /// `frames_sent` when it is written (a deadline may still end it first).
     pub frames_resent: u64,
     /// How long ago the oldest unconfirmed frame was handed to the socket.
     pub oldest_unconfirmed: Option<Duration>,
