@@ -139,7 +139,8 @@ async fn collect(
 fn print_accounting(m: &Metrics) {
     println!("accounting:");
     println!("  frames submitted  {}", m.frames_submitted);
-    println!("  frames sent       {}", m.frames_sent);
+    println!("  frames confirmed  {}", m.frames_confirmed);
+    println!("  unconfirmed now   {}", m.frames_unconfirmed);
     println!("  frames abandoned  {}", m.abandoned.total());
     println!("  frames refused    {}", m.frames_rejected);
     println!("  still queued      {}", m.outbox_frames);
@@ -148,9 +149,8 @@ fn print_accounting(m: &Metrics) {
     println!("  reconnects        {}", m.reconnects);
     println!("  last outage       {:?}", m.last_outage);
     println!(
-        "  submitted = sent + abandoned + refused + queued: {}",
-        m.frames_submitted
-            == m.frames_sent + m.abandoned.total() + m.frames_rejected + m.outbox_frames
+        "  submitted = confirmed + unconfirmed + abandoned + refused + queued: {}",
+        m.unaccounted() == 0
     );
 }
 

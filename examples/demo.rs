@@ -86,9 +86,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     println!(
-        "demo: done: {} frames submitted, {} sent, {} received, {} connects, {} reconnects, last outage {:?}, rtt {:?}, {} abandoned",
+        "demo: done: {} frames submitted, {} confirmed, {} received, {} connects, {} reconnects, last outage {:?}, rtt {:?}, {} abandoned",
         m.frames_submitted,
-        m.frames_sent,
+        m.frames_confirmed,
         m.frames_received,
         m.connects,
         m.reconnects,
@@ -96,11 +96,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         m.last_rtt,
         m.abandoned.total()
     );
-    if m.frames_received < m.frames_sent {
+    if m.frames_received < m.frames_confirmed {
         println!(
-            "demo: {} frame(s) handed to the socket as the peer went down were lost with that \
-             connection, as with any TCP client; every other outcome is counted above",
-            m.frames_sent - m.frames_received
+            "demo: {} frame(s) the peer's kernel acknowledged were never echoed: the peer went \
+             down before its application read them; every other outcome is counted above",
+            m.frames_confirmed - m.frames_received
         );
     }
     if let Some(p) = peer {

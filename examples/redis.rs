@@ -172,13 +172,13 @@ fn run() -> Result<bool, String> {
     }
 
     let abandoned = m.abandoned.total();
-    let adds_up =
-        m.frames_submitted == m.frames_sent + abandoned + m.frames_rejected + m.outbox_frames;
+    let adds_up = m.unaccounted() == 0;
     println!();
     println!(
-        "submitted {} = sent {} + abandoned {} + rejected {} + queued {}: {}",
+        "submitted {} = confirmed {} + unconfirmed {} + abandoned {} + rejected {} + queued {}: {}",
         m.frames_submitted,
-        m.frames_sent,
+        m.frames_confirmed,
+        m.frames_unconfirmed,
         abandoned,
         m.frames_rejected,
         m.outbox_frames,
@@ -190,12 +190,12 @@ fn run() -> Result<bool, String> {
     );
     println!(
         "replies received {} (parsed {}, of which redis errors {}; unparsable {}); \
-         sent without a reply: {} (in flight when redis-server was killed)",
+         confirmed without a reply: {} (in redis-server's kernel unread when it was killed)",
         replies.received,
         replies.parsed,
         replies.errors,
         replies.unparsable,
-        m.frames_sent.saturating_sub(replies.received)
+        m.frames_confirmed.saturating_sub(replies.received)
     );
     println!(
         "connects {}, reconnects {}, heartbeats sent {}, last round trip {:?}, refused at send {refused}",

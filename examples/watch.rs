@@ -312,10 +312,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     screen.status(&m, refused.load(Ordering::Relaxed));
     screen.end();
     println!(
-        "done: {} submitted = {} sent + {} refused + {} abandoned + {} queued; {} received; \
+        "done: {} submitted = {} confirmed + {} refused + {} abandoned + {} queued; {} received; \
          {} connects, {} reconnects, last outage {}",
         m.frames_submitted,
-        m.frames_sent,
+        m.frames_confirmed,
         m.frames_rejected,
         m.abandoned.total(),
         m.outbox_frames,

@@ -10,9 +10,10 @@ use crate::core::backoff::{BackoffConfig, Jitter};
 use crate::core::endpoint::{Endpoint, Host};
 use crate::core::framing::{BoxedFraming, Framing, Raw};
 use crate::core::heartbeat::{Heartbeat, Ping};
-use crate::core::requests::{Correlation, Redelivery, RequestSettings};
+use crate::core::requests::{Correlation, RequestSettings};
 use crate::core::settings::{ProofOfLife, Settings};
 use crate::core::tls::TlsSettings;
+use crate::core::window::Redelivery;
 use crate::error::ConfigError;
 use crate::io::{Context, IoPool, Keepalive, Resolver, SocketOptions};
 use crate::tls::Tls;
@@ -61,6 +62,8 @@ pub mod defaults {
     /// Largest zmq message relink builds by coalescing frames.
     pub const BATCH_BYTES: usize = 64 * 1024;
     pub use crate::core::requests::{REQUEST_TIMEOUT, REQUEST_WINDOW_BYTES, REQUEST_WINDOW_FRAMES};
+    /// Most bytes handed to the socket and not yet acknowledged by the peer's TCP, per link.
+    pub const WINDOW: usize = 1024 * 1024;
     pub use crate::io::MAX_SOCKETS;
     /// A call into application code this long or longer is reported as slow.
     pub const SLOW_CALLBACK: Duration = Duration::from_millis(100);
@@ -188,6 +191,8 @@ impl Builder {
                     // Set by `into_config`: the name given, or the first endpoint.
                     name: Arc::from(""),
                     config_retry: None,
+                    window: defaults::WINDOW,
+                    redelivery: Redelivery::Resend,
                 },
                 rng_seed: None,
                 socket: SocketOptions {
@@ -690,6 +695,44 @@ impl Builder {
     /// Largest zmq message built by coalescing small frames. Defaults to 64 KiB.
     pub fn batch_bytes(mut self, n: usize) -> Builder {
         self.config.core.batch_bytes = n;
+        self
+    }
+
+    /// Most bytes the link hands to the socket that the peer's TCP has not acknowledged yet;
+    /// frames beyond it wait in the outbox, counted, instead of in libzmq's pipe and the
+    /// kernel's buffer, where a drop would take them. At least one batch is always allowed.
+    /// `0` sets no bound (frames are still confirmed, resent or reported). Defaults to 1 MiB.
+    ///
+    /// Frames stay in the outbox's count (and its limits) until they are confirmed, so
+    /// [`Overflow::Block`] pushes back on a producer faster than the peer's kernel takes the
+    /// bytes. See the example on [`Builder::redelivery`].
+    pub fn window(mut self, bytes: usize) -> Builder {
+        self.config.core.window = bytes;
+        self
+    }
+
+    /// What becomes of frames handed to the socket and not yet confirmed when their
+    /// connection drops: [`Redelivery::Resend`] (at-least-once) or [`Redelivery::Report`]
+    /// (at-most-once). Defaults to `Resend`.
+    ///
+    /// # Examples
+    /// ```
+    /// use std::time::Duration;
+    /// use relink::{Link, Redelivery};
+    ///
+    /// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    /// // Non-idempotent commands: a frame the peer may have taken comes back in an event.
+    /// let link = Link::builder(&format!("tcp://127.0.0.1:{port}"))
+    ///     .window(256 * 1024)
+    ///     .redelivery(Redelivery::Report)
+    ///     .build()?;
+    /// link.send("INCR hits\r\n")?;
+    /// let m = link.close(Duration::from_millis(50));
+    /// assert_eq!(m.unaccounted(), 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn redelivery(mut self, policy: Redelivery) -> Builder {
+        self.config.core.redelivery = policy;
         self
     }
 

@@ -220,6 +220,10 @@ pub enum AbandonReason {
     /// [`check`](crate::framing::Framing::check) accepted it at `send` (a framing whose `check` and
     /// `encode` disagree).
     Unencodable,
+    /// It was handed to the socket and its connection dropped before the peer's TCP
+    /// acknowledged its last byte, with [`Redelivery::Report`](crate::Redelivery::Report)
+    /// (or the link closed then): the peer may have received it.
+    Unconfirmed,
 }
 
 impl AbandonReason {
@@ -231,6 +235,7 @@ impl AbandonReason {
             AbandonReason::Shutdown => "shutdown",
             AbandonReason::ConnectionLost => "connection-lost",
             AbandonReason::Unencodable => "unencodable",
+            AbandonReason::Unconfirmed => "unconfirmed",
         }
     }
 }

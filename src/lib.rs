@@ -62,8 +62,9 @@
 //!   (the attempt counter resets only after a connection proved alive and stable).
 //! - Dead-peer detection: [`Heartbeat`] pings, handshake timeouts, TCP keepalive and
 //!   TCP_USER_TIMEOUT as kernel backstops.
-//! - Accounting: every frame given to [`Link::send`] is sent, abandoned with a reason and handed
-//!   back in an [`Event::Abandoned`], or refused at the call with the frame given back.
+//! - Accounting: every frame given to [`Link::send`] is confirmed by the peer's TCP, abandoned
+//!   with a reason and handed back in an [`Event::Abandoned`], or refused at the call with the
+//!   frame given back (see "Confirmed delivery" below).
 //! - One way in: every `send*` call, blocking or async, frame or [`Batch`], takes the same
 //!   path (admission against the outbox limits, then the link's intake buffer, which the IO
 //!   thread takes whole), with [`SendOptions`] for the wait and a per-frame deadline; frames
@@ -96,9 +97,26 @@
 //!
 //! # Out of scope
 //! - Servers (relink only dials).
-//! - Delivery guarantees beyond "handed to the socket": bytes in kernel buffers when a
-//!   connection dies are lost, as with any TCP client. End-to-end acknowledgement belongs to
-//!   the protocol on top.
+//! - Delivery guarantees beyond "the peer's kernel has the bytes": a peer that dies with
+//!   acknowledged bytes unread loses them, and only a reply can show that its application read
+//!   a frame. End-to-end acknowledgement belongs to the protocol on top.
+//!
+//! # Confirmed delivery
+//! A frame is *confirmed* once the peer's TCP has acknowledged its last byte: relink writes
+//! (and encrypts) every byte of a connection, so it knows where each frame ends in the stream,
+//! and reads the peer's acknowledged count (`TCP_INFO`, Linux 4.1 or newer) while frames wait.
+//! At most [`Builder::window`] bytes (1 MiB by default) are handed to the socket unconfirmed;
+//! the rest wait in the outbox, counted. When a connection drops, its unconfirmed frames are
+//! written again first on the next one ([`Redelivery::Resend`], the default: at-least-once), or
+//! each is handed back in an [`Event::Abandoned`] with [`AbandonReason::Unconfirmed`]
+//! ([`Redelivery::Report`]: at-most-once, "may have been received"). [`Link::close`] waits
+//! for the confirmations until its deadline. [`Metrics::frames_confirmed`],
+//! [`Metrics::frames_unconfirmed`], [`Metrics::frames_resent`] and
+//! [`Metrics::oldest_unconfirmed`] show it; `frames_sent` counts hand-offs to the socket.
+//!
+//! What "confirmed" proves: the peer's machine received the bytes. What it does not: that the
+//! peer's application read them (a peer killed with bytes unread in its kernel loses them), or
+//! acted on them; only a reply can show that.
 //!
 //! # States
 //! A link is always in one [`State`]. The state machine changes it on an *input*: something
@@ -295,8 +313,9 @@
 //! src/core/        sans-IO policy: machine (transition table), timers, endpoints (order, DNS
 //!                  cache), counters, backoff, heartbeat, outbox, framing (the trait and the
 //!                  built-ins, public as `relink::framing`), tls (the session of one
-//!                  connection), endpoint,
-//!                  predicate, settings, guard (every call into application code)
+//!                  connection), endpoint, predicate, settings, guard (every call into
+//!                  application code), window (frames written and not yet acknowledged by
+//!                  the peer's TCP)
 //! ```
 #![warn(missing_docs, missing_debug_implementations)]
 #![deny(unsafe_code)]
@@ -327,8 +346,9 @@ pub use crate::core::endpoint::Endpoint;
 pub use crate::core::framing;
 pub use crate::core::heartbeat::{Heartbeat, Ping};
 pub use crate::core::predicate::Predicate;
-pub use crate::core::requests::{Correlation, IdReader, Redelivery};
+pub use crate::core::requests::{Correlation, IdReader};
 pub use crate::core::settings::ProofOfLife;
+pub use crate::core::window::Redelivery;
 pub use batch::{Batch, BatchIter};
 pub use builder::{defaults, Builder, Overflow};
 /// The `bytes` crate, whose [`Bytes`](bytes::Bytes) carries received frames and whose

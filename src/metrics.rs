@@ -38,12 +38,20 @@ pub struct Abandoned {
     pub connection_lost: u64,
     /// Refused by the framing's encode after its check accepted them.
     pub unencodable: u64,
+    /// Handed to the socket and not confirmed when their connection dropped, with
+    /// `Redelivery::Report`, or when the link closed: the peer may have received them.
+    pub unconfirmed: u64,
 }
 
 impl Abandoned {
     /// All reasons together.
     pub fn total(&self) -> u64 {
-        self.expired + self.overflow + self.shutdown + self.connection_lost + self.unencodable
+        self.expired
+            + self.overflow
+            + self.shutdown
+            + self.connection_lost
+            + self.unencodable
+            + self.unconfirmed
     }
 }
 
@@ -61,8 +69,10 @@ impl std::ops::AddAssign for Abandoned {
 
 /// A snapshot of a link, taken by [`Link::metrics`](crate::Link::metrics).
 ///
-/// The frame counters are exact at the moment of the snapshot:
-/// `frames_submitted == frames_sent + abandoned.total() + frames_rejected + outbox_frames`.
+/// The frame counters are exact at the moment of the snapshot: `frames_submitted ==
+/// frames_confirmed + frames_unconfirmed + abandoned.total() + frames_rejected +
+/// outbox_frames`. `frames_sent` counts hand-offs to the socket, a step on the way (a resent
+/// frame is handed over twice).
 ///
 /// # Examples
 /// Every frame given to the link is in exactly one counter:
@@ -82,7 +92,7 @@ impl std::ops::AddAssign for Abandoned {
 /// assert_eq!((m.frames_submitted, m.frames_rejected, m.outbox_frames), (3, 1, 2));
 /// assert_eq!(m.unaccounted(), 0);
 /// let m = link.close(Duration::from_millis(50));
-/// assert_eq!((m.abandoned.shutdown, m.outbox_frames, m.frames_sent), (2, 0, 0));
+/// assert_eq!((m.abandoned.shutdown, m.outbox_frames, m.frames_confirmed), (2, 0, 0));
 /// assert_eq!(m.unaccounted(), 0);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
@@ -127,7 +137,8 @@ pub struct Metrics {
     pub peer_addr: Option<SocketAddr>,
     /// Frames accepted by `send` (and its variants), plus those it refused.
     pub frames_submitted: u64,
-    /// Frames handed to the socket.
+    /// Frames handed to the socket (a resent frame counts each time); see
+    /// [`frames_confirmed`](Metrics::frames_confirmed) for what reached the peer.
     pub frames_sent: u64,
     /// Frame payload bytes handed to the socket.
     pub bytes_sent: u64,
@@ -135,7 +146,8 @@ pub struct Metrics {
     pub frames_rejected: u64,
     /// Frames abandoned after they were accepted, by reason.
     pub abandoned: Abandoned,
-    /// Frames waiting to be sent.
+    /// Frames waiting to be sent (resent ones included); frames handed to the socket and
+    /// not yet confirmed are in [`frames_unconfirmed`](Metrics::frames_unconfirmed).
     pub outbox_frames: u64,
     /// Payload bytes waiting to be sent.
     pub outbox_bytes: u64,
@@ -189,15 +201,28 @@ pub struct Metrics {
     /// ([`Cause::TlsRejected`](crate::Cause::TlsRejected): wrong name, unknown issuer, our
     /// certificate refused), each retried after `config_failure_retry`.
     pub tls_rejected: u64,
+    /// Frames whose last byte the peer's TCP acknowledged (on a connection whose
+    /// acknowledgements could not be read: frames handed to the socket).
+    pub frames_confirmed: u64,
+    /// Frames handed to the socket and not yet confirmed, now.
+    pub frames_unconfirmed: u64,
+    /// Frames put back first in the outbox, to be written again, because their connection
+    /// dropped before they were confirmed (`Redelivery::Resend`); each counts again in
+    /// `frames_sent` when it is written (a deadline may still end it first).
+    pub frames_resent: u64,
+    /// How long ago the oldest unconfirmed frame was handed to the socket.
+    pub oldest_unconfirmed: Option<Duration>,
 }
 
 impl Metrics {
-    /// `submitted − (sent + abandoned + rejected + queued)`: zero in every snapshot.
+    /// `submitted − (confirmed + unconfirmed + abandoned + rejected + queued)`: zero in every
+    /// snapshot.
     ///
     /// See the example on [`Metrics`].
     pub fn unaccounted(&self) -> i128 {
         self.frames_submitted as i128
-            - (self.frames_sent as i128
+            - (self.frames_confirmed as i128
+                + self.frames_unconfirmed as i128
                 + self.abandoned.total() as i128
                 + self.frames_rejected as i128
                 + self.outbox_frames as i128)
@@ -240,6 +265,10 @@ impl Metrics {
             verdicts_deferred: 0,
             down_for: None,
             tls_rejected: 0,
+            frames_confirmed: 0,
+            frames_unconfirmed: 0,
+            frames_resent: 0,
+            oldest_unconfirmed: None,
         }
     }
 }

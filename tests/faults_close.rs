@@ -55,8 +55,12 @@ fn close_in(link: &Link, w: &mut Watch, state: State, what: &str) -> Duration {
         "{what}: {:?}",
         w.abandoned
     );
-    assert_each_once_in_order(&back, m.frames_sent..5, what);
-    assert_eq!(m.frames_sent + m.abandoned.shutdown, 5, "{what}: {m:?}");
+    assert_each_once_in_order(&back, m.frames_confirmed..5, what);
+    assert_eq!(
+        m.frames_confirmed + m.abandoned.shutdown,
+        5,
+        "{what}: {m:?}"
+    );
     let last = w.transitions.last().map(|(_, t)| t.clone());
     assert!(
         matches!(&last, Some(t) if t.to == State::Closed && t.cause == Cause::Closed),

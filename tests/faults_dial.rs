@@ -103,7 +103,11 @@ fn a_link_refused_for_three_seconds_retries_with_growing_delays_and_delivers_eve
     assert_each_once_in_order(&line_seqs(&peer.received_all()), 0..sent, "refused");
     assert_accounted(&m, "refused");
     assert_abandoned_match(&m, &w.abandoned, "refused");
-    assert_eq!((m.frames_sent, m.abandoned.total()), (sent, 0), "{m:?}");
+    assert_eq!(
+        (m.frames_confirmed, m.abandoned.total()),
+        (sent, 0),
+        "{m:?}"
+    );
     eprintln!(
         "measured: refused 3 s: {} refused attempts, attempts {attempts:?}, delays {delays:?}; \
          slowest refusal noticed in {refusal:?} (bound {refusal_bound:?}); {sent} frames \
@@ -241,10 +245,14 @@ fn a_flapping_peer_gets_growing_gaps_and_a_never_reset_attempt_counter_then_a_st
         missing.is_empty(),
         "sent to the echoing peer, never arrived: {missing:?}"
     );
-    let lost = m.frames_sent - at_peer.len() as u64;
+    let lost = m.frames_confirmed - at_peer.len() as u64;
     assert_accounted(&m, "flapping");
     assert_abandoned_match(&m, &w.abandoned, "flapping");
-    assert_eq!((m.frames_sent, m.abandoned.total()), (next, 0), "{m:?}");
+    assert_eq!(
+        (m.frames_confirmed, m.abandoned.total()),
+        (next, 0),
+        "{m:?}"
+    );
     eprintln!(
         "measured: flapping: {} flaps, attempts {attempts:?}, gaps between dials {gaps:?}; \
          slowest close noticed in {detect:?} (bound {CLOSE_DETECT:?}); {lost} of {next} frames \
@@ -321,7 +329,11 @@ fn a_host_name_that_does_not_resolve_backs_off_with_cause_dns_while_another_link
     let (me, _) = we.close(&echo, ms(500), "dns: echo link");
     assert_accounted(&md, "dns");
     assert_abandoned_match(&md, &wd.abandoned, "dns");
-    assert_eq!((md.frames_sent, md.abandoned.shutdown), (0, 5), "{md:?}");
+    assert_eq!(
+        (md.frames_confirmed, md.abandoned.shutdown),
+        (0, 5),
+        "{md:?}"
+    );
     assert_accounted(&me, "dns: echo link");
     assert_each_once_in_order(&seqs_of(&we.frames, &[]), 0..n, "dns: echo link");
     eprintln!(

@@ -79,7 +79,7 @@ fn a_dial_whose_syn_is_never_answered_backs_off_with_connect_timeout_within_the_
     let (m, _) = w.close(&link, ms(200), "connect timeout");
     assert_accounted(&m, "connect timeout");
     assert_abandoned_match(&m, &w.abandoned, "connect timeout");
-    assert_eq!((m.frames_sent, m.abandoned.shutdown), (0, 3), "{m:?}");
+    assert_eq!((m.frames_confirmed, m.abandoned.shutdown), (0, 3), "{m:?}");
     let back: Vec<u64> = abandoned_seqs(&w.abandoned);
     assert_eq!(back, vec![0, 1, 2]);
     eprintln!(
@@ -168,7 +168,7 @@ fn a_half_open_connection_is_declared_dead_within_the_heartbeat_bound_and_no_fra
     assert_each_once_in_order(&seqs_of(&w.frames, &[b"ping"]), 0..40, "half-open echoes");
     assert_accounted(&m, "half-open");
     assert_abandoned_match(&m, &w.abandoned, "half-open");
-    assert_eq!(m.frames_sent, 40, "{m:?}");
+    assert_eq!(m.frames_confirmed, 40, "{m:?}");
     eprintln!(
         "measured: half-open: Backoff(heartbeat-timeout) {detect:?} after the blackhole \
          (bound {bound:?} + {SLACK:?}); dials meanwhile failed as {}; path {}",

@@ -108,7 +108,7 @@ fn a_peer_that_restarts_gracefully_gets_every_frame_sent_before_during_and_after
     assert_each_once_in_order(&all, 0..300, "graceful restart");
     assert_accounted(&m, "graceful restart");
     assert_abandoned_match(&m, &w.abandoned, "graceful restart");
-    assert_eq!((m.frames_sent, m.abandoned.total()), (300, 0), "{m:?}");
+    assert_eq!((m.frames_confirmed, m.abandoned.total()), (300, 0), "{m:?}");
     eprintln!(
         "measured: graceful restart: Backoff(peer-closed) {detect:?} after the stop (bound \
          {CLOSE_DETECT:?}); Ready {back:?} after the restart (bound {back_bound:?}); path {}",
@@ -152,7 +152,7 @@ fn a_peer_killed_with_sigkill_is_noticed_at_once_and_used_again_when_a_new_one_l
     assert_each_once_in_order(&seqs_of(&w.frames, &[]), 0..100, "SIGKILL echoes");
     assert_accounted(&m, "SIGKILL");
     assert_abandoned_match(&m, &w.abandoned, "SIGKILL");
-    assert_eq!((m.frames_sent, m.frames_received), (100, 100), "{m:?}");
+    assert_eq!((m.frames_confirmed, m.frames_received), (100, 100), "{m:?}");
     eprintln!(
         "measured: SIGKILL: Backoff(peer-closed) {detect:?} after the kill (bound \
          {CLOSE_DETECT:?}); path {}",
@@ -289,7 +289,7 @@ fn a_sigstopped_redis_server_is_declared_dead_within_the_heartbeat_bound_and_eve
     assert_each_once_in_order(&answers(&w.frames), 0..40, "SIGSTOP answers");
     assert_accounted(&m, "SIGSTOP");
     assert_abandoned_match(&m, &w.abandoned, "SIGSTOP");
-    assert_eq!(m.frames_sent, 40, "{m:?}");
+    assert_eq!(m.frames_confirmed, 40, "{m:?}");
     eprintln!(
         "measured: SIGSTOP: Backoff(heartbeat-timeout) {detect:?} after SIGSTOP (bound \
          {bound:?} + {SLACK:?}); Ready {:?} after SIGCONT; path {}",
@@ -437,8 +437,8 @@ fn eight_producers_sending_through_four_peer_restarts_keep_order_with_no_duplica
     assert_eq!(m.outbox_frames, 0);
     assert_eq!(m.frames_rejected, refused);
     assert_eq!(m.frames_submitted, TOTAL + refused);
-    assert_eq!(m.frames_sent + m.abandoned.total(), TOTAL, "{m:?}");
-    let lost = m.frames_sent as i128 - received.len() as i128;
+    assert_eq!(m.frames_confirmed + m.abandoned.total(), TOTAL, "{m:?}");
+    let lost = m.frames_confirmed as i128 - received.len() as i128;
     assert!(lost >= 0, "the peer received more than was sent");
     eprintln!(
         "measured: eight producers: {RESTARTS} restarts noticed in {detects:?} (bound \
@@ -446,7 +446,7 @@ fn eight_producers_sending_through_four_peer_restarts_keep_order_with_no_duplica
          + queued {}; received {} over {} connections; {lost} sent but lost with a \
          connection; took {:?}",
         m.frames_submitted,
-        m.frames_sent,
+        m.frames_confirmed,
         m.abandoned.total(),
         m.abandoned.expired,
         m.frames_rejected,

@@ -1,5 +1,6 @@
 //! The counters of one link: every frame's outcome and every connection event, as the metrics
-//! snapshot reports them. Frames submitted = sent + abandoned + rejected + still queued.
+//! snapshot reports them. Frames submitted = confirmed + unconfirmed (in the window) +
+//! abandoned + rejected + still queued.
 
 use crate::event::AbandonReason;
 use crate::metrics::Abandoned;
@@ -25,6 +26,8 @@ pub(super) struct Counters {
     pub(super) slowest_callback: Option<std::time::Duration>,
     pub(super) verdicts_deferred: u64,
     pub(super) tls_rejected: u64,
+    pub(super) confirmed: u64,
+    pub(super) resent: u64,
 }
 
 impl Counters {
@@ -36,10 +39,16 @@ impl Counters {
             .wrapping_add(self.received)
     }
 
-    /// A frame of `len` bytes handed to the socket: it left the outbox for good.
+    /// A frame of `len` bytes handed to the socket: a step on the way, it waits in the
+    /// window for its confirmation.
     pub(super) fn sent(&mut self, len: usize) {
         self.sent += 1;
         self.bytes_sent += len as u64;
+    }
+
+    /// A frame of `len` bytes confirmed: it left the link for good.
+    pub(super) fn confirmed(&mut self, len: usize) {
+        self.confirmed += 1;
         self.released_frames += 1;
         self.released_bytes += len as u64;
     }
@@ -53,6 +62,7 @@ impl Counters {
             AbandonReason::Shutdown => a.shutdown += 1,
             AbandonReason::ConnectionLost => a.connection_lost += 1,
             AbandonReason::Unencodable => a.unencodable += 1,
+            AbandonReason::Unconfirmed => a.unconfirmed += 1,
         }
         self.released_frames += 1;
         self.released_bytes += len as u64;

@@ -73,6 +73,7 @@ use super::requests::{Correlation, Matched, Outcome, Requests, Token, Verdict};
 use super::settings::{ProofOfLife, Settings};
 use super::timers::{Timer, Timers};
 use super::tls::TlsSession;
+use super::window::{Redelivery, Window};
 use crate::batch::Batch;
 use crate::error::{Callback, DecodeError, LinkError, RequestError, TlsError};
 use crate::event::{AbandonReason, Cause, Event, State, Transition};
@@ -128,6 +129,12 @@ pub(crate) enum Input {
     Resumed { unserved: Duration },
     /// Application code run off the IO thread (the resolver) took `took`.
     CallbackTook { callback: Callback, took: Duration },
+    /// Payload bytes of the connection of dial `generation` that the peer's kernel has
+    /// acknowledged (`TCP_INFO`), or `None` when no reading could be taken now.
+    Acked { generation: u64, bytes: Option<u64> },
+    /// The acknowledgements of the connection of dial `generation` cannot be read (its
+    /// descriptor could not be matched): its frames count as confirmed when written.
+    AcksUnavailable { generation: u64 },
 }
 
 /// Why a lookup gave no address.
@@ -286,6 +293,12 @@ pub(crate) struct Machine {
     c: Counters,
     /// Requests outstanding and their replies.
     requests: Requests,
+    /// Frames written on the current connection and not yet confirmed.
+    window: Window,
+    /// Where each frame of the last `poll_transmit` ends in its plaintext batch.
+    pending_ends: Vec<usize>,
+    /// Bytes of the last `poll_transmit` (ciphertext, with TLS).
+    pending_len: usize,
 }
 
 impl Machine {
@@ -338,6 +351,9 @@ impl Machine {
             slow_unreported: 0,
             c: Counters::default(),
             requests,
+            window: Window::new(),
+            pending_ends: Vec::new(),
+            pending_len: 0,
         }
     }
 
@@ -407,6 +423,18 @@ impl Machine {
             } => self.request(now, token, frame, id, deadline),
             Input::Resumed { unserved } => self.resumed(now, unserved),
             Input::CallbackTook { callback, took } => self.took(now, callback, took),
+            Input::Acked { generation, bytes } => self.acked(now, generation, bytes),
+            Input::AcksUnavailable { generation } => {
+                if self.is_current(generation) && !self.window.is_blind() {
+                    log::warn!(
+                        "relink: the acknowledgements of the connection to {} cannot be read: \
+                         its frames count as confirmed when written",
+                        self.endpoint_text().unwrap_or_default()
+                    );
+                    let c = &mut self.c;
+                    self.window.go_blind(|s| c.confirmed(s.frame.len()));
+                }
+            }
         }
         self.answer_requests();
         self.check_flushed(now);
@@ -521,6 +549,8 @@ impl Machine {
         self.abandon_all(expired, AbandonReason::Expired);
         self.requests.expire(now);
         self.answer_requests();
+        // The IO side reads the acknowledgements in this pass.
+        self.window.poll_due(now);
         if let Some(hb) = &mut self.heartbeat {
             if hb.death_at().is_some_and(|t| t <= now) {
                 // The interval that ends in the verdict was silent too.
@@ -552,6 +582,7 @@ impl Machine {
         };
         consider(self.outbox.next_deadline());
         consider(self.requests.next_deadline());
+        consider(self.window.poll_at());
         if let Some(hb) = &self.heartbeat {
             consider(hb.death_at());
             consider(Some(hb.next_ping()));
@@ -571,6 +602,13 @@ impl Machine {
     /// [`Machine::transmit_done`] (after [`Machine::transmit_unsent`] when the socket gave
     /// the bytes back).
     pub(crate) fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> bool {
+        let more = self.poll_sealed(now, buf);
+        self.pending_len = buf.len();
+        more
+    }
+
+    /// `poll_transmit`'s bytes: the plaintext batch, or with TLS its records.
+    fn poll_sealed(&mut self, now: Instant, buf: &mut Vec<u8>) -> bool {
         if self.tls.is_none() {
             return self.poll_batch(now, buf);
         }
@@ -582,6 +620,7 @@ impl Machine {
             return false;
         }
         if let Some(retry) = self.tls_retry.take() {
+            // The same records: the frames in flight end where they did.
             *buf = retry;
             return true;
         }
@@ -633,20 +672,34 @@ impl Machine {
         if self.timers.at(Timer::SendRetry).is_some_and(|t| t > now) {
             return false;
         }
+        self.pending_ends.clear();
         while let Some(c) = self.control.pop_front() {
             buf.extend_from_slice(&c);
             self.in_flight_control.push(c);
         }
         if self.state == State::Ready {
             // A batch holds one frame at least, and no more frames once the payloads would
-            // pass the limit (the framing's own bytes are not counted).
+            // pass the limit (the framing's own bytes are not counted). The window holds back
+            // frames while too many written bytes are unacknowledged (one batch at least when
+            // none are).
             let limit = self.cfg.batch_bytes;
+            let window = match self.cfg.window {
+                0 => u64::MAX,
+                _ if self.window.is_blind() => u64::MAX,
+                w => w as u64,
+            };
+            let bounds = Bounds {
+                limit,
+                window,
+                unacked: self.window.unacked(),
+            };
             let (outbox, framing, name) = (&mut self.outbox, &mut self.framing, &self.cfg.name);
+            let ends = &mut self.pending_ends;
             let mut filled = Filled::default();
             // One reading for the whole batch: timing each frame would cost more than
             // encoding a small one.
             let took = self.watch.time(Callback::Encode, &mut || {
-                filled = fill_batch(outbox, framing, name, buf, limit);
+                filled = fill_batch(outbox, framing, name, buf, bounds, ends);
             });
             self.took(now, Callback::Encode, took);
             self.abandon_all(filled.refused, AbandonReason::Unencodable);
@@ -675,8 +728,7 @@ impl Machine {
     pub(crate) fn transmit_done(&mut self, now: Instant, result: TxResult) {
         match result {
             TxResult::Sent => {
-                let c = &mut self.c;
-                self.outbox.confirm(|len| c.sent(len));
+                self.written(now);
                 self.requests.confirm();
                 self.in_flight_control.clear();
                 if let Some(hb) = &mut self.heartbeat {
@@ -705,6 +757,81 @@ impl Machine {
         }
         self.trim();
         self.check_flushed(now);
+    }
+
+    /// The bytes of the last `poll_transmit` went out: its frames wait in the window for
+    /// their confirmation, each at the stream offset where it ends.
+    fn written(&mut self, now: Instant) {
+        let base = self.window.written();
+        let len = self.pending_len;
+        self.window.wrote(now, len);
+        let (c, window, ends) = (&mut self.c, &mut self.window, &self.pending_ends);
+        // With TLS a frame's last byte is in one of the records written now: it is
+        // acknowledged at the latest with the last of them.
+        let tls = self.tls.is_some();
+        let mut k = 0;
+        self.outbox.take_written(|frame, deadline| {
+            c.sent(frame.len());
+            if window.is_blind() {
+                c.confirmed(frame.len());
+            } else {
+                let end = match ends.get(k) {
+                    Some(e) if !tls => base + *e as u64,
+                    _ => base + len as u64,
+                };
+                window.push(frame, end, now, deadline);
+            }
+            k += 1;
+        });
+    }
+
+    /// A reading of the acknowledged bytes: the frames it covers are confirmed.
+    fn acked(&mut self, now: Instant, generation: u64, bytes: Option<u64>) {
+        if !self.is_current(generation) || !matches!(self.state, State::Connected | State::Ready) {
+            self.c.ignored += 1;
+            return;
+        }
+        let Some(bytes) = bytes else {
+            self.window.no_reading(now);
+            return;
+        };
+        let c = &mut self.c;
+        if !self
+            .window
+            .acked(now, bytes, |s| c.confirmed(s.frame.len()))
+        {
+            log::debug!("relink: an acknowledged count that cannot be this connection's ignored");
+        }
+        self.check_flushed(now);
+    }
+
+    /// Whether the IO side should read the acknowledged bytes of the current connection.
+    pub(crate) fn wants_acks(&self) -> bool {
+        !self.window.is_empty()
+    }
+
+    /// The frames of a lost connection that were written and not confirmed, by the policy:
+    /// first in line again (resend), or each given back (report).
+    fn redeliver(&mut self) {
+        let frames = self.window.take_all();
+        self.window.reset();
+        match self.cfg.redelivery {
+            Redelivery::Resend => {
+                self.c.resent += frames.len() as u64;
+                for s in frames.into_iter().rev() {
+                    self.outbox.push_front(s.frame, s.deadline);
+                }
+            }
+            Redelivery::Report => {
+                let frames = frames.into_iter().map(|s| s.frame).collect();
+                self.abandon_all(frames, AbandonReason::Unconfirmed);
+            }
+        }
+    }
+
+    /// Nothing left to write, to confirm or to answer.
+    fn drained(&self) -> bool {
+        self.outbox.is_empty() && self.window.is_empty() && self.requests.waiting() == 0
     }
 
     /// A consistent snapshot at `now`.
@@ -756,6 +883,13 @@ impl Machine {
                 .failing_since
                 .map(|since| now.saturating_duration_since(since)),
             tls_rejected: self.c.tls_rejected,
+            frames_confirmed: self.c.confirmed,
+            frames_unconfirmed: self.window.len() as u64,
+            frames_resent: self.c.resent,
+            oldest_unconfirmed: self
+                .window
+                .oldest()
+                .map(|t| now.saturating_duration_since(t)),
         }
     }
 
@@ -833,7 +967,7 @@ impl Machine {
             (_, Ev::Close(deadline)) => {
                 self.closing = true;
                 self.timers.arm(Timer::Close, deadline);
-                if self.flushed() {
+                if self.drained() {
                     self.finish(now);
                 }
             }
@@ -1220,11 +1354,6 @@ impl Machine {
         Ok(())
     }
 
-    /// Nothing left to flush before a close: the outbox is empty and every request answered.
-    fn flushed(&self) -> bool {
-        self.outbox.is_empty() && self.requests.waiting() == 0
-    }
-
     /// Tells the application that its code panicked, and counts it.
     fn report_panic(&mut self, p: &Panicked) {
         self.c.callback_panics += 1;
@@ -1245,6 +1374,7 @@ impl Machine {
             // was up and dropped says nothing against the address.
             self.note_address_failed();
         }
+        self.redeliver();
         self.requests.connection_lost();
         self.answer_requests();
         if self.cfg.abandon_on_disconnect && matches!(was, State::Connected | State::Ready) {
@@ -1294,7 +1424,7 @@ impl Machine {
         self.timers.arm(Timer::Retry, now + delay);
         self.retry_delay = Some(delay);
         self.transition(now, to, cause);
-        if self.closing && self.flushed() {
+        if self.closing && self.drained() {
             self.finish(now);
         }
     }
@@ -1348,6 +1478,15 @@ impl Machine {
         self.tls = None;
         self.tls_retry = None;
         self.requeue_in_flight();
+        // Written, not confirmed: the peer may have them.
+        let unconfirmed = self
+            .window
+            .take_all()
+            .into_iter()
+            .map(|s| s.frame)
+            .collect();
+        self.abandon_all(unconfirmed, AbandonReason::Unconfirmed);
+        self.window.reset();
         let frames = self.outbox.drain();
         self.abandon_all(frames, AbandonReason::Shutdown);
         self.requests.shutdown();
@@ -1415,7 +1554,7 @@ impl Machine {
     }
 
     fn check_flushed(&mut self, now: Instant) {
-        if self.closing && self.state != State::Closed && self.flushed() {
+        if self.closing && self.state != State::Closed && self.drained() {
             self.step(now, Ev::Flushed);
         }
     }
@@ -1519,23 +1658,40 @@ struct Filled {
     panicked: Option<Panicked>,
 }
 
-/// Encodes queued frames into `buf` while the payloads stay within `limit` (one frame at
-/// least). Each call into the framing is guarded.
+/// How much one batch may hold: payload bytes (`limit`, one frame at least), and the
+/// window's bound on bytes written and not yet acknowledged (`unacked` of them already).
+#[derive(Clone, Copy)]
+struct Bounds {
+    limit: usize,
+    window: u64,
+    unacked: u64,
+}
+
+/// Encodes queued frames into `buf` within `bounds`, noting where each ends in `ends`. Each
+/// call into the framing is guarded.
 fn fill_batch(
     outbox: &mut Outbox,
     framing: &mut BoxedFraming,
     name: &str,
     buf: &mut Vec<u8>,
-    limit: usize,
+    bounds: Bounds,
+    ends: &mut Vec<usize>,
 ) -> Filled {
     let mut filled = Filled::default();
     while let Some(frame) = outbox.next_unsent() {
-        if !buf.is_empty() && buf.len().saturating_add(frame.len()) > limit {
+        if !buf.is_empty() && buf.len().saturating_add(frame.len()) > bounds.limit {
+            break;
+        }
+        let unacked = bounds.unacked + buf.len() as u64;
+        if unacked > 0 && unacked >= bounds.window {
             break;
         }
         let mark = buf.len();
         match guarded(Callback::Encode, || framing.encode(frame, buf)) {
-            Ok(Ok(())) => outbox.advance(),
+            Ok(Ok(())) => {
+                outbox.advance();
+                ends.push(buf.len());
+            }
             Ok(Err(e)) => {
                 buf.truncate(mark);
                 if outbox.in_flight() > 0 {

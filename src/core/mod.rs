@@ -36,5 +36,6 @@ pub(crate) mod requests;
 pub(crate) mod settings;
 mod timers;
 pub(crate) mod tls;
+pub(crate) mod window;
 
 pub(crate) use endpoints::fmt_addr;

@@ -7,7 +7,8 @@
 //!
 //! A batch stays one entry, its frames back to back in one buffer: queueing, writing and
 //! confirming its frames allocates nothing per frame. Frames handed out for writing stay at the
-//! front, in flight, until they are confirmed (they leave) or put back (a failed write).
+//! front, in flight, until they are written (they leave, to wait in the window for their
+//! confirmation) or put back (a failed write).
 
 use std::collections::VecDeque;
 use std::time::Instant;
@@ -242,24 +243,19 @@ impl Outbox {
         };
     }
 
-    /// The frames in flight were written: they leave, `each(len)` called for every one.
-    pub(crate) fn confirm(&mut self, mut each: impl FnMut(usize)) {
-        if self.in_flight == 0 {
-            return;
-        }
-        let (e, i) = self.cursor;
-        for entry in self.queue.drain(..e) {
-            for k in entry.first()..entry.end() {
-                each(entry.frame(k).len());
+    /// The frames in flight were written: they leave, oldest first, each given to `each`
+    /// with its deadline (they wait for their confirmation elsewhere).
+    pub(crate) fn take_written(&mut self, mut each: impl FnMut(Vec<u8>, Option<Instant>)) {
+        for _ in 0..self.in_flight {
+            let Some(entry) = self.queue.front_mut() else {
+                break;
+            };
+            let deadline = entry.deadline;
+            let (frame, emptied) = entry.take_front();
+            if emptied {
+                self.queue.pop_front();
             }
-        }
-        if let Some(entry) = self.queue.front_mut() {
-            for k in entry.first()..i {
-                each(entry.frame(k).len());
-            }
-            if let Frames::Many { head, .. } = &mut entry.frames {
-                *head = i.max(*head);
-            }
+            each(frame, deadline);
         }
         self.frames -= self.in_flight;
         self.bytes -= self.in_flight_bytes;
@@ -268,6 +264,19 @@ impl Outbox {
         if self.queue.is_empty() {
             self.earliest = None;
         }
+    }
+
+    /// Puts a frame back first in line (one written on a connection that dropped before it
+    /// was confirmed, to be resent). Nothing may be in flight.
+    pub(crate) fn push_front(&mut self, frame: Vec<u8>, deadline: Option<Instant>) {
+        debug_assert_eq!(self.in_flight, 0, "push_front with frames in flight");
+        self.note_deadline(deadline);
+        self.frames += 1;
+        self.bytes += frame.len();
+        self.queue.push_front(Entry {
+            frames: Frames::One(frame),
+            deadline,
+        });
     }
 
     /// The frames in flight were not written: they are queued again, first in line.

@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use super::predicate::Predicate;
+use super::window::Redelivery;
 use crate::builder::Overflow;
 use crate::error::RequestError;
 use crate::event::AbandonReason;
@@ -121,18 +122,6 @@ impl Correlation {
             reply_id: IdReader::new(reply_id),
         }
     }
-}
-
-/// What becomes of requests that were sent on a connection that dropped before their reply.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Redelivery {
-    /// Sent again first on the next connection, after its hello (at least once: a request
-    /// the server processed before the drop runs twice).
-    Resend,
-    /// Failed to their callers with [`AbandonReason::ConnectionLost`]: they may have been
-    /// processed (at most once). The default.
-    Report,
 }
 
 /// The request settings of one link, from the builder.

@@ -11,6 +11,7 @@ use super::heartbeat::Heartbeat;
 use super::predicate::Predicate;
 use super::requests::RequestSettings;
 use super::tls::TlsSettings;
+use super::window::Redelivery;
 
 /// Handshake reply timeout.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -47,6 +48,10 @@ pub(crate) struct Settings {
     pub name: Arc<str>,
     /// The wait after a failure no retry can fix (`tls-rejected`); None: the cooldown period.
     pub config_retry: Option<Duration>,
+    /// Most bytes written and not yet acknowledged by the peer's TCP; 0: no bound.
+    pub window: usize,
+    /// What becomes of unconfirmed frames when their connection drops.
+    pub redelivery: Redelivery,
 }
 
 /// What makes a Connected link Ready (proof of life).

@@ -138,6 +138,11 @@ pub(crate) struct Slot {
     shared: Arc<Shared>,
     /// Routing id and generation of the current dial.
     rid: Option<(Vec<u8>, u64)>,
+    /// The address of the current dial.
+    dialed: Option<SocketAddr>,
+    /// The TCP connection of the current dial, as the monitor reported it: its
+    /// acknowledgements confirm frames.
+    conn: Option<ffi::TcpConn>,
     connected: bool,
     /// ZMQ_IMMEDIATE is set: libzmq then names each connection itself and ignores
     /// ZMQ_CONNECT_ROUTING_ID, so the routing id is learnt from the connect notification.
@@ -281,6 +286,8 @@ impl Slot {
             dropped_unreported: 0,
             stopped: None,
             monitor_mismatch: 0,
+            dialed: None,
+            conn: None,
             resolver: io.resolver,
             timer_at: None,
             queued: false,
@@ -766,10 +773,15 @@ impl Slot {
         self.read_monitor(now);
         let mut more = false;
         if self.pending.is_empty() {
+            // Acknowledgements first: a reply (or garbage that fails the connection) comes
+            // after the peer's kernel acknowledged what it answers, so the frames it answers
+            // are confirmed before anything the reply causes.
+            self.read_acks(now);
             more |= self.read_socket(now);
         }
         self.machine.handle_timeout(now);
         self.carry_out(now);
+        self.read_acks(now);
         more |= self.transmit(now, buf);
         self.publish();
         // Any call into the socket may have taken libzmq's signal for input that is still
@@ -810,6 +822,9 @@ impl Slot {
             let Some((_, generation)) = self.rid else {
                 continue;
             };
+            if event == EVENT_CONNECTED {
+                self.note_connection(now, generation, value);
+            }
             match event {
                 EVENT_CONNECT_RETRIED if !self.connected => {
                     self.machine
@@ -824,6 +839,7 @@ impl Slot {
                     // is paused the notification waits behind unread data, and libzmq's own
                     // redial would hand the queue to a new connection: act on the monitor.
                     self.connected = false;
+                    self.last_acks(now);
                     self.machine
                         .handle_input(now, Input::Disconnected { generation });
                     self.carry_out(now);
@@ -845,6 +861,52 @@ impl Slot {
                 _ => {}
             }
         }
+    }
+
+    /// The monitor reported the connection of dial `generation` with its descriptor: keep it
+    /// (and its addresses) to read the peer's acknowledgements from, if it is the dialled
+    /// peer's; otherwise the machine confirms this connection's frames as they are written.
+    fn note_connection(&mut self, now: Instant, generation: u64, fd: u32) {
+        let conn = match (i32::try_from(fd), self.dialed) {
+            // A kernel that does not report the count (before Linux 4.1) counts as unmatched.
+            (Ok(fd), Some(peer)) => {
+                ffi::TcpConn::probe(fd, peer).filter(|c| c.bytes_acked().is_some())
+            }
+            _ => None,
+        };
+        log::trace!(
+            "relink: connection descriptor {fd} of {:?}: {conn:?}",
+            self.dialed
+        );
+        let unmatched = conn.is_none();
+        self.conn = conn;
+        if unmatched {
+            self.machine
+                .handle_input(now, Input::AcksUnavailable { generation });
+            self.carry_out(now);
+        }
+    }
+
+    /// Reads how many bytes the peer acknowledged, while frames wait for it.
+    fn read_acks(&mut self, now: Instant) {
+        if !self.machine.wants_acks() {
+            return;
+        }
+        let Some((_, generation)) = self.rid else {
+            return;
+        };
+        let bytes = self.conn.as_ref().and_then(ffi::TcpConn::bytes_acked);
+        self.machine
+            .handle_input(now, Input::Acked { generation, bytes });
+        self.carry_out(now);
+    }
+
+    /// The connection dropped: one last reading (the descriptor is our own duplicate, still
+    /// open), so that only frames the peer really did not acknowledge are resent or reported;
+    /// then the duplicate is closed.
+    fn last_acks(&mut self, now: Instant) {
+        self.read_acks(now);
+        self.conn = None;
     }
 
     /// Reads up to the budget; returns true when the budget ran out before the input did.
@@ -894,6 +956,7 @@ impl Slot {
                 let input = if self.connected {
                     Input::Connected { generation }
                 } else {
+                    self.last_acks(now);
                     Input::Disconnected { generation }
                 };
                 self.machine.handle_input(now, input);
@@ -1034,6 +1097,7 @@ impl Slot {
             Ok(()) => {
                 self.rid = Some((rid, generation));
                 self.endpoint = Some(endpoint);
+                self.dialed = Some(addr);
             }
             Err(e) => {
                 self.deliver(Event::Error(LinkError::Zmq {
@@ -1069,6 +1133,8 @@ impl Slot {
             }
         }
         self.rid = None;
+        self.dialed = None;
+        self.conn = None;
         self.connected = false;
     }
 

@@ -292,3 +292,97 @@ pub(super) fn coarse_now() -> std::time::Duration {
     }
     std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
+
+/// One TCP connection libzmq opened, held through a duplicate of its descriptor: the socket
+/// stays the same object however libzmq closes or reuses its own number, and a last reading
+/// can be taken after libzmq let the connection go. Dropping it closes the duplicate (the
+/// connection itself closes once libzmq has closed its descriptor too).
+#[derive(Debug)]
+pub(super) struct TcpConn {
+    fd: std::os::fd::OwnedFd,
+}
+
+impl TcpConn {
+    /// The connection behind `fd` (the value of the monitor's ZMQ_EVENT_CONNECTED), if it is a
+    /// connected TCP socket whose peer is `peer`.
+    pub(super) fn probe(fd: i32, peer: std::net::SocketAddr) -> Option<TcpConn> {
+        sock_addr(fd, libc::getsockname)?;
+        if sock_addr(fd, libc::getpeername)? != peer {
+            return None;
+        }
+        // SAFETY: `fd` is open (getpeername just succeeded on it) and is only borrowed for
+        // the duplication, which makes a descriptor of our own (F_DUPFD_CLOEXEC).
+        let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+        let fd = borrowed.try_clone_to_owned().ok()?;
+        Some(TcpConn { fd })
+    }
+
+    /// Payload bytes the peer's kernel acknowledged (`tcpi_bytes_acked − 1`: the SYN counts
+    /// one), or `None` when the kernel does not report the field (Linux before 4.1).
+    pub(super) fn bytes_acked(&self) -> Option<u64> {
+        use std::os::fd::AsRawFd;
+        // SAFETY: tcp_info is plain old data (integers only), for which all zeros is valid.
+        let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+        // SAFETY: the descriptor is ours and open; `info` is valid for writes of `len` bytes
+        // and `len` for writes; the kernel writes at most `len` bytes and stores the count.
+        let rc = unsafe {
+            libc::getsockopt(
+                self.fd.as_raw_fd(),
+                libc::IPPROTO_TCP,
+                libc::TCP_INFO,
+                (&mut info as *mut libc::tcp_info).cast(),
+                &mut len,
+            )
+        };
+        let needed = std::mem::offset_of!(libc::tcp_info, tcpi_bytes_acked) + 8;
+        if rc != 0 || (len as usize) < needed {
+            return None;
+        }
+        Some(info.tcpi_bytes_acked.saturating_sub(1))
+    }
+}
+
+type AddrCall = unsafe extern "C" fn(c_int, *mut libc::sockaddr, *mut libc::socklen_t) -> c_int;
+
+/// The local (`getsockname`) or peer (`getpeername`) address of a socket descriptor, a
+/// v4-mapped IPv6 address given as the IPv4 address it maps.
+fn sock_addr(fd: c_int, call: AddrCall) -> Option<std::net::SocketAddr> {
+    // SAFETY: sockaddr_storage is plain old data, for which all zeros is valid.
+    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    // SAFETY: `ss` is valid for writes of `len` bytes (the largest address there is) and `len`
+    // for writes; a descriptor that is not a socket only makes the call fail.
+    let rc = unsafe {
+        call(
+            fd,
+            (&mut ss as *mut libc::sockaddr_storage).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return None;
+    }
+    match c_int::from(ss.ss_family) {
+        libc::AF_INET if len as usize >= std::mem::size_of::<libc::sockaddr_in>() => {
+            // SAFETY: the kernel wrote an AF_INET address, a sockaddr_in, into `ss`, which is
+            // large enough and aligned for any address.
+            let a = unsafe { &*(&ss as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            let ip = std::net::Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr));
+            Some(std::net::SocketAddr::from((ip, u16::from_be(a.sin_port))))
+        }
+        libc::AF_INET6 if len as usize >= std::mem::size_of::<libc::sockaddr_in6>() => {
+            // SAFETY: as above, for an AF_INET6 address and sockaddr_in6.
+            let a =
+                unsafe { &*(&ss as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
+            let ip = std::net::Ipv6Addr::from(a.sin6_addr.s6_addr);
+            let port = u16::from_be(a.sin6_port);
+            // libzmq opens IPv6 sockets for IPv4 peers too: their addresses are v4-mapped.
+            Some(match ip.to_ipv4_mapped() {
+                Some(v4) => std::net::SocketAddr::from((v4, port)),
+                None => std::net::SocketAddr::from((ip, port)),
+            })
+        }
+        _ => None,
+    }
+}

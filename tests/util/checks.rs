@@ -1,6 +1,7 @@
 //! Frames and their accounting: sending numbered frames, reading the numbers back, and the
-//! checks every fault scenario ends with (each frame once and in order, `submitted = sent +
-//! abandoned + rejected + queued`, Abandoned events that match the counters, a bounded close).
+//! checks every fault scenario ends with (each frame once and in order, `submitted =
+//! confirmed + unconfirmed + abandoned + rejected + queued`, Abandoned events that match the
+//! counters, a bounded close).
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -61,14 +62,16 @@ pub fn assert_each_once_in_order(got: &[u64], want: std::ops::Range<u64>, what: 
     );
 }
 
-/// `submitted = sent + abandoned + rejected + queued`, exactly.
+/// `submitted = confirmed + unconfirmed + abandoned + rejected + queued`, exactly.
 pub fn assert_accounted(m: &Metrics, what: &str) {
     assert_eq!(
         m.unaccounted(),
         0,
-        "{what}: submitted {} != sent {} + abandoned {} + rejected {} + queued {}: {m:?}",
+        "{what}: submitted {} != confirmed {} + unconfirmed {} + abandoned {} + rejected {} + \
+         queued {}: {m:?}",
         m.frames_submitted,
-        m.frames_sent,
+        m.frames_confirmed,
+        m.frames_unconfirmed,
         m.abandoned.total(),
         m.frames_rejected,
         m.outbox_frames
@@ -87,16 +90,18 @@ pub fn assert_abandoned_match(m: &Metrics, abandoned: &[(Vec<u8>, AbandonReason)
             n(AbandonReason::Expired),
             n(AbandonReason::Overflow),
             n(AbandonReason::Shutdown),
-            n(AbandonReason::ConnectionLost)
+            n(AbandonReason::ConnectionLost),
+            n(AbandonReason::Unconfirmed)
         ),
         (
             m.abandoned.expired,
             m.abandoned.overflow,
             m.abandoned.shutdown,
-            m.abandoned.connection_lost
+            m.abandoned.connection_lost,
+            m.abandoned.unconfirmed
         ),
-        "{what}: Abandoned events (expired, overflow, shutdown, connection-lost) disagree with \
-         the counters"
+        "{what}: Abandoned events (expired, overflow, shutdown, connection-lost, unconfirmed) \
+         disagree with the counters"
     );
 }
 

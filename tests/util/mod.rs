@@ -8,6 +8,8 @@
 //! - [`checks`]: the accounting and delivery checks the fault scenarios end with;
 //! - [`exec`]: a minimal executor for async tests that counts polls and wakes;
 //! - [`redis`]: a `redis-server` child process;
+//! - [`slow`]: a slow reader (plain or TLS) killed with a reset, that counts what its kernel held
+//!   unread;
 //! - [`netns`]: network namespaces, processes inside them and a link built in one;
 //! - [`pki`]: a throw-away PKI made with rcgen (also used by the crate's unit tests);
 //! - [`tls`]: a TLS-only `redis-server`, in-process rustls servers and a plain rustls client;
@@ -36,6 +38,7 @@ pub mod peers;
 pub mod pki;
 pub mod proc;
 pub mod redis;
+pub mod slow;
 pub mod tls;
 pub mod wait;
 pub mod watch;

@@ -473,7 +473,8 @@ impl Drop for Conn {
     }
 }
 
-fn set_linger_zero(stream: &TcpStream) {
+/// Makes the close of `stream` an abortive one (RST): SO_LINGER with a zero timeout.
+pub fn set_linger_zero(stream: &TcpStream) {
     use std::os::unix::io::AsRawFd;
     let l = libc::linger {
         l_onoff: 1,

@@ -20,6 +20,8 @@ pub struct RedisServer {
     log: PathBuf,
     /// With persistence: the directory of its append-only file (every write fsynced).
     data: Option<PathBuf>,
+    /// Options given after the defaults (they override them).
+    extra: Vec<String>,
 }
 
 fn find_on_path(name: &str) -> Option<PathBuf> {
@@ -66,17 +68,19 @@ impl RedisServer {
     /// None when `redis-server` is not on PATH. Panics if it is there but does not come
     /// up (answer PING) within 10 s.
     pub fn start() -> Option<RedisServer> {
-        RedisServer::start_with(false)
+        RedisServer::start_with(false, &[])
     }
 
     /// As `start`, with `appendonly yes` and `appendfsync always`: every write acknowledged
     /// is on disk, so what it answered survives a SIGKILL and `relaunch`. Its data directory
     /// is removed on drop.
     pub fn start_persistent() -> Option<RedisServer> {
-        RedisServer::start_with(true)
+        RedisServer::start_with(true, &[])
     }
 
-    fn start_with(persistent: bool) -> Option<RedisServer> {
+    /// `start` (persistent as `start_persistent` if asked) with these options after the
+    /// defaults, e.g. `["--appendfsync", "everysec"]`.
+    pub fn start_with(persistent: bool, extra: &[&str]) -> Option<RedisServer> {
         let binary = find_on_path("redis-server")?;
         let port = free_port();
         let data = persistent.then(|| {
@@ -95,6 +99,7 @@ impl RedisServer {
                 std::process::id()
             )),
             data,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
         };
         server.launch();
         Some(server)
@@ -125,6 +130,7 @@ impl RedisServer {
         let child = cmd
             .arg("--logfile")
             .arg(&self.log)
+            .args(&self.extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())

@@ -22,6 +22,8 @@ struct Sim {
     stopped: bool,
     written: Vec<u8>,
     answers: Vec<(Token, Outcome)>,
+    /// The peer's TCP acknowledges every byte as soon as it is written.
+    auto_ack: bool,
 }
 
 impl Sim {
@@ -39,6 +41,7 @@ impl Sim {
             stopped: false,
             written: Vec::new(),
             answers: Vec::new(),
+            auto_ack: true,
         }
     }
 
@@ -144,7 +147,19 @@ impl Sim {
             self.written.extend_from_slice(&buf);
             self.m.transmit_done(self.now, TxResult::Sent);
             self.drain();
+            if self.auto_ack {
+                self.ack(self.m.window.written());
+            }
         }
+    }
+
+    /// The peer's TCP acknowledged `bytes` bytes of the current connection.
+    fn ack(&mut self, bytes: u64) {
+        let generation = self.m.generation;
+        self.input(Input::Acked {
+            generation,
+            bytes: Some(bytes),
+        });
     }
 
     fn drain(&mut self) {
@@ -227,6 +242,7 @@ use State::*;
 mod pause;
 mod requests;
 mod tls;
+mod window;
 
 // --- one test per row ---------------------------------------------------------------------
 

@@ -11,7 +11,7 @@ fn batch(ns: &[u8]) -> Batch {
     ns.iter().map(|&n| f(n)).collect()
 }
 
-/// Writes everything as `poll_transmit` would and confirms it; the lengths confirmed.
+/// Hands out up to `max` frames as `poll_transmit` would; the frames handed out.
 fn write_all(o: &mut Outbox, max: usize) -> Vec<Vec<u8>> {
     let mut out = Vec::new();
     while out.len() < max {
@@ -66,20 +66,35 @@ fn batch_frames_keep_their_order_among_single_frames() {
 }
 
 #[test]
-fn confirm_removes_exactly_the_frames_in_flight_even_inside_a_batch() {
+fn written_frames_leave_exactly_those_in_flight_even_inside_a_batch() {
+    let t0 = Instant::now();
     let mut o = Outbox::new(100, 1000);
-    o.push_batch(batch(&[1, 2, 3, 4]), None);
+    o.push_batch(batch(&[1, 2, 3, 4]), Some(t0));
     o.push(f(5), None);
     assert_eq!(write_all(&mut o, 2), vec![f(1), f(2)]);
     assert_eq!(o.in_flight(), 2);
-    let mut lens = Vec::new();
-    o.confirm(|len| lens.push(len));
-    assert_eq!(lens, vec![1, 2]);
+    let mut taken = Vec::new();
+    o.take_written(|frame, deadline| taken.push((frame, deadline)));
+    assert_eq!(taken, vec![(f(1), Some(t0)), (f(2), Some(t0))]);
     assert_eq!((o.len(), o.bytes(), o.in_flight()), (3, 12, 0));
     assert_eq!(write_all(&mut o, 100), vec![f(3), f(4), f(5)]);
-    o.confirm(|_| {});
+    o.take_written(|_, _| {});
     assert!(o.is_empty());
     assert_eq!(o.bytes(), 0);
+}
+
+#[test]
+fn frames_put_back_in_front_go_first_and_keep_their_deadline() {
+    let t0 = Instant::now();
+    let s = Duration::from_secs(1);
+    let mut o = Outbox::new(100, 1000);
+    o.push(f(3), None);
+    o.push_front(f(2), Some(t0 + s));
+    o.push_front(f(1), None);
+    assert_eq!((o.len(), o.bytes()), (3, 6));
+    assert_eq!(o.next_deadline(), Some(t0 + s));
+    assert_eq!(o.expire(t0 + 2 * s), vec![f(2)]);
+    assert_eq!(write_all(&mut o, 100), vec![f(1), f(3)]);
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //! replies, and ended exactly once at a timeout, a drop or a close.
 
 use super::*;
-use crate::core::requests::Redelivery;
+use crate::Redelivery;
 use crate::{Correlation, ProofOfLife, RequestError};
 use bytes::Bytes;
 

@@ -362,3 +362,23 @@ fn tls_records_the_socket_refused_are_offered_again_as_they_are() {
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle)
 }
+
+#[test]
+fn with_tls_a_frame_is_confirmed_when_the_records_written_with_it_are_acknowledged() {
+    let pki = Pki::new();
+    let mut s = Sim::connecting(tls_builder(&pki));
+    s.auto_ack = false;
+    s.tcp_up();
+    let mut peer = Peer::new(&pki.server);
+    peer.pump(&mut s);
+    assert_eq!(s.m.state(), Ready);
+    let before = s.m.window.written();
+    s.submit(b"frame");
+    s.transmit();
+    let after = s.m.window.written();
+    assert!(after > before + 6, "a record is larger than its plaintext");
+    s.ack(after - 1);
+    assert_eq!(s.metrics().frames_confirmed, 0);
+    s.ack(after);
+    assert_eq!(s.metrics().frames_confirmed, 1);
+}

@@ -1,0 +1,176 @@
+//! Confirmed delivery: what the window costs on a healthy link, and how soon a frame is
+//! confirmed.
+//!
+//! Run with `cargo bench --bench delivery` (about a minute) or
+//! `cargo bench --bench delivery -- --quick` (a few seconds).
+//!
+//! Throughput, 64 B, 1 KiB and 64 KiB payloads (length-prefixed, one producer,
+//! `Overflow::Block`), to a local sink that reads and discards, timed from the first send until
+//! every frame is confirmed (`frames_confirmed`); the median of the rounds (rounds interleave
+//! the senders):
+//! - `window`: the default window (1 MiB);
+//! - `unbounded`: `window(0)`: frames are still confirmed, nothing is held back;
+//! - `std_tcp`: `std::net::TcpStream` behind a `BufWriter`, timed until the sink read it all.
+//!
+//! `delivery size=<bytes> window_mps=<w> unbounded_mps=<u> std_tcp_mps=<s> ratio_window=<w/u>
+//! ratio_std=<w/s>`, where `*_mps` is millions of frames per second.
+//!
+//! Then the time from `send` to confirmed on loopback, one 64 B frame at a time (the next is
+//! sent once the last is confirmed, seen by polling `metrics()`, which adds a round trip to
+//! the IO thread): `confirm_latency n=<N> p50_us=<p50> p99_us=<p99>`, beside the round trip
+//! of one `metrics()` call alone: `metrics_rtt_us p50=<p50>`.
+
+mod support;
+
+use std::io::{BufWriter, Read, Write};
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use relink::framing::LengthDelimited;
+use relink::{Link, Overflow, State};
+use support::peer::Peer;
+
+const BOUND: Duration = Duration::from_secs(120);
+
+/// A sink that counts the bytes it read.
+fn sink() -> (Peer, Arc<AtomicU64>) {
+    let read = Arc::new(AtomicU64::new(0));
+    let counter = read.clone();
+    let peer = Peer::start(move |mut s: TcpStream, _| {
+        let mut buf = vec![0u8; 256 * 1024];
+        while let Ok(n) = s.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            counter.fetch_add(n as u64, Ordering::Relaxed);
+        }
+    });
+    (peer, read)
+}
+
+fn link(endpoint: &str, window: usize) -> Link {
+    let link = Link::builder(endpoint)
+        .framing(LengthDelimited::len32())
+        .overflow(Overflow::Block(BOUND))
+        .window(window)
+        .build()
+        .expect("build");
+    support::wait_state(
+        &link,
+        State::Ready,
+        Instant::now() + Duration::from_secs(10),
+    );
+    link
+}
+
+/// Until `f` holds, bounded.
+fn until(mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + BOUND;
+    while !f() {
+        assert!(Instant::now() < deadline, "not done within {BOUND:?}");
+        std::thread::yield_now();
+    }
+}
+
+fn run_relink(window: usize, size: usize, frames: u64) -> Duration {
+    let (peer, _) = sink();
+    let link = link(&peer.endpoint(), window);
+    let payload = vec![0xA5u8; size];
+    let start = Instant::now();
+    for _ in 0..frames {
+        link.send(payload.clone()).expect("send");
+    }
+    until(|| link.metrics().frames_confirmed == frames);
+    let took = start.elapsed();
+    let m = link.close(Duration::from_secs(5));
+    assert_eq!(m.unaccounted(), 0);
+    peer.stop();
+    took
+}
+
+fn run_std(size: usize, frames: u64) -> Duration {
+    let (peer, read) = sink();
+    let stream = TcpStream::connect(("127.0.0.1", peer.port())).expect("connect");
+    let mut w = BufWriter::with_capacity(64 * 1024, stream);
+    let payload = vec![0xA5u8; size];
+    let len = (size as u32).to_be_bytes();
+    let start = Instant::now();
+    for _ in 0..frames {
+        w.write_all(&len)
+            .and_then(|()| w.write_all(&payload))
+            .expect("write");
+    }
+    w.flush().expect("flush");
+    let total = frames * (size as u64 + 4);
+    until(|| read.load(Ordering::Relaxed) >= total);
+    let took = start.elapsed();
+    drop(w);
+    peer.stop();
+    took
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn mps(frames: u64, d: Duration) -> f64 {
+    frames as f64 / d.as_secs_f64() / 1e6
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> f64 {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i].as_secs_f64() * 1e6
+}
+
+fn main() {
+    let quick = support::flag("quick");
+    let rounds = if quick { 3 } else { 7 };
+    let bytes_per_run: u64 = if quick { 64 << 20 } else { 256 << 20 };
+    for size in [64usize, 1024, 65536] {
+        let frames = (bytes_per_run / size as u64).min(if quick { 500_000 } else { 2_000_000 });
+        let (mut w, mut u, mut s) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..rounds {
+            w.push(run_relink(relink::defaults::WINDOW, size, frames));
+            u.push(run_relink(0, size, frames));
+            s.push(run_std(size, frames));
+        }
+        let (w, u, s) = (
+            mps(frames, median(w)),
+            mps(frames, median(u)),
+            mps(frames, median(s)),
+        );
+        println!(
+            "delivery size={size} window_mps={w:.3} unbounded_mps={u:.3} std_tcp_mps={s:.3} \
+             ratio_window={:.2} ratio_std={:.2}",
+            w / u,
+            w / s
+        );
+    }
+    let (peer, _) = sink();
+    let link = link(&peer.endpoint(), relink::defaults::WINDOW);
+    let n = if quick { 500 } else { 5000 };
+    let mut lat = Vec::with_capacity(n);
+    let mut rtt = Vec::with_capacity(n);
+    for i in 0..n as u64 {
+        let t = Instant::now();
+        let _ = link.metrics();
+        rtt.push(t.elapsed());
+        let t = Instant::now();
+        link.send(vec![0x5Au8; 64]).expect("send");
+        until(|| link.metrics().frames_confirmed > i);
+        lat.push(t.elapsed());
+    }
+    lat.sort();
+    rtt.sort();
+    println!(
+        "confirm_latency n={n} p50_us={:.0} p99_us={:.0}",
+        percentile(&lat, 0.5),
+        percentile(&lat, 0.99)
+    );
+    println!("metrics_rtt_us p50={:.0}", percentile(&rtt, 0.5));
+    link.close(Duration::from_secs(1));
+    peer.stop();
+}

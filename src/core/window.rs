@@ -1,0 +1,263 @@
+//! The window: frames written on the current connection and not yet confirmed by the peer's
+//! TCP, each with the offset in the connection's byte stream at which it ends.
+//!
+//! A frame is confirmed once the peer's kernel has acknowledged every byte up to its end
+//! offset (the IO side reads the count from `TCP_INFO`; it enters here as an argument). The
+//! window also says when the machine should hold frames back (too many bytes unconfirmed) and
+//! when the IO side should read the count again: soon after a write, then less often while
+//! nothing moves, so a peer that stopped reading costs few wake-ups.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+/// The first wait for a new count after a write or after progress.
+const POLL_FIRST: Duration = Duration::from_micros(200);
+/// The longest wait while nothing is acknowledged.
+const POLL_MAX: Duration = Duration::from_millis(50);
+
+/// What becomes of frames handed to the socket and not yet confirmed by the peer's TCP when
+/// their connection drops.
+///
+/// A frame is *confirmed* once the peer's kernel acknowledged its last byte: the peer's
+/// machine has it, though its application may not have read it (only a reply can show that).
+/// At a drop, a frame not yet confirmed may or may not have reached the peer.
+///
+/// The same two choices apply to requests outstanding at a drop
+/// ([`Builder::request_redelivery`](crate::Builder::request_redelivery)), where `Report` fails
+/// each to its caller as "may have been processed" and is the default: a request has a caller
+/// waiting who can retry, a frame has none.
+///
+/// See the example on [`Builder::redelivery`](crate::Builder::redelivery).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Redelivery {
+    /// Write them again on the next connection, in order, after its hello and TLS handshake
+    /// and before any newer frame: at-least-once (the peer may see a frame twice; counted in
+    /// [`Metrics::frames_resent`](crate::Metrics::frames_resent)). Their deadlines still
+    /// apply. The default: telemetry and data collectors would rather store a sample twice
+    /// than lose it, and a `SET` written twice is harmless.
+    #[default]
+    Resend,
+    /// Give each back in an [`Event::Abandoned`](crate::Event::Abandoned) with reason
+    /// [`Unconfirmed`](crate::AbandonReason::Unconfirmed): at-most-once ("may have been
+    /// received"), for commands that must not run twice (`INCR`, `LPUSH`, payments).
+    Report,
+}
+
+/// A frame written and not yet confirmed.
+#[derive(Debug)]
+pub(super) struct Sent {
+    pub(super) frame: Vec<u8>,
+    /// The stream offset (bytes written on this connection) just past its last byte.
+    end: u64,
+    /// When it was handed to the socket.
+    at: Instant,
+    /// Its deadline, which applies again if it is resent.
+    pub(super) deadline: Option<Instant>,
+}
+
+#[derive(Debug)]
+pub(super) struct Window {
+    frames: VecDeque<Sent>,
+    /// Bytes written on the current connection (control frames and TLS records included).
+    written: u64,
+    /// Of those, bytes the peer's kernel acknowledged.
+    acked: u64,
+    /// The next time a new count is wanted, while frames wait.
+    poll_at: Option<Instant>,
+    poll_every: Duration,
+    /// The acknowledgements of this connection cannot be read: frames count as confirmed when
+    /// handed to the socket.
+    blind: bool,
+}
+
+impl Window {
+    pub(super) fn new() -> Window {
+        Window {
+            frames: VecDeque::new(),
+            written: 0,
+            acked: 0,
+            poll_at: None,
+            poll_every: POLL_FIRST,
+            blind: false,
+        }
+    }
+
+    /// A new connection: its stream starts at offset 0. Frames of the last one must have been
+    /// taken first.
+    pub(super) fn reset(&mut self) {
+        debug_assert!(self.frames.is_empty(), "window reset with frames in it");
+        *self = Window::new();
+    }
+
+    /// Frames waiting for confirmation.
+    pub(super) fn len(&self) -> usize {
+        self.frames.len()
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.frames.is_empty()
+    }
+
+    /// Bytes written and not yet acknowledged.
+    pub(super) fn unacked(&self) -> u64 {
+        self.written - self.acked
+    }
+
+    /// Bytes written on this connection so far.
+    pub(super) fn written(&self) -> u64 {
+        self.written
+    }
+
+    /// Whether acknowledgements of this connection cannot be read.
+    pub(super) fn is_blind(&self) -> bool {
+        self.blind
+    }
+
+    /// When the oldest waiting frame was handed to the socket.
+    pub(super) fn oldest(&self) -> Option<Instant> {
+        self.frames.front().map(|s| s.at)
+    }
+
+    /// When the IO side should read the acknowledged count again.
+    pub(super) fn poll_at(&self) -> Option<Instant> {
+        self.poll_at
+    }
+
+    /// `len` bytes were written at `now`.
+    pub(super) fn wrote(&mut self, now: Instant, len: usize) {
+        self.written += len as u64;
+        if !self.frames.is_empty() {
+            self.poll_every = POLL_FIRST;
+            self.poll_at = Some(now + POLL_FIRST);
+        }
+    }
+
+    /// A frame ending at stream offset `end` was handed to the socket at `now`.
+    pub(super) fn push(
+        &mut self,
+        frame: Vec<u8>,
+        end: u64,
+        now: Instant,
+        deadline: Option<Instant>,
+    ) {
+        self.frames.push_back(Sent {
+            frame,
+            end,
+            at: now,
+            deadline,
+        });
+        self.poll_at.get_or_insert(now + POLL_FIRST);
+    }
+
+    /// The peer's kernel acknowledged `bytes` bytes of this connection's stream: the frames
+    /// that end at or before it are confirmed, `each` called for each, oldest first. A count
+    /// lower than one seen before or higher than what was written is not trusted (it cannot
+    /// belong to this connection) and returns false.
+    pub(super) fn acked(&mut self, now: Instant, bytes: u64, mut each: impl FnMut(Sent)) -> bool {
+        if bytes < self.acked || bytes > self.written {
+            return false;
+        }
+        let moved = bytes > self.acked;
+        self.acked = bytes;
+        while self.frames.front().is_some_and(|s| s.end <= bytes) {
+            each(self.frames.pop_front().expect("front exists"));
+        }
+        self.reschedule(now, moved);
+        true
+    }
+
+    /// The time for a reading came at `now`: the next is due later unless this one moves.
+    pub(super) fn poll_due(&mut self, now: Instant) {
+        if self.poll_at.is_some_and(|t| t <= now) {
+            self.reschedule(now, false);
+        }
+    }
+
+    /// No reading could be taken at `now`: ask again later.
+    pub(super) fn no_reading(&mut self, now: Instant) {
+        self.reschedule(now, false);
+    }
+
+    /// The next reading: none while nothing waits, soon after progress, later and later
+    /// while nothing moves.
+    fn reschedule(&mut self, now: Instant, moved: bool) {
+        if self.frames.is_empty() {
+            self.poll_at = None;
+            self.poll_every = POLL_FIRST;
+            return;
+        }
+        self.poll_every = if moved {
+            POLL_FIRST
+        } else {
+            (self.poll_every * 2).min(POLL_MAX)
+        };
+        self.poll_at = Some(now + self.poll_every);
+    }
+
+    /// This connection's acknowledgements cannot be read: every frame in the window, and every
+    /// later one, is confirmed as it is handed to the socket.
+    pub(super) fn go_blind(&mut self, each: impl FnMut(Sent)) {
+        self.blind = true;
+        self.poll_at = None;
+        self.frames.drain(..).for_each(each);
+    }
+
+    /// Takes every waiting frame, oldest first (the connection is gone).
+    pub(super) fn take_all(&mut self) -> VecDeque<Sent> {
+        self.poll_at = None;
+        std::mem::take(&mut self.frames)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_frame_is_confirmed_only_once_its_last_byte_is_acknowledged() {
+        let t = Instant::now();
+        let mut w = Window::new();
+        w.wrote(t, 10);
+        w.push(b"aaaa".to_vec(), 4, t, None);
+        w.push(b"bbbbbb".to_vec(), 10, t, None);
+        let mut got = Vec::new();
+        assert!(w.acked(t, 9, |s| got.push(s.frame)));
+        assert_eq!(got, vec![b"aaaa".to_vec()]);
+        assert!(w.acked(t, 10, |s| got.push(s.frame)));
+        assert_eq!(got.len(), 2);
+        assert!(w.is_empty());
+        assert_eq!(w.poll_at(), None);
+    }
+
+    #[test]
+    fn a_count_beyond_what_was_written_or_going_back_is_not_trusted() {
+        let t = Instant::now();
+        let mut w = Window::new();
+        w.wrote(t, 4);
+        w.push(b"aaaa".to_vec(), 4, t, None);
+        assert!(!w.acked(t, 5, |_| panic!("confirmed on a foreign count")));
+        assert!(w.acked(t, 2, |_| panic!("confirmed early")));
+        assert!(!w.acked(t, 1, |_| panic!("confirmed on a count going back")));
+        assert_eq!(w.len(), 1);
+    }
+
+    #[test]
+    fn the_poll_interval_doubles_while_nothing_is_acknowledged_and_resets_on_progress() {
+        let t = Instant::now();
+        let mut w = Window::new();
+        w.wrote(t, 4);
+        w.push(b"aaaa".to_vec(), 4, t, None);
+        assert_eq!(w.poll_at(), Some(t + POLL_FIRST));
+        w.acked(t, 0, |_| {});
+        assert_eq!(w.poll_at(), Some(t + POLL_FIRST * 2));
+        w.acked(t, 0, |_| {});
+        assert_eq!(w.poll_at(), Some(t + POLL_FIRST * 4));
+        for _ in 0..20 {
+            w.acked(t, 0, |_| {});
+        }
+        assert_eq!(w.poll_at(), Some(t + POLL_MAX));
+        w.acked(t, 1, |_| {});
+        assert_eq!(w.poll_at(), Some(t + POLL_FIRST));
+    }
+}
