@@ -104,7 +104,7 @@ impl Correlation {
         }
     }
 
-    /// Redis (RESP2 and RESP3, with [`Resp`](crate::Resp) framing): in order, RESP3 pushes
+    /// Redis (RESP2 and RESP3, with [`Resp`](crate::framing::Resp) framing): in order, RESP3 pushes
     /// (`>`-prefixed: pub/sub messages, client-side caching invalidations) delivered as events.
     pub fn resp() -> Correlation {
         Correlation::InOrder {
