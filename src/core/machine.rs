@@ -1499,8 +1499,6 @@ impl Machine {
     }
 
     fn submit(&mut self, now: Instant, frame: bytes::Bytes, deadline: Option<Instant>) {
-        // The outbox holds `Vec`s: the buffer moves over when this handle is its only owner.
-        let frame = Vec::from(frame);
         self.c.submitted += 1;
         if self.state == State::Closed {
             self.abandon_all(vec![frame], AbandonReason::Shutdown);
@@ -1517,11 +1515,11 @@ impl Machine {
     fn submit_batch(&mut self, now: Instant, batch: Batch, deadline: Option<Instant>) {
         self.c.submitted += batch.len() as u64;
         if self.state == State::Closed {
-            self.abandon_all(batch.into_frames(), AbandonReason::Shutdown);
+            self.abandon_all(batch.into_shared_frames(), AbandonReason::Shutdown);
             return;
         }
         if deadline.is_some_and(|d| d <= now) {
-            self.abandon_all(batch.into_frames(), AbandonReason::Expired);
+            self.abandon_all(batch.into_shared_frames(), AbandonReason::Expired);
             return;
         }
         self.outbox.push_batch(batch, deadline);
@@ -1537,10 +1535,9 @@ impl Machine {
         }
     }
 
-    fn abandon_all(&mut self, frames: Vec<Vec<u8>>, reason: AbandonReason) {
+    fn abandon_all(&mut self, frames: Vec<Bytes>, reason: AbandonReason) {
         for frame in frames {
             self.c.abandon(reason, frame.len());
-            let frame = Bytes::from(frame);
             self.emit(Event::Abandoned { frame, reason });
         }
     }
@@ -1654,7 +1651,7 @@ impl Machine {
 /// the panic that ended it, if any.
 #[derive(Default)]
 struct Filled {
-    refused: Vec<Vec<u8>>,
+    refused: Vec<Bytes>,
     panicked: Option<Panicked>,
 }
 

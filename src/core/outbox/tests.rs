@@ -3,8 +3,8 @@
 use super::*;
 use std::time::Duration;
 
-fn f(n: u8) -> Vec<u8> {
-    vec![n; n as usize]
+fn f(n: u8) -> Bytes {
+    Bytes::from(vec![n; n as usize])
 }
 
 fn batch(ns: &[u8]) -> Batch {
@@ -12,11 +12,11 @@ fn batch(ns: &[u8]) -> Batch {
 }
 
 /// Hands out up to `max` frames as `poll_transmit` would; the frames handed out.
-fn write_all(o: &mut Outbox, max: usize) -> Vec<Vec<u8>> {
+fn write_all(o: &mut Outbox, max: usize) -> Vec<Bytes> {
     let mut out = Vec::new();
     while out.len() < max {
         let Some(frame) = o.next_unsent() else { break };
-        out.push(frame.to_vec());
+        out.push(Bytes::copy_from_slice(frame));
         o.advance();
     }
     out
