@@ -5,8 +5,9 @@
 //! can be handed back at the call); the outbox only keeps order, expires frames and, for the
 //! `DropOldest` policy, trims itself back under its limits.
 //!
-//! A batch stays one entry, its frames back to back in one buffer: queueing, writing and
-//! confirming its frames allocates nothing per frame. Frames handed out for writing stay at the
+//! Frames are `Bytes`. A batch (or a run of small frames from the intake) stays one entry,
+//! its frames back to back in one frozen buffer: queueing, writing and confirming its frames
+//! allocates nothing per frame, and a frame that leaves is a slice of that buffer. Frames handed out for writing stay at the
 //! front, in flight, until they are written (they leave, to wait in the window for their
 //! confirmation) or put back (a failed write).
 

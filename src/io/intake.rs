@@ -490,6 +490,27 @@ mod tests {
     }
 
     #[test]
+    fn runs_of_copied_frames_are_split_off_one_buffer_without_a_copy() {
+        let intake = Intake::new(100, 1 << 20);
+        let later = Some(Instant::now() + Duration::from_secs(1));
+        for (frame, deadline) in [(&b"ab"[..], None), (b"c", later), (b"de", None)] {
+            let _ = intake
+                .offer(Bytes::from_static(frame), deadline, false)
+                .expect("room");
+        }
+        let mut runs = Vec::new();
+        intake.take().into_inputs(|input| match input {
+            Input::SubmitBatch { batch, .. } => runs.push(batch.into_shared_frames()),
+            other => panic!("not a run: {other:?}"),
+        });
+        let frames: Vec<&Bytes> = runs.iter().flatten().collect();
+        assert_eq!(frames, [&b"ab"[..], b"c", b"de"]);
+        let base = frames[0].as_ptr() as usize;
+        let at: Vec<usize> = frames.iter().map(|f| f.as_ptr() as usize - base).collect();
+        assert_eq!(at, [0, 2, 3], "three runs, one buffer");
+    }
+
+    #[test]
     fn only_the_first_frame_after_a_take_tells_the_io_thread() {
         let intake = Intake::new(100, 1 << 20);
         let tells: Vec<bool> = (0..3)

@@ -132,3 +132,25 @@ fn nothing_expires_while_frames_are_in_flight() {
     o.requeue();
     assert_eq!(o.expire(t0), vec![f(1)]);
 }
+
+#[test]
+fn frames_leaving_a_batch_are_slices_of_its_one_buffer_not_copies() {
+    let mut o = Outbox::new(100, 1000);
+    let b = batch(&[1, 2, 3]);
+    let base = b.get(0).expect("a frame").as_ptr();
+    o.push_batch(b, None);
+    write_all(&mut o, 2);
+    let mut taken = Vec::new();
+    o.take_written(|frame, _| taken.push(frame));
+    let drained = o.drain();
+    let at: Vec<usize> = taken
+        .iter()
+        .chain(&drained)
+        .map(|f| f.as_ptr() as usize - base as usize)
+        .collect();
+    assert_eq!(
+        at,
+        [0, 1, 3],
+        "each frame where it lies in the batch's buffer"
+    );
+}
