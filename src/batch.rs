@@ -2,6 +2,8 @@
 
 use std::fmt;
 
+use bytes::{Bytes, BytesMut};
+
 /// Frames stored back to back in one buffer, for [`Link::send_batch`](crate::Link::send_batch):
 /// one admission check and one message to the IO thread for all of them, and no allocation per
 /// frame.
@@ -24,7 +26,7 @@ use std::fmt;
 /// ```
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct Batch {
-    data: Vec<u8>,
+    data: BytesMut,
     /// The end of each frame in `data`.
     ends: Vec<usize>,
 }
@@ -47,7 +49,7 @@ impl Batch {
     /// An empty batch with room for `frames` frames of `bytes` bytes in total.
     pub fn with_capacity(frames: usize, bytes: usize) -> Batch {
         Batch {
-            data: Vec::with_capacity(bytes),
+            data: BytesMut::with_capacity(bytes),
             ends: Vec::with_capacity(frames),
         }
     }
@@ -100,9 +102,27 @@ impl Batch {
 
     /// A batch of the frames in `data` that end at `ends` (increasing, the last at
     /// `data.len()`).
-    pub(crate) fn from_parts(data: Vec<u8>, ends: Vec<usize>) -> Batch {
+    pub(crate) fn from_parts(data: BytesMut, ends: Vec<usize>) -> Batch {
         debug_assert!(ends.last().map_or(data.is_empty(), |&e| e == data.len()));
         Batch { data, ends }
+    }
+
+    /// The buffer, frozen without a copy, and the end of each frame in it.
+    pub(crate) fn into_parts(self) -> (Bytes, Vec<usize>) {
+        (self.data.freeze(), self.ends)
+    }
+
+    /// The frames, each a slice of the one buffer (no copy).
+    pub(crate) fn into_shared_frames(self) -> Vec<Bytes> {
+        let (data, ends) = self.into_parts();
+        let mut start = 0;
+        ends.into_iter()
+            .map(|end| {
+                let f = data.slice(start..end);
+                start = end;
+                f
+            })
+            .collect()
     }
 
     /// Where frame `index` starts in the buffer.

@@ -69,18 +69,7 @@ pub mod defaults {
     pub const SLOW_CALLBACK: Duration = Duration::from_millis(100);
 }
 
-/// What `send` does when the outbox is at its limit.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Overflow {
-    /// Refuse the new frame, giving it back in the error. The default.
-    RejectNew,
-    /// Accept the new frame and abandon the oldest queued one (reported in an
-    /// [`Event::Abandoned`](crate::Event) with reason `Overflow`).
-    DropOldest,
-    /// Wait up to this long for room, then refuse.
-    Block(Duration),
-}
+pub use crate::core::overflow::Overflow;
 
 /// The validated configuration of one link: the core's settings, and what the IO thread and
 /// the handle need besides.

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::batch::Batch;
-use crate::event::AbandonReason;
+use crate::core::abandon::AbandonReason;
 
 /// A configuration that [`Builder::build`](crate::Builder::build) refuses.
 ///

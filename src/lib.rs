@@ -124,54 +124,7 @@
 //! Every change is emitted as an [`Event::State`] carrying a [`Transition`] with its [`Cause`];
 //! [`Link::state`] and [`Metrics::state`] say where the link is now.
 //!
-//! ```text
-//!            Start                 TcpConnected            Alive
-//!   Idle ───────────► Connecting ──────────────► Connected ──────► Ready
-//!                      ▲   │  ▲                     │                │
-//!          RetryTimer  │   │  └─ ConnectFailed      │ failure        │ failure
-//!          ReconnectNow│   │     (native redial)    ▼                ▼
-//!                      │   └────────────────────► Backoff ◄──────────┘
-//!                      │        failure             │ attempt == max_attempts
-//!                      └──────── Cooldown ◄─────────┘
-//!                        CooldownOver / ReconnectNow
-//!
-//!   any state ── Close (outbox flushed, or deadline) ──► Closed (terminal)
-//! ```
-//!
-//! | # | from | input | to | effect |
-//! |---|------|-------|----|--------|
-//! | 1 | Idle | Start | Connecting | dial (resolve the name, or connect) |
-//! | 2 | Connecting | Resolved(addresses) | Connecting | connect to the next address |
-//! | 3 | Connecting | Resolved(error) | Backoff/Cooldown | failure `dns`; a resolver that panicked: error event, failure `callback-panic` |
-//! | 4 | Connecting | TcpConnected | Connected, or Ready if the connect is the proof | send hello, start heartbeat |
-//! | 5 | Connecting | ConnectFailed, native redials left | Connecting | count a failure, the socket redials by itself (`native_retries` per outage) |
-//! | 6 | Connecting | ConnectFailed, none left | Backoff/Cooldown | stop the native redial, failure `refused` |
-//! | 7 | Connecting | DialTimeout | Backoff/Cooldown | stop the native redial, failure `connect-timeout` |
-//! | 8 | Connected | Alive (first bytes, or accepted reply) | Ready | frames flow |
-//! | 9 | Connected | HandshakeTimeout | Backoff/Cooldown | close, failure `handshake-timeout`; while the TLS handshake runs: error event, failure `tls-handshake` |
-//! | 10 | Connected, Ready | Disconnected | Backoff/Cooldown | failure `peer-closed` (flap guard: never an immediate redial) |
-//! | 11 | Connected, Ready | HeartbeatDead | Backoff/Cooldown | close, failure `heartbeat-timeout` |
-//! | 12 | Connected, Ready | ProtocolError | Backoff/Cooldown | close, error event, failure `protocol` |
-//! | 13 | Connected, Ready | Unreachable | Backoff/Cooldown | close, failure `unreachable` |
-//! | 14 | Ready | Stable (`min_stable` elapsed) | Ready | attempt and failure counters reset |
-//! | 15 | Backoff | RetryTimer | Connecting | dial |
-//! | 16 | Cooldown | RetryTimer | Connecting | probe |
-//! | 17 | Backoff, Cooldown | ReconnectNow | Connecting | dial now, counter kept |
-//! | 18 | any but Closed | Close, outbox empty | Closed | stop |
-//! | 19 | any but Closed | Close, frames queued | same | flush until the deadline |
-//! | 20 | any but Closed | Flushed (closing, outbox empty) | Closed | stop |
-//! | 21 | any but Closed | CloseDeadline | Closed | abandon the rest (`shutdown`) |
-//! | 22 | Connected, Ready | CallbackPanicked (a predicate or the framing) | Backoff/Cooldown | close, error event, failure `callback-panic` |
-//! | 23 | Connected, Ready | Tls (the session failed: handshake or record) | Backoff/Cooldown | close, error event, failure `tls-handshake`; one no retry can fix (the certificates, `TlsError::is_config`): failure `tls-rejected`, next attempt after `config_failure_retry` |
-//!
-//! With TLS, row 4 makes the connection's session and arms the TLS handshake bound; the link
-//! stays Connected and only handshake records leave. The handshake's completion does what row 4
-//! does without TLS (heartbeat, hello, Ready when the connect is the proof).
-//!
-//! Backoff/Cooldown: Cooldown when the attempt (relink's dials since the last stable
-//! connection, native redials not counted) reaches `max_attempts`, else Backoff.
-//! Any other pair is ignored and counted. Inputs carry the generation of the dial they belong
-//! to; one from an earlier dial is dropped before it reaches the table.
+#![doc = include_str!("../docs/transitions.md")]
 //!
 //! "failure" in the diagram is any of rows 3, 6, 7, 9–13 and 22: their causes are the ones
 //! for which [`Cause::is_failure`] is true. An ignored pair shows in

@@ -4,54 +4,7 @@
 //! deadline leaves as [`Machine::poll_timeout`], effects leave as [`Action`]s drained with
 //! [`Machine::poll_action`], and bytes to write are pulled with [`Machine::poll_transmit`].
 //!
-//! ```text
-//!            Start                 TcpConnected            Alive
-//!   Idle ───────────► Connecting ──────────────► Connected ──────► Ready
-//!                      ▲   │  ▲                     │                │
-//!          RetryTimer  │   │  └─ ConnectFailed      │ failure        │ failure
-//!          ReconnectNow│   │     (native redial)    ▼                ▼
-//!                      │   └────────────────────► Backoff ◄──────────┘
-//!                      │        failure             │ attempt == max_attempts
-//!                      └──────── Cooldown ◄─────────┘
-//!                        CooldownOver / ReconnectNow
-//!
-//!   any state ── Close (outbox flushed, or deadline) ──► Closed (terminal)
-//! ```
-//!
-//! | # | from | input | to | effect |
-//! |---|------|-------|----|--------|
-//! | 1 | Idle | Start | Connecting | dial (resolve the name, or connect) |
-//! | 2 | Connecting | Resolved(addresses) | Connecting | connect to the next address |
-//! | 3 | Connecting | Resolved(error) | Backoff/Cooldown | failure `dns`; a resolver that panicked: error event, failure `callback-panic` |
-//! | 4 | Connecting | TcpConnected | Connected, or Ready if the connect is the proof | send hello, start heartbeat |
-//! | 5 | Connecting | ConnectFailed, native redials left | Connecting | count a failure, the socket redials by itself (`native_retries` per outage) |
-//! | 6 | Connecting | ConnectFailed, none left | Backoff/Cooldown | stop the native redial, failure `refused` |
-//! | 7 | Connecting | DialTimeout | Backoff/Cooldown | stop the native redial, failure `connect-timeout` |
-//! | 8 | Connected | Alive (first bytes, or accepted reply) | Ready | frames flow |
-//! | 9 | Connected | HandshakeTimeout | Backoff/Cooldown | close, failure `handshake-timeout`; while the TLS handshake runs: error event, failure `tls-handshake` |
-//! | 10 | Connected, Ready | Disconnected | Backoff/Cooldown | failure `peer-closed` (flap guard: never an immediate redial) |
-//! | 11 | Connected, Ready | HeartbeatDead | Backoff/Cooldown | close, failure `heartbeat-timeout` |
-//! | 12 | Connected, Ready | ProtocolError | Backoff/Cooldown | close, error event, failure `protocol` |
-//! | 13 | Connected, Ready | Unreachable | Backoff/Cooldown | close, failure `unreachable` |
-//! | 14 | Ready | Stable (`min_stable` elapsed) | Ready | attempt and failure counters reset |
-//! | 15 | Backoff | RetryTimer | Connecting | dial |
-//! | 16 | Cooldown | RetryTimer | Connecting | probe |
-//! | 17 | Backoff, Cooldown | ReconnectNow | Connecting | dial now, counter kept |
-//! | 18 | any but Closed | Close, outbox empty | Closed | stop |
-//! | 19 | any but Closed | Close, frames queued | same | flush until the deadline |
-//! | 20 | any but Closed | Flushed (closing, outbox empty) | Closed | stop |
-//! | 21 | any but Closed | CloseDeadline | Closed | abandon the rest (`shutdown`) |
-//! | 22 | Connected, Ready | CallbackPanicked (a predicate or the framing) | Backoff/Cooldown | close, error event, failure `callback-panic` |
-//! | 23 | Connected, Ready | Tls (the session failed: handshake or record) | Backoff/Cooldown | close, error event, failure `tls-handshake`; one no retry can fix (the certificates, `TlsError::is_config`): failure `tls-rejected`, next attempt after `config_failure_retry` |
-//!
-//! With TLS, row 4 makes the connection's session and arms the TLS handshake bound; the link
-//! stays Connected and only handshake records leave. The handshake's completion does what row 4
-//! does without TLS (heartbeat, hello, Ready when the connect is the proof).
-//!
-//! Backoff/Cooldown: Cooldown when the attempt (relink's dials since the last stable
-//! connection, native redials not counted) reaches `max_attempts`, else Backoff.
-//! Any other pair is ignored and counted. Inputs carry the generation of the dial they belong
-//! to; one from an earlier dial is dropped before it reaches the table.
+#![doc = include_str!("../../docs/transitions.md")]
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -1499,8 +1452,6 @@ impl Machine {
     }
 
     fn submit(&mut self, now: Instant, frame: bytes::Bytes, deadline: Option<Instant>) {
-        // The outbox holds `Vec`s: the buffer moves over when this handle is its only owner.
-        let frame = Vec::from(frame);
         self.c.submitted += 1;
         if self.state == State::Closed {
             self.abandon_all(vec![frame], AbandonReason::Shutdown);
@@ -1517,11 +1468,11 @@ impl Machine {
     fn submit_batch(&mut self, now: Instant, batch: Batch, deadline: Option<Instant>) {
         self.c.submitted += batch.len() as u64;
         if self.state == State::Closed {
-            self.abandon_all(batch.into_frames(), AbandonReason::Shutdown);
+            self.abandon_all(batch.into_shared_frames(), AbandonReason::Shutdown);
             return;
         }
         if deadline.is_some_and(|d| d <= now) {
-            self.abandon_all(batch.into_frames(), AbandonReason::Expired);
+            self.abandon_all(batch.into_shared_frames(), AbandonReason::Expired);
             return;
         }
         self.outbox.push_batch(batch, deadline);
@@ -1537,10 +1488,9 @@ impl Machine {
         }
     }
 
-    fn abandon_all(&mut self, frames: Vec<Vec<u8>>, reason: AbandonReason) {
+    fn abandon_all(&mut self, frames: Vec<Bytes>, reason: AbandonReason) {
         for frame in frames {
             self.c.abandon(reason, frame.len());
-            let frame = Bytes::from(frame);
             self.emit(Event::Abandoned { frame, reason });
         }
     }
@@ -1654,7 +1604,7 @@ impl Machine {
 /// the panic that ended it, if any.
 #[derive(Default)]
 struct Filled {
-    refused: Vec<Vec<u8>>,
+    refused: Vec<Bytes>,
     panicked: Option<Panicked>,
 }
 

@@ -19,9 +19,12 @@
 //! - [`predicate`]: a shareable test on a frame (handshake and heartbeat replies).
 //! - [`settings`]: what the core is told, built once by the builder, and the proof of life.
 //! - [`requests`]: request and reply: which request an inbound frame answers.
+//! - [`abandon`]: why a frame was never handed to the socket ([`AbandonReason`](abandon::AbandonReason)).
+//! - [`overflow`]: what `send` does at the outbox's limit ([`Overflow`](overflow::Overflow)).
 //! - [`guard`]: the guard around every call into application code (a panic becomes a value;
 //!   the time it took is measured by a stopwatch the IO side gives).
 
+pub(crate) mod abandon;
 pub(crate) mod backoff;
 mod counters;
 pub(crate) mod endpoint;
@@ -31,6 +34,7 @@ pub(crate) mod guard;
 pub(crate) mod heartbeat;
 pub(crate) mod machine;
 mod outbox;
+pub(crate) mod overflow;
 pub(crate) mod predicate;
 pub(crate) mod requests;
 pub(crate) mod settings;

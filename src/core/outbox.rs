@@ -5,21 +5,29 @@
 //! can be handed back at the call); the outbox only keeps order, expires frames and, for the
 //! `DropOldest` policy, trims itself back under its limits.
 //!
-//! A batch stays one entry, its frames back to back in one buffer: queueing, writing and
-//! confirming its frames allocates nothing per frame. Frames handed out for writing stay at the
+//! Frames are `Bytes`. A batch (or a run of small frames from the intake) stays one entry,
+//! its frames back to back in one frozen buffer: queueing, writing and confirming its frames
+//! allocates nothing per frame, and a frame that leaves is a slice of that buffer. Frames handed out for writing stay at the
 //! front, in flight, until they are written (they leave, to wait in the window for their
 //! confirmation) or put back (a failed write).
 
 use std::collections::VecDeque;
 use std::time::Instant;
 
+use bytes::Bytes;
+
 use crate::batch::Batch;
 
-/// The frames of one submission: one frame, or a batch's frames from `head` on.
+/// The frames of one submission: one frame, or a batch's frames (back to back in one buffer,
+/// each ending at its entry in `ends`) from `head` on.
 #[derive(Debug)]
 enum Frames {
-    One(Vec<u8>),
-    Many { batch: Batch, head: usize },
+    One(Bytes),
+    Many {
+        data: Bytes,
+        ends: Vec<usize>,
+        head: usize,
+    },
 }
 
 #[derive(Debug)]
@@ -41,35 +49,42 @@ impl Entry {
     fn end(&self) -> usize {
         match &self.frames {
             Frames::One(_) => 1,
-            Frames::Many { batch, .. } => batch.len(),
+            Frames::Many { ends, .. } => ends.len(),
         }
+    }
+
+    /// Where frame `i` of a batch lies in its buffer.
+    fn span(ends: &[usize], i: usize) -> std::ops::Range<usize> {
+        let start = if i == 0 { 0 } else { ends[i - 1] };
+        start..ends[i]
     }
 
     fn frame(&self, i: usize) -> &[u8] {
         match &self.frames {
             Frames::One(f) => f,
-            Frames::Many { batch, .. } => batch.get(i).unwrap_or_default(),
+            Frames::Many { data, ends, .. } => &data[Entry::span(ends, i)],
         }
     }
 
-    /// Removes the first queued frame; true if the entry is now empty.
-    fn take_front(&mut self) -> (Vec<u8>, bool) {
+    /// Removes the first queued frame (a slice of a batch's buffer, not a copy); true if the
+    /// entry is now empty.
+    fn take_front(&mut self) -> (Bytes, bool) {
         match &mut self.frames {
             Frames::One(f) => (std::mem::take(f), true),
-            Frames::Many { batch, head } => {
-                let f = batch.get(*head).unwrap_or_default().to_vec();
+            Frames::Many { data, ends, head } => {
+                let f = data.slice(Entry::span(ends, *head));
                 *head += 1;
-                (f, *head == batch.len())
+                (f, *head == ends.len())
             }
         }
     }
 
-    /// Every frame still queued, one `Vec` each.
-    fn into_frames(self, out: &mut Vec<Vec<u8>>) {
+    /// Every frame still queued, in order.
+    fn into_frames(self, out: &mut Vec<Bytes>) {
         match self.frames {
             Frames::One(f) => out.push(f),
-            Frames::Many { batch, head } => {
-                out.extend(batch.iter().skip(head).map(<[u8]>::to_vec));
+            Frames::Many { data, ends, head } => {
+                out.extend((head..ends.len()).map(|i| data.slice(Entry::span(&ends, i))));
             }
         }
     }
@@ -127,7 +142,7 @@ impl Outbox {
         self.in_flight
     }
 
-    pub(crate) fn push(&mut self, frame: Vec<u8>, deadline: Option<Instant>) {
+    pub(crate) fn push(&mut self, frame: Bytes, deadline: Option<Instant>) {
         self.note_deadline(deadline);
         self.frames += 1;
         self.bytes += frame.len();
@@ -145,14 +160,19 @@ impl Outbox {
         self.note_deadline(deadline);
         self.frames += batch.len();
         self.bytes += batch.bytes();
+        let (data, ends) = batch.into_parts();
         self.queue.push_back(Entry {
-            frames: Frames::Many { batch, head: 0 },
+            frames: Frames::Many {
+                data,
+                ends,
+                head: 0,
+            },
             deadline,
         });
     }
 
     /// Removes the oldest frame. Nothing may be in flight.
-    pub(crate) fn pop_front(&mut self) -> Option<Vec<u8>> {
+    pub(crate) fn pop_front(&mut self) -> Option<Bytes> {
         debug_assert_eq!(self.in_flight, 0, "pop_front with frames in flight");
         let entry = self.queue.front_mut()?;
         let (frame, emptied) = entry.take_front();
@@ -179,7 +199,7 @@ impl Outbox {
 
     /// Removes and returns the frames whose deadline has passed, keeping the order of the rest.
     /// While frames are in flight nothing expires (they are confirmed or put back first).
-    pub(crate) fn expire(&mut self, now: Instant) -> Vec<Vec<u8>> {
+    pub(crate) fn expire(&mut self, now: Instant) -> Vec<Bytes> {
         match self.earliest {
             Some(t) if t <= now && self.in_flight == 0 => {}
             _ => return Vec::new(),
@@ -210,7 +230,7 @@ impl Outbox {
     }
 
     /// Takes every queued frame, oldest first. Nothing may be in flight.
-    pub(crate) fn drain(&mut self) -> Vec<Vec<u8>> {
+    pub(crate) fn drain(&mut self) -> Vec<Bytes> {
         debug_assert_eq!(self.in_flight, 0, "drain with frames in flight");
         let mut out = Vec::with_capacity(self.frames);
         for entry in self.queue.drain(..) {
@@ -245,7 +265,7 @@ impl Outbox {
 
     /// The frames in flight were written: they leave, oldest first, each given to `each`
     /// with its deadline (they wait for their confirmation elsewhere).
-    pub(crate) fn take_written(&mut self, mut each: impl FnMut(Vec<u8>, Option<Instant>)) {
+    pub(crate) fn take_written(&mut self, mut each: impl FnMut(Bytes, Option<Instant>)) {
         for _ in 0..self.in_flight {
             let Some(entry) = self.queue.front_mut() else {
                 break;
@@ -268,7 +288,7 @@ impl Outbox {
 
     /// Puts a frame back first in line (one written on a connection that dropped before it
     /// was confirmed, to be resent). Nothing may be in flight.
-    pub(crate) fn push_front(&mut self, frame: Vec<u8>, deadline: Option<Instant>) {
+    pub(crate) fn push_front(&mut self, frame: Bytes, deadline: Option<Instant>) {
         debug_assert_eq!(self.in_flight, 0, "push_front with frames in flight");
         self.note_deadline(deadline);
         self.frames += 1;

@@ -23,7 +23,7 @@ use bytes::Bytes;
 
 use super::predicate::Predicate;
 use super::window::Redelivery;
-use crate::builder::Overflow;
+use crate::core::overflow::Overflow;
 use crate::error::RequestError;
 use crate::event::AbandonReason;
 

@@ -10,6 +10,8 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
+
 /// The first wait for a new count after a write or after progress.
 const POLL_FIRST: Duration = Duration::from_micros(200);
 /// The longest wait while nothing is acknowledged.
@@ -47,7 +49,7 @@ pub enum Redelivery {
 /// A frame written and not yet confirmed.
 #[derive(Debug)]
 pub(super) struct Sent {
-    pub(super) frame: Vec<u8>,
+    pub(super) frame: Bytes,
     /// The stream offset (bytes written on this connection) just past its last byte.
     end: u64,
     /// When it was handed to the socket.
@@ -134,13 +136,7 @@ impl Window {
     }
 
     /// A frame ending at stream offset `end` was handed to the socket at `now`.
-    pub(super) fn push(
-        &mut self,
-        frame: Vec<u8>,
-        end: u64,
-        now: Instant,
-        deadline: Option<Instant>,
-    ) {
+    pub(super) fn push(&mut self, frame: Bytes, end: u64, now: Instant, deadline: Option<Instant>) {
         self.frames.push_back(Sent {
             frame,
             end,
@@ -219,11 +215,11 @@ mod tests {
         let t = Instant::now();
         let mut w = Window::new();
         w.wrote(t, 10);
-        w.push(b"aaaa".to_vec(), 4, t, None);
-        w.push(b"bbbbbb".to_vec(), 10, t, None);
+        w.push(Bytes::from_static(b"aaaa"), 4, t, None);
+        w.push(Bytes::from_static(b"bbbbbb"), 10, t, None);
         let mut got = Vec::new();
         assert!(w.acked(t, 9, |s| got.push(s.frame)));
-        assert_eq!(got, vec![b"aaaa".to_vec()]);
+        assert_eq!(got, vec![Bytes::from_static(b"aaaa")]);
         assert!(w.acked(t, 10, |s| got.push(s.frame)));
         assert_eq!(got.len(), 2);
         assert!(w.is_empty());
@@ -235,7 +231,7 @@ mod tests {
         let t = Instant::now();
         let mut w = Window::new();
         w.wrote(t, 4);
-        w.push(b"aaaa".to_vec(), 4, t, None);
+        w.push(Bytes::from_static(b"aaaa"), 4, t, None);
         assert!(!w.acked(t, 5, |_| panic!("confirmed on a foreign count")));
         assert!(w.acked(t, 2, |_| panic!("confirmed early")));
         assert!(!w.acked(t, 1, |_| panic!("confirmed on a count going back")));
@@ -247,7 +243,7 @@ mod tests {
         let t = Instant::now();
         let mut w = Window::new();
         w.wrote(t, 4);
-        w.push(b"aaaa".to_vec(), 4, t, None);
+        w.push(Bytes::from_static(b"aaaa"), 4, t, None);
         assert_eq!(w.poll_at(), Some(t + POLL_FIRST));
         w.acked(t, 0, |_| {});
         assert_eq!(w.poll_at(), Some(t + POLL_FIRST * 2));

@@ -1318,7 +1318,7 @@ impl Slot {
     /// given back as abandoned (`shutdown`); the application gets what events were waiting,
     /// then an [`LinkError::IoThreadPanicked`], then the end of the stream; the final metrics
     /// are the machine's last counters with state Closed.
-    fn stop_after_panic(mut self, now: Instant, message: Option<String>, late: Vec<Vec<u8>>) {
+    fn stop_after_panic(mut self, now: Instant, message: Option<String>, late: Vec<bytes::Bytes>) {
         log::error!(
             "relink[{}]: the IO thread panicked serving the link ({}); the link is closed",
             self.machine.name(),
@@ -1345,7 +1345,7 @@ impl Slot {
             leftover.extend(self.pending.drain(..));
             leftover.push_back(Event::Error(LinkError::IoThreadPanicked { message }));
             leftover.extend(late.into_iter().map(|frame| Event::Abandoned {
-                frame: frame.into(),
+                frame,
                 reason: crate::event::AbandonReason::Shutdown,
             }));
         }
@@ -1387,7 +1387,7 @@ impl Drop for StopGuard {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .extend(late.into_iter().map(|frame| Event::Abandoned {
-                    frame: frame.into(),
+                    frame,
                     reason: crate::event::AbandonReason::Shutdown,
                 }));
         }

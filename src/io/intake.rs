@@ -25,7 +25,7 @@ use std::sync::{Condvar, Mutex, MutexGuard};
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use event_listener::Event as Notify;
 
 use super::padded::Padded;
@@ -75,7 +75,7 @@ struct Queue {
 #[derive(Debug, Default)]
 pub(crate) struct Taken {
     /// Copied frames, back to back.
-    data: Vec<u8>,
+    data: BytesMut,
     /// The end of each copied frame in `data`.
     ends: Vec<usize>,
     entries: Vec<Entry>,
@@ -389,7 +389,7 @@ impl Taken {
     }
 
     /// The frames as machine inputs, in order: one `SubmitBatch` per run of copied frames
-    /// (the buffer moves into it without a copy when it is the only run), one per batch, one
+    /// (each run split off the front of the one buffer, without a copy), one per batch, one
     /// `Submit` per frame that kept its own buffer.
     pub(crate) fn into_inputs(self, mut submit: impl FnMut(Input)) {
         let Taken {
@@ -397,25 +397,15 @@ impl Taken {
             ends,
             entries,
         } = self;
-        let only_run = entries
-            .iter()
-            .filter(|e| matches!(e, Entry::Copied { .. }))
-            .count()
-            == 1;
         let mut next = 0;
         for entry in entries {
             match entry {
                 Entry::Copied { count, deadline } => {
                     let start = if next == 0 { 0 } else { ends[next - 1] };
                     let run = &ends[next..next + count];
-                    let batch = if only_run {
-                        // The only run starts the buffer: it moves as it is.
-                        Batch::from_parts(std::mem::take(&mut data), run.to_vec())
-                    } else {
-                        let end = run[count - 1];
-                        let ends = run.iter().map(|e| e - start).collect();
-                        Batch::from_parts(data[start..end].to_vec(), ends)
-                    };
+                    let end = run[count - 1];
+                    let ends = run.iter().map(|e| e - start).collect();
+                    let batch = Batch::from_parts(data.split_to(end - start), ends);
                     next += count;
                     submit(Input::SubmitBatch { batch, deadline });
                 }
@@ -425,12 +415,12 @@ impl Taken {
         }
     }
 
-    /// Every frame, one `Vec` each, in order.
-    pub(crate) fn into_frames(self) -> Vec<Vec<u8>> {
+    /// Every frame, in order.
+    pub(crate) fn into_frames(self) -> Vec<Bytes> {
         let mut out = Vec::new();
         self.into_inputs(|input| match input {
-            Input::Submit { frame, .. } => out.push(Vec::from(frame)),
-            Input::SubmitBatch { batch, .. } => out.extend(batch.into_frames()),
+            Input::Submit { frame, .. } => out.push(frame),
+            Input::SubmitBatch { batch, .. } => out.extend(batch.into_shared_frames()),
             _ => {}
         });
         out
@@ -497,6 +487,27 @@ mod tests {
             ]
         );
         assert!(submissions(intake.take()).is_empty(), "taken once");
+    }
+
+    #[test]
+    fn runs_of_copied_frames_are_split_off_one_buffer_without_a_copy() {
+        let intake = Intake::new(100, 1 << 20);
+        let later = Some(Instant::now() + Duration::from_secs(1));
+        for (frame, deadline) in [(&b"ab"[..], None), (b"c", later), (b"de", None)] {
+            let _ = intake
+                .offer(Bytes::from_static(frame), deadline, false)
+                .expect("room");
+        }
+        let mut runs = Vec::new();
+        intake.take().into_inputs(|input| match input {
+            Input::SubmitBatch { batch, .. } => runs.push(batch.into_shared_frames()),
+            other => panic!("not a run: {other:?}"),
+        });
+        let frames: Vec<&Bytes> = runs.iter().flatten().collect();
+        assert_eq!(frames, [&b"ab"[..], b"c", b"de"]);
+        let base = frames[0].as_ptr() as usize;
+        let at: Vec<usize> = frames.iter().map(|f| f.as_ptr() as usize - base).collect();
+        assert_eq!(at, [0, 2, 3], "three runs, one buffer");
     }
 
     #[test]

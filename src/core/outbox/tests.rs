@@ -3,8 +3,8 @@
 use super::*;
 use std::time::Duration;
 
-fn f(n: u8) -> Vec<u8> {
-    vec![n; n as usize]
+fn f(n: u8) -> Bytes {
+    Bytes::from(vec![n; n as usize])
 }
 
 fn batch(ns: &[u8]) -> Batch {
@@ -12,11 +12,11 @@ fn batch(ns: &[u8]) -> Batch {
 }
 
 /// Hands out up to `max` frames as `poll_transmit` would; the frames handed out.
-fn write_all(o: &mut Outbox, max: usize) -> Vec<Vec<u8>> {
+fn write_all(o: &mut Outbox, max: usize) -> Vec<Bytes> {
     let mut out = Vec::new();
     while out.len() < max {
         let Some(frame) = o.next_unsent() else { break };
-        out.push(frame.to_vec());
+        out.push(Bytes::copy_from_slice(frame));
         o.advance();
     }
     out
@@ -131,4 +131,26 @@ fn nothing_expires_while_frames_are_in_flight() {
     assert!(o.expire(t0).is_empty());
     o.requeue();
     assert_eq!(o.expire(t0), vec![f(1)]);
+}
+
+#[test]
+fn frames_leaving_a_batch_are_slices_of_its_one_buffer_not_copies() {
+    let mut o = Outbox::new(100, 1000);
+    let b = batch(&[1, 2, 3]);
+    let base = b.get(0).expect("a frame").as_ptr();
+    o.push_batch(b, None);
+    write_all(&mut o, 2);
+    let mut taken = Vec::new();
+    o.take_written(|frame, _| taken.push(frame));
+    let drained = o.drain();
+    let at: Vec<usize> = taken
+        .iter()
+        .chain(&drained)
+        .map(|f| f.as_ptr() as usize - base as usize)
+        .collect();
+    assert_eq!(
+        at,
+        [0, 1, 3],
+        "each frame where it lies in the batch's buffer"
+    );
 }

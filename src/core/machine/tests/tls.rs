@@ -178,7 +178,7 @@ fn tls_a_certificate_for_another_name_is_rejected_and_lets_no_frame_out() {
 }
 
 #[test]
-fn tls_a_failure_no_retry_can_fix_waits_the_config_failure_retry_not_the_backoff() {
+fn row23_a_tls_failure_no_retry_can_fix_waits_the_config_failure_retry_not_the_backoff() {
     let pki = Pki::new();
     let retry = Duration::from_secs(90);
     let mut s = Sim::connecting(tls_builder(&pki).config_failure_retry(retry));
@@ -225,7 +225,7 @@ fn tls_a_server_that_is_not_tls_is_retried_at_the_backoff() {
 }
 
 #[test]
-fn tls_garbage_instead_of_a_server_hello_fails_with_the_tls_cause() {
+fn row23_tls_garbage_instead_of_a_server_hello_fails_with_the_tls_cause() {
     let pki = Pki::new();
     let mut s = Sim::connecting(tls_builder(&pki));
     s.tcp_up();
