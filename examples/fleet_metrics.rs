@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 use echo_peer::EchoPeer;
 use metrics_exporter_prometheus::PrometheusBuilder;
 use relink::framing::Lines;
-use relink::{Heartbeat, IoPool, Link, MetricsExport, Ping, Predicate, State};
+use relink::pool::MetricsExport;
+use relink::{Heartbeat, IoPool, Link, Ping, Predicate, State};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();

@@ -466,7 +466,8 @@ impl Builder {
     /// [`tcp_maxrt`](Builder::tcp_maxrt)) is handed to libzmq and the kernel:
     /// ```
     /// use std::time::Duration;
-    /// use relink::{ConfigError, Keepalive, Link, State};
+    /// use relink::{Keepalive, Link, State};
+    /// use relink::error::ConfigError;
     /// # use std::io::{Read, Write};
     /// # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
     /// # let port = listener.local_addr()?.port();
@@ -574,7 +575,8 @@ impl Builder {
     /// bounds what waits to be sent; every frame ends in one reported outcome:
     /// ```
     /// use std::time::Duration;
-    /// use relink::{AbandonReason, Event, Link, Overflow, SendError};
+    /// use relink::{AbandonReason, Event, Link, Overflow};
+    /// use relink::error::SendError;
     ///
     /// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     /// // Nobody listens on `port`: frames wait in the outbox.
@@ -767,7 +769,7 @@ impl Builder {
     /// logged at warn naming the link, the callback and the time it took, counted in
     /// [`Metrics::slow_callbacks`](crate::Metrics::slow_callbacks) and
     /// [`slowest_callback`](crate::Metrics::slowest_callback), and reported in an
-    /// [`Event::Error`](crate::Event) with [`LinkError::SlowCallback`](crate::LinkError)
+    /// [`Event::Error`](crate::Event) with [`LinkError::SlowCallback`](crate::error::LinkError)
     /// (the warn line and the event at most once per link per 10 s). A callback on an IO
     /// thread holds every link of that thread for as long as it runs. Defaults to 100 ms.
     pub fn slow_callback(mut self, threshold: Duration) -> Builder {
@@ -1049,7 +1051,7 @@ impl Builder {
     ///     .requests(Correlation::resp())
     ///     .build()?;
     /// # link.close(std::time::Duration::ZERO);
-    /// # Ok::<(), relink::ConfigError>(())
+    /// # Ok::<(), relink::error::ConfigError>(())
     /// ```
     pub fn requests(mut self, correlation: Correlation) -> Builder {
         self.config.core.requests.correlation = correlation;
@@ -1067,7 +1069,7 @@ impl Builder {
     /// The window of outstanding requests (queued or written, not answered): the pipelining
     /// depth, in requests and in their bytes (one request larger than `bytes` is admitted
     /// alone). Past it, the [`Overflow`] policy applies: `RejectNew` refuses the request
-    /// ([`RequestError::Full`](crate::RequestError::Full)), `DropOldest` abandons the oldest
+    /// ([`RequestError::Full`](crate::error::RequestError::Full)), `DropOldest` abandons the oldest
     /// unsent one, `Block(t)` lets it wait up to `t` for room, in line in the IO thread (the
     /// call itself never blocks). Defaults to 1024 requests, 4 MiB.
     pub fn request_window(mut self, requests: usize, bytes: usize) -> Builder {

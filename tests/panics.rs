@@ -18,9 +18,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use relink::error::{Callback, LinkError, SendError};
 use relink::{
-    Callback, Cause, Event, Heartbeat, Jitter, Link, LinkError, Overflow, Ping, Predicate,
-    ProofOfLife, Resolver, SendError, State, Transition,
+    Cause, Event, Heartbeat, Jitter, Link, Overflow, Ping, Predicate, ProofOfLife, Resolver, State,
+    Transition,
 };
 use util::{Behaviour, Peer};
 
@@ -442,7 +443,11 @@ fn when_the_io_thread_stops_every_blocked_caller_returns_and_everything_says_clo
     let sent = join_within(blocked_send, at, PROMPT);
     assert!(matches!(sent, Err(SendError::Closed(f)) if f == b"blocked"[..]));
     let (events, end) = join_within(reader, at, PROMPT);
-    assert_eq!(end, relink::RecvTimeoutError::Disconnected, "{events:?}");
+    assert_eq!(
+        end,
+        relink::error::RecvTimeoutError::Disconnected,
+        "{events:?}"
+    );
     assert!(
         events
             .iter()

@@ -17,8 +17,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use relink::error::{Callback, LinkError};
 use relink::framing::{DecodeError, EncodeError, Framing, Lines};
-use relink::{Callback, Event, Heartbeat, IoPool, Link, LinkError, Ping, Predicate, State};
+use relink::{Event, Heartbeat, IoPool, Link, Ping, Predicate, State};
 use util::netns::{self, mono_us, us_between, Process, Report};
 use util::{Behaviour, Peer, RedisServer};
 

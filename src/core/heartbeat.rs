@@ -23,7 +23,8 @@ const MAX_OUTSTANDING: usize = 8;
 /// # Examples
 /// ```
 /// use std::time::Duration;
-/// use relink::{ConfigError, Heartbeat, Link, Ping};
+/// use relink::{Heartbeat, Link, Ping};
+/// use relink::error::ConfigError;
 /// use relink::framing::{Lines, Raw};
 ///
 /// let every = Duration::from_secs(5);

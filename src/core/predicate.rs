@@ -7,7 +7,7 @@ use std::sync::Arc;
 ///
 /// It runs on the link's IO thread. If it panics, the panic is caught there and counts as a
 /// failure of the connection: an [`Event::Error`](crate::Event) with
-/// [`LinkError::CallbackPanicked`](crate::LinkError::CallbackPanicked), then a transition
+/// [`LinkError::CallbackPanicked`](crate::error::LinkError::CallbackPanicked), then a transition
 /// with cause [`CallbackPanic`](crate::Cause::CallbackPanic), a reset and a backoff. The frame
 /// it was asked about is not delivered.
 ///

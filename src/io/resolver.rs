@@ -25,7 +25,7 @@ const WORKERS: usize = 4;
 ///
 /// A resolver that panics fails that dial: the panic is caught on the resolver thread (which
 /// keeps serving), reported in an [`Event::Error`](crate::Event) with
-/// [`LinkError::CallbackPanicked`](crate::LinkError::CallbackPanicked), and the link backs
+/// [`LinkError::CallbackPanicked`](crate::error::LinkError::CallbackPanicked), and the link backs
 /// off with cause [`CallbackPanic`](crate::Cause::CallbackPanic).
 ///
 /// # Examples
