@@ -688,7 +688,7 @@ impl Builder {
     /// How often the name in use is resolved again, in the background (the next dial finds
     /// the fresh answer); a failed dial also asks again. Defaults to 60 s.
     ///
-    /// See the example on [`Resolver`].
+    /// See the example on [`Builder::resolver`].
     pub fn dns_refresh(mut self, d: Duration) -> Builder {
         self.config.core.dns_refresh = d;
         self
@@ -738,12 +738,55 @@ impl Builder {
         self
     }
 
-    /// How host names are resolved. Defaults to the system resolver (getaddrinfo), run on
-    /// relink's resolver threads, never on an IO thread.
+    /// How host names are resolved: `resolve(host, port)` returns the addresses or a short
+    /// reason, in place of the system resolver (for tests, or a service-discovery lookup).
+    /// Defaults to the system resolver (getaddrinfo). Either runs on relink's resolver
+    /// threads, never on an IO thread.
     ///
-    /// See the example on [`Resolver`].
-    pub fn resolver(mut self, r: Resolver) -> Builder {
-        self.config.resolver = Some(r);
+    /// A resolver that panics fails that dial: the panic is caught on the resolver thread (which
+    /// keeps serving), reported in an [`Event::Error`](crate::Event) with
+    /// [`LinkError::CallbackPanicked`](crate::error::LinkError::CallbackPanicked), and the link backs
+    /// off with cause [`CallbackPanic`](crate::Cause::CallbackPanic).
+    ///
+    /// # Examples
+    /// Names from a service registry instead of DNS:
+    /// ```
+    /// use std::net::SocketAddr;
+    /// use std::time::Duration;
+    /// use relink::{Event, Link, State};
+    /// # use std::io::{Read, Write};
+    /// # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    /// # let port = listener.local_addr()?.port();
+    /// # std::thread::spawn(move || {
+    /// #     let (mut s, _) = listener.accept().unwrap();
+    /// #     let mut buf = [0u8; 1024];
+    /// #     while let Ok(n) = s.read(&mut buf) {
+    /// #         if n == 0 || s.write_all(&buf[..n]).is_err() { break; }
+    /// #     }
+    /// # });
+    ///
+    /// let registry = |host: &str, port| match host {
+    ///     "cache.internal" => Ok(vec![SocketAddr::from(([127, 0, 0, 1], port))]),
+    ///     _ => Err(format!("{host}: not registered")),
+    /// };
+    /// let link = Link::builder(&format!("tcp://cache.internal:{port}")) // a local echo server
+    ///     .resolver(registry)
+    ///     .dns_refresh(Duration::from_secs(10)) // ask the registry again every 10 s
+    ///     .build()?;
+    /// let ready = loop {
+    ///     if let Event::State(t) = link.events().recv_timeout(Duration::from_secs(5))? {
+    ///         if t.to == State::Ready { break t; }
+    ///     }
+    /// };
+    /// assert_eq!(ready.endpoint, Some(format!("tcp://127.0.0.1:{port}")));
+    /// link.close(Duration::from_millis(50));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn resolver(
+        mut self,
+        resolve: impl Fn(&str, u16) -> Result<Vec<std::net::SocketAddr>, String> + Send + Sync + 'static,
+    ) -> Builder {
+        self.config.resolver = Some(Resolver::new(resolve));
         self
     }
 

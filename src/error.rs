@@ -432,7 +432,7 @@ pub enum Callback {
     HeartbeatReply,
     /// The handshake's accept predicate ([`ProofOfLife::Handshake`](crate::ProofOfLife)).
     Handshake,
-    /// The resolver closure ([`Resolver`](crate::Resolver)).
+    /// The resolver closure ([`Builder::resolver`](crate::Builder::resolver)).
     Resolver,
     /// The framing, decoding what the peer sent.
     Decode,

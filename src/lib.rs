@@ -207,7 +207,7 @@
 //!
 //! # Application code that panics
 //! relink calls the application's code on its own threads: the [`Predicate`]s of a handshake
-//! and of the heartbeat reply on the IO thread, the [`Resolver`] on a resolver thread, and the
+//! and of the heartbeat reply on the IO thread, the resolver ([`Builder::resolver`]) on a resolver thread, and the
 //! [`Framing`](framing::Framing) on the IO thread. A panic there is caught where the
 //! code is called and treated as a failure of the connection: the application receives
 //! [`Event::Error`] with [`LinkError::CallbackPanicked`](error::LinkError::CallbackPanicked) (`heartbeat reply predicate
@@ -290,7 +290,7 @@
 //! is logged at warn with the link, the callback and the time, counted in
 //! [`Metrics::slow_callbacks`] and [`Metrics::slowest_callback`], and reported as
 //! [`Event::Error`] with [`LinkError::SlowCallback`](error::LinkError::SlowCallback) (the line and the event at most once per
-//! link per 10 s). A slow [`Resolver`] runs on a resolver thread and delays only its own
+//! link per 10 s). A slow resolver ([`Builder::resolver`]) runs on a resolver thread and delays only its own
 //! link's dial; it is reported the same way.
 //!
 //! # Architecture
@@ -356,7 +356,7 @@ pub use builder::{defaults, Builder, Overflow};
 /// decodes from.
 pub use bytes;
 pub use event::{AbandonReason, Cause, Event, State, Transition};
-pub use io::{IoPool, Keepalive, Resolver};
+pub use io::{IoPool, Keepalive};
 pub use link::{Events, Link};
 pub use metrics::{Abandoned, Metrics};
 pub use request::Pending;

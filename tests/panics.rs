@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use relink::error::{Callback, LinkError, SendError};
 use relink::{
-    Cause, Event, Heartbeat, Jitter, Link, Overflow, Ping, Predicate, ProofOfLife, Resolver, State,
+    Cause, Event, Heartbeat, Jitter, Link, Overflow, Ping, Predicate, ProofOfLife, State,
     Transition,
 };
 use util::{Behaviour, Peer};
@@ -61,11 +61,15 @@ fn predicate(panics: Panics, answer: impl Fn(&[u8]) -> bool + Send + Sync + 'sta
 }
 
 /// A resolver that panics as told, and otherwise answers 127.0.0.1:`port`. Counts its calls.
-fn resolver(panics: Panics, port: u16, calls: Arc<AtomicU32>) -> Resolver {
-    Resolver::new(move |_host, _| {
+fn resolver(
+    panics: Panics,
+    port: u16,
+    calls: Arc<AtomicU32>,
+) -> impl Fn(&str, u16) -> Result<Vec<SocketAddr>, String> + Send + Sync + 'static {
+    move |_host: &str, _| {
         panics.maybe(&calls);
         Ok(vec![SocketAddr::from(([127, 0, 0, 1], port))])
-    })
+    }
 }
 
 /// A lines link with a quick, deterministic backoff.
