@@ -95,6 +95,15 @@
 //!   system's trust store ([`Tls::system_roots`]), and, with the cargo feature `metrics`, an
 //!   export through the `metrics` crate's facade (`IoPool::export_metrics`).
 //!
+//! # Where things are
+//! The crate root holds what a program names in ordinary use: the link ([`Link`],
+//! [`Builder`], [`Events`], [`Event`] and the data it carries, [`Metrics`], [`Pending`]), what
+//! the builder takes ([`SendOptions`], [`Overflow`], [`Batch`], [`Heartbeat`], [`ProofOfLife`],
+//! [`Correlation`], [`Redelivery`], [`Tls`], …) and [`IoPool`]. Every error type is in
+//! [`error`]; the libzmq [`Context`](pool::Context) and a pool's view
+//! ([`PoolView`](pool::PoolView)) are in [`pool`]; the framing trait and the built-ins in
+//! [`framing`]; the builder's defaults in [`defaults`]. Callbacks are plain closures.
+//!
 //! # Out of scope
 //! - Servers (relink only dials).
 //! - Delivery guarantees beyond "the peer's kernel has the bytes": a peer that dies with
@@ -308,13 +317,15 @@
 //! src/link.rs      the handle (Link, Events) and Builder::build
 //! src/builder.rs   the builder, its defaults and checks; the core's settings kept apart
 //! src/event.rs, error.rs, metrics.rs   plain data every layer uses; they import no layer
+//!                  (error.rs is public as `relink::error`)
+//! src/view.rs, export.rs   a pool's view and its `metrics` export, public in `relink::pool`
 //! src/io/          the IO threads: pool, event_loop, shared (handle state), resolver (threads),
 //!                  socket (options, send), context, ffi (the only unsafe code)
 //! src/tls.rs       Tls, the public TLS settings (PEM read and checked at build())
 //! src/core/        sans-IO policy: machine (transition table), timers, endpoints (order, DNS
 //!                  cache), counters, backoff, heartbeat, outbox, framing (the trait and the
 //!                  built-ins, public as `relink::framing`), tls (the session of one
-//!                  connection), endpoint, predicate, settings, guard (every call into
+//!                  connection), endpoint (private), predicate, settings, guard (every call into
 //!                  application code), window (frames written and not yet acknowledged by
 //!                  the peer's TCP)
 //! ```
