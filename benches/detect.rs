@@ -106,8 +106,10 @@ impl Changes for &Link {
                     }))
                 }
                 Ok(_) => continue,
-                Err(relink::RecvTimeoutError::Timeout) => return Ok(None),
-                Err(relink::RecvTimeoutError::Disconnected) => return Err("the link closed".into()),
+                Err(relink::error::RecvTimeoutError::Timeout) => return Ok(None),
+                Err(relink::error::RecvTimeoutError::Disconnected) => {
+                    return Err("the link closed".into())
+                }
             }
         }
     }

@@ -223,7 +223,7 @@ fn export_row(n: usize, pool: &IoPool) {
     let handle = recorder.handle();
     for per_link in [false, true] {
         let exporter = pool.export_metrics(
-            relink::MetricsExport::new("bench")
+            relink::pool::MetricsExport::new("bench")
                 .per_link(per_link)
                 .interval(Duration::from_secs(3600)),
         );

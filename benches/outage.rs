@@ -11,8 +11,9 @@ mod support;
 
 use std::time::{Duration, Instant};
 
+use relink::error::SendError;
 use relink::framing::LengthDelimited;
-use relink::{Link, Overflow, SendError};
+use relink::{Link, Overflow};
 
 use support::rss_kib;
 

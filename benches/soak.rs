@@ -17,8 +17,9 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use relink::error::SendError;
 use relink::framing::LengthDelimited;
-use relink::{Event, Link, Overflow, SendError};
+use relink::{Event, Link, Overflow};
 
 use support::peer::Peer;
 use support::{open_fds, rss_kib};

@@ -788,7 +788,7 @@ struct RelinkFleet {
 }
 
 impl RelinkFleet {
-    fn start(addr: SocketAddr, n: usize) -> Result<RelinkFleet, relink::ConfigError> {
+    fn start(addr: SocketAddr, n: usize) -> Result<RelinkFleet, relink::error::ConfigError> {
         let endpoint = format!("tcp://{addr}");
         // The links share the global IO pool (one thread per core), not a thread each.
         let pool = relink::IoPool::global()?;

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use relink::framing::Lines;
-use relink::{Event, Heartbeat, Link, Ping, Predicate};
+use relink::{Event, Heartbeat, Link, Ping};
 
 #[path = "support/echo_peer.rs"]
 mod echo_peer;
@@ -32,7 +32,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .backoff(Duration::from_millis(200), Duration::from_secs(2))
         .heartbeat(
             Heartbeat::new(Duration::from_millis(500), Ping::Frame(b"ping".to_vec()))
-                .reply(Predicate::new(|f| f == b"PONG")),
+                .reply(|f: &[u8]| f == b"PONG"),
         )
         .build()?;
 

@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 use echo_peer::EchoPeer;
 use metrics_exporter_prometheus::PrometheusBuilder;
 use relink::framing::Lines;
-use relink::{Heartbeat, IoPool, Link, MetricsExport, Ping, Predicate, State};
+use relink::pool::MetricsExport;
+use relink::{Heartbeat, IoPool, Link, Ping, State};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
@@ -45,7 +46,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .backoff(Duration::from_millis(100), Duration::from_secs(1))
                 .heartbeat(
                     Heartbeat::new(Duration::from_millis(500), Ping::Frame(b"ping".to_vec()))
-                        .reply(Predicate::new(|f| f == b"PONG")),
+                        .reply(|f: &[u8]| f == b"PONG"),
                 )
                 .build()
         })

@@ -18,7 +18,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use relink::framing::{Resp, RespValue};
-use relink::{Event, Heartbeat, Link, Ping, Predicate, State};
+use relink::{Event, Heartbeat, Link, Ping, State};
 
 /// Windows of pipelined commands.
 const WINDOWS: usize = 20;
@@ -112,7 +112,7 @@ fn run() -> Result<bool, String> {
         .heartbeat(
             Heartbeat::new(Duration::from_millis(100), Ping::Frame(b"PING".to_vec()))
                 .max_missed(4)
-                .reply(Predicate::new(|reply| reply == b"+PONG\r\n")),
+                .reply(|reply: &[u8]| reply == b"+PONG\r\n"),
         )
         .backoff(Duration::from_millis(50), Duration::from_millis(400))
         .build()

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use relink::framing::Lines;
-use relink::{Event, Heartbeat, Link, Metrics, Ping, Predicate, State};
+use relink::{Event, Heartbeat, Link, Metrics, Ping, State};
 
 /// How often the status line is redrawn.
 const REFRESH: Duration = Duration::from_millis(200);
@@ -211,8 +211,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .framing(Lines::new())
         .backoff(Duration::from_millis(100), Duration::from_secs(2))
         .heartbeat(
-            Heartbeat::new(HEARTBEAT, Ping::Frame(b"ping".to_vec()))
-                .reply(Predicate::new(|f| f == b"ping")),
+            Heartbeat::new(HEARTBEAT, Ping::Frame(b"ping".to_vec())).reply(|f: &[u8]| f == b"ping"),
         )
         .build()?;
 

@@ -82,7 +82,7 @@ impl Batch {
     }
 
     /// The frames, in order.
-    pub fn iter(&self) -> BatchIter<'_> {
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = &[u8]> + Clone + '_ {
         BatchIter {
             batch: self,
             next: 0,
@@ -173,17 +173,9 @@ impl<T: AsRef<[u8]>> FromIterator<T> for Batch {
     }
 }
 
-impl<'a> IntoIterator for &'a Batch {
-    type Item = &'a [u8];
-    type IntoIter = BatchIter<'a>;
-    fn into_iter(self) -> BatchIter<'a> {
-        self.iter()
-    }
-}
-
 /// The frames of a [`Batch`], in order.
 #[derive(Debug, Clone)]
-pub struct BatchIter<'a> {
+struct BatchIter<'a> {
     batch: &'a Batch,
     next: usize,
 }

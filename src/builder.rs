@@ -455,7 +455,8 @@ impl Builder {
     /// [`tcp_maxrt`](Builder::tcp_maxrt)) is handed to libzmq and the kernel:
     /// ```
     /// use std::time::Duration;
-    /// use relink::{ConfigError, Keepalive, Link, State};
+    /// use relink::{Keepalive, Link, State};
+    /// use relink::error::ConfigError;
     /// # use std::io::{Read, Write};
     /// # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
     /// # let port = listener.local_addr()?.port();
@@ -563,7 +564,8 @@ impl Builder {
     /// bounds what waits to be sent; every frame ends in one reported outcome:
     /// ```
     /// use std::time::Duration;
-    /// use relink::{AbandonReason, Event, Link, Overflow, SendError};
+    /// use relink::{AbandonReason, Event, Link, Overflow};
+    /// use relink::error::SendError;
     ///
     /// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     /// // Nobody listens on `port`: frames wait in the outbox.
@@ -675,7 +677,7 @@ impl Builder {
     /// How often the name in use is resolved again, in the background (the next dial finds
     /// the fresh answer); a failed dial also asks again. Defaults to 60 s.
     ///
-    /// See the example on [`Resolver`].
+    /// See the example on [`Builder::resolver`].
     pub fn dns_refresh(mut self, d: Duration) -> Builder {
         self.config.core.dns_refresh = d;
         self
@@ -725,12 +727,55 @@ impl Builder {
         self
     }
 
-    /// How host names are resolved. Defaults to the system resolver (getaddrinfo), run on
-    /// relink's resolver threads, never on an IO thread.
+    /// How host names are resolved: `resolve(host, port)` returns the addresses or a short
+    /// reason, in place of the system resolver (for tests, or a service-discovery lookup).
+    /// Defaults to the system resolver (getaddrinfo). Either runs on relink's resolver
+    /// threads, never on an IO thread.
     ///
-    /// See the example on [`Resolver`].
-    pub fn resolver(mut self, r: Resolver) -> Builder {
-        self.config.resolver = Some(r);
+    /// A resolver that panics fails that dial: the panic is caught on the resolver thread (which
+    /// keeps serving), reported in an [`Event::Error`](crate::Event) with
+    /// [`LinkError::CallbackPanicked`](crate::error::LinkError::CallbackPanicked), and the link backs
+    /// off with cause [`CallbackPanic`](crate::Cause::CallbackPanic).
+    ///
+    /// # Examples
+    /// Names from a service registry instead of DNS:
+    /// ```
+    /// use std::net::SocketAddr;
+    /// use std::time::Duration;
+    /// use relink::{Event, Link, State};
+    /// # use std::io::{Read, Write};
+    /// # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    /// # let port = listener.local_addr()?.port();
+    /// # std::thread::spawn(move || {
+    /// #     let (mut s, _) = listener.accept().unwrap();
+    /// #     let mut buf = [0u8; 1024];
+    /// #     while let Ok(n) = s.read(&mut buf) {
+    /// #         if n == 0 || s.write_all(&buf[..n]).is_err() { break; }
+    /// #     }
+    /// # });
+    ///
+    /// let registry = |host: &str, port| match host {
+    ///     "cache.internal" => Ok(vec![SocketAddr::from(([127, 0, 0, 1], port))]),
+    ///     _ => Err(format!("{host}: not registered")),
+    /// };
+    /// let link = Link::builder(&format!("tcp://cache.internal:{port}")) // a local echo server
+    ///     .resolver(registry)
+    ///     .dns_refresh(Duration::from_secs(10)) // ask the registry again every 10 s
+    ///     .build()?;
+    /// let ready = loop {
+    ///     if let Event::State(t) = link.events().recv_timeout(Duration::from_secs(5))? {
+    ///         if t.to == State::Ready { break t; }
+    ///     }
+    /// };
+    /// assert_eq!(ready.endpoint, Some(format!("tcp://127.0.0.1:{port}")));
+    /// link.close(Duration::from_millis(50));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn resolver(
+        mut self,
+        resolve: impl Fn(&str, u16) -> Result<Vec<std::net::SocketAddr>, String> + Send + Sync + 'static,
+    ) -> Builder {
+        self.config.resolver = Some(Resolver::new(resolve));
         self
     }
 
@@ -756,7 +801,7 @@ impl Builder {
     /// logged at warn naming the link, the callback and the time it took, counted in
     /// [`Metrics::slow_callbacks`](crate::Metrics::slow_callbacks) and
     /// [`slowest_callback`](crate::Metrics::slowest_callback), and reported in an
-    /// [`Event::Error`](crate::Event) with [`LinkError::SlowCallback`](crate::LinkError)
+    /// [`Event::Error`](crate::Event) with [`LinkError::SlowCallback`](crate::error::LinkError)
     /// (the warn line and the event at most once per link per 10 s). A callback on an IO
     /// thread holds every link of that thread for as long as it runs. Defaults to 100 ms.
     pub fn slow_callback(mut self, threshold: Duration) -> Builder {
@@ -1038,7 +1083,7 @@ impl Builder {
     ///     .requests(Correlation::resp())
     ///     .build()?;
     /// # link.close(std::time::Duration::ZERO);
-    /// # Ok::<(), relink::ConfigError>(())
+    /// # Ok::<(), relink::error::ConfigError>(())
     /// ```
     pub fn requests(mut self, correlation: Correlation) -> Builder {
         self.config.core.requests.correlation = correlation;
@@ -1056,7 +1101,7 @@ impl Builder {
     /// The window of outstanding requests (queued or written, not answered): the pipelining
     /// depth, in requests and in their bytes (one request larger than `bytes` is admitted
     /// alone). Past it, the [`Overflow`] policy applies: `RejectNew` refuses the request
-    /// ([`RequestError::Full`](crate::RequestError::Full)), `DropOldest` abandons the oldest
+    /// ([`RequestError::Full`](crate::error::RequestError::Full)), `DropOldest` abandons the oldest
     /// unsent one, `Block(t)` lets it wait up to `t` for room, in line in the IO thread (the
     /// call itself never blocks). Defaults to 1024 requests, 4 MiB.
     pub fn request_window(mut self, requests: usize, bytes: usize) -> Builder {

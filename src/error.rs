@@ -14,7 +14,8 @@ use crate::core::abandon::AbandonReason;
 /// # Examples
 /// ```
 /// use std::time::Duration;
-/// use relink::{ConfigError, Link};
+/// use relink::Link;
+/// use relink::error::ConfigError;
 ///
 /// let err = Link::builder("tcp://127.0.0.1:6379")
 ///     .backoff(Duration::from_secs(5), Duration::from_secs(1))
@@ -219,7 +220,8 @@ pub enum DecodeError {
 /// # Examples
 /// ```
 /// use std::time::Duration;
-/// use relink::{Link, SendError};
+/// use relink::Link;
+/// use relink::error::SendError;
 ///
 /// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
 /// // Nobody listens on `port`: frames wait in the outbox.
@@ -321,7 +323,8 @@ impl BatchError {
 /// A peer that breaks the framing:
 /// ```
 /// use std::time::Duration;
-/// use relink::{Cause, Event, Link, LinkError};
+/// use relink::{Cause, Event, Link};
+/// use relink::error::LinkError;
 /// use relink::framing::{LengthDelimited, DecodeError};
 /// # use std::io::{Read, Write};
 /// # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
@@ -429,7 +432,7 @@ pub enum Callback {
     HeartbeatReply,
     /// The handshake's accept predicate ([`ProofOfLife::Handshake`](crate::ProofOfLife)).
     Handshake,
-    /// The resolver closure ([`Resolver`](crate::Resolver)).
+    /// The resolver closure ([`Builder::resolver`](crate::Builder::resolver)).
     Resolver,
     /// The framing, decoding what the peer sent.
     Decode,
@@ -513,7 +516,7 @@ impl TlsError {
     ///
     /// # Examples
     /// ```
-    /// use relink::TlsError;
+    /// use relink::error::TlsError;
     ///
     /// assert!(TlsError::UnknownIssuer.is_config());
     /// assert!(TlsError::Alert("certificate required".into()).is_config());
@@ -667,7 +670,8 @@ pub enum RecvTimeoutError {
 ///
 /// # Examples
 /// ```
-/// use relink::{AbandonReason, RequestError};
+/// use relink::AbandonReason;
+/// use relink::error::RequestError;
 ///
 /// let lost = RequestError::Abandoned(AbandonReason::ConnectionLost);
 /// assert!(lost.may_have_been_processed());

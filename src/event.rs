@@ -115,7 +115,7 @@ pub enum Cause {
     /// The TLS handshake failed (unknown issuer, wrong name, expired certificate, an alert
     /// from the peer, a peer that does not speak TLS, no handshake within its timeout), or an
     /// established TLS session broke. The reason is in an [`Event::Error`] with
-    /// [`LinkError::Tls`](crate::LinkError::Tls) and in the transition's log line. Never
+    /// [`LinkError::Tls`](crate::error::LinkError::Tls) and in the transition's log line. Never
     /// followed by a plaintext attempt.
     Tls,
     /// libzmq could not reach the peer to send (immediate mode, peer gone).
@@ -137,8 +137,8 @@ pub enum Cause {
     /// The TLS handshake failed in a way no retry can fix until the configuration changes
     /// (on either side): a server certificate not valid for the name, an unknown issuer, an
     /// expired or otherwise bad certificate, or the server refusing ours (a fatal alert such
-    /// as `certificate required`; see [`TlsError::is_config`](crate::TlsError::is_config)).
-    /// The reason is in an [`Event::Error`] with [`LinkError::Tls`](crate::LinkError::Tls);
+    /// as `certificate required`; see [`TlsError::is_config`](crate::error::TlsError::is_config)).
+    /// The reason is in an [`Event::Error`] with [`LinkError::Tls`](crate::error::LinkError::Tls);
     /// the next attempt waits
     /// [`Builder::config_failure_retry`](crate::Builder::config_failure_retry) (the cooldown
     /// period by default), not the backoff, and

@@ -103,7 +103,8 @@ impl IoPool {
     ///
     /// # Examples
     /// ```
-    /// use relink::{IoPool, MetricsExport};
+    /// use relink::IoPool;
+    /// use relink::pool::MetricsExport;
     ///
     /// let pool = IoPool::new(1)?;
     /// let exporter = pool.export_metrics(MetricsExport::new("gateways"));

@@ -73,7 +73,7 @@
 //! - TLS on the link itself ([`Builder::tls`], [`Tls`]): a rustls session per connection
 //!   between the socket's bytes and the framing, the server verified by default (trust roots,
 //!   server name, optional client certificate for mutual TLS, ALPN). A failed handshake is a
-//!   failed attempt with cause [`Cause::Tls`] and the reason in [`LinkError::Tls`]; there is
+//!   failed attempt with cause [`Cause::Tls`] and the reason in [`LinkError::Tls`](error::LinkError::Tls); there is
 //!   never a plaintext fallback. One no retry can fix (the certificates) is
 //!   [`Cause::TlsRejected`], retried at [`Builder::config_failure_retry`]'s slow pace.
 //! - Many links per IO thread: links given the same [`IoPool`] (e.g. [`IoPool::global`], a
@@ -86,7 +86,7 @@
 //! - Request and reply ([`Link::request`], [`Link::request_nowait`] and [`Pending`],
 //!   [`Link::request_async`]): replies matched to requests in order or by id
 //!   ([`Correlation`]), a deadline per request counted from the call, every request ended in
-//!   exactly one outcome ([`RequestError`]), requests outstanding at a drop resent or failed
+//!   exactly one outcome ([`RequestError`](error::RequestError)), requests outstanding at a drop resent or failed
 //!   ([`Redelivery`]). See [Request and reply](#request-and-reply).
 //!
 //! - Fleets: a name per link in every log line ([`Builder::name`]), one call for a whole pool
@@ -94,6 +94,15 @@
 //!   credentials read again when their files change ([`Tls::client_auth_files`]), the
 //!   system's trust store ([`Tls::system_roots`]), and, with the cargo feature `metrics`, an
 //!   export through the `metrics` crate's facade (`IoPool::export_metrics`).
+//!
+//! # Where things are
+//! The crate root holds what a program names in ordinary use: the link ([`Link`],
+//! [`Builder`], [`Events`], [`Event`] and the data it carries, [`Metrics`], [`Pending`]), what
+//! the builder takes ([`SendOptions`], [`Overflow`], [`Batch`], [`Heartbeat`], [`ProofOfLife`],
+//! [`Correlation`], [`Redelivery`], [`Tls`], …) and [`IoPool`]. Every error type is in
+//! [`error`]; the libzmq [`Context`](pool::Context) and a pool's view
+//! ([`PoolView`](pool::PoolView)) are in [`pool`]; the framing trait and the built-ins in
+//! [`framing`]; the builder's defaults in [`defaults`]. Callbacks are plain closures.
 //!
 //! # Out of scope
 //! - Servers (relink only dials).
@@ -160,10 +169,10 @@
 //!
 //! # Application code that panics
 //! relink calls the application's code on its own threads: the [`Predicate`]s of a handshake
-//! and of the heartbeat reply on the IO thread, the [`Resolver`] on a resolver thread, and the
+//! and of the heartbeat reply on the IO thread, the resolver ([`Builder::resolver`]) on a resolver thread, and the
 //! [`Framing`](framing::Framing) on the IO thread. A panic there is caught where the
 //! code is called and treated as a failure of the connection: the application receives
-//! [`Event::Error`] with [`LinkError::CallbackPanicked`] (`heartbeat reply predicate
+//! [`Event::Error`] with [`LinkError::CallbackPanicked`](error::LinkError::CallbackPanicked) (`heartbeat reply predicate
 //! panicked: boom`), then the transition to Backoff (or Cooldown) with cause
 //! [`Cause::CallbackPanic`]; the link resets the connection, backs off and tries again, so the
 //! backoff bounds a callback that panics every time. A resolver panic fails that dial the same
@@ -175,14 +184,15 @@
 //! and the other links of its IO thread carry on: [`Link::state`] and
 //! the final [`Metrics`] say so, new sends are refused, and every blocked caller (`send` with
 //! [`Overflow::Block`], [`Link::close`], [`Link::metrics`], event receivers) returns at once;
-//! the event stream ends with [`LinkError::IoThreadPanicked`].
+//! the event stream ends with [`LinkError::IoThreadPanicked`](error::LinkError::IoThreadPanicked).
 //!
 //! # Request and reply
 //! A request is a frame whose reply the link matches to it and hands to its caller:
 //! ```
 //! use std::time::Duration;
 //! use relink::framing::Lines;
-//! use relink::{Correlation, Link, RequestError};
+//! use relink::{Correlation, Link};
+//! use relink::error::RequestError;
 //! # use std::io::{BufRead, BufReader, Write};
 //! # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
 //! # let port = listener.local_addr()?.port();
@@ -241,8 +251,8 @@
 //! nanoseconds a reading; the encodes of one batch together); one that takes [`Builder::slow_callback`] (100 ms by default) or more
 //! is logged at warn with the link, the callback and the time, counted in
 //! [`Metrics::slow_callbacks`] and [`Metrics::slowest_callback`], and reported as
-//! [`Event::Error`] with [`LinkError::SlowCallback`] (the line and the event at most once per
-//! link per 10 s). A slow [`Resolver`] runs on a resolver thread and delays only its own
+//! [`Event::Error`] with [`LinkError::SlowCallback`](error::LinkError::SlowCallback) (the line and the event at most once per
+//! link per 10 s). A slow resolver ([`Builder::resolver`]) runs on a resolver thread and delays only its own
 //! link's dial; it is reported the same way.
 //!
 //! # Architecture
@@ -260,13 +270,15 @@
 //! src/link.rs      the handle (Link, Events) and Builder::build
 //! src/builder.rs   the builder, its defaults and checks; the core's settings kept apart
 //! src/event.rs, error.rs, metrics.rs   plain data every layer uses; they import no layer
+//!                  (error.rs is public as `relink::error`)
+//! src/view.rs, export.rs   a pool's view and its `metrics` export, public in `relink::pool`
 //! src/io/          the IO threads: pool, event_loop, shared (handle state), resolver (threads),
 //!                  socket (options, send), context, ffi (the only unsafe code)
 //! src/tls.rs       Tls, the public TLS settings (PEM read and checked at build())
 //! src/core/        sans-IO policy: machine (transition table), timers, endpoints (order, DNS
 //!                  cache), counters, backoff, heartbeat, outbox, framing (the trait and the
 //!                  built-ins, public as `relink::framing`), tls (the session of one
-//!                  connection), endpoint, predicate, settings, guard (every call into
+//!                  connection), endpoint (private), predicate, settings, guard (every call into
 //!                  application code), window (frames written and not yet acknowledged by
 //!                  the peer's TCP)
 //! ```
@@ -282,7 +294,7 @@ compile_error!(
 mod batch;
 mod builder;
 mod core;
-mod error;
+pub mod error;
 mod event;
 #[cfg(feature = "metrics")]
 mod export;
@@ -295,34 +307,65 @@ mod tls;
 mod view;
 
 pub use crate::core::backoff::Jitter;
-pub use crate::core::endpoint::Endpoint;
 pub use crate::core::framing;
 pub use crate::core::heartbeat::{Heartbeat, Ping};
 pub use crate::core::predicate::Predicate;
-pub use crate::core::requests::{Correlation, IdReader};
+pub use crate::core::requests::Correlation;
 pub use crate::core::settings::ProofOfLife;
 pub use crate::core::window::Redelivery;
-pub use batch::{Batch, BatchIter};
+pub use batch::Batch;
 pub use builder::{defaults, Builder, Overflow};
 /// The `bytes` crate, whose [`Bytes`](bytes::Bytes) carries received frames and whose
 /// [`BytesMut`](bytes::BytesMut) is the receive buffer a [`Framing`](framing::Framing)
 /// decodes from.
 pub use bytes;
-pub use error::RequestError;
-pub use error::{
-    BatchError, Callback, ConfigError, LinkError, RecvError, RecvTimeoutError, SendError,
-    TlsConfigError, TlsError, TryRecvError,
-};
 pub use event::{AbandonReason, Cause, Event, State, Transition};
-#[cfg(feature = "metrics")]
-pub use export::{MetricsExport, MetricsExporter};
-pub use io::{Context, IoPool, Keepalive, Resolver};
-pub use link::{Events, Link, Recv};
+pub use io::{IoPool, Keepalive};
+pub use link::{Events, Link};
 pub use metrics::{Abandoned, Metrics};
 pub use request::Pending;
 pub use send::SendOptions;
 pub use tls::Tls;
-pub use view::{LinkSummary, PoolView, StateCounts, Totals};
+
+pub mod pool {
+    //! The IO threads links share, the libzmq context under them, and what a pool says about
+    //! its links.
+    //!
+    //! An [`IoPool`] (also at the crate root) runs the IO threads; [`Context`] is the libzmq
+    //! context a link's socket is made in, for a process that keeps several apart. A
+    //! [`PoolView`] ([`IoPool::view`]) sums up every link of a pool at once: links per state
+    //! ([`StateCounts`]), counters summed ([`Totals`]), and the worst links by name
+    //! ([`LinkSummary`]). With the cargo feature `metrics`, `MetricsExporter` (from
+    //! `IoPool::export_metrics`) hands a pool's figures to the `metrics` crate's facade, described
+    //! by a `MetricsExport`.
+    //!
+    //! # Examples
+    //! ```
+    //! use std::time::Duration;
+    //! use relink::pool::{Context, IoPool, PoolView, StateCounts};
+    //! use relink::{Link, State};
+    //!
+    //! # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    //! let pool = IoPool::new(1)?;
+    //! let ctx = Context::with_max_sockets(30)?; // room for ten links
+    //! // Nobody listens on `port`: the link keeps trying.
+    //! let link = Link::builder(&format!("tcp://127.0.0.1:{port}"))
+    //!     .io_pool(&pool)
+    //!     .context(&ctx)
+    //!     .build()?;
+    //! let view: PoolView = pool.view(5);
+    //! let states: StateCounts = view.states;
+    //! assert_eq!(view.links, 1);
+    //! assert_eq!(states.get(State::Ready), 0);
+    //! link.close(Duration::from_millis(50));
+    //! # Ok::<(), Box<dyn std::error::Error>>(())
+    //! ```
+
+    #[cfg(feature = "metrics")]
+    pub use crate::export::{MetricsExport, MetricsExporter};
+    pub use crate::io::{Context, IoPool};
+    pub use crate::view::{LinkSummary, PoolView, StateCounts, Totals};
+}
 
 /// The README's examples, compiled and run as doctests.
 #[cfg(doctest)]

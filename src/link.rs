@@ -239,7 +239,8 @@ impl Link {
     /// # Examples
     /// ```
     /// use std::time::Duration;
-    /// use relink::{Event, Link, SendError};
+    /// use relink::{Event, Link};
+    /// use relink::error::SendError;
     /// use relink::framing::Lines;
     /// # use std::io::{Read, Write};
     /// # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
@@ -284,7 +285,8 @@ impl Link {
     /// # Examples
     /// ```
     /// use std::time::{Duration, Instant};
-    /// use relink::{Link, Overflow, SendError};
+    /// use relink::{Link, Overflow};
+    /// use relink::error::SendError;
     ///
     /// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     /// // Nobody listens on `port`: frames wait in the outbox.
@@ -416,7 +418,8 @@ impl Link {
     /// # Examples
     /// ```
     /// use std::time::{Duration, Instant};
-    /// use relink::{Link, Overflow, SendError};
+    /// use relink::{Link, Overflow};
+    /// use relink::error::SendError;
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -656,7 +659,8 @@ impl Link {
     /// # Examples
     /// ```
     /// use std::time::Duration;
-    /// use relink::{BatchError, Link};
+    /// use relink::Link;
+    /// use relink::error::BatchError;
     ///
     /// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     /// // Nobody listens on `port`: frames wait in the outbox, which has room for 3.
@@ -682,11 +686,11 @@ impl Link {
     /// closed.
     fn check_batch(&self, batch: Batch) -> Result<Batch, BatchError> {
         let framing = &self.inner.framing;
-        if let Some((index, error)) = batch
+        let refused = batch
             .iter()
             .enumerate()
-            .find_map(|(i, f)| framing.check(f).err().map(|e| (i, e)))
-        {
+            .find_map(|(i, f)| framing.check(f).err().map(|e| (i, e)));
+        if let Some((index, error)) = refused {
             self.inner.shared.intake.rejected(batch.len());
             return Err(BatchError::Invalid {
                 batch,
@@ -1020,7 +1024,8 @@ impl Link {
     /// # Examples
     /// ```
     /// use std::time::Duration;
-    /// use relink::{Link, SendError, State};
+    /// use relink::{Link, State};
+    /// use relink::error::SendError;
     ///
     /// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     /// // Nobody listens on `port`: queued frames cannot go out.
@@ -1187,7 +1192,8 @@ impl Events {
     /// A loop with other work to do polls without blocking:
     /// ```
     /// use std::time::{Duration, Instant};
-    /// use relink::{Event, Link, State, TryRecvError};
+    /// use relink::{Event, Link, State};
+    /// use relink::error::TryRecvError;
     /// # use std::io::{Read, Write};
     /// # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
     /// # let port = listener.local_addr()?.port();
@@ -1230,7 +1236,8 @@ impl Events {
     /// # Examples
     /// ```
     /// use std::time::Duration;
-    /// use relink::{Event, Link, RecvTimeoutError, State};
+    /// use relink::{Event, Link, State};
+    /// use relink::error::RecvTimeoutError;
     ///
     /// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     /// // Nobody listens on `port`: one refused dial, then an hour of rest.
@@ -1318,7 +1325,7 @@ impl Events {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn recv_async(&self) -> Recv<'_> {
+    pub fn recv_async(&self) -> impl Future<Output = Result<Event, RecvError>> + Send + Unpin + '_ {
         Recv {
             events: self,
             listener: None,
@@ -1404,7 +1411,7 @@ impl futures_core::Stream for Events {
 /// The future of [`Events::recv_async`]: the next event, or `RecvError` once the link is
 /// closed and every event was taken.
 #[must_use = "futures do nothing unless awaited"]
-pub struct Recv<'a> {
+struct Recv<'a> {
     events: &'a Events,
     listener: Option<EventListener>,
 }
@@ -1433,19 +1440,19 @@ fn assert_send_sync() {
     fn is<T: Send + Sync + Clone + 'static>() {}
     is::<Link>();
     is::<Events>();
-    is::<crate::Context>();
+    is::<crate::pool::Context>();
     is::<crate::IoPool>();
     fn is_send<T: Send + Sync + 'static>() {}
     is_send::<Event>();
     is_send::<Metrics>();
     is_send::<SendError>();
     is_send::<BatchError>();
-    is_send::<Recv<'static>>();
     fn future_is_send<F: Future + Send>(_: F) {}
     fn link_futures_are_send(link: &Link) {
         future_is_send(link.send_async(Vec::new()));
         future_is_send(link.send_with_async(Vec::new(), SendOptions::new()));
         future_is_send(link.send_batch_async(Batch::new()));
         future_is_send(link.close_async(Duration::ZERO));
+        future_is_send(link.events().recv_async());
     }
 }

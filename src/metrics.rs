@@ -56,7 +56,7 @@ impl Abandoned {
 }
 
 /// Reason by reason: the abandoned frames of several links (as in a pool's
-/// [`Totals`](crate::Totals)).
+/// [`Totals`](crate::pool::Totals)).
 impl std::ops::AddAssign for Abandoned {
     fn add_assign(&mut self, o: Abandoned) {
         self.expired += o.expired;
@@ -174,7 +174,7 @@ pub struct Metrics {
     /// Requests answered by their reply ([`Link::request`](crate::Link::request)).
     pub requests_answered: u64,
     /// Requests that ended without a reply (timed out, abandoned, refused in the IO thread:
-    /// see [`RequestError`](crate::RequestError)).
+    /// see [`RequestError`](crate::error::RequestError)).
     pub requests_failed: u64,
     /// Requests outstanding: queued, written and unanswered (those that timed out in order
     /// keep their place until their reply), or waiting for room in the window.
@@ -185,7 +185,7 @@ pub struct Metrics {
     /// [`slow_callback`](crate::Builder::slow_callback) threshold. The first of each period
     /// was reported in an `Event::Error` with [`LinkError::SlowCallback`].
     ///
-    /// [`LinkError::SlowCallback`]: crate::LinkError::SlowCallback
+    /// [`LinkError::SlowCallback`]: crate::error::LinkError::SlowCallback
     pub slow_callbacks: u64,
     /// The longest of those calls.
     pub slowest_callback: Option<Duration>,

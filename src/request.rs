@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use crate::core::requests::Correlation;
+use crate::core::requests::Matching;
 use crate::error::RequestError;
 use crate::io::answer::Answer;
 use crate::io::shared::Command;
@@ -168,8 +168,8 @@ impl Link {
         if let Err(e) = framing.check(&frame) {
             return refused(RequestError::Invalid(frame, e));
         }
-        let id = match &settings.correlation {
-            Correlation::ById { request_id, .. } => match request_id.read(&frame) {
+        let id = match &settings.correlation.0 {
+            Matching::ById { request_id, .. } => match request_id.read(&frame) {
                 Some(id) => Some(id),
                 None => return refused(RequestError::NoId(frame)),
             },

@@ -49,7 +49,7 @@ impl SendOptions {
         }
     }
 
-    /// Refuses the frame at once ([`SendError::Full`](crate::SendError::Full)) at the outbox
+    /// Refuses the frame at once ([`SendError::Full`](crate::error::SendError::Full)) at the outbox
     /// limit, whatever the policy, except `DropOldest`, which drops the oldest frame instead:
     /// what [`try_send`](crate::Link::try_send) does.
     pub const fn no_wait(mut self) -> SendOptions {

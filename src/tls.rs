@@ -8,7 +8,7 @@
 //! configuration is used from that connection on; if the new files cannot be used, the last
 //! good configuration stays and the link says so once ([`LinkError::TlsCredentials`]).
 //!
-//! [`LinkError::TlsCredentials`]: crate::LinkError::TlsCredentials
+//! [`LinkError::TlsCredentials`]: crate::error::LinkError::TlsCredentials
 
 use std::fmt;
 use std::os::unix::fs::MetadataExt;
@@ -239,7 +239,7 @@ impl Tls {
     /// credentials. Files that cannot be used (unreadable, bad PEM, a key that does not match
     /// the certificate: a rotation half-done) leave the last good credentials in use; the
     /// link reports it once per change, in an [`Event::Error`](crate::Event::Error) with
-    /// [`LinkError::TlsCredentials`](crate::LinkError::TlsCredentials) and a warn line, and
+    /// [`LinkError::TlsCredentials`](crate::error::LinkError::TlsCredentials) and a warn line, and
     /// tries the files again when they change next. Write the key and the certificate, then
     /// restart or wait for the server: the connection after the last write uses both. A
     /// file replaced by a rename (as rotation tools do) is always seen as changed; one
@@ -263,7 +263,7 @@ impl Tls {
 
     /// How long a handshake may take, from the TCP connect to its completion; past it the
     /// attempt fails with [`Cause::Tls`](crate::Cause::Tls) and
-    /// [`TlsError::HandshakeTimeout`](crate::TlsError::HandshakeTimeout).
+    /// [`TlsError::HandshakeTimeout`](crate::error::TlsError::HandshakeTimeout).
     ///
     /// Defaults to [`defaults::TLS_HANDSHAKE_TIMEOUT`](crate::defaults::TLS_HANDSHAKE_TIMEOUT)
     /// (10 s).

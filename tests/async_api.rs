@@ -13,8 +13,9 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use relink::bytes::Bytes;
+use relink::error::SendError;
 use relink::framing::Lines;
-use relink::{Event, Link, Overflow, SendError, SendOptions, State};
+use relink::{Event, Link, Overflow, SendOptions, State};
 use util::*;
 
 /// Bound on every wait for something that should happen within a few milliseconds.

@@ -6,8 +6,9 @@ mod util;
 
 use std::time::{Duration, Instant};
 
+use relink::error::BatchError;
 use relink::framing::{EncodeError, LengthDelimited, Lines};
-use relink::{AbandonReason, Batch, BatchError, Event, Link, Overflow, SendOptions, State};
+use relink::{AbandonReason, Batch, Event, Link, Overflow, SendOptions, State};
 use util::*;
 
 /// Bound on every wait for something that should happen within a few milliseconds.

@@ -73,7 +73,7 @@ fn kill_scenario(b: Builder, peer: &SlowPeer) -> Outcome {
                 match events.recv_timeout(Duration::from_millis(100)) {
                     Ok(Event::Abandoned { frame, reason }) => reported.push((seq(&frame), reason)),
                     Ok(Event::State(t)) if t.to == relink::State::Closed => break,
-                    Ok(_) | Err(relink::RecvTimeoutError::Timeout) => {}
+                    Ok(_) | Err(relink::error::RecvTimeoutError::Timeout) => {}
                     Err(_) => break,
                 }
             }
@@ -336,7 +336,7 @@ fn a_redis_server_killed_twice_mid_stream_loses_no_write_beyond_what_its_kernel_
                     Ok(Event::Abandoned { .. }) => reported += 1,
                     Ok(Event::Frame(f)) if f.starts_with(b"-") => refused += 1,
                     Ok(Event::State(t)) if t.to == relink::State::Closed => break,
-                    Ok(_) | Err(relink::RecvTimeoutError::Timeout) => {}
+                    Ok(_) | Err(relink::error::RecvTimeoutError::Timeout) => {}
                     Err(_) => break,
                 }
             }
@@ -451,7 +451,7 @@ fn a_blackhole_mid_stream_loses_nothing_unreported_and_resends_what_was_not_conf
                 match events.recv_timeout(Duration::from_millis(100)) {
                     Ok(Event::Abandoned { frame, .. }) => reported.push(seq(&frame)),
                     Ok(Event::State(t)) if t.to == relink::State::Closed => break,
-                    Ok(_) | Err(relink::RecvTimeoutError::Timeout) => {}
+                    Ok(_) | Err(relink::error::RecvTimeoutError::Timeout) => {}
                     Err(_) => break,
                 }
             }

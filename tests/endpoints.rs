@@ -22,7 +22,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use relink::framing::Lines;
-use relink::{Builder, Cause, Event, Jitter, Link, Resolver, State};
+use relink::{Builder, Cause, Event, Jitter, Link, State};
 use util::{free_port, refused_endpoint, wait_for, watched, Behaviour, Peer, Watch};
 
 /// Bound on any single wait for something that should happen at once on loopback.
@@ -380,8 +380,9 @@ fn time_invalid_lookup() -> Duration {
 /// A resolver that answers every name as the system's does for `.invalid`, without sending a
 /// query off this machine (the real getaddrinfo path is tested in a network namespace with a
 /// local DNS server, below).
-fn nxdomain() -> Resolver {
-    Resolver::new(|host, _| Err(format!("{host}: Name or service not known")))
+fn nxdomain(
+) -> impl Fn(&str, u16) -> Result<Vec<std::net::SocketAddr>, String> + Send + Sync + 'static {
+    |host: &str, _| Err(format!("{host}: Name or service not known"))
 }
 
 #[test]
@@ -490,10 +491,10 @@ fn a_link_failing_to_resolve_its_name_does_not_slow_another_link() {
 
 #[test]
 fn a_resolver_that_takes_two_seconds_delays_only_the_link_that_asked() {
-    let slow = Resolver::new(|host, _| {
+    let slow = |host: &str, _| {
         std::thread::sleep(Duration::from_secs(2));
         Err(format!("{host}: timed out"))
-    });
+    };
     let (n, slowest, dns_failures) = round_trips_beside_a_failing_link(
         Link::builder(INVALID).resolver(slow),
         Duration::from_secs(3),

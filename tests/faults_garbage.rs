@@ -19,8 +19,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use relink::error::{LinkError, SendError};
 use relink::framing::{DecodeError, LengthDelimited, Lines};
-use relink::{Cause, Link, LinkError, Overflow, SendError, State};
+use relink::{Cause, Link, Overflow, State};
 use util::*;
 
 /// Bound on waits for things that take milliseconds when all is well.

@@ -5,8 +5,9 @@ mod util;
 
 use std::time::Duration;
 
+use relink::error::LinkError;
 use relink::framing::Lines;
-use relink::{Cause, IoPool, Link, LinkError, State, Tls};
+use relink::{Cause, IoPool, Link, State, Tls};
 use util::logs::Logs;
 use util::tls::{restartable_port, server_config, Pki, Serve, TlsKit, TlsServer, SERVER_NAME};
 use util::*;
@@ -215,7 +216,7 @@ fn the_metrics_export_counts_the_pools_links_by_state_and_their_connects() {
     assert!(wait_until(T, || links
         .iter()
         .all(|l| l.state() == State::Ready)));
-    let exporter = pool.export_metrics(relink::MetricsExport::new("test"));
+    let exporter = pool.export_metrics(relink::pool::MetricsExport::new("test"));
     metrics::with_local_recorder(&recorder, || exporter.flush());
     let text = text.render();
     for line in [

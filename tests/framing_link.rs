@@ -13,11 +13,9 @@ use std::time::{Duration, Instant};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use relink::bytes::{Buf, Bytes, BytesMut};
+use relink::error::{ConfigError, LinkError, SendError};
 use relink::framing::{DecodeError, EncodeError, Framing, Lines, Raw, Resp, RespValue};
-use relink::{
-    Cause, ConfigError, Event, Heartbeat, Link, LinkError, Ping, Predicate, ProofOfLife, SendError,
-    State,
-};
+use relink::{Cause, Event, Heartbeat, Link, Ping, Predicate, ProofOfLife, State};
 use util::{Behaviour, Conn, Peer, RedisServer};
 
 /// Bound on any single wait for something that should happen at once on loopback.

@@ -8,11 +8,11 @@
 use proptest::prelude::*;
 use proptest::sample::Index;
 use relink::bytes::{Buf, Bytes, BytesMut};
+use relink::error::ConfigError;
 use relink::framing::{
     DecodeError, Delimited, EncodeError, Framing, LengthDelimited, Lines, Raw, Resp, RespReply,
     RespValue,
 };
-use relink::ConfigError;
 
 const CASES: u32 = 256;
 

@@ -10,10 +10,11 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use relink::error::{ConfigError, LinkError, SendError};
 use relink::framing::{DecodeError, EncodeError, LengthDelimited, Lines, Raw};
 use relink::{
-    AbandonReason, Builder, Cause, ConfigError, Event, Events, Heartbeat, Jitter, Link, LinkError,
-    Overflow, Ping, Predicate, ProofOfLife, SendError, SendOptions, State, Transition,
+    AbandonReason, Builder, Cause, Event, Events, Heartbeat, Jitter, Link, Overflow, Ping,
+    Predicate, ProofOfLife, SendOptions, State, Transition,
 };
 use util::{
     assert_accounted, decode_length_prefixed, decode_lines, duplicates, encode_length_prefixed,

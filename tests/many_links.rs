@@ -11,8 +11,9 @@ mod util;
 
 use std::time::{Duration, Instant};
 
+use relink::error::LinkError;
 use relink::framing::{DecodeError, LengthDelimited};
-use relink::{AbandonReason, Cause, Event, IoPool, Link, LinkError, State};
+use relink::{AbandonReason, Cause, Event, IoPool, Link, State};
 use util::*;
 
 /// Bound on a group of links reaching a state.

@@ -11,10 +11,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use relink::error::SendError;
 use relink::framing::LengthDelimited;
-use relink::{
-    AbandonReason, Event, Events, Link, Overflow, ProofOfLife, Redelivery, SendError, SendOptions,
-};
+use relink::{AbandonReason, Event, Events, Link, Overflow, ProofOfLife, Redelivery, SendOptions};
 use util::*;
 
 /// Bound on every wait for something that should happen within a few milliseconds.

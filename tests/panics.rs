@@ -18,9 +18,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use relink::error::{Callback, LinkError, SendError};
 use relink::{
-    Callback, Cause, Event, Heartbeat, Jitter, Link, LinkError, Overflow, Ping, Predicate,
-    ProofOfLife, Resolver, SendError, State, Transition,
+    Cause, Event, Heartbeat, Jitter, Link, Overflow, Ping, Predicate, ProofOfLife, State,
+    Transition,
 };
 use util::{Behaviour, Peer};
 
@@ -60,11 +61,15 @@ fn predicate(panics: Panics, answer: impl Fn(&[u8]) -> bool + Send + Sync + 'sta
 }
 
 /// A resolver that panics as told, and otherwise answers 127.0.0.1:`port`. Counts its calls.
-fn resolver(panics: Panics, port: u16, calls: Arc<AtomicU32>) -> Resolver {
-    Resolver::new(move |_host, _| {
+fn resolver(
+    panics: Panics,
+    port: u16,
+    calls: Arc<AtomicU32>,
+) -> impl Fn(&str, u16) -> Result<Vec<SocketAddr>, String> + Send + Sync + 'static {
+    move |_host: &str, _| {
         panics.maybe(&calls);
         Ok(vec![SocketAddr::from(([127, 0, 0, 1], port))])
-    })
+    }
 }
 
 /// A lines link with a quick, deterministic backoff.
@@ -442,7 +447,11 @@ fn when_the_io_thread_stops_every_blocked_caller_returns_and_everything_says_clo
     let sent = join_within(blocked_send, at, PROMPT);
     assert!(matches!(sent, Err(SendError::Closed(f)) if f == b"blocked"[..]));
     let (events, end) = join_within(reader, at, PROMPT);
-    assert_eq!(end, relink::RecvTimeoutError::Disconnected, "{events:?}");
+    assert_eq!(
+        end,
+        relink::error::RecvTimeoutError::Disconnected,
+        "{events:?}"
+    );
     assert!(
         events
             .iter()

@@ -17,8 +17,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use relink::error::{Callback, LinkError};
 use relink::framing::{DecodeError, EncodeError, Framing, Lines};
-use relink::{Callback, Event, Heartbeat, IoPool, Link, LinkError, Ping, Predicate, State};
+use relink::{Event, Heartbeat, IoPool, Link, Ping, Predicate, State};
 use util::netns::{self, mono_us, us_between, Process, Report};
 use util::{Behaviour, Peer, RedisServer};
 
@@ -535,10 +536,10 @@ fn a_decode_that_sleeps_1_5_s_on_a_shared_thread_condemns_none_of_its_100_neighb
 fn a_resolver_that_takes_300_ms_is_reported_as_slow_and_its_link_still_connects() {
     let peer = Peer::start(Behaviour::Echo);
     let port = peer.port();
-    let resolver = relink::Resolver::new(move |_, _| {
+    let resolver = move |_: &str, _| {
         std::thread::sleep(ms(300));
         Ok(vec![std::net::SocketAddr::from(([127, 0, 0, 1], port))])
-    });
+    };
     let link = Link::builder(&format!("tcp://slow.test:{port}"))
         .resolver(resolver)
         .build()

@@ -10,10 +10,11 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use relink::bytes::Bytes;
+use relink::error::RequestError;
 use relink::framing::{Lines, Resp};
 use relink::{
     AbandonReason, Correlation, Event, Link, Overflow, Pending, Predicate, ProofOfLife, Redelivery,
-    RequestError, State,
+    State,
 };
 use util::*;
 

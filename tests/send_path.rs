@@ -7,8 +7,9 @@ mod util;
 
 use std::time::{Duration, Instant};
 
+use relink::error::SendError;
 use relink::framing::LengthDelimited;
-use relink::{AbandonReason, Batch, Event, Link, Overflow, SendError, SendOptions, State};
+use relink::{AbandonReason, Batch, Event, Link, Overflow, SendOptions, State};
 use util::*;
 
 /// Bound on every wait for something that should happen within a few milliseconds.

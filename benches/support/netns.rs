@@ -25,7 +25,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
-use relink::RecvTimeoutError;
+use relink::error::RecvTimeoutError;
 
 use super::on_path;
 

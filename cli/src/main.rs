@@ -73,10 +73,11 @@ use std::time::{Duration, Instant};
 
 use clap::{Parser, ValueEnum};
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
+use relink::error::{ConfigError, RecvTimeoutError, RequestError, SendError};
 use relink::framing::{Delimited, LengthDelimited, Lines, Raw, Resp};
 use relink::{
-    ConfigError, Correlation, Event, Heartbeat, Jitter, Link, Metrics, Overflow, Pending, Ping,
-    Predicate, ProofOfLife, RecvTimeoutError, RequestError, SendError, State, Tls, Transition,
+    Correlation, Event, Heartbeat, Jitter, Link, Metrics, Overflow, Pending, Ping, Predicate,
+    ProofOfLife, State, Tls, Transition,
 };
 
 /// Exit status for a bad option or a configuration the builder refuses.
@@ -648,7 +649,7 @@ impl Report {
         }
     }
 
-    fn error(self, e: &relink::LinkError) {
+    fn error(self, e: &relink::error::LinkError) {
         match self {
             Report::Status => eprintln!("error message={:?}", e.to_string()),
             _ => eprintln!("relink-cat: {e}"),

@@ -11,7 +11,8 @@ use rand::Rng;
 ///
 /// # Examples
 /// ```
-/// use relink::{ConfigError, Jitter, Link};
+/// use relink::{Jitter, Link};
+/// use relink::error::ConfigError;
 ///
 /// // Full jitter, the default, spreads a fleet's reconnects the most.
 /// let builder = Link::builder("tcp://127.0.0.1:6379").jitter(Jitter::Full);

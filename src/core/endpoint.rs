@@ -9,20 +9,8 @@ use crate::error::ConfigError;
 ///
 /// The host is an IPv4 literal, a bracketed IPv6 literal (`tcp://[::1]:6379`) or a name, which
 /// relink resolves itself, off every IO thread (a lookup there would stall every link it serves).
-///
-/// # Examples
-/// ```
-/// use relink::Endpoint;
-///
-/// let v6 = Endpoint::parse("tcp://[::1]:6379")?;
-/// assert_eq!((v6.host(), v6.port()), ("::1".to_string(), 6379));
-/// let name = Endpoint::parse("tcp://Cache.Example:6379")?;
-/// assert_eq!(name.to_string(), "tcp://cache.example:6379"); // names are lowercased
-/// assert!(Endpoint::parse("tcp://127.0.0.1:0").is_err()); // nothing to connect to
-/// # Ok::<(), relink::ConfigError>(())
-/// ```
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Endpoint {
+pub(crate) struct Endpoint {
     pub(crate) host: Host,
     pub(crate) port: u16,
 }
@@ -35,14 +23,7 @@ pub(crate) enum Host {
 
 impl Endpoint {
     /// Parses `tcp://host:port`.
-    ///
-    /// # Examples
-    /// ```
-    /// let e = relink::Endpoint::parse("tcp://127.0.0.1:6379").unwrap();
-    /// assert_eq!(e.to_string(), "tcp://127.0.0.1:6379");
-    /// assert!(relink::Endpoint::parse("127.0.0.1:6379").is_err());
-    /// ```
-    pub fn parse(s: &str) -> Result<Endpoint, ConfigError> {
+    pub(crate) fn parse(s: &str) -> Result<Endpoint, ConfigError> {
         let bad = |reason| ConfigError::BadEndpoint {
             endpoint: s.to_string(),
             reason,
@@ -101,19 +82,6 @@ impl Endpoint {
         }
         Ok(Endpoint { host, port })
     }
-
-    /// The port.
-    pub fn port(&self) -> u16 {
-        self.port
-    }
-
-    /// The host as written (without brackets).
-    pub fn host(&self) -> String {
-        match &self.host {
-            Host::Ip(ip) => ip.to_string(),
-            Host::Name(n) => n.clone(),
-        }
-    }
 }
 
 impl fmt::Display for Endpoint {
@@ -123,5 +91,27 @@ impl fmt::Display for Endpoint {
             Host::Ip(IpAddr::V4(ip)) => write!(f, "tcp://{ip}:{}", self.port),
             Host::Name(n) => write!(f, "tcp://{n}:{}", self.port),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Endpoint;
+
+    #[test]
+    fn an_ipv6_literal_a_name_and_a_port_zero_are_parsed_or_refused() {
+        let v6 = Endpoint::parse("tcp://[::1]:6379").unwrap();
+        assert_eq!(v6.to_string(), "tcp://[::1]:6379");
+        assert_eq!(v6.port, 6379);
+        let name = Endpoint::parse("tcp://Cache.Example:6379").unwrap();
+        assert_eq!(name.to_string(), "tcp://cache.example:6379");
+        assert!(Endpoint::parse("tcp://127.0.0.1:0").is_err());
+    }
+
+    #[test]
+    fn an_endpoint_without_the_tcp_scheme_is_refused() {
+        let e = Endpoint::parse("tcp://127.0.0.1:6379").unwrap();
+        assert_eq!(e.to_string(), "tcp://127.0.0.1:6379");
+        assert!(Endpoint::parse("127.0.0.1:6379").is_err());
     }
 }

@@ -23,7 +23,8 @@ const MAX_OUTSTANDING: usize = 8;
 /// # Examples
 /// ```
 /// use std::time::Duration;
-/// use relink::{ConfigError, Heartbeat, Link, Ping};
+/// use relink::{Heartbeat, Link, Ping};
+/// use relink::error::ConfigError;
 /// use relink::framing::{Lines, Raw};
 ///
 /// let every = Duration::from_secs(5);
@@ -98,9 +99,10 @@ impl Heartbeat {
     }
 
     /// Recognises the peer's reply to a ping, to measure the round trip; recognised replies
-    /// are not delivered to the application. Defaults to none.
-    pub fn reply(mut self, p: Predicate) -> Heartbeat {
-        self.reply = Some(p);
+    /// are not delivered to the application: a closure (`|f: &[u8]| f == b"PONG"`) or a
+    /// [`Predicate`] such as [`Predicate::starts_with`]. Defaults to none.
+    pub fn reply(mut self, p: impl Into<Predicate>) -> Heartbeat {
+        self.reply = Some(p.into());
         self
     }
 

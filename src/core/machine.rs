@@ -22,7 +22,7 @@ use super::framing::BoxedFraming;
 use super::guard::{guarded, timed, Panicked, Stopwatch, Untimed};
 use super::heartbeat::{HeartbeatState, Ping, Reply};
 use super::outbox::Outbox;
-use super::requests::{Correlation, Matched, Outcome, Requests, Token, Verdict};
+use super::requests::{Matched, Matching, Outcome, Requests, Token, Verdict};
 use super::settings::{ProofOfLife, Settings};
 use super::timers::{Timer, Timers};
 use super::tls::TlsSession;
@@ -1249,12 +1249,12 @@ impl Machine {
     /// What the correlation's code says of an inbound frame, guarded.
     fn verdict(&self, frame: &[u8]) -> Result<Verdict, Panicked> {
         guarded(Callback::Correlation, || {
-            match &self.cfg.requests.correlation {
-                Correlation::InOrder {
+            match &self.cfg.requests.correlation.0 {
+                Matching::InOrder {
                     unsolicited: Some(p),
                 } if p.test(frame) => Verdict::Unsolicited,
-                Correlation::InOrder { .. } => Verdict::Reply,
-                Correlation::ById { reply_id, .. } => match reply_id.read(frame) {
+                Matching::InOrder { .. } => Verdict::Reply,
+                Matching::ById { reply_id, .. } => match reply_id.read(frame) {
                     Some(id) => Verdict::Id(id),
                     None => Verdict::Unsolicited,
                 },

@@ -3,11 +3,13 @@
 use std::fmt;
 use std::sync::Arc;
 
-/// A shareable test on a frame (`Fn(&[u8]) -> bool`).
+/// A shareable test on a frame (`Fn(&[u8]) -> bool`): the type of a handshake's `accept`
+/// ([`ProofOfLife::Handshake`](crate::ProofOfLife::Handshake)), and what
+/// [`Heartbeat::reply`](crate::Heartbeat::reply) takes (any such closure converts into one).
 ///
 /// It runs on the link's IO thread. If it panics, the panic is caught there and counts as a
 /// failure of the connection: an [`Event::Error`](crate::Event) with
-/// [`LinkError::CallbackPanicked`](crate::LinkError::CallbackPanicked), then a transition
+/// [`LinkError::CallbackPanicked`](crate::error::LinkError::CallbackPanicked), then a transition
 /// with cause [`CallbackPanic`](crate::Cause::CallbackPanic), a reset and a backoff. The frame
 /// it was asked about is not delivered.
 ///
@@ -48,6 +50,12 @@ impl Predicate {
 
     pub(crate) fn test(&self, frame: &[u8]) -> bool {
         (self.0)(frame)
+    }
+}
+
+impl<F: Fn(&[u8]) -> bool + Send + Sync + 'static> From<F> for Predicate {
+    fn from(f: F) -> Predicate {
+        Predicate::new(f)
     }
 }
 

@@ -35,13 +35,13 @@ pub(crate) type Outcome = Result<Bytes, RequestError>;
 
 /// Reads the id of a request or of a reply; `None` when the frame carries none.
 #[derive(Clone)]
-pub struct IdReader(Arc<IdFn>);
+pub(crate) struct IdReader(Arc<IdFn>);
 
 type IdFn = dyn Fn(&[u8]) -> Option<Vec<u8>> + Send + Sync;
 
 impl IdReader {
     /// Wraps a closure.
-    pub fn new(f: impl Fn(&[u8]) -> Option<Vec<u8>> + Send + Sync + 'static) -> IdReader {
+    pub(crate) fn new(f: impl Fn(&[u8]) -> Option<Vec<u8>> + Send + Sync + 'static) -> IdReader {
         IdReader(Arc::new(f))
     }
 
@@ -68,59 +68,58 @@ impl fmt::Debug for IdReader {
 /// # let _ = by_id;
 /// ```
 #[derive(Clone, Debug)]
-#[non_exhaustive]
-pub enum Correlation {
-    /// Each reply answers the oldest outstanding request (redis, memcached, most line
-    /// protocols). A frame that `unsolicited` accepts (a push, a notice) is no reply: it is
-    /// delivered as an [`Event::Frame`](crate::Event::Frame). So is any frame that arrives while
-    /// no request is outstanding.
-    InOrder {
-        /// Tells unsolicited frames apart; `None`: every frame is a reply.
-        unsolicited: Option<Predicate>,
-    },
-    /// A reply answers the outstanding request with the same id, in any order. A frame whose
-    /// `reply_id` is `None` is no reply (delivered as an event); one whose id nobody waits for
-    /// (its request timed out) is a late reply, dropped and counted.
+pub struct Correlation(pub(crate) Matching);
+
+/// How a [`Correlation`] tells replies apart.
+#[derive(Clone, Debug)]
+pub(crate) enum Matching {
+    /// Each reply answers the oldest outstanding request; a frame `unsolicited` accepts is none.
+    InOrder { unsolicited: Option<Predicate> },
+    /// A reply answers the outstanding request with the same id.
     ById {
-        /// Reads the id of a request, at the call; a request without one is refused.
         request_id: IdReader,
-        /// Reads the id of an inbound frame.
         reply_id: IdReader,
     },
 }
 
 impl Correlation {
-    /// In order, every frame a reply. The default.
+    /// Each reply answers the oldest outstanding request (redis, memcached, most line
+    /// protocols); every frame that arrives while a request is outstanding is a reply, any
+    /// other one an [`Event::Frame`](crate::Event::Frame). The default.
     pub fn in_order() -> Correlation {
-        Correlation::InOrder { unsolicited: None }
+        Correlation(Matching::InOrder { unsolicited: None })
     }
 
-    /// In order, the frames `unsolicited` accepts delivered as events instead.
+    /// In order, the frames `unsolicited` accepts (a push, a notice) delivered as
+    /// [`Event::Frame`](crate::Event::Frame)s instead.
     pub fn in_order_except(
         unsolicited: impl Fn(&[u8]) -> bool + Send + Sync + 'static,
     ) -> Correlation {
-        Correlation::InOrder {
+        Correlation(Matching::InOrder {
             unsolicited: Some(Predicate::new(unsolicited)),
-        }
+        })
     }
 
     /// Redis (RESP2 and RESP3, with [`Resp`](crate::framing::Resp) framing): in order, RESP3 pushes
     /// (`>`-prefixed: pub/sub messages, client-side caching invalidations) delivered as events.
     pub fn resp() -> Correlation {
-        Correlation::InOrder {
+        Correlation(Matching::InOrder {
             unsolicited: Some(Predicate::starts_with(">")),
-        }
+        })
     }
 
-    /// By id: `request_id` reads a request's id, `reply_id` a reply's.
+    /// By id, in any order: `request_id` reads a request's id at the call (a request without
+    /// one is refused), `reply_id` an inbound frame's. A frame whose `reply_id` is `None` is no
+    /// reply (delivered as an event); one whose id nobody waits for (its request timed out) is
+    /// a late reply, dropped and counted.
     pub fn by_id(
         request_id: impl Fn(&[u8]) -> Option<Vec<u8>> + Send + Sync + 'static,
         reply_id: impl Fn(&[u8]) -> Option<Vec<u8>> + Send + Sync + 'static,
     ) -> Correlation {
-        Correlation::ById {
+        Correlation(Matching::ById {
             request_id: IdReader::new(request_id),
             reply_id: IdReader::new(reply_id),
-        }
+        })
     }
 }
 
@@ -202,7 +201,7 @@ pub(crate) struct Requests {
 impl Requests {
     pub(crate) fn new(s: &RequestSettings) -> Requests {
         Requests {
-            by_id: matches!(s.correlation, Correlation::ById { .. }),
+            by_id: matches!(s.correlation.0, Matching::ById { .. }),
             redelivery: s.redelivery,
             overflow: s.overflow,
             max_frames: s.max_frames,

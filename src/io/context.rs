@@ -17,7 +17,9 @@ pub const MAX_SOCKETS: u32 = 16_384;
 /// Links of one part of a program in a context of their own, with room for two links:
 /// ```
 /// use std::time::Duration;
-/// use relink::{ConfigError, Context, Link};
+/// use relink::Link;
+/// use relink::error::ConfigError;
+/// use relink::pool::Context;
 ///
 /// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
 /// let endpoint = format!("tcp://127.0.0.1:{port}"); // nobody listens here

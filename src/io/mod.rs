@@ -31,6 +31,6 @@ mod timer;
 
 pub use context::{Context, MAX_SOCKETS};
 pub use pool::IoPool;
-pub use resolver::Resolver;
+pub(crate) use resolver::Resolver;
 pub use socket::Keepalive;
 pub(crate) use socket::SocketOptions;

@@ -20,56 +20,15 @@ use crate::error::Callback;
 /// Resolver threads in the pool.
 const WORKERS: usize = 4;
 
-/// Resolves a host name to its addresses; replaces the system resolver (getaddrinfo) for a
-/// link, for tests or for a service-discovery lookup. Runs on relink's resolver threads.
-///
-/// A resolver that panics fails that dial: the panic is caught on the resolver thread (which
-/// keeps serving), reported in an [`Event::Error`](crate::Event) with
-/// [`LinkError::CallbackPanicked`](crate::LinkError::CallbackPanicked), and the link backs
-/// off with cause [`CallbackPanic`](crate::Cause::CallbackPanic).
-///
-/// # Examples
-/// Names from a service registry instead of DNS:
-/// ```
-/// use std::net::SocketAddr;
-/// use std::time::Duration;
-/// use relink::{Event, Link, Resolver, State};
-/// # use std::io::{Read, Write};
-/// # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-/// # let port = listener.local_addr()?.port();
-/// # std::thread::spawn(move || {
-/// #     let (mut s, _) = listener.accept().unwrap();
-/// #     let mut buf = [0u8; 1024];
-/// #     while let Ok(n) = s.read(&mut buf) {
-/// #         if n == 0 || s.write_all(&buf[..n]).is_err() { break; }
-/// #     }
-/// # });
-///
-/// let registry = Resolver::new(|host, port| match host {
-///     "cache.internal" => Ok(vec![SocketAddr::from(([127, 0, 0, 1], port))]),
-///     _ => Err(format!("{host}: not registered")),
-/// });
-/// let link = Link::builder(&format!("tcp://cache.internal:{port}")) // a local echo server
-///     .resolver(registry)
-///     .dns_refresh(Duration::from_secs(10)) // ask the registry again every 10 s
-///     .build()?;
-/// let ready = loop {
-///     if let Event::State(t) = link.events().recv_timeout(Duration::from_secs(5))? {
-///         if t.to == State::Ready { break t; }
-///     }
-/// };
-/// assert_eq!(ready.endpoint, Some(format!("tcp://127.0.0.1:{port}")));
-/// link.close(Duration::from_millis(50));
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
+/// A custom resolver: `(host, port) -> addresses` or a short reason ([`Builder::resolver`](crate::Builder::resolver)).
 #[derive(Clone)]
-pub struct Resolver(Arc<ResolverFn>);
+pub(crate) struct Resolver(Arc<ResolverFn>);
 
 type ResolverFn = dyn Fn(&str, u16) -> Result<Vec<std::net::SocketAddr>, String> + Send + Sync;
 
 impl Resolver {
     /// Wraps a closure: `(host, port) -> addresses` or a short reason.
-    pub fn new(
+    pub(crate) fn new(
         f: impl Fn(&str, u16) -> Result<Vec<std::net::SocketAddr>, String> + Send + Sync + 'static,
     ) -> Resolver {
         Resolver(Arc::new(f))

@@ -6,7 +6,8 @@
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use relink::{AbandonReason, Link, Metrics, SendError, State};
+use relink::error::SendError;
+use relink::{AbandonReason, Link, Metrics, State};
 use std::thread;
 
 use super::payload::{parse_producer_payload, producer_payload};

@@ -28,7 +28,8 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
-use relink::{Builder, Context, Link};
+use relink::pool::Context;
+use relink::{Builder, Link};
 
 /// The first word of every line a child link prints.
 pub const PREFIX: &str = "relink-netns";
@@ -573,8 +574,8 @@ pub fn run_child_link(endpoint: &str, interval: Duration, max_missed: u32, limit
                 t.from, t.to, t.cause, t.attempt
             )),
             Ok(Event::Frame(f)) => say(format!("frame len={}", f.len())),
-            Ok(_) | Err(relink::RecvTimeoutError::Timeout) => {}
-            Err(relink::RecvTimeoutError::Disconnected) => break,
+            Ok(_) | Err(relink::error::RecvTimeoutError::Timeout) => {}
+            Err(relink::error::RecvTimeoutError::Disconnected) => break,
         }
     }
     link.close(Duration::from_millis(200));

@@ -9,9 +9,8 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use relink::{
-    AbandonReason, Builder, Cause, Event, Events, Link, LinkError, Metrics, State, Transition,
-};
+use relink::error::LinkError;
+use relink::{AbandonReason, Builder, Cause, Event, Events, Link, Metrics, State, Transition};
 
 use super::checks::timed_close;
 

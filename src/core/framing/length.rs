@@ -326,7 +326,7 @@ impl LengthDelimitedBuilder {
     ///
     /// ```
     /// use relink::framing::LengthDelimited;
-    /// use relink::ConfigError;
+    /// use relink::error::ConfigError;
     ///
     /// assert!(matches!(
     ///     LengthDelimited::builder().length_field_length(5).build(),

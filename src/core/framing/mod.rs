@@ -19,7 +19,7 @@
 //!
 //! Every built-in is configured the same way: a constructor for the common case that cannot
 //! fail, and a builder whose `build()` returns `Result<_, ConfigError>`
-//! ([`ConfigError`](crate::ConfigError)) for every setting. [`Raw`] has no setting, so no
+//! ([`ConfigError`](crate::error::ConfigError)) for every setting. [`Raw`] has no setting, so no
 //! builder; [`Delimited`] has no common case, its delimiter is the application's.
 //! Every built-in is incremental (bytes may arrive split anywhere), memory bounded (it refuses
 //! a frame above its limit as soon as the limit is passed or announced, and never reserves

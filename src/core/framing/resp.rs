@@ -146,7 +146,7 @@ impl RespBuilder {
     ///
     /// let resp = Resp::builder().max_frame(1 << 20).max_depth(4).build()?;
     /// assert!(Resp::builder().max_depth(0).build().is_err());
-    /// # Ok::<(), relink::ConfigError>(())
+    /// # Ok::<(), relink::error::ConfigError>(())
     /// ```
     pub fn build(self) -> Result<Resp, ConfigError> {
         if self.max_frame == 0 {

@@ -5,7 +5,7 @@
 
 use super::*;
 use crate::core::guard::Stopwatch;
-use crate::LinkError;
+use crate::error::LinkError;
 use bytes::Bytes;
 
 /// The IO side's view of a pause: `d` passed without the link being served, then the pass
@@ -275,7 +275,7 @@ fn a_zero_slow_callback_threshold_is_refused() {
         .unwrap_err();
     assert_eq!(
         err,
-        crate::ConfigError::ZeroDuration {
+        crate::error::ConfigError::ZeroDuration {
             name: "slow_callback"
         }
     );

@@ -2,8 +2,9 @@
 //! replies, and ended exactly once at a timeout, a drop or a close.
 
 use super::*;
+use crate::error::RequestError;
 use crate::Redelivery;
-use crate::{Correlation, ProofOfLife, RequestError};
+use crate::{Correlation, ProofOfLife};
 use bytes::Bytes;
 
 const SEC: Duration = Duration::from_secs(1);

@@ -7,7 +7,8 @@ use rustls::ServerConnection;
 
 use super::*;
 use crate::core::tls::test_certs::{Pem, Pki, ServerSetup};
-use crate::{LinkError, ProofOfLife, Tls, TlsError};
+use crate::error::{LinkError, TlsError};
+use crate::{ProofOfLife, Tls};
 
 fn tls_builder(pki: &Pki) -> Builder {
     Sim::builder()
