@@ -2,7 +2,8 @@
 //! started inside them, a blackhole route that silences one side without a FIN or RST, a link
 //! built inside one, and the line protocol a link running in a child process reports on.
 //!
-//! Part of the test kit: `util::netns`.
+//! Part of the test kit: `util::netns`. The benches include this same file as
+//! `support::netns` (with `util::proc` as `support::proc`).
 //!
 //! Everything here needs root and `ip` (iproute2). The addresses (10.213.0.1/30 in A,
 //! 10.213.0.2/30 in B) exist only inside the two namespaces this module creates, which nothing
