@@ -558,13 +558,7 @@ pub fn run_child_link(endpoint: &str, interval: Duration, max_missed: u32, limit
         .build()
         .unwrap_or_else(|e| panic!("build the child link to {endpoint}: {e}"));
     // The parent closes our stdin (or dies): time to stop.
-    let (eof_tx, eof_rx) = crossbeam_channel::bounded::<()>(1);
-    std::thread::spawn(move || {
-        let mut sink = [0u8; 64];
-        let mut stdin = std::io::stdin();
-        while matches!(stdin.read(&mut sink), Ok(n) if n > 0) {}
-        let _ = eof_tx.send(());
-    });
+    let eof_rx = stdin_closed();
     say("started".into());
     let deadline = Instant::now() + limit;
     while Instant::now() < deadline && eof_rx.try_recv().is_err() {
@@ -580,6 +574,19 @@ pub fn run_child_link(endpoint: &str, interval: Duration, max_missed: u32, limit
     }
     link.close(Duration::from_millis(200));
     say("ended".into());
+}
+
+/// For a child process: a channel that receives once this process's stdin ends (the parent
+/// closed it, or died).
+pub fn stdin_closed() -> Receiver<()> {
+    let (eof_tx, eof_rx) = crossbeam_channel::bounded::<()>(1);
+    thread::spawn(move || {
+        let mut sink = [0u8; 64];
+        let mut stdin = std::io::stdin();
+        while matches!(stdin.read(&mut sink), Ok(n) if n > 0) {}
+        let _ = eof_tx.send(());
+    });
+    eof_rx
 }
 
 /// Builds a link on a thread that entered network namespace `ns`, with a libzmq context of
