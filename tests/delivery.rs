@@ -70,25 +70,18 @@ enum Kill {
     ResetThenNativeRedial,
 }
 
-fn kill_scenario(b: Builder, peer: &SlowPeer) -> Outcome {
-    kill_scenario_with(b, peer, Kill::Reset)
-}
+/// Starts a producer streaming the `N` frames into `link`, and a collector of the frames
+/// reported in `Abandoned` events (sequence number and reason), which ends when the link
+/// closes or after `bound`. Reported frames are taken as they come: a full event channel
+/// pauses the link's reading.
+type Collector = thread::JoinHandle<Vec<(u64, AbandonReason)>>;
 
-fn kill_scenario_with(b: Builder, peer: &SlowPeer, kill: Kill) -> Outcome {
-    let _ = env_logger::builder().is_test(true).try_init();
-    let link = b
-        .framing(Lines::new())
-        .overflow(Overflow::Block(T))
-        .backoff(Duration::from_millis(20), Duration::from_millis(100))
-        .build()
-        .unwrap();
-    // Reported frames come as events: take them as they come (a full event channel pauses
-    // the link's reading).
+fn stream(link: &Link, bound: Duration) -> (Collector, thread::JoinHandle<()>) {
     let collector = {
         let events = link.events().clone();
         thread::spawn(move || {
             let mut reported = Vec::new();
-            let deadline = Instant::now() + 2 * T;
+            let deadline = Instant::now() + bound;
             while Instant::now() < deadline {
                 match events.recv_timeout(Duration::from_millis(100)) {
                     Ok(Event::Abandoned { frame, reason }) => reported.push((seq(&frame), reason)),
@@ -108,6 +101,22 @@ fn kill_scenario_with(b: Builder, peer: &SlowPeer, kill: Kill) -> Outcome {
             }
         })
     };
+    (collector, producer)
+}
+
+fn kill_scenario(b: Builder, peer: &SlowPeer) -> Outcome {
+    kill_scenario_with(b, peer, Kill::Reset)
+}
+
+fn kill_scenario_with(b: Builder, peer: &SlowPeer, kill: Kill) -> Outcome {
+    let _ = env_logger::builder().is_test(true).try_init();
+    let link = b
+        .framing(Lines::new())
+        .overflow(Overflow::Block(T))
+        .backoff(Duration::from_millis(20), Duration::from_millis(100))
+        .build()
+        .unwrap();
+    let (collector, producer) = stream(&link, 2 * T);
     let read = || peer.seen().read.first().map_or(0, Vec::len);
     assert!(
         wait_for(T, || (read() >= KILL_AFTER).then_some(())).is_some(),
@@ -559,30 +568,7 @@ fn a_blackhole_mid_stream_loses_nothing_unreported_and_resends_what_was_not_conf
             .connect_timeout(Duration::from_millis(1000))
             .backoff(Duration::from_millis(50), Duration::from_millis(400))
     });
-    let collector = {
-        let events = link.events().clone();
-        thread::spawn(move || {
-            let mut reported = Vec::new();
-            let deadline = Instant::now() + 3 * T;
-            while Instant::now() < deadline {
-                match events.recv_timeout(Duration::from_millis(100)) {
-                    Ok(Event::Abandoned { frame, .. }) => reported.push(seq(&frame)),
-                    Ok(Event::State(t)) if t.to == relink::State::Closed => break,
-                    Ok(_) | Err(relink::RecvTimeoutError::Timeout) => {}
-                    Err(_) => break,
-                }
-            }
-            reported
-        })
-    };
-    let producer = {
-        let link = link.clone();
-        thread::spawn(move || {
-            for n in 0..N {
-                link.send(frame(n)).expect("accepted");
-            }
-        })
-    };
+    let (collector, producer) = stream(&link, 3 * T);
     assert!(
         wait_for(T, || (link.metrics().frames_confirmed >= N / 4)
             .then_some(()))
@@ -626,7 +612,7 @@ fn a_blackhole_mid_stream_loses_nothing_unreported_and_resends_what_was_not_conf
         (got.len() as u64 >= N).then_some(())
     });
     let m = link.close(Duration::from_secs(1));
-    let reported = collector.join().unwrap();
+    let reported: Vec<u64> = collector.join().unwrap().iter().map(|r| r.0).collect();
     let got = read_all();
     let _ = std::fs::remove_dir_all(&dir);
     let dups = duplicates(&got);
