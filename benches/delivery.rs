@@ -2,18 +2,24 @@
 //! confirmed.
 //!
 //! Run with `cargo bench --bench delivery` (about a minute) or
-//! `cargo bench --bench delivery -- --quick` (a few seconds).
+//! `cargo bench --bench delivery -- --quick` (about ten seconds).
 //!
 //! Throughput, 64 B, 1 KiB and 64 KiB payloads (length-prefixed, one producer,
 //! `Overflow::Block`), to a local sink that reads and discards, timed from the first send until
-//! every frame is confirmed (`frames_confirmed`); the median of the rounds (rounds interleave
-//! the senders):
+//! every frame is confirmed (`frames_confirmed`):
 //! - `window`: the default window (1 MiB);
 //! - `unbounded`: `window(0)`: frames are still confirmed, nothing is held back;
 //! - `std_tcp`: `std::net::TcpStream` behind a `BufWriter`, timed until the sink read it all.
 //!
-//! `delivery size=<bytes> window_mps=<w> unbounded_mps=<u> std_tcp_mps=<s> ratio_window=<w/u>
-//! ratio_std=<w/s>`, where `*_mps` is millions of frames per second.
+//! The machine is noisy (two cores, other work on them), so the settings are compared within
+//! rounds: many short rounds (8 MiB each; `--quick`: 2 MiB), each running the three back to
+//! back, `window` and `unbounded` in alternating order (A B, B A, ...); a round gives the
+//! ratio of `window`'s rate to `unbounded`'s (and to `std_tcp`'s), and the row prints the
+//! median of those ratios with their quartiles, beside the median rates:
+//!
+//! `delivery size=<bytes> rounds=<n> window_mps=<w> unbounded_mps=<u> std_tcp_mps=<s>
+//! ratio_window=<median> q1=<q1> q3=<q3> ratio_std=<median>`, where `*_mps` is millions of
+//! frames per second and the ratios are `window` over `unbounded` and over `std_tcp`.
 //!
 //! Then the time from `send` to confirmed on loopback, one 64 B frame at a time (the next is
 //! sent once the last is confirmed, seen by polling `metrics()`, which adds a round trip to
@@ -111,11 +117,6 @@ fn run_std(size: usize, frames: u64) -> Duration {
     took
 }
 
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
-}
-
 fn mps(frames: u64, d: Duration) -> f64 {
     frames as f64 / d.as_secs_f64() / 1e6
 }
@@ -125,28 +126,45 @@ fn percentile(sorted: &[Duration], p: f64) -> f64 {
     sorted[i].as_secs_f64() * 1e6
 }
 
+/// The value at fraction `q` of `xs`, sorted in place.
+fn quantile(xs: &mut [f64], q: f64) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    xs[((xs.len() - 1) as f64 * q).round() as usize]
+}
+
 fn main() {
     let quick = support::flag("quick");
-    let rounds = if quick { 3 } else { 7 };
-    let bytes_per_run: u64 = if quick { 64 << 20 } else { 256 << 20 };
+    let rounds = if quick { 9 } else { 25 };
+    let bytes_per_round: u64 = if quick { 2 << 20 } else { 8 << 20 };
     for size in [64usize, 1024, 65536] {
-        let frames = (bytes_per_run / size as u64).min(if quick { 500_000 } else { 2_000_000 });
+        let frames = bytes_per_round / size as u64;
         let (mut w, mut u, mut s) = (Vec::new(), Vec::new(), Vec::new());
-        for _ in 0..rounds {
-            w.push(run_relink(relink::defaults::WINDOW, size, frames));
-            u.push(run_relink(0, size, frames));
-            s.push(run_std(size, frames));
+        let (mut ratio, mut ratio_std) = (Vec::new(), Vec::new());
+        for round in 0..rounds {
+            let (tw, tu) = if round % 2 == 0 {
+                let tw = run_relink(relink::defaults::WINDOW, size, frames);
+                (tw, run_relink(0, size, frames))
+            } else {
+                let tu = run_relink(0, size, frames);
+                (run_relink(relink::defaults::WINDOW, size, frames), tu)
+            };
+            let ts = run_std(size, frames);
+            // Rates in the same round: the ratio of rates is the inverse ratio of times.
+            ratio.push(tu.as_secs_f64() / tw.as_secs_f64());
+            ratio_std.push(ts.as_secs_f64() / tw.as_secs_f64());
+            w.push(mps(frames, tw));
+            u.push(mps(frames, tu));
+            s.push(mps(frames, ts));
         }
-        let (w, u, s) = (
-            mps(frames, median(w)),
-            mps(frames, median(u)),
-            mps(frames, median(s)),
-        );
+        let (q1, q3) = (quantile(&mut ratio, 0.25), quantile(&mut ratio, 0.75));
         println!(
-            "delivery size={size} window_mps={w:.3} unbounded_mps={u:.3} std_tcp_mps={s:.3} \
-             ratio_window={:.2} ratio_std={:.2}",
-            w / u,
-            w / s
+            "delivery size={size} rounds={rounds} window_mps={:.3} unbounded_mps={:.3} \
+             std_tcp_mps={:.3} ratio_window={:.2} q1={q1:.2} q3={q3:.2} ratio_std={:.2}",
+            support::median(&mut w),
+            support::median(&mut u),
+            support::median(&mut s),
+            support::median(&mut ratio),
+            support::median(&mut ratio_std),
         );
     }
     let (peer, _) = sink();

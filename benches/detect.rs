@@ -38,7 +38,7 @@ use rand::Rng;
 use relink::framing::Lines;
 use relink::{Event, Heartbeat, Link, Ping, Predicate};
 
-use support::netns::{self, mono_us, us_between, StateReport as Change};
+use support::netns::{self, mono_us, us_between, Report};
 use support::peer::Peer;
 use support::redis::RedisServer;
 
@@ -87,6 +87,15 @@ enum Outcome {
     Failed(String),
 }
 
+/// A state transition, seen by a link in this process or reported by a child's.
+struct Change {
+    /// When it was seen, in [`mono_us`] time.
+    t_us: u64,
+    from: String,
+    to: String,
+    cause: String,
+}
+
 /// Where a case's state changes come from: a link in this process or a child's reports.
 trait Changes {
     /// The next change before `deadline`; Ok(None) at the deadline, Err if the source ended.
@@ -123,8 +132,20 @@ impl Changes for ChildReports<'_> {
         loop {
             match self.0.recv_deadline(deadline) {
                 Ok(line) => {
-                    if let Some(change) = Change::parse(&line) {
-                        return Ok(Some(change));
+                    if let Some(Report::State {
+                        t_us,
+                        from,
+                        to,
+                        cause,
+                        ..
+                    }) = Report::parse(&line)
+                    {
+                        return Ok(Some(Change {
+                            t_us,
+                            from,
+                            to,
+                            cause,
+                        }));
                     }
                 }
                 Err(RecvTimeoutError::Timeout) => return Ok(None),
@@ -306,7 +327,7 @@ fn silent_case(s: Settings) -> Outcome {
 
 /// A redis-server frozen by SIGSTOP.
 fn redis_case(s: Settings) -> Outcome {
-    if !support::on_path("redis-server") {
+    if !netns::on_path("redis-server") {
         return Outcome::Skipped("redis-server not on PATH".into());
     }
     let redis = match RedisServer::start() {
@@ -341,7 +362,7 @@ fn blackhole_case(s: Settings) -> Outcome {
     if let Err(e) = netns::check_root_and_netns() {
         return Outcome::Skipped(e);
     }
-    if !support::on_path("socat") {
+    if !netns::on_path("socat") {
         return Outcome::Skipped("socat not on PATH".into());
     }
     match blackhole_trials(s) {

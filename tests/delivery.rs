@@ -3,6 +3,10 @@
 //! policy. In each, every frame submitted is read by a peer, reported in an `Abandoned` event,
 //! or was held unread by the dead peer's kernel (which acknowledged it); duplicates only under
 //! `Resend`, and no more than were counted resent.
+//!
+//! The same kill with libzmq's own fast redial: the peer closes its listener with the reset,
+//! relink's next dial is refused and handed to libzmq's redial (`native_retries`), and the peer
+//! listens again before that redial comes.
 
 mod util;
 
@@ -52,23 +56,32 @@ struct Outcome {
     resent: u64,
     sent: u64,
     confirmed: u64,
+    /// libzmq's own redials since the link was last stable.
+    native_redials: u32,
 }
 
-fn kill_scenario(b: Builder, peer: &SlowPeer) -> Outcome {
-    let _ = env_logger::builder().is_test(true).try_init();
-    let link = b
-        .framing(Lines::new())
-        .overflow(Overflow::Block(T))
-        .backoff(Duration::from_millis(20), Duration::from_millis(100))
-        .build()
-        .unwrap();
-    // Reported frames come as events: take them as they come (a full event channel pauses
-    // the link's reading).
+/// How the slow peer dies.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Kill {
+    /// A reset; the listener stays open, so relink's next dial connects.
+    Reset,
+    /// A reset with the listener closed until relink's dial was refused and handed to
+    /// libzmq's own redial, which makes the next connection.
+    ResetThenNativeRedial,
+}
+
+/// Starts a producer streaming the `N` frames into `link`, and a collector of the frames
+/// reported in `Abandoned` events (sequence number and reason), which ends when the link
+/// closes or after `bound`. Reported frames are taken as they come: a full event channel
+/// pauses the link's reading.
+type Collector = thread::JoinHandle<Vec<(u64, AbandonReason)>>;
+
+fn stream(link: &Link, bound: Duration) -> (Collector, thread::JoinHandle<()>) {
     let collector = {
         let events = link.events().clone();
         thread::spawn(move || {
             let mut reported = Vec::new();
-            let deadline = Instant::now() + 2 * T;
+            let deadline = Instant::now() + bound;
             while Instant::now() < deadline {
                 match events.recv_timeout(Duration::from_millis(100)) {
                     Ok(Event::Abandoned { frame, reason }) => reported.push((seq(&frame), reason)),
@@ -88,16 +101,44 @@ fn kill_scenario(b: Builder, peer: &SlowPeer) -> Outcome {
             }
         })
     };
+    (collector, producer)
+}
+
+fn kill_scenario(b: Builder, peer: &SlowPeer) -> Outcome {
+    kill_scenario_with(b, peer, Kill::Reset)
+}
+
+fn kill_scenario_with(b: Builder, peer: &SlowPeer, kill: Kill) -> Outcome {
+    let _ = env_logger::builder().is_test(true).try_init();
+    let link = b
+        .framing(Lines::new())
+        .overflow(Overflow::Block(T))
+        .backoff(Duration::from_millis(20), Duration::from_millis(100))
+        .build()
+        .unwrap();
+    let (collector, producer) = stream(&link, 2 * T);
     let read = || peer.seen().read.first().map_or(0, Vec::len);
     assert!(
         wait_for(T, || (read() >= KILL_AFTER).then_some(())).is_some(),
         "the slow peer reads"
     );
-    peer.kill();
+    match kill {
+        Kill::Reset => peer.kill(),
+        Kill::ResetThenNativeRedial => peer.kill_and_close(),
+    }
     assert!(
         wait_for(T, || peer.seen().killed.then_some(())).is_some(),
         "the slow peer dies"
     );
+    if kill == Kill::ResetThenNativeRedial {
+        // libzmq redials 100-200 ms after the refusal; the peer listens again within a few.
+        assert!(
+            wait_for(T, || (link.metrics().native_redials >= 1).then_some(())).is_some(),
+            "relink's dial is refused and left to libzmq's redial: {:?}",
+            link.metrics()
+        );
+        peer.listen_again();
+    }
     producer.join().unwrap();
     let settled = |m: &relink::Metrics| m.frames_confirmed + m.abandoned.total() == N;
     assert!(
@@ -130,6 +171,7 @@ fn kill_scenario(b: Builder, peer: &SlowPeer) -> Outcome {
         resent: m.frames_resent,
         sent: m.frames_sent,
         confirmed: m.frames_confirmed,
+        native_redials: m.native_redials,
     }
 }
 
@@ -176,6 +218,18 @@ fn check(o: &Outcome, policy: Redelivery, what: &str) {
                 dups.len(),
                 o.resent
             );
+            // Resent frames go first on the next connection, in order: a frame read twice
+            // must be among the first `resent` the later peers read.
+            let resent: HashSet<u64> = o.later.iter().take(o.resent as usize).copied().collect();
+            let unexplained: Vec<u64> = dups
+                .iter()
+                .filter(|n| !resent.contains(n))
+                .copied()
+                .collect();
+            assert!(
+                unexplained.is_empty(),
+                "{what}: read twice but not resent: {unexplained:?}"
+            );
         }
         _ => {
             assert!(dups.is_empty(), "{what}: no frame twice: {dups:?}");
@@ -193,6 +247,18 @@ fn check(o: &Outcome, policy: Redelivery, what: &str) {
             assert!(
                 again.is_empty(),
                 "{what}: reported and delivered later: {again:?}"
+            );
+            // The first peer's application read these long after its kernel acknowledged
+            // them (its receive buffer lies between): confirmed, so never reported.
+            let confirmed_reported: Vec<u64> = o
+                .first
+                .iter()
+                .filter(|n| reported.contains(n))
+                .copied()
+                .collect();
+            assert!(
+                confirmed_reported.is_empty(),
+                "{what}: read by the first peer and reported: {confirmed_reported:?}"
             );
         }
     }
@@ -251,6 +317,66 @@ fn a_slow_tls_peer_killed_with_a_reset_loses_nothing_unreported_when_frames_are_
 #[test]
 fn a_slow_tls_peer_killed_with_a_reset_loses_nothing_unreported_when_frames_are_reported() {
     tls(Redelivery::Report);
+}
+
+// ----- libzmq's own fast redial --------------------------------------------------------------
+
+/// The builder for a link whose next connection after the kill is libzmq's own redial: one
+/// native retry, and `min_stable` long enough that the count of native redials is still there
+/// at the end.
+fn native_redial(b: Builder, policy: Redelivery) -> Builder {
+    b.redelivery(policy).native_retries(1).min_stable(4 * T)
+}
+
+fn check_native(o: &Outcome, policy: Redelivery, what: &str) {
+    check(o, policy, what);
+    assert!(
+        o.native_redials >= 1,
+        "{what}: the next connection was libzmq's redial: {o:?}"
+    );
+    assert!(
+        !o.later.is_empty(),
+        "{what}: the redialled peer read frames"
+    );
+}
+
+fn plain_native(policy: Redelivery) {
+    let peer = SlowPeer::start(None, CHUNK);
+    let b = native_redial(Link::builder(&peer.endpoint()), policy);
+    let o = kill_scenario_with(b, &peer, Kill::ResetThenNativeRedial);
+    check_native(&o, policy, &format!("plaintext, native redial, {policy:?}"));
+}
+
+fn tls_native(policy: Redelivery) {
+    let kit = TlsKit::new();
+    let peer = SlowPeer::start(Some(server_config(&kit.pki.server, None)), CHUNK);
+    let b = Link::builder(&peer.named_endpoint()).tls(Tls::new().ca_pem(&kit.pki.ca.cert));
+    let o = kill_scenario_with(native_redial(b, policy), &peer, Kill::ResetThenNativeRedial);
+    check_native(&o, policy, &format!("tls, native redial, {policy:?}"));
+}
+
+#[test]
+fn a_slow_peer_reset_and_reached_again_by_libzmqs_own_redial_loses_nothing_unreported_when_frames_are_resent(
+) {
+    plain_native(Redelivery::Resend);
+}
+
+#[test]
+fn a_slow_peer_reset_and_reached_again_by_libzmqs_own_redial_loses_nothing_unreported_when_frames_are_reported(
+) {
+    plain_native(Redelivery::Report);
+}
+
+#[test]
+fn a_slow_tls_peer_reset_and_reached_again_by_libzmqs_own_redial_loses_nothing_unreported_when_frames_are_resent(
+) {
+    tls_native(Redelivery::Resend);
+}
+
+#[test]
+fn a_slow_tls_peer_reset_and_reached_again_by_libzmqs_own_redial_loses_nothing_unreported_when_frames_are_reported(
+) {
+    tls_native(Redelivery::Report);
 }
 
 // ----- a redis-server killed mid-stream ------------------------------------------------------
@@ -442,30 +568,7 @@ fn a_blackhole_mid_stream_loses_nothing_unreported_and_resends_what_was_not_conf
             .connect_timeout(Duration::from_millis(1000))
             .backoff(Duration::from_millis(50), Duration::from_millis(400))
     });
-    let collector = {
-        let events = link.events().clone();
-        thread::spawn(move || {
-            let mut reported = Vec::new();
-            let deadline = Instant::now() + 3 * T;
-            while Instant::now() < deadline {
-                match events.recv_timeout(Duration::from_millis(100)) {
-                    Ok(Event::Abandoned { frame, .. }) => reported.push(seq(&frame)),
-                    Ok(Event::State(t)) if t.to == relink::State::Closed => break,
-                    Ok(_) | Err(relink::error::RecvTimeoutError::Timeout) => {}
-                    Err(_) => break,
-                }
-            }
-            reported
-        })
-    };
-    let producer = {
-        let link = link.clone();
-        thread::spawn(move || {
-            for n in 0..N {
-                link.send(frame(n)).expect("accepted");
-            }
-        })
-    };
+    let (collector, producer) = stream(&link, 3 * T);
     assert!(
         wait_for(T, || (link.metrics().frames_confirmed >= N / 4)
             .then_some(()))
@@ -509,7 +612,7 @@ fn a_blackhole_mid_stream_loses_nothing_unreported_and_resends_what_was_not_conf
         (got.len() as u64 >= N).then_some(())
     });
     let m = link.close(Duration::from_secs(1));
-    let reported = collector.join().unwrap();
+    let reported: Vec<u64> = collector.join().unwrap().iter().map(|r| r.0).collect();
     let got = read_all();
     let _ = std::fs::remove_dir_all(&dir);
     let dups = duplicates(&got);

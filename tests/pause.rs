@@ -12,7 +12,6 @@
 
 mod util;
 
-use std::io::Read;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -98,13 +97,7 @@ fn pause_child_helper_owns_links_on_the_global_pool_and_reports_them() {
         })
         .collect();
     drop(tx);
-    let (eof_tx, eof_rx) = crossbeam_channel::bounded::<()>(1);
-    std::thread::spawn(move || {
-        let mut sink = [0u8; 64];
-        let mut stdin = std::io::stdin();
-        while matches!(stdin.read(&mut sink), Ok(n) if n > 0) {}
-        let _ = eof_tx.send(());
-    });
+    let eof_rx = netns::stdin_closed();
     let mut ready = 0;
     let mut started = false;
     loop {

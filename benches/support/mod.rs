@@ -1,6 +1,7 @@
 //! What the measurement programs in `benches/` share: the peer they measure against
 //! ([`peer`]), the network namespaces and the `redis-server` child of the `detect` program
-//! ([`netns`], [`redis`]), TLS settings and a PKI for TLS sinks ([`tls`]), the tokio client
+//! ([`netns`], [`redis`]; `netns` and its child processes ([`proc`]) are the test kit's own
+//! files, `tests/util/netns.rs` and `tests/util/proc.rs`, included here), TLS settings and a PKI for TLS sinks ([`tls`]), the tokio client
 //! they compare against ([`tokio_client`]), and a few small helpers: waiting for a link's
 //! state, reading this process's memory and CPU use, and the command line.
 //!
@@ -8,8 +9,11 @@
 #![allow(dead_code)]
 
 pub mod framing;
+#[path = "../../tests/util/netns.rs"]
 pub mod netns;
 pub mod peer;
+#[path = "../../tests/util/proc.rs"]
+pub mod proc;
 pub mod redis;
 pub mod tls;
 pub mod tokio_client;
@@ -109,11 +113,6 @@ pub fn cpu_time() -> Duration {
     };
     let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
     tv(usage.ru_utime) + tv(usage.ru_stime)
-}
-
-/// Whether `name` is an executable file on PATH.
-pub fn on_path(name: &str) -> bool {
-    find_on_path(name).is_some()
 }
 
 /// The first executable file called `name` on PATH.

@@ -2,7 +2,8 @@
 //! started inside them, a blackhole route that silences one side without a FIN or RST, a link
 //! built inside one, and the line protocol a link running in a child process reports on.
 //!
-//! Part of the test kit: `util::netns`.
+//! Part of the test kit: `util::netns`. The benches include this same file as
+//! `support::netns` (with `util::proc` as `support::proc`).
 //!
 //! Everything here needs root and `ip` (iproute2). The addresses (10.213.0.1/30 in A,
 //! 10.213.0.2/30 in B) exist only inside the two namespaces this module creates, which nothing
@@ -558,13 +559,7 @@ pub fn run_child_link(endpoint: &str, interval: Duration, max_missed: u32, limit
         .build()
         .unwrap_or_else(|e| panic!("build the child link to {endpoint}: {e}"));
     // The parent closes our stdin (or dies): time to stop.
-    let (eof_tx, eof_rx) = crossbeam_channel::bounded::<()>(1);
-    std::thread::spawn(move || {
-        let mut sink = [0u8; 64];
-        let mut stdin = std::io::stdin();
-        while matches!(stdin.read(&mut sink), Ok(n) if n > 0) {}
-        let _ = eof_tx.send(());
-    });
+    let eof_rx = stdin_closed();
     say("started".into());
     let deadline = Instant::now() + limit;
     while Instant::now() < deadline && eof_rx.try_recv().is_err() {
@@ -580,6 +575,19 @@ pub fn run_child_link(endpoint: &str, interval: Duration, max_missed: u32, limit
     }
     link.close(Duration::from_millis(200));
     say("ended".into());
+}
+
+/// For a child process: a channel that receives once this process's stdin ends (the parent
+/// closed it, or died).
+pub fn stdin_closed() -> Receiver<()> {
+    let (eof_tx, eof_rx) = crossbeam_channel::bounded::<()>(1);
+    thread::spawn(move || {
+        let mut sink = [0u8; 64];
+        let mut stdin = std::io::stdin();
+        while matches!(stdin.read(&mut sink), Ok(n) if n > 0) {}
+        let _ = eof_tx.send(());
+    });
+    eof_rx
 }
 
 /// Builds a link on a thread that entered network namespace `ns`, with a libzmq context of

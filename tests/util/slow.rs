@@ -5,6 +5,10 @@
 //! kernel acknowledged and the application never read. Later connections are read at full
 //! speed until they close.
 //!
+//! [`SlowPeer::kill_and_close`] also closes the listener, so that the link's next dial is
+//! refused and libzmq's own redial (`native_retries`) makes the connection once
+//! [`SlowPeer::listen_again`] has bound the same port again.
+//!
 //! Part of the test kit: `util::slow`. The serving thread stops when the peer is dropped
 //! (a stop flag and 10 ms socket timeouts; the join is bounded by them).
 
@@ -30,6 +34,8 @@ pub struct SlowSeen {
     pub held_opaque: usize,
     /// Whether the first connection was killed.
     pub killed: bool,
+    /// Whether the listener is open (it closes at a `kill_and_close`).
+    pub listening: bool,
 }
 
 /// See the module docs.
@@ -37,8 +43,19 @@ pub struct SlowPeer {
     addr: SocketAddr,
     seen: Arc<Mutex<SlowSeen>>,
     kill: Arc<AtomicBool>,
+    /// Set with `kill`: the listener closes at the kill; `relisten` binds it again.
+    close: Arc<AtomicBool>,
+    relisten: Arc<AtomicBool>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
+}
+
+/// The flags the serving thread reads.
+struct Flags {
+    kill: Arc<AtomicBool>,
+    close: Arc<AtomicBool>,
+    relisten: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
 }
 
 const TICK: Duration = Duration::from_millis(10);
@@ -105,16 +122,24 @@ impl SlowPeer {
         listener.set_nonblocking(true).unwrap();
         let addr = listener.local_addr().unwrap();
         let seen = Arc::new(Mutex::new(SlowSeen::default()));
-        let kill = Arc::new(AtomicBool::new(false));
-        let stop = Arc::new(AtomicBool::new(false));
+        let flag = || Arc::new(AtomicBool::new(false));
+        let (kill, close, relisten, stop) = (flag(), flag(), flag(), flag());
         let thread = {
-            let (seen, kill, stop) = (seen.clone(), kill.clone(), stop.clone());
-            thread::spawn(move || serve(listener, tls, chunk, &seen, &kill, &stop))
+            let flags = Flags {
+                kill: kill.clone(),
+                close: close.clone(),
+                relisten: relisten.clone(),
+                stop: stop.clone(),
+            };
+            let seen = seen.clone();
+            thread::spawn(move || serve(listener, tls, chunk, &seen, &flags))
         };
         SlowPeer {
             addr,
             seen,
             kill,
+            close,
+            relisten,
             stop,
             thread: Some(thread),
         }
@@ -133,6 +158,19 @@ impl SlowPeer {
     /// Kills the first connection at its next tick: measure what is unread, then reset.
     pub fn kill(&self) {
         self.kill.store(true, Ordering::SeqCst);
+    }
+
+    /// Kills the first connection as [`kill`](SlowPeer::kill) does and closes the listener
+    /// with it: dials are refused until [`listen_again`](SlowPeer::listen_again).
+    pub fn kill_and_close(&self) {
+        self.close.store(true, Ordering::SeqCst);
+        self.kill();
+    }
+
+    /// Binds the same port again after [`kill_and_close`](SlowPeer::kill_and_close) (within a
+    /// few milliseconds; `listening` tells when).
+    pub fn listen_again(&self) {
+        self.relisten.store(true, Ordering::SeqCst);
     }
 
     /// What it saw so far.
@@ -155,13 +193,29 @@ fn serve(
     tls: Option<Arc<rustls::ServerConfig>>,
     chunk: usize,
     seen: &Mutex<SlowSeen>,
-    kill: &AtomicBool,
-    stop: &AtomicBool,
+    flags: &Flags,
 ) {
+    let Flags {
+        kill,
+        close,
+        relisten,
+        stop,
+    } = flags;
+    let addr = listener.local_addr().unwrap();
+    let mut listener = Some(listener);
+    seen.lock().unwrap().listening = true;
     while !stop.load(Ordering::SeqCst) {
-        let sock = match listener.accept() {
-            Ok((sock, _)) => sock,
-            Err(_) => {
+        if listener.is_none() && relisten.load(Ordering::SeqCst) {
+            // std sets SO_REUSEADDR, and a reset leaves no TIME_WAIT: the port is free.
+            let l = TcpListener::bind(addr).expect("bind the same port again");
+            l.set_nonblocking(true).unwrap();
+            listener = Some(l);
+            seen.lock().unwrap().listening = true;
+        }
+        let accepted = listener.as_ref().map(TcpListener::accept);
+        let sock = match accepted {
+            Some(Ok((sock, _))) => sock,
+            _ => {
                 thread::sleep(Duration::from_millis(2));
                 continue;
             }
@@ -192,7 +246,11 @@ fn serve(
                     }
                 };
                 set_linger_zero(&conn.sock);
+                if close.load(Ordering::SeqCst) {
+                    listener = None;
+                }
                 let mut s = seen.lock().unwrap();
+                s.listening = listener.is_some();
                 s.held = held;
                 s.held_opaque = opaque;
                 s.killed = true;
