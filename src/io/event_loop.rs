@@ -60,9 +60,6 @@ pub(crate) struct IoSettings {
     pub events_capacity: usize,
 }
 
-/// How long the IO thread watches for a command after a busy pass before it sleeps.
-const SPIN: Duration = Duration::from_micros(50);
-
 /// Messages read from one link's socket per pass before the other links get their turn.
 const READ_BUDGET: usize = 256;
 /// Batches written for one link per pass.
@@ -375,7 +372,6 @@ impl Worker {
     }
 
     fn run_loop(&mut self) {
-        let mut busy = false;
         let mut serving = Vec::new();
         // The `now` of the pass before: the last instant every link was known to be served.
         let mut pass_began = Instant::now();
@@ -386,15 +382,9 @@ impl Worker {
                     break;
                 }
             }
-            if busy {
-                // Right after traffic the application often answers within microseconds:
-                // look at the command queue for a moment before paying for a sleep and a
-                // wake-up. Bounded, and only after a pass that moved data.
-                let until = Instant::now() + SPIN;
-                while self.commands.is_empty() && Instant::now() < until {
-                    std::hint::spin_loop();
-                }
-            }
+            // No spin before the wait: on a machine whose cores are all taken, a spinning IO
+            // thread holds the core that the reply it waits for needs (docs/design.md, "The
+            // round trip").
             self.wake.sleeping.store(true, Ordering::SeqCst);
             fence(Ordering::SeqCst);
             let slept_at = Instant::now();
@@ -439,12 +429,9 @@ impl Worker {
                     self.enqueue(id);
                 }
             }
-            busy = false;
             std::mem::swap(&mut serving, &mut self.queue);
             for id in serving.drain(..) {
-                let mut moved = false;
-                self.guarded(now, id, |w| moved = w.serve(now, id));
-                busy |= moved;
+                self.guarded(now, id, |w| w.serve(now, id));
             }
             self.compact_timers();
         }
@@ -685,15 +672,13 @@ impl Worker {
         self.enqueue(id);
     }
 
-    /// Serves one link; returns whether application data moved.
-    fn serve(&mut self, now: Instant, id: u64) -> bool {
+    /// Serves one link.
+    fn serve(&mut self, now: Instant, id: u64) {
         let Some(slot) = self.slots.get_mut(&id) else {
-            return false;
+            return;
         };
         slot.queued = false;
-        let before = slot.machine.traffic();
         let more = slot.pass(now, &mut self.buf);
-        let busy = slot.machine.traffic() != before;
         if slot.pending.is_empty() {
             self.behind.remove(&id);
         } else {
@@ -701,7 +686,7 @@ impl Worker {
         }
         if slot.stopped.is_some() {
             self.finish(now, id);
-            return busy;
+            return;
         }
         if let Some(t) = slot.machine.poll_timeout() {
             // Only an earlier deadline needs a new heap entry; a later one is found when the
@@ -714,7 +699,6 @@ impl Worker {
         if more {
             self.enqueue(id);
         }
-        busy
     }
 
     /// Closes a stopped link: refuses new frames, takes what its handles queued before, hands
