@@ -31,6 +31,14 @@ pub(super) struct Counters {
 }
 
 impl Counters {
+    /// Frames submitted, sent and received: changes whenever application data moved
+    /// (heartbeats do not count).
+    pub(super) fn traffic(&self) -> u64 {
+        self.submitted
+            .wrapping_add(self.sent)
+            .wrapping_add(self.received)
+    }
+
     /// A frame of `len` bytes handed to the socket: a step on the way, it waits in the
     /// window for its confirmation.
     pub(super) fn sent(&mut self, len: usize) {

@@ -371,6 +371,12 @@ impl Machine {
         &self.cfg.name
     }
 
+    /// Frames submitted, sent and received: changes whenever application data moved
+    /// (heartbeats do not count).
+    pub(crate) fn traffic(&self) -> u64 {
+        self.c.traffic()
+    }
+
     /// Frames and bytes that left the outbox for good (sent or abandoned), since the start.
     pub(crate) fn released(&self) -> (u64, u64) {
         (self.c.released_frames, self.c.released_bytes)

@@ -60,6 +60,10 @@ pub(crate) struct IoSettings {
     pub events_capacity: usize,
 }
 
+/// How long the IO thread watches for a command or input after a busy pass before it sleeps,
+/// giving its core away between looks.
+const SPIN: Duration = Duration::from_micros(30);
+
 /// Messages read from one link's socket per pass before the other links get their turn.
 const READ_BUDGET: usize = 256;
 /// Batches written for one link per pass.
@@ -372,6 +376,7 @@ impl Worker {
     }
 
     fn run_loop(&mut self) {
+        let mut busy = false;
         let mut serving = Vec::new();
         // The `now` of the pass before: the last instant every link was known to be served.
         let mut pass_began = Instant::now();
@@ -382,15 +387,23 @@ impl Worker {
                     break;
                 }
             }
-            // No spin before the wait: on a machine whose cores are all taken, a spinning IO
-            // thread holds the core that the reply it waits for needs (docs/design.md, "The
-            // round trip").
-            self.wake.sleeping.store(true, Ordering::SeqCst);
-            fence(Ordering::SeqCst);
+            // Right after traffic a reply is often due within microseconds (the peer's answer
+            // on a socket, the application's next frame): look for both for a moment before
+            // paying for a sleep and a wake-up, yielding the core between looks so that the
+            // threads the reply needs can run (docs/design.md, "The round trip").
+            let spun = if busy { self.spin() } else { None };
             let slept_at = Instant::now();
-            let timeout = self.timeout_ms(slept_at);
-            let n = self.epoll.wait(&mut self.reports, timeout);
-            self.wake.sleeping.store(false, Ordering::SeqCst);
+            let (n, timeout) = match spun {
+                Some(n) => (n, 0),
+                None => {
+                    self.wake.sleeping.store(true, Ordering::SeqCst);
+                    fence(Ordering::SeqCst);
+                    let timeout = self.timeout_ms(slept_at);
+                    let n = self.epoll.wait(&mut self.reports, timeout);
+                    self.wake.sleeping.store(false, Ordering::SeqCst);
+                    (n, timeout)
+                }
+            };
             let now = Instant::now();
             // Unserved: the last pass, and the time past the deadline the loop slept to.
             let wake_by = u64::try_from(timeout)
@@ -429,9 +442,12 @@ impl Worker {
                     self.enqueue(id);
                 }
             }
+            busy = false;
             std::mem::swap(&mut serving, &mut self.queue);
             for id in serving.drain(..) {
-                self.guarded(now, id, |w| w.serve(now, id));
+                let mut moved = false;
+                self.guarded(now, id, |w| moved = w.serve(now, id));
+                busy |= moved;
             }
             self.compact_timers();
         }
@@ -487,6 +503,23 @@ impl Worker {
             }
         );
         self.late_warned = Some(now);
+    }
+
+    /// Looks at the command queue and the wait set without blocking for up to [`SPIN`],
+    /// yielding the core between looks; returns the reports taken once either has something,
+    /// or `None` when the time ran out.
+    fn spin(&mut self) -> Option<usize> {
+        let until = Instant::now() + SPIN;
+        loop {
+            let n = self.epoll.wait(&mut self.reports, 0);
+            if n > 0 || !self.commands.is_empty() || !self.queue.is_empty() {
+                return Some(n);
+            }
+            if Instant::now() >= until {
+                return None;
+            }
+            std::thread::yield_now();
+        }
     }
 
     /// Queues a link to be served (once) in this pass or the next.
@@ -672,13 +705,15 @@ impl Worker {
         self.enqueue(id);
     }
 
-    /// Serves one link.
-    fn serve(&mut self, now: Instant, id: u64) {
+    /// Serves one link; returns whether application data moved.
+    fn serve(&mut self, now: Instant, id: u64) -> bool {
         let Some(slot) = self.slots.get_mut(&id) else {
-            return;
+            return false;
         };
         slot.queued = false;
+        let before = slot.machine.traffic();
         let more = slot.pass(now, &mut self.buf);
+        let busy = slot.machine.traffic() != before;
         if slot.pending.is_empty() {
             self.behind.remove(&id);
         } else {
@@ -686,7 +721,7 @@ impl Worker {
         }
         if slot.stopped.is_some() {
             self.finish(now, id);
-            return;
+            return busy;
         }
         if let Some(t) = slot.machine.poll_timeout() {
             // Only an earlier deadline needs a new heap entry; a later one is found when the
@@ -699,6 +734,7 @@ impl Worker {
         if more {
             self.enqueue(id);
         }
+        busy
     }
 
     /// Closes a stopped link: refuses new frames, takes what its handles queued before, hands
