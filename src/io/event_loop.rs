@@ -60,8 +60,9 @@ pub(crate) struct IoSettings {
     pub events_capacity: usize,
 }
 
-/// How long the IO thread watches for a command after a busy pass before it sleeps.
-const SPIN: Duration = Duration::from_micros(50);
+/// How long the IO thread watches for a command or input after a busy pass before it sleeps,
+/// giving its core away between looks.
+const SPIN: Duration = Duration::from_micros(30);
 
 /// Messages read from one link's socket per pass before the other links get their turn.
 const READ_BUDGET: usize = 256;
@@ -386,21 +387,23 @@ impl Worker {
                     break;
                 }
             }
-            if busy {
-                // Right after traffic the application often answers within microseconds:
-                // look at the command queue for a moment before paying for a sleep and a
-                // wake-up. Bounded, and only after a pass that moved data.
-                let until = Instant::now() + SPIN;
-                while self.commands.is_empty() && Instant::now() < until {
-                    std::hint::spin_loop();
-                }
-            }
-            self.wake.sleeping.store(true, Ordering::SeqCst);
-            fence(Ordering::SeqCst);
+            // Right after traffic a reply is often due within microseconds (the peer's answer
+            // on a socket, the application's next frame): look for both for a moment before
+            // paying for a sleep and a wake-up, yielding the core between looks so that the
+            // threads the reply needs can run (docs/design.md, "The round trip").
+            let spun = if busy { self.spin() } else { None };
             let slept_at = Instant::now();
-            let timeout = self.timeout_ms(slept_at);
-            let n = self.epoll.wait(&mut self.reports, timeout);
-            self.wake.sleeping.store(false, Ordering::SeqCst);
+            let (n, timeout) = match spun {
+                Some(n) => (n, 0),
+                None => {
+                    self.wake.sleeping.store(true, Ordering::SeqCst);
+                    fence(Ordering::SeqCst);
+                    let timeout = self.timeout_ms(slept_at);
+                    let n = self.epoll.wait(&mut self.reports, timeout);
+                    self.wake.sleeping.store(false, Ordering::SeqCst);
+                    (n, timeout)
+                }
+            };
             let now = Instant::now();
             // Unserved: the last pass, and the time past the deadline the loop slept to.
             let wake_by = u64::try_from(timeout)
@@ -500,6 +503,23 @@ impl Worker {
             }
         );
         self.late_warned = Some(now);
+    }
+
+    /// Looks at the command queue and the wait set without blocking for up to [`SPIN`],
+    /// yielding the core between looks; returns the reports taken once either has something,
+    /// or `None` when the time ran out.
+    fn spin(&mut self) -> Option<usize> {
+        let until = Instant::now() + SPIN;
+        loop {
+            let n = self.epoll.wait(&mut self.reports, 0);
+            if n > 0 || !self.commands.is_empty() || !self.queue.is_empty() {
+                return Some(n);
+            }
+            if Instant::now() >= until {
+                return None;
+            }
+            std::thread::yield_now();
+        }
     }
 
     /// Queues a link to be served (once) in this pass or the next.
