@@ -267,7 +267,8 @@
 //! `core`, and nothing in `core` names the IO side:
 //! ```text
 //! src/lib.rs       crate docs and re-exports
-//! src/link.rs      the handle (Link, Events) and Builder::build
+//! src/link.rs      the handle (Link) and Builder::build
+//! src/events.rs    the receiving end of a link's events (Events)
 //! src/builder.rs   the builder, its defaults and checks; the core's settings kept apart
 //! src/event.rs, error.rs, metrics.rs   plain data every layer uses; they import no layer
 //!                  (error.rs is public as `relink::error`)
@@ -296,6 +297,7 @@ mod builder;
 mod core;
 pub mod error;
 mod event;
+mod events;
 #[cfg(feature = "metrics")]
 mod export;
 mod io;
@@ -320,8 +322,9 @@ pub use builder::{defaults, Builder, Overflow};
 /// decodes from.
 pub use bytes;
 pub use event::{AbandonReason, Cause, Event, State, Transition};
+pub use events::Events;
 pub use io::{IoPool, Keepalive};
-pub use link::{Events, Link};
+pub use link::Link;
 pub use metrics::{Abandoned, Metrics};
 pub use request::Pending;
 pub use send::SendOptions;
