@@ -889,9 +889,8 @@ impl Slot {
     fn note_connection(&mut self, now: Instant, generation: u64, fd: u32) {
         let conn = match (i32::try_from(fd), self.dialed) {
             // A kernel that does not report the count (before Linux 4.1) counts as unmatched.
-            (Ok(fd), Some(peer)) => {
-                ffi::TcpConn::probe(fd, peer).filter(|c| c.bytes_acked().is_some())
-            }
+            (Ok(fd), Some(peer)) => ffi::TcpConn::probe(fd, peer)
+                .and_then(|mut c| c.bytes_acked().is_some().then_some(c)),
             _ => None,
         };
         log::trace!(
@@ -900,6 +899,12 @@ impl Slot {
         );
         let unmatched = conn.is_none();
         self.conn = conn;
+        if !self.machine.wants_acks() {
+            // Nothing waits yet: the duplicate is taken again when frames do.
+            if let Some(conn) = &mut self.conn {
+                conn.release();
+            }
+        }
         if unmatched {
             self.machine
                 .handle_input(now, Input::AcksUnavailable { generation });
@@ -915,10 +920,16 @@ impl Slot {
         let Some((_, generation)) = self.rid else {
             return;
         };
-        let bytes = self.conn.as_ref().and_then(ffi::TcpConn::bytes_acked);
+        let bytes = self.conn.as_mut().and_then(ffi::TcpConn::bytes_acked);
         self.machine
             .handle_input(now, Input::Acked { generation, bytes });
         self.carry_out(now);
+        if !self.machine.wants_acks() {
+            // Nothing waits: the duplicate descriptor is closed until frames wait again.
+            if let Some(conn) = &mut self.conn {
+                conn.release();
+            }
+        }
     }
 
     /// The connection dropped: one last reading (the descriptor is our own duplicate, still
@@ -1173,6 +1184,11 @@ impl Slot {
                     // starts with room for a whole batch (the thread's one buffer: an idle
                     // link holds none).
                     let mut data = std::mem::replace(buf, Vec::with_capacity(self.batch_cap));
+                    // Frames will wait for acknowledgement: the duplicate descriptor is open
+                    // before libzmq can write them, so a drop still gets its last reading.
+                    if let Some(conn) = &mut self.conn {
+                        conn.hold();
+                    }
                     let result = send_batch(&self.socket, rid, &mut data);
                     if !data.is_empty() {
                         self.machine.transmit_unsent(data);

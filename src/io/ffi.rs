@@ -293,34 +293,68 @@ pub(super) fn coarse_now() -> std::time::Duration {
     std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
-/// One TCP connection libzmq opened, held through a duplicate of its descriptor: the socket
-/// stays the same object however libzmq closes or reuses its own number, and a last reading
-/// can be taken after libzmq let the connection go. Dropping it closes the duplicate (the
-/// connection itself closes once libzmq has closed its descriptor too).
+/// One TCP connection libzmq opened, read through a duplicate of its descriptor while frames
+/// wait for acknowledgement: the socket stays the same object however libzmq closes or reuses
+/// its own number, and a last reading can be taken after libzmq let the connection go. While
+/// nothing waits the duplicate is closed (a link then holds no descriptor more than libzmq's),
+/// and taken again, after both addresses are checked, when frames wait again. Dropping it
+/// closes the duplicate (the connection itself closes once libzmq has closed its descriptor).
 #[derive(Debug)]
 pub(super) struct TcpConn {
-    fd: std::os::fd::OwnedFd,
+    /// libzmq's own descriptor, only ever used after its addresses were checked.
+    raw: i32,
+    local: std::net::SocketAddr,
+    peer: std::net::SocketAddr,
+    dup: Option<std::os::fd::OwnedFd>,
 }
 
 impl TcpConn {
     /// The connection behind `fd` (the value of the monitor's ZMQ_EVENT_CONNECTED), if it is a
     /// connected TCP socket whose peer is `peer`.
     pub(super) fn probe(fd: i32, peer: std::net::SocketAddr) -> Option<TcpConn> {
-        sock_addr(fd, libc::getsockname)?;
-        if sock_addr(fd, libc::getpeername)? != peer {
-            return None;
+        let local = sock_addr(fd, libc::getsockname)?;
+        let mut conn = TcpConn {
+            raw: fd,
+            local,
+            peer,
+            dup: None,
+        };
+        conn.hold().then_some(conn)
+    }
+
+    /// Makes sure the duplicate is open: takes it again if it was released, when libzmq's
+    /// descriptor still names the same connection (the same local and peer addresses: no
+    /// other socket can have both). False when the connection is gone.
+    pub(super) fn hold(&mut self) -> bool {
+        if self.dup.is_some() {
+            return true;
         }
-        // SAFETY: `fd` is open (getpeername just succeeded on it) and is only borrowed for
-        // the duplication, which makes a descriptor of our own (F_DUPFD_CLOEXEC).
-        let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
-        let fd = borrowed.try_clone_to_owned().ok()?;
-        Some(TcpConn { fd })
+        let same = sock_addr(self.raw, libc::getpeername) == Some(self.peer)
+            && sock_addr(self.raw, libc::getsockname) == Some(self.local);
+        if !same {
+            return false;
+        }
+        // SAFETY: `raw` is open (getpeername and getsockname just succeeded on it and named
+        // this connection) and is only borrowed for the duplication, which makes a descriptor
+        // of our own (F_DUPFD_CLOEXEC).
+        let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(self.raw) };
+        self.dup = borrowed.try_clone_to_owned().ok();
+        self.dup.is_some()
+    }
+
+    /// Closes the duplicate while no frame waits for acknowledgement.
+    pub(super) fn release(&mut self) {
+        self.dup = None;
     }
 
     /// Payload bytes the peer's kernel acknowledged (`tcpi_bytes_acked − 1`: the SYN counts
     /// one), or `None` when the kernel does not report the field (Linux before 4.1).
-    pub(super) fn bytes_acked(&self) -> Option<u64> {
+    pub(super) fn bytes_acked(&mut self) -> Option<u64> {
         use std::os::fd::AsRawFd;
+        if !self.hold() {
+            return None;
+        }
+        let fd = self.dup.as_ref()?.as_raw_fd();
         // SAFETY: tcp_info is plain old data (integers only), for which all zeros is valid.
         let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
         let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
@@ -328,7 +362,7 @@ impl TcpConn {
         // and `len` for writes; the kernel writes at most `len` bytes and stores the count.
         let rc = unsafe {
             libc::getsockopt(
-                self.fd.as_raw_fd(),
+                fd,
                 libc::IPPROTO_TCP,
                 libc::TCP_INFO,
                 (&mut info as *mut libc::tcp_info).cast(),
