@@ -915,6 +915,10 @@ impl Slot {
     /// Reads how many bytes the peer acknowledged, while frames wait for it.
     fn read_acks(&mut self, now: Instant) {
         if !self.machine.wants_acks() {
+            // Nothing waits (a write of control bytes only): no duplicate descriptor is kept.
+            if let Some(conn) = &mut self.conn {
+                conn.release();
+            }
             return;
         }
         let Some((_, generation)) = self.rid else {
