@@ -47,6 +47,17 @@ pub enum State {
 }
 
 impl State {
+    /// Every state, in the order of their numbers.
+    pub(crate) const ALL: [State; 7] = [
+        State::Idle,
+        State::Connecting,
+        State::Connected,
+        State::Ready,
+        State::Backoff,
+        State::Cooldown,
+        State::Closed,
+    ];
+
     pub(crate) fn from_u8(v: u8) -> State {
         match v {
             0 => State::Idle,

@@ -168,16 +168,6 @@ const REASONS: [&str; 5] = [
     "unencodable",
 ];
 
-const STATES: [State; 7] = [
-    State::Idle,
-    State::Connecting,
-    State::Connected,
-    State::Ready,
-    State::Backoff,
-    State::Cooldown,
-    State::Closed,
-];
-
 fn abandoned(m: &Metrics) -> [u64; 5] {
     let a = &m.abandoned;
     [
@@ -289,7 +279,7 @@ impl Exporter {
             gauge!("relink_outbox_frames", self.labels.iter()).set(outbox_frames as f64);
             gauge!("relink_outbox_bytes", self.labels.iter()).set(outbox_bytes as f64);
         }
-        for (state, n) in STATES.iter().zip(states) {
+        for (state, n) in State::ALL.iter().zip(states) {
             let mut with = self.labels.clone();
             with.push(Label::new("state", state.name()));
             gauge!("relink_links", with.iter()).set(n as f64);

@@ -103,21 +103,11 @@ impl StateCounts {
     }
 
     fn add(&mut self, other: &StateCounts) {
-        for s in ALL_STATES {
+        for s in State::ALL {
             *self.slot(s) += other.get(s);
         }
     }
 }
-
-const ALL_STATES: [State; 7] = [
-    State::Idle,
-    State::Connecting,
-    State::Connected,
-    State::Ready,
-    State::Backoff,
-    State::Cooldown,
-    State::Closed,
-];
 
 /// The counters of a pool's links, summed (see [`Metrics`] for what each counts).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -285,7 +275,7 @@ impl PoolView {
 impl fmt::Display for PoolView {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} links on {} threads:", self.links, self.threads)?;
-        for s in ALL_STATES {
+        for s in State::ALL {
             let n = self.states.get(s);
             if n > 0 {
                 write!(f, " {s} {n}")?;
