@@ -579,7 +579,21 @@ impl Peer {
 
     /// Start on this port, e.g. to bring a peer back where a stopped one was.
     pub fn start_on(port: u16, behaviour: Behaviour) -> io::Result<Peer> {
-        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, port))?;
+        // The port can be held for a moment by a socket of an earlier run (a second bind of a
+        // port just freed is refused now and then on a loaded machine): retry, bounded.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+        let listener = loop {
+            match TcpListener::bind((Ipv4Addr::LOCALHOST, port)) {
+                Ok(l) => break l,
+                Err(e)
+                    if e.kind() == io::ErrorKind::AddrInUse
+                        && std::time::Instant::now() < deadline =>
+                {
+                    thread::sleep(std::time::Duration::from_millis(20));
+                }
+                Err(e) => return Err(e),
+            }
+        };
         Peer::from_listener(listener, behaviour)
     }
 
