@@ -2,10 +2,12 @@
 //!
 //! Run with `cargo bench --bench latency` or `cargo bench --bench latency -- --quick`.
 //!
-//! Four clients, each on its own connection to its own echo thread (which writes back every
+//! Six clients, each on its own connection to its own echo thread (which writes back every
 //! byte it reads, TCP_NODELAY set), each sending a length-prefixed 64-byte frame and waiting
 //! for the whole echo before sending the next:
 //! - `relink`: `link.send(frame)`, then `link.events().recv()` until the decoded frame arrives.
+//! - `relink_own`, `relink_global`: the same with the link on a pool of one thread of its own
+//!   (`IoPool::new(1)`) or on the shared `IoPool::global()`: the default is chosen by these.
 //! - `raw_zmq`: a bare ZMQ_STREAM socket: send `[rid, prefix + payload]`, receive until the
 //!   whole echo is in.
 //! - `std_tcp`: `TcpStream` with TCP_NODELAY: `write_all`, then `read_exact`.
@@ -30,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use relink::framing::LengthDelimited;
-use relink::{Event, Link, State};
+use relink::{Event, IoPool, Link, State};
 
 use support::peer::{self, Peer};
 use support::tokio_client::TokioClient;
@@ -52,18 +54,22 @@ trait Client {
 }
 
 struct RelinkClient {
+    name: &'static str,
     link: Link,
     frame: Bytes,
 }
 
 impl RelinkClient {
-    fn connect(echo: &Peer) -> RelinkClient {
-        let link = Link::builder(&echo.endpoint())
-            .framing(LengthDelimited::len32())
-            .build()
-            .expect("build the link");
+    /// A link on the builder's default IO thread (`pool` none), or on `pool`.
+    fn connect(echo: &Peer, name: &'static str, pool: Option<IoPool>) -> RelinkClient {
+        let mut builder = Link::builder(&echo.endpoint()).framing(LengthDelimited::len32());
+        if let Some(pool) = &pool {
+            builder = builder.io_pool(pool);
+        }
+        let link = builder.build().expect("build the link");
         support::wait_state(&link, State::Ready, Instant::now() + ECHO_BOUND);
         RelinkClient {
+            name,
             link,
             frame: Bytes::from(vec![0x5A; SIZE]),
         }
@@ -72,7 +78,7 @@ impl RelinkClient {
 
 impl Client for RelinkClient {
     fn name(&self) -> &'static str {
-        "relink"
+        self.name
     }
 
     fn round_trip(&mut self) {
@@ -221,7 +227,7 @@ fn us(d: Duration) -> f64 {
 
 fn main() {
     // `cargo bench` adds `--bench`; unknown arguments are ignored. For profiling one client:
-    // `--only=<impl>` (relink, raw_zmq, std_tcp, tokio).
+    // `--only=<impl>` (relink, relink_own, relink_global, raw_zmq, std_tcp, tokio).
     let smoke = support::smoke();
     let quick = support::flag("quick");
     let only = support::arg("only");
@@ -247,9 +253,23 @@ fn main() {
     let wanted = |name: &str| only.as_deref().map_or(true, |o| o == name);
     let mut echoes = Vec::new();
     let mut clients: Vec<Box<dyn Client>> = Vec::new();
-    if wanted("relink") {
-        echoes.push(Peer::start(peer::echo));
-        clients.push(Box::new(RelinkClient::connect(&echoes[echoes.len() - 1])));
+    let relinks = [
+        ("relink", None),
+        (
+            "relink_own",
+            Some(IoPool::new(1).expect("a pool of one thread")),
+        ),
+        (
+            "relink_global",
+            Some(IoPool::global().expect("the global pool")),
+        ),
+    ];
+    for (name, pool) in relinks {
+        if wanted(name) {
+            echoes.push(Peer::start(peer::echo));
+            let echo = &echoes[echoes.len() - 1];
+            clients.push(Box::new(RelinkClient::connect(echo, name, pool)));
+        }
     }
     if wanted("raw_zmq") {
         echoes.push(Peer::start(peer::echo));
@@ -298,7 +318,7 @@ fn main() {
 
     println!();
     println!(
-        "{:<8}  {:>9}  {:>9}  {:>9}  {:>9}  {:>9}",
+        "{:<14}  {:>9}  {:>9}  {:>9}  {:>9}  {:>9}",
         "impl", "min µs", "p50 µs", "p99 µs", "p99.9 µs", "max µs"
     );
     let mut summary = Vec::new();
@@ -310,7 +330,7 @@ fn main() {
             percentile(&s, 99.9),
         );
         println!(
-            "{name:<8}  {:>9.1}  {:>9.1}  {:>9.1}  {:>9.1}  {:>9.1}",
+            "{name:<14}  {:>9.1}  {:>9.1}  {:>9.1}  {:>9.1}  {:>9.1}",
             us(s[0]),
             us(p50),
             us(p99),

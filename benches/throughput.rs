@@ -25,6 +25,9 @@
 //! - `relink_user`: the `relink` sender with a len32 framing written in this file against the
 //!   public [`Framing`] trait instead of the built-in (`LengthDelimited::len32`), to measure
 //!   what a user's framing costs through the trait (`ratio_user` = relink_user / relink).
+//! - `relink_own` and `relink_global`: the `relink` sender with its link given a pool of one
+//!   thread of its own (`IoPool::new(1)`) or the shared `IoPool::global()`, to choose the
+//!   default by measurement (`throughput_pool` lines, `ratio_global_own` = global / own).
 //! - `relink_tls`: `relink` with TLS (rustls, ring), verified against a private CA, to a
 //!   TLS sink (a rustls server thread that decrypts and counts); for 1 KiB and 64 KiB only.
 //!
@@ -64,7 +67,7 @@ use std::time::{Duration, Instant};
 
 use relink::bytes::Bytes;
 use relink::framing::LengthDelimited;
-use relink::{Batch, Link, Overflow, State};
+use relink::{Batch, IoPool, Link, Overflow, State};
 
 use support::framing::UserLen32;
 use support::peer::Peer;
@@ -106,10 +109,23 @@ enum Sender {
     RelinkBatch,
     Tokio,
     TokioStubborn,
+    RelinkOwn,
+    RelinkGlobal,
+}
+
+/// Which IO thread the link of a `relink*` sender runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Pool {
+    /// Whatever the builder does without `io_pool`.
+    Default,
+    /// A pool of one thread, its own.
+    Own,
+    /// `IoPool::global()`, shared with every other link that uses it.
+    Global,
 }
 
 impl Sender {
-    const ALL: [Sender; 9] = [
+    const ALL: [Sender; 11] = [
         Sender::Relink,
         Sender::Relink4,
         Sender::RawZmq,
@@ -119,6 +135,8 @@ impl Sender {
         Sender::RelinkBatch,
         Sender::Tokio,
         Sender::TokioStubborn,
+        Sender::RelinkOwn,
+        Sender::RelinkGlobal,
     ];
 
     fn name(self) -> &'static str {
@@ -132,6 +150,8 @@ impl Sender {
             Sender::RelinkBatch => "relink_batch",
             Sender::Tokio => "tokio",
             Sender::TokioStubborn => "tokio_stubborn",
+            Sender::RelinkOwn => "relink_own",
+            Sender::RelinkGlobal => "relink_global",
         }
     }
 
@@ -146,10 +166,16 @@ impl Sender {
         let tls = (self == Sender::RelinkTls).then(|| support::tls::server_config(pki));
         let sink = Sink::start((frames * (PREFIX + size)) as u64, tls);
         let elapsed = match self {
-            Sender::Relink => run_relink(&sink, size, frames, 1, false, None),
-            Sender::Relink4 => run_relink(&sink, size, frames, PRODUCERS, false, None),
-            Sender::RelinkUser => run_relink(&sink, size, frames, 1, true, None),
-            Sender::RelinkTls => run_relink(&sink, size, frames, 1, false, Some(pki)),
+            Sender::Relink => run_relink(&sink, size, frames, 1, false, None, Pool::Default),
+            Sender::Relink4 => {
+                run_relink(&sink, size, frames, PRODUCERS, false, None, Pool::Default)
+            }
+            Sender::RelinkUser => run_relink(&sink, size, frames, 1, true, None, Pool::Default),
+            Sender::RelinkTls => {
+                run_relink(&sink, size, frames, 1, false, Some(pki), Pool::Default)
+            }
+            Sender::RelinkOwn => run_relink(&sink, size, frames, 1, false, None, Pool::Own),
+            Sender::RelinkGlobal => run_relink(&sink, size, frames, 1, false, None, Pool::Global),
             Sender::RawZmq => run_raw_zmq(&sink, size, frames),
             Sender::StdTcp => run_std_tcp(&sink, size, frames),
             Sender::RelinkBatch => run_relink_batch(&sink, size, frames),
@@ -225,8 +251,14 @@ fn run_relink(
     producers: usize,
     user: bool,
     tls: Option<&Pki>,
+    pool: Pool,
 ) -> Duration {
     let builder = Link::builder(&sink.endpoint());
+    let builder = match pool {
+        Pool::Default => builder,
+        Pool::Own => builder.io_pool(&IoPool::new(1).expect("a pool of one thread")),
+        Pool::Global => builder.io_pool(&IoPool::global().expect("the global pool")),
+    };
     let mut builder = if user {
         builder.framing(UserLen32)
     } else {
@@ -552,6 +584,18 @@ fn main() {
             sig4(x),
             sig4(t),
             t / x
+        );
+    }
+    for (si, &(size, _)) in plan.iter().enumerate() {
+        let m = |sender: Sender| median(&mps[si][sender as usize]);
+        let (own, global) = (m(Sender::RelinkOwn), m(Sender::RelinkGlobal));
+        println!(
+            "throughput_pool size={size} relink_mps={} relink_own_mps={} relink_global_mps={} \
+             ratio_global_own={:.3}",
+            sig4(m(Sender::Relink)),
+            sig4(own),
+            sig4(global),
+            global / own
         );
     }
     let n = if smoke {

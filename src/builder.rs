@@ -787,10 +787,25 @@ impl Builder {
         self
     }
 
-    /// The IO threads the link runs on, shared with the other links given the same pool (for
-    /// many links: [`IoPool::global`], one thread per core). Defaults to a thread of the
-    /// link's own (a pool of one thread, which exits once the link is closed): measured the
-    /// fastest for a single busy link (see the README's "Many links").
+    /// The IO threads the link runs on, shared with the other links given the same pool.
+    /// Defaults to [`IoPool::global`] (one thread per core, shared by every link that is not
+    /// given a pool): a link on it runs as fast as on a thread of its own (the README's
+    /// "Many links" shows both from one run), and a program with a thousand links does not
+    /// start a thousand threads. A thread of the link's own is one call away:
+    /// `.io_pool(&IoPool::new(1)?)` (the thread exits once its last link is closed); use one
+    /// for a link whose callbacks may be slow, so that they hold no other link's IO thread.
+    ///
+    /// ```no_run
+    /// use relink::{IoPool, Link};
+    ///
+    /// # fn main() -> Result<(), relink::error::ConfigError> {
+    /// let own = Link::builder("tcp://127.0.0.1:7000")
+    ///     .io_pool(&IoPool::new(1)?)
+    ///     .build()?;
+    /// # drop(own);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn io_pool(mut self, pool: &IoPool) -> Builder {
         self.io_pool = Some(pool.clone());
         self
@@ -866,7 +881,7 @@ impl Builder {
         };
         let pool = match pool {
             Some(pool) => pool,
-            None => IoPool::new(1)?,
+            None => IoPool::global()?,
         };
         Ok((config, context, pool))
     }

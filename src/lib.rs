@@ -76,9 +76,10 @@
 //!   failed attempt with cause [`Cause::Tls`] and the reason in [`LinkError::Tls`](error::LinkError::Tls); there is
 //!   never a plaintext fallback. One no retry can fix (the certificates) is
 //!   [`Cause::TlsRejected`], retried at [`Builder::config_failure_retry`]'s slow pace.
-//! - Many links per IO thread: links given the same [`IoPool`] (e.g. [`IoPool::global`], a
-//!   thread per core) share its threads; a budget per link per pass keeps a busy link from
-//!   starving the others. Without a pool a link gets a thread of its own.
+//! - Many links per IO thread: by default every link runs on [`IoPool::global`] (a thread per
+//!   core); links given the same [`IoPool`] share its threads, and a link given
+//!   `IoPool::new(1)` has one of its own. A budget per link per pass keeps a busy link from
+//!   starving the others.
 //! - Any program: blocking calls ([`Events::recv`], [`Link::close`]), their async twins woken by
 //!   the IO thread on any executor ([`Events::recv_async`], [`Events`] as a
 //!   `futures_core::Stream`, [`Link::send_async`], [`Link::close_async`]), and [`Batch`] sends
@@ -257,8 +258,8 @@
 //!
 //! # Architecture
 //! A [`Link`] is a crossbeam sender of commands to an IO thread plus that thread's eventfd. An
-//! IO thread of an [`IoPool`] serves one link (the default: a thread of its own) or many (links
-//! given the same pool, e.g. [`IoPool::global`], a thread per core): it owns each link's ZMQ_STREAM socket and monitor and is the only code that calls
+//! IO thread of an [`IoPool`] serves many links (by default those of [`IoPool::global`], a
+//! thread per core) or one (a pool of one thread given to one link): it owns each link's ZMQ_STREAM socket and monitor and is the only code that calls
 //! zmq or reads the clock. Everything else (state machine, backoff, heartbeat, outbox,
 //! framing) is a pure core that takes `now` as an argument and returns its next deadline, so every
 //! timer is tested in simulated time. Links share one libzmq context per process by default.

@@ -20,7 +20,7 @@ use super::DecodeError;
 ///
 /// ```
 /// use relink::bytes::BytesMut;
-/// use relink::framing::{Framing, Resp, RespReply};
+/// use relink::framing::{Framing, Resp, RespItems, RespReply};
 ///
 /// let mut resp = Resp::new();
 /// let mut src = BytesMut::from(&b"*3\r\n$5\r\nhello\r\n:42\r\n*-1\r\n"[..]);
@@ -28,7 +28,8 @@ use super::DecodeError;
 ///
 /// let reply = RespReply::new(frame.clone());
 /// assert_eq!(reply.len(), Some(3));
-/// let items: Vec<RespReply> = reply.items().collect();
+/// let items: RespItems = reply.items(); // an iterator of views, no copy
+/// let items: Vec<RespReply> = items.collect();
 /// assert_eq!(items[0].as_bulk().as_deref(), Some(&b"hello"[..]));
 /// assert_eq!(items[1].as_integer(), Some(42));
 /// assert!(items[2].is_null());
