@@ -3,8 +3,9 @@
 
 use super::*;
 use crate::core::backoff::Jitter;
-use crate::core::heartbeat::Heartbeat;
+use crate::core::heartbeat::{Heartbeat, Ping};
 use crate::core::predicate::Predicate;
+use crate::core::settings::ProofOfLife;
 use crate::framing::{LengthDelimited, Lines};
 use crate::{Builder, Overflow};
 
