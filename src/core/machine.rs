@@ -25,9 +25,8 @@ use super::settings::Settings;
 use super::timers::{Timer, Timers};
 use super::window::Window;
 use crate::batch::Batch;
-use crate::error::{Callback, DecodeError, LinkError, RequestError, TlsError};
+use crate::error::{Callback, DecodeError, LinkError, TlsError};
 use crate::event::{AbandonReason, Cause, Event, State, Transition};
-use crate::metrics::Metrics;
 
 /// What the IO side tells the machine.
 #[derive(Debug)]
@@ -416,28 +415,7 @@ impl Machine {
         self.answer_requests();
         // The IO side reads the acknowledgements in this pass.
         self.window.poll_due(now);
-        if let Some(hb) = self.conn.as_mut().and_then(|c| c.heartbeat.as_mut()) {
-            if hb.death_at().is_some_and(|t| t <= now) {
-                // The interval that ends in the verdict was silent too.
-                self.c.heartbeats_missed += 1;
-                self.step(now, Ev::HeartbeatDead);
-            } else if hb.next_ping() <= now {
-                let missed = hb.on_ping(now);
-                if missed {
-                    self.c.heartbeats_missed += 1;
-                }
-                self.c.heartbeats_sent += 1;
-                match self.encoded_ping(now) {
-                    Ok(ping) if ping.is_empty() => {}
-                    Ok(ping) => {
-                        if let Some(conn) = &mut self.conn {
-                            conn.control.push_back(ping);
-                        }
-                    }
-                    Err(p) => self.step(now, Ev::CallbackPanicked(p)),
-                }
-            }
-        }
+        self.heartbeat_due(now);
         self.check_flushed(now);
     }
 
@@ -467,65 +445,6 @@ impl Machine {
     /// Nothing left to write, to confirm or to answer.
     fn drained(&self) -> bool {
         self.outbox.is_empty() && self.window.is_empty() && self.requests.waiting() == 0
-    }
-
-    /// A consistent snapshot at `now`.
-    pub(crate) fn metrics(&self, now: Instant) -> Metrics {
-        let next_retry_in = match self.state {
-            State::Backoff | State::Cooldown => self
-                .timers
-                .at(Timer::Retry)
-                .map(|t| t.saturating_duration_since(now)),
-            _ => None,
-        };
-        let queued = self.outbox.len();
-        let queued_bytes = self.outbox.bytes();
-        Metrics {
-            state: self.state,
-            time_in_state: now.saturating_duration_since(self.since),
-            attempt: self.attempt,
-            native_redials: self.native_used,
-            consecutive_failures: self.failures,
-            connects: self.c.connects,
-            reconnects: self.c.reconnects,
-            last_outage: self.last_outage,
-            next_retry_in,
-            peer_addr: self.current.map(|(_, a)| a),
-            frames_submitted: self.c.submitted,
-            frames_sent: self.c.sent,
-            bytes_sent: self.c.bytes_sent,
-            frames_rejected: self.c.rejected,
-            abandoned: self.c.abandoned,
-            outbox_frames: queued as u64,
-            outbox_bytes: queued_bytes as u64,
-            frames_received: self.c.received,
-            bytes_received: self.c.bytes_received,
-            heartbeats_sent: self.c.heartbeats_sent,
-            heartbeats_missed: self.c.heartbeats_missed,
-            last_rtt: self.last_rtt,
-            reading_paused: self.read_paused,
-            events_dropped: 0,
-            ignored_inputs: self.c.ignored,
-            callback_panics: self.c.callback_panics,
-            requests_answered: self.requests.answered,
-            requests_failed: self.requests.failed,
-            requests_outstanding: self.requests.len() as u64,
-            replies_late: self.requests.late,
-            slow_callbacks: self.c.slow_callbacks,
-            slowest_callback: self.c.slowest_callback,
-            verdicts_deferred: self.c.verdicts_deferred,
-            down_for: self
-                .failing_since
-                .map(|since| now.saturating_duration_since(since)),
-            tls_rejected: self.c.tls_rejected,
-            frames_confirmed: self.c.confirmed,
-            frames_unconfirmed: self.window.len() as u64,
-            frames_resent: self.c.resent,
-            oldest_unconfirmed: self
-                .window
-                .oldest()
-                .map(|t| now.saturating_duration_since(t)),
-        }
     }
 
     // ----- the transition table -------------------------------------------------------------
@@ -616,60 +535,6 @@ impl Machine {
     }
 
     // ----- effects ----------------------------------------------------------------------------
-
-    fn ready(&mut self, now: Instant) {
-        self.timers.disarm(Timer::Handshake);
-        if let Some(since) = self.failing_since.take() {
-            let d = now.saturating_duration_since(since);
-            if d >= OUTAGE_WARN_FIRST {
-                log::warn!(
-                    "relink[{}]: connected again after {}s without a connection",
-                    self.cfg.name,
-                    d.as_secs()
-                );
-            }
-        }
-        self.next_outage_warn = OUTAGE_WARN_FIRST;
-        if let Some(conn) = &mut self.conn {
-            conn.handshake_pending = false;
-        }
-        if let Some(since) = self.outage_since.take() {
-            self.last_outage = Some(now.saturating_duration_since(since));
-            self.c.reconnects += 1;
-        }
-        if self.cfg.min_stable.is_zero() {
-            self.failures = 0;
-            self.attempt = 0;
-            self.native_used = 0;
-            self.backoff.reset();
-        } else {
-            self.timers.arm(Timer::Stable, now + self.cfg.min_stable);
-        }
-        self.transition(now, State::Ready, Cause::Alive);
-    }
-
-    fn request(
-        &mut self,
-        now: Instant,
-        token: Token,
-        frame: Bytes,
-        id: Option<Vec<u8>>,
-        deadline: Instant,
-    ) {
-        if self.state == State::Closed {
-            return self
-                .requests
-                .answer(token, Err(RequestError::Closed(frame)));
-        }
-        self.requests.submit(now, token, frame, id, deadline);
-    }
-
-    /// Hands every outcome reached to its caller.
-    fn answer_requests(&mut self) {
-        while let Some((token, outcome)) = self.requests.poll_outcome() {
-            self.actions.push_back(Action::Answer(token, outcome));
-        }
-    }
 
     /// Tells the application that its code panicked, and counts it.
     fn report_panic(&mut self, p: &Panicked) {
@@ -800,41 +665,6 @@ impl Machine {
         self.actions.push_back(Action::Stop);
     }
 
-    fn submit(&mut self, now: Instant, frame: bytes::Bytes, deadline: Option<Instant>) {
-        self.c.submitted += 1;
-        if self.state == State::Closed {
-            self.abandon_all(vec![frame], AbandonReason::Shutdown);
-            return;
-        }
-        if deadline.is_some_and(|d| d <= now) {
-            self.abandon_all(vec![frame], AbandonReason::Expired);
-            return;
-        }
-        self.outbox.push(frame, deadline);
-        self.trim();
-    }
-
-    fn submit_batch(&mut self, now: Instant, batch: Batch, deadline: Option<Instant>) {
-        self.c.submitted += batch.len() as u64;
-        if self.state == State::Closed {
-            self.abandon_all(batch.into_shared_frames(), AbandonReason::Shutdown);
-            return;
-        }
-        if deadline.is_some_and(|d| d <= now) {
-            self.abandon_all(batch.into_shared_frames(), AbandonReason::Expired);
-            return;
-        }
-        self.outbox.push_batch(batch, deadline);
-        self.trim();
-    }
-
-    fn abandon_all(&mut self, frames: Vec<Bytes>, reason: AbandonReason) {
-        for frame in frames {
-            self.c.abandon(reason, frame.len());
-            self.emit(Event::Abandoned { frame, reason });
-        }
-    }
-
     fn check_flushed(&mut self, now: Instant) {
         if self.closing && self.state != State::Closed && self.drained() {
             self.step(now, Ev::Flushed);
@@ -917,6 +747,8 @@ impl Machine {
 
 mod connection;
 mod dial;
+mod intake;
+mod metrics;
 mod receive;
 mod served;
 #[cfg(test)]

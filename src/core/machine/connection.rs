@@ -20,13 +20,14 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 
-use super::{Ev, Machine};
+use super::{Ev, Machine, Timer, OUTAGE_WARN_FIRST};
 use crate::core::framing::BoxedFraming;
 use crate::core::guard::{timed, Panicked, Stopwatch};
 use crate::core::heartbeat::{HeartbeatState, Ping};
 use crate::core::settings::ProofOfLife;
 use crate::core::tls::TlsSession;
 use crate::error::Callback;
+use crate::event::{Cause, State};
 
 /// The per-connection state of a link: made at the TCP connect, dropped with the connection.
 #[derive(Debug, Default)]
@@ -117,13 +118,72 @@ impl Machine {
             }
             conn.handshake_pending = true;
             let t = now + *timeout;
-            self.timers.arm(super::Timer::Handshake, t);
+            self.timers.arm(Timer::Handshake, t);
         }
         self.took(now, Callback::Encode, slowest);
         if let Some(p) = panicked {
             self.step(now, Ev::CallbackPanicked(p));
         } else if matches!(self.cfg.proof, ProofOfLife::Connect) {
             self.ready(now);
+        }
+    }
+
+    /// The proof of life came: the connection is Ready, and an outage it ends is recorded.
+    pub(super) fn ready(&mut self, now: Instant) {
+        self.timers.disarm(Timer::Handshake);
+        if let Some(since) = self.failing_since.take() {
+            let d = now.saturating_duration_since(since);
+            if d >= OUTAGE_WARN_FIRST {
+                log::warn!(
+                    "relink[{}]: connected again after {}s without a connection",
+                    self.cfg.name,
+                    d.as_secs()
+                );
+            }
+        }
+        self.next_outage_warn = OUTAGE_WARN_FIRST;
+        if let Some(conn) = &mut self.conn {
+            conn.handshake_pending = false;
+        }
+        if let Some(since) = self.outage_since.take() {
+            self.last_outage = Some(now.saturating_duration_since(since));
+            self.c.reconnects += 1;
+        }
+        if self.cfg.min_stable.is_zero() {
+            self.failures = 0;
+            self.attempt = 0;
+            self.native_used = 0;
+            self.backoff.reset();
+        } else {
+            self.timers.arm(Timer::Stable, now + self.cfg.min_stable);
+        }
+        self.transition(now, State::Ready, Cause::Alive);
+    }
+
+    /// The heartbeat's deadlines at `now`: a verdict on a silent peer, or the next ping.
+    pub(super) fn heartbeat_due(&mut self, now: Instant) {
+        let Some(hb) = self.conn.as_mut().and_then(|c| c.heartbeat.as_mut()) else {
+            return;
+        };
+        if hb.death_at().is_some_and(|t| t <= now) {
+            // The interval that ends in the verdict was silent too.
+            self.c.heartbeats_missed += 1;
+            self.step(now, Ev::HeartbeatDead);
+        } else if hb.next_ping() <= now {
+            let missed = hb.on_ping(now);
+            if missed {
+                self.c.heartbeats_missed += 1;
+            }
+            self.c.heartbeats_sent += 1;
+            match self.encoded_ping(now) {
+                Ok(ping) if ping.is_empty() => {}
+                Ok(ping) => {
+                    if let Some(conn) = &mut self.conn {
+                        conn.control.push_back(ping);
+                    }
+                }
+                Err(p) => self.step(now, Ev::CallbackPanicked(p)),
+            }
         }
     }
 

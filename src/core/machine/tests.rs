@@ -7,6 +7,7 @@ use crate::core::heartbeat::{Heartbeat, Ping};
 use crate::core::predicate::Predicate;
 use crate::core::settings::ProofOfLife;
 use crate::framing::{LengthDelimited, Lines};
+use crate::metrics::Metrics;
 use crate::{Builder, Overflow};
 
 const MS: Duration = Duration::from_millis(1);
