@@ -358,17 +358,7 @@ impl Machine {
             Input::Resumed { unserved } => self.resumed(now, unserved),
             Input::CallbackTook { callback, took } => self.took(now, callback, took),
             Input::Acked { generation, bytes } => self.acked(now, generation, bytes),
-            Input::AcksUnavailable { generation } => {
-                if self.is_current(generation) && !self.window.is_blind() {
-                    log::warn!(
-                        "relink: the acknowledgements of the connection to {} cannot be read: \
-                         its frames count as confirmed when written",
-                        self.endpoint_text().unwrap_or_default()
-                    );
-                    let c = &mut self.c;
-                    self.window.go_blind(|s| c.confirmed(s.frame.len()));
-                }
-            }
+            Input::AcksUnavailable { generation } => self.acks_unavailable(generation),
         }
         self.answer_requests();
         self.check_flushed(now);

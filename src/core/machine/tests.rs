@@ -241,6 +241,7 @@ impl Sim {
 
 use State::*;
 
+mod connection;
 mod pause;
 mod requests;
 mod tls;

@@ -220,6 +220,20 @@ impl Machine {
         self.check_flushed(now);
     }
 
+    /// The acknowledgements of the connection of dial `generation` cannot be read: its frames
+    /// count as confirmed when written.
+    pub(super) fn acks_unavailable(&mut self, generation: u64) {
+        if self.is_current(generation) && !self.window.is_blind() {
+            log::warn!(
+                "relink: the acknowledgements of the connection to {} cannot be read: \
+                 its frames count as confirmed when written",
+                self.endpoint_text().unwrap_or_default()
+            );
+            let c = &mut self.c;
+            self.window.go_blind(|s| c.confirmed(s.frame.len()));
+        }
+    }
+
     /// Whether the IO side should read the acknowledged bytes of the current connection.
     pub(crate) fn wants_acks(&self) -> bool {
         !self.window.is_empty()
