@@ -14,6 +14,7 @@ use bytes::Bytes;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 
+use self::connection::Connection;
 use super::backoff::Backoff;
 use super::counters::Counters;
 use super::endpoints::{fmt_addr, Endpoints};
@@ -432,11 +433,6 @@ impl Machine {
         self.actions.pop_front()
     }
 
-    /// Nothing left to write, to confirm or to answer.
-    fn drained(&self) -> bool {
-        self.outbox.is_empty() && self.window.is_empty() && self.requests.waiting() == 0
-    }
-
     // ----- the transition table -------------------------------------------------------------
 
     fn step(&mut self, now: Instant, ev: Ev) {
@@ -620,47 +616,6 @@ impl Machine {
         self.generation += 1;
     }
 
-    fn finish(&mut self, now: Instant) {
-        if self.state == State::Closed {
-            return;
-        }
-        self.requeue_in_flight();
-        let conn = self.conn.take();
-        if matches!(
-            self.state,
-            State::Connecting | State::Connected | State::Ready
-        ) {
-            // Best effort, within the linger.
-            if let Some(bytes) = conn.and_then(Connection::close_notify) {
-                self.actions.push_back(Action::Send(bytes));
-            }
-            self.actions.push_back(Action::Disconnect);
-        }
-        // Written, not confirmed: the peer may have them.
-        let unconfirmed = self
-            .window
-            .take_all()
-            .into_iter()
-            .map(|s| s.frame)
-            .collect();
-        self.abandon_all(unconfirmed, AbandonReason::Unconfirmed);
-        self.window.reset();
-        let frames = self.outbox.drain();
-        self.abandon_all(frames, AbandonReason::Shutdown);
-        self.requests.shutdown();
-        self.answer_requests();
-        self.timers.clear();
-        self.retry_delay = None;
-        self.transition(now, State::Closed, Cause::Closed);
-        self.actions.push_back(Action::Stop);
-    }
-
-    fn check_flushed(&mut self, now: Instant) {
-        if self.closing && self.state != State::Closed && self.drained() {
-            self.step(now, Ev::Flushed);
-        }
-    }
-
     fn transition(&mut self, now: Instant, to: State, cause: Cause) {
         let from = self.state;
         if from == to && to != State::Connecting {
@@ -735,6 +690,7 @@ impl Machine {
     }
 }
 
+mod close;
 mod connection;
 mod dial;
 mod intake;
@@ -745,5 +701,3 @@ mod served;
 mod tests;
 mod tls;
 mod transmit;
-
-use connection::Connection;

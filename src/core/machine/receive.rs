@@ -30,10 +30,7 @@ impl Machine {
         if self.state == State::Connected && matches!(self.cfg.proof, ProofOfLife::Inbound) {
             self.step(now, Ev::Alive);
         }
-        loop {
-            let Some(conn) = self.conn.as_mut() else {
-                break;
-            };
+        while let Some(conn) = self.conn.as_mut() {
             let (framing, rx, watch) = (&mut self.framing, &mut conn.rx, &*self.watch);
             let (decoded, took) = timed(watch, Callback::Decode, || framing.decode(rx));
             let buffered = rx.len();
