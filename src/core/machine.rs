@@ -4,6 +4,11 @@
 //! deadline leaves as [`Machine::poll_timeout`], effects leave as [`Action`]s drained with
 //! [`Machine::poll_action`], and bytes to write are pulled with [`Machine::poll_transmit`].
 //!
+//! This file holds the types, the [`Machine`] (what outlives a connection), the inputs, the
+//! transition table, `fail` and `teardown`. The child modules are `impl Machine` blocks, one
+//! concern each: `connection` (one TCP connection's state, and its coming up), `dial`, `tls`,
+//! `receive`, `transmit`, `intake`, `close`, `metrics` and `served`.
+//!
 #![doc = include_str!("../../docs/transitions.md")]
 
 use std::collections::VecDeque;
