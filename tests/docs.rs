@@ -5,10 +5,14 @@
 
 const TABLE: &str = include_str!("../docs/transitions.md");
 const MACHINE: &str = include_str!("../src/core/machine.rs");
-const MACHINE_TESTS: [&str; 5] = [
+const MACHINE_TESTS: [&str; 9] = [
     include_str!("../src/core/machine/tests.rs"),
+    include_str!("../src/core/machine/tests/connection.rs"),
+    include_str!("../src/core/machine/tests/panics.rs"),
     include_str!("../src/core/machine/tests/pause.rs"),
+    include_str!("../src/core/machine/tests/props.rs"),
     include_str!("../src/core/machine/tests/requests.rs"),
+    include_str!("../src/core/machine/tests/rules.rs"),
     include_str!("../src/core/machine/tests/tls.rs"),
     include_str!("../src/core/machine/tests/window.rs"),
 ];

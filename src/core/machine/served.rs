@@ -19,7 +19,7 @@ impl Machine {
     /// deadlines, the backoff and the close deadline stay as they were.
     pub(super) fn resumed(&mut self, now: Instant, unserved: Duration) {
         let mut deferred = 0;
-        if let Some(hb) = &mut self.heartbeat {
+        if let Some(hb) = self.conn.as_mut().and_then(|c| c.heartbeat.as_mut()) {
             deferred += u64::from(hb.resumed(now, unserved));
         }
         for t in [Timer::Dial, Timer::Handshake] {
@@ -47,9 +47,7 @@ impl Machine {
     fn verdict_bound(&self, t: Timer) -> Duration {
         match (t, &self.cfg.proof) {
             (Timer::Dial, _) => self.cfg.dial_bound,
-            _ if self.tls_handshaking() => self
-                .tls_settings()
-                .map_or(Duration::ZERO, |t| t.handshake_timeout),
+            _ if self.tls_handshaking() => self.tls_handshake_bound(),
             (_, ProofOfLife::Handshake { timeout, .. }) => *timeout,
             _ => Duration::ZERO,
         }

@@ -318,6 +318,34 @@ fn tls_every_connection_gets_a_fresh_session() {
 }
 
 #[test]
+fn tls_records_refused_on_a_lost_connection_are_not_offered_on_the_next() {
+    let pki = Pki::new();
+    let mut s = Sim::connecting(tls_builder(&pki));
+    s.tcp_up();
+    let mut buf = Vec::new();
+    assert!(s.m.poll_transmit(s.now, &mut buf));
+    let refused = buf.clone();
+    s.m.transmit_unsent(std::mem::take(&mut buf));
+    s.m.transmit_done(s.now, TxResult::WouldBlock);
+    s.tcp_down();
+    s.next_timer();
+    s.tcp_up();
+    assert_eq!(s.m.state(), Connected);
+    assert!(s.m.poll_transmit(s.now, &mut buf));
+    assert_eq!(buf[0], 0x16, "a ClientHello");
+    assert_ne!(buf, refused, "the new session's own hello");
+    let before = s.written.len();
+    s.written.extend_from_slice(&buf);
+    s.m.transmit_done(s.now, TxResult::Sent);
+    let mut peer = Peer::new(&pki.server);
+    peer.taken = before;
+    s.submit(b"on the new connection");
+    peer.pump(&mut s);
+    assert_eq!(s.m.state(), Ready);
+    assert_eq!(peer.plaintext, b"on the new connection\n");
+}
+
+#[test]
 fn tls_close_sends_close_notify_after_the_last_frame() {
     let pki = Pki::new();
     let mut s = Sim::connecting(tls_builder(&pki));

@@ -1,0 +1,221 @@
+//! The state of one TCP connection, and how it comes up.
+//!
+//! A [`Connection`] is made when the TCP connection of a dial comes up (`tcp_connected`) and
+//! dropped when it goes (`teardown`, `finish`): the machine holds it as `Option<Connection>`,
+//! `Some` exactly while the state is Connected or Ready. Nothing in it is reset by hand; the
+//! next connection starts from a fresh one.
+//!
+//! What lives here is meaningless on another connection: the TLS session and the records the
+//! socket refused, bytes received and not yet decoded, control frames (hello, pings) encoded
+//! for this peer, the heartbeat's clock, whether the handshake reply is awaited, and the
+//! bookkeeping of the last `poll_transmit`. What outlives a connection stays on the
+//! [`Machine`]: the outbox, the requests and the window (their frames are resent or reported
+//! after a loss), the counters, the backoff and its attempt count, the endpoints and the one
+//! in use (dialled before a connection exists, named in the failure's log line after it is
+//! gone), the timers, and whether the IO side paused reading (a property of the application,
+//! not of the peer).
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+
+use super::{Ev, Machine, Timer, OUTAGE_WARN_FIRST};
+use crate::core::framing::BoxedFraming;
+use crate::core::guard::{timed, Panicked, Stopwatch};
+use crate::core::heartbeat::{HeartbeatState, Ping};
+use crate::core::settings::ProofOfLife;
+use crate::core::tls::TlsSession;
+use crate::error::Callback;
+use crate::event::{Cause, State};
+
+/// The per-connection state of a link: made at the TCP connect, dropped with the connection.
+#[derive(Debug, Default)]
+pub(super) struct Connection {
+    /// The TLS session, when the link speaks TLS (its ClientHello waits in it from the start).
+    pub(super) tls: Option<TlsSession>,
+    /// Ciphertext the socket refused (EAGAIN): sent again as it is, since its records are
+    /// numbered and cannot be made again. Its frames stay in flight until then.
+    pub(super) tls_retry: Option<Vec<u8>>,
+    /// Scratch: an encoded batch on its way into the TLS session.
+    pub(super) plain_out: Vec<u8>,
+    /// Bytes received and not yet decoded into frames.
+    pub(super) rx: BytesMut,
+    /// The heartbeat, from the moment the connection carries application bytes.
+    pub(super) heartbeat: Option<HeartbeatState>,
+    /// The hello went out and the peer's accepted reply has not come yet.
+    pub(super) handshake_pending: bool,
+    /// Encoded control frames (hello, pings), ahead of the outbox.
+    pub(super) control: VecDeque<Vec<u8>>,
+    /// Control frames of the last `poll_transmit`, until it is answered.
+    pub(super) in_flight_control: Vec<Vec<u8>>,
+    /// Where each frame of the last `poll_transmit` ends in its plaintext batch.
+    pub(super) pending_ends: Vec<usize>,
+    /// Bytes of the last `poll_transmit` (ciphertext, with TLS).
+    pub(super) pending_len: usize,
+}
+
+impl Connection {
+    /// A connection that has just come up, speaking TLS through `tls` when given.
+    pub(super) fn new(tls: Option<TlsSession>) -> Connection {
+        Connection {
+            tls,
+            ..Connection::default()
+        }
+    }
+
+    /// The control frames of the last `poll_transmit` go first in line again.
+    pub(super) fn requeue_control(&mut self) {
+        for c in self.in_flight_control.drain(..).rev() {
+            self.control.push_front(c);
+        }
+    }
+
+    /// The TLS close_notify of an established session, as records to write; none while
+    /// handshaking or while sealed records wait (it would be out of sequence).
+    pub(super) fn close_notify(self) -> Option<Vec<u8>> {
+        let mut tls = self.tls?;
+        if tls.is_handshaking() || self.tls_retry.is_some() {
+            return None;
+        }
+        tls.close_notify();
+        let mut bytes = Vec::new();
+        tls.take_ciphertext(&mut bytes);
+        (!bytes.is_empty()).then_some(bytes)
+    }
+}
+
+impl Machine {
+    /// The connection carries application bytes (TCP is up, and the TLS handshake has
+    /// completed): heartbeat, hello, and the connect as proof of life.
+    pub(super) fn link_up(&mut self, now: Instant) {
+        let (framing, watch) = (&mut self.framing, &*self.watch);
+        let (reset, took) = timed(watch, Callback::Decode, || framing.reset());
+        self.took(now, Callback::Decode, took);
+        let Some(conn) = self.conn.as_mut() else {
+            return;
+        };
+        conn.heartbeat = self
+            .cfg
+            .heartbeat
+            .as_ref()
+            .map(|hb| HeartbeatState::start(hb, now, self.read_paused));
+        conn.handshake_pending = false;
+        let mut panicked = reset.err();
+        let mut slowest = Duration::ZERO;
+        if let ProofOfLife::Handshake { hello, timeout, .. } = &self.cfg.proof {
+            for h in hello.iter().take_while(|_| panicked.is_none()) {
+                let (encoded, took) = encode(&mut self.framing, &*self.watch, &self.cfg.name, h);
+                slowest = slowest.max(took);
+                match encoded {
+                    Ok(Some(buf)) => conn.control.push_back(buf),
+                    Ok(None) => {}
+                    Err(p) => {
+                        panicked = Some(p);
+                        break;
+                    }
+                }
+            }
+            conn.handshake_pending = true;
+            let t = now + *timeout;
+            self.timers.arm(Timer::Handshake, t);
+        }
+        self.took(now, Callback::Encode, slowest);
+        if let Some(p) = panicked {
+            self.step(now, Ev::CallbackPanicked(p));
+        } else if matches!(self.cfg.proof, ProofOfLife::Connect) {
+            self.ready(now);
+        }
+    }
+
+    /// The proof of life came: the connection is Ready, and an outage it ends is recorded.
+    pub(super) fn ready(&mut self, now: Instant) {
+        self.timers.disarm(Timer::Handshake);
+        if let Some(since) = self.failing_since.take() {
+            let d = now.saturating_duration_since(since);
+            if d >= OUTAGE_WARN_FIRST {
+                log::warn!(
+                    "relink[{}]: connected again after {}s without a connection",
+                    self.cfg.name,
+                    d.as_secs()
+                );
+            }
+        }
+        self.next_outage_warn = OUTAGE_WARN_FIRST;
+        if let Some(conn) = &mut self.conn {
+            conn.handshake_pending = false;
+        }
+        if let Some(since) = self.outage_since.take() {
+            self.last_outage = Some(now.saturating_duration_since(since));
+            self.c.reconnects += 1;
+        }
+        if self.cfg.min_stable.is_zero() {
+            self.failures = 0;
+            self.attempt = 0;
+            self.native_used = 0;
+            self.backoff.reset();
+        } else {
+            self.timers.arm(Timer::Stable, now + self.cfg.min_stable);
+        }
+        self.transition(now, State::Ready, Cause::Alive);
+    }
+
+    /// The heartbeat's deadlines at `now`: a verdict on a silent peer, or the next ping.
+    pub(super) fn heartbeat_due(&mut self, now: Instant) {
+        let Some(hb) = self.conn.as_mut().and_then(|c| c.heartbeat.as_mut()) else {
+            return;
+        };
+        if hb.death_at().is_some_and(|t| t <= now) {
+            // The interval that ends in the verdict was silent too.
+            self.c.heartbeats_missed += 1;
+            self.step(now, Ev::HeartbeatDead);
+        } else if hb.next_ping() <= now {
+            let missed = hb.on_ping(now);
+            if missed {
+                self.c.heartbeats_missed += 1;
+            }
+            self.c.heartbeats_sent += 1;
+            match self.encoded_ping(now) {
+                Ok(ping) if ping.is_empty() => {}
+                Ok(ping) => {
+                    if let Some(conn) = &mut self.conn {
+                        conn.control.push_back(ping);
+                    }
+                }
+                Err(p) => self.step(now, Ev::CallbackPanicked(p)),
+            }
+        }
+    }
+
+    /// The ping's bytes; empty when there is none, or when the framing refused it.
+    pub(super) fn encoded_ping(&mut self, now: Instant) -> Result<Vec<u8>, Panicked> {
+        let (ping, took) = match self.cfg.heartbeat.as_ref().map(|h| &h.ping) {
+            Some(Ping::Raw(b)) => return Ok(b.clone()),
+            Some(Ping::Frame(f)) => encode(&mut self.framing, &*self.watch, &self.cfg.name, f),
+            None => return Ok(Vec::new()),
+        };
+        self.took(now, Callback::Encode, took);
+        Ok(ping?.unwrap_or_default())
+    }
+}
+
+/// One control frame (a hello frame, the ping) through the framing, guarded: the framing may
+/// be application code. `None` when the framing refuses it (`build()` checked it, so only a
+/// framing whose `check` and `encode` disagree does).
+fn encode(
+    framing: &mut BoxedFraming,
+    watch: &dyn Stopwatch,
+    name: &str,
+    frame: &[u8],
+) -> (Result<Option<Vec<u8>>, Panicked>, Duration) {
+    timed(watch, Callback::Encode, || {
+        let mut buf = Vec::new();
+        match framing.encode(frame, &mut buf) {
+            Ok(()) => Some(buf),
+            Err(e) => {
+                log::warn!("relink[{name}]: the framing refused a control frame: {e}");
+                None
+            }
+        }
+    })
+}

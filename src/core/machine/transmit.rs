@@ -1,0 +1,342 @@
+//! The machine's transmit path: batches built from control frames, the outbox and the
+//! requests; what became of them at the socket; the window of frames written and not yet
+//! confirmed, and what becomes of it when a connection is lost.
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use super::{Ev, Machine, Timer, TxResult};
+use crate::core::framing::BoxedFraming;
+use crate::core::guard::{guarded, Panicked};
+use crate::core::outbox::Outbox;
+use crate::core::window::Redelivery;
+use crate::error::{Callback, RequestError};
+use crate::event::{AbandonReason, State};
+
+/// How long to wait before offering the socket a batch again after EAGAIN.
+const SEND_RETRY: Duration = Duration::from_millis(1);
+
+impl Machine {
+    /// Fills `buf` with the next bytes to write: control frames first, then queued frames
+    /// while Ready, up to `batch_bytes` (one frame at least); with TLS, the session's records
+    /// of that batch, and while handshaking only the handshake's own records. Returns false
+    /// when there is nothing to write now. Every call must be answered with
+    /// [`Machine::transmit_done`] (after [`Machine::transmit_unsent`] when the socket gave
+    /// the bytes back).
+    pub(crate) fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> bool {
+        let more = if self.speaks_tls() {
+            self.poll_sealed(now, buf)
+        } else {
+            self.poll_batch(now, buf)
+        };
+        if let Some(conn) = &mut self.conn {
+            conn.pending_len = buf.len();
+        }
+        more
+    }
+
+    /// The bytes of the last `poll_transmit` that the socket did not take (EAGAIN), given
+    /// back before `transmit_done`. With TLS they are sent again as they are; without, the
+    /// frames behind them are encoded again.
+    pub(crate) fn transmit_unsent(&mut self, bytes: Vec<u8>) {
+        if let Some(conn) = self.conn.as_mut().filter(|c| c.tls.is_some()) {
+            conn.tls_retry = Some(bytes);
+        }
+    }
+
+    /// The plaintext batch: control frames, then queued frames while Ready.
+    pub(super) fn poll_batch(&mut self, now: Instant, buf: &mut Vec<u8>) -> bool {
+        buf.clear();
+        if !matches!(self.state, State::Connected | State::Ready)
+            || self.outbox.in_flight() > 0
+            || self.requests.in_flight() > 0
+        {
+            return false;
+        }
+        if self.timers.at(Timer::SendRetry).is_some_and(|t| t > now) {
+            return false;
+        }
+        let Some(conn) = self.conn.as_mut() else {
+            return false;
+        };
+        conn.pending_ends.clear();
+        while let Some(c) = conn.control.pop_front() {
+            buf.extend_from_slice(&c);
+            conn.in_flight_control.push(c);
+        }
+        if self.state == State::Ready {
+            // A batch holds one frame at least, and no more frames once the payloads would
+            // pass the limit (the framing's own bytes are not counted). The window holds back
+            // frames while too many written bytes are unacknowledged (one batch at least when
+            // none are).
+            let limit = self.cfg.batch_bytes;
+            let window = match self.cfg.window {
+                0 => u64::MAX,
+                _ if self.window.is_blind() => u64::MAX,
+                w => w as u64,
+            };
+            let bounds = Bounds {
+                limit,
+                window,
+                unacked: self.window.unacked(),
+            };
+            let (outbox, framing, name) = (&mut self.outbox, &mut self.framing, &self.cfg.name);
+            let ends = &mut conn.pending_ends;
+            let mut filled = Filled::default();
+            // One reading for the whole batch: timing each frame would cost more than
+            // encoding a small one.
+            let took = self.watch.time(Callback::Encode, &mut || {
+                filled = fill_batch(outbox, framing, name, buf, bounds, ends);
+            });
+            self.took(now, Callback::Encode, took);
+            self.abandon_all(filled.refused, AbandonReason::Unencodable);
+            if let Some(p) = filled.panicked {
+                // The frame stays first in line (not in flight): it is never lost without a
+                // word, and its deadline (if any) or a close still ends it.
+                return self.encode_panicked(now, buf, p);
+            }
+            if let Err(p) = self.batch_requests(buf) {
+                return self.encode_panicked(now, buf, p);
+            }
+        }
+        !buf.is_empty()
+    }
+
+    /// The framing panicked while a batch was being built: nothing of it is written, the frames
+    /// taken for it go back to the outbox and the connection fails.
+    fn encode_panicked(&mut self, now: Instant, buf: &mut Vec<u8>, p: Panicked) -> bool {
+        buf.clear();
+        self.requeue_in_flight();
+        self.step(now, Ev::CallbackPanicked(p));
+        false
+    }
+
+    /// Adds the requests waiting to be written to the batch, while it has room.
+    fn batch_requests(&mut self, buf: &mut Vec<u8>) -> Result<(), Panicked> {
+        let limit = self.cfg.batch_bytes;
+        while let Some(frame) = self.requests.next_unsent() {
+            if !buf.is_empty() && buf.len().saturating_add(frame.len()) > limit {
+                break;
+            }
+            let mark = buf.len();
+            let framing = &mut self.framing;
+            match guarded(Callback::Encode, || framing.encode(frame, buf))? {
+                Ok(()) => self.requests.advance(),
+                Err(e) => {
+                    buf.truncate(mark);
+                    self.requests
+                        .refuse_next(|frame| RequestError::Invalid(frame, e));
+                    self.answer_requests();
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// What became of the batch from the last `poll_transmit`.
+    pub(crate) fn transmit_done(&mut self, now: Instant, result: TxResult) {
+        let retry_waits = self.conn.as_ref().is_some_and(|c| c.tls_retry.is_some());
+        match result {
+            TxResult::Sent => {
+                self.written(now);
+                self.requests.confirm();
+                if let Some(conn) = &mut self.conn {
+                    conn.in_flight_control.clear();
+                    if let Some(hb) = &mut conn.heartbeat {
+                        hb.on_outbound(now);
+                    }
+                }
+            }
+            TxResult::WouldBlock if retry_waits => {
+                // Sealed records wait as they are; their frames stay in flight.
+                self.timers.arm(Timer::SendRetry, now + SEND_RETRY);
+            }
+            TxResult::WouldBlock if self.speaks_tls() => {
+                // Sealed records lost: the session cannot go on without them.
+                let g = self.generation;
+                self.fail_reason = Some("tls records refused by the socket".into());
+                self.for_current(now, g, Ev::Unreachable);
+            }
+            TxResult::WouldBlock | TxResult::Unreachable => {
+                self.requeue_in_flight();
+                if result == TxResult::WouldBlock {
+                    self.timers.arm(Timer::SendRetry, now + SEND_RETRY);
+                } else {
+                    let g = self.generation;
+                    self.for_current(now, g, Ev::Unreachable);
+                }
+            }
+        }
+        self.trim();
+        self.check_flushed(now);
+    }
+
+    /// The bytes of the last `poll_transmit` went out: its frames wait in the window for
+    /// their confirmation, each at the stream offset where it ends.
+    fn written(&mut self, now: Instant) {
+        let (len, ends, tls) = match &self.conn {
+            Some(conn) => (conn.pending_len, &conn.pending_ends[..], conn.tls.is_some()),
+            None => (0, &[][..], false),
+        };
+        let base = self.window.written();
+        self.window.wrote(now, len);
+        let (c, window) = (&mut self.c, &mut self.window);
+        // With TLS a frame's last byte is in one of the records written now: it is
+        // acknowledged at the latest with the last of them.
+        let mut k = 0;
+        self.outbox.take_written(|frame, deadline| {
+            c.sent(frame.len());
+            if window.is_blind() {
+                c.confirmed(frame.len());
+            } else {
+                let end = match ends.get(k) {
+                    Some(e) if !tls => base + *e as u64,
+                    _ => base + len as u64,
+                };
+                window.push(frame, end, now, deadline);
+            }
+            k += 1;
+        });
+    }
+
+    /// A reading of the acknowledged bytes: the frames it covers are confirmed.
+    pub(super) fn acked(&mut self, now: Instant, generation: u64, bytes: Option<u64>) {
+        if !self.is_current(generation) || !matches!(self.state, State::Connected | State::Ready) {
+            self.c.ignored += 1;
+            return;
+        }
+        let Some(bytes) = bytes else {
+            self.window.no_reading(now);
+            return;
+        };
+        let c = &mut self.c;
+        if !self
+            .window
+            .acked(now, bytes, |s| c.confirmed(s.frame.len()))
+        {
+            log::debug!("relink: an acknowledged count that cannot be this connection's ignored");
+        }
+        self.check_flushed(now);
+    }
+
+    /// The acknowledgements of the connection of dial `generation` cannot be read: its frames
+    /// count as confirmed when written.
+    pub(super) fn acks_unavailable(&mut self, generation: u64) {
+        if self.is_current(generation) && !self.window.is_blind() {
+            log::warn!(
+                "relink: the acknowledgements of the connection to {} cannot be read: \
+                 its frames count as confirmed when written",
+                self.endpoint_text().unwrap_or_default()
+            );
+            let c = &mut self.c;
+            self.window.go_blind(|s| c.confirmed(s.frame.len()));
+        }
+    }
+
+    /// Whether the IO side should read the acknowledged bytes of the current connection.
+    pub(crate) fn wants_acks(&self) -> bool {
+        !self.window.is_empty()
+    }
+
+    /// The frames of a lost connection that were written and not confirmed, by the policy:
+    /// first in line again (resend), or each given back (report).
+    pub(super) fn redeliver(&mut self) {
+        let frames = self.window.take_all();
+        self.window.reset();
+        match self.cfg.redelivery {
+            Redelivery::Resend => {
+                self.c.resent += frames.len() as u64;
+                for s in frames.into_iter().rev() {
+                    self.outbox.push_front(s.frame, s.deadline);
+                }
+            }
+            Redelivery::Report => {
+                let frames = frames.into_iter().map(|s| s.frame).collect();
+                self.abandon_all(frames, AbandonReason::Unconfirmed);
+            }
+        }
+    }
+
+    /// The frames, requests and control frames of the last `poll_transmit` go first in line
+    /// again.
+    pub(super) fn requeue_in_flight(&mut self) {
+        self.outbox.requeue();
+        self.requests.requeue();
+        if let Some(conn) = &mut self.conn {
+            conn.requeue_control();
+        }
+    }
+
+    /// Drops the oldest frames (`Overflow`) while the outbox is over its limits; the last
+    /// frame stays even if it alone is over. Frames in flight are confirmed or put back first.
+    pub(super) fn trim(&mut self) {
+        while self.outbox.in_flight() == 0 && self.outbox.over_limit() && self.outbox.len() > 1 {
+            let frame = self.outbox.pop_front().expect("non-empty");
+            self.abandon_all(vec![frame], AbandonReason::Overflow);
+        }
+    }
+}
+
+/// How filling a batch ended: frames the framing refused now (taken out of the outbox), and
+/// the panic that ended it, if any.
+#[derive(Default)]
+struct Filled {
+    refused: Vec<Bytes>,
+    panicked: Option<Panicked>,
+}
+
+/// How much one batch may hold: payload bytes (`limit`, one frame at least), and the
+/// window's bound on bytes written and not yet acknowledged (`unacked` of them already).
+#[derive(Clone, Copy)]
+struct Bounds {
+    limit: usize,
+    window: u64,
+    unacked: u64,
+}
+
+/// Encodes queued frames into `buf` within `bounds`, noting where each ends in `ends`. Each
+/// call into the framing is guarded.
+fn fill_batch(
+    outbox: &mut Outbox,
+    framing: &mut BoxedFraming,
+    name: &str,
+    buf: &mut Vec<u8>,
+    bounds: Bounds,
+    ends: &mut Vec<usize>,
+) -> Filled {
+    let mut filled = Filled::default();
+    while let Some(frame) = outbox.next_unsent() {
+        if !buf.is_empty() && buf.len().saturating_add(frame.len()) > bounds.limit {
+            break;
+        }
+        let unacked = bounds.unacked + buf.len() as u64;
+        if unacked > 0 && unacked >= bounds.window {
+            break;
+        }
+        let mark = buf.len();
+        match guarded(Callback::Encode, || framing.encode(frame, buf)) {
+            Ok(Ok(())) => {
+                outbox.advance();
+                ends.push(buf.len());
+            }
+            Ok(Err(e)) => {
+                buf.truncate(mark);
+                if outbox.in_flight() > 0 {
+                    // The frames before it go first; it is then first in line.
+                    break;
+                }
+                // The framing accepted the frame at `send` and refuses it now.
+                log::debug!("relink[{name}]: the framing refused a queued frame: {e}");
+                filled
+                    .refused
+                    .push(outbox.pop_front().expect("front exists"));
+            }
+            Err(p) => {
+                filled.panicked = Some(p);
+                break;
+            }
+        }
+    }
+    filled
+}
