@@ -21,7 +21,7 @@ use super::endpoints::{fmt_addr, Endpoints};
 use super::framing::BoxedFraming;
 use super::guard::{guarded, timed, Panicked, Stopwatch, Untimed};
 use super::heartbeat::{HeartbeatState, Ping, Reply};
-use super::outbox::Outbox;
+use super::outbox::{Outbox, Written};
 use super::requests::{Matched, Matching, Outcome, Requests, Token, Verdict};
 use super::settings::{ProofOfLife, Settings};
 use super::timers::{Timer, Timers};
@@ -385,7 +385,7 @@ impl Machine {
                         self.endpoint_text().unwrap_or_default()
                     );
                     let c = &mut self.c;
-                    self.window.go_blind(|s| c.confirmed(s.frame.len()));
+                    self.window.go_blind(|len| c.confirmed(len));
                 }
             }
         }
@@ -723,18 +723,31 @@ impl Machine {
         // acknowledged at the latest with the last of them.
         let tls = self.tls.is_some();
         let mut k = 0;
-        self.outbox.take_written(|frame, deadline| {
-            c.sent(frame.len());
+        self.outbox.take_written(|run| {
+            for len in run.lens() {
+                c.sent(len);
+                if window.is_blind() {
+                    c.confirmed(len);
+                }
+            }
             if window.is_blind() {
-                c.confirmed(frame.len());
-            } else {
+                return;
+            }
+            let Written {
+                data,
+                start,
+                ends: run_ends,
+                deadline,
+            } = run;
+            let frames = run_ends.iter().map(|&at| {
                 let end = match ends.get(k) {
                     Some(e) if !tls => base + *e as u64,
                     _ => base + len as u64,
                 };
-                window.push(frame, end, now, deadline);
-            }
-            k += 1;
+                k += 1;
+                (at, end)
+            });
+            window.push_run(data, start, frames, now, deadline);
         });
     }
 
@@ -751,7 +764,7 @@ impl Machine {
         let c = &mut self.c;
         if !self
             .window
-            .acked(now, bytes, |s| c.confirmed(s.frame.len()))
+            .acked(now, bytes, |len| c.confirmed(len))
         {
             log::debug!("relink: an acknowledged count that cannot be this connection's ignored");
         }
