@@ -263,19 +263,46 @@ impl Outbox {
         };
     }
 
-    /// The frames in flight were written: they leave, oldest first, each given to `each`
-    /// with its deadline (they wait for their confirmation elsewhere).
-    pub(crate) fn take_written(&mut self, mut each: impl FnMut(Bytes, Option<Instant>)) {
-        for _ in 0..self.in_flight {
+    /// The frames in flight were written: they leave, oldest first, given to `each` a run at a
+    /// time (the frames of one submission, back to back in its buffer, with its deadline):
+    /// they wait for their confirmation elsewhere, and a run costs one handle on the buffer,
+    /// not one per frame.
+    pub(crate) fn take_written(&mut self, mut each: impl FnMut(Written<'_>)) {
+        let mut left = self.in_flight;
+        while left > 0 {
             let Some(entry) = self.queue.front_mut() else {
                 break;
             };
             let deadline = entry.deadline;
-            let (frame, emptied) = entry.take_front();
+            let emptied = match &mut entry.frames {
+                Frames::One(f) => {
+                    let len = f.len();
+                    each(Written {
+                        data: std::mem::take(f),
+                        start: 0,
+                        ends: std::slice::from_ref(&len),
+                        deadline,
+                    });
+                    left -= 1;
+                    true
+                }
+                Frames::Many { data, ends, head } => {
+                    let n = left.min(ends.len() - *head);
+                    let start = Entry::span(ends, *head).start;
+                    each(Written {
+                        data: data.clone(),
+                        start,
+                        ends: &ends[*head..*head + n],
+                        deadline,
+                    });
+                    *head += n;
+                    left -= n;
+                    *head == ends.len()
+                }
+            };
             if emptied {
                 self.queue.pop_front();
             }
-            each(frame, deadline);
         }
         self.frames -= self.in_flight;
         self.bytes -= self.in_flight_bytes;
@@ -317,6 +344,42 @@ impl Outbox {
         if let Some(d) = d {
             self.earliest = Some(self.earliest.map_or(d, |e| e.min(d)));
         }
+    }
+}
+
+/// Written frames of one submission: back to back in `data`, the first from `start`, each
+/// ending at its entry in `ends` (offsets in `data`).
+#[derive(Debug)]
+pub(crate) struct Written<'a> {
+    pub data: Bytes,
+    pub start: usize,
+    pub ends: &'a [usize],
+    pub deadline: Option<Instant>,
+}
+
+impl Written<'_> {
+    /// The length of each frame, in order.
+    pub(crate) fn lens(&self) -> impl Iterator<Item = usize> + '_ {
+        let mut at = self.start;
+        self.ends.iter().map(move |&end| {
+            let len = end - at;
+            at = end;
+            len
+        })
+    }
+
+    /// Each frame, a slice of the one buffer.
+    #[cfg(test)]
+    pub(crate) fn frames(&self) -> Vec<Bytes> {
+        let mut at = self.start;
+        self.ends
+            .iter()
+            .map(|&end| {
+                let f = self.data.slice(at..end);
+                at = end;
+                f
+            })
+            .collect()
     }
 }
 

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use super::{Ev, Machine, Timer, TxResult};
 use crate::core::framing::BoxedFraming;
 use crate::core::guard::{guarded, Panicked};
-use crate::core::outbox::Outbox;
+use crate::core::outbox::{Outbox, Written};
 use crate::core::window::Redelivery;
 use crate::error::{Callback, RequestError};
 use crate::event::{AbandonReason, State};
@@ -185,18 +185,31 @@ impl Machine {
         // With TLS a frame's last byte is in one of the records written now: it is
         // acknowledged at the latest with the last of them.
         let mut k = 0;
-        self.outbox.take_written(|frame, deadline| {
-            c.sent(frame.len());
+        self.outbox.take_written(|run| {
+            for len in run.lens() {
+                c.sent(len);
+                if window.is_blind() {
+                    c.confirmed(len);
+                }
+            }
             if window.is_blind() {
-                c.confirmed(frame.len());
-            } else {
+                return;
+            }
+            let Written {
+                data,
+                start,
+                ends: run_ends,
+                deadline,
+            } = run;
+            let frames = run_ends.iter().map(|&at| {
                 let end = match ends.get(k) {
                     Some(e) if !tls => base + *e as u64,
                     _ => base + len as u64,
                 };
-                window.push(frame, end, now, deadline);
-            }
-            k += 1;
+                k += 1;
+                (at, end)
+            });
+            window.push_run(data, start, frames, now, deadline);
         });
     }
 
@@ -213,7 +226,7 @@ impl Machine {
         let c = &mut self.c;
         if !self
             .window
-            .acked(now, bytes, |s| c.confirmed(s.frame.len()))
+            .acked(now, bytes, |len| c.confirmed(len))
         {
             log::debug!("relink: an acknowledged count that cannot be this connection's ignored");
         }
@@ -230,7 +243,7 @@ impl Machine {
                 self.endpoint_text().unwrap_or_default()
             );
             let c = &mut self.c;
-            self.window.go_blind(|s| c.confirmed(s.frame.len()));
+            self.window.go_blind(|len| c.confirmed(len));
         }
     }
 

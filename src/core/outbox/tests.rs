@@ -74,11 +74,11 @@ fn written_frames_leave_exactly_those_in_flight_even_inside_a_batch() {
     assert_eq!(write_all(&mut o, 2), vec![f(1), f(2)]);
     assert_eq!(o.in_flight(), 2);
     let mut taken = Vec::new();
-    o.take_written(|frame, deadline| taken.push((frame, deadline)));
+    o.take_written(|w| taken.extend(w.frames().into_iter().map(|f| (f, w.deadline))));
     assert_eq!(taken, vec![(f(1), Some(t0)), (f(2), Some(t0))]);
     assert_eq!((o.len(), o.bytes(), o.in_flight()), (3, 12, 0));
     assert_eq!(write_all(&mut o, 100), vec![f(3), f(4), f(5)]);
-    o.take_written(|_, _| {});
+    o.take_written(|_| {});
     assert!(o.is_empty());
     assert_eq!(o.bytes(), 0);
 }
@@ -141,7 +141,7 @@ fn frames_leaving_a_batch_are_slices_of_its_one_buffer_not_copies() {
     o.push_batch(b, None);
     write_all(&mut o, 2);
     let mut taken = Vec::new();
-    o.take_written(|frame, _| taken.push(frame));
+    o.take_written(|w| taken.extend(w.frames()));
     let drained = o.drain();
     let at: Vec<usize> = taken
         .iter()
