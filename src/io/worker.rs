@@ -145,7 +145,7 @@ impl Worker {
     /// Runs the thread until its pool is gone and its last link closed. Never unwinds:
     /// application code is guarded where it is called, and a panic of the loop itself (a bug
     /// in relink) while it serves a link closes that link alone (see `Worker::guarded`); a
-    /// [`StopGuard`] in each slot leaves its shared state Closed however the slot goes.
+    /// `StopGuard` in each slot leaves its shared state Closed however the slot goes.
     pub(crate) fn run(mut self) {
         if let Err(payload) = catch_unwind(AssertUnwindSafe(|| self.run_loop())) {
             // Every slot left is dropped with the worker: its StopGuard tells its handles.
@@ -433,13 +433,9 @@ impl Worker {
     /// Frees the slot of a link whose handling panicked: new frames refused, the frames its
     /// handles still had on the way given back, its handles told (`Slot::stop_after_panic`).
     fn drop_after_panic(&mut self, now: Instant, id: u64, message: Option<String>) {
-        let Some(slot) = self.slots.remove(&id) else {
+        let Some(slot) = self.unregister(id) else {
             return;
         };
-        self.behind.remove(&id);
-        self.queue.retain(|q| *q != id);
-        self.epoll.delete(slot.socket_fd);
-        self.epoll.delete(slot.monitor_fd);
         self.wake.links.fetch_sub(1, Ordering::SeqCst);
         slot.shared.closed.store(true, Ordering::SeqCst);
         let late = slot.shared.intake.close().into_frames();
@@ -452,16 +448,18 @@ impl Worker {
                 Err(_) => break,
             }
         }
-        let name = slot.machine.name().clone();
-        let stopped = catch_unwind(AssertUnwindSafe(move || {
-            slot.stop_after_panic(now, message, late)
-        }));
-        if let Err(payload) = stopped {
-            log::error!(
-                "relink[{name}]: the link panicked while stopping: {}",
-                panic_message(payload.as_ref()).unwrap_or_default()
-            );
-        }
+        stop(slot, move |slot| slot.stop_after_panic(now, message, late));
+    }
+
+    /// Takes link `id` off the thread's books: its slot, its place in the queues, its
+    /// sockets in the wait set.
+    fn unregister(&mut self, id: u64) -> Option<Slot> {
+        let slot = self.slots.remove(&id)?;
+        self.behind.remove(&id);
+        self.queue.retain(|q| *q != id);
+        self.epoll.delete(slot.socket_fd);
+        self.epoll.delete(slot.monitor_fd);
+        Some(slot)
     }
 
     fn register(&mut self, now: Instant, mut slot: Slot) {
@@ -536,20 +534,10 @@ impl Worker {
             };
             self.dispatch(now, msg);
         }
-        let Some(slot) = self.slots.remove(&id) else {
+        let Some(slot) = self.unregister(id) else {
             return;
         };
-        self.behind.remove(&id);
-        self.queue.retain(|q| *q != id);
-        self.epoll.delete(slot.socket_fd);
-        self.epoll.delete(slot.monitor_fd);
-        let name = slot.machine.name().clone();
-        if let Err(payload) = catch_unwind(AssertUnwindSafe(move || slot.shutdown(now))) {
-            log::error!(
-                "relink[{name}]: the link panicked while stopping: {}",
-                panic_message(payload.as_ref()).unwrap_or_default()
-            );
-        }
+        stop(slot, move |slot| slot.shutdown(now));
         self.wake.links.fetch_sub(1, Ordering::SeqCst);
     }
 
@@ -563,5 +551,17 @@ impl Worker {
             .iter()
             .filter_map(|(id, s)| s.timer_at.map(|t| Reverse((t, *id))))
             .collect();
+    }
+}
+
+/// Ends a slot with `end`; a panic there (a bug in relink) is logged, and the slot is freed
+/// all the same.
+fn stop(slot: Slot, end: impl FnOnce(Slot)) {
+    let name = slot.machine.name().clone();
+    if let Err(payload) = catch_unwind(AssertUnwindSafe(move || end(slot))) {
+        log::error!(
+            "relink[{name}]: the link panicked while stopping: {}",
+            panic_message(payload.as_ref()).unwrap_or_default()
+        );
     }
 }
