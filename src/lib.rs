@@ -274,7 +274,8 @@
 //! src/event.rs, error.rs, metrics.rs   plain data every layer uses; they import no layer
 //!                  (error.rs is public as `relink::error`)
 //! src/view.rs, export.rs   a pool's view and its `metrics` export, public in `relink::pool`
-//! src/io/          the IO threads: pool, event_loop, shared (handle state), resolver (threads),
+//! src/io/          the IO threads: pool, worker (the loop), slot (one link on it), sink
+//!                  (events), snapshot (metrics), shared (handle state), resolver (threads),
 //!                  socket (options, send), context, ffi (the only unsafe code)
 //! src/tls.rs       Tls, the public TLS settings (PEM read and checked at build())
 //! src/core/        sans-IO policy: machine (transition table), timers, endpoints (order, DNS

@@ -17,10 +17,12 @@ use crate::core::requests::RequestSettings;
 use crate::error::{BatchError, ConfigError, SendError};
 use crate::event::{Event, State};
 use crate::events::Events;
-use crate::io::event_loop::{next_link_id, IoSettings, Msg, Route, Slot, Wiring};
+use crate::io::ids::next_link_id;
 use crate::io::intake::{Intake, Refused, Tell};
 use crate::io::pool::WorkerRef;
 use crate::io::shared::{Command, Shared};
+use crate::io::slot::{IoSettings, Slot, Wiring};
+use crate::io::worker::{Msg, Route};
 use crate::io::{Context, IoPool};
 use crate::metrics::Metrics;
 use crate::send::{SendOptions, WaitFor};
@@ -186,7 +188,8 @@ impl Link {
             context,
             seed,
             shared: shared.clone(),
-            route: route.clone(),
+            id: route.id,
+            post: route.post(),
             events: events_tx,
             done: done_tx,
         };
@@ -961,30 +964,11 @@ impl Link {
             shared.wake();
             m = rx.recv_timeout(Duration::from_secs(2)).ok();
         }
-        let m = m.unwrap_or_else(|| {
+        m.unwrap_or_else(|| {
             // Wait (bounded) for the IO thread's final snapshot if it is stopping.
             let _ = self.inner.done.recv_timeout(Duration::from_secs(2));
-            self.final_snapshot()
-        });
-        self.with_rejected(m)
-    }
-
-    /// The IO thread's last snapshot, if it has stopped.
-    fn final_snapshot(&self) -> Metrics {
-        self.inner
-            .shared
-            .final_metrics
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .unwrap_or_else(|| Metrics::empty(self.state()))
-    }
-
-    /// Adds the frames refused at the call, which only the handles count.
-    fn with_rejected(&self, mut m: Metrics) -> Metrics {
-        let rejected = self.inner.shared.intake.rejected_total();
-        m.frames_submitted += rejected;
-        m.frames_rejected += rejected;
-        m
+            shared.final_metrics()
+        })
     }
 
     /// The link's name ([`Builder::name`]; by default the endpoint given to
@@ -1069,7 +1053,7 @@ impl Link {
             }
             listener.await;
         }
-        self.with_rejected(self.final_snapshot())
+        shared.final_metrics()
     }
 }
 

@@ -2,8 +2,14 @@
 //! the core and never decides policy.
 //!
 //! - [`answer`]: the one-shot cell a request's outcome goes into.
-//! - [`event_loop`]: an IO thread's loop over its links: wait, translate what arrived into core
-//!   inputs, carry out the core's actions.
+//! - [`worker`]: an IO thread's loop over its links: wait, decide which links to serve, serve
+//!   them; the messages of the thread's channel and a link's way to it (`Route`).
+//! - [`slot`]: one link as its IO thread holds it: translate what arrived into core inputs,
+//!   carry out the core's actions.
+//! - [`sink`]: a link's events on their way to the application, and what is dropped when it
+//!   does not read them.
+//! - [`snapshot`]: a link's `Metrics`, composed in one place from its sources.
+//! - [`ids`]: link ids, and the hasher of the maps keyed by ids.
 //! - [`pool`]: the IO threads links share.
 //! - [`shared`]: the commands handles send and the state they share with the IO thread.
 //! - [`intake`]: where a link's frames wait for its IO thread, and their admission.
@@ -17,17 +23,21 @@
 
 pub(crate) mod answer;
 mod context;
-pub(crate) mod event_loop;
 #[allow(unsafe_code)]
 mod ffi;
+pub(crate) mod ids;
 pub(crate) mod intake;
 mod padded;
 pub(crate) mod pool;
 mod resolver;
 pub(crate) mod shared;
+mod sink;
+pub(crate) mod slot;
+mod snapshot;
 mod socket;
 mod stopwatch;
 mod timer;
+pub(crate) mod worker;
 
 pub use context::{Context, MAX_SOCKETS};
 pub use pool::IoPool;

@@ -7,9 +7,8 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
 
-use super::event_loop::Msg;
-use super::event_loop::Worker;
 use super::shared::Wake;
+use super::worker::{Msg, Worker};
 use crate::error::ConfigError;
 use crate::view::PoolView;
 
@@ -155,7 +154,7 @@ impl IoPool {
     /// Every link of the pool, with its id, name and snapshot (for the metrics export);
     /// bounded as [`view`](IoPool::view) is.
     #[cfg(feature = "metrics")]
-    pub(crate) fn rows(&self) -> Vec<super::event_loop::LinkRow> {
+    pub(crate) fn rows(&self) -> Vec<super::worker::LinkRow> {
         self.ask(Msg::Rows).into_iter().flatten().collect()
     }
 

@@ -16,6 +16,7 @@ use super::answer::Promise;
 use super::ffi::EventFd;
 use super::intake::Intake;
 use super::padded::Padded;
+use super::snapshot::Sources;
 use crate::core::machine::Unresolved;
 use crate::event::{Event, State};
 use crate::metrics::Metrics;
@@ -134,8 +135,9 @@ pub(crate) struct Shared {
     pub done: Notify,
     /// The IO thread stopped reading because the application is not taking events.
     pub reader_waiting: AtomicBool,
-    /// The last snapshot, kept when the IO thread stops.
-    pub final_metrics: Mutex<Option<Metrics>>,
+    /// The sources of the last snapshot, kept when the IO thread stops
+    /// ([`Shared::final_metrics`] composes it).
+    pub(super) final_sources: Mutex<Option<Sources>>,
     /// Events the IO thread could not deliver before it stopped; receivers take them after
     /// the channel.
     pub leftover: Mutex<VecDeque<Event>>,
@@ -153,7 +155,7 @@ impl Shared {
             finished: AtomicBool::new(false),
             done: Notify::new(),
             reader_waiting: AtomicBool::new(false),
-            final_metrics: Mutex::new(None),
+            final_sources: Mutex::new(None),
             leftover: Mutex::new(VecDeque::new()),
         }
     }
@@ -167,6 +169,22 @@ impl Shared {
     /// [`Wake::wake_for_command`]).
     pub(crate) fn wake_for_command(&self) {
         self.thread.wake_for_command()
+    }
+
+    /// The link's last snapshot, composed from the sources its IO thread kept when it
+    /// stopped and the frames refused at the call so far; before it stopped, an empty snapshot
+    /// in the current state.
+    pub(crate) fn final_metrics(&self) -> Metrics {
+        let sources = *self.final_sources();
+        let state = State::from_u8(self.state.load(Ordering::Acquire));
+        sources
+            .unwrap_or_else(|| Sources::empty(state))
+            .compose(&self.intake)
+    }
+
+    /// The sources of the final snapshot, to keep or amend (the IO thread, as it stops).
+    pub(super) fn final_sources(&self) -> std::sync::MutexGuard<'_, Option<Sources>> {
+        self.final_sources.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The IO thread has stopped for good: wakes async closers and receivers.

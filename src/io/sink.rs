@@ -1,0 +1,154 @@
+//! Where a link's events go on their way to the application: the events channel, bounded by
+//! `events_capacity` (counted in [`Shared::events_queued`]), and behind it the events the
+//! application has not made room for, kept in order, with the drop policy of a reader that
+//! does not read.
+
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use crossbeam_channel::Sender;
+
+use super::shared::Shared;
+use crate::error::LinkError;
+use crate::event::Event;
+
+/// One link's events between its machine and its receivers.
+pub(super) struct Sink {
+    tx: Sender<Event>,
+    shared: Arc<Shared>,
+    /// Events the channel may hold before the application takes them.
+    capacity: usize,
+    /// Events that found the channel full, oldest first.
+    pending: VecDeque<Event>,
+    /// Past this many waiting events, state and error events are dropped.
+    max_pending: usize,
+    /// Events went into the channel since the last [`Sink::take_delivered`].
+    delivered: bool,
+    /// Events dropped in all.
+    dropped: u64,
+    /// Events dropped and not yet reported in an `EventsDropped` error.
+    unreported: u64,
+}
+
+impl Sink {
+    /// A sink into `tx` holding `capacity` events in the channel and up to `max_pending`
+    /// behind it.
+    pub(super) fn new(
+        tx: Sender<Event>,
+        shared: Arc<Shared>,
+        capacity: usize,
+        max_pending: usize,
+    ) -> Sink {
+        Sink {
+            tx,
+            shared,
+            capacity,
+            pending: VecDeque::new(),
+            max_pending,
+            delivered: false,
+            dropped: 0,
+            unreported: 0,
+        }
+    }
+
+    /// Hands an event on; true when it had to wait behind the channel (the reader is behind).
+    ///
+    /// The application is not reading events when more than `max_pending` wait: frames are
+    /// bounded by the read stop and never dropped; state and error events go first,
+    /// abandoned frames last (they stay counted in the metrics either way).
+    pub(super) fn push(&mut self, ev: Event) -> bool {
+        if self.pending.is_empty() {
+            match self.try_send(ev) {
+                Ok(()) => return false,
+                Err(ev) => self.pending.push_back(ev),
+            }
+        } else {
+            self.pending.push_back(ev);
+        }
+        if self.pending.len() > self.max_pending {
+            let victim = self
+                .pending
+                .iter()
+                .position(|e| matches!(e, Event::State(_) | Event::Error(_)))
+                .or_else(|| {
+                    self.pending
+                        .iter()
+                        .position(|e| matches!(e, Event::Abandoned { .. }))
+                });
+            if let Some(i) = victim {
+                self.pending.remove(i);
+                self.dropped += 1;
+                self.unreported += 1;
+            }
+        }
+        true
+    }
+
+    /// Moves waiting events into the channel while it has room, then reports the events
+    /// dropped since the last report; true when nothing waits any more (the reader caught up).
+    pub(super) fn flush(&mut self) -> bool {
+        while let Some(ev) = self.pending.pop_front() {
+            if let Err(ev) = self.try_send(ev) {
+                self.pending.push_front(ev);
+                break;
+            }
+        }
+        if self.pending.is_empty() && self.unreported > 0 {
+            let report = Event::Error(LinkError::EventsDropped(self.unreported));
+            if self.try_send(report).is_ok() {
+                self.unreported = 0;
+            }
+        }
+        if !self.pending.is_empty() {
+            return false;
+        }
+        if self.pending.capacity() > 64 {
+            // A reader that caught up: give back what the backlog took.
+            self.pending = VecDeque::new();
+        }
+        true
+    }
+
+    /// Events wait behind the channel.
+    pub(super) fn is_behind(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
+    /// Events dropped because the application did not take them.
+    pub(super) fn dropped(&self) -> u64 {
+        self.dropped
+    }
+
+    /// Whether events went into the channel since the last call (async receivers are woken
+    /// then, once per pass).
+    pub(super) fn take_delivered(&mut self) -> bool {
+        std::mem::take(&mut self.delivered)
+    }
+
+    /// The events still waiting, oldest first (for the link's leftover events).
+    pub(super) fn drain(&mut self) -> impl Iterator<Item = Event> + '_ {
+        self.pending.drain(..)
+    }
+
+    /// Hands an event to the channel unless the application holds `capacity` of them
+    /// already.
+    fn try_send(&mut self, ev: Event) -> Result<(), Event> {
+        let queued = &self.shared.events_queued;
+        if queued.fetch_add(1, Ordering::SeqCst) >= self.capacity {
+            queued.fetch_sub(1, Ordering::SeqCst);
+            return Err(ev);
+        }
+        let sent = self
+            .tx
+            .send(ev)
+            .map_err(|crossbeam_channel::SendError(ev)| {
+                queued.fetch_sub(1, Ordering::SeqCst);
+                ev
+            });
+        if sent.is_ok() {
+            self.delivered = true;
+        }
+        sent
+    }
+}

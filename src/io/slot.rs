@@ -1,0 +1,620 @@
+//! One link as its IO thread holds it: its machine, its STREAM socket and monitor, its events
+//! on their way to the application ([`Sink`]), the promises of its requests. The worker
+//! (`worker.rs`) decides when a link is served; a pass of the slot does the serving: translate
+//! what arrived (routing-id toggles, data, monitor events) into machine inputs, carry out the
+//! machine's actions, hand it the socket for writing. No business logic lives here.
+//!
+//! What arrives (the monitor, the socket, the acknowledgements) is read in `slot/input.rs`.
+//!
+//! The slot reaches its own IO thread from elsewhere (a resolver's answer) through a [`Post`]
+//! its `build()` hands it, so that it names nothing of the worker's.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Sender;
+
+use super::answer::Promise;
+use super::context::Context;
+use super::ffi;
+use super::ids::ById;
+use super::resolver::{self, Resolver};
+use super::shared::{Command, Lookup, Shared};
+use super::sink::Sink;
+use super::snapshot::Sources;
+use super::socket::{apply_options, ms, send_batch, SocketOptions};
+use super::stopwatch::CallClock;
+use crate::core::fmt_addr;
+use crate::core::machine::{Action, Input, Machine, TxResult};
+use crate::core::requests::Token;
+use crate::core::settings::Settings;
+use crate::error::{Callback, ConfigError, LinkError};
+use crate::event::{Event, State};
+use crate::metrics::Metrics;
+
+mod input;
+
+/// What the IO thread needs besides the core's settings.
+#[derive(Debug)]
+pub(crate) struct IoSettings {
+    pub socket: SocketOptions,
+    pub resolver: Option<Resolver>,
+    pub events_capacity: usize,
+}
+
+/// Batches written for one link per pass.
+const WRITE_BUDGET: usize = 16;
+
+/// Queues a command for this link on its IO thread, from any thread; false when the thread is
+/// gone (the caller wakes the thread).
+pub(crate) type Post = Arc<dyn Fn(Command) -> bool + Send + Sync>;
+
+/// One link as its IO thread holds it: its machine, its sockets, its undelivered events.
+/// Built on the caller's thread (so that errors reach `build()`), then moved to the thread.
+pub(crate) struct Slot {
+    /// The link's id, unique in the process.
+    pub(super) id: u64,
+    post: Post,
+    pub(super) machine: Machine,
+    socket: zmq::Socket,
+    monitor: zmq::Socket,
+    pub(super) socket_fd: i32,
+    pub(super) monitor_fd: i32,
+    sink: Sink,
+    pub(super) shared: Arc<Shared>,
+    /// Routing id and generation of the current dial.
+    rid: Option<(Vec<u8>, u64)>,
+    /// The address of the current dial.
+    dialed: Option<SocketAddr>,
+    /// The TCP connection of the current dial, as the monitor reported it: its
+    /// acknowledgements confirm frames.
+    conn: Option<ffi::TcpConn>,
+    connected: bool,
+    /// ZMQ_IMMEDIATE is set: libzmq then names each connection itself and ignores
+    /// ZMQ_CONNECT_ROUTING_ID, so the routing id is learnt from the connect notification.
+    immediate: bool,
+    linger: Duration,
+    /// The last routing id learnt that way (its later frames are not a new connection).
+    learnt_rid: Option<Vec<u8>>,
+    endpoint: Option<String>,
+    batch_cap: usize,
+    released: (u64, u64),
+    /// The machine stopped (when, for the bound on waiting for senders).
+    pub(super) stopped: Option<Instant>,
+    monitor_mismatch: u64,
+    resolver: Option<Resolver>,
+    /// The deadline of this link's entry in the thread's timer heap, if it has one.
+    pub(super) timer_at: Option<Instant>,
+    /// Queued to be served in the current or the next pass.
+    pub(super) queued: bool,
+    /// Who waits for each outstanding request, by its token.
+    promises: HashMap<Token, Promise, ById>,
+    next_token: Token,
+    /// Leaves the shared state Closed when the slot goes (before `_done` tells `close`).
+    _stop: StopGuard,
+    /// Dropped when the slot is freed: `close` waits for that.
+    _done: Sender<()>,
+    /// Keeps the context alive until the sockets are closed (declared last: dropped last).
+    _context: Context,
+}
+
+impl std::fmt::Debug for Slot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Slot")
+            .field("id", &self.id)
+            .field("state", &self.machine.state())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a link's `build()` hands the slot besides the settings.
+pub(crate) struct Wiring {
+    pub context: Context,
+    pub seed: u64,
+    pub shared: Arc<Shared>,
+    /// The link's id.
+    pub id: u64,
+    /// The way to the link's IO thread.
+    pub post: Post,
+    pub events: Sender<Event>,
+    pub done: Sender<()>,
+}
+
+/// A socket error at build time, told apart from a bad setting when it is a limit.
+fn build_error(what: &str, e: zmq::Error) -> ConfigError {
+    match e {
+        zmq::Error::EMFILE => ConfigError::NoRoom(format!(
+            "libzmq {what}: {e} (the context's socket limit, three sockets per link, or the \
+             process's open-file limit, about four per link)"
+        )),
+        e => ConfigError::Zmq(format!("{what}: {e}")),
+    }
+}
+
+impl Slot {
+    pub(crate) fn new(settings: Settings, io: IoSettings, w: Wiring) -> Result<Slot, ConfigError> {
+        ffi::seed_libc_rand_once(rand::random());
+        let Wiring {
+            context,
+            seed,
+            shared,
+            id,
+            post,
+            events,
+            done,
+        } = w;
+        let zerr = |what: &str, e: zmq::Error| ConfigError::Zmq(format!("{what}: {e}"));
+        let mut socket = context
+            .raw
+            .socket(zmq::STREAM)
+            .map_err(|e| build_error("socket", e))?;
+        apply_options(&mut socket, &io.socket).map_err(ConfigError::Zmq)?;
+        let addr = format!("inproc://relink-monitor-{}-{}", std::process::id(), id);
+        socket
+            .monitor(&addr, zmq::SocketEvent::ALL as i32)
+            .map_err(|e| build_error("monitor", e))?;
+        let monitor = context
+            .raw
+            .socket(zmq::PAIR)
+            .map_err(|e| build_error("monitor socket", e))?;
+        monitor
+            .set_linger(0)
+            .map_err(|e| zerr("monitor linger", e))?;
+        monitor
+            .connect(&addr)
+            .map_err(|e| build_error("monitor connect", e))?;
+        let socket_fd = socket.get_fd().map_err(|e| zerr("ZMQ_FD", e))?;
+        let monitor_fd = monitor.get_fd().map_err(|e| zerr("monitor ZMQ_FD", e))?;
+        // Room for the state events of a long outage and for every frame the outbox can give back
+        // at once (a close abandons them all): nothing is trimmed short of that.
+        let max_pending = io
+            .events_capacity
+            .saturating_mul(4)
+            .max(4096)
+            .saturating_add(settings.outbox_frames);
+        // Room for a batch's TLS records too (about 22 bytes per 16 KiB record).
+        let batch_cap =
+            settings.batch_bytes.min(1 << 20) + 64 + settings.batch_bytes.min(1 << 20) / 256;
+        let mut machine = Machine::new(settings, seed, Instant::now());
+        machine.set_stopwatch(Box::new(CallClock));
+        let stop = shared.clone();
+        Ok(Slot {
+            id,
+            post,
+            machine,
+            socket,
+            monitor,
+            socket_fd,
+            monitor_fd,
+            sink: Sink::new(events, shared.clone(), io.events_capacity, max_pending),
+            shared,
+            rid: None,
+            connected: false,
+            immediate: io.socket.immediate,
+            linger: io.socket.linger,
+            learnt_rid: None,
+            endpoint: None,
+            batch_cap,
+            released: (0, 0),
+            stopped: None,
+            monitor_mismatch: 0,
+            dialed: None,
+            conn: None,
+            resolver: io.resolver,
+            timer_at: None,
+            queued: false,
+            promises: HashMap::default(),
+            next_token: 0,
+            _stop: StopGuard(stop),
+            _done: done,
+            _context: context,
+        })
+    }
+
+    /// One pass for this link; returns whether it has more to do right away (input left
+    /// unread or batches left unwritten after its budget).
+    pub(super) fn pass(&mut self, now: Instant, buf: &mut Vec<u8>) -> bool {
+        self.flush_events();
+        self.read_monitor(now);
+        let mut more = false;
+        if !self.sink.is_behind() {
+            // Acknowledgements first: a reply (or garbage that fails the connection) comes
+            // after the peer's kernel acknowledged what it answers, so the frames it answers
+            // are confirmed before anything the reply causes.
+            self.read_acks(now);
+            more |= self.read_socket(now);
+        }
+        self.machine.handle_timeout(now);
+        self.carry_out(now);
+        self.read_acks(now);
+        more |= self.transmit(now, buf);
+        self.publish();
+        // Any call into the socket may have taken libzmq's signal for input that is still
+        // unread (and asking processes its pending commands, a disconnect's among them).
+        let readable = self
+            .socket
+            .get_events()
+            .map(|e| e.contains(zmq::POLLIN))
+            .unwrap_or(false);
+        more || (readable && !self.sink.is_behind() && self.stopped.is_none())
+    }
+
+    pub(super) fn command(&mut self, now: Instant, cmd: Command) {
+        let input = match cmd {
+            Command::Take => {
+                self.take_intake(now, false);
+                return;
+            }
+            Command::Close { deadline } => Input::Close { deadline },
+            Command::ReconnectNow => Input::ReconnectNow,
+            Command::Resolved {
+                lookup: Lookup::Dial(generation),
+                result,
+            } => Input::Resolved { generation, result },
+            Command::Resolved {
+                lookup: Lookup::Refresh(endpoint),
+                result,
+            } => Input::Refreshed { endpoint, result },
+            Command::Metrics(reply) => {
+                let _ = reply.send(self.snapshot(now));
+                return;
+            }
+            #[cfg(feature = "test-hooks")]
+            Command::PanicForTests => panic!("IO thread panic requested by a test"),
+            Command::Request {
+                frame,
+                id,
+                deadline,
+                promise,
+            } => {
+                let token = self.next_token;
+                self.next_token += 1;
+                self.promises.insert(token, promise);
+                Input::Request {
+                    token,
+                    frame,
+                    id,
+                    deadline,
+                }
+            }
+            Command::CallbackTook { callback, took } => Input::CallbackTook { callback, took },
+        };
+        self.machine.handle_input(now, input);
+    }
+
+    /// Hands the frames waiting in the intake to the machine; with `last`, the intake is
+    /// closed first, so that these are the last.
+    pub(super) fn take_intake(&mut self, now: Instant, last: bool) {
+        let intake = &self.shared.intake;
+        let taken = if last { intake.close() } else { intake.take() };
+        let machine = &mut self.machine;
+        taken.into_inputs(|input| machine.handle_input(now, input));
+    }
+
+    /// Events wait for the application to make room: the reader is behind.
+    pub(super) fn is_behind(&self) -> bool {
+        self.sink.is_behind()
+    }
+
+    /// The sources of the link's snapshot now.
+    fn sources(&self, now: Instant) -> Sources {
+        Sources {
+            machine: self.machine.metrics(now),
+            events_dropped: self.sink.dropped(),
+            given_back: 0,
+            stopped: false,
+        }
+    }
+
+    /// The link's snapshot now, as its handles, its pool's view and the metrics export see it.
+    pub(super) fn snapshot(&self, now: Instant) -> Metrics {
+        self.sources(now).compose(&self.shared.intake)
+    }
+
+    /// Carries out the machine's actions.
+    fn carry_out(&mut self, now: Instant) {
+        while let Some(action) = self.machine.poll_action() {
+            match action {
+                Action::Emit(ev) => self.deliver(ev),
+                Action::Connect { generation, addr } => self.connect(now, generation, addr),
+                Action::Send(mut bytes) => {
+                    if let Some((rid, _)) = &self.rid {
+                        let _ = send_batch(&self.socket, rid, &mut bytes);
+                    }
+                }
+                Action::Disconnect => {
+                    // A lost connection's queued messages must be dropped, not flushed by
+                    // libzmq's own redial during the linger period to the next connection.
+                    // Only a close keeps the linger, to flush.
+                    let lost = self.machine.state() != State::Closed;
+                    self.disconnect_with(lost)
+                }
+                Action::Resolve {
+                    generation,
+                    host,
+                    port,
+                } => self.resolve(host, port, Lookup::Dial(generation)),
+                Action::Refresh {
+                    endpoint,
+                    host,
+                    port,
+                } => self.resolve(host, port, Lookup::Refresh(endpoint)),
+                Action::Stop => self.stopped = Some(now),
+                Action::Answer(token, outcome) => {
+                    if let Some(p) = self.promises.remove(&token) {
+                        p.fill(outcome);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Hands a name to the resolver pool; the answer comes back as a command.
+    fn resolve(&self, host: String, port: u16, lookup: Lookup) {
+        let (post, shared) = (self.post.clone(), self.shared.clone());
+        let reply = move |result, took: Option<Duration>| {
+            // Before the answer: the link judges whether a resolver of the application's was
+            // slow.
+            if let Some(took) = took {
+                let callback = Callback::Resolver;
+                post(Command::CallbackTook { callback, took });
+            }
+            if post(Command::Resolved { lookup, result }) {
+                shared.wake();
+            }
+        };
+        resolver::resolve(self.resolver.clone(), host, port, Box::new(reply));
+    }
+
+    fn connect(&mut self, now: Instant, generation: u64, addr: SocketAddr) {
+        self.disconnect_with(true);
+        // A fresh routing id per dial, never reused (reuse can abort libzmq).
+        let mut rid = Vec::with_capacity(9);
+        rid.push(b'R');
+        rid.extend_from_slice(&generation.to_be_bytes());
+        let endpoint = fmt_addr(addr);
+        let result = ffi::set_bytes_option(&mut self.socket, zmq_sys::ZMQ_CONNECT_ROUTING_ID, &rid)
+            .and_then(|_| self.socket.connect(&endpoint));
+        match result {
+            Ok(()) => {
+                self.rid = Some((rid, generation));
+                self.endpoint = Some(endpoint);
+                self.dialed = Some(addr);
+            }
+            Err(e) => {
+                self.deliver(Event::Error(LinkError::Zmq {
+                    call: "connect",
+                    message: e.to_string(),
+                }));
+                self.machine
+                    .handle_input(now, Input::ConnectFailed { generation });
+            }
+        }
+    }
+
+    fn disconnect(&mut self) {
+        self.disconnect_with(false)
+    }
+
+    /// Stops the current dial. With `discard`, libzmq drops what it still holds for the
+    /// connection (ZMQ_LINGER is read when the endpoint's session is terminated).
+    fn disconnect_with(&mut self, discard: bool) {
+        if let Some(endpoint) = self.endpoint.take() {
+            if discard {
+                let _ = self.socket.set_linger(0);
+            }
+            match self.socket.disconnect(&endpoint) {
+                Ok(()) | Err(zmq::Error::ENOENT) => {}
+                Err(e) => log::warn!(
+                    "relink[{}]: disconnect {endpoint} failed: {e}",
+                    self.machine.name()
+                ),
+            }
+            if discard {
+                let _ = self.socket.set_linger(ms(self.linger));
+            }
+        }
+        self.rid = None;
+        self.dialed = None;
+        self.conn = None;
+        self.connected = false;
+    }
+
+    /// Writes up to the budget; returns true when the budget ran out with batches left.
+    fn transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> bool {
+        for _ in 0..WRITE_BUDGET {
+            if !self.machine.poll_transmit(now, buf) {
+                // A batch that could not be built (the framing panicked) leaves actions behind.
+                self.carry_out(now);
+                return false;
+            }
+            let result = match &self.rid {
+                None => TxResult::Unreachable,
+                Some((rid, _)) => {
+                    // The batch moves into the zmq message without a copy; the next one
+                    // starts with room for a whole batch (the thread's one buffer: an idle
+                    // link holds none).
+                    let mut data = std::mem::replace(buf, Vec::with_capacity(self.batch_cap));
+                    // Frames will wait for acknowledgement: the duplicate descriptor is open
+                    // before libzmq can write them, so a drop still gets its last reading.
+                    if let Some(conn) = &mut self.conn {
+                        conn.hold();
+                    }
+                    let result = send_batch(&self.socket, rid, &mut data);
+                    if !data.is_empty() {
+                        self.machine.transmit_unsent(data);
+                    }
+                    result
+                }
+            };
+            self.machine.transmit_done(now, result);
+            self.carry_out(now);
+            if result != TxResult::Sent {
+                return false;
+            }
+        }
+        true
+    }
+
+    pub(super) fn deliver(&mut self, ev: Event) {
+        if let Event::State(t) = &ev {
+            // Published before the event can be seen: `state()` is never older than it.
+            self.shared.state.store(t.to as u8, Ordering::Release);
+        }
+        if self.sink.push(ev) {
+            self.set_reader_waiting(true);
+        }
+    }
+
+    fn flush_events(&mut self) {
+        if self.sink.flush() {
+            self.set_reader_waiting(false);
+        }
+    }
+
+    fn set_reader_waiting(&mut self, waiting: bool) {
+        let was = self.shared.reader_waiting.swap(waiting, Ordering::SeqCst);
+        if was != waiting {
+            self.machine
+                .handle_input(Instant::now(), Input::ReadPaused(waiting));
+            if waiting {
+                log::debug!(
+                    "relink[{}]: the application is not taking events; reading paused",
+                    self.machine.name()
+                );
+            }
+        }
+    }
+
+    fn publish(&mut self) {
+        self.shared
+            .state
+            .store(self.machine.state() as u8, Ordering::Release);
+        let (frames, bytes) = self.machine.released();
+        let df = (frames - self.released.0) as usize;
+        let db = (bytes - self.released.1) as usize;
+        self.released = (frames, bytes);
+        self.shared.intake.release(df, db);
+        // Once per pass, after the sends: a receiver registers, then looks at the channel,
+        // so it cannot miss them.
+        if self.sink.take_delivered() {
+            self.shared.arrived.notify(usize::MAX);
+        }
+    }
+
+    /// The end of a stopped link, once its commands are taken: final snapshot, leftover
+    /// events, sockets closed (libzmq keeps the linger, bounded, on its own thread).
+    pub(super) fn shutdown(mut self, now: Instant) {
+        self.carry_out(now);
+        self.publish();
+        *self.shared.final_sources() = Some(self.sources(now));
+        self.flush_events();
+        self.shared
+            .leftover
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(self.sink.drain());
+        self.disconnect();
+        ffi::stop_monitor(&mut self.socket);
+        drop(self.monitor);
+        drop(self.socket);
+        self.shared
+            .state
+            .store(State::Closed as u8, Ordering::Release);
+        if self.monitor_mismatch > 0 {
+            log::debug!(
+                "relink[{}]: {} monitor events disagreed with the stream notifications",
+                self.machine.name(),
+                self.monitor_mismatch
+            );
+        }
+        // Wake any sender waiting for room: the link is closed.
+        self.shared.intake.wake_waiters();
+    }
+
+    /// The loop panicked (a bug in relink, not application code: that is guarded where it is
+    /// called). The machine may be half-way through a step, so it is not driven again: the
+    /// link is closed as it stands. New frames are refused; frames still on their way are
+    /// given back as abandoned (`shutdown`); the application gets what events were waiting,
+    /// then an [`LinkError::IoThreadPanicked`], then the end of the stream; the final metrics
+    /// are the machine's last counters with state Closed.
+    pub(super) fn stop_after_panic(
+        mut self,
+        now: Instant,
+        message: Option<String>,
+        late: Vec<bytes::Bytes>,
+    ) {
+        log::error!(
+            "relink[{}]: the IO thread panicked serving the link ({}); the link is closed",
+            self.machine.name(),
+            message.as_deref().unwrap_or("no message")
+        );
+        let machine = &self.machine;
+        let counters = catch_unwind(AssertUnwindSafe(|| machine.metrics(now)))
+            .unwrap_or_else(|_| Metrics::empty(State::Closed));
+        *self.shared.final_sources() = Some(Sources {
+            machine: counters,
+            events_dropped: self.sink.dropped(),
+            given_back: late.len() as u64,
+            stopped: true,
+        });
+        {
+            let mut leftover = self
+                .shared
+                .leftover
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            leftover.extend(self.sink.drain());
+            leftover.push_back(Event::Error(LinkError::IoThreadPanicked { message }));
+            leftover.extend(late.into_iter().map(|frame| Event::Abandoned {
+                frame,
+                reason: crate::event::AbandonReason::Shutdown,
+            }));
+        }
+        self.shared
+            .state
+            .store(State::Closed as u8, Ordering::Release);
+        self.disconnect_with(true);
+        ffi::stop_monitor(&mut self.socket);
+        // Dropping `self` closes the sockets and the events channel: receivers get the
+        // leftover events, then an error.
+    }
+}
+
+/// Leaves the shared state Closed when the link's slot goes, however it goes: new frames
+/// refused, `state()` Closed, a final snapshot that says Closed, and every sender blocked on
+/// room woken. (The events channel closes with the slot's `Sink`, which holds its sender.)
+struct StopGuard(Arc<Shared>);
+
+impl Drop for StopGuard {
+    fn drop(&mut self) {
+        let shared = &*self.0;
+        shared.closed.store(true, Ordering::SeqCst);
+        shared.state.store(State::Closed as u8, Ordering::Release);
+        // Frames still in the intake (the loop stopped outside this link) are given back.
+        let late = shared.intake.close().into_frames();
+        {
+            let mut kept = shared.final_sources();
+            let sources = kept.get_or_insert_with(|| Sources::empty(State::Closed));
+            sources.stopped = true;
+            sources.given_back += late.len() as u64;
+        }
+        if !late.is_empty() {
+            shared
+                .leftover
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .extend(late.into_iter().map(|frame| Event::Abandoned {
+                    frame,
+                    reason: crate::event::AbandonReason::Shutdown,
+                }));
+        }
+        // The events channel is closed (the sink went first) and the final snapshot's sources
+        // are kept: async closers and receivers can finish.
+        shared.finish();
+    }
+}

@@ -1,0 +1,211 @@
+//! What arrives for a link: the monitor's events, the STREAM socket's messages (routing-id
+//! toggles and data), the peer's acknowledgements, each translated into machine inputs.
+
+use std::time::Instant;
+
+use super::Slot;
+use crate::core::machine::Input;
+use crate::io::ffi;
+
+/// Messages read from one link's socket per pass before the other links get their turn.
+const READ_BUDGET: usize = 256;
+
+const EVENT_CONNECTED: u16 = 0x0001;
+const EVENT_CONNECT_RETRIED: u16 = 0x0004;
+const EVENT_DISCONNECTED: u16 = 0x0200;
+
+impl Slot {
+    /// Reads the monitor's events of the current dial: a failed attempt, a connection's
+    /// descriptor, a disconnect the stream notification cannot tell in time.
+    pub(super) fn read_monitor(&mut self, now: Instant) {
+        while let Ok(head) = self.monitor.recv_msg(zmq::DONTWAIT) {
+            let mut endpoint = None;
+            while self.monitor.get_rcvmore().unwrap_or(false) {
+                match self.monitor.recv_msg(zmq::DONTWAIT) {
+                    Ok(m) => endpoint = Some(m),
+                    Err(_) => break,
+                }
+            }
+            if head.len() < 6 {
+                continue;
+            }
+            let event = u16::from_ne_bytes([head[0], head[1]]);
+            let value = u32::from_ne_bytes([head[2], head[3], head[4], head[5]]);
+            let ours = match (&endpoint, &self.endpoint) {
+                (Some(e), Some(active)) => e.as_str() == Some(active.as_str()),
+                _ => false,
+            };
+            log::trace!(
+                "relink[{}]: monitor event {event:#06x} value {value} ours={ours}",
+                self.machine.name()
+            );
+            if !ours {
+                continue;
+            }
+            let Some((_, generation)) = self.rid else {
+                continue;
+            };
+            if event == EVENT_CONNECTED {
+                self.note_connection(now, generation, value);
+            }
+            match event {
+                EVENT_CONNECT_RETRIED if !self.connected => {
+                    self.machine
+                        .handle_input(now, Input::ConnectFailed { generation });
+                    self.carry_out(now);
+                }
+                EVENT_DISCONNECTED
+                    if self.connected && (self.immediate || self.sink.is_behind()) =>
+                {
+                    // With ZMQ_IMMEDIATE libzmq drops the pipe, and the disconnect
+                    // notification queued in it: only the monitor tells. And while reading
+                    // is paused the notification waits behind unread data, and libzmq's own
+                    // redial would hand the queue to a new connection: act on the monitor.
+                    self.connected = false;
+                    self.last_acks(now);
+                    self.machine
+                        .handle_input(now, Input::Disconnected { generation });
+                    self.carry_out(now);
+                }
+                EVENT_CONNECTED | EVENT_DISCONNECTED => {
+                    // Cross-check: the routing-id toggles are the source of truth; a monitor
+                    // event that disagrees with them is counted and logged.
+                    let says_up = event == EVENT_CONNECTED;
+                    if says_up == self.connected {
+                        continue;
+                    }
+                    self.monitor_mismatch += 1;
+                    log::trace!(
+                        "relink[{}]: monitor says {} before the stream notification",
+                        self.machine.name(),
+                        if says_up { "connected" } else { "disconnected" }
+                    );
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// The monitor reported the connection of dial `generation` with its descriptor: keep it
+    /// (and its addresses) to read the peer's acknowledgements from, if it is the dialled
+    /// peer's; otherwise the machine confirms this connection's frames as they are written.
+    fn note_connection(&mut self, now: Instant, generation: u64, fd: u32) {
+        let conn = match (i32::try_from(fd), self.dialed) {
+            // A kernel that does not report the count (before Linux 4.1) counts as unmatched.
+            (Ok(fd), Some(peer)) => ffi::TcpConn::probe(fd, peer)
+                .and_then(|mut c| c.bytes_acked().is_some().then_some(c)),
+            _ => None,
+        };
+        log::trace!(
+            "relink: connection descriptor {fd} of {:?}: {conn:?}",
+            self.dialed
+        );
+        let unmatched = conn.is_none();
+        self.conn = conn;
+        if !self.machine.wants_acks() {
+            // Nothing waits yet: the duplicate is taken again when frames do.
+            if let Some(conn) = &mut self.conn {
+                conn.release();
+            }
+        }
+        if unmatched {
+            self.machine
+                .handle_input(now, Input::AcksUnavailable { generation });
+            self.carry_out(now);
+        }
+    }
+
+    /// Reads how many bytes the peer acknowledged, while frames wait for it.
+    pub(super) fn read_acks(&mut self, now: Instant) {
+        if !self.machine.wants_acks() {
+            // Nothing waits (a write of control bytes only): no duplicate descriptor is kept.
+            if let Some(conn) = &mut self.conn {
+                conn.release();
+            }
+            return;
+        }
+        let Some((_, generation)) = self.rid else {
+            return;
+        };
+        let bytes = self.conn.as_mut().and_then(ffi::TcpConn::bytes_acked);
+        self.machine
+            .handle_input(now, Input::Acked { generation, bytes });
+        self.carry_out(now);
+        if !self.machine.wants_acks() {
+            // Nothing waits: the duplicate descriptor is closed until frames wait again.
+            if let Some(conn) = &mut self.conn {
+                conn.release();
+            }
+        }
+    }
+
+    /// The connection dropped: one last reading (the descriptor is our own duplicate, still
+    /// open), so that only frames the peer really did not acknowledge are resent or reported;
+    /// then the duplicate is closed.
+    fn last_acks(&mut self, now: Instant) {
+        self.read_acks(now);
+        self.conn = None;
+    }
+
+    /// Reads up to the budget; returns true when the budget ran out before the input did.
+    pub(super) fn read_socket(&mut self, now: Instant) -> bool {
+        for _ in 0..READ_BUDGET {
+            let rid = match self.socket.recv_msg(zmq::DONTWAIT) {
+                Ok(m) => m,
+                Err(zmq::Error::EAGAIN) => return false,
+                Err(e) => {
+                    log::error!("relink[{}]: zmq recv failed: {e}", self.machine.name());
+                    return false;
+                }
+            };
+            if !self.socket.get_rcvmore().unwrap_or(false) {
+                continue;
+            }
+            let data = match self.socket.recv_msg(0) {
+                Ok(m) => m,
+                Err(e) => {
+                    log::error!("relink[{}]: zmq recv failed: {e}", self.machine.name());
+                    return false;
+                }
+            };
+            let learn = self.immediate
+                && !self.connected
+                && data.is_empty()
+                && self.learnt_rid.as_deref() != Some(&rid[..]);
+            let generation = match &mut self.rid {
+                Some((r, g)) if r.as_slice() == &rid[..] => *g,
+                Some((r, g)) if learn => {
+                    *r = rid.to_vec();
+                    self.learnt_rid = Some(rid.to_vec());
+                    *g
+                }
+                _ => {
+                    log::trace!(
+                        "relink[{}]: {} bytes from a stale connection dropped",
+                        self.machine.name(),
+                        data.len()
+                    );
+                    continue;
+                }
+            };
+            if data.is_empty() {
+                // STREAM_NOTIFY: an empty frame toggles between connected and disconnected.
+                self.connected = !self.connected;
+                let input = if self.connected {
+                    Input::Connected { generation }
+                } else {
+                    self.last_acks(now);
+                    Input::Disconnected { generation }
+                };
+                self.machine.handle_input(now, input);
+            } else {
+                self.machine.handle_data(now, generation, &data);
+            }
+            self.carry_out(now);
+            if self.sink.is_behind() {
+                return false;
+            }
+        }
+        true
+    }
+}
