@@ -1,4 +1,5 @@
-//! The builder, every setting with its default, and the checks `build()` makes.
+//! The builder and every setting with its default; the checks `build()` makes are in
+//! `check.rs`.
 //!
 //! `build()` itself lives with the handle it builds, in `link.rs`. The checked [`Config`] is
 //! split there: the core gets its [`Settings`], the IO thread its socket options.
@@ -7,16 +8,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::core::backoff::{BackoffConfig, Jitter};
-use crate::core::endpoint::{Endpoint, Host};
 use crate::core::framing::{BoxedFraming, Framing, Raw};
-use crate::core::heartbeat::{Heartbeat, Ping};
+use crate::core::heartbeat::Heartbeat;
 use crate::core::requests::{Correlation, RequestSettings};
 use crate::core::settings::{ProofOfLife, Settings};
-use crate::core::tls::TlsSettings;
 use crate::core::window::Redelivery;
-use crate::error::ConfigError;
 use crate::io::{Context, IoPool, Keepalive, Resolver, SocketOptions};
 use crate::tls::Tls;
+
+mod check;
 
 /// All defaults, in one place.
 pub mod defaults {
@@ -870,217 +870,6 @@ impl Builder {
         self.config.core.config_retry = Some(wait);
         self
     }
-
-    pub(crate) fn validate(self) -> Result<(Config, Context, IoPool), ConfigError> {
-        let context = self.context.clone();
-        let pool = self.io_pool.clone();
-        let config = self.into_config()?;
-        let context = match context {
-            Some(ctx) => ctx,
-            None => Context::global()?,
-        };
-        let pool = match pool {
-            Some(pool) => pool,
-            None => IoPool::global()?,
-        };
-        Ok((config, context, pool))
-    }
-
-    /// Checks every setting; no libzmq object is made.
-    pub(crate) fn into_config(self) -> Result<Config, ConfigError> {
-        let mut c = self.config;
-        if self.endpoints.is_empty() {
-            return Err(ConfigError::NoEndpoint);
-        }
-        c.core.endpoints = self
-            .endpoints
-            .iter()
-            .map(|e| Endpoint::parse(e))
-            .collect::<Result<_, _>>()?;
-        c.core.name = Arc::from(self.name.as_deref().unwrap_or(&self.endpoints[0]));
-        let b = &c.core.backoff;
-        positive("backoff base", b.base)?;
-        if b.max < b.base {
-            return Err(ConfigError::MaxBelowBase {
-                base: b.base,
-                max: b.max,
-            });
-        }
-        if b.floor > b.max {
-            return Err(ConfigError::FloorAboveMax {
-                floor: b.floor,
-                max: b.max,
-            });
-        }
-        if !(b.factor.is_finite() && b.factor >= 1.0) {
-            return Err(ConfigError::BadFactor(b.factor));
-        }
-        if let Jitter::Proportional(x) = b.jitter {
-            if !(x.is_finite() && x > 0.0 && x <= 1.0) {
-                return Err(ConfigError::JitterOutOfRange(x));
-            }
-        }
-        if c.core.max_attempts == Some(0) {
-            return Err(ConfigError::ZeroLimit {
-                name: "max_attempts",
-            });
-        }
-        positive("cooldown", c.core.cooldown)?;
-        if let Some(d) = c.core.config_retry {
-            positive("config_failure_retry", d)?;
-        }
-        let s = &c.socket;
-        positive("connect_timeout", s.connect_timeout)?;
-        positive("reconnect_ivl", s.reconnect_ivl)?;
-        positive("linger", s.linger)?;
-        for (name, d) in [
-            ("connect_timeout", s.connect_timeout),
-            ("reconnect_ivl", s.reconnect_ivl),
-            ("reconnect_ivl_max", s.reconnect_ivl_max),
-            ("linger", s.linger),
-        ] {
-            fits_zmq_ms(name, d)?;
-        }
-        if s.reconnect_ivl_max > Duration::ZERO && s.reconnect_ivl_max < s.reconnect_ivl {
-            return Err(ConfigError::MaxBelowBase {
-                base: s.reconnect_ivl,
-                max: s.reconnect_ivl_max,
-            });
-        }
-        if s.sndhwm <= 0 {
-            return Err(ConfigError::ZeroLimit { name: "sndhwm" });
-        }
-        if s.rcvhwm <= 0 {
-            return Err(ConfigError::ZeroLimit { name: "rcvhwm" });
-        }
-        if let Some(k) = s.keepalive {
-            positive("keepalive idle", k.idle)?;
-            positive("keepalive interval", k.interval)?;
-            if k.count == 0 {
-                return Err(ConfigError::ZeroLimit {
-                    name: "keepalive count",
-                });
-            }
-            for (name, d) in [
-                ("keepalive idle", k.idle),
-                ("keepalive interval", k.interval),
-            ] {
-                if d.as_secs() as u128 > MAX_ZMQ_MS / 1000 {
-                    return Err(ConfigError::TooLarge {
-                        name,
-                        value: d.as_secs() as u128,
-                        max: MAX_ZMQ_MS / 1000,
-                    });
-                }
-            }
-            if k.count > i32::MAX as u32 {
-                return Err(ConfigError::TooLarge {
-                    name: "keepalive count",
-                    value: k.count as u128,
-                    max: i32::MAX as u128,
-                });
-            }
-        }
-        if let Some(d) = s.tcp_maxrt {
-            positive("tcp_maxrt", d)?;
-            fits_zmq_ms("tcp_maxrt", d)?;
-        }
-        let framing = &c.core.framing;
-        let needs_framing = |what| ConfigError::ReplyNeedsFraming {
-            what,
-            framing: framing.name().to_string(),
-        };
-        if let ProofOfLife::Handshake { hello, timeout, .. } = &c.core.proof {
-            positive("handshake timeout", *timeout)?;
-            if hello.is_empty() {
-                return Err(ConfigError::EmptyHandshake);
-            }
-            if !framing.delimits_frames() {
-                return Err(needs_framing("handshake"));
-            }
-            for h in hello {
-                framing
-                    .check(h)
-                    .map_err(|source| ConfigError::Unencodable {
-                        what: "hello frame",
-                        source,
-                    })?;
-            }
-        }
-        if let Some(hb) = &c.core.heartbeat {
-            positive("heartbeat interval", hb.interval)?;
-            if hb.reply.is_some() && !framing.delimits_frames() {
-                return Err(needs_framing("heartbeat reply"));
-            }
-            match &hb.ping {
-                Ping::Raw(p) if p.is_empty() => return Err(ConfigError::EmptyPing),
-                Ping::Raw(_) => {}
-                Ping::Frame(p) => framing
-                    .check(p)
-                    .map_err(|source| ConfigError::Unencodable {
-                        what: "heartbeat ping",
-                        source,
-                    })?,
-            }
-        }
-        if c.core.outbox_frames == 0 {
-            return Err(ConfigError::ZeroLimit {
-                name: "outbox frames",
-            });
-        }
-        if c.core.outbox_bytes == 0 {
-            return Err(ConfigError::ZeroLimit {
-                name: "outbox bytes",
-            });
-        }
-        if let Overflow::Block(d) = c.overflow {
-            positive("overflow block timeout", d)?;
-        }
-        if let Some(ttl) = c.frame_ttl {
-            positive("frame_ttl", ttl)?;
-        }
-        if c.events_capacity == 0 {
-            return Err(ConfigError::ZeroLimit {
-                name: "events_capacity",
-            });
-        }
-        positive("close_timeout", c.close_timeout)?;
-        positive("slow_callback", c.core.slow_callback)?;
-        positive("dns_refresh", c.core.dns_refresh)?;
-        if c.core.batch_bytes == 0 {
-            return Err(ConfigError::ZeroLimit {
-                name: "batch_bytes",
-            });
-        }
-        // The core's dial bounds, computed once. libzmq's own redial waits up to two reconnect
-        // intervals before dialling again.
-        c.core.connect_timeout = c.socket.connect_timeout;
-        c.core.dial_bound = c.socket.connect_timeout + c.socket.reconnect_ivl * 2;
-        if let Some(tls) = &self.tls {
-            positive("tls handshake timeout", tls.handshake_bound())?;
-            // One rustls configuration for the link (every PEM read and checked here); one
-            // server name per endpoint.
-            let (config, source) = tls.credentials(&c.core.name)?;
-            let sessions = c
-                .core
-                .endpoints
-                .iter()
-                .map(|e| match &e.host {
-                    Host::Ip(ip) => tls.settings(config.clone(), &ip.to_string(), true),
-                    Host::Name(name) => tls.settings(config.clone(), name, false),
-                })
-                .map(|s| {
-                    s.map(|s| TlsSettings {
-                        source: source.clone(),
-                        ..s
-                    })
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            c.core.tls = Some(sessions);
-        }
-        check_requests(&mut c)?;
-        Ok(c)
-    }
 }
 
 /// Request and reply settings ([`Link::request`](crate::Link::request)).
@@ -1130,42 +919,5 @@ impl Builder {
     pub fn request_redelivery(mut self, policy: Redelivery) -> Builder {
         self.config.core.requests.redelivery = policy;
         self
-    }
-}
-
-fn check_requests(c: &mut Config) -> Result<(), ConfigError> {
-    let r = &mut c.core.requests;
-    r.overflow = c.overflow;
-    positive("request_timeout", r.timeout)?;
-    if r.max_frames == 0 {
-        return Err(ConfigError::ZeroLimit {
-            name: "request window",
-        });
-    }
-    if r.max_bytes == 0 {
-        return Err(ConfigError::ZeroLimit {
-            name: "request window bytes",
-        });
-    }
-    Ok(())
-}
-
-fn positive(name: &'static str, d: Duration) -> Result<(), ConfigError> {
-    if d.is_zero() {
-        Err(ConfigError::ZeroDuration { name })
-    } else {
-        Ok(())
-    }
-}
-
-fn fits_zmq_ms(name: &'static str, d: Duration) -> Result<(), ConfigError> {
-    if d.as_millis() > MAX_ZMQ_MS {
-        Err(ConfigError::TooLarge {
-            name,
-            value: d.as_millis(),
-            max: MAX_ZMQ_MS,
-        })
-    } else {
-        Ok(())
     }
 }

@@ -268,9 +268,10 @@
 //! `core`, and nothing in `core` names the IO side:
 //! ```text
 //! src/lib.rs       crate docs and re-exports
-//! src/link.rs      the handle (Link) and Builder::build
+//! src/link.rs      the handle (Link) and Builder::build; link/send.rs its send path
 //! src/events.rs    the receiving end of a link's events (Events)
-//! src/builder.rs   the builder, its defaults and checks; the core's settings kept apart
+//! src/builder.rs   the builder and its defaults (builder/check.rs: the checks of build());
+//!                  the core's settings kept apart
 //! src/event.rs, error.rs, metrics.rs   plain data every layer uses; they import no layer
 //!                  (error.rs is public as `relink::error`)
 //! src/view.rs, export.rs   a pool's view and its `metrics` export, public in `relink::pool`

@@ -280,7 +280,13 @@ mod tests {
         let t = Instant::now();
         let mut w = Window::new();
         w.wrote(t, 10);
-        w.push_run(Bytes::from_static(b"aaaabbbbbb"), 0, [(4, 4), (10, 10)], t, None);
+        w.push_run(
+            Bytes::from_static(b"aaaabbbbbb"),
+            0,
+            [(4, 4), (10, 10)],
+            t,
+            None,
+        );
         let mut got = Vec::new();
         assert!(w.acked(t, 9, |len| got.push(len)));
         assert_eq!(got, [4]);
@@ -349,7 +355,11 @@ mod tests {
                 },
             ]
         );
-        assert_eq!(back[0].frame.as_ptr(), data[3..].as_ptr(), "a slice, not a copy");
+        assert_eq!(
+            back[0].frame.as_ptr(),
+            data[3..].as_ptr(),
+            "a slice, not a copy"
+        );
         assert!(w.is_empty());
         assert_eq!(w.oldest(), None);
     }

@@ -224,10 +224,7 @@ impl Machine {
             return;
         };
         let c = &mut self.c;
-        if !self
-            .window
-            .acked(now, bytes, |len| c.confirmed(len))
-        {
+        if !self.window.acked(now, bytes, |len| c.confirmed(len)) {
             log::debug!("relink: an acknowledged count that cannot be this connection's ignored");
         }
         self.check_flushed(now);
