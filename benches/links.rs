@@ -66,9 +66,9 @@ fn main() {
     let redis = support::redis::RedisServer::start();
     let child_peer;
     let (endpoint, peer_name) = match &redis {
-        Ok(r) => (r.endpoint(), "redis-server"),
-        Err(why) => {
-            eprintln!("links: {why}; using the echo peer");
+        Some(r) => (r.endpoint(), "redis-server"),
+        None => {
+            eprintln!("links: redis-server not on PATH; using the echo peer");
             child_peer = support::peer::ChildPeer::start();
             (child_peer.endpoint(), "echo peer")
         }

@@ -1,7 +1,8 @@
 //! What the measurement programs in `benches/` share: the peer they measure against
-//! ([`peer`]), the network namespaces and the `redis-server` child of the `detect` program
-//! ([`netns`], [`redis`]; `netns` and its child processes ([`proc`]) are the test kit's own
-//! files, `tests/util/netns.rs` and `tests/util/proc.rs`, included here), TLS settings and a PKI for TLS sinks ([`tls`]), the tokio client
+//! ([`peer`]), the network namespaces and a `redis-server` child ([`netns`], [`redis`];
+//! they, the child processes ([`proc`]) and bounded waits ([`wait`]) are the test kit's own
+//! files from `tests/util/`, included here), TLS settings and a PKI for TLS sinks ([`tls`]),
+//! the tokio client
 //! they compare against ([`tokio_client`]), and a few small helpers: waiting for a link's
 //! state, reading this process's memory and CPU use, and the command line.
 //!
@@ -14,8 +15,11 @@ pub mod netns;
 pub mod peer;
 #[path = "../../tests/util/proc.rs"]
 pub mod proc;
+#[path = "../../tests/util/redis.rs"]
 pub mod redis;
 pub mod tls;
+#[path = "../../tests/util/wait.rs"]
+pub mod wait;
 pub mod tokio_client;
 
 use std::net::TcpListener;
@@ -53,6 +57,16 @@ pub fn arg(name: &str) -> Option<String> {
 pub fn flag(name: &str) -> bool {
     let flag = format!("--{name}");
     std::env::args().skip(1).any(|a| a == flag)
+}
+
+/// What the test kit's `redis` module takes from its `peers` module.
+pub mod peers {
+    pub use super::free_port;
+
+    /// `tcp://127.0.0.1:PORT`
+    pub fn endpoint_for(port: u16) -> String {
+        format!("tcp://127.0.0.1:{port}")
+    }
 }
 
 /// A port on 127.0.0.1 that nothing listens on (bound, then released): dials to it are
@@ -113,19 +127,6 @@ pub fn cpu_time() -> Duration {
     };
     let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
     tv(usage.ru_utime) + tv(usage.ru_stime)
-}
-
-/// The first executable file called `name` on PATH.
-pub fn find_on_path(name: &str) -> Option<std::path::PathBuf> {
-    use std::os::unix::fs::PermissionsExt;
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(name))
-        .find(|p| {
-            std::fs::metadata(p)
-                .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-                .unwrap_or(false)
-        })
 }
 
 /// The median of `xs` (sorted in place); 0 for none.
