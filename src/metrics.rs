@@ -179,6 +179,10 @@ pub struct Metrics {
     /// Requests outstanding: queued, written and unanswered (those that timed out in order
     /// keep their place until their reply), or waiting for room in the window.
     pub requests_outstanding: u64,
+    /// Of those, requests handed to the socket and not yet answered: what a drop now would
+    /// fail to their callers ([`Redelivery::Report`](crate::Redelivery::Report)) or write
+    /// again ([`Resend`](crate::Redelivery::Resend)).
+    pub requests_written: u64,
     /// Late replies (to requests that had timed out) consumed and dropped.
     pub replies_late: u64,
     /// Calls into application code (framing, predicates, resolver) that took at least the
@@ -259,6 +263,7 @@ impl Metrics {
             requests_answered: 0,
             requests_failed: 0,
             requests_outstanding: 0,
+            requests_written: 0,
             replies_late: 0,
             slow_callbacks: 0,
             slowest_callback: None,

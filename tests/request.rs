@@ -285,6 +285,8 @@ trait Restart {
     fn builder(&self) -> relink::Builder;
     /// SIGKILL, then start again on the same port with the same data.
     fn restart(&mut self);
+    /// SIGSTOP: the server answers nothing until it is killed.
+    fn freeze(&self);
 }
 
 impl Restart for RedisServer {
@@ -293,6 +295,9 @@ impl Restart for RedisServer {
     }
     fn restart(&mut self) {
         RedisServer::restart(self)
+    }
+    fn freeze(&self) {
+        self.stop_signal()
     }
 }
 
@@ -308,6 +313,9 @@ impl Restart for TlsServer {
     fn restart(&mut self) {
         self.1.restart()
     }
+    fn freeze(&self) {
+        self.1.stop_signal()
+    }
 }
 
 fn tls_server() -> TlsServer {
@@ -317,8 +325,9 @@ fn tls_server() -> TlsServer {
 }
 
 /// The outcome of each of `n` pipelined `SET key:i i` against `server`, SIGKILLed and
-/// restarted twice on its way: right after the first quarter is submitted and right after the
-/// first three fifths are, so that the link has requests in flight at each kill.
+/// restarted twice on its way: after the first quarter is submitted and after the first three
+/// fifths are, each time frozen first (SIGSTOP) until the link has written requests it will
+/// not see answered, so that requests are in flight at each kill.
 ///
 /// The link's hello is a `PING` answered `+PONG`: a restarted redis-server accepts connections
 /// while it loads its append-only file and answers `-LOADING` until then, so requests (resent
@@ -346,9 +355,25 @@ fn sets_through_two_kills(
     let mut watch = Watch::new(&link);
     watch.until_state(State::Ready, T);
     let mut pending: Vec<Pending> = Vec::with_capacity(n);
-    for i in 0..n {
+    let mut i = 0;
+    while i < n {
         pending.push(link.request_nowait(format!("SET key:{i} {i}")));
-        if i + 1 == n / 4 || i + 1 == n * 3 / 5 {
+        i += 1;
+        if i == n / 4 || i == n * 3 / 5 {
+            // Frozen, the server answers nothing more: keep submitting until the link has
+            // written requests it will never see answered, then kill it under them.
+            server.freeze();
+            let written = wait_until(T, || {
+                if link.metrics().requests_written > 0 {
+                    return true;
+                }
+                if i < n {
+                    pending.push(link.request_nowait(format!("SET key:{i} {i}")));
+                    i += 1;
+                }
+                false
+            });
+            assert!(written, "no request written to the frozen server");
             server.restart();
             watch.until_state(State::Ready, T);
         }

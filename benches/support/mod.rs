@@ -18,9 +18,9 @@ pub mod proc;
 #[path = "../../tests/util/redis.rs"]
 pub mod redis;
 pub mod tls;
+pub mod tokio_client;
 #[path = "../../tests/util/wait.rs"]
 pub mod wait;
-pub mod tokio_client;
 
 use std::net::TcpListener;
 use std::time::{Duration, Instant};

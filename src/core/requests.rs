@@ -340,6 +340,11 @@ impl Requests {
     }
 
     /// Requests taken into the batch being written.
+    /// Requests handed to the socket and not yet answered.
+    pub(crate) fn written(&self) -> usize {
+        self.sent
+    }
+
     pub(crate) fn in_flight(&self) -> usize {
         self.in_flight
     }

@@ -48,6 +48,7 @@ impl Machine {
             requests_answered: self.requests.answered,
             requests_failed: self.requests.failed,
             requests_outstanding: self.requests.len() as u64,
+            requests_written: self.requests.written() as u64,
             replies_late: self.requests.late,
             slow_callbacks: self.c.slow_callbacks,
             slowest_callback: self.c.slowest_callback,

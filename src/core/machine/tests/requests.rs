@@ -37,6 +37,33 @@ fn a_reply_answers_its_request_and_is_not_delivered_as_an_event() {
 }
 
 #[test]
+fn a_request_counts_as_written_from_its_write_until_its_reply() {
+    let mut s = Sim::ready(lines());
+    s.request(1, b"GET a", SEC);
+    s.request(2, b"GET b", SEC);
+    let m = s.metrics();
+    assert_eq!(
+        (m.requests_outstanding, m.requests_written),
+        (2, 0),
+        "queued"
+    );
+    s.transmit();
+    let m = s.metrics();
+    assert_eq!(
+        (m.requests_outstanding, m.requests_written),
+        (2, 2),
+        "written"
+    );
+    s.data(b"value-a\n");
+    let m = s.metrics();
+    assert_eq!(
+        (m.requests_outstanding, m.requests_written),
+        (1, 1),
+        "one answered"
+    );
+}
+
+#[test]
 fn unsolicited_frames_between_replies_are_delivered_as_events() {
     let mut s = Sim::ready(lines().requests(Correlation::in_order_except(|f| f.starts_with(b">"))));
     s.request(1, b"one", SEC);
