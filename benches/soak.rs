@@ -120,7 +120,9 @@ fn main() {
     };
 
     let start = Instant::now();
-    let warm = Duration::from_secs(every.max(5));
+    // Memory and descriptors are sampled after a warm-up: a restart period, at least 5 s, and
+    // at most half the run (so a short run samples too).
+    let warm = Duration::from_secs(every.max(5)).min(Duration::from_secs(secs) / 2);
     let (mut rss_start, mut fd_start) = (0, 0);
     let (mut rss_max, mut fd_max) = (0, 0);
     let mut restarts = 0u64;
@@ -160,7 +162,11 @@ fn main() {
         && duplicates_or_reordered == 0
         && abandoned_seen.load(Ordering::Relaxed) == m.abandoned.total()
         && rss_growth < 32 * 1024
-        && fd_max <= fd_start + 2;
+        // Descriptors that come and go (4 at most in smoke runs): the sink's listener and
+        // connection replaced at a restart, libzmq's socket of the new connection before the
+        // old one is closed, the link's TCP_INFO duplicate while frames wait. A leak of one
+        // per restart grows past this slack within a long run.
+        && fd_max <= fd_start + 6;
     println!(
         "soak secs={secs} restarts={restarts} submitted={} sent={} peer_received={} abandoned={} \
          (expired={} overflow={} shutdown={}) rejected={} unaccounted={} \
