@@ -36,6 +36,10 @@ use crate::core::machine::Input;
 /// buffer (a copy would cost more than the handle).
 const COPY_MAX: usize = 1024;
 
+/// Times a sender that finds the intake locked gives its core away before it sleeps on the
+/// lock.
+const LOCK_YIELDS: usize = 16;
+
 /// How a blocked sender waits at most between two looks at the link, without a deadline.
 const WAIT_SLICE: Duration = Duration::from_millis(100);
 
@@ -135,6 +139,13 @@ impl Intake {
     }
 
     fn lock(&self) -> MutexGuard<'_, Queue> {
+        for _ in 0..LOCK_YIELDS {
+            match self.queue.try_lock() {
+                Ok(q) => return q,
+                Err(std::sync::TryLockError::Poisoned(e)) => return e.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => std::thread::yield_now(),
+            }
+        }
         self.queue.lock().unwrap_or_else(|e| e.into_inner())
     }
 
