@@ -14,10 +14,8 @@ use event_listener::EventListener;
 
 use crate::error::{RecvError, RecvTimeoutError, TryRecvError};
 use crate::event::Event;
+use crate::io::look::look;
 use crate::io::shared::Shared;
-
-/// How long a blocking receive looks for an event before it sleeps.
-const LOOK: Duration = Duration::from_micros(30);
 
 /// The receiving end of a link's events, with crossbeam-channel's words, and an async twin
 /// for any executor: [`recv_async`](Events::recv_async) and a
@@ -318,23 +316,9 @@ impl Events {
         self.rx.is_empty()
     }
 
-    /// Looks for an event for up to [`LOOK`] (or until `deadline`), giving the core away
-    /// between looks, before the caller sleeps: an event that comes within a round trip of
-    /// the link's socket is taken without the wake-up of a sleeping thread, which costs more
-    /// than the look on a machine whose cores are all busy.
+    /// Looks for an event for a little while before the caller sleeps (`io::look`).
     fn look(&self, deadline: Option<Instant>) -> Option<Event> {
-        if let Ok(ev) = self.rx.try_recv() {
-            return Some(ev);
-        }
-        let start = Instant::now();
-        let until = deadline.map_or(start + LOOK, |d| d.min(start + LOOK));
-        while Instant::now() < until {
-            std::thread::yield_now();
-            if let Ok(ev) = self.rx.try_recv() {
-                return Some(ev);
-            }
-        }
-        None
+        look(deadline, || self.rx.try_recv().ok())
     }
 
     fn took(&self, ev: Event) -> Event {

@@ -9,6 +9,7 @@ use std::task::{Context, Poll};
 
 use event_listener::{Event as Notify, EventListener, Listener};
 
+use super::look::look;
 use crate::core::requests::Outcome;
 use crate::error::RequestError;
 use crate::event::AbandonReason;
@@ -90,6 +91,10 @@ impl Answer {
 
     /// Blocks until the outcome comes (`None` if it was taken already).
     pub(crate) fn wait(&mut self) -> Option<Outcome> {
+        let filled = &self.cell.filled;
+        if look(None, || filled.load(Ordering::Acquire).then_some(())).is_some() {
+            return self.try_take();
+        }
         loop {
             if self.cell.filled.load(Ordering::Acquire) {
                 return self.try_take();

@@ -14,6 +14,7 @@
 //! - [`shared`]: the commands handles send and the state they share with the IO thread.
 //! - [`intake`]: where a link's frames wait for its IO thread, and their admission.
 //! - [`timer`]: the deadline of async waits, on any executor.
+//! - [`look`]: a blocking receive looks for what it waits for before its thread sleeps.
 //! - [`padded`]: a value on a cache line of its own.
 //! - [`resolver`]: the resolver thread pool (names never block an IO thread).
 //! - [`socket`]: the STREAM socket's options and the send of one batch.
@@ -27,6 +28,7 @@ mod context;
 mod ffi;
 pub(crate) mod ids;
 pub(crate) mod intake;
+pub(crate) mod look;
 mod padded;
 pub(crate) mod pool;
 mod resolver;
