@@ -37,7 +37,9 @@ impl fmt::Debug for Pending {
 
 impl Pending {
     /// Blocks until the reply or the request's end. Never waits forever: every request has a
-    /// deadline, and a link that stops ends its requests.
+    /// deadline, and a link that stops ends its requests. Like a blocking receive of events
+    /// ([`Events`](crate::Events)), it looks for the reply for up to 30 µs, yielding its core,
+    /// before its thread sleeps.
     ///
     /// # Errors
     /// Why the request got no reply; see [`RequestError`].
