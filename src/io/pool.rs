@@ -19,11 +19,11 @@ const VIEW_BOUND: Duration = Duration::from_secs(1);
 /// fewest links when it is built), together with the other links placed there. Cheap to
 /// clone; every clone names the same threads.
 ///
-/// By default a link runs on a thread of its own (a pool of one thread that exits with the
-/// link). Many links should share a pool, passed to
-/// [`Builder::io_pool`](crate::Builder::io_pool): [`IoPool::global`], one thread per core,
-/// lets a thousand links cost no thread of their own; a pool of your own keeps some links
-/// apart from the others (their own threads, their own budgets).
+/// By default a link runs on [`IoPool::global`], one thread per core shared by every link not
+/// given a pool, so a thousand links cost no thread of their own. A pool of your own, passed
+/// to [`Builder::io_pool`](crate::Builder::io_pool), keeps some links apart from the others
+/// (their own threads, their own budgets); `IoPool::new(1)` given to one link is a thread of
+/// its own, which exits with the link.
 ///
 /// The threads start with the pool. A thread with no link waits without using the CPU; once
 /// every clone of the pool is dropped, each thread exits when its last link is closed.
