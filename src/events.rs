@@ -316,9 +316,15 @@ impl Events {
         self.rx.is_empty()
     }
 
-    /// Looks for an event for a little while before the caller sleeps (`io::look`).
+    /// Looks for an event for a little while before the caller sleeps (`io::look`); stops
+    /// at once when the channel is closed, which the caller's receive then reports.
     fn look(&self, deadline: Option<Instant>) -> Option<Event> {
-        look(deadline, || self.rx.try_recv().ok())
+        look(deadline, || match self.rx.try_recv() {
+            Ok(ev) => Some(Some(ev)),
+            Err(channel::TryRecvError::Disconnected) => Some(None),
+            Err(channel::TryRecvError::Empty) => None,
+        })
+        .flatten()
     }
 
     fn took(&self, ev: Event) -> Event {

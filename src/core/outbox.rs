@@ -358,28 +358,23 @@ pub(crate) struct Written<'a> {
 }
 
 impl Written<'_> {
+    /// Where each frame lies in `data`, in order.
+    fn spans(&self) -> impl Iterator<Item = std::ops::Range<usize>> + '_ {
+        let mut at = self.start;
+        self.ends
+            .iter()
+            .map(move |&end| std::mem::replace(&mut at, end)..end)
+    }
+
     /// The length of each frame, in order.
     pub(crate) fn lens(&self) -> impl Iterator<Item = usize> + '_ {
-        let mut at = self.start;
-        self.ends.iter().map(move |&end| {
-            let len = end - at;
-            at = end;
-            len
-        })
+        self.spans().map(|span| span.len())
     }
 
     /// Each frame, a slice of the one buffer.
     #[cfg(test)]
     pub(crate) fn frames(&self) -> Vec<Bytes> {
-        let mut at = self.start;
-        self.ends
-            .iter()
-            .map(|&end| {
-                let f = self.data.slice(at..end);
-                at = end;
-                f
-            })
-            .collect()
+        self.spans().map(|span| self.data.slice(span)).collect()
     }
 }
 
