@@ -149,6 +149,16 @@ fn kill_scenario_with(b: Builder, peer: &SlowPeer, kill: Kill) -> Outcome {
     let m = link.close(Duration::from_secs(1));
     assert_eq!(m.unaccounted(), 0, "{m:?}");
     let reported = collector.join().unwrap();
+    // Confirmed means in the peer's kernel: let the peer read every connection to its end
+    // before counting what it read.
+    assert!(
+        wait_for(T, || {
+            let s = peer.seen();
+            (s.ended == s.read.len()).then_some(())
+        })
+        .is_some(),
+        "the peer reads its connections to their end"
+    );
     let seen: SlowSeen = peer.seen();
     let first_bytes = &seen.read[0];
     let (first, rest) = decode_lines(first_bytes);

@@ -36,6 +36,8 @@ pub struct SlowSeen {
     pub killed: bool,
     /// Whether the listener is open (it closes at a `kill_and_close`).
     pub listening: bool,
+    /// Connections whose reading ended (killed, or read to their end).
+    pub ended: usize,
 }
 
 /// See the module docs.
@@ -265,6 +267,7 @@ fn serve(
             }
         }
         let _ = conn.sock.flush();
+        seen.lock().unwrap().ended += 1;
     }
 }
 
