@@ -238,6 +238,26 @@ impl NetnsPair {
         echo
     }
 
+    /// `ss` inside namespace `ns`: the established TCP connections on local port `port`, one
+    /// line each, receive queue first.
+    pub fn ss(&self, ns: &str, port: u16) -> String {
+        let filter = format!("( sport = :{port} )");
+        run(
+            "ip",
+            &[
+                "netns",
+                "exec",
+                ns,
+                "ss",
+                "-tnH",
+                "state",
+                "established",
+                &filter,
+            ],
+        )
+        .unwrap_or_default()
+    }
+
     /// Waits (bounded) until something listens on TCP `port` in namespace `ns`.
     pub fn wait_listening(&self, ns: &str, port: u16, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
