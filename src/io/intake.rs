@@ -36,6 +36,10 @@ use crate::core::machine::Input;
 /// buffer (a copy would cost more than the handle).
 const COPY_MAX: usize = 1024;
 
+/// The largest intake buffer the IO thread makes ahead of the frames (bytes; see
+/// [`Intake::take`]).
+const SPARE_MAX: usize = 256 * 1024;
+
 /// Times a sender that finds the intake locked gives its core away before it sleeps on the
 /// lock.
 const LOCK_YIELDS: usize = 16;
@@ -59,6 +63,9 @@ pub(crate) struct Intake {
     room_freed: Notify,
     /// Frames refused at the call.
     rejected: AtomicU64,
+    /// The size of the last take (bytes copied, frames copied, entries), written by the IO
+    /// thread alone: the next intake buffer is made that large (see [`Intake::take`]).
+    last_take: Padded<[AtomicUsize; 3]>,
     max_frames: usize,
     max_bytes: usize,
 }
@@ -133,6 +140,7 @@ impl Intake {
             waiters: Padded(AtomicUsize::new(0)),
             room_freed: Notify::new(),
             rejected: AtomicU64::new(0),
+            last_take: Padded(Default::default()),
             max_frames,
             max_bytes,
         }
@@ -346,11 +354,27 @@ impl Intake {
     }
 
     /// Takes every frame queued (for the IO thread); the next frame tells it again.
+    ///
+    /// The buffers the producers copy into next are made here, by the IO thread, as large as
+    /// the take before this one (up to [`SPARE_MAX`] bytes): a producer then copies without growing them,
+    /// and every intake buffer is allocated and freed on the IO thread. A buffer a producer
+    /// allocates and the IO thread frees takes the allocator's lock of the producer's arena
+    /// on each free, which the producer waits for on its next allocation.
     pub(crate) fn take(&self) -> Taken {
-        let mut spare = Taken::default();
-        let mut q = self.lock();
-        q.told = false;
-        std::mem::swap(&mut q.frames, &mut spare);
+        let [bytes, frames, entries] = &self.last_take.0;
+        let mut spare = Taken::with_capacity(
+            bytes.load(Ordering::Relaxed),
+            frames.load(Ordering::Relaxed),
+            entries.load(Ordering::Relaxed),
+        );
+        {
+            let mut q = self.lock();
+            q.told = false;
+            std::mem::swap(&mut q.frames, &mut spare);
+        }
+        bytes.store(spare.data.len().min(SPARE_MAX), Ordering::Relaxed);
+        frames.store(spare.ends.len().min(SPARE_MAX / 64), Ordering::Relaxed);
+        entries.store(spare.entries.len().min(SPARE_MAX / 1024), Ordering::Relaxed);
         spare
     }
 
@@ -386,6 +410,14 @@ impl Queue {
 }
 
 impl Taken {
+    fn with_capacity(bytes: usize, frames: usize, entries: usize) -> Taken {
+        Taken {
+            data: BytesMut::with_capacity(bytes),
+            ends: Vec::with_capacity(frames),
+            entries: Vec::with_capacity(entries),
+        }
+    }
+
     fn push(&mut self, frame: Bytes, deadline: Option<Instant>) {
         if frame.len() > COPY_MAX {
             self.entries.push(Entry::Whole { frame, deadline });
@@ -519,6 +551,39 @@ mod tests {
         let base = frames[0].as_ptr() as usize;
         let at: Vec<usize> = frames.iter().map(|f| f.as_ptr() as usize - base).collect();
         assert_eq!(at, [0, 2, 3], "three runs, one buffer");
+    }
+
+    #[test]
+    fn a_take_leaves_buffers_as_large_as_it_took_so_producers_copy_without_growing_them() {
+        let intake = Intake::new(10_000, 1 << 24);
+        let capacity = |intake: &Intake| {
+            let q = intake.lock();
+            (q.frames.data.capacity(), q.frames.ends.capacity())
+        };
+        // The buffers made at a take are as large as the take before it: steady traffic.
+        for _ in 0..2 {
+            for _ in 0..1000 {
+                let _ = intake.offer(Bytes::from_static(&[1; 64]), None, false);
+            }
+            let _ = intake.take();
+        }
+        let (bytes, frames) = capacity(&intake);
+        assert!(
+            bytes >= 64_000 && frames >= 1000,
+            "{bytes} B, {frames} frames"
+        );
+        // An idle link's intake shrinks back: a take of nothing leaves nothing made.
+        let _ = intake.take();
+        let _ = intake.take();
+        assert_eq!(capacity(&intake), (0, 0));
+        // Never larger than SPARE_MAX, however large the take.
+        for _ in 0..2 {
+            for _ in 0..1000 {
+                let _ = intake.offer(Bytes::from_static(&[1; 1000]), None, false);
+            }
+            let _ = intake.take();
+        }
+        assert_eq!(capacity(&intake).0, SPARE_MAX);
     }
 
     #[test]
