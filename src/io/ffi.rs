@@ -1,8 +1,10 @@
-//! The only `unsafe` code of the crate: the libzmq calls rust-zmq 0.9 does not wrap, libc's
+//! The only `unsafe` code of the crate: the libzmq calls rust-zmq 0.9 does not wrap (among
+//! them a send whose buffer comes back to relink when libzmq frees it), libc's
 //! `srand`, the eventfd that wakes an IO thread and the epoll set it waits on.
 //!
 //! Each block says why it is sound. Nothing here holds policy; the IO module decides what to call.
 
+use std::mem::{ManuallyDrop, MaybeUninit};
 use std::os::raw::{c_int, c_void};
 use std::sync::Once;
 
@@ -419,4 +421,51 @@ fn sock_addr(fd: c_int, call: AddrCall) -> Option<std::net::SocketAddr> {
         }
         _ => None,
     }
+}
+
+/// Sends `data` as one zmq message without a copy, as rust-zmq's `send(Vec<u8>)` does, except
+/// that the buffer goes to [`super::buffers::give_back`] when libzmq frees the message: on
+/// libzmq's IO thread once written, or here when the send fails.
+pub(super) fn send_owned(socket: &mut zmq::Socket, data: Vec<u8>, flags: c_int) -> zmq::Result<()> {
+    let mut data = ManuallyDrop::new(data);
+    let (ptr, len, cap) = (data.as_mut_ptr(), data.len(), data.capacity());
+    let mut msg = MaybeUninit::<zmq_sys::zmq_msg_t>::uninit();
+    // SAFETY: `msg` is storage for a message that zmq_msg_init_data initialises; the buffer is
+    // `len` initialised bytes of a `Vec` given up above, and the free function rebuilds that
+    // `Vec` from the pointer and the capacity passed as the hint, once (zmq_msg_init_data(3)).
+    let rc = unsafe {
+        zmq_sys::zmq_msg_init_data(
+            msg.as_mut_ptr(),
+            ptr.cast::<c_void>(),
+            len,
+            Some(free_owned),
+            cap as *mut c_void,
+        )
+    };
+    if rc == -1 {
+        let e = last_error();
+        // SAFETY: the message was not made, so the buffer is still this function's own.
+        drop(unsafe { Vec::from_raw_parts(ptr, len, cap) });
+        return Err(e);
+    }
+    // SAFETY: `msg` was initialised above and the socket pointer is a live socket that only
+    // this thread uses; on success libzmq owns the message (zmq_msg_send(3)).
+    let rc = unsafe { zmq_sys::zmq_msg_send(msg.as_mut_ptr(), socket.as_mut_ptr(), flags) };
+    if rc == -1 {
+        let e = last_error();
+        // SAFETY: a message that was not sent is still ours to close; closing it frees the
+        // buffer through `free_owned`.
+        unsafe { zmq_sys::zmq_msg_close(msg.as_mut_ptr()) };
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// libzmq's free function for the messages of [`send_owned`]: the hint is the capacity.
+unsafe extern "C" fn free_owned(data: *mut c_void, hint: *mut c_void) {
+    // SAFETY: `data` and the capacity in `hint` are those of the `Vec<u8>` that `send_owned`
+    // gave up, and libzmq calls this once per message; the bytes need no drop, so its length
+    // is 0.
+    let buf = unsafe { Vec::from_raw_parts(data.cast::<u8>(), 0, hint as usize) };
+    super::buffers::give_back(buf);
 }

@@ -355,8 +355,8 @@ impl Intake {
 
     /// Takes every frame queued (for the IO thread); the next frame tells it again.
     ///
-    /// The buffers the producers copy into next are made here, by the IO thread, as large as
-    /// the take before this one (up to [`SPARE_MAX`] bytes): a producer then copies without growing them,
+    /// The buffers the producers copy into next are made here, by the IO thread, twice as large
+    /// as the take before this one (up to [`SPARE_MAX`] bytes): a producer then copies without growing them,
     /// and every intake buffer is allocated and freed on the IO thread. A buffer a producer
     /// allocates and the IO thread frees takes the allocator's lock of the producer's arena
     /// on each free, which the producer waits for on its next allocation.
@@ -372,9 +372,14 @@ impl Intake {
             q.told = false;
             std::mem::swap(&mut q.frames, &mut spare);
         }
-        bytes.store(spare.data.len().min(SPARE_MAX), Ordering::Relaxed);
-        frames.store(spare.ends.len().min(SPARE_MAX / 64), Ordering::Relaxed);
-        entries.store(spare.entries.len().min(SPARE_MAX / 1024), Ordering::Relaxed);
+        // Twice the take: the next may be larger (the IO thread took less often).
+        let ahead = |n: usize, max: usize| n.saturating_mul(2).min(max);
+        bytes.store(ahead(spare.data.len(), SPARE_MAX), Ordering::Relaxed);
+        frames.store(ahead(spare.ends.len(), SPARE_MAX / 64), Ordering::Relaxed);
+        entries.store(
+            ahead(spare.entries.len(), SPARE_MAX / 1024),
+            Ordering::Relaxed,
+        );
         spare
     }
 
@@ -560,7 +565,7 @@ mod tests {
             let q = intake.lock();
             (q.frames.data.capacity(), q.frames.ends.capacity())
         };
-        // The buffers made at a take are as large as the take before it: steady traffic.
+        // The buffers made at a take are twice as large as the take before it.
         for _ in 0..2 {
             for _ in 0..1000 {
                 let _ = intake.offer(Bytes::from_static(&[1; 64]), None, false);

@@ -18,11 +18,13 @@
 //! - [`padded`]: a value on a cache line of its own.
 //! - [`resolver`]: the resolver thread pool (names never block an IO thread).
 //! - [`socket`]: the STREAM socket's options and the send of one batch.
+//! - [`buffers`]: batch buffers used again once libzmq is done with them.
 //! - [`stopwatch`]: the clock around calls into application code.
 //! - [`context`]: the libzmq context that links share.
 //! - [`ffi`]: the raw libzmq and libc calls, the crate's only `unsafe` code.
 
 pub(crate) mod answer;
+mod buffers;
 mod context;
 #[allow(unsafe_code)]
 mod ffi;

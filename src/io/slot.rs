@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Sender;
 
 use super::answer::Promise;
+use super::buffers;
 use super::context::Context;
 use super::ffi;
 use super::ids::ById;
@@ -176,9 +177,7 @@ impl Slot {
             .saturating_mul(4)
             .max(4096)
             .saturating_add(settings.outbox_frames);
-        // Room for a batch's TLS records too (about 22 bytes per 16 KiB record).
-        let batch_cap =
-            settings.batch_bytes.min(1 << 20) + 64 + settings.batch_bytes.min(1 << 20) / 256;
+        let batch_cap = buffers::capacity(settings.batch_bytes);
         let mut machine = Machine::new(settings, seed, Instant::now());
         machine.set_stopwatch(Box::new(CallClock));
         let stop = shared.clone();
@@ -323,7 +322,7 @@ impl Slot {
                 Action::Connect { generation, addr } => self.connect(now, generation, addr),
                 Action::Send(mut bytes) => {
                     if let Some((rid, _)) = &self.rid {
-                        let _ = send_batch(&self.socket, rid, &mut bytes);
+                        let _ = send_batch(&mut self.socket, rid, &mut bytes);
                     }
                 }
                 Action::Disconnect => {
@@ -436,15 +435,15 @@ impl Slot {
                 None => TxResult::Unreachable,
                 Some((rid, _)) => {
                     // The batch moves into the zmq message without a copy; the next one
-                    // starts with room for a whole batch (the thread's one buffer: an idle
-                    // link holds none).
-                    let mut data = std::mem::replace(buf, Vec::with_capacity(self.batch_cap));
+                    // starts with room for a whole batch, in a buffer libzmq gave back if
+                    // there is one (the thread's one buffer: an idle link holds none).
+                    let mut data = std::mem::replace(buf, buffers::take(self.batch_cap));
                     // Frames will wait for acknowledgement: the duplicate descriptor is open
                     // before libzmq can write them, so a drop still gets its last reading.
                     if let Some(conn) = &mut self.conn {
                         conn.hold();
                     }
-                    let result = send_batch(&self.socket, rid, &mut data);
+                    let result = send_batch(&mut self.socket, rid, &mut data);
                     if !data.is_empty() {
                         self.machine.transmit_unsent(data);
                     }

@@ -77,7 +77,7 @@ pub(crate) struct SocketOptions {
 /// Sends `[rid, data]` without waiting. The data is taken when it is sent; when the socket
 /// refuses the message at its routing id (EAGAIN, EHOSTUNREACH) `data` is left as it was, so
 /// that bytes which cannot be made again (TLS records) can be offered again.
-pub(super) fn send_batch(socket: &zmq::Socket, rid: &[u8], data: &mut Vec<u8>) -> TxResult {
+pub(super) fn send_batch(socket: &mut zmq::Socket, rid: &[u8], data: &mut Vec<u8>) -> TxResult {
     let classify = |e: zmq::Error| match e {
         zmq::Error::EAGAIN => TxResult::WouldBlock,
         zmq::Error::EHOSTUNREACH => TxResult::Unreachable,
@@ -92,7 +92,8 @@ pub(super) fn send_batch(socket: &zmq::Socket, rid: &[u8], data: &mut Vec<u8>) -
     }
     // Once the routing id is queued the data frame goes with it (libzmq checks the
     // high-water mark on a message's first frame); if it fails all the same, it is lost.
-    match socket.send(std::mem::take(data), zmq::DONTWAIT) {
+    // Without a copy; the buffer comes back for a next batch when libzmq is done with it.
+    match super::ffi::send_owned(socket, std::mem::take(data), zmq::DONTWAIT) {
         Ok(()) => TxResult::Sent,
         Err(e) => classify(e),
     }
