@@ -305,8 +305,9 @@ struct Bounds {
     unacked: u64,
 }
 
-/// Encodes queued frames into `buf` within `bounds`, noting where each ends in `ends`. Each
-/// call into the framing is guarded.
+/// Encodes queued frames into `buf` within `bounds`, noting where each ends in `ends`. The
+/// calls into the framing are guarded together, once per batch: a panic ends the batch where
+/// it happened, with the frames refused before it kept in `refused`.
 fn fill_batch(
     outbox: &mut Outbox,
     framing: &mut BoxedFraming,
@@ -315,38 +316,37 @@ fn fill_batch(
     bounds: Bounds,
     ends: &mut Vec<usize>,
 ) -> Filled {
-    let mut filled = Filled::default();
-    while let Some(frame) = outbox.next_unsent() {
-        if !buf.is_empty() && buf.len().saturating_add(frame.len()) > bounds.limit {
-            break;
-        }
-        let unacked = bounds.unacked + buf.len() as u64;
-        if unacked > 0 && unacked >= bounds.window {
-            break;
-        }
-        let mark = buf.len();
-        match guarded(Callback::Encode, || framing.encode(frame, buf)) {
-            Ok(Ok(())) => {
-                outbox.advance();
-                ends.push(buf.len());
-            }
-            Ok(Err(e)) => {
-                buf.truncate(mark);
-                if outbox.in_flight() > 0 {
-                    // The frames before it go first; it is then first in line.
-                    break;
-                }
-                // The framing accepted the frame at `send` and refuses it now.
-                log::debug!("relink[{name}]: the framing refused a queued frame: {e}");
-                filled
-                    .refused
-                    .push(outbox.pop_front().expect("front exists"));
-            }
-            Err(p) => {
-                filled.panicked = Some(p);
+    let mut refused = Vec::new();
+    let encoded = guarded(Callback::Encode, || {
+        while let Some(frame) = outbox.next_unsent() {
+            if !buf.is_empty() && buf.len().saturating_add(frame.len()) > bounds.limit {
                 break;
             }
+            let unacked = bounds.unacked + buf.len() as u64;
+            if unacked > 0 && unacked >= bounds.window {
+                break;
+            }
+            let mark = buf.len();
+            match framing.encode(frame, buf) {
+                Ok(()) => {
+                    outbox.advance();
+                    ends.push(buf.len());
+                }
+                Err(e) => {
+                    buf.truncate(mark);
+                    if outbox.in_flight() > 0 {
+                        // The frames before it go first; it is then first in line.
+                        break;
+                    }
+                    // The framing accepted the frame at `send` and refuses it now.
+                    log::debug!("relink[{name}]: the framing refused a queued frame: {e}");
+                    refused.push(outbox.pop_front().expect("front exists"));
+                }
+            }
         }
+    });
+    Filled {
+        refused,
+        panicked: encoded.err(),
     }
-    filled
 }

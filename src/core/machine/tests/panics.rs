@@ -202,3 +202,47 @@ fn a_resolver_panic_in_a_background_refresh_is_reported_and_the_connection_stays
     s.advance(10_000 * MS);
     assert_eq!(s.refreshes, [0, 0], "the next refresh is armed");
 }
+
+/// Lines, except that encoding the frame `boom` panics.
+#[derive(Clone)]
+struct PanicsOnBoom;
+
+impl crate::framing::Framing for PanicsOnBoom {
+    fn encode(&mut self, frame: &[u8], dst: &mut Vec<u8>) -> Result<(), crate::error::EncodeError> {
+        dst.extend_from_slice(frame);
+        if frame == b"boom" {
+            panic!("boom");
+        }
+        dst.push(b'\n');
+        Ok(())
+    }
+
+    fn decode(
+        &mut self,
+        src: &mut bytes::BytesMut,
+    ) -> Result<Option<bytes::Bytes>, crate::error::DecodeError> {
+        Ok(src
+            .iter()
+            .position(|&b| b == b'\n')
+            .map(|i| src.split_to(i + 1).freeze().slice(..i)))
+    }
+}
+
+#[test]
+fn a_framing_that_panics_mid_batch_writes_nothing_of_it_and_every_frame_stays_first_in_line() {
+    let mut s = Sim::ready(Sim::builder().framing(PanicsOnBoom));
+    for f in [&b"a"[..], b"b", b"boom", b"c"] {
+        s.submit(f);
+    }
+    s.transmit();
+    s.drain();
+    assert!(s.written.is_empty(), "nothing of the batch is written");
+    assert_eq!(
+        panic_errors(&s),
+        [(crate::error::Callback::Encode, Some("boom".into()))]
+    );
+    assert_eq!(s.last_transition().cause, Cause::CallbackPanic);
+    let m = s.metrics();
+    assert_eq!((m.frames_sent, m.outbox_frames), (0, 4), "all four wait");
+    assert!(s.abandoned().is_empty(), "none is lost");
+}
