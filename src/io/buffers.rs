@@ -35,31 +35,50 @@ pub(crate) const fn capacity(batch_bytes: usize) -> usize {
     b + 64 + b / 256
 }
 
-/// The buffers kept: a bounded channel, both ends.
-type Kept = (Sender<Vec<u8>>, Receiver<Vec<u8>>);
+/// Buffers kept for the next batches: a bounded channel, both ends.
+struct Kept {
+    tx: Sender<Vec<u8>>,
+    rx: Receiver<Vec<u8>>,
+}
 
+impl Kept {
+    fn new(max: usize) -> Kept {
+        let (tx, rx) = crossbeam_channel::bounded(max);
+        Kept { tx, rx }
+    }
+
+    fn take(&self, capacity: usize) -> Vec<u8> {
+        if capacity == CAPACITY {
+            if let Ok(buf) = self.rx.try_recv() {
+                return buf;
+            }
+        }
+        Vec::with_capacity(capacity)
+    }
+
+    fn give_back(&self, mut buf: Vec<u8>) {
+        if buf.capacity() == CAPACITY {
+            buf.clear();
+            let _ = self.tx.try_send(buf);
+        }
+    }
+}
+
+/// The process's buffers.
 fn kept() -> &'static Kept {
     static KEPT_BUFFERS: OnceLock<Kept> = OnceLock::new();
-    KEPT_BUFFERS.get_or_init(|| crossbeam_channel::bounded(KEPT))
+    KEPT_BUFFERS.get_or_init(|| Kept::new(KEPT))
 }
 
 /// An empty buffer of `capacity` bytes: one given back if there is one of that size.
 pub(crate) fn take(capacity: usize) -> Vec<u8> {
-    if capacity == CAPACITY {
-        if let Ok(buf) = kept().1.try_recv() {
-            return buf;
-        }
-    }
-    Vec::with_capacity(capacity)
+    kept().take(capacity)
 }
 
 /// A buffer libzmq is done with: kept for a next batch if it is of the usual size and there
 /// is room, else freed.
-pub(crate) fn give_back(mut buf: Vec<u8>) {
-    if buf.capacity() == CAPACITY {
-        buf.clear();
-        let _ = kept().0.try_send(buf);
-    }
+pub(crate) fn give_back(buf: Vec<u8>) {
+    kept().give_back(buf);
 }
 
 #[cfg(test)]
@@ -68,20 +87,29 @@ mod tests {
 
     #[test]
     fn a_buffer_of_the_usual_size_given_back_is_taken_again_and_others_are_not_kept() {
-        // Other tests of the process may take and give back too: look for this one's buffer.
-        let mut buf = take(CAPACITY);
+        let kept = Kept::new(2);
+        let mut buf = kept.take(CAPACITY);
         buf.extend_from_slice(b"batch");
-        let at = buf.as_ptr() as usize;
-        give_back(buf);
-        let again: Vec<Vec<u8>> = (0..KEPT).map(|_| take(CAPACITY)).collect();
-        assert!(again
-            .iter()
-            .any(|b| b.as_ptr() as usize == at && b.is_empty()));
-        assert!(again.iter().all(|b| b.capacity() == CAPACITY));
-        for b in again {
-            give_back(b);
+        let at = buf.as_ptr();
+        kept.give_back(buf);
+        let again = kept.take(CAPACITY);
+        assert_eq!(
+            (again.as_ptr(), again.len()),
+            (at, 0),
+            "the same buffer, emptied"
+        );
+        // Other sizes are freed, not kept; and no more than the bound is kept.
+        kept.give_back(Vec::with_capacity(CAPACITY + 1));
+        assert!(kept.rx.is_empty());
+        for _ in 0..3 {
+            kept.give_back(Vec::with_capacity(CAPACITY));
         }
-        let odd = take(CAPACITY + 1);
-        assert_eq!(odd.capacity(), CAPACITY + 1);
+        assert_eq!(kept.rx.len(), 2);
+        assert_eq!(kept.take(CAPACITY + 1).capacity(), CAPACITY + 1);
+        assert_eq!(
+            kept.rx.len(),
+            2,
+            "a buffer of another size is not taken from the kept"
+        );
     }
 }
