@@ -63,9 +63,6 @@ pub(crate) struct Intake {
     room_freed: Notify,
     /// Frames refused at the call.
     rejected: AtomicU64,
-    /// The size of the last take (bytes copied, frames copied, entries), written by the IO
-    /// thread alone: the next intake buffer is made that large (see [`Intake::take`]).
-    last_take: Padded<[AtomicUsize; 3]>,
     max_frames: usize,
     max_bytes: usize,
 }
@@ -111,6 +108,15 @@ enum Entry {
     },
 }
 
+/// The sizes the IO thread makes a link's next intake buffers at, kept by the IO thread from
+/// one [`Intake::take`] to the next: bytes copied, frames copied, entries.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct TakeSizes {
+    bytes: usize,
+    frames: usize,
+    entries: usize,
+}
+
 /// Why a frame was not queued; it comes back.
 #[derive(Debug)]
 pub(crate) enum Refused<T> {
@@ -140,7 +146,6 @@ impl Intake {
             waiters: Padded(AtomicUsize::new(0)),
             room_freed: Notify::new(),
             rejected: AtomicU64::new(0),
-            last_take: Padded(Default::default()),
             max_frames,
             max_bytes,
         }
@@ -355,18 +360,14 @@ impl Intake {
 
     /// Takes every frame queued (for the IO thread); the next frame tells it again.
     ///
-    /// The buffers the producers copy into next are made here, by the IO thread, twice as large
-    /// as the take before this one (up to [`SPARE_MAX`] bytes): a producer then copies without growing them,
-    /// and every intake buffer is allocated and freed on the IO thread. A buffer a producer
-    /// allocates and the IO thread frees takes the allocator's lock of the producer's arena
-    /// on each free, which the producer waits for on its next allocation.
-    pub(crate) fn take(&self) -> Taken {
-        let [bytes, frames, entries] = &self.last_take.0;
-        let mut spare = Taken::with_capacity(
-            bytes.load(Ordering::Relaxed),
-            frames.load(Ordering::Relaxed),
-            entries.load(Ordering::Relaxed),
-        );
+    /// The buffers the producers copy into next are made here, by the IO thread, at the sizes
+    /// of `next` (which the take then sets to twice its own, up to [`SPARE_MAX`] bytes): a
+    /// producer then copies without growing them, and every intake buffer is allocated and
+    /// freed on the IO thread. A buffer a producer allocates and the IO thread frees takes the
+    /// allocator's lock of the producer's arena on each free, which the producer waits for on
+    /// its next allocation.
+    pub(crate) fn take(&self, next: &mut TakeSizes) -> Taken {
+        let mut spare = Taken::with_capacity(*next);
         {
             let mut q = self.lock();
             q.told = false;
@@ -374,12 +375,11 @@ impl Intake {
         }
         // Twice the take: the next may be larger (the IO thread took less often).
         let ahead = |n: usize, max: usize| n.saturating_mul(2).min(max);
-        bytes.store(ahead(spare.data.len(), SPARE_MAX), Ordering::Relaxed);
-        frames.store(ahead(spare.ends.len(), SPARE_MAX / 64), Ordering::Relaxed);
-        entries.store(
-            ahead(spare.entries.len(), SPARE_MAX / 1024),
-            Ordering::Relaxed,
-        );
+        *next = TakeSizes {
+            bytes: ahead(spare.data.len(), SPARE_MAX),
+            frames: ahead(spare.ends.len(), SPARE_MAX / 64),
+            entries: ahead(spare.entries.len(), SPARE_MAX / 1024),
+        };
         spare
     }
 
@@ -415,11 +415,11 @@ impl Queue {
 }
 
 impl Taken {
-    fn with_capacity(bytes: usize, frames: usize, entries: usize) -> Taken {
+    fn with_capacity(sizes: TakeSizes) -> Taken {
         Taken {
-            data: BytesMut::with_capacity(bytes),
-            ends: Vec::with_capacity(frames),
-            entries: Vec::with_capacity(entries),
+            data: BytesMut::with_capacity(sizes.bytes),
+            ends: Vec::with_capacity(sizes.frames),
+            entries: Vec::with_capacity(sizes.entries),
         }
     }
 
@@ -525,7 +525,7 @@ mod tests {
         assert_eq!((k, batch.len()), (2, 0));
         let _ = intake.offer(Bytes::from_static(b"g"), None, false);
         assert_eq!(
-            submissions(intake.take()),
+            submissions(intake.take(&mut TakeSizes::default())),
             [
                 (vec![b"a".to_vec(), b"b".to_vec()], None),
                 (vec![large], None),
@@ -534,7 +534,10 @@ mod tests {
                 (vec![b"g".to_vec()], None),
             ]
         );
-        assert!(submissions(intake.take()).is_empty(), "taken once");
+        assert!(
+            submissions(intake.take(&mut TakeSizes::default())).is_empty(),
+            "taken once"
+        );
     }
 
     #[test]
@@ -547,10 +550,12 @@ mod tests {
                 .expect("room");
         }
         let mut runs = Vec::new();
-        intake.take().into_inputs(|input| match input {
-            Input::SubmitBatch { batch, .. } => runs.push(batch.into_shared_frames()),
-            other => panic!("not a run: {other:?}"),
-        });
+        intake
+            .take(&mut TakeSizes::default())
+            .into_inputs(|input| match input {
+                Input::SubmitBatch { batch, .. } => runs.push(batch.into_shared_frames()),
+                other => panic!("not a run: {other:?}"),
+            });
         let frames: Vec<&Bytes> = runs.iter().flatten().collect();
         assert_eq!(frames, [&b"ab"[..], b"c", b"de"]);
         let base = frames[0].as_ptr() as usize;
@@ -561,6 +566,7 @@ mod tests {
     #[test]
     fn a_take_leaves_buffers_as_large_as_it_took_so_producers_copy_without_growing_them() {
         let intake = Intake::new(10_000, 1 << 24);
+        let mut next = TakeSizes::default();
         let capacity = |intake: &Intake| {
             let q = intake.lock();
             (q.frames.data.capacity(), q.frames.ends.capacity())
@@ -570,7 +576,7 @@ mod tests {
             for _ in 0..1000 {
                 let _ = intake.offer(Bytes::from_static(&[1; 64]), None, false);
             }
-            let _ = intake.take();
+            let _ = intake.take(&mut next);
         }
         let (bytes, frames) = capacity(&intake);
         assert!(
@@ -578,15 +584,15 @@ mod tests {
             "{bytes} B, {frames} frames"
         );
         // An idle link's intake shrinks back: a take of nothing leaves nothing made.
-        let _ = intake.take();
-        let _ = intake.take();
+        let _ = intake.take(&mut next);
+        let _ = intake.take(&mut next);
         assert_eq!(capacity(&intake), (0, 0));
         // Never larger than SPARE_MAX, however large the take.
         for _ in 0..2 {
             for _ in 0..1000 {
                 let _ = intake.offer(Bytes::from_static(&[1; 1000]), None, false);
             }
-            let _ = intake.take();
+            let _ = intake.take(&mut next);
         }
         assert_eq!(capacity(&intake).0, SPARE_MAX);
     }
@@ -603,7 +609,7 @@ mod tests {
             })
             .collect();
         assert_eq!(tells, [true, false, false]);
-        let _ = intake.take();
+        let _ = intake.take(&mut TakeSizes::default());
         assert!(
             intake
                 .offer(Bytes::from_static(b"y"), None, false)

@@ -23,6 +23,7 @@ use super::buffers;
 use super::context::Context;
 use super::ffi;
 use super::ids::ById;
+use super::intake::TakeSizes;
 use super::resolver::{self, Resolver};
 use super::shared::{Command, Lookup, Shared};
 use super::sink::Sink;
@@ -83,6 +84,8 @@ pub(crate) struct Slot {
     learnt_rid: Option<Vec<u8>>,
     endpoint: Option<String>,
     batch_cap: usize,
+    /// The sizes of the link's next intake buffers (`Intake::take`).
+    take_sizes: TakeSizes,
     released: (u64, u64),
     /// The machine stopped (when, for the bound on waiting for senders).
     pub(super) stopped: Option<Instant>,
@@ -198,6 +201,7 @@ impl Slot {
             learnt_rid: None,
             endpoint: None,
             batch_cap,
+            take_sizes: TakeSizes::default(),
             released: (0, 0),
             stopped: None,
             monitor_mismatch: 0,
@@ -289,7 +293,11 @@ impl Slot {
     /// closed first, so that these are the last.
     pub(super) fn take_intake(&mut self, now: Instant, last: bool) {
         let intake = &self.shared.intake;
-        let taken = if last { intake.close() } else { intake.take() };
+        let taken = if last {
+            intake.close()
+        } else {
+            intake.take(&mut self.take_sizes)
+        };
         let machine = &mut self.machine;
         taken.into_inputs(|input| machine.handle_input(now, input));
     }
