@@ -22,7 +22,7 @@ use crate::builder::defaults::BATCH_BYTES;
 pub(crate) const CAPACITY: usize = capacity(BATCH_BYTES);
 
 /// Buffers kept for the next batches, at most.
-const KEPT: usize = 32;
+const KEPT: usize = 8;
 
 /// The capacity of a batch buffer for batches of up to `batch_bytes` of payload: room for
 /// the TLS records of a batch too (about 22 bytes per 16 KiB record).
