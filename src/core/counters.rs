@@ -39,18 +39,18 @@ impl Counters {
             .wrapping_add(self.received)
     }
 
-    /// A frame of `len` bytes handed to the socket: a step on the way, it waits in the
-    /// window for its confirmation.
-    pub(super) fn sent(&mut self, len: usize) {
-        self.sent += 1;
-        self.bytes_sent += len as u64;
+    /// `frames` frames of `bytes` bytes in all handed to the socket: a step on the way, they
+    /// wait in the window for their confirmation.
+    pub(super) fn sent(&mut self, frames: usize, bytes: usize) {
+        self.sent += frames as u64;
+        self.bytes_sent += bytes as u64;
     }
 
-    /// A frame of `len` bytes confirmed: it left the link for good.
-    pub(super) fn confirmed(&mut self, len: usize) {
-        self.confirmed += 1;
-        self.released_frames += 1;
-        self.released_bytes += len as u64;
+    /// `frames` frames of `bytes` bytes in all confirmed: they left the link for good.
+    pub(super) fn confirmed(&mut self, frames: usize, bytes: usize) {
+        self.confirmed += frames as u64;
+        self.released_frames += frames as u64;
+        self.released_bytes += bytes as u64;
     }
 
     /// A frame of `len` bytes abandoned for `reason`: it left the outbox for good.

@@ -59,13 +59,6 @@ impl Entry {
         start..ends[i]
     }
 
-    fn frame(&self, i: usize) -> &[u8] {
-        match &self.frames {
-            Frames::One(f) => f,
-            Frames::Many { data, ends, .. } => &data[Entry::span(ends, i)],
-        }
-    }
-
     /// Removes the first queued frame (a slice of a batch's buffer, not a copy); true if the
     /// entry is now empty.
     fn take_front(&mut self) -> (Bytes, bool) {
@@ -242,24 +235,46 @@ impl Outbox {
         out
     }
 
-    /// The next frame to write: the first one not in flight.
-    pub(crate) fn next_unsent(&self) -> Option<&[u8]> {
+    /// The next frames to write: those of the first entry not yet in flight, from the first
+    /// one not in flight (one frame, or the rest of a batch or run).
+    pub(crate) fn unsent(&self) -> Option<Unsent<'_>> {
         let (e, i) = self.cursor_pos();
-        self.queue.get(e).map(|entry| entry.frame(i))
+        let entry = self.queue.get(e)?;
+        Some(match &entry.frames {
+            Frames::One(f) => Unsent {
+                data: f,
+                start: 0,
+                ends: None,
+            },
+            Frames::Many { data, ends, .. } => Unsent {
+                data,
+                start: Entry::span(ends, i).start,
+                ends: Some(&ends[i..]),
+            },
+        })
     }
 
-    /// Marks the frame `next_unsent` gave as in flight.
-    pub(crate) fn advance(&mut self) {
+    /// Marks the first `n` frames that [`unsent`](Outbox::unsent) gave as in flight (all of
+    /// them from one entry).
+    pub(crate) fn advance(&mut self, n: usize) {
         let (e, i) = self.cursor_pos();
         let Some(entry) = self.queue.get(e) else {
             return;
         };
-        self.in_flight += 1;
-        self.in_flight_bytes += entry.frame(i).len();
-        self.cursor = if i + 1 == entry.end() {
+        let n = n.min(entry.end() - i);
+        if n == 0 {
+            return;
+        }
+        let bytes = match &entry.frames {
+            Frames::One(f) => f.len(),
+            Frames::Many { ends, .. } => ends[i + n - 1] - Entry::span(ends, i).start,
+        };
+        self.in_flight += n;
+        self.in_flight_bytes += bytes;
+        self.cursor = if i + n == entry.end() {
             (e + 1, self.queue.get(e + 1).map_or(0, Entry::first))
         } else {
-            (e, i + 1)
+            (e, i + n)
         };
     }
 
@@ -347,6 +362,28 @@ impl Outbox {
     }
 }
 
+/// Frames of one submission not yet in flight, in order (see [`Outbox::unsent`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Unsent<'a> {
+    data: &'a [u8],
+    /// Where the first of them starts in `data`.
+    start: usize,
+    /// The end of each in `data`; `None` for a frame alone (all of `data`).
+    ends: Option<&'a [usize]>,
+}
+
+impl<'a> Unsent<'a> {
+    /// Each frame, a slice of the entry's buffer.
+    pub(crate) fn frames(self) -> impl Iterator<Item = &'a [u8]> {
+        let (data, mut at) = (self.data, self.start);
+        let alone = self.ends.is_none().then_some(data);
+        let many = self.ends.unwrap_or_default().iter();
+        alone
+            .into_iter()
+            .chain(many.map(move |&end| &data[std::mem::replace(&mut at, end)..end]))
+    }
+}
+
 /// Written frames of one submission: back to back in `data`, the first from `start`, each
 /// ending at its entry in `ends` (offsets in `data`).
 #[derive(Debug)]
@@ -359,6 +396,7 @@ pub(crate) struct Written<'a> {
 
 impl Written<'_> {
     /// Where each frame lies in `data`, in order.
+    #[cfg(test)]
     fn spans(&self) -> impl Iterator<Item = std::ops::Range<usize>> + '_ {
         let mut at = self.start;
         self.ends
@@ -366,9 +404,9 @@ impl Written<'_> {
             .map(move |&end| std::mem::replace(&mut at, end)..end)
     }
 
-    /// The length of each frame, in order.
-    pub(crate) fn lens(&self) -> impl Iterator<Item = usize> + '_ {
-        self.spans().map(|span| span.len())
+    /// The bytes of the frames.
+    pub(crate) fn bytes(&self) -> usize {
+        self.ends.last().map_or(0, |end| end - self.start)
     }
 
     /// Each frame, a slice of the one buffer.

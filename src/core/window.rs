@@ -199,19 +199,45 @@ impl Window {
         Some((mark, start))
     }
 
+    /// Removes the oldest `k` waiting frames, a run at a time; gives how many bytes they held.
+    fn pop_many(&mut self, k: usize) -> usize {
+        let (mut left, mut at, mut bytes) = (k, 0, 0);
+        while left > 0 {
+            let run = self.runs.front_mut().expect("a mark belongs to a run");
+            let n = left.min(run.left);
+            let end = self.marks[at + n - 1].at;
+            bytes += end - std::mem::replace(&mut run.first, end);
+            run.left -= n;
+            if run.left == 0 {
+                self.runs.pop_front();
+            }
+            at += n;
+            left -= n;
+        }
+        self.marks.drain(..k);
+        bytes
+    }
+
     /// The peer's kernel acknowledged `bytes` bytes of this connection's stream: the frames
-    /// that end at or before it are confirmed, `each` called with the length of each, oldest
-    /// first. A count lower than one seen before or higher than what was written is not
-    /// trusted (it cannot belong to this connection) and returns false.
-    pub(super) fn acked(&mut self, now: Instant, bytes: u64, mut each: impl FnMut(usize)) -> bool {
+    /// that end at or before it are confirmed, `confirmed` called once with how many and the
+    /// bytes they held. A count lower than one seen before or higher than what was written is
+    /// not trusted (it cannot belong to this connection) and returns false.
+    pub(super) fn acked(
+        &mut self,
+        now: Instant,
+        bytes: u64,
+        confirmed: impl FnOnce(usize, usize),
+    ) -> bool {
         if bytes < self.acked || bytes > self.written {
             return false;
         }
         let moved = bytes > self.acked;
         self.acked = bytes;
-        while self.marks.front().is_some_and(|m| m.end <= bytes) {
-            let (mark, start) = self.pop().expect("front exists");
-            each(mark.at - start);
+        // Frames end in the order they were written: the confirmed ones are a prefix.
+        let k = self.marks.partition_point(|m| m.end <= bytes);
+        if k > 0 {
+            let len = self.pop_many(k);
+            confirmed(k, len);
         }
         self.reschedule(now, moved);
         true
@@ -246,13 +272,14 @@ impl Window {
     }
 
     /// This connection's acknowledgements cannot be read: every frame in the window, and every
-    /// later one, is confirmed as it is handed to the socket (`each` gets each one's length).
-    pub(super) fn go_blind(&mut self, mut each: impl FnMut(usize)) {
+    /// later one, is confirmed as it is handed to the socket (`confirmed` gets how many are
+    /// in the window now and the bytes they hold).
+    pub(super) fn go_blind(&mut self, confirmed: impl FnOnce(usize, usize)) {
         self.blind = true;
         self.poll_at = None;
-        while let Some((mark, start)) = self.pop() {
-            each(mark.at - start);
-        }
+        let k = self.marks.len();
+        let len = self.pop_many(k);
+        confirmed(k, len);
     }
 
     /// Takes every waiting frame, oldest first (the connection is gone).
@@ -288,10 +315,10 @@ mod tests {
             None,
         );
         let mut got = Vec::new();
-        assert!(w.acked(t, 9, |len| got.push(len)));
-        assert_eq!(got, [4]);
-        assert!(w.acked(t, 10, |len| got.push(len)));
-        assert_eq!(got, [4, 6]);
+        assert!(w.acked(t, 9, |n, len| got.push((n, len))));
+        assert_eq!(got, [(1, 4)]);
+        assert!(w.acked(t, 10, |n, len| got.push((n, len))));
+        assert_eq!(got, [(1, 4), (1, 6)]);
         assert!(w.is_empty());
         assert_eq!(w.poll_at(), None);
     }
@@ -302,9 +329,9 @@ mod tests {
         let mut w = Window::new();
         w.wrote(t, 4);
         w.push_run(Bytes::from_static(b"aaaa"), 0, [(4, 4)], t, None);
-        assert!(!w.acked(t, 5, |_| panic!("confirmed on a foreign count")));
-        assert!(w.acked(t, 2, |_| panic!("confirmed early")));
-        assert!(!w.acked(t, 1, |_| panic!("confirmed on a count going back")));
+        assert!(!w.acked(t, 5, |_, _| panic!("confirmed on a foreign count")));
+        assert!(w.acked(t, 2, |_, _| panic!("confirmed early")));
+        assert!(!w.acked(t, 1, |_, _| panic!("confirmed on a count going back")));
         assert_eq!(w.len(), 1);
     }
 
@@ -315,15 +342,15 @@ mod tests {
         w.wrote(t, 4);
         w.push_run(Bytes::from_static(b"aaaa"), 0, [(4, 4)], t, None);
         assert_eq!(w.poll_at(), Some(t + POLL_FIRST));
-        w.acked(t, 0, |_| {});
+        w.acked(t, 0, |_, _| {});
         assert_eq!(w.poll_at(), Some(t + POLL_FIRST * 2));
-        w.acked(t, 0, |_| {});
+        w.acked(t, 0, |_, _| {});
         assert_eq!(w.poll_at(), Some(t + POLL_FIRST * 4));
         for _ in 0..20 {
-            w.acked(t, 0, |_| {});
+            w.acked(t, 0, |_, _| {});
         }
         assert_eq!(w.poll_at(), Some(t + POLL_MAX));
-        w.acked(t, 1, |_| {});
+        w.acked(t, 1, |_, _| {});
         assert_eq!(w.poll_at(), Some(t + POLL_FIRST));
     }
 
@@ -339,8 +366,8 @@ mod tests {
         w.push_run(Bytes::from_static(b"cccc"), 0, [(4, 9)], t, later);
         assert_eq!((w.len(), w.oldest()), (3, Some(t)));
         let mut confirmed = Vec::new();
-        assert!(w.acked(t, 2, |len| confirmed.push(len)));
-        assert_eq!(confirmed, [2]);
+        assert!(w.acked(t, 2, |n, len| confirmed.push((n, len))));
+        assert_eq!(confirmed, [(1, 2)]);
         let back = w.take_all();
         assert_eq!(
             back,
@@ -365,14 +392,14 @@ mod tests {
     }
 
     #[test]
-    fn going_blind_confirms_every_waiting_frame_by_its_length() {
+    fn going_blind_confirms_every_waiting_frame_with_its_bytes() {
         let t = Instant::now();
         let mut w = Window::new();
         w.wrote(t, 5);
         w.push_run(Bytes::from_static(b"abcde"), 0, [(2, 2), (5, 5)], t, None);
-        let mut lens = Vec::new();
-        w.go_blind(|len| lens.push(len));
-        assert_eq!(lens, [2, 3]);
+        let mut confirmed = None;
+        w.go_blind(|n, len| confirmed = Some((n, len)));
+        assert_eq!(confirmed, Some((2, 5)));
         assert!(w.is_empty() && w.is_blind());
         assert_eq!(w.poll_at(), None);
     }

@@ -186,13 +186,10 @@ impl Machine {
         // acknowledged at the latest with the last of them.
         let mut k = 0;
         self.outbox.take_written(|run| {
-            for len in run.lens() {
-                c.sent(len);
-                if window.is_blind() {
-                    c.confirmed(len);
-                }
-            }
+            let (frames, bytes) = (run.ends.len(), run.bytes());
+            c.sent(frames, bytes);
             if window.is_blind() {
+                c.confirmed(frames, bytes);
                 return;
             }
             let Written {
@@ -224,7 +221,7 @@ impl Machine {
             return;
         };
         let c = &mut self.c;
-        if !self.window.acked(now, bytes, |len| c.confirmed(len)) {
+        if !self.window.acked(now, bytes, |n, len| c.confirmed(n, len)) {
             log::debug!("relink: an acknowledged count that cannot be this connection's ignored");
         }
         self.check_flushed(now);
@@ -240,7 +237,7 @@ impl Machine {
                 self.endpoint_text().unwrap_or_default()
             );
             let c = &mut self.c;
-            self.window.go_blind(|len| c.confirmed(len));
+            self.window.go_blind(|n, len| c.confirmed(n, len));
         }
     }
 
@@ -318,30 +315,47 @@ fn fill_batch(
 ) -> Filled {
     let mut refused = Vec::new();
     let encoded = guarded(Callback::Encode, || {
-        while let Some(frame) = outbox.next_unsent() {
-            if !buf.is_empty() && buf.len().saturating_add(frame.len()) > bounds.limit {
-                break;
-            }
-            let unacked = bounds.unacked + buf.len() as u64;
-            if unacked > 0 && unacked >= bounds.window {
-                break;
-            }
-            let mark = buf.len();
-            match framing.encode(frame, buf) {
-                Ok(()) => {
-                    outbox.advance();
-                    ends.push(buf.len());
+        // A run at a time: the frames of one submission are read off its buffer in order and
+        // marked in flight together.
+        while let Some(unsent) = outbox.unsent() {
+            let mut taken = 0;
+            let mut full = false;
+            let mut error = None;
+            for frame in unsent.frames() {
+                if !buf.is_empty() && buf.len().saturating_add(frame.len()) > bounds.limit {
+                    full = true;
+                    break;
                 }
-                Err(e) => {
-                    buf.truncate(mark);
-                    if outbox.in_flight() > 0 {
-                        // The frames before it go first; it is then first in line.
+                let unacked = bounds.unacked + buf.len() as u64;
+                if unacked > 0 && unacked >= bounds.window {
+                    full = true;
+                    break;
+                }
+                let mark = buf.len();
+                match framing.encode(frame, buf) {
+                    Ok(()) => {
+                        taken += 1;
+                        ends.push(buf.len());
+                    }
+                    Err(e) => {
+                        buf.truncate(mark);
+                        error = Some(e);
                         break;
                     }
-                    // The framing accepted the frame at `send` and refuses it now.
-                    log::debug!("relink[{name}]: the framing refused a queued frame: {e}");
-                    refused.push(outbox.pop_front().expect("front exists"));
                 }
+            }
+            outbox.advance(taken);
+            if full {
+                break;
+            }
+            if let Some(e) = error {
+                if outbox.in_flight() > 0 {
+                    // The frames before it go first; it is then first in line.
+                    break;
+                }
+                // The framing accepted the frame at `send` and refuses it now.
+                log::debug!("relink[{name}]: the framing refused a queued frame: {e}");
+                refused.push(outbox.pop_front().expect("front exists"));
             }
         }
     });

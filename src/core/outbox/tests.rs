@@ -15,9 +15,10 @@ fn batch(ns: &[u8]) -> Batch {
 fn write_all(o: &mut Outbox, max: usize) -> Vec<Bytes> {
     let mut out = Vec::new();
     while out.len() < max {
-        let Some(frame) = o.next_unsent() else { break };
-        out.push(Bytes::copy_from_slice(frame));
-        o.advance();
+        let Some(unsent) = o.unsent() else { break };
+        let n = unsent.frames().take(max - out.len()).count();
+        out.extend(unsent.frames().take(n).map(Bytes::copy_from_slice));
+        o.advance(n);
     }
     out
 }
