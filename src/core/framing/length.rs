@@ -402,6 +402,7 @@ impl LengthDelimitedBuilder {
 }
 
 impl Framing for LengthDelimited {
+    #[inline]
     fn encode(&mut self, frame: &[u8], dst: &mut Vec<u8>) -> Result<(), EncodeError> {
         self.check(frame)?;
         dst.reserve(frame.len() + self.field_max_len());

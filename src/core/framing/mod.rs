@@ -181,11 +181,18 @@ pub trait Framing: Send + Sync + 'static {
 pub(crate) trait DynFraming: Framing {
     /// A copy with the same settings and state.
     fn clone_box(&self) -> Box<dyn DynFraming>;
+
+    /// The framing as its own type, for a loop that calls a built-in framing directly.
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any;
 }
 
 impl<T: Framing + Clone> DynFraming for T {
     fn clone_box(&self) -> Box<dyn DynFraming> {
         Box::new(self.clone())
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+        self
     }
 }
 

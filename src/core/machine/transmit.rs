@@ -9,9 +9,10 @@ use bytes::Bytes;
 use super::{Ev, Machine, Timer, TxResult};
 use crate::core::framing::BoxedFraming;
 use crate::core::guard::{guarded, Panicked};
-use crate::core::outbox::{Outbox, Written};
+use crate::core::framing::{Framing, LengthDelimited, Lines};
+use crate::core::outbox::{Outbox, Unsent, Written};
 use crate::core::window::Redelivery;
-use crate::error::{Callback, RequestError};
+use crate::error::{Callback, EncodeError, RequestError};
 use crate::event::{AbandonReason, State};
 
 /// How long to wait before offering the socket a batch again after EAGAIN.
@@ -318,32 +319,11 @@ fn fill_batch(
         // A run at a time: the frames of one submission are read off its buffer in order and
         // marked in flight together.
         while let Some(unsent) = outbox.unsent() {
-            let mut taken = 0;
-            let mut full = false;
-            let mut error = None;
-            for frame in unsent.frames() {
-                if !buf.is_empty() && buf.len().saturating_add(frame.len()) > bounds.limit {
-                    full = true;
-                    break;
-                }
-                let unacked = bounds.unacked + buf.len() as u64;
-                if unacked > 0 && unacked >= bounds.window {
-                    full = true;
-                    break;
-                }
-                let mark = buf.len();
-                match framing.encode(frame, buf) {
-                    Ok(()) => {
-                        taken += 1;
-                        ends.push(buf.len());
-                    }
-                    Err(e) => {
-                        buf.truncate(mark);
-                        error = Some(e);
-                        break;
-                    }
-                }
-            }
+            let RunFill {
+                taken,
+                full,
+                error,
+            } = fill_run(framing, unsent, buf, bounds, ends);
             outbox.advance(taken);
             if full {
                 break;
@@ -363,4 +343,70 @@ fn fill_batch(
         refused,
         panicked: encoded.err(),
     }
+}
+
+/// How the frames of one run went into a batch: how many were encoded, whether the batch is
+/// full, and the framing's refusal of the next one, if any.
+struct RunFill {
+    taken: usize,
+    full: bool,
+    error: Option<EncodeError>,
+}
+
+/// Encodes the frames of one run into `buf` until the batch is full or the framing refuses
+/// one. The built-in framings' `encode` is called directly, inlined in the loop, instead of
+/// through the box.
+fn fill_run(
+    framing: &mut BoxedFraming,
+    unsent: Unsent<'_>,
+    buf: &mut Vec<u8>,
+    bounds: Bounds,
+    ends: &mut Vec<usize>,
+) -> RunFill {
+    let any = framing.as_any_mut();
+    if let Some(f) = any.downcast_mut::<LengthDelimited>() {
+        return fill_run_with(f, unsent, buf, bounds, ends);
+    }
+    if let Some(f) = any.downcast_mut::<Lines>() {
+        return fill_run_with(f, unsent, buf, bounds, ends);
+    }
+    fill_run_with(&mut **framing, unsent, buf, bounds, ends)
+}
+
+fn fill_run_with<F: Framing + ?Sized>(
+    framing: &mut F,
+    unsent: Unsent<'_>,
+    buf: &mut Vec<u8>,
+    bounds: Bounds,
+    ends: &mut Vec<usize>,
+) -> RunFill {
+    let mut fill = RunFill {
+        taken: 0,
+        full: false,
+        error: None,
+    };
+    for frame in unsent.frames() {
+        if !buf.is_empty() && buf.len().saturating_add(frame.len()) > bounds.limit {
+            fill.full = true;
+            break;
+        }
+        let unacked = bounds.unacked + buf.len() as u64;
+        if unacked > 0 && unacked >= bounds.window {
+            fill.full = true;
+            break;
+        }
+        let mark = buf.len();
+        match framing.encode(frame, buf) {
+            Ok(()) => {
+                fill.taken += 1;
+                ends.push(buf.len());
+            }
+            Err(e) => {
+                buf.truncate(mark);
+                fill.error = Some(e);
+                break;
+            }
+        }
+    }
+    fill
 }
