@@ -8,8 +8,8 @@ use bytes::Bytes;
 
 use super::{Ev, Machine, Timer, TxResult};
 use crate::core::framing::BoxedFraming;
-use crate::core::guard::{guarded, Panicked};
 use crate::core::framing::{Framing, LengthDelimited, Lines};
+use crate::core::guard::{guarded, Panicked};
 use crate::core::outbox::{Outbox, Unsent, Written};
 use crate::core::window::Redelivery;
 use crate::error::{Callback, EncodeError, RequestError};
@@ -17,6 +17,12 @@ use crate::event::{AbandonReason, State};
 
 /// How long to wait before offering the socket a batch again after EAGAIN.
 const SEND_RETRY: Duration = Duration::from_millis(1);
+
+/// The largest batch of a TLS connection, in bytes of plaintext. A frame sent over TLS is
+/// confirmed with the end of the write that carried it, so a smaller write confirms its frames
+/// sooner after the peer's kernel has them: a peer lost meanwhile leaves fewer frames reported
+/// as unconfirmed that it had in fact received.
+const TLS_BATCH_MAX: usize = 64 * 1024;
 
 impl Machine {
     /// Fills `buf` with the next bytes to write: control frames first, then queued frames
@@ -58,6 +64,7 @@ impl Machine {
         if self.timers.at(Timer::SendRetry).is_some_and(|t| t > now) {
             return false;
         }
+        let limit = self.batch_limit();
         let Some(conn) = self.conn.as_mut() else {
             return false;
         };
@@ -71,7 +78,6 @@ impl Machine {
             // pass the limit (the framing's own bytes are not counted). The window holds back
             // frames while too many written bytes are unacknowledged (one batch at least when
             // none are).
-            let limit = self.cfg.batch_bytes;
             let window = match self.cfg.window {
                 0 => u64::MAX,
                 _ if self.window.is_blind() => u64::MAX,
@@ -104,6 +110,16 @@ impl Machine {
         !buf.is_empty()
     }
 
+    /// The most bytes of frames a batch takes: `batch_bytes`, and no more than
+    /// [`TLS_BATCH_MAX`] with TLS.
+    fn batch_limit(&self) -> usize {
+        if self.speaks_tls() {
+            self.cfg.batch_bytes.min(TLS_BATCH_MAX)
+        } else {
+            self.cfg.batch_bytes
+        }
+    }
+
     /// The framing panicked while a batch was being built: nothing of it is written, the frames
     /// taken for it go back to the outbox and the connection fails.
     fn encode_panicked(&mut self, now: Instant, buf: &mut Vec<u8>, p: Panicked) -> bool {
@@ -115,7 +131,7 @@ impl Machine {
 
     /// Adds the requests waiting to be written to the batch, while it has room.
     fn batch_requests(&mut self, buf: &mut Vec<u8>) -> Result<(), Panicked> {
-        let limit = self.cfg.batch_bytes;
+        let limit = self.batch_limit();
         while let Some(frame) = self.requests.next_unsent() {
             if !buf.is_empty() && buf.len().saturating_add(frame.len()) > limit {
                 break;
@@ -319,11 +335,7 @@ fn fill_batch(
         // A run at a time: the frames of one submission are read off its buffer in order and
         // marked in flight together.
         while let Some(unsent) = outbox.unsent() {
-            let RunFill {
-                taken,
-                full,
-                error,
-            } = fill_run(framing, unsent, buf, bounds, ends);
+            let RunFill { taken, full, error } = fill_run(framing, unsent, buf, bounds, ends);
             outbox.advance(taken);
             if full {
                 break;
