@@ -121,27 +121,49 @@ impl TlsRedis {
             .status()
             .ok()?;
         let (cert, key) = kit.server_files(cert).clone();
-        let port = restartable_port();
-        let mut redis = TlsRedis {
-            port,
-            cert,
-            key,
-            ca: kit.files.ca.clone(),
-            auth_clients,
-            child: None,
-            log: kit.dir.join(format!("redis-{port}.log")),
-            data: persistent.then(|| {
-                let dir = kit.dir.join(format!("redis-{port}.d"));
-                std::fs::create_dir_all(&dir).expect("create the redis data directory");
-                dir
-            }),
-        };
-        redis.launch();
-        Some(redis)
+        // A port found free may be taken again before redis binds it (by another test's
+        // listener in this process): redis then exits, and a fresh port is tried.
+        let mut refused = Vec::new();
+        for _ in 0..3 {
+            let port = restartable_port();
+            let mut redis = TlsRedis {
+                port,
+                cert: cert.clone(),
+                key: key.clone(),
+                ca: kit.files.ca.clone(),
+                auth_clients,
+                child: None,
+                log: kit.dir.join(format!("redis-{port}.log")),
+                data: persistent.then(|| {
+                    let dir = kit.dir.join(format!("redis-{port}.d"));
+                    std::fs::create_dir_all(&dir).expect("create the redis data directory");
+                    dir
+                }),
+            };
+            match redis.try_launch() {
+                Ok(()) => return Some(redis),
+                Err(log) if log.contains("Address already in use") => refused.push(port),
+                Err(log) => panic!(
+                    "redis-server exited; log:
+{log}"
+                ),
+            }
+        }
+        panic!("redis-server found each of the ports {refused:?} taken");
     }
 
+    /// Starts the server again on its port (it must be free).
     fn launch(&mut self) {
+        if let Err(log) = self.try_launch() {
+            panic!("redis-server exited; log:\n{log}");
+        }
+    }
+
+    /// Starts the server and waits until it is ready; `Err` with its log if it exited first.
+    fn try_launch(&mut self) -> Result<(), String> {
         assert!(self.child.is_none(), "redis-server already running");
+        // The log of a run before says it was ready: this run's must say so anew.
+        let _ = std::fs::remove_file(&self.log);
         let auth = if self.auth_clients { "yes" } else { "no" };
         let child = Command::new("redis-server")
             .args(["--port", "0", "--tls-port", &self.port.to_string()])
@@ -167,19 +189,22 @@ impl TlsRedis {
             .spawn()
             .expect("spawn redis-server");
         self.child = Some(child);
-        // redis listens only once it is ready to serve, so an accepted connect is enough.
+        // Ready once it says so. No connect before that: a connect to a port nobody listens on
+        // yet can be answered by the connecting socket itself (a TCP self-connect), which then
+        // holds the port redis is about to bind.
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
-                panic!("redis-server exited ({status}); log:\n{}", self.log_text());
+                self.child = None;
+                return Err(format!("exit {status}\n{}", self.log_text()));
             }
-            if TcpStream::connect_timeout(&self.addr(), Duration::from_millis(200)).is_ok() {
-                return;
+            if self.log_text().contains("Ready to accept connections") {
+                return Ok(());
             }
             if Instant::now() >= deadline {
                 let log = self.log_text();
                 self.kill();
-                panic!("redis-server did not accept on its TLS port within 10 s; log:\n{log}");
+                panic!("redis-server was not ready within 10 s; log:\n{log}");
             }
             std::thread::sleep(Duration::from_millis(20));
         }
