@@ -392,6 +392,27 @@ mod tests {
     }
 
     #[test]
+    fn one_count_confirms_the_frames_it_covers_across_runs_at_once_and_keeps_the_rest() {
+        let t = Instant::now();
+        let mut w = Window::new();
+        w.wrote(t, 12);
+        w.push_run(Bytes::from_static(b"aabbb"), 0, [(2, 2), (5, 5)], t, None);
+        w.push_run(Bytes::from_static(b"ccdd"), 0, [(2, 7), (4, 9)], t, None);
+        let mut confirmed = Vec::new();
+        // Covers both frames of the first run and the first of the second, not the last.
+        assert!(w.acked(t, 8, |n, len| confirmed.push((n, len))));
+        assert_eq!(
+            confirmed,
+            [(3, 7)],
+            "one call: three frames, 2 + 3 + 2 bytes"
+        );
+        assert_eq!(w.len(), 1);
+        let back = w.take_all();
+        assert_eq!(back.len(), 1);
+        assert_eq!(back[0].frame, Bytes::from_static(b"dd"));
+    }
+
+    #[test]
     fn going_blind_confirms_every_waiting_frame_with_its_bytes() {
         let t = Instant::now();
         let mut w = Window::new();
