@@ -62,6 +62,11 @@ impl TlsSettings {
     }
 }
 
+/// The plaintext of one full TLS record (rustls' largest fragment, with no `max_fragment_size`
+/// set): [`TlsSession::seal`] hands the session this much at a time, so that it knows where
+/// each record ends.
+pub(crate) const RECORD_PLAINTEXT: usize = 16 * 1024;
+
 /// Default bound on a TLS handshake, from the TCP connect to its completion.
 pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -182,6 +187,25 @@ impl TlsSession {
             .writer()
             .write_all(data)
             .map_err(|e| TlsError::Other(e.to_string()))
+    }
+
+    /// Seals `data` into records after whatever ciphertext is pending, appending all of it to
+    /// `out`, [`RECORD_PLAINTEXT`] bytes of `data` at a time. Pushes to `record_ends`, for
+    /// each such piece, the length of `out` once it is sealed: the peer can read a byte of
+    /// piece `i` only when it has received `out[..record_ends[i]]`, since a record is
+    /// decrypted whole.
+    pub(crate) fn seal(
+        &mut self,
+        data: &[u8],
+        out: &mut Vec<u8>,
+        record_ends: &mut Vec<usize>,
+    ) -> Result<(), TlsError> {
+        for piece in data.chunks(RECORD_PLAINTEXT) {
+            self.send_plaintext(piece)?;
+            self.take_ciphertext(out);
+            record_ends.push(out.len());
+        }
+        Ok(())
     }
 
     /// Appends the bytes to send to the socket (handshake, records, alerts) to `out`; returns

@@ -51,6 +51,10 @@ pub(super) struct Connection {
     pub(super) in_flight_control: Vec<Vec<u8>>,
     /// Where each frame of the last `poll_transmit` ends in its plaintext batch.
     pub(super) pending_ends: Vec<usize>,
+    /// With TLS, where each record of the last `poll_transmit` ends in its ciphertext: the
+    /// record that carries plaintext byte `p` of the batch ends at
+    /// `pending_records[p / RECORD_PLAINTEXT]`.
+    pub(super) pending_records: Vec<usize>,
     /// Bytes of the last `poll_transmit` (ciphertext, with TLS).
     pub(super) pending_len: usize,
 }

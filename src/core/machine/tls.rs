@@ -77,12 +77,13 @@ impl Machine {
             buf.clear();
             return false;
         };
+        conn.pending_records.clear();
         let sealed = if batch {
-            tls.send_plaintext(&plain)
+            tls.seal(&plain, buf, &mut conn.pending_records)
         } else {
+            tls.take_ciphertext(buf);
             Ok(())
         };
-        tls.take_ciphertext(buf);
         plain.clear();
         conn.plain_out = plain;
         if let Err(e) = sealed {

@@ -11,18 +11,13 @@ use crate::core::framing::BoxedFraming;
 use crate::core::framing::{Framing, LengthDelimited, Lines};
 use crate::core::guard::{guarded, Panicked};
 use crate::core::outbox::{Outbox, Unsent, Written};
+use crate::core::tls::RECORD_PLAINTEXT;
 use crate::core::window::Redelivery;
 use crate::error::{Callback, EncodeError, RequestError};
 use crate::event::{AbandonReason, State};
 
 /// How long to wait before offering the socket a batch again after EAGAIN.
 const SEND_RETRY: Duration = Duration::from_millis(1);
-
-/// The largest batch of a TLS connection, in bytes of plaintext. A frame sent over TLS is
-/// confirmed with the end of the write that carried it, so a smaller write confirms its frames
-/// sooner after the peer's kernel has them: a peer lost meanwhile leaves fewer frames reported
-/// as unconfirmed that it had in fact received.
-const TLS_BATCH_MAX: usize = 64 * 1024;
 
 impl Machine {
     /// Fills `buf` with the next bytes to write: control frames first, then queued frames
@@ -64,7 +59,7 @@ impl Machine {
         if self.timers.at(Timer::SendRetry).is_some_and(|t| t > now) {
             return false;
         }
-        let limit = self.batch_limit();
+        let limit = self.cfg.batch_bytes;
         let Some(conn) = self.conn.as_mut() else {
             return false;
         };
@@ -110,16 +105,6 @@ impl Machine {
         !buf.is_empty()
     }
 
-    /// The most bytes of frames a batch takes: `batch_bytes`, and no more than
-    /// [`TLS_BATCH_MAX`] with TLS.
-    fn batch_limit(&self) -> usize {
-        if self.speaks_tls() {
-            self.cfg.batch_bytes.min(TLS_BATCH_MAX)
-        } else {
-            self.cfg.batch_bytes
-        }
-    }
-
     /// The framing panicked while a batch was being built: nothing of it is written, the frames
     /// taken for it go back to the outbox and the connection fails.
     fn encode_panicked(&mut self, now: Instant, buf: &mut Vec<u8>, p: Panicked) -> bool {
@@ -131,7 +116,7 @@ impl Machine {
 
     /// Adds the requests waiting to be written to the batch, while it has room.
     fn batch_requests(&mut self, buf: &mut Vec<u8>) -> Result<(), Panicked> {
-        let limit = self.batch_limit();
+        let limit = self.cfg.batch_bytes;
         while let Some(frame) = self.requests.next_unsent() {
             if !buf.is_empty() && buf.len().saturating_add(frame.len()) > limit {
                 break;
@@ -192,15 +177,19 @@ impl Machine {
     /// The bytes of the last `poll_transmit` went out: its frames wait in the window for
     /// their confirmation, each at the stream offset where it ends.
     fn written(&mut self, now: Instant) {
-        let (len, ends, tls) = match &self.conn {
-            Some(conn) => (conn.pending_len, &conn.pending_ends[..], conn.tls.is_some()),
-            None => (0, &[][..], false),
+        let (len, ends, records) = match &self.conn {
+            Some(conn) => (
+                conn.pending_len,
+                &conn.pending_ends[..],
+                conn.tls.is_some().then_some(&conn.pending_records[..]),
+            ),
+            None => (0, &[][..], None),
         };
         let base = self.window.written();
         self.window.wrote(now, len);
         let (c, window) = (&mut self.c, &mut self.window);
-        // With TLS a frame's last byte is in one of the records written now: it is
-        // acknowledged at the latest with the last of them.
+        // With TLS a frame can be read once the record that carries its last byte has
+        // arrived: it is confirmed with the end of that record.
         let mut k = 0;
         self.outbox.take_written(|run| {
             let (frames, bytes) = (run.ends.len(), run.bytes());
@@ -216,10 +205,14 @@ impl Machine {
                 deadline,
             } = run;
             let frames = run_ends.iter().map(|&at| {
-                let end = match ends.get(k) {
-                    Some(e) if !tls => base + *e as u64,
-                    _ => base + len as u64,
+                let end = match (ends.get(k), records) {
+                    (Some(&e), None) => e,
+                    (Some(&e), Some(records)) => records
+                        .get(e.saturating_sub(1) / RECORD_PLAINTEXT)
+                        .map_or(len, |&r| r),
+                    (None, _) => len,
                 };
+                let end = base + end as u64;
                 k += 1;
                 (at, end)
             });

@@ -175,6 +175,35 @@ fn a_frame_larger_than_rustls_default_buffers_goes_through_whole() {
 }
 
 #[test]
+fn a_sealed_batch_notes_where_each_record_ends_and_the_peer_reads_each_piece_only_once_its_record_is_whole(
+) {
+    let pki = Pki::new();
+    let (mut wire, result) = handshake(&trusting(&pki), &Server::with(&pki.server));
+    result.unwrap();
+    let batch: Vec<u8> = (0..40 * 1024).map(|i| (i % 251) as u8).collect();
+    let (mut out, mut ends) = (Vec::new(), Vec::new());
+    wire.client.seal(&batch, &mut out, &mut ends).unwrap();
+    assert_eq!(ends.len(), 3, "16 KiB, 16 KiB and 8 KiB: {ends:?}");
+    assert_eq!(ends.last(), Some(&out.len()));
+    let mut read = 0;
+    let mut from = 0;
+    for (i, &end) in ends.iter().enumerate() {
+        // All of a record but its last byte: the peer reads nothing of it yet.
+        wire.deliver_to_server(&out[from..end - 1]);
+        assert_eq!(
+            wire.server_plaintext.len(),
+            read,
+            "record {i} not whole yet"
+        );
+        wire.deliver_to_server(&out[end - 1..end]);
+        read = ((i + 1) * RECORD_PLAINTEXT).min(batch.len());
+        assert_eq!(wire.server_plaintext.len(), read, "record {i} whole");
+        from = end;
+    }
+    assert_eq!(wire.server_plaintext, batch);
+}
+
+#[test]
 fn application_data_before_the_handshake_is_refused_and_nothing_is_sent() {
     let pki = Pki::new();
     let mut session = client(&trusting(&pki), SERVER_NAME);
