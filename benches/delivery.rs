@@ -7,7 +7,7 @@
 //! Throughput, 64 B, 1 KiB and 64 KiB payloads (length-prefixed, one producer,
 //! `Overflow::Block`), to a local sink that reads and discards, timed from the first send until
 //! every frame is confirmed (`frames_confirmed`):
-//! - `window`: the default window (1 MiB);
+//! - `window`: the default window (`defaults::WINDOW`, 4 MiB);
 //! - `unbounded`: `window(0)`: frames are still confirmed, nothing is held back;
 //! - `std_tcp`: `std::net::TcpStream` behind a `BufWriter`, timed until the sink read it all.
 //!
