@@ -666,7 +666,7 @@ fn metrics_line(name: &str, m: &Metrics) -> String {
     format!(
         "metrics state={} time_in_state_ms={} attempt={} native_redials={} consecutive_failures={} connects={} \
          reconnects={} last_outage_ms={} next_retry_ms={} peer={} submitted={} sent={} \
-         rejected={} abandoned={} outbox_frames={} outbox_bytes={} received={} bytes_in={} \
+         confirmed={} unconfirmed={} resent={} rejected={} abandoned={} outbox_frames={} outbox_bytes={} received={} bytes_in={} \
          bytes_out={} hb_sent={} hb_missed={} rtt_us={} paused={} down_for_ms={} tls_rejected={} \
          name={:?}",
         m.state.name(),
@@ -681,6 +681,9 @@ fn metrics_line(name: &str, m: &Metrics) -> String {
         or_dash(m.peer_addr),
         m.frames_submitted,
         m.frames_sent,
+        m.frames_confirmed,
+        m.frames_unconfirmed,
+        m.frames_resent,
         m.frames_rejected,
         m.abandoned.total(),
         m.outbox_frames,

@@ -457,6 +457,9 @@ fn status_prints_a_connected_to_ready_line_and_metrics_lines_with_every_field() 
             "peer",
             "submitted",
             "sent",
+            "confirmed",
+            "unconfirmed",
+            "resent",
             "rejected",
             "abandoned",
             "outbox_frames",
@@ -482,6 +485,10 @@ fn status_prints_a_connected_to_ready_line_and_metrics_lines_with_every_field() 
         metrics.ends_with(&format!(" name=\"{}\"", peer.endpoint())),
         "a link without --name is named after its endpoint: {metrics}"
     );
+    // The echo came back, so the peer's TCP acknowledged the line: a later line says so.
+    cat.expect_stderr_where("metrics state=Ready ", |l| {
+        l.contains(" sent=1 confirmed=1 unconfirmed=0 resent=0 ")
+    });
     let (status, _) = cat.finish(false, WAIT);
     assert!(status.success(), "{status}\n{}", cat.transcript());
 }
@@ -544,7 +551,10 @@ fn stdin_eof_while_the_server_is_down_reports_the_queued_line_abandoned_and_exit
     let last = stderr.lines().last().unwrap_or_default();
     assert!(last.starts_with("metrics state=Closed "), "{last}");
     assert!(
-        last.contains(" submitted=1 sent=0 rejected=0 abandoned=1 outbox_frames=0 "),
+        last.contains(
+            " submitted=1 sent=0 confirmed=0 unconfirmed=0 resent=0 rejected=0 abandoned=1 \
+             outbox_frames=0 "
+        ),
         "{last}"
     );
 }
