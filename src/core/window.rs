@@ -257,9 +257,12 @@ impl Window {
         }
     }
 
-    /// No reading could be taken at `now`: ask again later.
+    /// No reading could be taken at `now`: ask again later (as for a reading that found
+    /// nothing new: only when one was due).
     pub(super) fn no_reading(&mut self, now: Instant) {
-        self.reschedule(now, false);
+        if self.poll_at.map_or(true, |t| t <= now) {
+            self.reschedule(now, false);
+        }
     }
 
     /// The next reading: none while nothing waits, soon after progress, later and later
@@ -369,6 +372,11 @@ mod tests {
         // Progress, due or not, brings the next reading close again.
         w.acked(t, 1, |_, _| {});
         assert_eq!(w.poll_at(), Some(t + POLL_FIRST));
+        // A reading that could not be taken counts as one that found nothing.
+        w.no_reading(t);
+        assert_eq!(w.poll_at(), Some(t + POLL_FIRST), "not due yet");
+        w.no_reading(t + POLL_FIRST);
+        assert_eq!(w.poll_at(), Some(t + POLL_FIRST + POLL_FIRST * 2));
     }
 
     #[test]
