@@ -115,7 +115,7 @@
 //! A frame is *confirmed* once the peer's TCP has acknowledged its last byte: relink writes
 //! (and encrypts) every byte of a connection, so it knows where each frame ends in the stream,
 //! and reads the peer's acknowledged count (`TCP_INFO`, Linux 4.1 or newer) while frames wait.
-//! At most [`Builder::window`] bytes (1 MiB by default) are handed to the socket unconfirmed;
+//! At most [`Builder::window`] bytes (4 MiB by default) are handed to the socket unconfirmed;
 //! the rest wait in the outbox, counted. When a connection drops, its unconfirmed frames are
 //! written again first on the next one ([`Redelivery::Resend`], the default: at-least-once), or
 //! each is handed back in an [`Event::Abandoned`] with [`AbandonReason::Unconfirmed`]
