@@ -167,9 +167,10 @@ fn a_busy_link_does_not_starve_a_quiet_one_on_the_same_thread() {
 }
 
 /// Two links on one IO thread; the first one's peer writes lines without pause and nobody
-/// takes the first link's events (capacity 16). Expected: the first link pauses reading (its
-/// channel holds 16 events and no more arrive), while the second keeps making round trips;
-/// once its events are taken, the first reads again.
+/// takes the first link's events (capacity 16). Expected: the first link pauses reading once
+/// an event finds its channel full (the frames of the chunk in hand wait, none is dropped),
+/// reads nothing more while paused and its channel holds 16 events, while the second keeps
+/// making round trips; once its events are taken, the first reads again.
 #[test]
 fn a_slow_reader_pauses_only_its_own_link() {
     let _g = exclusive();
@@ -195,7 +196,13 @@ fn a_slow_reader_pauses_only_its_own_link() {
         .io_pool(&pool)
         .build()
         .expect("build");
-    assert!(wait_until(T, || slow.events().len() >= 16));
+    // Paused once an event did not fit: the channel alone full is not yet paused, and the
+    // next chunk read (dozens of lines) is what overflows it.
+    assert!(
+        wait_until(T, || slow.metrics().reading_paused),
+        "the slow link pauses its reading: {:?}",
+        slow.metrics()
+    );
     let received = slow.metrics().frames_received;
     for i in 0..20 {
         let rt = round_trip(&other, format!("o{i}").as_bytes());
@@ -206,10 +213,12 @@ fn a_slow_reader_pauses_only_its_own_link() {
         16,
         "the slow link's channel went past its capacity"
     );
-    let still = slow.metrics().frames_received;
-    assert!(
-        still <= received + 16,
-        "the slow link kept reading: {received} then {still}"
+    let m = slow.metrics();
+    let still = m.frames_received;
+    assert!(m.reading_paused, "the slow link is still paused: {m:?}");
+    assert_eq!(
+        still, received,
+        "the slow link kept reading while paused: {received} then {still}"
     );
     // Taking its events lets it read again.
     let more = wait_until(Duration::from_secs(10), || {
