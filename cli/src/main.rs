@@ -666,8 +666,8 @@ fn metrics_line(name: &str, m: &Metrics) -> String {
     format!(
         "metrics state={} time_in_state_ms={} attempt={} native_redials={} consecutive_failures={} connects={} \
          reconnects={} last_outage_ms={} next_retry_ms={} peer={} submitted={} sent={} \
-         confirmed={} unconfirmed={} resent={} rejected={} abandoned={} outbox_frames={} outbox_bytes={} received={} bytes_in={} \
-         bytes_out={} hb_sent={} hb_missed={} rtt_us={} paused={} down_for_ms={} tls_rejected={} \
+         confirmed={} unconfirmed={} resent={} rejected={} abandoned={} outbox_frames={} \
+         outbox_bytes={} received={} bytes_in={} bytes_out={} hb_sent={} hb_missed={} rtt_us={} paused={} down_for_ms={} tls_rejected={} \
          name={:?}",
         m.state.name(),
         m.time_in_state.as_millis(),

@@ -244,7 +244,7 @@ impl Window {
         // new once doubled the interval, and a window that held frames back then slept up
         // to `POLL_MAX` before its next reading: rounds of a batch sender fell from 46 to
         // 5 M/s.)
-        if moved || self.marks.is_empty() || self.poll_at.map_or(true, |t| t <= now) {
+        if moved || self.marks.is_empty() || self.reading_due(now) {
             self.reschedule(now, moved);
         }
         true
@@ -260,9 +260,14 @@ impl Window {
     /// No reading could be taken at `now`: ask again later (as for a reading that found
     /// nothing new: only when one was due).
     pub(super) fn no_reading(&mut self, now: Instant) {
-        if self.poll_at.map_or(true, |t| t <= now) {
+        if self.reading_due(now) {
             self.reschedule(now, false);
         }
+    }
+
+    /// Whether a reading at `now` is the timed one (or none is scheduled).
+    fn reading_due(&self, now: Instant) -> bool {
+        self.poll_at.map_or(true, |t| t <= now)
     }
 
     /// The next reading: none while nothing waits, soon after progress, later and later
