@@ -16,6 +16,9 @@
 //! - `std_tcp`: `std::net::TcpStream` behind a `BufWriter`.
 //! - `relink_batch`: the `relink` link, frames handed over in [`Batch`]es of up to 1024
 //!   frames (64 KiB of payload at most) with `send_batch`.
+//! - `relink_writer`: the `relink` link, each frame written from one buffer of the producer's
+//!   (a slice, not a `Bytes`) with `link.writer()`'s `send` (1 024 frames or 64 KiB a
+//!   hand-over), one `flush` at the end: the buffered sender, as `std_tcp`'s `BufWriter` is.
 //! - `tokio`: the client a tokio user would write: a runtime thread owning tokio-util's
 //!   `FramedWrite<_, LengthDelimitedCodec>`, fed through a bounded mpsc handle
 //!   (`blocking_send` from the producer thread); see `support/tokio_client.rs`. Its channel
@@ -43,6 +46,11 @@
 //!
 //! `throughput size=<bytes> relink_batch_mps=<b> tokio_mps=<t> tokio_stubborn_mps=<s>
 //! ratio_tokio=<x/t> ratio_stubborn=<x/s> ratio_batch_std=<b/z> ratio_batch_tokio=<b/t>`
+//!
+//! one per size for the writer:
+//!
+//! `throughput_writer size=<bytes> relink_mps=<x> relink_writer_mps=<w> std_tcp_mps=<z>
+//! ratio_writer_std=<w/z> ratio_writer_send=<w/x>`
 //!
 //! then, for 1 KiB and 64 KiB, `throughput_tls size=<bytes> relink_mps=<x> relink_tls_mps=<t>
 //! ratio_tls=<t/x>`, and the TLS handshake on loopback: `build()` to Ready, median of `N`
@@ -111,6 +119,7 @@ enum Sender {
     TokioStubborn,
     RelinkOwn,
     RelinkGlobal,
+    RelinkWriter,
 }
 
 /// Which IO thread the link of a `relink*` sender runs on.
@@ -125,7 +134,7 @@ enum Pool {
 }
 
 impl Sender {
-    const ALL: [Sender; 11] = [
+    const ALL: [Sender; 12] = [
         Sender::Relink,
         Sender::Relink4,
         Sender::RawZmq,
@@ -137,6 +146,7 @@ impl Sender {
         Sender::TokioStubborn,
         Sender::RelinkOwn,
         Sender::RelinkGlobal,
+        Sender::RelinkWriter,
     ];
 
     fn name(self) -> &'static str {
@@ -152,6 +162,7 @@ impl Sender {
             Sender::TokioStubborn => "tokio_stubborn",
             Sender::RelinkOwn => "relink_own",
             Sender::RelinkGlobal => "relink_global",
+            Sender::RelinkWriter => "relink_writer",
         }
     }
 
@@ -179,6 +190,7 @@ impl Sender {
             Sender::RawZmq => run_raw_zmq(&sink, size, frames),
             Sender::StdTcp => run_std_tcp(&sink, size, frames),
             Sender::RelinkBatch => run_relink_batch(&sink, size, frames),
+            Sender::RelinkWriter => run_relink_writer(&sink, size, frames),
             Sender::Tokio => run_tokio(&sink, size, frames, false),
             Sender::TokioStubborn => run_tokio(&sink, size, frames, true),
         };
@@ -309,7 +321,8 @@ fn run_relink(
     done - start
 }
 
-fn run_relink_batch(sink: &Sink, size: usize, frames: usize) -> Duration {
+/// The link of `relink_batch` and `relink_writer`, Ready.
+fn ready_link(sink: &Sink) -> Link {
     let link = Link::builder(&sink.endpoint())
         .framing(LengthDelimited::len32())
         .overflow(Overflow::Block(RUN_BOUND))
@@ -320,6 +333,38 @@ fn run_relink_batch(sink: &Sink, size: usize, frames: usize) -> Duration {
         State::Ready,
         Instant::now() + Duration::from_secs(10),
     );
+    link
+}
+
+/// Waits for the sink, closes the link and checks that it sent every frame.
+fn finish_link(sink: &Sink, link: &Link, frames: usize, start: Instant) -> Duration {
+    let done = sink.wait();
+    let m = link.close(Duration::from_secs(5));
+    assert_eq!(
+        m.frames_sent, frames as u64,
+        "relink did not send every frame"
+    );
+    done - start
+}
+
+fn run_relink_writer(sink: &Sink, size: usize, frames: usize) -> Duration {
+    let link = ready_link(sink);
+    let payload = vec![0xA5u8; size];
+    let mut writer = link.writer();
+    let start = Instant::now();
+    for _ in 0..frames {
+        if let Err(e) = writer.send(&payload) {
+            panic!("relink writer send failed: {e}");
+        }
+    }
+    if let Err(e) = writer.flush() {
+        panic!("relink writer flush failed: {e}");
+    }
+    finish_link(sink, &link, frames, start)
+}
+
+fn run_relink_batch(sink: &Sink, size: usize, frames: usize) -> Duration {
+    let link = ready_link(sink);
     let payload = vec![0xA5u8; size];
     let per_batch = (64 * 1024 / size).clamp(1, 1024);
     let start = Instant::now();
@@ -335,13 +380,7 @@ fn run_relink_batch(sink: &Sink, size: usize, frames: usize) -> Duration {
         }
         left -= n;
     }
-    let done = sink.wait();
-    let m = link.close(Duration::from_secs(5));
-    assert_eq!(
-        m.frames_sent, frames as u64,
-        "relink did not send every frame"
-    );
-    done - start
+    finish_link(sink, &link, frames, start)
 }
 
 fn run_tokio(sink: &Sink, size: usize, frames: usize, stubborn: bool) -> Duration {
@@ -596,6 +635,23 @@ fn main() {
             sig4(own),
             sig4(global),
             global / own
+        );
+    }
+    for (si, &(size, _)) in plan.iter().enumerate() {
+        let m = |sender: Sender| median(&mps[si][sender as usize]);
+        let (x, w, z) = (
+            m(Sender::Relink),
+            m(Sender::RelinkWriter),
+            m(Sender::StdTcp),
+        );
+        println!(
+            "throughput_writer size={size} relink_mps={} relink_writer_mps={} std_tcp_mps={} \
+             ratio_writer_std={:.3} ratio_writer_send={:.3}",
+            sig4(x),
+            sig4(w),
+            sig4(z),
+            w / z,
+            w / x
         );
     }
     let n = if smoke {

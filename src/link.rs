@@ -27,6 +27,9 @@ use crate::metrics::Metrics;
 use crate::send::SendOptions;
 
 mod send;
+mod writer;
+
+pub use writer::Writer;
 
 /// A self-healing TCP link. Cheap to clone; every clone drives the same link, from any thread.
 ///

@@ -245,3 +245,164 @@ fn a_batch_after_close_comes_back_whole() {
     }
     assert_eq!(link.metrics().frames_rejected, 3);
 }
+
+// The writer: frames copied into a batch of its own, handed over when it is full, at
+// `flush`, and when it is dropped.
+
+#[test]
+fn a_writer_hands_nothing_over_until_flush_then_the_peer_reads_every_frame_in_order() {
+    let peer = Peer::start(Behaviour::Sink);
+    let link = Link::builder(&peer.endpoint())
+        .framing(LengthDelimited::len32())
+        .overflow(Overflow::Block(BOUND))
+        .build()
+        .expect("build");
+    let mut writer = link.writer();
+    for n in 0..500 {
+        writer.send(&seq_payload(n)).expect("written");
+    }
+    assert_eq!(
+        (writer.buffered(), link.metrics().frames_submitted),
+        (500, 0),
+        "held in the writer"
+    );
+    writer.flush().expect("handed over");
+    assert_eq!(writer.buffered(), 0);
+    // Frames sent on the link itself go after those already handed over.
+    link.send(seq_payload(500)).expect("send");
+    let m = link.close(BOUND);
+    assert_eq!(m.frames_sent, 501, "{m:?}");
+    assert_accounted(&m, "writer");
+    let on_wire = 501 * (4 + seq_payload(0).len());
+    assert!(
+        peer.wait_received_len(on_wire, BOUND),
+        "the peer read everything"
+    );
+    let (frames, _) = decode_length_prefixed(&peer.received_all());
+    assert_each_once_in_order(&seqs_of(&frames, &[]), 0..501, "writer then send");
+}
+
+#[test]
+fn a_full_writer_hands_its_frames_over_without_a_flush() {
+    let link = queued_link((100, 1 << 20), Overflow::RejectNew);
+    let mut writer = link.writer().capacity(3, 1 << 20);
+    for n in 0..2 {
+        writer.send(&seq_payload(n)).expect("written");
+    }
+    assert_eq!(link.metrics().frames_submitted, 0, "two of three");
+    writer.send(&seq_payload(2)).expect("the third fills it");
+    assert_eq!((writer.buffered(), link.metrics().frames_submitted), (0, 3));
+    // The byte bound fills it too: one frame larger than the bound goes at once.
+    let mut writer = link.writer().capacity(100, 64);
+    writer.send(&[7u8; 65]).expect("written");
+    assert_eq!((writer.buffered(), link.metrics().frames_submitted), (0, 4));
+    drop(writer);
+    let m = link.close(ms(50));
+    assert_eq!(m.abandoned.shutdown, 4, "queued, given back at close");
+    assert_accounted(&m, "full writer");
+}
+
+#[test]
+fn a_dropped_writer_hands_its_last_frames_over() {
+    let link = queued_link((100, 1 << 20), Overflow::RejectNew);
+    let mut writer = link.writer();
+    writer.send(b"last one").expect("written");
+    drop(writer);
+    let m = link.close(ms(50));
+    assert_eq!((m.frames_submitted, m.abandoned.shutdown), (1, 1), "{m:?}");
+    assert_accounted(&m, "dropped writer");
+}
+
+#[test]
+fn frames_the_outbox_refuses_at_a_flush_come_back_and_the_writer_is_empty() {
+    let link = queued_link((3, 1 << 20), Overflow::RejectNew);
+    let mut writer = link.writer();
+    for n in 0..5 {
+        writer.send(&seq_payload(n)).expect("written");
+    }
+    match writer.flush() {
+        Err(BatchError::Full { accepted, rest }) => {
+            assert_eq!(accepted, 3);
+            assert_eq!(rest, numbered(3..5), "the refused frames, in order");
+        }
+        other => panic!("expected Full, got {other:?}"),
+    }
+    assert_eq!(writer.buffered(), 0);
+    writer.flush().expect("nothing left to hand over");
+    drop(writer);
+    let m = link.close(ms(50));
+    assert_eq!((m.frames_submitted, m.frames_rejected), (5, 2));
+    assert_accounted(&m, "writer refused");
+}
+
+#[test]
+fn a_frame_the_framing_refuses_comes_back_at_its_own_call_and_the_writer_keeps_the_rest() {
+    let link = Link::builder(&refused_endpoint())
+        .framing(Lines::new())
+        .build()
+        .expect("build");
+    let mut writer = link.writer();
+    writer.send(b"one").expect("written");
+    match writer.send(b"a\nb") {
+        Err(BatchError::Invalid {
+            batch,
+            index: 0,
+            error: EncodeError::ContainsNewline,
+        }) => assert_eq!(batch.into_frames(), [b"a\nb".to_vec()]),
+        other => panic!("expected Invalid, got {other:?}"),
+    }
+    writer.send(b"two").expect("written");
+    assert_eq!(writer.buffered(), 2);
+    writer.flush().expect("handed over");
+    let m = link.close(ms(50));
+    assert_eq!(
+        (m.frames_submitted, m.frames_rejected, m.abandoned.shutdown),
+        (3, 1, 2)
+    );
+    assert_accounted(&m, "writer invalid");
+}
+
+#[test]
+fn a_writer_after_close_gives_its_frames_back_as_closed() {
+    let link = queued_link((10, 1 << 20), Overflow::RejectNew);
+    let mut writer = link.writer();
+    writer
+        .send(b"late")
+        .expect("written: the writer does not look at the link");
+    link.close(ms(10));
+    match writer.flush() {
+        Err(BatchError::Closed { accepted: 0, rest }) => {
+            assert_eq!(rest.into_frames(), [b"late".to_vec()])
+        }
+        other => panic!("expected Closed, got {other:?}"),
+    }
+    assert_eq!(link.metrics().frames_rejected, 1);
+}
+
+#[test]
+fn a_writer_flush_async_waits_for_room_without_blocking() {
+    let link = queued_link((2, 1 << 20), Overflow::Block(BOUND));
+    let mut exec = TestExec::new();
+    for n in 0..2 {
+        link.send_with(seq_payload(n), SendOptions::new().ttl(ms(200)))
+            .expect("queued");
+    }
+    let mut writer = link.writer();
+    let mut write = Box::pin(writer.send_async(&[1u8; 8]));
+    assert_eq!(
+        exec.block_on(&mut write, BOUND),
+        Some(Ok(())),
+        "held, not handed over"
+    );
+    drop(write);
+    let mut flush = Box::pin(writer.flush_async());
+    assert!(exec.poll(&mut flush).is_pending(), "no room");
+    let result = exec
+        .block_on(flush, BOUND)
+        .expect("resolves once room frees");
+    assert_eq!(result, Ok(()));
+    drop(writer);
+    let m = link.close(ms(50));
+    assert_eq!((m.abandoned.expired, m.abandoned.shutdown), (2, 1));
+    assert_accounted(&m, "async writer");
+}

@@ -458,8 +458,15 @@ impl Link {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn send_batch_with(&self, batch: Batch, options: SendOptions) -> Result<(), BatchError> {
+        let batch = self.check_batch(batch)?;
+        self.queue_batch(batch, options)
+    }
+
+    /// Queues a batch whose frames the framing was asked about already: `send_batch_with`
+    /// after its framing check.
+    pub(super) fn queue_batch(&self, batch: Batch, options: SendOptions) -> Result<(), BatchError> {
         let plan = self.plan(options);
-        let mut rest = self.check_batch(batch)?;
+        let mut rest = self.check_open(batch)?;
         let mut accepted = 0;
         let mut until = None;
         while !self.submit_batch(&mut rest, &plan, &mut accepted)? {
@@ -508,8 +515,7 @@ impl Link {
         self.send_batch(frames.into_iter().collect())
     }
 
-    /// Refuses the whole batch if the framing refuses one of its frames, or if the link is
-    /// closed.
+    /// Refuses the whole batch if the framing refuses one of its frames.
     fn check_batch(&self, batch: Batch) -> Result<Batch, BatchError> {
         let framing = &self.inner.framing;
         let refused = batch
@@ -524,6 +530,26 @@ impl Link {
                 error,
             });
         }
+        Ok(batch)
+    }
+
+    /// Refuses one frame the framing cannot encode, given back as a batch of its own.
+    pub(super) fn check_frame(&self, frame: &[u8]) -> Result<(), BatchError> {
+        match self.inner.framing.check(frame) {
+            Ok(()) => Ok(()),
+            Err(error) => {
+                self.inner.shared.intake.rejected(1);
+                Err(BatchError::Invalid {
+                    batch: std::iter::once(frame).collect(),
+                    index: 0,
+                    error,
+                })
+            }
+        }
+    }
+
+    /// Refuses the whole batch if the link is closed.
+    fn check_open(&self, batch: Batch) -> Result<Batch, BatchError> {
         if self.inner.shared.closed.load(Ordering::SeqCst) && !batch.is_empty() {
             return Err(self.refuse_batch(batch, 0));
         }
@@ -637,8 +663,18 @@ impl Link {
         batch: Batch,
         options: SendOptions,
     ) -> Result<(), BatchError> {
+        let batch = self.check_batch(batch)?;
+        self.queue_batch_async(batch, options).await
+    }
+
+    /// As [`queue_batch`](Link::queue_batch), without blocking the thread.
+    pub(super) async fn queue_batch_async(
+        &self,
+        batch: Batch,
+        options: SendOptions,
+    ) -> Result<(), BatchError> {
         let plan = self.plan(options);
-        let mut rest = self.check_batch(batch)?;
+        let mut rest = self.check_open(batch)?;
         let mut accepted = 0;
         let mut until = None;
         while !self.submit_batch(&mut rest, &plan, &mut accepted)? {
