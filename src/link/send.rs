@@ -55,7 +55,9 @@ impl Link {
     /// Takes anything that converts into [`Bytes`] without a copy: a `Vec<u8>`, a `String`,
     /// a `&'static` string or byte string, a `Bytes` (a clone of one is a reference count).
     /// A small frame is copied once, into the link's intake; a large one (over 1 KiB) is
-    /// handed over as it is.
+    /// handed over as it is. A producer of many small frames that can say when it pauses goes
+    /// faster through a [`Writer`](crate::Writer) ([`Link::writer`]), which hands them over a
+    /// batch at a time.
     ///
     /// # Errors
     /// The frame comes back in the error: [`SendError::Full`] at the limit,

@@ -239,8 +239,10 @@ impl Writer {
 }
 
 impl Drop for Writer {
-    /// Hands the last frames over. Frames the link does not accept then have no caller to come
-    /// back to: they are counted as refused in the link's metrics and logged.
+    /// Hands the last frames over, as [`flush`](Writer::flush) does (so under
+    /// `Overflow::Block(t)` a drop may wait up to `t` for room). Frames the link does not accept
+    /// then have no caller to come back to: they are counted as refused in the link's metrics
+    /// and logged at warn.
     fn drop(&mut self) {
         if let Err(e) = self.flush() {
             log::warn!(
