@@ -380,7 +380,7 @@ fn a_writer_after_close_gives_its_frames_back_as_closed() {
 }
 
 #[test]
-fn a_writer_flush_async_waits_for_room_without_blocking() {
+fn a_writer_flush_async_waits_for_room_without_blocking_and_a_dropped_one_keeps_the_frames() {
     let link = queued_link((2, 1 << 20), Overflow::Block(BOUND));
     let mut exec = TestExec::new();
     for n in 0..2 {
@@ -395,12 +395,18 @@ fn a_writer_flush_async_waits_for_room_without_blocking() {
         "held, not handed over"
     );
     drop(write);
+    // A flush dropped while it waits leaves the frames in the writer.
     let mut flush = Box::pin(writer.flush_async());
     assert!(exec.poll(&mut flush).is_pending(), "no room");
+    drop(flush);
+    assert_eq!(writer.buffered(), 1, "kept by the writer");
+    let mut flush = Box::pin(writer.flush_async());
+    assert!(exec.poll(&mut flush).is_pending(), "still no room");
     let result = exec
         .block_on(flush, BOUND)
         .expect("resolves once room frees");
     assert_eq!(result, Ok(()));
+    assert_eq!(writer.buffered(), 0);
     drop(writer);
     let m = link.close(ms(50));
     assert_eq!((m.abandoned.expired, m.abandoned.shutdown), (2, 1));

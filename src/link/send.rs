@@ -460,18 +460,23 @@ impl Link {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn send_batch_with(&self, batch: Batch, options: SendOptions) -> Result<(), BatchError> {
-        let batch = self.check_batch(batch)?;
-        self.queue_batch(batch, options)
+        let mut batch = self.check_batch(batch)?;
+        self.queue_batch(&mut batch, options)
     }
 
-    /// Queues a batch whose frames the framing was asked about already: `send_batch_with`
-    /// after its framing check.
-    pub(super) fn queue_batch(&self, batch: Batch, options: SendOptions) -> Result<(), BatchError> {
+    /// Queues the frames of `rest`, whose frames the framing was asked about already
+    /// (`send_batch_with` after its framing check), taking each accepted prefix off its front;
+    /// an error takes the rest into itself, so `rest` is empty after the call either way.
+    pub(super) fn queue_batch(
+        &self,
+        rest: &mut Batch,
+        options: SendOptions,
+    ) -> Result<(), BatchError> {
         let plan = self.plan(options);
-        let mut rest = self.check_open(batch)?;
+        self.check_open(rest)?;
         let mut accepted = 0;
         let mut until = None;
-        while !self.submit_batch(&mut rest, &plan, &mut accepted)? {
+        while !self.submit_batch(rest, &plan, &mut accepted)? {
             let until = *until.get_or_insert_with(|| plan.until());
             let len = rest.get(0).map_or(0, <[u8]>::len);
             if !self
@@ -480,7 +485,7 @@ impl Link {
                 .intake
                 .wait_for_room(len, until, plan.forced)
             {
-                return Err(self.refuse_batch(rest, accepted));
+                return Err(self.refuse_batch(std::mem::take(rest), accepted));
             }
         }
         Ok(())
@@ -550,12 +555,12 @@ impl Link {
         }
     }
 
-    /// Refuses the whole batch if the link is closed.
-    fn check_open(&self, batch: Batch) -> Result<Batch, BatchError> {
-        if self.inner.shared.closed.load(Ordering::SeqCst) && !batch.is_empty() {
-            return Err(self.refuse_batch(batch, 0));
+    /// Refuses the whole batch (taken out of `rest`) if the link is closed.
+    fn check_open(&self, rest: &mut Batch) -> Result<(), BatchError> {
+        if self.inner.shared.closed.load(Ordering::SeqCst) && !rest.is_empty() {
+            return Err(self.refuse_batch(std::mem::take(rest), 0));
         }
-        Ok(batch)
+        Ok(())
     }
 
     /// The one submission under every `send_batch*` call: queues the longest prefix of `rest`
@@ -665,26 +670,27 @@ impl Link {
         batch: Batch,
         options: SendOptions,
     ) -> Result<(), BatchError> {
-        let batch = self.check_batch(batch)?;
-        self.queue_batch_async(batch, options).await
+        let mut batch = self.check_batch(batch)?;
+        self.queue_batch_async(&mut batch, options).await
     }
 
-    /// As [`queue_batch`](Link::queue_batch), without blocking the thread.
+    /// As [`queue_batch`](Link::queue_batch), without blocking the thread. The frames not yet
+    /// accepted stay in `rest` while it waits: a future dropped then leaves them there.
     pub(super) async fn queue_batch_async(
         &self,
-        batch: Batch,
+        rest: &mut Batch,
         options: SendOptions,
     ) -> Result<(), BatchError> {
         let plan = self.plan(options);
-        let mut rest = self.check_open(batch)?;
+        self.check_open(rest)?;
         let mut accepted = 0;
         let mut until = None;
-        while !self.submit_batch(&mut rest, &plan, &mut accepted)? {
+        while !self.submit_batch(rest, &plan, &mut accepted)? {
             let until = *until.get_or_insert_with(|| plan.until());
             let len = rest.get(0).map_or(0, <[u8]>::len);
             let intake = &self.inner.shared.intake;
             if !intake.room_async(len, until, plan.forced).await {
-                return Err(self.refuse_batch(rest, accepted));
+                return Err(self.refuse_batch(std::mem::take(rest), accepted));
             }
         }
         Ok(())

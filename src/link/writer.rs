@@ -189,21 +189,24 @@ impl Writer {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn flush(&mut self) -> Result<(), BatchError> {
-        match self.take() {
-            Some(batch) => self.link.queue_batch(batch, self.options),
-            None => Ok(()),
+        if self.batch.is_empty() {
+            return Ok(());
         }
+        self.link.queue_batch(&mut self.batch, self.options)
     }
 
-    /// As [`flush`](Writer::flush), without blocking the thread while it waits for room.
+    /// As [`flush`](Writer::flush), without blocking the thread while it waits for room. If
+    /// the future is dropped while it waits, the frames not yet accepted stay in the writer.
     ///
     /// # Errors
     /// As [`flush`](Writer::flush).
     pub async fn flush_async(&mut self) -> Result<(), BatchError> {
-        match self.take() {
-            Some(batch) => self.link.queue_batch_async(batch, self.options).await,
-            None => Ok(()),
+        if self.batch.is_empty() {
+            return Ok(());
         }
+        self.link
+            .queue_batch_async(&mut self.batch, self.options)
+            .await
     }
 
     /// Frames written and not yet handed to the link.
@@ -226,15 +229,6 @@ impl Writer {
         }
         self.batch.push(frame);
         Ok(self.batch.len() >= self.frames || self.batch.bytes() >= self.bytes)
-    }
-
-    /// The frames held, leaving the writer empty.
-    fn take(&mut self) -> Option<Batch> {
-        if self.batch.is_empty() {
-            None
-        } else {
-            Some(std::mem::take(&mut self.batch))
-        }
     }
 }
 
