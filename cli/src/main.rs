@@ -40,7 +40,10 @@
 //! no retry can fix (a certificate not valid for the name, an unknown issuer, the server
 //! refusing ours) as `cause=tls-rejected`, retried after the cooldown period.
 //!
-//! Frames the outbox refuses and frames abandoned are always reported on stderr.
+//! Lines are handed to the link a batch at a time while stdin has more at hand, and at once
+//! when the next read would wait (a typed line goes as it is typed). Lines read faster than
+//! the link sends them wait for room in the outbox, up to `--flush-timeout` at a time. Frames
+//! the outbox still refuses and frames abandoned are always reported on stderr.
 //!
 //! With `--replies each` (the default with `--framing resp`) every line is a request: its reply
 //! is printed in the order the lines were read (other frames, such as RESP3 pushes, as they
@@ -64,7 +67,7 @@
 // The option docs below are clap's --help text, written for a terminal, not Markdown.
 #![allow(rustdoc::broken_intra_doc_links, rustdoc::invalid_html_tags)]
 
-use std::io::{self, BufRead, Write};
+use std::io::{self, BufRead, BufReader, Write};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -73,7 +76,7 @@ use std::time::{Duration, Instant};
 
 use clap::{Parser, ValueEnum};
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
-use relink::error::{ConfigError, RecvTimeoutError, RequestError, SendError};
+use relink::error::{BatchError, ConfigError, RecvTimeoutError, RequestError};
 use relink::framing::{Delimited, LengthDelimited, Lines, Raw, Resp};
 use relink::{
     Correlation, Event, Heartbeat, Jitter, Link, Metrics, Overflow, Pending, Ping, Predicate,
@@ -547,6 +550,10 @@ fn build_link(cli: &Cli) -> Result<Link, ConfigError> {
             .requests(correlation)
             .request_timeout(cli.request_timeout)
             .overflow(Overflow::Block(cli.request_timeout));
+    } else {
+        // Lines read faster than the link sends them (a file piped in) wait for room, as a
+        // pipe's writer does, within the flush bound.
+        b = b.overflow(Overflow::Block(cli.flush_timeout));
     }
     b.immediate(cli.immediate).build()
 }
@@ -591,24 +598,28 @@ impl Report {
         }
     }
 
-    fn refused(self, e: &SendError) {
-        let (error, frame): (&str, &[u8]) = match e {
-            SendError::Full(f) => ("full", f),
-            SendError::Closed(f) => ("closed", f),
-            SendError::Invalid(f, _) => ("invalid", f),
-            _ => ("other", &[]),
+    /// Every frame of a batch the link refused (the writer's hand-over of stdin's lines), one
+    /// line each, as for a single frame.
+    fn refused_batch(self, e: BatchError) {
+        let error = match e {
+            BatchError::Full { .. } => "full",
+            BatchError::Closed { .. } => "closed",
+            BatchError::Invalid { .. } => "invalid",
+            _ => "other",
         };
-        match self {
-            Report::Status => eprintln!(
-                "refused error={error} bytes={} frame={:?} message={:?}",
-                frame.len(),
-                String::from_utf8_lossy(frame),
-                e.to_string()
-            ),
-            _ => eprintln!(
-                "relink-cat: frame refused ({e}): {:?}",
-                String::from_utf8_lossy(frame)
-            ),
+        let message = e.to_string();
+        for frame in e.into_inner().iter() {
+            match self {
+                Report::Status => eprintln!(
+                    "refused error={error} bytes={} frame={:?} message={message:?}",
+                    frame.len(),
+                    String::from_utf8_lossy(frame),
+                ),
+                _ => eprintln!(
+                    "relink-cat: frame refused ({message}): {:?}",
+                    String::from_utf8_lossy(frame)
+                ),
+            }
         }
     }
 
@@ -776,10 +787,17 @@ fn spawn_reader(
     requests: Option<Sender<(Vec<u8>, Pending)>>,
 ) {
     let spawned = thread::Builder::new().name("stdin".into()).spawn(move || {
-        let stdin = io::stdin();
-        let mut input = stdin.lock();
+        // Lines go through a writer: a batch at a time while stdin has more at hand, and
+        // handed over whenever the next read would wait (an interactive line goes at once).
+        let mut input = BufReader::with_capacity(64 * 1024, io::stdin().lock());
+        let mut writer = link.writer();
         let mut line = Vec::new();
         loop {
+            if input.buffer().is_empty() {
+                if let Err(e) = writer.flush() {
+                    report.refused_batch(e);
+                }
+            }
             line.clear();
             match input.read_until(b'\n', &mut line) {
                 Ok(0) => break,
@@ -791,23 +809,23 @@ fn spawn_reader(
                 }
             }
             let frame = match framing {
-                FramingArg::Raw => line.clone(),
-                _ => {
-                    let end = line
-                        .strip_suffix(b"\r\n")
-                        .or_else(|| line.strip_suffix(b"\n"))
-                        .unwrap_or(&line);
-                    end.to_vec()
-                }
+                FramingArg::Raw => &line[..],
+                _ => line
+                    .strip_suffix(b"\r\n")
+                    .or_else(|| line.strip_suffix(b"\n"))
+                    .unwrap_or(&line),
             };
             if let Some(requests) = &requests {
-                let pending = link.request_nowait(frame.clone());
-                if requests.send((frame, pending)).is_err() {
+                let pending = link.request_nowait(frame.to_vec());
+                if requests.send((frame.to_vec(), pending)).is_err() {
                     break;
                 }
-            } else if let Err(e) = link.send(frame) {
-                report.refused(&e);
+            } else if let Err(e) = writer.send(frame) {
+                report.refused_batch(e);
             }
+        }
+        if let Err(e) = writer.flush() {
+            report.refused_batch(e);
         }
         // With requests, the printer says when the run is over.
         if requests.is_none() {

@@ -339,6 +339,33 @@ fn piped_input_waits_for_a_late_reply_then_exits_zero() {
 }
 
 #[test]
+fn piped_lines_faster_than_the_server_reads_wait_for_room_and_all_arrive_in_order() {
+    // The server reads nothing for a second: 300 000 lines overflow the outbox (100 000 frames)
+    // long before it reads again. They wait for room, as a pipe's writer does, instead of being
+    // refused (the run would then exit 1).
+    let peer = Peer::start(Behaviour::script(|conn| {
+        conn.pause(Duration::from_secs(1));
+        conn.sink();
+    }));
+    let lines: String = (0..300_000).map(|i| format!("line-{i:06}\n")).collect();
+    let mut cat = Cat::start(&["--status", "--quiet-time", "0ms", &peer.addr().to_string()]);
+    cat.pipe(&lines);
+    let (status, _) = cat.finish(false, WAIT);
+    let stderr = cat.stderr.text();
+    assert!(!stderr.contains("refused error="), "{}", cat.transcript());
+    assert_eq!(status.code(), Some(0), "{}", cat.transcript());
+    assert!(
+        peer.wait_received_len(lines.len(), WAIT),
+        "{}",
+        cat.transcript()
+    );
+    assert!(
+        peer.received_all() == lines.as_bytes(),
+        "every line, once, in order"
+    );
+}
+
+#[test]
 fn give_up_after_n_attempts_exits_1_at_that_attempt() {
     let endpoint = util::refused_endpoint();
     let mut cat = Cat::start(&[
