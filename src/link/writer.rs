@@ -21,6 +21,8 @@ const BYTES: usize = 64 * 1024;
 ///
 /// The writer takes a frame as a slice, so frames that live in a buffer of the caller's are
 /// sent without an allocation each. It is not an [`std::io::Write`]: it takes whole frames.
+/// It copies every frame, so a large frame that is already a `Bytes` goes faster through
+/// [`Link::send`], which hands it over as it is.
 ///
 /// Frames leave the writer in the order they were written, as one batch each time; frames sent
 /// on the link itself meanwhile go before those still in the writer. Nothing is lost without a
@@ -28,7 +30,8 @@ const BYTES: usize = 64 * 1024;
 /// does not accept at a hand-over (the outbox at its limit, the link closed) come back in the
 /// error of the call that handed them over. The link's overflow policy applies at a hand-over,
 /// or the writer's [`options`](Writer::options); a frame's time to live counts from its
-/// hand-over.
+/// hand-over. A drop hands the last frames over as [`flush`](Writer::flush) does, blocking if
+/// the policy waits for room: in async code, `flush_async` before the writer goes.
 ///
 /// # Examples
 /// ```
