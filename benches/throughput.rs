@@ -312,13 +312,7 @@ fn run_relink(
     for t in threads {
         t.join().expect("producer panicked");
     }
-    let done = sink.wait();
-    let m = link.close(Duration::from_secs(5));
-    assert_eq!(
-        m.frames_sent, frames as u64,
-        "relink did not send every frame"
-    );
-    done - start
+    finish_link(sink, &link, frames, start)
 }
 
 /// The link of `relink_batch` and `relink_writer`, Ready.

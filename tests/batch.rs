@@ -18,6 +18,23 @@ fn numbered(range: std::ops::Range<u64>) -> Batch {
     range.map(seq_payload).collect()
 }
 
+/// A link to `peer` with len32 frames that waits for room (`Block`).
+fn sink_link(peer: &Peer) -> Link {
+    Link::builder(&peer.endpoint())
+        .framing(LengthDelimited::len32())
+        .overflow(Overflow::Block(BOUND))
+        .build()
+        .expect("build")
+}
+
+/// A link with line framing to an endpoint that refuses: frames stay queued.
+fn lines_link() -> Link {
+    Link::builder(&refused_endpoint())
+        .framing(Lines::new())
+        .build()
+        .expect("build")
+}
+
 fn queued_link(limits: (usize, usize), overflow: Overflow) -> Link {
     Link::builder(&refused_endpoint())
         .framing(LengthDelimited::len32())
@@ -72,10 +89,7 @@ fn the_byte_limit_cuts_a_batch_between_frames() {
 
 #[test]
 fn a_frame_the_codec_refuses_refuses_the_whole_batch() {
-    let link = Link::builder(&refused_endpoint())
-        .framing(Lines::new())
-        .build()
-        .expect("build");
+    let link = lines_link();
     let batch: Batch = [&b"ok"[..], b"fine", b"two\nlines", b"ok"]
         .into_iter()
         .collect();
@@ -101,11 +115,7 @@ fn a_frame_the_codec_refuses_refuses_the_whole_batch() {
 #[test]
 fn order_is_kept_across_batches_and_single_sends_from_one_thread() {
     let peer = Peer::start(Behaviour::Sink);
-    let link = Link::builder(&peer.endpoint())
-        .framing(LengthDelimited::len32())
-        .overflow(Overflow::Block(BOUND))
-        .build()
-        .expect("build");
+    let link = sink_link(&peer);
     // Half of it before the link is Ready (queued), half after.
     let mut next = 0u64;
     let mut step = |link: &Link, i: u64| {
@@ -252,11 +262,7 @@ fn a_batch_after_close_comes_back_whole() {
 #[test]
 fn a_writer_hands_nothing_over_until_flush_then_the_peer_reads_every_frame_in_order() {
     let peer = Peer::start(Behaviour::Sink);
-    let link = Link::builder(&peer.endpoint())
-        .framing(LengthDelimited::len32())
-        .overflow(Overflow::Block(BOUND))
-        .build()
-        .expect("build");
+    let link = sink_link(&peer);
     let mut writer = link.writer();
     for n in 0..500 {
         writer.send(&seq_payload(n)).expect("written");
@@ -337,10 +343,7 @@ fn frames_the_outbox_refuses_at_a_flush_come_back_and_the_writer_is_empty() {
 
 #[test]
 fn a_frame_the_framing_refuses_comes_back_at_its_own_call_and_the_writer_keeps_the_rest() {
-    let link = Link::builder(&refused_endpoint())
-        .framing(Lines::new())
-        .build()
-        .expect("build");
+    let link = lines_link();
     let mut writer = link.writer();
     writer.send(b"one").expect("written");
     match writer.send(b"a\nb") {

@@ -816,8 +816,9 @@ fn spawn_reader(
                     .unwrap_or(&line),
             };
             if let Some(requests) = &requests {
-                let pending = link.request_nowait(frame.to_vec());
-                if requests.send((frame.to_vec(), pending)).is_err() {
+                let frame = frame.to_vec();
+                let pending = link.request_nowait(frame.clone());
+                if requests.send((frame, pending)).is_err() {
                     break;
                 }
             } else if let Err(e) = writer.send(frame) {
