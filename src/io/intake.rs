@@ -212,19 +212,21 @@ impl Intake {
         frames < max_frames && (bytes + len <= max_bytes || frames == 0)
     }
 
-    /// Queues one frame if it is admitted now; never waits.
+    /// Queues one frame if it is admitted now; never waits. The frame stays the caller's: a
+    /// small one is copied, a large one cloned (a reference count).
+    #[inline]
     pub(crate) fn offer(
         &self,
-        frame: Bytes,
+        frame: &Bytes,
         deadline: Option<Instant>,
         forced: bool,
-    ) -> Result<Tell, Refused<Bytes>> {
+    ) -> Result<Tell, Refused<()>> {
         let mut q = self.lock();
         if !q.open {
-            return Err(Refused::Closed(frame));
+            return Err(Refused::Closed(()));
         }
         if !self.fits(&q, frame.len(), forced) {
-            return Err(Refused::Full(frame));
+            return Err(Refused::Full(()));
         }
         q.admit(1, frame.len());
         q.frames.push(frame, deadline);
@@ -443,12 +445,15 @@ impl Taken {
         }
     }
 
-    fn push(&mut self, frame: Bytes, deadline: Option<Instant>) {
+    fn push(&mut self, frame: &Bytes, deadline: Option<Instant>) {
         if frame.len() > COPY_MAX {
-            self.entries.push(Entry::Whole { frame, deadline });
+            self.entries.push(Entry::Whole {
+                frame: frame.clone(),
+                deadline,
+            });
             return;
         }
-        self.data.extend_from_slice(&frame);
+        self.data.extend_from_slice(frame);
         self.ends.push(self.data.len());
         match self.entries.last_mut() {
             Some(Entry::Copied { count, deadline: d }) if *d == deadline => *count += 1,
@@ -538,12 +543,12 @@ mod tests {
             (Bytes::from_static(b"c"), later),
             (Bytes::from_static(b"d"), later),
         ] {
-            let _ = intake.offer(frame, deadline, false).expect("room");
+            let _ = intake.offer(&frame, deadline, false).expect("room");
         }
         let mut batch: Batch = ["e", "f"].into_iter().collect();
         let (k, _) = intake.offer_batch(&mut batch, None, false).expect("room");
         assert_eq!((k, batch.len()), (2, 0));
-        let _ = intake.offer(Bytes::from_static(b"g"), None, false);
+        let _ = intake.offer(&Bytes::from_static(b"g"), None, false);
         assert_eq!(
             submissions(intake.take(&mut TakeSizes::default())),
             [
@@ -566,7 +571,7 @@ mod tests {
         let later = Some(Instant::now() + Duration::from_secs(1));
         for (frame, deadline) in [(&b"ab"[..], None), (b"c", later), (b"de", None)] {
             let _ = intake
-                .offer(Bytes::from_static(frame), deadline, false)
+                .offer(&Bytes::from_static(frame), deadline, false)
                 .expect("room");
         }
         let mut runs = Vec::new();
@@ -594,7 +599,7 @@ mod tests {
         // The buffers made at a take are twice as large as the take before it.
         for _ in 0..2 {
             for _ in 0..1000 {
-                let _ = intake.offer(Bytes::from_static(&[1; 64]), None, false);
+                let _ = intake.offer(&Bytes::from_static(&[1; 64]), None, false);
             }
             let _ = intake.take(&mut next);
         }
@@ -610,7 +615,7 @@ mod tests {
         // Never larger than SPARE_MAX, however large the take.
         for _ in 0..2 {
             for _ in 0..1000 {
-                let _ = intake.offer(Bytes::from_static(&[1; 1000]), None, false);
+                let _ = intake.offer(&Bytes::from_static(&[1; 1000]), None, false);
             }
             let _ = intake.take(&mut next);
         }
@@ -623,7 +628,7 @@ mod tests {
         let tells: Vec<bool> = (0..3)
             .map(|_| {
                 intake
-                    .offer(Bytes::from_static(b"x"), None, false)
+                    .offer(&Bytes::from_static(b"x"), None, false)
                     .unwrap()
                     .0
             })
@@ -632,7 +637,7 @@ mod tests {
         let _ = intake.take(&mut TakeSizes::default());
         assert!(
             intake
-                .offer(Bytes::from_static(b"y"), None, false)
+                .offer(&Bytes::from_static(b"y"), None, false)
                 .unwrap()
                 .0
         );
@@ -642,26 +647,26 @@ mod tests {
     fn admission_keeps_both_limits_until_frames_are_released_and_a_large_frame_goes_alone() {
         let intake = Intake::new(2, 10);
         let f = |n: usize| Bytes::from(vec![0u8; n]);
-        let _ = intake.offer(f(6), None, false).expect("room");
+        let _ = intake.offer(&f(6), None, false).expect("room");
         assert!(
-            matches!(intake.offer(f(6), None, false), Err(Refused::Full(_))),
+            matches!(intake.offer(&f(6), None, false), Err(Refused::Full(_))),
             "bytes"
         );
-        let _ = intake.offer(f(4), None, false).expect("room for 4 bytes");
+        let _ = intake.offer(&f(4), None, false).expect("room for 4 bytes");
         assert!(
-            matches!(intake.offer(f(1), None, false), Err(Refused::Full(_))),
+            matches!(intake.offer(&f(1), None, false), Err(Refused::Full(_))),
             "frames"
         );
         assert!(
-            intake.offer(f(1), None, true).is_ok(),
+            intake.offer(&f(1), None, true).is_ok(),
             "forced: twice the limits"
         );
         intake.release(3, 11);
         let _ = intake
-            .offer(f(50), None, false)
+            .offer(&f(50), None, false)
             .expect("alone, over the byte limit");
         assert!(matches!(
-            intake.offer(f(1), None, false),
+            intake.offer(&f(1), None, false),
             Err(Refused::Full(_))
         ));
     }
@@ -670,11 +675,11 @@ mod tests {
     fn a_shut_intake_refuses_new_frames_and_keeps_the_queued_ones_for_the_io_thread() {
         // Room for one frame: "kept" fills it.
         let intake = Intake::new(1, 1 << 20);
-        let _ = intake.offer(Bytes::from_static(b"kept"), None, false);
+        let _ = intake.offer(&Bytes::from_static(b"kept"), None, false);
         intake.shut();
         assert!(matches!(
-            intake.offer(Bytes::from_static(b"late"), None, false),
-            Err(Refused::Closed(f)) if f == b"late"[..]
+            intake.offer(&Bytes::from_static(b"late"), None, false),
+            Err(Refused::Closed(()))
         ));
         let mut batch: Batch = ["late"].into_iter().collect();
         assert!(matches!(

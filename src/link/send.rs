@@ -345,14 +345,15 @@ impl Link {
             return Err(self.reject(SendError::Invalid(frame, e)));
         }
         let deadline = plan.ttl.map(|t| Instant::now() + t);
-        match inner.shared.intake.offer(frame, deadline, plan.forced) {
+        match inner.shared.intake.offer(&frame, deadline, plan.forced) {
             Ok(tell) => {
+                drop(frame);
                 self.tell(tell);
                 Ok(None)
             }
-            Err(Refused::Closed(frame)) => Err(self.reject(SendError::Closed(frame))),
-            Err(Refused::Full(frame)) if plan.wait == Wait::No => Err(self.refuse(frame)),
-            Err(Refused::Full(frame)) => Ok(Some(frame)),
+            Err(Refused::Closed(())) => Err(self.reject(SendError::Closed(frame))),
+            Err(Refused::Full(())) if plan.wait == Wait::No => Err(self.refuse(frame)),
+            Err(Refused::Full(())) => Ok(Some(frame)),
         }
     }
 
