@@ -212,12 +212,13 @@ impl Intake {
         frames < max_frames && (bytes + len <= max_bytes || frames == 0)
     }
 
-    /// Queues one frame if it is admitted now; never waits. The frame stays the caller's: a
-    /// small one is copied, a large one cloned (a reference count).
+    /// Queues one frame if it is admitted now; never waits. A small frame is copied and stays
+    /// the caller's; a large one is taken out of `frame` (which is left empty) when queued.
+    /// A refused frame is left as it was.
     #[inline]
     pub(crate) fn offer(
         &self,
-        frame: &Bytes,
+        frame: &mut Bytes,
         deadline: Option<Instant>,
         forced: bool,
     ) -> Result<Tell, Refused<()>> {
@@ -445,10 +446,10 @@ impl Taken {
         }
     }
 
-    fn push(&mut self, frame: &Bytes, deadline: Option<Instant>) {
+    fn push(&mut self, frame: &mut Bytes, deadline: Option<Instant>) {
         if frame.len() > COPY_MAX {
             self.entries.push(Entry::Whole {
-                frame: frame.clone(),
+                frame: std::mem::take(frame),
                 deadline,
             });
             return;
@@ -536,19 +537,19 @@ mod tests {
         let intake = Intake::new(100, 1 << 20);
         let later = Some(Instant::now() + Duration::from_secs(1));
         let large = vec![7u8; COPY_MAX + 1];
-        for (frame, deadline) in [
+        for (mut frame, deadline) in [
             (Bytes::from_static(b"a"), None),
             (Bytes::from_static(b"b"), None),
             (Bytes::from(large.clone()), None),
             (Bytes::from_static(b"c"), later),
             (Bytes::from_static(b"d"), later),
         ] {
-            let _ = intake.offer(&frame, deadline, false).expect("room");
+            let _ = intake.offer(&mut frame, deadline, false).expect("room");
         }
         let mut batch: Batch = ["e", "f"].into_iter().collect();
         let (k, _) = intake.offer_batch(&mut batch, None, false).expect("room");
         assert_eq!((k, batch.len()), (2, 0));
-        let _ = intake.offer(&Bytes::from_static(b"g"), None, false);
+        let _ = intake.offer(&mut Bytes::from_static(b"g"), None, false);
         assert_eq!(
             submissions(intake.take(&mut TakeSizes::default())),
             [
@@ -566,12 +567,28 @@ mod tests {
     }
 
     #[test]
+    fn a_large_frame_keeps_its_buffer_and_a_small_one_is_copied_and_stays_the_callers() {
+        let intake = Intake::new(100, 1 << 20);
+        let mut large = Bytes::from(vec![7u8; COPY_MAX + 1]);
+        let at = large.as_ptr();
+        let _ = intake.offer(&mut large, None, false).expect("room");
+        assert!(large.is_empty(), "taken out of the caller's handle");
+        let mut small = Bytes::from(vec![1u8; 8]);
+        let _ = intake.offer(&mut small, None, false).expect("room");
+        assert_eq!(small, vec![1u8; 8], "copied: the caller keeps it");
+        let frames = intake.take(&mut TakeSizes::default()).into_frames();
+        assert_eq!(frames.len(), 2);
+        assert_eq!(frames[0].as_ptr(), at, "the same buffer, not a copy");
+        assert_eq!(frames[1], vec![1u8; 8]);
+    }
+
+    #[test]
     fn runs_of_copied_frames_are_split_off_one_buffer_without_a_copy() {
         let intake = Intake::new(100, 1 << 20);
         let later = Some(Instant::now() + Duration::from_secs(1));
         for (frame, deadline) in [(&b"ab"[..], None), (b"c", later), (b"de", None)] {
             let _ = intake
-                .offer(&Bytes::from_static(frame), deadline, false)
+                .offer(&mut Bytes::from_static(frame), deadline, false)
                 .expect("room");
         }
         let mut runs = Vec::new();
@@ -599,7 +616,7 @@ mod tests {
         // The buffers made at a take are twice as large as the take before it.
         for _ in 0..2 {
             for _ in 0..1000 {
-                let _ = intake.offer(&Bytes::from_static(&[1; 64]), None, false);
+                let _ = intake.offer(&mut Bytes::from_static(&[1; 64]), None, false);
             }
             let _ = intake.take(&mut next);
         }
@@ -615,7 +632,7 @@ mod tests {
         // Never larger than SPARE_MAX, however large the take.
         for _ in 0..2 {
             for _ in 0..1000 {
-                let _ = intake.offer(&Bytes::from_static(&[1; 1000]), None, false);
+                let _ = intake.offer(&mut Bytes::from_static(&[1; 1000]), None, false);
             }
             let _ = intake.take(&mut next);
         }
@@ -628,7 +645,7 @@ mod tests {
         let tells: Vec<bool> = (0..3)
             .map(|_| {
                 intake
-                    .offer(&Bytes::from_static(b"x"), None, false)
+                    .offer(&mut Bytes::from_static(b"x"), None, false)
                     .unwrap()
                     .0
             })
@@ -637,7 +654,7 @@ mod tests {
         let _ = intake.take(&mut TakeSizes::default());
         assert!(
             intake
-                .offer(&Bytes::from_static(b"y"), None, false)
+                .offer(&mut Bytes::from_static(b"y"), None, false)
                 .unwrap()
                 .0
         );
@@ -647,26 +664,28 @@ mod tests {
     fn admission_keeps_both_limits_until_frames_are_released_and_a_large_frame_goes_alone() {
         let intake = Intake::new(2, 10);
         let f = |n: usize| Bytes::from(vec![0u8; n]);
-        let _ = intake.offer(&f(6), None, false).expect("room");
+        let _ = intake.offer(&mut f(6), None, false).expect("room");
         assert!(
-            matches!(intake.offer(&f(6), None, false), Err(Refused::Full(_))),
+            matches!(intake.offer(&mut f(6), None, false), Err(Refused::Full(_))),
             "bytes"
         );
-        let _ = intake.offer(&f(4), None, false).expect("room for 4 bytes");
+        let _ = intake
+            .offer(&mut f(4), None, false)
+            .expect("room for 4 bytes");
         assert!(
-            matches!(intake.offer(&f(1), None, false), Err(Refused::Full(_))),
+            matches!(intake.offer(&mut f(1), None, false), Err(Refused::Full(_))),
             "frames"
         );
         assert!(
-            intake.offer(&f(1), None, true).is_ok(),
+            intake.offer(&mut f(1), None, true).is_ok(),
             "forced: twice the limits"
         );
         intake.release(3, 11);
         let _ = intake
-            .offer(&f(50), None, false)
+            .offer(&mut f(50), None, false)
             .expect("alone, over the byte limit");
         assert!(matches!(
-            intake.offer(&f(1), None, false),
+            intake.offer(&mut f(1), None, false),
             Err(Refused::Full(_))
         ));
     }
@@ -675,10 +694,10 @@ mod tests {
     fn a_shut_intake_refuses_new_frames_and_keeps_the_queued_ones_for_the_io_thread() {
         // Room for one frame: "kept" fills it.
         let intake = Intake::new(1, 1 << 20);
-        let _ = intake.offer(&Bytes::from_static(b"kept"), None, false);
+        let _ = intake.offer(&mut Bytes::from_static(b"kept"), None, false);
         intake.shut();
         assert!(matches!(
-            intake.offer(&Bytes::from_static(b"late"), None, false),
+            intake.offer(&mut Bytes::from_static(b"late"), None, false),
             Err(Refused::Closed(()))
         ));
         let mut batch: Batch = ["late"].into_iter().collect();

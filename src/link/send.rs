@@ -339,13 +339,13 @@ impl Link {
     /// The one submission under every `send*` call: the framing's check, then the frame is
     /// queued in the intake if there is room now (and the IO thread told if it must be).
     /// `Ok(None)` when queued; `Ok(Some(frame))` when it found no room and the call may wait.
-    fn submit(&self, frame: Bytes, plan: &Plan) -> Result<Option<Bytes>, SendError> {
+    fn submit(&self, mut frame: Bytes, plan: &Plan) -> Result<Option<Bytes>, SendError> {
         let inner = &*self.inner;
         if let Err(e) = inner.framing.check(&frame) {
             return Err(self.reject(SendError::Invalid(frame, e)));
         }
         let deadline = plan.ttl.map(|t| Instant::now() + t);
-        match inner.shared.intake.offer(&frame, deadline, plan.forced) {
+        match inner.shared.intake.offer(&mut frame, deadline, plan.forced) {
             Ok(tell) => {
                 drop(frame);
                 self.tell(tell);
