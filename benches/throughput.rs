@@ -317,17 +317,7 @@ fn run_relink(
 
 /// The link of `relink_batch` and `relink_writer`, Ready.
 fn ready_link(sink: &Sink) -> Link {
-    let link = Link::builder(&sink.endpoint())
-        .framing(LengthDelimited::len32())
-        .overflow(Overflow::Block(RUN_BOUND))
-        .build()
-        .expect("build the link");
-    support::wait_state(
-        &link,
-        State::Ready,
-        Instant::now() + Duration::from_secs(10),
-    );
-    link
+    support::ready_len32_link(&sink.endpoint(), RUN_BOUND)
 }
 
 /// Waits for the sink, closes the link and checks that it sent every frame.

@@ -102,6 +102,22 @@ pub fn wait_state(link: &Link, state: State, deadline: Instant) {
     }
 }
 
+/// A link to `endpoint` with `LengthDelimited::len32()` framing and `Overflow::Block(block)`,
+/// the throughput benches' sender, once it is Ready (within 10 s, or a panic).
+pub fn ready_len32_link(endpoint: &str, block: Duration) -> Link {
+    let link = Link::builder(endpoint)
+        .framing(relink::framing::LengthDelimited::len32())
+        .overflow(relink::Overflow::Block(block))
+        .build()
+        .expect("build the link");
+    wait_state(
+        &link,
+        State::Ready,
+        Instant::now() + Duration::from_secs(10),
+    );
+    link
+}
+
 /// This process's resident set size, in KiB (0 if /proc cannot tell).
 pub fn rss_kib() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
@@ -127,6 +143,21 @@ pub fn cpu_time() -> Duration {
     };
     let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
     tv(usage.ru_utime) + tv(usage.ru_stime)
+}
+
+/// The CPU time the calling thread has used so far (`CLOCK_THREAD_CPUTIME_ID`: exact to the
+/// call, where `/proc/thread-self/schedstat` lags a running thread by up to a tick).
+pub fn thread_cpu_time() -> Duration {
+    // SAFETY: clock_gettime only writes into the struct it is given.
+    let ts = unsafe {
+        let mut ts: libc::timespec = std::mem::zeroed();
+        assert_eq!(
+            libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts),
+            0
+        );
+        ts
+    };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
 /// The median of `xs` (sorted in place); 0 for none.
