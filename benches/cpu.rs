@@ -179,7 +179,7 @@ fn own_tid() -> Option<u32> {
 }
 
 /// One round's CPU per frame, by group of threads, in nanoseconds.
-#[derive(Default, Clone, Copy)]
+#[derive(Clone, Copy)]
 struct Round {
     producer: f64,
     io: f64,
@@ -309,30 +309,28 @@ fn round(sender: Sender, frames: usize) -> Round {
     let wall = start.elapsed();
     let after = threads();
     let me = own_tid();
-    let mut r = Round {
-        all: producer as f64,
-        ..Round::default()
-    };
+    // Every thread but this one from the kernel's accounting; this one from its own clock.
+    let (mut io, mut zmq, mut all) = (0u64, 0u64, producer);
     for (tid, (name, ns)) in &after {
         if Some(*tid) == me {
             continue;
         }
-        let used = ns.saturating_sub(before.get(tid).map_or(0, |(_, b)| *b)) as f64;
-        r.all += used;
+        let used = ns.saturating_sub(before.get(tid).map_or(0, |(_, b)| *b));
+        all += used;
         if name.starts_with("relink-io") || name.starts_with("tokio-client") {
-            r.io += used;
+            io += used;
         } else if name.starts_with("ZMQbg") {
-            r.zmq += used;
+            zmq += used;
         }
     }
-    let per = |ns: f64| ns / frames as f64;
-    r = Round {
-        producer: per(producer as f64),
-        io: per(r.io),
-        zmq: per(r.zmq),
-        sink: per(sink_ns as f64),
-        all: per(r.all),
-        wall: per(wall.as_nanos() as f64),
+    let per = |ns: u64| ns as f64 / frames as f64;
+    let r = Round {
+        producer: per(producer),
+        io: per(io),
+        zmq: per(zmq),
+        sink: per(sink_ns),
+        all: per(all),
+        wall: per(wall.as_nanos() as u64),
     };
     if let Some(link) = link {
         link.close(Duration::from_secs(5));

@@ -125,13 +125,13 @@ pub(crate) struct TakeSizes {
     entries: usize,
 }
 
-/// Why a frame was not queued; it comes back.
+/// Why a frame (or a batch) was not queued; the caller still has it.
 #[derive(Debug)]
-pub(crate) enum Refused<T> {
+pub(crate) enum Refused {
     /// No room now.
-    Full(T),
+    Full,
     /// The link is closed.
-    Closed(T),
+    Closed,
 }
 
 /// Whether the IO thread must be told about a frame just queued (the intake was empty).
@@ -221,13 +221,13 @@ impl Intake {
         frame: &mut Bytes,
         deadline: Option<Instant>,
         forced: bool,
-    ) -> Result<Tell, Refused<()>> {
+    ) -> Result<Tell, Refused> {
         let mut q = self.lock();
         if !q.open {
-            return Err(Refused::Closed(()));
+            return Err(Refused::Closed);
         }
         if !self.fits(&q, frame.len(), forced) {
-            return Err(Refused::Full(()));
+            return Err(Refused::Full);
         }
         q.admit(1, frame.len());
         q.frames.push(frame, deadline);
@@ -242,10 +242,10 @@ impl Intake {
         batch: &mut Batch,
         deadline: Option<Instant>,
         forced: bool,
-    ) -> Result<(usize, Tell), Refused<()>> {
+    ) -> Result<(usize, Tell), Refused> {
         let mut q = self.lock();
         if !q.open {
-            return Err(Refused::Closed(()));
+            return Err(Refused::Closed);
         }
         let (max_frames, max_bytes) = self.limits(forced);
         let (f0, b0) = self.queued(&q);
@@ -267,7 +267,7 @@ impl Intake {
             k
         };
         if k == 0 {
-            return Err(Refused::Full(()));
+            return Err(Refused::Full);
         }
         let rest = batch.split_off(k);
         let taken = std::mem::replace(batch, rest);
@@ -666,14 +666,14 @@ mod tests {
         let f = |n: usize| Bytes::from(vec![0u8; n]);
         let _ = intake.offer(&mut f(6), None, false).expect("room");
         assert!(
-            matches!(intake.offer(&mut f(6), None, false), Err(Refused::Full(_))),
+            matches!(intake.offer(&mut f(6), None, false), Err(Refused::Full)),
             "bytes"
         );
         let _ = intake
             .offer(&mut f(4), None, false)
             .expect("room for 4 bytes");
         assert!(
-            matches!(intake.offer(&mut f(1), None, false), Err(Refused::Full(_))),
+            matches!(intake.offer(&mut f(1), None, false), Err(Refused::Full)),
             "frames"
         );
         assert!(
@@ -686,7 +686,7 @@ mod tests {
             .expect("alone, over the byte limit");
         assert!(matches!(
             intake.offer(&mut f(1), None, false),
-            Err(Refused::Full(_))
+            Err(Refused::Full)
         ));
     }
 
@@ -698,12 +698,12 @@ mod tests {
         intake.shut();
         assert!(matches!(
             intake.offer(&mut Bytes::from_static(b"late"), None, false),
-            Err(Refused::Closed(()))
+            Err(Refused::Closed)
         ));
         let mut batch: Batch = ["late"].into_iter().collect();
         assert!(matches!(
             intake.offer_batch(&mut batch, None, false),
-            Err(Refused::Closed(()))
+            Err(Refused::Closed)
         ));
         // A sender that would wait for room returns at once, to be refused.
         let started = Instant::now();

@@ -351,9 +351,9 @@ impl Link {
                 self.tell(tell);
                 Ok(None)
             }
-            Err(Refused::Closed(())) => Err(self.reject(SendError::Closed(frame))),
-            Err(Refused::Full(())) if plan.wait == Wait::No => Err(self.refuse(frame)),
-            Err(Refused::Full(())) => Ok(Some(frame)),
+            Err(Refused::Closed) => Err(self.reject(SendError::Closed(frame))),
+            Err(Refused::Full) if plan.wait == Wait::No => Err(self.refuse(frame)),
+            Err(Refused::Full) => Ok(Some(frame)),
         }
     }
 
@@ -590,10 +590,10 @@ impl Link {
                     return Ok(true);
                 }
             }
-            Err(Refused::Closed(())) => {
+            Err(Refused::Closed) => {
                 return Err(self.refuse_batch(std::mem::take(rest), *accepted));
             }
-            Err(Refused::Full(())) => {}
+            Err(Refused::Full) => {}
         }
         if plan.wait == Wait::No {
             return Err(self.refuse_batch(std::mem::take(rest), *accepted));
