@@ -212,15 +212,9 @@ fn a_blackholed_peer_that_sends_no_fin_or_rst_is_declared_dead_within_the_bound(
     let pair = netns::netns_pair();
     let port = 7000;
     let _echo = pair.echo_in_b(port, T);
-    let exe = std::env::current_exe().expect("path of the test binary");
-    let exe = exe.to_str().expect("a UTF-8 path");
-    let args: Vec<String> = [CHILD_TEST, "--exact", "--ignored", "--nocapture"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
     let endpoint = format!("tcp://{}:{port}", pair.addr_b);
     let child = pair
-        .spawn(&pair.a, exe, &args, &[(CHILD_ENDPOINT, endpoint)])
+        .spawn_this_test(&pair.a, CHILD_TEST, &[(CHILD_ENDPOINT, endpoint)])
         .unwrap_or_else(|e| panic!("cannot start the link in namespace A: {e}"));
     let lines = child.lines();
     let mut seen = Vec::new();

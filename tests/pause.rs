@@ -330,15 +330,9 @@ fn a_peer_blackholed_during_a_client_pause_is_found_within_pause_plus_bound() {
     let port = 7000;
     // socat echoes the pings back, and the reply predicate knows them.
     let _echo = pair.echo_in_b(port, T);
-    let exe = std::env::current_exe().expect("path of the test binary");
-    let exe = exe.to_str().expect("a UTF-8 path");
-    let args: Vec<String> = [CHILD_TEST, "--exact", "--ignored", "--nocapture"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
     let spec = format!("tcp://{}:{port} echo 1", pair.addr_b);
     let child = pair
-        .spawn(&pair.a, exe, &args, &[(CHILD_SPEC, spec)])
+        .spawn_this_test(&pair.a, CHILD_TEST, &[(CHILD_SPEC, spec)])
         .unwrap_or_else(|e| panic!("cannot start the link in namespace A: {e}"));
     wait_started(&child, 1);
     detection_after_client_pause("blackhole", &child, "echo", ms(700), || {

@@ -212,6 +212,23 @@ impl NetnsPair {
         Process::start(cmd, format!("{program} in {ns}"))
     }
 
+    /// This test binary again in namespace `ns`, running only the (ignored) test `test`, with
+    /// `env` added to its environment; piped and killed as [`NetnsPair::spawn`] says.
+    pub fn spawn_this_test(
+        &self,
+        ns: &str,
+        test: &str,
+        env: &[(&str, String)],
+    ) -> Result<Process, String> {
+        let exe = std::env::current_exe().map_err(|e| format!("path of the test binary: {e}"))?;
+        let exe = exe.to_str().ok_or("the test binary's path is not UTF-8")?;
+        let args: Vec<String> = [test, "--exact", "--ignored", "--nocapture"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        self.spawn(ns, exe, &args, env)
+    }
+
     /// Starts an echo server (`socat TCP-LISTEN:<port>,reuseaddr,fork PIPE`) in namespace B.
     pub fn start_echo_in_b(&self, port: u16) -> Result<Process, String> {
         if !on_path("socat") {
