@@ -56,6 +56,17 @@ const LATE: Duration = Duration::from_millis(50);
 /// The loop says at warn that it was late at most once per period.
 const LATE_WARN_PERIOD: Duration = Duration::from_secs(10);
 
+/// Why the loop was late, each said at most once per [`LATE_WARN_PERIOD`].
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Lateness {
+    /// A callback it timed held it.
+    Callback,
+    /// It woke long after its deadline: the process got no CPU.
+    Starved,
+    /// One pass over its links took long.
+    LongPass,
+}
+
 /// The token of the thread's eventfd; a link's sockets use `id * 2` and `id * 2 + 1`.
 const WAKE_TOKEN: u64 = u64::MAX;
 
@@ -118,8 +129,9 @@ pub(crate) struct Worker {
     /// The batch being written; it moves into the zmq message, so only one per thread.
     buf: Vec<u8>,
     reports: Vec<Ready>,
-    /// When the loop last warned that it was late, and the gaps since then not warned of.
-    late_warned: Option<Instant>,
+    /// When the loop last warned that it was late, for each [`Lateness`], and the gaps since
+    /// then not warned of.
+    late_warned: [Option<Instant>; 3],
     late_unwarned: u64,
 }
 
@@ -137,7 +149,7 @@ impl Worker {
             timers: BinaryHeap::new(),
             buf: Vec::new(),
             reports: vec![ffi::BLANK; REPORTS],
-            late_warned: None,
+            late_warned: [None; 3],
             late_unwarned: 0,
         })
     }
@@ -256,16 +268,21 @@ impl Worker {
             self.enqueue(id);
         }
         let slowest = slowest.filter(|(_, took)| *took >= LATE);
-        if self
-            .late_warned
-            .is_some_and(|at| now < at + LATE_WARN_PERIOD)
-        {
+        // Each reason has its own period: a starved process does not hide the callback that
+        // holds the thread later.
+        let kind = match slowest {
+            Some(_) => Lateness::Callback,
+            None if late >= long_pass => Lateness::Starved,
+            None => Lateness::LongPass,
+        };
+        let warned = &mut self.late_warned[kind as usize];
+        if warned.is_some_and(|at| now < at + LATE_WARN_PERIOD) {
             self.late_unwarned += 1;
             return;
         }
         let why = match slowest {
             Some((callback, took)) => format!("a {callback} held it for {took:?}"),
-            None if late >= long_pass => format!(
+            None if kind == Lateness::Starved => format!(
                 "it woke {late:?} after its deadline: the process got no CPU, being stopped, \
                  paused or starved"
             ),
@@ -283,7 +300,7 @@ impl Worker {
                 n => format!("{n} links"),
             }
         );
-        self.late_warned = Some(now);
+        *warned = Some(now);
     }
 
     /// Looks at the command queue and the wait set without blocking for up to [`SPIN`],
