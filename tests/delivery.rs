@@ -11,6 +11,7 @@
 mod util;
 
 use std::collections::HashSet;
+use std::io::{BufRead, BufReader, Read, Write};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -409,49 +410,42 @@ fn recv_queue(port: u16) -> usize {
         .sum()
 }
 
-/// The integer reply to `command` (inline) over a plain connection.
-fn integer_reply(addr: std::net::SocketAddr, command: &str) -> u64 {
-    use std::io::{Read, Write};
+/// `command` (inline) sent to the redis-server at `addr` over a plain connection of its own,
+/// its reply to be read line by line.
+fn redis_command(addr: std::net::SocketAddr, command: &str) -> BufReader<std::net::TcpStream> {
     let mut s = std::net::TcpStream::connect_timeout(&addr, T).expect("connect to redis");
     s.set_read_timeout(Some(T)).unwrap();
     s.write_all(format!("{command}\r\n").as_bytes()).unwrap();
-    let mut got = Vec::new();
-    let mut buf = [0u8; 64];
-    while !got.ends_with(b"\r\n") {
-        let n = s.read(&mut buf).expect("a reply");
-        assert!(n > 0, "redis closed");
-        got.extend_from_slice(&buf[..n]);
-    }
-    let reply = String::from_utf8_lossy(&got);
-    reply
-        .strip_prefix(':')
-        .and_then(|n| n.trim_end().parse().ok())
-        .unwrap_or_else(|| panic!("{command}: not an integer reply: {reply:?}"))
+    BufReader::new(s)
+}
+
+/// One line of a reply, without its CRLF.
+fn reply_line(reply: &mut BufReader<std::net::TcpStream>) -> String {
+    let mut line = String::new();
+    let n = reply.read_line(&mut line).expect("a reply line");
+    assert!(n > 0, "redis closed");
+    line.trim_end().to_string()
+}
+
+/// The integer reply to `command`.
+fn integer_reply(addr: std::net::SocketAddr, command: &str) -> u64 {
+    let line = reply_line(&mut redis_command(addr, command));
+    line.strip_prefix(':')
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{command}: not an integer reply: {line:?}"))
 }
 
 /// The largest query buffer (`qbuf` + `qbuf-free` of `CLIENT LIST`, in bytes) among the
 /// clients of the redis-server at `addr` other than the one asking: the most one read of
 /// redis's takes from its kernel.
 fn query_buffer(addr: std::net::SocketAddr) -> usize {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect_timeout(&addr, T).expect("connect to redis");
-    s.set_read_timeout(Some(T)).unwrap();
-    s.write_all(b"CLIENT LIST\r\n").unwrap();
-    let mut got = Vec::new();
-    let mut buf = [0u8; 4096];
-    let list = loop {
-        let n = s.read(&mut buf).expect("CLIENT LIST reply");
-        assert!(n > 0, "redis closed");
-        got.extend_from_slice(&buf[..n]);
-        let text = String::from_utf8_lossy(&got);
-        let Some((head, body)) = text.split_once("\r\n") else {
-            continue;
-        };
-        let len: usize = head.trim_start_matches('$').parse().expect("a bulk reply");
-        if body.len() >= len {
-            break body[..len].to_string();
-        }
-    };
+    let mut reply = redis_command(addr, "CLIENT LIST");
+    let len: usize = reply_line(&mut reply)
+        .trim_start_matches('$')
+        .parse()
+        .expect("a bulk reply");
+    let mut list = vec![0u8; len];
+    reply.read_exact(&mut list).expect("the client list");
     let field = |line: &str, name: &str| {
         line.split_whitespace()
             .find_map(|kv| {
@@ -462,7 +456,8 @@ fn query_buffer(addr: std::net::SocketAddr) -> usize {
             })
             .unwrap_or(0)
     };
-    list.lines()
+    String::from_utf8_lossy(&list)
+        .lines()
         .filter(|line| !line.contains("cmd=client|list"))
         .map(|line| field(line, "qbuf") + field(line, "qbuf-free"))
         .max()
@@ -472,29 +467,16 @@ fn query_buffer(addr: std::net::SocketAddr) -> usize {
 /// The runs of `N` below `writes` whose `key-N` the redis-server at `addr` does not have, as
 /// (first, count).
 fn missing_runs(addr: std::net::SocketAddr, writes: u64) -> Vec<(u64, u64)> {
-    use std::io::{BufRead, BufReader, Write};
-    let mut s = std::net::TcpStream::connect_timeout(&addr, T).expect("connect to redis");
-    s.set_read_timeout(Some(T)).unwrap();
-    s.write_all(b"KEYS key-*\r\n").unwrap();
-    let mut r = BufReader::new(s);
-    let mut line = String::new();
-    r.read_line(&mut line).expect("KEYS reply");
-    let count: usize = line
-        .trim()
+    let mut reply = redis_command(addr, "KEYS key-*");
+    let count: usize = reply_line(&mut reply)
         .trim_start_matches('*')
         .parse()
         .expect("an array");
     let mut present = vec![false; writes as usize];
     for _ in 0..count {
-        line.clear();
-        r.read_line(&mut line).expect("a bulk length");
-        line.clear();
-        r.read_line(&mut line).expect("a key");
-        if let Some(n) = line
-            .trim()
-            .strip_prefix("key-")
-            .and_then(|n| n.parse::<u64>().ok())
-        {
+        let _bulk_len = reply_line(&mut reply);
+        let key = reply_line(&mut reply);
+        if let Some(n) = key.strip_prefix("key-").and_then(|n| n.parse::<u64>().ok()) {
             if n < writes {
                 present[n as usize] = true;
             }
