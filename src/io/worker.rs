@@ -67,6 +67,11 @@ enum Lateness {
     LongPass,
 }
 
+impl Lateness {
+    /// How many reasons there are.
+    const COUNT: usize = 3;
+}
+
 /// The token of the thread's eventfd; a link's sockets use `id * 2` and `id * 2 + 1`.
 const WAKE_TOKEN: u64 = u64::MAX;
 
@@ -131,7 +136,7 @@ pub(crate) struct Worker {
     reports: Vec<Ready>,
     /// When the loop last warned that it was late, for each [`Lateness`], and the gaps since
     /// then not warned of.
-    late_warned: [Option<Instant>; 3],
+    late_warned: [Option<Instant>; Lateness::COUNT],
     late_unwarned: u64,
 }
 
@@ -149,7 +154,7 @@ impl Worker {
             timers: BinaryHeap::new(),
             buf: Vec::new(),
             reports: vec![ffi::BLANK; REPORTS],
-            late_warned: [None; 3],
+            late_warned: [None; Lateness::COUNT],
             late_unwarned: 0,
         })
     }
