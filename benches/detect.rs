@@ -40,6 +40,7 @@ use relink::{Event, Heartbeat, Link, Ping, Predicate};
 
 use support::netns::{self, mono_us, us_between, Report};
 use support::peer::Peer;
+use support::proc::Server;
 use support::redis::RedisServer;
 
 /// Measures how long relink takes to notice a dead peer.

@@ -19,7 +19,7 @@ use relink::framing::Lines;
 use relink::{AbandonReason, Builder, Event, Link, Overflow, Redelivery, Tls};
 use util::slow::{SlowPeer, SlowSeen};
 use util::tls::{server_config, TlsKit};
-use util::{decode_lines, duplicates, first_out_of_order, wait_for};
+use util::{decode_lines, duplicates, first_out_of_order, wait_for, Server};
 
 const T: Duration = Duration::from_secs(30);
 /// Frames the producer streams.

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use relink::framing::Lines;
 use relink::{Cause, Event, Heartbeat, Link, Ping, Predicate, ProofOfLife, State, Transition};
-use util::{lines_to, netns, show, watched, Behaviour, Peer, RedisServer, Watch};
+use util::{lines_to, netns, show, watched, Behaviour, Peer, RedisServer, Server, Watch};
 
 /// Room for scheduling delays on a loaded two-core machine, on top of every time bound.
 const SLACK: Duration = Duration::from_millis(500);

@@ -20,7 +20,7 @@ use relink::error::{Callback, LinkError};
 use relink::framing::{DecodeError, EncodeError, Framing, Lines};
 use relink::{Event, Heartbeat, IoPool, Link, Ping, Predicate, State};
 use util::netns::{self, mono_us, us_between, Process, Report};
-use util::{Behaviour, Peer, RedisServer};
+use util::{Behaviour, Peer, RedisServer, Server};
 
 /// Room for scheduling delays on a loaded two-core machine, on top of every time bound.
 const SLACK: Duration = Duration::from_millis(500);

@@ -294,7 +294,7 @@ impl Restart for RedisServer {
         Link::builder(&self.endpoint()).framing(Resp::new())
     }
     fn restart(&mut self) {
-        RedisServer::restart(self)
+        Server::restart(self)
     }
     fn freeze(&self) {
         self.stop_signal()

@@ -13,7 +13,7 @@ use relink::error::{LinkError, TlsError};
 use relink::{Builder, Cause, Heartbeat, Ping, Predicate, State, Tls, Transition};
 use util::peers::{Behaviour, Peer};
 use util::tls::{server_config, Serve, ServerCert, TlsKit, TlsRedis, TlsServer, SERVER_NAME};
-use util::{assert_accounted, lines_to, ms, show, wait_until, watched, Watch};
+use util::{assert_accounted, lines_to, ms, show, wait_until, watched, Server, Watch};
 
 /// Bound on any single wait for something that should happen at once on loopback.
 const T: Duration = Duration::from_secs(10);

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use util::tls::{client_config, connect, ping, rustls_error, ServerCert, TlsKit, TlsRedis};
 use util::tls::{OTHER_NAME, SERVER_NAME};
+use util::Server;
 
 /// Bound on anything that should happen at once on loopback.
 const T: Duration = Duration::from_secs(10);

@@ -14,7 +14,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
-use util::{Behaviour, Peer, RedisServer};
+use util::{Behaviour, Peer, RedisServer, Server};
 
 /// Bound on anything that normally takes milliseconds (a connect, an echo, an exit).
 const WAIT: Duration = Duration::from_secs(10);

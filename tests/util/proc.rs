@@ -1,10 +1,11 @@
-//! Child processes and process-wide locks: a copy of the running test binary as a peer that
-//! can be killed with SIGKILL, a child that dies with its parent, and the lock that keeps
-//! tests which count the process's threads and file descriptors alone.
+//! Child processes and process-wide locks: a child the tests stop, resume and kill, a copy of
+//! the running test binary as a peer that can be killed with SIGKILL, a child that dies with
+//! its parent, and the lock that keeps tests which count the process's threads and file
+//! descriptors alone.
 
-use std::io::{BufRead, BufReader};
+use std::io::{self, BufRead, BufReader};
 use std::os::unix::process::CommandExt;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -21,6 +22,109 @@ pub fn shared() -> RwLockReadGuard<'static, ()> {
 
 pub fn exclusive() -> RwLockWriteGuard<'static, ()> {
     PROCESS.write().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A server's child process, while it runs: stopped and resumed with signals, killed with
+/// SIGKILL and reaped on `kill` and on drop, even while SIGSTOPped.
+#[derive(Debug, Default)]
+pub struct ServerProcess {
+    child: Option<Child>,
+}
+
+impl ServerProcess {
+    /// The child just started; panics if one still runs.
+    pub fn set(&mut self, child: Child) {
+        assert!(self.child.is_none(), "a child already runs");
+        self.child = Some(child);
+    }
+
+    /// Process id (None once killed or exited).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// The exit status if it has exited (reaped: not running from then on).
+    pub fn exited(&mut self) -> Option<ExitStatus> {
+        let status = self
+            .child
+            .as_mut()?
+            .try_wait()
+            .expect("wait for the child")?;
+        self.child = None;
+        Some(status)
+    }
+
+    fn signal(&self, sig: libc::c_int) {
+        let pid = self.pid().expect("the child is not running");
+        // SAFETY: plain kill(2) on our own child, which is not reaped while `child` is Some.
+        let rc = unsafe { libc::kill(pid as libc::pid_t, sig) };
+        assert_eq!(rc, 0, "kill({pid}, {sig}): {}", io::Error::last_os_error());
+    }
+
+    /// SIGSTOP: the process freezes; the kernel still completes new TCP handshakes.
+    pub fn stop_signal(&self) {
+        self.signal(libc::SIGSTOP);
+    }
+
+    /// SIGCONT: resume after `stop_signal`.
+    pub fn cont_signal(&self) {
+        self.signal(libc::SIGCONT);
+    }
+
+    /// SIGKILL and reap (no-op if not running).
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A server the tests run as a child process and stop, resume, kill and start again on the
+/// same port.
+pub trait Server {
+    fn process(&self) -> &ServerProcess;
+    fn process_mut(&mut self) -> &mut ServerProcess;
+    /// Starts the child on the server's port and waits (bounded) until it serves.
+    fn launch(&mut self);
+
+    /// Process id (None once killed).
+    fn pid(&self) -> Option<u32> {
+        self.process().pid()
+    }
+
+    /// SIGSTOP: the process freezes; the kernel still completes new TCP handshakes (and no
+    /// handshake above TCP ever completes).
+    fn stop_signal(&self) {
+        self.process().stop_signal();
+    }
+
+    /// SIGCONT: resume after `stop_signal`.
+    fn cont_signal(&self) {
+        self.process().cont_signal();
+    }
+
+    /// SIGKILL and reap (no-op if not running): connects are refused from then on.
+    fn kill(&mut self) {
+        self.process_mut().kill();
+    }
+
+    /// Starts again on the same port after `kill`.
+    fn relaunch(&mut self) {
+        self.launch();
+    }
+
+    /// `kill` then `relaunch` on the same port.
+    fn restart(&mut self) {
+        self.kill();
+        self.launch();
+    }
 }
 
 /// Makes the child `cmd` starts receive SIGKILL when its parent dies.
@@ -49,7 +153,7 @@ pub const CHILD_READY: &str = "relink-faults-child-peer listening";
 
 /// This test binary, re-run as an echo peer on `port`. Killed (SIGKILL) and reaped on drop.
 pub struct ChildPeer {
-    child: Option<Child>,
+    process: ServerProcess,
 }
 
 impl ChildPeer {
@@ -74,17 +178,17 @@ impl ChildPeer {
                 }
             }
         });
-        let peer = ChildPeer { child: Some(child) };
+        let mut peer = ChildPeer {
+            process: ServerProcess::default(),
+        };
+        peer.process.set(child);
         wait_child_line(&rx, port);
         peer
     }
 
     /// SIGKILL, then reap.
     pub fn kill9(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            child.kill().expect("SIGKILL the child peer");
-            let _ = child.wait();
-        }
+        self.process.kill();
     }
 }
 
@@ -96,11 +200,5 @@ pub fn wait_child_line(rx: &Receiver<String>, port: u16) {
             Ok(_) => {}
             Err(e) => panic!("the child peer on port {port} did not come up: {e}"),
         }
-    }
-}
-
-impl Drop for ChildPeer {
-    fn drop(&mut self) {
-        self.kill9();
     }
 }

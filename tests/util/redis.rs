@@ -1,13 +1,13 @@
 //! A `redis-server` child process on 127.0.0.1.
 
-use std::io::{self, ErrorKind, Read, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::PathBuf;
-use std::process::Child;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::peers::{endpoint_for, free_port};
+use super::proc::{Server, ServerProcess};
 use super::wait::wait_for;
 
 /// A `redis-server` child process on 127.0.0.1, without persistence. Killed (SIGKILL) and
@@ -16,7 +16,7 @@ use super::wait::wait_for;
 pub struct RedisServer {
     binary: PathBuf,
     port: u16,
-    child: Option<Child>,
+    process: ServerProcess,
     log: PathBuf,
     /// With persistence: the directory of its append-only file (every write fsynced).
     data: Option<PathBuf>,
@@ -93,7 +93,7 @@ impl RedisServer {
         let mut server = RedisServer {
             binary,
             port,
-            child: None,
+            process: ServerProcess::default(),
             log: std::env::temp_dir().join(format!(
                 "relink-test-redis-{}-{port}.log",
                 std::process::id()
@@ -105,8 +105,35 @@ impl RedisServer {
         Some(server)
     }
 
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from((Ipv4Addr::LOCALHOST, self.port))
+    }
+
+    /// `tcp://127.0.0.1:PORT`
+    pub fn endpoint(&self) -> String {
+        endpoint_for(self.port)
+    }
+
+    /// PING it, expecting PONG within `timeout`.
+    pub fn ping(&self, timeout: Duration) -> bool {
+        redis_ping(self.addr(), timeout)
+    }
+}
+
+impl Server for RedisServer {
+    fn process(&self) -> &ServerProcess {
+        &self.process
+    }
+
+    fn process_mut(&mut self) -> &mut ServerProcess {
+        &mut self.process
+    }
+
     fn launch(&mut self) {
-        assert!(self.child.is_none(), "redis-server already running");
         let _ = std::fs::remove_file(&self.log);
         let mut cmd = Command::new(&self.binary);
         cmd.arg("--port").arg(self.port.to_string());
@@ -136,11 +163,11 @@ impl RedisServer {
             .stderr(Stdio::null())
             .spawn()
             .unwrap_or_else(|e| panic!("spawn {}: {e}", self.binary.display()));
-        self.child = Some(child);
+        self.process.set(child);
         let addr = self.addr();
         let mut exited = None;
         let up = wait_for(Duration::from_secs(10), || {
-            if let Some(Ok(Some(status))) = self.child.as_mut().map(|c| c.try_wait()) {
+            if let Some(status) = self.process.exited() {
                 exited = Some(status);
                 return Some(false);
             }
@@ -154,65 +181,6 @@ impl RedisServer {
                 self.port, exited
             );
         }
-    }
-
-    pub fn port(&self) -> u16 {
-        self.port
-    }
-
-    pub fn addr(&self) -> SocketAddr {
-        SocketAddr::from((Ipv4Addr::LOCALHOST, self.port))
-    }
-
-    /// `tcp://127.0.0.1:PORT`
-    pub fn endpoint(&self) -> String {
-        endpoint_for(self.port)
-    }
-
-    /// Process id (None once killed).
-    pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
-    }
-
-    /// PING it, expecting PONG within `timeout`.
-    pub fn ping(&self, timeout: Duration) -> bool {
-        redis_ping(self.addr(), timeout)
-    }
-
-    fn signal(&self, sig: libc::c_int) {
-        let pid = self.pid().expect("redis-server is not running");
-        // SAFETY: plain kill(2) on our own child, which is not reaped while `child` is Some.
-        let rc = unsafe { libc::kill(pid as libc::pid_t, sig) };
-        assert_eq!(rc, 0, "kill({pid}, {sig}): {}", io::Error::last_os_error());
-    }
-
-    /// SIGSTOP: the process freezes; the kernel still completes new TCP handshakes.
-    pub fn stop_signal(&self) {
-        self.signal(libc::SIGSTOP);
-    }
-
-    /// SIGCONT: resume after `stop_signal`.
-    pub fn cont_signal(&self) {
-        self.signal(libc::SIGCONT);
-    }
-
-    /// SIGKILL and reap (no-op if not running): connects are refused from then on.
-    pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    /// Start again on the same port after `kill`, waiting until it answers PING.
-    pub fn relaunch(&mut self) {
-        self.launch();
-    }
-
-    /// `kill` then `relaunch` on the same port.
-    pub fn restart(&mut self) {
-        self.kill();
-        self.launch();
     }
 }
 

@@ -9,7 +9,7 @@
 use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -20,6 +20,7 @@ use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
 
 #[allow(unused_imports)]
 pub use super::pki::{Pem, Pki, PkiFiles, OTHER_NAME, SERVER_NAME};
+use super::proc::{Server, ServerProcess};
 
 /// A fresh PKI and its PEM files in a temp dir of their own, removed on drop.
 #[derive(Debug)]
@@ -88,7 +89,7 @@ pub struct TlsRedis {
     key: PathBuf,
     ca: PathBuf,
     auth_clients: bool,
-    child: Option<Child>,
+    process: ServerProcess,
     log: PathBuf,
     /// With persistence: the directory of its append-only file (every write fsynced).
     data: Option<PathBuf>,
@@ -132,7 +133,7 @@ impl TlsRedis {
                 key: key.clone(),
                 ca: kit.files.ca.clone(),
                 auth_clients,
-                child: None,
+                process: ServerProcess::default(),
                 log: kit.dir.join(format!("redis-{port}.log")),
                 data: persistent.then(|| {
                     let dir = kit.dir.join(format!("redis-{port}.d"));
@@ -152,16 +153,8 @@ impl TlsRedis {
         panic!("redis-server found each of the ports {refused:?} taken");
     }
 
-    /// Starts the server again on its port (it must be free).
-    fn launch(&mut self) {
-        if let Err(log) = self.try_launch() {
-            panic!("redis-server exited; log:\n{log}");
-        }
-    }
-
     /// Starts the server and waits until it is ready; `Err` with its log if it exited first.
     fn try_launch(&mut self) -> Result<(), String> {
-        assert!(self.child.is_none(), "redis-server already running");
         // The log of a run before says it was ready: this run's must say so anew.
         let _ = std::fs::remove_file(&self.log);
         let auth = if self.auth_clients { "yes" } else { "no" };
@@ -188,14 +181,13 @@ impl TlsRedis {
             .stderr(Stdio::null())
             .spawn()
             .expect("spawn redis-server");
-        self.child = Some(child);
+        self.process.set(child);
         // Ready once it says so. No connect before that: a connect to a port nobody listens on
         // yet can be answered by the connecting socket itself (a TCP self-connect), which then
         // holds the port redis is about to bind.
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
-                self.child = None;
+            if let Some(status) = self.process.exited() {
                 return Err(format!("exit {status}\n{}", self.log_text()));
             }
             if self.log_text().contains("Ready to accept connections") {
@@ -232,55 +224,22 @@ impl TlsRedis {
     pub fn named_endpoint(&self) -> String {
         format!("tcp://{SERVER_NAME}:{}", self.port)
     }
-
-    /// Process id (None once killed).
-    pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
-    }
-
-    fn signal(&self, name: &str) {
-        let pid = self.pid().expect("redis-server is not running");
-        let status = Command::new("kill")
-            .args([&format!("-{name}"), &pid.to_string()])
-            .status()
-            .expect("run kill");
-        assert!(status.success(), "kill -{name} {pid}: {status}");
-    }
-
-    /// SIGSTOP: the process freezes; the kernel still completes new TCP handshakes, but no
-    /// TLS handshake ever does.
-    pub fn stop_signal(&self) {
-        self.signal("STOP");
-    }
-
-    /// SIGCONT: resume after `stop_signal`.
-    pub fn cont_signal(&self) {
-        self.signal("CONT");
-    }
-
-    /// SIGKILL and reap (no-op if not running): connects are refused from then on.
-    pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    /// Starts again on the same port, with the same certificates, after `kill`.
-    pub fn relaunch(&mut self) {
-        self.launch();
-    }
-
-    /// `kill` then `relaunch` on the same port.
-    pub fn restart(&mut self) {
-        self.kill();
-        self.launch();
-    }
 }
 
-impl Drop for TlsRedis {
-    fn drop(&mut self) {
-        self.kill();
+impl Server for TlsRedis {
+    fn process(&self) -> &ServerProcess {
+        &self.process
+    }
+
+    fn process_mut(&mut self) -> &mut ServerProcess {
+        &mut self.process
+    }
+
+    /// Starts the server again on its port (it must be free).
+    fn launch(&mut self) {
+        if let Err(log) = self.try_launch() {
+            panic!("redis-server exited; log:\n{log}");
+        }
     }
 }
 
