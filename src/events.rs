@@ -25,11 +25,14 @@ use crate::io::shared::Shared;
 /// Every clone takes from the same stream of events: each event goes to one receiver.
 ///
 /// A blocking receive ([`recv`](Events::recv), [`recv_timeout`](Events::recv_timeout),
-/// [`recv_deadline`](Events::recv_deadline)) that finds no event looks again for up to 30 µs,
-/// yielding its core between looks, before its thread sleeps: a reply that comes within a
-/// round trip of the socket is then taken without the wake-up of a sleeping thread (the
-/// README's round-trip figures show what that saves). A receive that waits longer costs
-/// those 30 µs of yielding once, then sleeps without CPU.
+/// [`recv_deadline`](Events::recv_deadline)) that finds no event looks again for a while,
+/// yielding its core between looks, before its thread sleeps: a reply that comes within the
+/// look is then taken without the wake-up of a sleeping thread (the README's round-trip
+/// figures show what that saves). The look lasts 30 µs at first and learns from the waits
+/// after it, per link: an event that came within 250 µs of a look that missed it doubles the
+/// next look, up to 250 µs; a wait longer than that halves it, down to 30 µs. A receive that
+/// waits longer than the look costs the look's yielding once, then sleeps without CPU; an
+/// application whose events come seldom looks for 30 µs.
 ///
 /// # Examples
 /// ```no_run
@@ -119,8 +122,12 @@ impl Events {
         if let Some(ev) = self.look(None) {
             return Ok(self.took(ev));
         }
+        let slept = Instant::now();
         match self.rx.recv() {
-            Ok(ev) => Ok(self.took(ev)),
+            Ok(ev) => {
+                self.shared.look.waited(slept.elapsed(), true);
+                Ok(self.took(ev))
+            }
             Err(channel::RecvError) => self.leftover().ok_or(RecvError),
         }
     }
@@ -232,12 +239,19 @@ impl Events {
         if let Some(ev) = self.look(Some(deadline)) {
             return Ok(self.took(ev));
         }
+        let slept = Instant::now();
         match self.rx.recv_deadline(deadline) {
-            Ok(ev) => Ok(self.took(ev)),
+            Ok(ev) => {
+                self.shared.look.waited(slept.elapsed(), true);
+                Ok(self.took(ev))
+            }
             Err(channel::RecvTimeoutError::Disconnected) => {
                 self.leftover().ok_or(RecvTimeoutError::Disconnected)
             }
-            Err(channel::RecvTimeoutError::Timeout) => Err(RecvTimeoutError::Timeout),
+            Err(channel::RecvTimeoutError::Timeout) => {
+                self.shared.look.waited(slept.elapsed(), false);
+                Err(RecvTimeoutError::Timeout)
+            }
         }
     }
 
@@ -319,7 +333,7 @@ impl Events {
     /// Looks for an event for a little while before the caller sleeps (`io::look`); stops
     /// at once when the channel is closed, which the caller's receive then reports.
     fn look(&self, deadline: Option<Instant>) -> Option<Event> {
-        look(deadline, || match self.rx.try_recv() {
+        look(&self.shared.look, deadline, || match self.rx.try_recv() {
             Ok(ev) => Some(Some(ev)),
             Err(channel::TryRecvError::Disconnected) => Some(None),
             Err(channel::TryRecvError::Empty) => None,

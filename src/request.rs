@@ -38,8 +38,9 @@ impl fmt::Debug for Pending {
 impl Pending {
     /// Blocks until the reply or the request's end. Never waits forever: every request has a
     /// deadline, and a link that stops ends its requests. Like a blocking receive of events
-    /// ([`Events`](crate::Events)), it looks for the reply for up to 30 µs, yielding its core,
-    /// before its thread sleeps.
+    /// ([`Events`](crate::Events)), and with the same look (the link's, 30 to 250 µs, learnt
+    /// from how soon replies come), it looks for the reply, yielding its core, before its
+    /// thread sleeps.
     ///
     /// # Errors
     /// Why the request got no reply; see [`RequestError`].
@@ -166,7 +167,7 @@ impl Link {
     pub fn request_nowait_timeout(&self, frame: impl Into<Bytes>, timeout: Duration) -> Pending {
         let frame = frame.into();
         let deadline = Instant::now() + timeout;
-        let (framing, settings) = self.request_parts();
+        let (framing, settings, look) = self.request_parts();
         if let Err(e) = framing.check(&frame) {
             return refused(RequestError::Invalid(frame, e));
         }
@@ -177,7 +178,7 @@ impl Link {
             },
             _ => None,
         };
-        let (promise, answer) = Answer::pair();
+        let (promise, answer) = Answer::pair(look.clone());
         let cmd = Command::Request {
             frame,
             id,

@@ -6,10 +6,11 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
+use std::time::Instant;
 
 use event_listener::{Event as Notify, EventListener, Listener};
 
-use super::look::look;
+use super::look::{look, Window};
 use crate::core::requests::Outcome;
 use crate::error::RequestError;
 use crate::event::AbandonReason;
@@ -55,24 +56,27 @@ impl Drop for Promise {
 pub(crate) struct Answer {
     cell: Arc<Cell>,
     listener: Option<EventListener>,
+    /// How long a blocking wait looks before it sleeps: the link's (see `io::look`).
+    look: Arc<Window>,
 }
 
 impl Answer {
-    /// A cell and its two ends.
-    pub(crate) fn pair() -> (Promise, Answer) {
+    /// A cell and its two ends; a blocking wait looks for as long as `look` says.
+    pub(crate) fn pair(look: Arc<Window>) -> (Promise, Answer) {
         let cell = Arc::new(Cell::default());
         (
             Promise(Some(cell.clone())),
             Answer {
                 cell,
                 listener: None,
+                look,
             },
         )
     }
 
     /// An answer known at the call (a refusal).
     pub(crate) fn ready(outcome: Outcome) -> Answer {
-        let (promise, answer) = Answer::pair();
+        let (promise, answer) = Answer::pair(Arc::default());
         promise.fill(outcome);
         answer
     }
@@ -92,15 +96,22 @@ impl Answer {
     /// Blocks until the outcome comes (`None` if it was taken already).
     pub(crate) fn wait(&mut self) -> Option<Outcome> {
         let filled = &self.cell.filled;
-        if look(None, || filled.load(Ordering::Acquire).then_some(())).is_some() {
+        if look(&self.look, None, || {
+            filled.load(Ordering::Acquire).then_some(())
+        })
+        .is_some()
+        {
             return self.try_take();
         }
+        let slept = Instant::now();
         loop {
             if self.cell.filled.load(Ordering::Acquire) {
+                self.look.waited(slept.elapsed(), true);
                 return self.try_take();
             }
             let listener = self.cell.notify.listen();
             if self.cell.filled.load(Ordering::Acquire) {
+                self.look.waited(slept.elapsed(), true);
                 return self.try_take();
             }
             listener.wait();

@@ -15,6 +15,7 @@ use event_listener::Event as Notify;
 use super::answer::Promise;
 use super::ffi::EventFd;
 use super::intake::Intake;
+use super::look::Window;
 use super::padded::Padded;
 use super::snapshot::Sources;
 use crate::core::machine::Unresolved;
@@ -141,6 +142,8 @@ pub(crate) struct Shared {
     /// Events the IO thread could not deliver before it stopped; receivers take them after
     /// the channel.
     pub leftover: Mutex<VecDeque<Event>>,
+    /// How long a blocking receive of the link's events or replies looks before it sleeps.
+    pub look: Arc<Window>,
 }
 
 impl Shared {
@@ -157,6 +160,7 @@ impl Shared {
             reader_waiting: AtomicBool::new(false),
             final_sources: Mutex::new(None),
             leftover: Mutex::new(VecDeque::new()),
+            look: Arc::new(Window::new()),
         }
     }
 

@@ -32,6 +32,7 @@ use crossbeam_channel::{Receiver, Sender};
 
 use super::ffi::{self, Epoll, Ready};
 use super::ids::ById;
+use super::look::Window;
 use super::shared::{Command, Wake};
 use super::slot::{Post, Slot};
 use super::stopwatch;
@@ -42,10 +43,6 @@ use crate::event::Event;
 #[cfg(feature = "metrics")]
 use crate::metrics::Metrics;
 use crate::view::PoolView;
-
-/// How long the IO thread watches for a command or input after a busy pass before it sleeps,
-/// giving its core away between looks.
-const SPIN: Duration = Duration::from_micros(30);
 
 /// Commands taken per pass (all links of the thread together).
 const COMMAND_BUDGET: usize = 1024;
@@ -134,6 +131,8 @@ pub(crate) struct Worker {
     /// The batch being written; it moves into the zmq message, so only one per thread.
     buf: Vec<u8>,
     reports: Vec<Ready>,
+    /// How long the loop looks for a command or input after a busy pass before it sleeps.
+    look: Window,
     /// When the loop last warned that it was late, for each [`Lateness`], and the gaps since
     /// then not warned of.
     late_warned: [Option<Instant>; Lateness::COUNT],
@@ -154,6 +153,7 @@ impl Worker {
             timers: BinaryHeap::new(),
             buf: Vec::new(),
             reports: vec![ffi::BLANK; REPORTS],
+            look: Window::new(),
             late_warned: [None; Lateness::COUNT],
             late_unwarned: 0,
         })
@@ -199,6 +199,9 @@ impl Worker {
                     let timeout = self.timeout_ms(slept_at);
                     let n = self.epoll.wait(&mut self.reports, timeout);
                     self.wake.sleeping.store(false, Ordering::SeqCst);
+                    if busy {
+                        self.look.waited(slept_at.elapsed(), n > 0);
+                    }
                     (n, timeout)
                 }
             };
@@ -308,11 +311,11 @@ impl Worker {
         *warned = Some(now);
     }
 
-    /// Looks at the command queue and the wait set without blocking for up to [`SPIN`],
-    /// yielding the core between looks; returns the reports taken once either has something,
-    /// or `None` when the time ran out.
+    /// Looks at the command queue and the wait set without blocking for as long as the
+    /// loop's [`Window`] says, yielding the core between looks; returns the reports taken
+    /// once either has something, or `None` when the time ran out.
     fn spin(&mut self) -> Option<usize> {
-        let until = Instant::now() + SPIN;
+        let until = Instant::now() + self.look.get();
         loop {
             let n = self.epoll.wait(&mut self.reports, 0);
             if n > 0 || !self.commands.is_empty() || !self.queue.is_empty() {

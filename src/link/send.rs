@@ -3,6 +3,7 @@
 //! thread.
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -14,6 +15,7 @@ use crate::core::framing::BoxedFraming;
 use crate::core::requests::RequestSettings;
 use crate::error::{BatchError, SendError};
 use crate::io::intake::{Refused, Tell};
+use crate::io::look::Window;
 use crate::io::shared::Command;
 use crate::send::{SendOptions, WaitFor};
 
@@ -378,9 +380,14 @@ impl Link {
     }
 
     /// What the request calls (`crate::request`) need of the handle: the framing, to check a
-    /// request at the call, and the request settings.
-    pub(crate) fn request_parts(&self) -> (&BoxedFraming, &RequestSettings) {
-        (&self.inner.framing, &self.inner.requests)
+    /// request at the call, the request settings, and how long a blocking wait for a reply
+    /// looks before it sleeps (the link's, shared with its event receives).
+    pub(crate) fn request_parts(&self) -> (&BoxedFraming, &RequestSettings, &Arc<Window>) {
+        (
+            &self.inner.framing,
+            &self.inner.requests,
+            &self.inner.shared.look,
+        )
     }
 
     /// Hands a request to the IO thread; gives it back if the link is closed. A request that
