@@ -14,7 +14,7 @@ use event_listener::EventListener;
 
 use crate::error::{RecvError, RecvTimeoutError, TryRecvError};
 use crate::event::Event;
-use crate::io::look::look;
+use crate::io::look::{look, Window};
 use crate::io::shared::Shared;
 
 /// The receiving end of a link's events, with crossbeam-channel's words, and an async twin
@@ -28,11 +28,12 @@ use crate::io::shared::Shared;
 /// [`recv_deadline`](Events::recv_deadline)) that finds no event looks again for a while,
 /// yielding its core between looks, before its thread sleeps: a reply that comes within the
 /// look is then taken without the wake-up of a sleeping thread (the README's round-trip
-/// figures show what that saves). The look lasts 30 µs at first and learns from the waits
-/// after it, per link: an event that came within 250 µs of a look that missed it doubles the
-/// next look, up to 250 µs; a wait longer than that halves it, down to 30 µs. A receive that
-/// waits longer than the look costs the look's yielding once, then sleeps without CPU; an
-/// application whose events come seldom looks for 30 µs.
+/// figures show what that saves). The look lasts 30 µs, and longer on a link whose replies
+/// come soon after its writes (frames that come within 250 µs of a write, as a request's
+/// reply does, not a stream coming in or going out): there it learns from the waits after
+/// it, an event that came within 250 µs of a look that missed it doubling the next look, up
+/// to 250 µs, and a longer wait halving it, down to 30 µs. A receive that waits longer than
+/// the look costs the look's yielding once, then sleeps without CPU.
 ///
 /// # Examples
 /// ```no_run
@@ -125,7 +126,7 @@ impl Events {
         let slept = Instant::now();
         match self.rx.recv() {
             Ok(ev) => {
-                self.shared.look.waited(slept.elapsed(), true);
+                self.waited(slept, true);
                 Ok(self.took(ev))
             }
             Err(channel::RecvError) => self.leftover().ok_or(RecvError),
@@ -242,14 +243,14 @@ impl Events {
         let slept = Instant::now();
         match self.rx.recv_deadline(deadline) {
             Ok(ev) => {
-                self.shared.look.waited(slept.elapsed(), true);
+                self.waited(slept, true);
                 Ok(self.took(ev))
             }
             Err(channel::RecvTimeoutError::Disconnected) => {
                 self.leftover().ok_or(RecvTimeoutError::Disconnected)
             }
             Err(channel::RecvTimeoutError::Timeout) => {
-                self.shared.look.waited(slept.elapsed(), false);
+                self.waited(slept, false);
                 Err(RecvTimeoutError::Timeout)
             }
         }
@@ -333,12 +334,26 @@ impl Events {
     /// Looks for an event for a little while before the caller sleeps (`io::look`); stops
     /// at once when the channel is closed, which the caller's receive then reports.
     fn look(&self, deadline: Option<Instant>) -> Option<Event> {
-        look(&self.shared.look, deadline, || match self.rx.try_recv() {
+        let shortest = Window::new();
+        let window = if self.shared.replying.load(Ordering::Relaxed) {
+            &*self.shared.look
+        } else {
+            &shortest
+        };
+        look(window, deadline, || match self.rx.try_recv() {
             Ok(ev) => Some(Some(ev)),
             Err(channel::TryRecvError::Disconnected) => Some(None),
             Err(channel::TryRecvError::Empty) => None,
         })
         .flatten()
+    }
+
+    /// A wait after a look that found nothing ended after `slept` (see [`Window`]): it
+    /// teaches the link's look only while its replies come soon after its writes.
+    fn waited(&self, slept: Instant, came: bool) {
+        if self.shared.replying.load(Ordering::Relaxed) {
+            self.shared.look.waited(slept.elapsed(), came);
+        }
     }
 
     fn took(&self, ev: Event) -> Event {

@@ -317,6 +317,11 @@ impl Machine {
         self.c.traffic()
     }
 
+    /// Application frames sent (handed to the socket) and received, since the start.
+    pub(crate) fn sent_received(&self) -> (u64, u64) {
+        (self.c.sent, self.c.received)
+    }
+
     /// Frames and bytes that left the outbox for good (sent or abandoned), since the start.
     pub(crate) fn released(&self) -> (u64, u64) {
         (self.c.released_frames, self.c.released_bytes)

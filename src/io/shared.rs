@@ -144,6 +144,10 @@ pub(crate) struct Shared {
     pub leftover: Mutex<VecDeque<Event>>,
     /// How long a blocking receive of the link's events or replies looks before it sleeps.
     pub look: Arc<Window>,
+    /// The link's replies come soon after its writes (set by the IO thread): a blocking
+    /// receive of its events looks as `look` says and teaches it; otherwise for the shortest
+    /// look.
+    pub replying: AtomicBool,
 }
 
 impl Shared {
@@ -161,6 +165,7 @@ impl Shared {
             final_sources: Mutex::new(None),
             leftover: Mutex::new(VecDeque::new()),
             look: Arc::new(Window::new()),
+            replying: AtomicBool::new(false),
         }
     }
 

@@ -24,6 +24,7 @@ use super::context::Context;
 use super::ffi;
 use super::ids::ById;
 use super::intake::TakeSizes;
+use super::look::Replies;
 use super::resolver::{self, Resolver};
 use super::shared::{Command, Lookup, Shared};
 use super::sink::Sink;
@@ -86,6 +87,12 @@ pub(crate) struct Slot {
     batch_cap: usize,
     /// The sizes of the link's next intake buffers (`Intake::take`).
     take_sizes: TakeSizes,
+    /// Application frames sent and received as of the end of the last pass, whether the
+    /// link's replies come soon after its writes (mirrored in `Shared::replying`), and
+    /// whether the last pass wrote frames such a reply may answer (see `Slot::note_traffic`).
+    traffic: (u64, u64),
+    replies: Replies,
+    awaiting: bool,
     released: (u64, u64),
     /// The machine stopped (when, for the bound on waiting for senders).
     pub(super) stopped: Option<Instant>,
@@ -202,6 +209,9 @@ impl Slot {
             endpoint: None,
             batch_cap,
             take_sizes: TakeSizes::default(),
+            traffic: (0, 0),
+            replies: Replies::default(),
+            awaiting: false,
             released: (0, 0),
             stopped: None,
             monitor_mismatch: 0,
@@ -235,6 +245,7 @@ impl Slot {
         self.carry_out(now);
         self.read_acks(now);
         more |= self.transmit(now, buf);
+        self.note_traffic(now);
         self.publish();
         // Any call into the socket may have taken libzmq's signal for input that is still
         // unread (and asking processes its pending commands, a disconnect's among them).
@@ -244,6 +255,27 @@ impl Slot {
             .map(|e| e.contains(zmq::POLLIN))
             .unwrap_or(false);
         more || (readable && !self.sink.is_behind() && self.stopped.is_none())
+    }
+
+    /// Learns from this pass's traffic whether the link's replies come soon after its writes
+    /// ([`Replies`]): the looks of the IO loop and of the link's blocking receives are longer
+    /// only on such a link, so a link that streams in or out costs no more than the shortest
+    /// look.
+    fn note_traffic(&mut self, now: Instant) {
+        let (sent, received) = self.machine.sent_received();
+        let wrote = sent != self.traffic.0;
+        let was = self.replies.replying();
+        let replying = self.replies.pass(now, wrote, received != self.traffic.1);
+        if replying != was {
+            self.shared.replying.store(replying, Ordering::Relaxed);
+        }
+        self.awaiting = wrote && replying;
+        self.traffic = (sent, received);
+    }
+
+    /// The last pass wrote frames on a link whose replies come soon after its writes.
+    pub(super) fn awaits_reply(&self) -> bool {
+        self.awaiting
     }
 
     pub(super) fn command(&mut self, now: Instant, cmd: Command) {

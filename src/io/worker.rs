@@ -32,7 +32,7 @@ use crossbeam_channel::{Receiver, Sender};
 
 use super::ffi::{self, Epoll, Ready};
 use super::ids::ById;
-use super::look::Window;
+use super::look::{Window, LOOK};
 use super::shared::{Command, Wake};
 use super::slot::{Post, Slot};
 use super::stopwatch;
@@ -43,6 +43,17 @@ use crate::event::Event;
 #[cfg(feature = "metrics")]
 use crate::metrics::Metrics;
 use crate::view::PoolView;
+
+/// What serving a link moved, for the loop's look after the pass (the most of its links).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Moved {
+    Nothing,
+    /// Application data, sent or received.
+    Data,
+    /// Application data written on a link whose replies come soon after its writes (see
+    /// `Slot::awaits_reply`).
+    AwaitingReply,
+}
 
 /// Commands taken per pass (all links of the thread together).
 const COMMAND_BUDGET: usize = 1024;
@@ -174,7 +185,7 @@ impl Worker {
     }
 
     fn run_loop(&mut self) {
-        let mut busy = false;
+        let mut busy = Moved::Nothing;
         let mut serving = Vec::new();
         // The `now` of the pass before: the last instant every link was known to be served.
         let mut pass_began = Instant::now();
@@ -188,8 +199,14 @@ impl Worker {
             // Right after traffic a reply is often due within microseconds (the peer's answer
             // on a socket, the application's next frame): look for both for a moment before
             // paying for a sleep and a wake-up, yielding the core between looks so that the
-            // threads the reply needs can run (docs/design.md, "The round trip").
-            let spun = if busy { self.spin() } else { None };
+            // threads the reply needs can run (docs/design.md, "The round trip"). For as long
+            // as the loop's window says after a write on a link whose replies come soon (and
+            // learn from the wait after it), for the shortest look after other traffic.
+            let spun = match busy {
+                Moved::Nothing => None,
+                Moved::Data => self.spin(LOOK),
+                Moved::AwaitingReply => self.spin(self.look.get()),
+            };
             let slept_at = Instant::now();
             let (n, timeout) = match spun {
                 Some(n) => (n, 0),
@@ -199,7 +216,7 @@ impl Worker {
                     let timeout = self.timeout_ms(slept_at);
                     let n = self.epoll.wait(&mut self.reports, timeout);
                     self.wake.sleeping.store(false, Ordering::SeqCst);
-                    if busy {
+                    if busy == Moved::AwaitingReply {
                         self.look.waited(slept_at.elapsed(), n > 0);
                     }
                     (n, timeout)
@@ -243,12 +260,12 @@ impl Worker {
                     self.enqueue(id);
                 }
             }
-            busy = false;
+            busy = Moved::Nothing;
             std::mem::swap(&mut serving, &mut self.queue);
             for id in serving.drain(..) {
-                let mut moved = false;
+                let mut moved = Moved::Nothing;
                 self.guarded(now, id, |w| moved = w.serve(now, id));
-                busy |= moved;
+                busy = busy.max(moved);
             }
             self.compact_timers();
         }
@@ -311,11 +328,11 @@ impl Worker {
         *warned = Some(now);
     }
 
-    /// Looks at the command queue and the wait set without blocking for as long as the
-    /// loop's [`Window`] says, yielding the core between looks; returns the reports taken
-    /// once either has something, or `None` when the time ran out.
-    fn spin(&mut self) -> Option<usize> {
-        let until = Instant::now() + self.look.get();
+    /// Looks at the command queue and the wait set without blocking for up to `look`,
+    /// yielding the core between looks; returns the reports taken once either has something,
+    /// or `None` when the time ran out.
+    fn spin(&mut self, look: Duration) -> Option<usize> {
+        let until = Instant::now() + look;
         loop {
             let n = self.epoll.wait(&mut self.reports, 0);
             if n > 0 || !self.commands.is_empty() || !self.queue.is_empty() {
@@ -509,15 +526,21 @@ impl Worker {
         self.enqueue(id);
     }
 
-    /// Serves one link; returns whether application data moved.
-    fn serve(&mut self, now: Instant, id: u64) -> bool {
+    /// Serves one link; returns what it moved.
+    fn serve(&mut self, now: Instant, id: u64) -> Moved {
         let Some(slot) = self.slots.get_mut(&id) else {
-            return false;
+            return Moved::Nothing;
         };
         slot.queued = false;
         let before = slot.machine.traffic();
         let more = slot.pass(now, &mut self.buf);
-        let busy = slot.machine.traffic() != before;
+        let busy = if slot.awaits_reply() {
+            Moved::AwaitingReply
+        } else if slot.machine.traffic() != before {
+            Moved::Data
+        } else {
+            Moved::Nothing
+        };
         if !slot.is_behind() {
             self.behind.remove(&id);
         } else {
