@@ -28,12 +28,12 @@ use crate::io::shared::Shared;
 /// [`recv_deadline`](Events::recv_deadline)) that finds no event looks again for a while,
 /// yielding its core between looks, before its thread sleeps: a reply that comes within the
 /// look is then taken without the wake-up of a sleeping thread (the README's round-trip
-/// figures show what that saves). The look lasts 30 µs, and longer on a link whose replies
-/// come soon after its writes (frames that come within 250 µs of a write, as a request's
-/// reply does, not a stream coming in or going out): there it learns from the waits after
-/// it, an event that came within 250 µs of a look that missed it doubling the next look, up
-/// to 250 µs, and a longer wait halving it, down to 30 µs. A receive that waits longer than
-/// the look costs the look's yielding once, then sleeps without CPU.
+/// figures show what that saves). How long it looks is learnt per link from the waits after
+/// the looks that missed (an event that came soon after doubles the next look, a longer wait
+/// halves it): 30 to 250 µs on a link whose replies come soon after its writes (frames that
+/// come within 250 µs of a write, as a request's reply does), and at most 30 µs on a stream
+/// coming in, none once its events come further apart than that. A receive that waits
+/// longer than the look costs the look's yielding once, then sleeps without CPU.
 ///
 /// # Examples
 /// ```no_run
@@ -120,13 +120,13 @@ impl Events {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn recv(&self) -> Result<Event, RecvError> {
+        let looked = Instant::now();
         if let Some(ev) = self.look(None) {
             return Ok(self.took(ev));
         }
-        let slept = Instant::now();
         match self.rx.recv() {
             Ok(ev) => {
-                self.waited(slept, true);
+                self.waited(looked, true);
                 Ok(self.took(ev))
             }
             Err(channel::RecvError) => self.leftover().ok_or(RecvError),
@@ -237,20 +237,20 @@ impl Events {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn recv_deadline(&self, deadline: Instant) -> Result<Event, RecvTimeoutError> {
+        let looked = Instant::now();
         if let Some(ev) = self.look(Some(deadline)) {
             return Ok(self.took(ev));
         }
-        let slept = Instant::now();
         match self.rx.recv_deadline(deadline) {
             Ok(ev) => {
-                self.waited(slept, true);
+                self.waited(looked, true);
                 Ok(self.took(ev))
             }
             Err(channel::RecvTimeoutError::Disconnected) => {
                 self.leftover().ok_or(RecvTimeoutError::Disconnected)
             }
             Err(channel::RecvTimeoutError::Timeout) => {
-                self.waited(slept, false);
+                self.waited(looked, false);
                 Err(RecvTimeoutError::Timeout)
             }
         }
@@ -334,13 +334,7 @@ impl Events {
     /// Looks for an event for a little while before the caller sleeps (`io::look`); stops
     /// at once when the channel is closed, which the caller's receive then reports.
     fn look(&self, deadline: Option<Instant>) -> Option<Event> {
-        let shortest = Window::new();
-        let window = if self.shared.replying.load(Ordering::Relaxed) {
-            &*self.shared.look
-        } else {
-            &shortest
-        };
-        look(window, deadline, || match self.rx.try_recv() {
+        look(self.window(), deadline, || match self.rx.try_recv() {
             Ok(ev) => Some(Some(ev)),
             Err(channel::TryRecvError::Disconnected) => Some(None),
             Err(channel::TryRecvError::Empty) => None,
@@ -348,12 +342,19 @@ impl Events {
         .flatten()
     }
 
-    /// A wait after a look that found nothing ended after `slept` (see [`Window`]): it
-    /// teaches the link's look only while its replies come soon after its writes.
-    fn waited(&self, slept: Instant, came: bool) {
+    /// The link's look for a reply while its replies come soon after its writes, else its
+    /// look on a stream.
+    fn window(&self) -> &Window {
         if self.shared.replying.load(Ordering::Relaxed) {
-            self.shared.look.waited(slept.elapsed(), came);
+            &self.shared.look
+        } else {
+            &self.shared.stream_look
         }
+    }
+
+    /// A look that began at `looked` found nothing, and the wait after it ended now.
+    fn waited(&self, looked: Instant, came: bool) {
+        self.window().waited(looked.elapsed(), came);
     }
 
     fn took(&self, ev: Event) -> Event {

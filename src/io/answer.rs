@@ -96,6 +96,7 @@ impl Answer {
     /// Blocks until the outcome comes (`None` if it was taken already).
     pub(crate) fn wait(&mut self) -> Option<Outcome> {
         let filled = &self.cell.filled;
+        let looked = Instant::now();
         if look(&self.look, None, || {
             filled.load(Ordering::Acquire).then_some(())
         })
@@ -103,15 +104,14 @@ impl Answer {
         {
             return self.try_take();
         }
-        let slept = Instant::now();
         loop {
             if self.cell.filled.load(Ordering::Acquire) {
-                self.look.waited(slept.elapsed(), true);
+                self.look.waited(looked.elapsed(), true);
                 return self.try_take();
             }
             let listener = self.cell.notify.listen();
             if self.cell.filled.load(Ordering::Acquire) {
-                self.look.waited(slept.elapsed(), true);
+                self.look.waited(looked.elapsed(), true);
                 return self.try_take();
             }
             listener.wait();

@@ -12,34 +12,54 @@
 //! halts: what came soon after the look would have been caught by a longer one, and a long
 //! wait says that looking costs CPU for nothing. Only where a reply is waited for: after a
 //! write on a link whose replies come soon after its writes ([`Replies`]), and for a
-//! request's reply. Elsewhere a look lasts [`LOOK`]: on a stream, each frame would come
-//! within a long look, which would then never end (measured: a link receiving or sending a
-//! frame every 200 µs used twice the CPU with every look learnt).
+//! request's reply, between [`LOOK`] and [`LOOK_MAX`] ([`Window::reply`]). Elsewhere, on a
+//! stream coming in or going out, a look lasts at most [`LOOK`] ([`Window::stream`]), and
+//! none at all once frames come further apart than that: a longer look would catch every
+//! frame of a slow stream and so never end (measured: a link receiving or sending a frame
+//! every 200 µs used twice the CPU with reply looks on its stream), and a short one that
+//! misses costs its yielding and the wake-up both.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-/// The shortest look, and the first.
+/// The longest look on a stream, and the shortest for a reply; the first of both.
 pub(crate) const LOOK: Duration = Duration::from_micros(30);
 
-/// The longest look: a wait longer than this after a look shortens the next.
+/// The longest look for a reply.
 pub(crate) const LOOK_MAX: Duration = Duration::from_micros(250);
 
-/// How long a thread looks before it sleeps, between [`LOOK`] and [`LOOK_MAX`], learnt from
-/// the waits after the looks that found nothing: one that ended with something coming
-/// within [`LOOK_MAX`] doubles the look (a longer one would have caught it); one longer than
-/// that halves it. A wait that ended at its own timeout within the bound says nothing.
-/// Shared by the threads that wait on one link; a stale read only looks a little longer or
-/// shorter.
+/// The smallest look a stream's look grows to from none.
+const LOOK_STEP: u64 = 5;
+
+/// How long a thread looks before it sleeps, between a least and a most, learnt from the
+/// waits of the looks that found nothing, each counted from the start of its look to what
+/// ended it: one that ended with something coming within the most doubles the look (a look
+/// that long would have caught it); one longer than that halves it. A wait that ended at its
+/// own timeout within the most says nothing. Shared by the threads that wait on one link; a
+/// stale read only looks a little longer or shorter.
 #[derive(Debug)]
 pub(crate) struct Window {
     micros: AtomicU64,
+    min: u64,
+    max: u64,
 }
 
 impl Window {
-    pub(crate) const fn new() -> Window {
+    /// A look for a reply: [`LOOK`] to [`LOOK_MAX`].
+    pub(crate) const fn reply() -> Window {
+        Window::between(LOOK.as_micros() as u64, LOOK_MAX.as_micros() as u64)
+    }
+
+    /// A look on a stream: none to [`LOOK`].
+    pub(crate) const fn stream() -> Window {
+        Window::between(0, LOOK.as_micros() as u64)
+    }
+
+    const fn between(min: u64, max: u64) -> Window {
         Window {
             micros: AtomicU64::new(LOOK.as_micros() as u64),
+            min,
+            max,
         }
     }
 
@@ -48,19 +68,20 @@ impl Window {
         Duration::from_micros(self.micros.load(Ordering::Relaxed))
     }
 
-    /// A wait after a look that found nothing ended after `waited`, with something that
-    /// came (`came`) or at its timeout.
+    /// A look that found nothing and the wait after it ended `waited` after the look
+    /// began, with something that came (`came`) or at its timeout.
     pub(crate) fn waited(&self, waited: Duration, came: bool) {
         let now = self.micros.load(Ordering::Relaxed);
-        let next = if waited > LOOK_MAX {
+        let next = if waited.as_micros() > u128::from(self.max) {
             now / 2
         } else if came {
-            now.saturating_mul(2)
+            now.saturating_mul(2).max(LOOK_STEP)
         } else {
             return;
         };
-        let (min, max) = (LOOK.as_micros() as u64, LOOK_MAX.as_micros() as u64);
-        self.micros.store(next.clamp(min, max), Ordering::Relaxed);
+        let next = if next < LOOK_STEP { 0 } else { next };
+        self.micros
+            .store(next.clamp(self.min, self.max), Ordering::Relaxed);
     }
 }
 
@@ -106,7 +127,7 @@ impl Replies {
 
 impl Default for Window {
     fn default() -> Window {
-        Window::new()
+        Window::reply()
     }
 }
 
@@ -144,7 +165,7 @@ mod tests {
 
     #[test]
     fn a_look_gives_what_comes_and_gives_up_after_its_bound() {
-        let window = Window::new();
+        let window = Window::reply();
         let mut calls = 0;
         assert_eq!(
             look(&window, Some(Instant::now()), || {
@@ -206,7 +227,7 @@ mod tests {
 
     #[test]
     fn a_look_grows_while_what_it_missed_comes_soon_and_shrinks_when_waits_are_long() {
-        let window = Window::new();
+        let window = Window::reply();
         assert_eq!(window.get(), LOOK);
         let us = Duration::from_micros;
         // Something came 40 µs after the look: twice as long, up to the bound.
@@ -223,6 +244,25 @@ mod tests {
         assert_eq!(window.get(), LOOK_MAX / 2);
         for _ in 0..10 {
             window.waited(Duration::from_secs(1), false);
+        }
+        assert_eq!(window.get(), LOOK);
+    }
+
+    #[test]
+    fn a_streams_look_goes_once_frames_come_further_apart_and_comes_back_when_they_close_up() {
+        let window = Window::stream();
+        assert_eq!(window.get(), LOOK);
+        let us = Duration::from_micros;
+        // A frame every 200 µs: no look of up to 30 µs catches one.
+        for _ in 0..5 {
+            window.waited(us(200), true);
+        }
+        assert_eq!(window.get(), Duration::ZERO);
+        // Frames 20 µs apart: a look would catch them, and grows back, up to LOOK.
+        window.waited(us(20), true);
+        assert_eq!(window.get(), us(LOOK_STEP));
+        for _ in 0..5 {
+            window.waited(us(20), true);
         }
         assert_eq!(window.get(), LOOK);
     }

@@ -142,11 +142,11 @@ pub(crate) struct Shared {
     /// Events the IO thread could not deliver before it stopped; receivers take them after
     /// the channel.
     pub leftover: Mutex<VecDeque<Event>>,
-    /// How long a blocking receive of the link's events or replies looks before it sleeps.
+    /// How long a blocking receive of the link's events or replies looks before it sleeps:
+    /// `look` for a request's reply, and for events while the link's replies come soon after
+    /// its writes (`replying`, set by the IO thread); `stream_look` for other events.
     pub look: Arc<Window>,
-    /// The link's replies come soon after its writes (set by the IO thread): a blocking
-    /// receive of its events looks as `look` says and teaches it; otherwise for the shortest
-    /// look.
+    pub stream_look: Window,
     pub replying: AtomicBool,
 }
 
@@ -164,7 +164,8 @@ impl Shared {
             reader_waiting: AtomicBool::new(false),
             final_sources: Mutex::new(None),
             leftover: Mutex::new(VecDeque::new()),
-            look: Arc::new(Window::new()),
+            look: Arc::new(Window::reply()),
+            stream_look: Window::stream(),
             replying: AtomicBool::new(false),
         }
     }

@@ -32,7 +32,7 @@ use crossbeam_channel::{Receiver, Sender};
 
 use super::ffi::{self, Epoll, Ready};
 use super::ids::ById;
-use super::look::{Window, LOOK};
+use super::look::Window;
 use super::shared::{Command, Wake};
 use super::slot::{Post, Slot};
 use super::stopwatch;
@@ -142,8 +142,11 @@ pub(crate) struct Worker {
     /// The batch being written; it moves into the zmq message, so only one per thread.
     buf: Vec<u8>,
     reports: Vec<Ready>,
-    /// How long the loop looks for a command or input after a busy pass before it sleeps.
+    /// How long the loop looks for a command or input before it sleeps: after a pass that
+    /// wrote on a link whose replies come soon after its writes, and after other passes
+    /// that moved application data.
     look: Window,
+    stream_look: Window,
     /// When the loop last warned that it was late, for each [`Lateness`], and the gaps since
     /// then not warned of.
     late_warned: [Option<Instant>; Lateness::COUNT],
@@ -164,7 +167,8 @@ impl Worker {
             timers: BinaryHeap::new(),
             buf: Vec::new(),
             reports: vec![ffi::BLANK; REPORTS],
-            look: Window::new(),
+            look: Window::reply(),
+            stream_look: Window::stream(),
             late_warned: [None; Lateness::COUNT],
             late_unwarned: 0,
         })
@@ -200,11 +204,12 @@ impl Worker {
             // on a socket, the application's next frame): look for both for a moment before
             // paying for a sleep and a wake-up, yielding the core between looks so that the
             // threads the reply needs can run (docs/design.md, "The round trip"). For as long
-            // as the loop's window says after a write on a link whose replies come soon (and
-            // learn from the wait after it), for the shortest look after other traffic.
+            // as the loop's windows say, learning from the wait after the look: a reply's
+            // after a write on a link whose replies come soon, a stream's after other traffic.
+            let looked_at = Instant::now();
             let spun = match busy {
                 Moved::Nothing => None,
-                Moved::Data => self.spin(LOOK),
+                Moved::Data => self.spin(self.stream_look.get()),
                 Moved::AwaitingReply => self.spin(self.look.get()),
             };
             let slept_at = Instant::now();
@@ -216,8 +221,10 @@ impl Worker {
                     let timeout = self.timeout_ms(slept_at);
                     let n = self.epoll.wait(&mut self.reports, timeout);
                     self.wake.sleeping.store(false, Ordering::SeqCst);
-                    if busy == Moved::AwaitingReply {
-                        self.look.waited(slept_at.elapsed(), n > 0);
+                    match busy {
+                        Moved::Nothing => {}
+                        Moved::Data => self.stream_look.waited(looked_at.elapsed(), n > 0),
+                        Moved::AwaitingReply => self.look.waited(looked_at.elapsed(), n > 0),
                     }
                     (n, timeout)
                 }
@@ -332,6 +339,9 @@ impl Worker {
     /// yielding the core between looks; returns the reports taken once either has something,
     /// or `None` when the time ran out.
     fn spin(&mut self, look: Duration) -> Option<usize> {
+        if look.is_zero() {
+            return None;
+        }
         let until = Instant::now() + look;
         loop {
             let n = self.epoll.wait(&mut self.reports, 0);

@@ -1,0 +1,314 @@
+//! Paced traffic: the CPU a client uses for small frames at a steady rate, one every 200 µs
+//! (5 000 a second), beside the std and tokio clients a user would otherwise write.
+//!
+//! Run with `cargo bench --bench paced` (5 s per client and case), `-- --quick` (2 s) or
+//! `--smoke` (or `RELINK_BENCH_SMOKE=1`: 0.3 s, to show that it runs to the end).
+//!
+//! Three cases, each a line-framed connection to a peer thread on 127.0.0.1:
+//! - `in`: the peer writes a line every 200 µs; the client takes each one (relink:
+//!   `events().recv_timeout`; std: `BufRead::read_line`; tokio: `FramedRead` with
+//!   `LinesCodec` on a current-thread runtime).
+//! - `out`: the client writes a line every 200 µs (relink: `send`; std: `write_all` and
+//!   `flush`; tokio: `FramedWrite::send`); the peer reads them.
+//! - `rr`: request and reply: every 200 µs the client writes a line and waits for the peer's
+//!   echo of it.
+//!
+//! Every client paces itself the same way (`thread::sleep` to the next tick). What is
+//! measured is the client's CPU, user + system, over its run: this process's
+//! (`getrusage(RUSAGE_SELF)`) less the peer thread's own (`CLOCK_THREAD_CPUTIME_ID`), in per
+//! cent of one core. relink's looks before sleeping learn their length only where a reply is
+//! waited for (`rr`); a stream (`in`, `out`) must cost no more than the shortest look. One
+//! line per case, relink's CPU beside the baselines' and as ratios (above 1: relink uses
+//! more), and for `rr` the round trip's p50:
+//!
+//! `paced case=<in|out|rr> gap_us=200 relink_cpu_pct=<r> std_cpu_pct=<s> tokio_cpu_pct=<t>
+//! ratio_std=<r/s> ratio_tokio=<r/t> relink_p50_us=<..> std_p50_us=<..> tokio_p50_us=<..>`
+
+mod support;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use futures_util::{SinkExt, StreamExt};
+use relink::framing::Lines;
+use relink::{Event, Link, State};
+use tokio_util::codec::{FramedRead, FramedWrite, LinesCodec};
+
+use support::peer::Peer;
+use support::{cpu_time, median, thread_cpu_time};
+
+/// One frame per this much time.
+const GAP: Duration = Duration::from_micros(200);
+/// The longest any one wait of a client may take.
+const BOUND: Duration = Duration::from_secs(5);
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Case {
+    In,
+    Out,
+    Rr,
+}
+
+impl Case {
+    fn name(self) -> &'static str {
+        match self {
+            Case::In => "in",
+            Case::Out => "out",
+            Case::Rr => "rr",
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Client {
+    Relink,
+    Std,
+    Tokio,
+}
+
+/// What one client's run gave: its CPU in per cent of a core, and the p50 of its round trips
+/// (`rr` only).
+struct Run {
+    cpu_pct: f64,
+    p50_us: f64,
+}
+
+/// The ticks of a run of `window`: sleeps until each, in turn.
+struct Pace {
+    next: Instant,
+    end: Instant,
+}
+
+impl Pace {
+    fn new(window: Duration) -> Pace {
+        let now = Instant::now();
+        Pace {
+            next: now,
+            end: now + window,
+        }
+    }
+
+    /// Sleeps until the next tick; false once the run is over.
+    fn tick(&mut self) -> bool {
+        self.next += GAP;
+        let now = Instant::now();
+        if now >= self.end {
+            return false;
+        }
+        if self.next > now {
+            thread::sleep(self.next - now);
+        }
+        true
+    }
+}
+
+/// The peer of `case`: writes a line every tick (`in`), reads and discards (`out`) or echoes
+/// (`rr`), until the connection ends or, writing, `window` has passed; then sends its
+/// thread's CPU time.
+fn peer(case: Case, window: Duration, cpu: mpsc::Sender<Duration>) -> Peer {
+    Peer::start(move |mut stream: TcpStream, _| {
+        let _ = stream.set_nodelay(true);
+        let start = thread_cpu_time();
+        match case {
+            Case::In => {
+                let mut pace = Pace::new(window + Duration::from_millis(200));
+                while pace.tick() {
+                    if stream.write_all(b"tick\n").is_err() {
+                        break;
+                    }
+                }
+            }
+            Case::Out => {
+                let mut buf = [0u8; 4096];
+                while matches!(stream.read(&mut buf), Ok(n) if n > 0) {}
+            }
+            Case::Rr => support::peer::echo(stream, 0),
+        }
+        let _ = cpu.send(thread_cpu_time() - start);
+    })
+}
+
+fn run(case: Case, client: Client, window: Duration) -> Run {
+    let (tx, rx) = mpsc::channel();
+    let peer = peer(case, window, tx);
+    let before = cpu_time();
+    let p50_us = match client {
+        Client::Relink => relink(case, &peer.endpoint(), window),
+        Client::Std => std_client(case, peer.port(), window),
+        Client::Tokio => tokio_client(case, peer.port(), window),
+    };
+    let peer_cpu = rx.recv_timeout(BOUND).expect("the peer's CPU time");
+    let used = (cpu_time() - before).saturating_sub(peer_cpu);
+    peer.stop();
+    Run {
+        cpu_pct: 100.0 * used.as_secs_f64() / window.as_secs_f64(),
+        p50_us,
+    }
+}
+
+/// The p50 of round trips in µs, 0 for none.
+fn p50(mut us: Vec<f64>) -> f64 {
+    median(&mut us)
+}
+
+fn relink(case: Case, endpoint: &str, window: Duration) -> f64 {
+    let link = Link::builder(endpoint)
+        .framing(Lines::new())
+        .build()
+        .expect("build the link");
+    support::wait_state(&link, State::Ready, Instant::now() + BOUND);
+    let mut rtts = Vec::new();
+    let mut pace = Pace::new(window);
+    match case {
+        Case::In => {
+            let end = Instant::now() + window;
+            while Instant::now() < end {
+                let _ = link.events().recv_timeout(BOUND);
+            }
+        }
+        Case::Out => {
+            while pace.tick() {
+                link.send("tick").expect("send");
+            }
+        }
+        Case::Rr => {
+            while pace.tick() {
+                let sent = Instant::now();
+                link.send("tick").expect("send");
+                loop {
+                    match link.events().recv_timeout(BOUND) {
+                        Ok(Event::Frame(_)) => break,
+                        Ok(_) => {}
+                        Err(e) => panic!("no reply: {e}"),
+                    }
+                }
+                rtts.push(sent.elapsed().as_secs_f64() * 1e6);
+            }
+        }
+    }
+    link.close(Duration::from_secs(1));
+    p50(rtts)
+}
+
+fn std_client(case: Case, port: u16, window: Duration) -> f64 {
+    let stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    stream.set_nodelay(true).expect("nodelay");
+    stream.set_read_timeout(Some(BOUND)).expect("read timeout");
+    let mut reader = BufReader::new(stream.try_clone().expect("clone the stream"));
+    let mut writer = stream;
+    let mut line = String::new();
+    let mut rtts = Vec::new();
+    let mut pace = Pace::new(window);
+    match case {
+        Case::In => {
+            let end = Instant::now() + window;
+            while Instant::now() < end {
+                line.clear();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                    break;
+                }
+            }
+        }
+        Case::Out => {
+            while pace.tick() {
+                writer.write_all(b"tick\n").expect("write");
+                writer.flush().expect("flush");
+            }
+        }
+        Case::Rr => {
+            while pace.tick() {
+                let sent = Instant::now();
+                writer.write_all(b"tick\n").expect("write");
+                line.clear();
+                reader.read_line(&mut line).expect("the echo");
+                rtts.push(sent.elapsed().as_secs_f64() * 1e6);
+            }
+        }
+    }
+    p50(rtts)
+}
+
+fn tokio_client(case: Case, port: u16, window: Duration) -> f64 {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    let stream = rt
+        .block_on(tokio::net::TcpStream::connect(("127.0.0.1", port)))
+        .expect("connect");
+    stream.set_nodelay(true).expect("nodelay");
+    let (r, w) = stream.into_split();
+    let mut reader = FramedRead::new(r, LinesCodec::new());
+    let mut writer = FramedWrite::new(w, LinesCodec::new());
+    let mut rtts = Vec::new();
+    let mut pace = Pace::new(window);
+    match case {
+        Case::In => {
+            let end = Instant::now() + window;
+            while Instant::now() < end {
+                let next = rt.block_on(async { tokio::time::timeout(BOUND, reader.next()).await });
+                if !matches!(next, Ok(Some(Ok(_)))) {
+                    break;
+                }
+            }
+        }
+        Case::Out => {
+            while pace.tick() {
+                rt.block_on(writer.send("tick")).expect("send");
+            }
+        }
+        Case::Rr => {
+            while pace.tick() {
+                let sent = Instant::now();
+                rt.block_on(async {
+                    writer.send("tick").await.expect("send");
+                    match tokio::time::timeout(BOUND, reader.next()).await {
+                        Ok(Some(Ok(_))) => {}
+                        other => panic!("no reply: {other:?}"),
+                    }
+                });
+                rtts.push(sent.elapsed().as_secs_f64() * 1e6);
+            }
+        }
+    }
+    p50(rtts)
+}
+
+fn main() {
+    // `cargo bench` adds `--bench`; every argument but `--quick` and `--smoke` is ignored.
+    let smoke = support::smoke();
+    let window = Duration::from_millis(if smoke {
+        300
+    } else if support::flag("quick") {
+        2_000
+    } else {
+        5_000
+    });
+    println!(
+        "paced: a frame every {} µs, {} ms per client and case",
+        GAP.as_micros(),
+        window.as_millis()
+    );
+    for case in [Case::In, Case::Out, Case::Rr] {
+        let relink = run(case, Client::Relink, window);
+        let std = run(case, Client::Std, window);
+        let tokio = run(case, Client::Tokio, window);
+        println!(
+            "paced case={} gap_us={} relink_cpu_pct={:.1} std_cpu_pct={:.1} tokio_cpu_pct={:.1} \
+             ratio_std={:.2} ratio_tokio={:.2} relink_p50_us={:.1} std_p50_us={:.1} tokio_p50_us={:.1}",
+            case.name(),
+            GAP.as_micros(),
+            relink.cpu_pct,
+            std.cpu_pct,
+            tokio.cpu_pct,
+            relink.cpu_pct / std.cpu_pct.max(0.01),
+            relink.cpu_pct / tokio.cpu_pct.max(0.01),
+            relink.p50_us,
+            std.p50_us,
+            tokio.p50_us,
+        );
+    }
+}
