@@ -142,10 +142,10 @@ pub(crate) struct Worker {
     /// The batch being written; it moves into the zmq message, so only one per thread.
     buf: Vec<u8>,
     reports: Vec<Ready>,
-    /// How long the loop looks for a command or input before it sleeps: after a pass that
-    /// wrote on a link whose replies come soon after its writes, and after other passes
-    /// that moved application data.
+    /// How long the loop looks for a command or input before it sleeps after a pass that
+    /// wrote on a link whose replies come soon after its writes (`Window::reply`).
     look: Window,
+    /// The same after other passes that moved application data (`Window::stream`).
     stream_look: Window,
     /// When the loop last warned that it was late, for each [`Lateness`], and the gaps since
     /// then not warned of.
