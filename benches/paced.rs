@@ -38,6 +38,7 @@ use std::time::{Duration, Instant};
 use futures_util::{SinkExt, StreamExt};
 use relink::framing::Lines;
 use relink::{Event, Link, State};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio_util::codec::{FramedRead, FramedWrite, LinesCodec};
 
 use support::peer::Peer;
@@ -152,86 +153,117 @@ fn run(case: Case, client: Client, window: Duration) -> Run {
     }
 }
 
-/// The p50 of round trips in µs, 0 for none.
-fn p50(mut us: Vec<f64>) -> f64 {
-    median(&mut us)
+/// What a client does for a case: `take` one line (false once none comes), `put` one.
+trait LineClient {
+    fn take(&mut self) -> bool;
+    fn put(&mut self);
 }
 
-fn relink(case: Case, endpoint: &str, window: Duration) -> f64 {
-    let link = Link::builder(endpoint)
-        .framing(Lines::new())
-        .build()
-        .expect("build the link");
-    support::wait_state(&link, State::Ready, Instant::now() + BOUND);
+/// Runs `case` for `window` with `client`; returns the p50 of its round trips in µs (`rr`),
+/// 0 for none.
+fn drive(case: Case, window: Duration, client: &mut impl LineClient) -> f64 {
     let mut rtts = Vec::new();
     let mut pace = Pace::new(window);
     match case {
         Case::In => {
             let end = Instant::now() + window;
-            while Instant::now() < end {
-                let _ = link.events().recv_timeout(BOUND);
-            }
+            while Instant::now() < end && client.take() {}
         }
         Case::Out => {
             while pace.tick() {
-                link.send("tick").expect("send");
+                client.put();
             }
         }
         Case::Rr => {
             while pace.tick() {
                 let sent = Instant::now();
-                link.send("tick").expect("send");
-                loop {
-                    match link.events().recv_timeout(BOUND) {
-                        Ok(Event::Frame(_)) => break,
-                        Ok(_) => {}
-                        Err(e) => panic!("no reply: {e}"),
-                    }
-                }
+                client.put();
+                assert!(client.take(), "no reply");
                 rtts.push(sent.elapsed().as_secs_f64() * 1e6);
             }
         }
     }
+    median(&mut rtts)
+}
+
+impl LineClient for Link {
+    fn take(&mut self) -> bool {
+        loop {
+            match self.events().recv_timeout(BOUND) {
+                Ok(Event::Frame(_)) => return true,
+                Ok(_) => {}
+                Err(_) => return false,
+            }
+        }
+    }
+
+    fn put(&mut self) {
+        self.send("tick").expect("send");
+    }
+}
+
+fn relink(case: Case, endpoint: &str, window: Duration) -> f64 {
+    let mut link = Link::builder(endpoint)
+        .framing(Lines::new())
+        .build()
+        .expect("build the link");
+    support::wait_state(&link, State::Ready, Instant::now() + BOUND);
+    let p50 = drive(case, window, &mut link);
     link.close(Duration::from_secs(1));
-    p50(rtts)
+    p50
+}
+
+/// std's client: a `BufReader` on one handle of the stream, writes on the other.
+struct StdLines {
+    reader: BufReader<TcpStream>,
+    writer: TcpStream,
+    line: String,
+}
+
+impl LineClient for StdLines {
+    fn take(&mut self) -> bool {
+        self.line.clear();
+        self.reader.read_line(&mut self.line).unwrap_or(0) > 0
+    }
+
+    fn put(&mut self) {
+        self.writer.write_all(b"tick\n").expect("write");
+        self.writer.flush().expect("flush");
+    }
 }
 
 fn std_client(case: Case, port: u16, window: Duration) -> f64 {
     let stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
     stream.set_nodelay(true).expect("nodelay");
     stream.set_read_timeout(Some(BOUND)).expect("read timeout");
-    let mut reader = BufReader::new(stream.try_clone().expect("clone the stream"));
-    let mut writer = stream;
-    let mut line = String::new();
-    let mut rtts = Vec::new();
-    let mut pace = Pace::new(window);
-    match case {
-        Case::In => {
-            let end = Instant::now() + window;
-            while Instant::now() < end {
-                line.clear();
-                if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                    break;
-                }
-            }
-        }
-        Case::Out => {
-            while pace.tick() {
-                writer.write_all(b"tick\n").expect("write");
-                writer.flush().expect("flush");
-            }
-        }
-        Case::Rr => {
-            while pace.tick() {
-                let sent = Instant::now();
-                writer.write_all(b"tick\n").expect("write");
-                line.clear();
-                reader.read_line(&mut line).expect("the echo");
-                rtts.push(sent.elapsed().as_secs_f64() * 1e6);
-            }
-        }
+    let mut client = StdLines {
+        reader: BufReader::new(stream.try_clone().expect("clone the stream")),
+        writer: stream,
+        line: String::new(),
+    };
+    drive(case, window, &mut client)
+}
+
+/// tokio's client: `FramedRead` and `FramedWrite` with `LinesCodec` on the halves of one
+/// stream, driven by a current-thread runtime from the pacing thread.
+struct TokioLines {
+    rt: tokio::runtime::Runtime,
+    reader: FramedRead<OwnedReadHalf, LinesCodec>,
+    writer: FramedWrite<OwnedWriteHalf, LinesCodec>,
+}
+
+impl LineClient for TokioLines {
+    fn take(&mut self) -> bool {
+        let reader = &mut self.reader;
+        let next = self
+            .rt
+            .block_on(async { tokio::time::timeout(BOUND, reader.next()).await });
+        matches!(next, Ok(Some(Ok(_))))
     }
-    p50(rtts)
+
+    fn put(&mut self) {
+        self.rt.block_on(self.writer.send("tick")).expect("send");
+    }
 }
 
 fn tokio_client(case: Case, port: u16, window: Duration) -> f64 {
@@ -244,40 +276,12 @@ fn tokio_client(case: Case, port: u16, window: Duration) -> f64 {
         .expect("connect");
     stream.set_nodelay(true).expect("nodelay");
     let (r, w) = stream.into_split();
-    let mut reader = FramedRead::new(r, LinesCodec::new());
-    let mut writer = FramedWrite::new(w, LinesCodec::new());
-    let mut rtts = Vec::new();
-    let mut pace = Pace::new(window);
-    match case {
-        Case::In => {
-            let end = Instant::now() + window;
-            while Instant::now() < end {
-                let next = rt.block_on(async { tokio::time::timeout(BOUND, reader.next()).await });
-                if !matches!(next, Ok(Some(Ok(_)))) {
-                    break;
-                }
-            }
-        }
-        Case::Out => {
-            while pace.tick() {
-                rt.block_on(writer.send("tick")).expect("send");
-            }
-        }
-        Case::Rr => {
-            while pace.tick() {
-                let sent = Instant::now();
-                rt.block_on(async {
-                    writer.send("tick").await.expect("send");
-                    match tokio::time::timeout(BOUND, reader.next()).await {
-                        Ok(Some(Ok(_))) => {}
-                        other => panic!("no reply: {other:?}"),
-                    }
-                });
-                rtts.push(sent.elapsed().as_secs_f64() * 1e6);
-            }
-        }
-    }
-    p50(rtts)
+    let mut client = TokioLines {
+        rt,
+        reader: FramedRead::new(r, LinesCodec::new()),
+        writer: FramedWrite::new(w, LinesCodec::new()),
+    };
+    drive(case, window, &mut client)
 }
 
 fn main() {
