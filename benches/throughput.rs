@@ -19,6 +19,9 @@
 //! - `relink_writer`: the `relink` link, each frame written from one buffer of the producer's
 //!   (a slice, not a `Bytes`) with `link.writer()`'s `send` (1 024 frames or 64 KiB a
 //!   hand-over), one `flush` at the end: the buffered sender, as `std_tcp`'s `BufWriter` is.
+//! - `relink_sender`: the `relink` link, each frame written from one buffer of the
+//!   producer's with `link.sender()`'s `send`: handed to the IO thread at once, as `send`
+//!   hands it, through the sender's single-producer ring.
 //! - `tokio`: the client a tokio user would write: a runtime thread owning tokio-util's
 //!   `FramedWrite<_, LengthDelimitedCodec>`, fed through a bounded mpsc handle
 //!   (`blocking_send` from the producer thread); see `support/tokio_client.rs`. Its channel
@@ -51,6 +54,11 @@
 //!
 //! `throughput_writer size=<bytes> relink_mps=<x> relink_writer_mps=<w> std_tcp_mps=<z>
 //! ratio_writer_std=<w/z> ratio_writer_send=<w/x>`
+//!
+//! one per size for the sender:
+//!
+//! `throughput_sender size=<bytes> relink_mps=<x> relink_sender_mps=<s> std_tcp_mps=<z>
+//! ratio_sender_std=<s/z> ratio_sender_send=<s/x> ratio_sender_batch=<s/b>`
 //!
 //! then, for 1 KiB and 64 KiB, `throughput_tls size=<bytes> relink_mps=<x> relink_tls_mps=<t>
 //! ratio_tls=<t/x>`, and the TLS handshake on loopback: `build()` to Ready, median of `N`
@@ -107,7 +115,7 @@ fn queue_frames(size: usize) -> usize {
 
 /// The senders compared, in the order they run within a round.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Sender {
+enum Client {
     Relink,
     Relink4,
     RawZmq,
@@ -120,6 +128,7 @@ enum Sender {
     RelinkOwn,
     RelinkGlobal,
     RelinkWriter,
+    RelinkSender,
 }
 
 /// Which IO thread the link of a `relink*` sender runs on.
@@ -133,66 +142,69 @@ enum Pool {
     Global,
 }
 
-impl Sender {
-    const ALL: [Sender; 12] = [
-        Sender::Relink,
-        Sender::Relink4,
-        Sender::RawZmq,
-        Sender::StdTcp,
-        Sender::RelinkUser,
-        Sender::RelinkTls,
-        Sender::RelinkBatch,
-        Sender::Tokio,
-        Sender::TokioStubborn,
-        Sender::RelinkOwn,
-        Sender::RelinkGlobal,
-        Sender::RelinkWriter,
+impl Client {
+    const ALL: [Client; 13] = [
+        Client::Relink,
+        Client::Relink4,
+        Client::RawZmq,
+        Client::StdTcp,
+        Client::RelinkUser,
+        Client::RelinkTls,
+        Client::RelinkBatch,
+        Client::Tokio,
+        Client::TokioStubborn,
+        Client::RelinkOwn,
+        Client::RelinkGlobal,
+        Client::RelinkWriter,
+        Client::RelinkSender,
     ];
 
     fn name(self) -> &'static str {
         match self {
-            Sender::Relink => "relink",
-            Sender::Relink4 => "relink4",
-            Sender::RawZmq => "raw_zmq",
-            Sender::StdTcp => "std_tcp",
-            Sender::RelinkUser => "relink_user",
-            Sender::RelinkTls => "relink_tls",
-            Sender::RelinkBatch => "relink_batch",
-            Sender::Tokio => "tokio",
-            Sender::TokioStubborn => "tokio_stubborn",
-            Sender::RelinkOwn => "relink_own",
-            Sender::RelinkGlobal => "relink_global",
-            Sender::RelinkWriter => "relink_writer",
+            Client::Relink => "relink",
+            Client::Relink4 => "relink4",
+            Client::RawZmq => "raw_zmq",
+            Client::StdTcp => "std_tcp",
+            Client::RelinkUser => "relink_user",
+            Client::RelinkTls => "relink_tls",
+            Client::RelinkBatch => "relink_batch",
+            Client::Tokio => "tokio",
+            Client::TokioStubborn => "tokio_stubborn",
+            Client::RelinkOwn => "relink_own",
+            Client::RelinkGlobal => "relink_global",
+            Client::RelinkWriter => "relink_writer",
+            Client::RelinkSender => "relink_sender",
         }
     }
 
     /// Whether this sender runs at this size (TLS: 1 KiB and 64 KiB).
     fn runs_at(self, size: usize) -> bool {
-        self != Sender::RelinkTls || size >= 1024
+        self != Client::RelinkTls || size >= 1024
     }
 
     /// Sends `frames` frames of `size` bytes to a fresh sink; returns the time from the first
     /// send until the sink read the last byte.
     fn run(self, size: usize, frames: usize, pki: &Pki) -> Duration {
-        let tls = (self == Sender::RelinkTls).then(|| support::tls::server_config(pki));
+        let tls = (self == Client::RelinkTls).then(|| support::tls::server_config(pki));
         let sink = Sink::start((frames * (PREFIX + size)) as u64, tls);
         let elapsed = match self {
-            Sender::Relink => run_relink(&sink, size, frames, 1, false, None, Pool::Default),
-            Sender::Relink4 => {
+            Client::Relink => run_relink(&sink, size, frames, 1, false, None, Pool::Default),
+            Client::Relink4 => {
                 run_relink(&sink, size, frames, PRODUCERS, false, None, Pool::Default)
             }
-            Sender::RelinkUser => run_relink(&sink, size, frames, 1, true, None, Pool::Default),
-            Sender::RelinkTls => {
+            Client::RelinkUser => run_relink(&sink, size, frames, 1, true, None, Pool::Default),
+            Client::RelinkTls => {
                 run_relink(&sink, size, frames, 1, false, Some(pki), Pool::Default)
             }
-            Sender::RelinkOwn => run_relink(&sink, size, frames, 1, false, None, Pool::Own),
-            Sender::RelinkGlobal => run_relink(&sink, size, frames, 1, false, None, Pool::Global),
-            Sender::RawZmq => run_raw_zmq(&sink, size, frames),
-            Sender::StdTcp => run_std_tcp(&sink, size, frames),
-            Sender::RelinkBatch => run_relink_batch(&sink, size, frames),
-            Sender::RelinkWriter => run_relink_writer(&sink, size, frames),
-            Sender::Tokio => run_tokio(&sink, size, frames, false),
-            Sender::TokioStubborn => run_tokio(&sink, size, frames, true),
+            Client::RelinkOwn => run_relink(&sink, size, frames, 1, false, None, Pool::Own),
+            Client::RelinkGlobal => run_relink(&sink, size, frames, 1, false, None, Pool::Global),
+            Client::RawZmq => run_raw_zmq(&sink, size, frames),
+            Client::StdTcp => run_std_tcp(&sink, size, frames),
+            Client::RelinkBatch => run_relink_batch(&sink, size, frames),
+            Client::RelinkWriter => run_relink_writer(&sink, size, frames),
+            Client::RelinkSender => run_relink_sender(&sink, size, frames),
+            Client::Tokio => run_tokio(&sink, size, frames, false),
+            Client::TokioStubborn => run_tokio(&sink, size, frames, true),
         };
         sink.join();
         elapsed
@@ -347,6 +359,19 @@ fn run_relink_writer(sink: &Sink, size: usize, frames: usize) -> Duration {
     finish_link(sink, &link, frames, start)
 }
 
+fn run_relink_sender(sink: &Sink, size: usize, frames: usize) -> Duration {
+    let link = ready_link(sink);
+    let payload = vec![0xA5u8; size];
+    let mut sender = link.sender();
+    let start = Instant::now();
+    for _ in 0..frames {
+        if let Err(e) = sender.send(&payload) {
+            panic!("relink sender send failed: {e}");
+        }
+    }
+    finish_link(sink, &link, frames, start)
+}
+
 fn run_relink_batch(sink: &Sink, size: usize, frames: usize) -> Duration {
     let link = ready_link(sink);
     let payload = vec![0xA5u8; size];
@@ -474,7 +499,7 @@ fn main() {
         .into_iter()
         .filter(|&(size, _)| only_size.map_or(true, |o| o == size))
         .collect();
-    let senders: Vec<Sender> = Sender::ALL
+    let senders: Vec<Client> = Client::ALL
         .into_iter()
         .filter(|s| only.as_deref().map_or(true, |o| o == s.name()))
         .collect();
@@ -553,7 +578,7 @@ fn main() {
         }
     }
 
-    if senders.len() < Sender::ALL.len() {
+    if senders.len() < Client::ALL.len() {
         return;
     }
     println!();
@@ -577,12 +602,12 @@ fn main() {
     }
     for (si, &(size, _)) in plan.iter().enumerate() {
         // Only the columns this line shows: the TLS column is empty at 64 B.
-        let m = |sender: Sender| median(&mps[si][sender as usize]);
-        let (x, z) = (m(Sender::Relink), m(Sender::StdTcp));
+        let m = |sender: Client| median(&mps[si][sender as usize]);
+        let (x, z) = (m(Client::Relink), m(Client::StdTcp));
         let (b, t, st) = (
-            m(Sender::RelinkBatch),
-            m(Sender::Tokio),
-            m(Sender::TokioStubborn),
+            m(Client::RelinkBatch),
+            m(Client::Tokio),
+            m(Client::TokioStubborn),
         );
         println!(
             "throughput size={size} relink_batch_mps={} tokio_mps={} tokio_stubborn_mps={} \
@@ -598,7 +623,7 @@ fn main() {
         );
     }
     for (si, &(size, _)) in plan.iter().enumerate() {
-        if !Sender::RelinkTls.runs_at(size) {
+        if !Client::RelinkTls.runs_at(size) {
             continue;
         }
         let (x, t) = (median(&mps[si][0]), median(&mps[si][5]));
@@ -610,23 +635,23 @@ fn main() {
         );
     }
     for (si, &(size, _)) in plan.iter().enumerate() {
-        let m = |sender: Sender| median(&mps[si][sender as usize]);
-        let (own, global) = (m(Sender::RelinkOwn), m(Sender::RelinkGlobal));
+        let m = |sender: Client| median(&mps[si][sender as usize]);
+        let (own, global) = (m(Client::RelinkOwn), m(Client::RelinkGlobal));
         println!(
             "throughput_pool size={size} relink_mps={} relink_own_mps={} relink_global_mps={} \
              ratio_global_own={:.3}",
-            sig4(m(Sender::Relink)),
+            sig4(m(Client::Relink)),
             sig4(own),
             sig4(global),
             global / own
         );
     }
     for (si, &(size, _)) in plan.iter().enumerate() {
-        let m = |sender: Sender| median(&mps[si][sender as usize]);
+        let m = |sender: Client| median(&mps[si][sender as usize]);
         let (x, w, z) = (
-            m(Sender::Relink),
-            m(Sender::RelinkWriter),
-            m(Sender::StdTcp),
+            m(Client::Relink),
+            m(Client::RelinkWriter),
+            m(Client::StdTcp),
         );
         println!(
             "throughput_writer size={size} relink_mps={} relink_writer_mps={} std_tcp_mps={} \
@@ -636,6 +661,25 @@ fn main() {
             sig4(z),
             w / z,
             w / x
+        );
+    }
+    for (si, &(size, _)) in plan.iter().enumerate() {
+        let m = |sender: Client| median(&mps[si][sender as usize]);
+        let (x, s, z, b) = (
+            m(Client::Relink),
+            m(Client::RelinkSender),
+            m(Client::StdTcp),
+            m(Client::RelinkBatch),
+        );
+        println!(
+            "throughput_sender size={size} relink_mps={} relink_sender_mps={} std_tcp_mps={} \
+             ratio_sender_std={:.3} ratio_sender_send={:.3} ratio_sender_batch={:.3}",
+            sig4(x),
+            sig4(s),
+            sig4(z),
+            s / z,
+            s / x,
+            s / b
         );
     }
     let n = if smoke {

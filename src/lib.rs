@@ -330,7 +330,7 @@ pub use bytes;
 pub use event::{AbandonReason, Cause, Event, State, Transition};
 pub use events::Events;
 pub use io::{IoPool, Keepalive};
-pub use link::{Link, Writer};
+pub use link::{Link, Sender, Writer};
 pub use metrics::{Abandoned, Metrics};
 pub use request::Pending;
 pub use send::SendOptions;

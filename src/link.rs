@@ -27,8 +27,10 @@ use crate::metrics::Metrics;
 use crate::send::SendOptions;
 
 mod send;
+mod sender;
 mod writer;
 
+pub use sender::Sender;
 pub use writer::Writer;
 
 /// A self-healing TCP link. Cheap to clone; every clone drives the same link, from any thread.

@@ -36,7 +36,7 @@ use crate::core::machine::Input;
 
 /// Frames up to this size are copied into the intake buffer; larger ones keep their own
 /// buffer (a copy would cost more than the handle).
-const COPY_MAX: usize = 1024;
+pub(crate) const COPY_MAX: usize = 1024;
 
 /// The largest intake buffer the IO thread makes ahead of the frames (bytes; see
 /// [`Intake::take`]).
@@ -71,6 +71,8 @@ pub(crate) struct Intake {
     room_freed: Notify,
     /// Frames refused at the call.
     rejected: AtomicU64,
+    /// Frames a sender's lane took after the IO thread's last take (see `io::lane`).
+    late: AtomicU64,
     max_frames: usize,
     max_bytes: usize,
 }
@@ -155,6 +157,7 @@ impl Intake {
             waiters: Padded(AtomicUsize::new(0)),
             room_freed: Notify::new(),
             rejected: AtomicU64::new(0),
+            late: AtomicU64::new(0),
             max_frames,
             max_bytes,
         }
@@ -277,6 +280,65 @@ impl Intake {
             deadline,
         });
         Ok((k, q.tell()))
+    }
+
+    /// Admits room ahead for a sender's lane: for a frame of `len` bytes at least, and up to
+    /// `want` frames and bytes, never more than half the room left (so that other producers
+    /// keep some), under twice the limits when `forced`. A frame larger than the byte limit
+    /// is admitted alone, as [`offer`](Intake::offer) admits it. Returns the frames and bytes
+    /// admitted, which the lane uses up or gives back with [`unreserve`](Intake::unreserve).
+    pub(crate) fn reserve(
+        &self,
+        len: usize,
+        want: (usize, usize),
+        forced: bool,
+    ) -> Result<(usize, usize), Refused> {
+        let mut q = self.lock();
+        if !q.open {
+            return Err(Refused::Closed);
+        }
+        if !self.fits(&q, len, forced) {
+            return Err(Refused::Full);
+        }
+        let (max_frames, max_bytes) = self.limits(forced);
+        let (frames, bytes) = self.queued(&q);
+        let room_bytes = max_bytes.saturating_sub(bytes);
+        let grant = if len > room_bytes {
+            (1, len)
+        } else {
+            let half = |room: usize| room.div_ceil(2).max(1);
+            (
+                want.0.min(half(max_frames - frames)),
+                want.1.min(half(room_bytes)).max(len),
+            )
+        };
+        q.admit(grant.0, grant.1);
+        Ok(grant)
+    }
+
+    /// Gives back room a lane admitted and did not use; senders waiting for room are woken.
+    pub(crate) fn unreserve(&self, frames: usize, bytes: usize) {
+        if frames == 0 && bytes == 0 {
+            return;
+        }
+        {
+            let mut q = self.lock();
+            q.admitted_frames = q.admitted_frames.wrapping_sub(frames);
+            q.admitted_bytes = q.admitted_bytes.wrapping_sub(bytes);
+        }
+        if self.waiters.load(Ordering::SeqCst) > 0 {
+            self.wake_waiters();
+        }
+    }
+
+    /// Counts frames a lane found after the IO thread's last take: given back at shutdown.
+    pub(crate) fn given_back_late(&self, frames: usize) {
+        self.late.fetch_add(frames as u64, Ordering::SeqCst);
+    }
+
+    /// Frames given back that way so far.
+    pub(crate) fn given_back_late_total(&self) -> u64 {
+        self.late.load(Ordering::SeqCst)
     }
 
     /// Counts frames refused at the call.
@@ -446,6 +508,38 @@ impl Taken {
         }
     }
 
+    /// Appends the bytes of a run of copied frames (given as two parts: a ring's wrap may
+    /// split them), whose lengths the run's pushes then give, in order, between frames that
+    /// keep their own buffer.
+    pub(crate) fn copied_run<'a>(&'a mut self, first: &[u8], second: &[u8]) -> CopiedRun<'a> {
+        let at = self.data.len();
+        self.data.reserve(first.len() + second.len());
+        self.data.extend_from_slice(first);
+        self.data.extend_from_slice(second);
+        CopiedRun { taken: self, at }
+    }
+
+    fn count_copied(&mut self, deadline: Option<Instant>) {
+        match self.entries.last_mut() {
+            Some(Entry::Copied { count, deadline: d }) if *d == deadline => *count += 1,
+            _ => self.entries.push(Entry::Copied { count: 1, deadline }),
+        }
+    }
+
+    /// Each frame's deadline, in order.
+    #[cfg(test)]
+    pub(crate) fn deadlines(&self) -> Vec<Option<Instant>> {
+        let mut out = Vec::new();
+        for entry in &self.entries {
+            match entry {
+                Entry::Copied { count, deadline } => out.extend((0..*count).map(|_| *deadline)),
+                Entry::Whole { deadline, .. } => out.push(*deadline),
+                Entry::Batch { batch, deadline } => out.extend((0..batch.len()).map(|_| *deadline)),
+            }
+        }
+        out
+    }
+
     fn push(&mut self, frame: &mut Bytes, deadline: Option<Instant>) {
         if frame.len() > COPY_MAX {
             self.entries.push(Entry::Whole {
@@ -456,10 +550,7 @@ impl Taken {
         }
         self.data.extend_from_slice(frame);
         self.ends.push(self.data.len());
-        match self.entries.last_mut() {
-            Some(Entry::Copied { count, deadline: d }) if *d == deadline => *count += 1,
-            _ => self.entries.push(Entry::Copied { count: 1, deadline }),
-        }
+        self.count_copied(deadline);
     }
 
     /// The frames as machine inputs, in order: one `SubmitBatch` per run of copied frames
@@ -498,6 +589,28 @@ impl Taken {
             _ => {}
         });
         out
+    }
+}
+
+/// A run of copied frames being appended to a [`Taken`] ([`Taken::copied_run`]).
+pub(crate) struct CopiedRun<'a> {
+    taken: &'a mut Taken,
+    /// Where the next copied frame begins in the take's bytes.
+    at: usize,
+}
+
+impl CopiedRun<'_> {
+    /// The next copied frame is `len` bytes long.
+    pub(crate) fn push_copied(&mut self, len: usize, deadline: Option<Instant>) {
+        self.at += len;
+        debug_assert!(self.at <= self.taken.data.len());
+        self.taken.ends.push(self.at);
+        self.taken.count_copied(deadline);
+    }
+
+    /// A frame that keeps its own buffer comes next.
+    pub(crate) fn push_whole(&mut self, frame: Bytes, deadline: Option<Instant>) {
+        self.taken.entries.push(Entry::Whole { frame, deadline });
     }
 }
 

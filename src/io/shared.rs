@@ -14,7 +14,8 @@ use event_listener::Event as Notify;
 
 use super::answer::Promise;
 use super::ffi::EventFd;
-use super::intake::Intake;
+use super::intake::{Intake, Taken};
+use super::lane::Lanes;
 use super::look::Window;
 use super::padded::Padded;
 use super::snapshot::Sources;
@@ -129,6 +130,8 @@ pub(crate) struct Shared {
     pub closed: AtomicBool,
     /// Where frames wait for the IO thread, and their admission.
     pub intake: Intake,
+    /// The lanes of the link's `Sender`s (`super::lane`), drained with the intake.
+    pub lanes: Lanes,
     /// Wakes async receivers: the IO thread delivered events, or stopped.
     pub arrived: Notify,
     /// The IO thread has finished (its final snapshot is kept); `done` wakes async closers.
@@ -158,6 +161,7 @@ impl Shared {
             state: AtomicU8::new(State::Idle as u8),
             closed: AtomicBool::new(false),
             intake,
+            lanes: Lanes::default(),
             arrived: Notify::new(),
             finished: AtomicBool::new(false),
             done: Notify::new(),
@@ -184,6 +188,14 @@ impl Shared {
     /// The link's last snapshot, composed from the sources its IO thread kept when it
     /// stopped and the frames refused at the call so far; before it stopped, an empty snapshot
     /// in the current state.
+    /// Refuses every frame from now on and takes the last ones queued: the intake's, then
+    /// the lanes'.
+    pub(crate) fn close_intake(&self) -> Taken {
+        let mut taken = self.intake.close();
+        self.lanes.drain(&mut taken, true);
+        taken
+    }
+
     pub(crate) fn final_metrics(&self) -> Metrics {
         let sources = *self.final_sources();
         let state = State::from_u8(self.state.load(Ordering::Acquire));

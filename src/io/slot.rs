@@ -24,6 +24,7 @@ use super::context::Context;
 use super::ffi;
 use super::ids::ById;
 use super::intake::TakeSizes;
+use super::lane;
 use super::look::Replies;
 use super::resolver::{self, Resolver};
 use super::shared::{Command, Lookup, Shared};
@@ -102,6 +103,8 @@ pub(crate) struct Slot {
     pub(super) timer_at: Option<Instant>,
     /// Queued to be served in the current or the next pass.
     pub(super) queued: bool,
+    /// When to drain the link's lanes again (see [`Slot::take_intake`]).
+    lane_recheck: Option<Instant>,
     /// Who waits for each outstanding request, by its token.
     promises: HashMap<Token, Promise, ById>,
     next_token: Token,
@@ -220,6 +223,7 @@ impl Slot {
             resolver: io.resolver,
             timer_at: None,
             queued: false,
+            lane_recheck: None,
             promises: HashMap::default(),
             next_token: 0,
             _stop: StopGuard(stop),
@@ -231,6 +235,10 @@ impl Slot {
     /// One pass for this link; returns whether it has more to do right away (input left
     /// unread or batches left unwritten after its budget).
     pub(super) fn pass(&mut self, now: Instant, buf: &mut Vec<u8>) -> bool {
+        if self.lane_recheck.is_some_and(|at| at <= now) {
+            self.lane_recheck = None;
+            self.take_intake(now, false);
+        }
         self.flush_events();
         self.read_monitor(now);
         let mut more = false;
@@ -324,14 +332,25 @@ impl Slot {
     /// Hands the frames waiting in the intake to the machine; with `last`, the intake is
     /// closed first, so that these are the last.
     pub(super) fn take_intake(&mut self, now: Instant, last: bool) {
-        let intake = &self.shared.intake;
+        let shared = &self.shared;
         let taken = if last {
-            intake.close()
+            shared.close_intake()
         } else {
-            intake.take(&mut self.take_sizes)
+            let mut taken = shared.intake.take(&mut self.take_sizes);
+            // A lane's frames may have raced with this drain's clear of its `told` flag:
+            // drain again a moment later (`lane::RECHECK`).
+            if shared.lanes.drain(&mut taken, false) > 0 {
+                self.lane_recheck = Some(now + lane::RECHECK);
+            }
+            taken
         };
         let machine = &mut self.machine;
         taken.into_inputs(|input| machine.handle_input(now, input));
+    }
+
+    /// When the link's lanes are to be drained again, if they are (see [`Slot::take_intake`]).
+    pub(super) fn lane_recheck(&self) -> Option<Instant> {
+        self.lane_recheck
     }
 
     /// Events wait for the application to make room: the reader is behind.
@@ -635,7 +654,7 @@ impl Drop for StopGuard {
         shared.closed.store(true, Ordering::SeqCst);
         shared.state.store(State::Closed as u8, Ordering::Release);
         // Frames still in the intake (the loop stopped outside this link) are given back.
-        let late = shared.intake.close().into_frames();
+        let late = shared.close_intake().into_frames();
         {
             let mut kept = shared.final_sources();
             let sources = kept.get_or_insert_with(|| Sources::empty(State::Closed));

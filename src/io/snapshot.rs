@@ -43,8 +43,9 @@ impl Sources {
             m.state = State::Closed;
         }
         m.events_dropped = self.events_dropped;
-        m.frames_submitted += self.given_back;
-        m.abandoned.shutdown += self.given_back;
+        let given_back = self.given_back + intake.given_back_late_total();
+        m.frames_submitted += given_back;
+        m.abandoned.shutdown += given_back;
         let rejected = intake.rejected_total();
         m.frames_submitted += rejected;
         m.frames_rejected += rejected;

@@ -20,8 +20,8 @@ use crate::io::shared::Command;
 use crate::send::{SendOptions, WaitFor};
 
 /// How a `send*` call waits for room, resolved from its options and the link's policy.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Wait {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Wait {
     No,
     /// Wait up to this long; the clock is read only if there is no room at once.
     For(Duration),
@@ -31,15 +31,16 @@ enum Wait {
 }
 
 /// One `send*` call's way through the intake.
-struct Plan {
-    wait: Wait,
-    forced: bool,
-    ttl: Option<Duration>,
+#[derive(Debug)]
+pub(super) struct Plan {
+    pub(super) wait: Wait,
+    pub(super) forced: bool,
+    pub(super) ttl: Option<Duration>,
 }
 
 impl Plan {
     /// The end of the wait for room, read when a wait begins: `None` for no end.
-    fn until(&self) -> Option<Instant> {
+    pub(super) fn until(&self) -> Option<Instant> {
         match self.wait {
             Wait::No => Some(Instant::now()),
             Wait::For(t) => Some(Instant::now() + t),
@@ -318,7 +319,7 @@ impl Link {
     }
 
     /// How a call with `options` waits and what deadline its frames get.
-    fn plan(&self, options: SendOptions) -> Plan {
+    pub(super) fn plan(&self, options: SendOptions) -> Plan {
         let inner = &*self.inner;
         let forced = inner.overflow == Overflow::DropOldest;
         let wait = match options.wait {
@@ -361,7 +362,7 @@ impl Link {
 
     /// Tells the IO thread that frames wait in the intake, if they are the first since it
     /// last took them; it is woken only if it sleeps.
-    fn tell(&self, tell: Tell) {
+    pub(super) fn tell(&self, tell: Tell) {
         if tell.0 && self.inner.route.send(Command::Take).is_ok() {
             self.inner.shared.wake_for_command();
         }
@@ -370,7 +371,7 @@ impl Link {
     }
 
     /// The error for a frame that found no room: `Closed` if the link closed meanwhile.
-    fn refuse(&self, frame: Bytes) -> SendError {
+    pub(super) fn refuse(&self, frame: Bytes) -> SendError {
         let err = if self.inner.shared.closed.load(Ordering::SeqCst) {
             SendError::Closed(frame)
         } else {
@@ -406,7 +407,7 @@ impl Link {
         }
     }
 
-    fn reject(&self, e: SendError) -> SendError {
+    pub(super) fn reject(&self, e: SendError) -> SendError {
         self.inner.shared.intake.rejected(1);
         e
     }

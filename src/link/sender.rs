@@ -1,0 +1,266 @@
+//! A link's sender for one producer: each frame handed to the IO thread on its own, through a
+//! single-producer ring (`crate::io::lane`), without a locked instruction per frame.
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use super::send::{Plan, Wait};
+use super::Link;
+use crate::error::SendError;
+use crate::io::intake::{Refused, Tell};
+use crate::io::lane::{self, LaneIn};
+use crate::send::SendOptions;
+
+/// Bytes of records a sender's ring holds.
+const RING: usize = 1024 * 1024;
+
+/// Frames and bytes of the outbox a sender admits at a time, ahead of its frames.
+const CREDIT: (usize, usize) = (512, 32 * 1024);
+
+/// How long a frame waits at most for room in a full ring, when its call does not wait for
+/// room in the outbox: the IO thread empties the ring at its next pass.
+const RING_WAIT: Duration = Duration::from_millis(100);
+
+/// A sender for one producer thread: [`send`](Sender::send) hands each frame to the link at
+/// once, as [`Link::send`] does, at about the cost of a frame in a batch.
+///
+/// `Link::send` orders every frame against every other sent through any clone from any
+/// thread, which costs each frame a locked instruction. A `Sender` belongs to one producer at
+/// a time (it is `Send`, not `Sync`, and its calls take `&mut self`): it copies each frame
+/// into a ring of its own that the link's IO thread empties, and admits room in the outbox a
+/// block at a time, so a frame costs a copy and a store. Nothing waits in the sender: a frame
+/// is the IO thread's as soon as `send` returns, as with `Link::send` (where a
+/// [`Writer`](crate::Writer) keeps frames until it is full or flushed).
+///
+/// The same contract as `Link::send`: the link's overflow policy and `frame_ttl`, or the
+/// sender's [`options`](Sender::options); a refused frame comes back in the error; a frame
+/// counts in the link's [`Metrics`](crate::Metrics) once the IO thread has taken it. Frames
+/// leave in the order they were sent; frames sent meanwhile on the link itself or through
+/// another sender are not ordered against them. A sender holds at most 512 frames and 32 KiB
+/// of the outbox's room ahead (never more than half the room left), which it gives back when it
+/// is dropped. A sender's ring holds 64 KiB: when the IO thread is that far behind (it did not
+/// run), a frame waits for it as for room in the outbox (100 ms at most when the call does
+/// not wait), then is refused as `Full`.
+///
+/// # Examples
+/// ```
+/// use std::time::Duration;
+/// use relink::{Link, Sender};
+/// use relink::error::SendError;
+/// use relink::framing::LengthDelimited;
+///
+/// fn produce(mut sender: Sender) -> Result<(), SendError> {
+///     let mut reading = [0u8; 16];
+///     for i in 0..100u8 {
+///         reading.fill(i); // a frame in a buffer of the producer's, copied once
+///         sender.send(&reading)?;
+///     }
+///     Ok(())
+/// }
+///
+/// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+/// let link = Link::builder(&format!("tcp://127.0.0.1:{port}"))
+///     .framing(LengthDelimited::len32())
+///     .build()?;
+/// let sender = link.sender();
+/// std::thread::spawn(move || produce(sender)).join().unwrap()?;
+/// // Nobody listens on `port`: the frames wait in the outbox, and are abandoned at the close.
+/// assert_eq!(link.close(Duration::from_millis(50)).abandoned.shutdown, 100);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct Sender {
+    link: Link,
+    lane: LaneIn,
+    plan: Plan,
+    /// Room admitted ahead and not used yet: frames, bytes.
+    credit: (usize, usize),
+}
+
+impl Link {
+    /// A sender on this link for one producer (see [`Sender`]).
+    ///
+    /// # Examples
+    /// See [`Sender`].
+    pub fn sender(&self) -> Sender {
+        let (lane, end) = lane::lane(RING);
+        self.inner.shared.lanes.add(end);
+        Sender {
+            link: self.clone(),
+            lane,
+            plan: self.plan(SendOptions::new()),
+            credit: (0, 0),
+        }
+    }
+}
+
+impl Sender {
+    /// Sends with these options (how long to wait for room in the outbox, how long a frame
+    /// may wait to be sent), as [`Link::send_with`] does.
+    ///
+    /// # Examples
+    /// ```
+    /// use std::time::Duration;
+    /// use relink::{Link, Overflow, SendOptions};
+    /// use relink::error::SendError;
+    ///
+    /// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    /// // Nobody listens on `port`: frames wait in the outbox.
+    /// let link = Link::builder(&format!("tcp://127.0.0.1:{port}"))
+    ///     .outbox_limits(1, 1024)
+    ///     .overflow(Overflow::Block(Duration::from_secs(10)))
+    ///     .build()?;
+    /// let mut sender = link.sender().options(SendOptions::new().no_wait());
+    /// sender.send(b"first")?;
+    /// assert_eq!(sender.send(b"second"), Err(SendError::Full("second".into())));
+    /// link.close(Duration::from_millis(50));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[must_use]
+    pub fn options(mut self, options: SendOptions) -> Sender {
+        self.plan = self.link.plan(options);
+        self
+    }
+
+    /// Copies a frame into the sender's ring, for the IO thread to take at once; waits for
+    /// room as the link's overflow policy (or the sender's options) says.
+    ///
+    /// # Errors
+    /// As [`Link::send`], the frame given back (copied): [`SendError::Full`] at the limit,
+    /// [`SendError::Closed`] after `close`, [`SendError::Invalid`] when the framing cannot
+    /// encode it.
+    ///
+    /// # Examples
+    /// See [`Sender`].
+    #[inline]
+    pub fn send(&mut self, frame: &[u8]) -> Result<(), SendError> {
+        let link = &*self.link.inner;
+        if let Err(e) = link.framing.check(frame) {
+            return Err(self
+                .link
+                .reject(SendError::Invalid(Bytes::copy_from_slice(frame), e)));
+        }
+        if link
+            .shared
+            .closed
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            return Err(self.closed(frame));
+        }
+        let len = frame.len();
+        if self.credit.0 == 0 || self.credit.1 < len {
+            self.admit(len, frame)?;
+        }
+        let deadline = self.plan.ttl.map(|t| Instant::now() + t);
+        if !self.lane.push(frame, deadline) {
+            self.wait_for_ring(frame, deadline)?;
+        }
+        self.credit.0 -= 1;
+        self.credit.1 -= len;
+        if self.lane.must_tell() {
+            self.link.tell(Tell(true));
+        }
+        Ok(())
+    }
+
+    /// Admits room for a frame of `len` bytes (and more ahead), waiting as the plan says.
+    #[cold]
+    fn admit(&mut self, len: usize, frame: &[u8]) -> Result<(), SendError> {
+        let intake = &self.link.inner.shared.intake;
+        // What is left is too little for this frame: give it back first, so that the
+        // sender's own room does not keep it waiting.
+        intake.unreserve(self.credit.0, self.credit.1);
+        self.credit = (0, 0);
+        let mut until = None;
+        loop {
+            match intake.reserve(len, CREDIT, self.plan.forced) {
+                Ok(grant) => {
+                    self.credit = grant;
+                    return Ok(());
+                }
+                Err(Refused::Closed) => return Err(self.closed(frame)),
+                Err(Refused::Full) if self.plan.wait == Wait::No => {
+                    return Err(self.link.refuse(Bytes::copy_from_slice(frame)));
+                }
+                Err(Refused::Full) => {
+                    let until = *until.get_or_insert_with(|| self.plan.until());
+                    if !intake.wait_for_room(len, until, self.plan.forced) {
+                        return Err(self.link.refuse(Bytes::copy_from_slice(frame)));
+                    }
+                }
+            }
+        }
+    }
+
+    /// The ring is full: the IO thread has not run since it filled. Waits for it to take
+    /// from the ring, within the plan's wait (or [`RING_WAIT`] when the call does not wait).
+    #[cold]
+    fn wait_for_ring(&mut self, frame: &[u8], deadline: Option<Instant>) -> Result<(), SendError> {
+        if self.lane.must_tell() {
+            self.link.tell(Tell(true));
+        }
+        let until = match self.plan.wait {
+            Wait::For(t) => Instant::now() + t,
+            Wait::No | Wait::Forced => Instant::now() + RING_WAIT,
+        };
+        let mut tries = 0u32;
+        loop {
+            if self
+                .link
+                .inner
+                .shared
+                .closed
+                .load(std::sync::atomic::Ordering::SeqCst)
+            {
+                return Err(self.closed(frame));
+            }
+            if self.lane.push(frame, deadline) {
+                return Ok(());
+            }
+            if Instant::now() >= until {
+                return Err(self.link.refuse(Bytes::copy_from_slice(frame)));
+            }
+            tries += 1;
+            if tries <= 16 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
+    }
+
+    /// The error for a frame refused because the link is closed; frames the ring took after
+    /// the IO thread's last take are counted then.
+    #[cold]
+    fn closed(&mut self, frame: &[u8]) -> SendError {
+        self.count_stranded();
+        self.link
+            .reject(SendError::Closed(Bytes::copy_from_slice(frame)))
+    }
+
+    /// Counts the frames the ring took after the IO thread's last take (the link closed
+    /// between this sender's look at it and its push) as given back at shutdown.
+    fn count_stranded(&mut self) {
+        let n = self.lane.stranded();
+        if n > 0 {
+            log::warn!(
+                "relink[{}]: {n} frames sent as the link closed were not taken; counted as \
+                 abandoned at shutdown",
+                self.link.name()
+            );
+            self.link.inner.shared.intake.given_back_late(n);
+        }
+    }
+}
+
+impl Drop for Sender {
+    fn drop(&mut self) {
+        self.link
+            .inner
+            .shared
+            .intake
+            .unreserve(self.credit.0, self.credit.1);
+        self.count_stranded();
+    }
+}

@@ -1,0 +1,248 @@
+//! A link's `Sender`: frames handed to the IO thread through a single-producer ring keep the
+//! contract of `Link::send`: order, exact accounting, the overflow policies and their bounds,
+//! deadlines, frames refused given back, room given back when the sender goes, and a frame
+//! sent to an IO thread that went to sleep still leaves. Against real peers on 127.0.0.1 (or
+//! a port nobody listens on, so that frames stay in the outbox).
+
+mod util;
+
+use std::time::{Duration, Instant};
+
+use relink::error::SendError;
+use relink::framing::LengthDelimited;
+use relink::{AbandonReason, Event, Link, Overflow, SendOptions, State};
+use util::*;
+
+/// Bound on every wait for something that should happen within a few milliseconds.
+const BOUND: Duration = Duration::from_secs(10);
+
+/// A frame of `len` bytes that says its sequence number in its first 8.
+fn frame(seq: u64, len: usize) -> Vec<u8> {
+    let mut f = seq.to_be_bytes().to_vec();
+    f.resize(len.max(8), b'x');
+    f
+}
+
+fn ready_link(peer: &Peer) -> Link {
+    let link = Link::builder(&peer.endpoint())
+        .framing(LengthDelimited::len32())
+        .overflow(Overflow::Block(BOUND))
+        .build()
+        .expect("build");
+    Watch::new(&link).until(BOUND, |t| t.to == State::Ready);
+    link
+}
+
+#[test]
+fn a_sender_s_frames_of_every_size_reach_the_peer_in_order_and_are_counted() {
+    let peer = Peer::start(Behaviour::Sink);
+    let link = ready_link(&peer);
+    let mut sender = link.sender();
+    // Small frames are copied into the ring, large ones (over 1 KiB) go as handles: both
+    // kinds interleaved, from another thread than the one that made the sender.
+    let want: Vec<Vec<u8>> = (0..2000u64)
+        .map(|seq| frame(seq, [8, 100, 3000, 20][seq as usize % 4]))
+        .collect();
+    let frames = want.clone();
+    std::thread::spawn(move || {
+        for f in &frames {
+            sender.send(f).expect("send");
+        }
+    })
+    .join()
+    .expect("producer");
+    let total: usize = want.iter().map(|f| 4 + f.len()).sum();
+    assert!(
+        peer.wait_received_len(total, BOUND),
+        "the peer got {} of {total} bytes",
+        peer.received_len()
+    );
+    let conns = peer.snapshot().length_prefixed_frames();
+    assert_eq!(conns.len(), 1, "one connection");
+    let (got, rest) = &conns[0];
+    assert_eq!(*rest, 0, "no partial frame");
+    assert_eq!(got.len(), want.len());
+    assert!(*got == want, "frames out of order or changed");
+    let m = link.close(BOUND);
+    assert_eq!((m.frames_submitted, m.frames_sent), (2000, 2000));
+    assert_accounted(&m, "sender");
+}
+
+#[test]
+fn a_frame_sent_after_the_io_thread_went_idle_still_leaves() {
+    let peer = Peer::start(Behaviour::Sink);
+    let link = ready_link(&peer);
+    let mut sender = link.sender();
+    let mut total = 0;
+    for seq in 0..40u64 {
+        let f = frame(seq, 16);
+        sender.send(&f).expect("send");
+        total += 4 + f.len();
+        // Each frame must leave on its own: nothing comes after it to carry it.
+        assert!(
+            peer.wait_received_len(total, BOUND),
+            "frame {seq} did not leave: the peer got {} of {total} bytes",
+            peer.received_len()
+        );
+        // Idle for a moment, longer every round: the IO thread ends its looks and sleeps,
+        // with and without the lane's second drain still to come.
+        std::thread::sleep(Duration::from_micros(50 * seq));
+    }
+    assert_accounted(&link.close(BOUND), "idle between frames");
+}
+
+#[test]
+fn a_sender_that_does_not_wait_refuses_at_the_limit_and_gives_the_frame_back() {
+    let link = Link::builder(&refused_endpoint())
+        .outbox_limits(2, 1024)
+        .overflow(Overflow::Block(BOUND))
+        .build()
+        .expect("build");
+    let mut sender = link.sender().options(SendOptions::new().no_wait());
+    sender.send(b"one").expect("room");
+    sender.send(b"two").expect("room");
+    let start = Instant::now();
+    assert_eq!(sender.send(b"three"), Err(SendError::Full("three".into())));
+    assert!(start.elapsed() < BOUND / 2, "refused without waiting");
+    drop(sender);
+    let m = link.close(ms(50));
+    assert_eq!(
+        (m.frames_submitted, m.frames_rejected, m.abandoned.shutdown),
+        (3, 1, 2)
+    );
+    assert_accounted(&m, "refused at the limit");
+}
+
+#[test]
+fn a_sender_waits_for_room_as_long_as_the_policy_says_and_no_longer() {
+    let link = Link::builder(&refused_endpoint())
+        .outbox_limits(1, 1024)
+        .overflow(Overflow::Block(ms(60)))
+        .build()
+        .expect("build");
+    let mut sender = link.sender();
+    sender.send(b"first").expect("room");
+    let start = Instant::now();
+    assert_eq!(
+        sender.send(b"second"),
+        Err(SendError::Full("second".into()))
+    );
+    let waited = start.elapsed();
+    assert!(
+        waited >= ms(60) && waited < BOUND,
+        "waited {waited:?} for the policy's 60 ms"
+    );
+    drop(sender);
+    assert_accounted(&link.close(ms(50)), "waited for room");
+}
+
+#[test]
+fn a_sender_waiting_for_room_sends_once_the_outbox_drains() {
+    let peer = Peer::start(Behaviour::Sink);
+    let link = Link::builder(&peer.endpoint())
+        .framing(LengthDelimited::len32())
+        .outbox_limits(4, 1024)
+        .overflow(Overflow::Block(BOUND))
+        .build()
+        .expect("build");
+    // Before Ready, frames wait in the outbox: the sender fills it, then waits for room.
+    let mut sender = link.sender();
+    let producer = std::thread::spawn(move || {
+        for seq in 0..200u64 {
+            sender
+                .send(&frame(seq, 32))
+                .expect("room within the policy");
+        }
+    });
+    producer.join().expect("producer");
+    assert!(peer.wait_received_len(200 * 36, BOUND), "every frame left");
+    let m = link.close(BOUND);
+    assert_eq!(m.frames_sent, 200);
+    assert_accounted(&m, "waited and sent");
+}
+
+#[test]
+fn a_sender_s_time_to_live_expires_its_frames() {
+    let link = Link::builder(&refused_endpoint()).build().expect("build");
+    let mut sender = link.sender().options(SendOptions::new().ttl(ms(30)));
+    sender.send(b"late").expect("send");
+    sender.send(b"later").expect("send");
+    let mut expired = Vec::new();
+    let deadline = Instant::now() + BOUND;
+    while expired.len() < 2 {
+        match link.events().recv_deadline(deadline) {
+            Ok(Event::Abandoned { frame, reason }) => {
+                assert_eq!(reason, AbandonReason::Expired, "{frame:?}");
+                expired.push(frame);
+            }
+            Ok(_) => {}
+            Err(e) => panic!("{} of 2 frames expired: {e}", expired.len()),
+        }
+    }
+    assert_eq!(expired, [&b"late"[..], b"later"]);
+    drop(sender);
+    let m = link.close(ms(50));
+    assert_eq!(m.abandoned.expired, 2);
+    assert_accounted(&m, "ttl");
+}
+
+#[test]
+fn a_sender_gives_back_the_room_it_held_when_it_is_dropped() {
+    let link = Link::builder(&refused_endpoint())
+        .outbox_limits(4, 1024)
+        .build()
+        .expect("build");
+    let mut sender = link.sender();
+    // The sender admits up to half the room ahead (two frames here) and uses one.
+    sender.send(b"one").expect("room");
+    let mut accepted = 0;
+    while link.try_send("filler").is_ok() {
+        accepted += 1;
+    }
+    assert_eq!(accepted, 2, "the sender holds one frame's room ahead");
+    drop(sender);
+    assert!(
+        link.try_send("after the drop").is_ok(),
+        "its room came back"
+    );
+    assert!(link.try_send("one too many").is_err());
+    let m = link.close(ms(50));
+    assert_eq!(m.abandoned.shutdown, 4);
+    assert_accounted(&m, "room given back");
+}
+
+#[test]
+fn a_sender_s_frames_before_close_are_accounted_and_after_it_refused() {
+    let link = Link::builder(&refused_endpoint()).build().expect("build");
+    let mut sender = link.sender();
+    for seq in 0..10u64 {
+        sender.send(&frame(seq, 16)).expect("send");
+    }
+    let m = link.close(ms(50));
+    assert_eq!(
+        m.abandoned.shutdown, 10,
+        "queued frames abandoned at the close"
+    );
+    assert!(matches!(sender.send(b"after"), Err(SendError::Closed(_))));
+    drop(sender);
+    let m = link.metrics();
+    assert_eq!((m.frames_submitted, m.frames_rejected), (11, 1));
+    assert_accounted(&m, "closed");
+}
+
+#[test]
+fn a_frame_the_framing_cannot_encode_is_refused_at_its_own_call() {
+    let link = Link::builder(&refused_endpoint())
+        .framing(relink::framing::Lines::new())
+        .build()
+        .expect("build");
+    let mut sender = link.sender();
+    sender.send(b"fine").expect("send");
+    let err = sender.send(b"a\nb").unwrap_err();
+    assert!(matches!(err, SendError::Invalid(..)), "{err:?}");
+    assert_eq!(err.into_inner(), &b"a\nb"[..]);
+    drop(sender);
+    let m = link.close(ms(50));
+    assert_eq!((m.frames_submitted, m.frames_rejected), (2, 1));
+    assert_accounted(&m, "invalid");
+}
