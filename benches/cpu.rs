@@ -16,6 +16,8 @@
 //! ends when the sink has read every byte. Senders:
 //!
 //! - `send`: `Link::send` per frame (a `Bytes` of a static payload);
+//! - `sender`: `Link::sender()`'s `send(&[u8])`, each frame handed over at once through the
+//!   sender's single-producer ring;
 //! - `writer`: `Link::writer()`'s `send(&[u8])`, 1 024 frames a hand-over, `flush` at the end;
 //! - `batch`: `send_batch` of 1 024 frames, built per batch;
 //! - `raw_zmq`: a ZMQ_STREAM socket, one message per frame (prefix and payload);
@@ -33,7 +35,7 @@
 //! Then the CPU per frame of all threads as ratios, relink's over each baseline's (below 1:
 //! relink uses less):
 //!
-//! `cpu_ratio send_std=<x> writer_std=<x> batch_std=<x> send_raw_zmq=<x> send_tokio=<x>`
+//! `cpu_ratio send_std=<x> sender_std=<x> writer_std=<x> batch_std=<x> send_raw_zmq=<x> send_tokio=<x>`
 
 mod support;
 
@@ -56,6 +58,7 @@ const ROUND_BOUND: Duration = Duration::from_secs(60);
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Sender {
     Send,
+    Lane,
     Writer,
     Batch,
     RawZmq,
@@ -64,8 +67,9 @@ enum Sender {
 }
 
 impl Sender {
-    const ALL: [Sender; 6] = [
+    const ALL: [Sender; 7] = [
         Sender::Send,
+        Sender::Lane,
         Sender::Writer,
         Sender::Batch,
         Sender::RawZmq,
@@ -76,6 +80,7 @@ impl Sender {
     fn name(self) -> &'static str {
         match self {
             Sender::Send => "send",
+            Sender::Lane => "sender",
             Sender::Writer => "writer",
             Sender::Batch => "batch",
             Sender::RawZmq => "raw_zmq",
@@ -85,7 +90,10 @@ impl Sender {
     }
 
     fn is_relink(self) -> bool {
-        matches!(self, Sender::Send | Sender::Writer | Sender::Batch)
+        matches!(
+            self,
+            Sender::Send | Sender::Lane | Sender::Writer | Sender::Batch
+        )
     }
 }
 
@@ -261,6 +269,12 @@ fn round(sender: Sender, frames: usize) -> Round {
                 link.send(Bytes::from_static(&PAYLOAD)).expect("send");
             }
         }
+        (Sender::Lane, Some(link), _) => {
+            let mut sender = link.sender();
+            for _ in 0..frames {
+                sender.send(&PAYLOAD).expect("sender send");
+            }
+        }
         (Sender::Writer, Some(link), _) => {
             let mut writer = link.writer();
             for _ in 0..frames {
@@ -389,8 +403,9 @@ fn main() {
     };
     let ratio = |a: Sender, b: Sender| all_of(a) / all_of(b);
     println!(
-        "cpu_ratio send_std={:.3} writer_std={:.3} batch_std={:.3} send_raw_zmq={:.3} send_tokio={:.3}",
+        "cpu_ratio send_std={:.3} sender_std={:.3} writer_std={:.3} batch_std={:.3} send_raw_zmq={:.3} send_tokio={:.3}",
         ratio(Sender::Send, Sender::Std),
+        ratio(Sender::Lane, Sender::Std),
         ratio(Sender::Writer, Sender::Std),
         ratio(Sender::Batch, Sender::Std),
         ratio(Sender::Send, Sender::RawZmq),

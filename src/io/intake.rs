@@ -511,12 +511,23 @@ impl Taken {
     /// Appends the bytes of a run of copied frames (given as two parts: a ring's wrap may
     /// split them), whose lengths the run's pushes then give, in order, between frames that
     /// keep their own buffer.
-    pub(crate) fn copied_run<'a>(&'a mut self, first: &[u8], second: &[u8]) -> CopiedRun<'a> {
+    /// `frames` is how many frames the run holds at most.
+    pub(crate) fn copied_run<'a>(
+        &'a mut self,
+        first: &[u8],
+        second: &[u8],
+        frames: usize,
+    ) -> CopiedRun<'a> {
         let at = self.data.len();
         self.data.reserve(first.len() + second.len());
         self.data.extend_from_slice(first);
         self.data.extend_from_slice(second);
-        CopiedRun { taken: self, at }
+        self.ends.reserve(frames);
+        CopiedRun {
+            taken: self,
+            at,
+            run: None,
+        }
     }
 
     fn count_copied(&mut self, deadline: Option<Instant>) {
@@ -592,25 +603,54 @@ impl Taken {
     }
 }
 
-/// A run of copied frames being appended to a [`Taken`] ([`Taken::copied_run`]).
+/// A run of copied frames being appended to a [`Taken`] ([`Taken::copied_run`]); its last
+/// entries are written when it is dropped.
 pub(crate) struct CopiedRun<'a> {
     taken: &'a mut Taken,
     /// Where the next copied frame begins in the take's bytes.
     at: usize,
+    /// The copied frames since the last entry written, and their deadline.
+    run: Option<(usize, Option<Instant>)>,
 }
 
 impl CopiedRun<'_> {
     /// The next copied frame is `len` bytes long.
+    #[inline]
     pub(crate) fn push_copied(&mut self, len: usize, deadline: Option<Instant>) {
         self.at += len;
         debug_assert!(self.at <= self.taken.data.len());
         self.taken.ends.push(self.at);
-        self.taken.count_copied(deadline);
+        match &mut self.run {
+            Some((count, d)) if *d == deadline => *count += 1,
+            _ => {
+                self.flush();
+                self.run = Some((1, deadline));
+            }
+        }
     }
 
     /// A frame that keeps its own buffer comes next.
     pub(crate) fn push_whole(&mut self, frame: Bytes, deadline: Option<Instant>) {
+        self.flush();
         self.taken.entries.push(Entry::Whole { frame, deadline });
+    }
+
+    fn flush(&mut self) {
+        if let Some((count, deadline)) = self.run.take() {
+            match self.taken.entries.last_mut() {
+                Some(Entry::Copied {
+                    count: c,
+                    deadline: d,
+                }) if *d == deadline => *c += count,
+                _ => self.taken.entries.push(Entry::Copied { count, deadline }),
+            }
+        }
+    }
+}
+
+impl Drop for CopiedRun<'_> {
+    fn drop(&mut self) {
+        self.flush();
     }
 }
 

@@ -228,7 +228,7 @@ impl Rings {
             0 => None,
             t => Some(end.epoch + Duration::from_nanos(t - 1)),
         };
-        let mut run = taken.copied_run(b1, b2);
+        let mut run = taken.copied_run(b1, b2, n);
         for e in e1.iter().chain(e2) {
             if e.len == WHOLE {
                 let Ok((frame, at)) = self.whole.pop() else {

@@ -303,6 +303,9 @@ impl Slot {
                 result,
             } => Input::Refreshed { endpoint, result },
             Command::Metrics(reply) => {
+                // Frames a sender queued before the call count, even one whose push raced
+                // with the lane's last drain (`lane`: it told nobody).
+                self.take_intake(now, false);
                 let _ = reply.send(self.snapshot(now));
                 return;
             }

@@ -12,7 +12,8 @@ use crate::io::intake::{Refused, Tell};
 use crate::io::lane::{self, LaneIn};
 use crate::send::SendOptions;
 
-/// Bytes of records a sender's ring holds.
+/// Bytes of frames a sender's ring holds (with a ring of a frame's length and deadline per
+/// 64 bytes of it, 1.25 MiB in all).
 const RING: usize = 1024 * 1024;
 
 /// Frames and bytes of the outbox a sender admits at a time, ahead of its frames.
@@ -39,9 +40,9 @@ const RING_WAIT: Duration = Duration::from_millis(100);
 /// leave in the order they were sent; frames sent meanwhile on the link itself or through
 /// another sender are not ordered against them. A sender holds at most 512 frames and 32 KiB
 /// of the outbox's room ahead (never more than half the room left), which it gives back when it
-/// is dropped. A sender's ring holds 64 KiB: when the IO thread is that far behind (it did not
-/// run), a frame waits for it as for room in the outbox (100 ms at most when the call does
-/// not wait), then is refused as `Full`.
+/// is dropped. A sender's ring holds 1 MiB of frames (1.25 MiB of memory in all, made with the
+/// sender): when the IO thread is that far behind (it did not run), a frame waits for it as for
+/// room in the outbox (100 ms at most when the call does not wait), then is refused as `Full`.
 ///
 /// # Examples
 /// ```
