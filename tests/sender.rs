@@ -246,3 +246,35 @@ fn a_frame_the_framing_cannot_encode_is_refused_at_its_own_call() {
     assert_eq!((m.frames_submitted, m.frames_rejected), (2, 1));
     assert_accounted(&m, "invalid");
 }
+
+#[test]
+fn send_async_waits_for_room_without_polling_and_gives_the_frame_back_at_the_bound() {
+    // Nothing listens: the outbox (room for one) stays full.
+    let bound = ms(150);
+    let link = Link::builder(&refused_endpoint())
+        .outbox_limits(1, 1 << 20)
+        .overflow(Overflow::Block(bound))
+        .build()
+        .expect("build");
+    let mut sender = link.sender();
+    let mut exec = TestExec::new();
+    exec.block_on(sender.send_async(b"first"), BOUND)
+        .expect("resolves")
+        .expect("room for one");
+    let started = Instant::now();
+    let result = exec
+        .block_on(sender.send_async(b"second"), BOUND)
+        .expect("send_async resolves at its bound");
+    let waited = started.elapsed();
+    assert_eq!(result, Err(SendError::Full(b"second"[..].into())));
+    assert!(waited >= bound && waited < BOUND, "waited {waited:?}");
+    assert!(
+        exec.polls <= 3,
+        "polled {} times: a polling loop",
+        exec.polls
+    );
+    drop(sender);
+    let m = link.close(ms(50));
+    assert_eq!(m.frames_rejected, 1);
+    assert_accounted(&m, "sender's send_async at its bound");
+}

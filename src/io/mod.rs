@@ -42,7 +42,7 @@ pub(crate) mod slot;
 mod snapshot;
 mod socket;
 mod stopwatch;
-mod timer;
+pub(crate) mod timer;
 pub(crate) mod worker;
 
 pub use context::{Context, MAX_SOCKETS};

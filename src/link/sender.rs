@@ -1,6 +1,7 @@
 //! A link's sender for one producer: each frame handed to the IO thread on its own, through a
 //! single-producer ring (`crate::io::lane`), without a locked instruction per frame.
 
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -22,6 +23,28 @@ const CREDIT: (usize, usize) = (512, 32 * 1024);
 /// How long a frame waits at most for room in a full ring, when its call does not wait for
 /// room in the outbox: the IO thread empties the ring at its next pass.
 const RING_WAIT: Duration = Duration::from_millis(100);
+
+/// Times a sender that finds its ring full gives its core away before it naps between tries.
+const YIELDS: u32 = 16;
+
+/// How long a sender that found its ring full many times naps before it tries again.
+const NAP: Duration = Duration::from_micros(50);
+
+/// What a frame waits for when there is no room now.
+enum Blocked {
+    /// Room in the outbox.
+    Room,
+    /// Room in the sender's ring.
+    Ring,
+}
+
+/// The bounds of one call's waits, set when each wait begins, and its tries at a full ring.
+#[derive(Default)]
+struct Waits {
+    room: Option<Option<Instant>>,
+    ring: Option<Instant>,
+    tries: u32,
+}
 
 /// A sender for one producer thread: [`send`](Sender::send) hands each frame to the link at
 /// once, as [`Link::send`] does, at about the cost of a frame in a batch.
@@ -136,105 +159,154 @@ impl Sender {
     /// See [`Sender`].
     #[inline]
     pub fn send(&mut self, frame: &[u8]) -> Result<(), SendError> {
-        let link = &*self.link.inner;
-        if let Err(e) = link.framing.check(frame) {
-            return Err(self
-                .link
-                .reject(SendError::Invalid(Bytes::copy_from_slice(frame), e)));
-        }
-        if link
-            .shared
-            .closed
-            .load(std::sync::atomic::Ordering::Relaxed)
-        {
-            return Err(self.closed(frame));
-        }
-        let len = frame.len();
-        if self.credit.0 == 0 || self.credit.1 < len {
-            self.admit(len, frame)?;
-        }
-        let deadline = self.plan.ttl.map(|t| Instant::now() + t);
-        if !self.lane.push(frame, deadline) {
-            self.wait_for_ring(frame, deadline)?;
-        }
-        self.credit.0 -= 1;
-        self.credit.1 -= len;
-        if self.lane.must_tell() {
-            self.link.tell(Tell(true));
-        }
-        Ok(())
-    }
-
-    /// Admits room for a frame of `len` bytes (and more ahead), waiting as the plan says.
-    #[cold]
-    fn admit(&mut self, len: usize, frame: &[u8]) -> Result<(), SendError> {
-        let intake = &self.link.inner.shared.intake;
-        // What is left is too little for this frame: give it back first, so that the
-        // sender's own room does not keep it waiting.
-        intake.unreserve(self.credit.0, self.credit.1);
-        self.credit = (0, 0);
-        let mut until = None;
+        let mut waits = Waits::default();
         loop {
-            match intake.reserve(len, CREDIT, self.plan.forced) {
-                Ok(grant) => {
-                    self.credit = grant;
-                    return Ok(());
-                }
-                Err(Refused::Closed) => return Err(self.closed(frame)),
-                Err(Refused::Full) if self.plan.wait == Wait::No => {
-                    return Err(self.link.refuse(Bytes::copy_from_slice(frame)));
-                }
-                Err(Refused::Full) => {
-                    let until = *until.get_or_insert_with(|| self.plan.until());
-                    if !intake.wait_for_room(len, until, self.plan.forced) {
+            match self.offer(frame)? {
+                None => return Ok(()),
+                Some(Blocked::Room) => {
+                    let until = self.room_until(&mut waits, frame)?;
+                    let intake = &self.link.inner.shared.intake;
+                    if !intake.wait_for_room(frame.len(), until, self.plan.forced) {
                         return Err(self.link.refuse(Bytes::copy_from_slice(frame)));
+                    }
+                }
+                Some(Blocked::Ring) => {
+                    let nap = self.ring_nap(&mut waits, frame)?;
+                    if nap.is_zero() {
+                        std::thread::yield_now();
+                    } else {
+                        std::thread::sleep(nap);
                     }
                 }
             }
         }
     }
 
-    /// The ring is full: the IO thread has not run since it filled. Waits for it to take
-    /// from the ring, within the plan's wait (or [`RING_WAIT`] when the call does not wait).
-    #[cold]
-    fn wait_for_ring(&mut self, frame: &[u8], deadline: Option<Instant>) -> Result<(), SendError> {
+    /// As [`send`](Sender::send), without blocking the thread while it waits for room (as
+    /// [`Link::send_async`] waits).
+    ///
+    /// # Errors
+    /// As [`send`](Sender::send).
+    ///
+    /// # Examples
+    /// ```
+    /// use std::time::Duration;
+    /// use relink::Link;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    /// let link = Link::builder(&format!("tcp://127.0.0.1:{port}")).build()?;
+    /// let mut sender = link.sender();
+    /// for i in 0..10u8 {
+    ///     sender.send_async(&[i; 32]).await?;
+    /// }
+    /// assert_eq!(link.close_async(Duration::from_millis(50)).await.abandoned.shutdown, 10);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn send_async(&mut self, frame: &[u8]) -> Result<(), SendError> {
+        let mut waits = Waits::default();
+        loop {
+            match self.offer(frame)? {
+                None => return Ok(()),
+                Some(Blocked::Room) => {
+                    let until = self.room_until(&mut waits, frame)?;
+                    let intake = &self.link.inner.shared.intake;
+                    if !intake
+                        .room_async(frame.len(), until, self.plan.forced)
+                        .await
+                    {
+                        return Err(self.link.refuse(Bytes::copy_from_slice(frame)));
+                    }
+                }
+                Some(Blocked::Ring) => {
+                    let nap = self.ring_nap(&mut waits, frame)?;
+                    crate::io::timer::sleep_until(Instant::now() + nap.max(NAP)).await;
+                }
+            }
+        }
+    }
+
+    /// Queues the frame if there is room now: `Ok(None)` when queued, `Ok(Some(..))` when it
+    /// must wait for room in the outbox or in the ring.
+    #[inline]
+    fn offer(&mut self, frame: &[u8]) -> Result<Option<Blocked>, SendError> {
+        let link = &*self.link.inner;
+        if let Err(e) = link.framing.check(frame) {
+            return Err(self
+                .link
+                .reject(SendError::Invalid(Bytes::copy_from_slice(frame), e)));
+        }
+        if link.shared.closed.load(Ordering::Relaxed) {
+            return Err(self.closed(frame));
+        }
+        let len = frame.len();
+        if self.credit.0 == 0 || self.credit.1 < len {
+            match self.admit(len) {
+                Ok(()) => {}
+                Err(Refused::Closed) => return Err(self.closed(frame)),
+                Err(Refused::Full) => return Ok(Some(Blocked::Room)),
+            }
+        }
+        let deadline = self.plan.ttl.map(|t| Instant::now() + t);
+        let pushed = self.lane.push(frame, deadline);
+        if pushed {
+            self.credit.0 -= 1;
+            self.credit.1 -= len;
+        }
         if self.lane.must_tell() {
             self.link.tell(Tell(true));
         }
-        let until = match self.plan.wait {
+        Ok((!pushed).then_some(Blocked::Ring))
+    }
+
+    /// Admits room for a frame of `len` bytes (and more ahead), if there is room now.
+    #[cold]
+    fn admit(&mut self, len: usize) -> Result<(), Refused> {
+        let intake = &self.link.inner.shared.intake;
+        // What is left is too little for this frame: give it back first, so that the
+        // sender's own room does not keep it waiting.
+        intake.unreserve(self.credit.0, self.credit.1);
+        self.credit = (0, 0);
+        self.credit = intake.reserve(len, CREDIT, self.plan.forced)?;
+        Ok(())
+    }
+
+    /// The end of the wait for room in the outbox, read when it begins; refuses the frame
+    /// when the call does not wait.
+    #[cold]
+    fn room_until(&self, waits: &mut Waits, frame: &[u8]) -> Result<Option<Instant>, SendError> {
+        if self.plan.wait == Wait::No {
+            return Err(self.link.refuse(Bytes::copy_from_slice(frame)));
+        }
+        Ok(*waits.room.get_or_insert_with(|| self.plan.until()))
+    }
+
+    /// The ring is full (the IO thread has not run since it filled): how long to nap before
+    /// the next try, within the plan's wait (or [`RING_WAIT`] when the call does not wait),
+    /// zero for a yield; refuses the frame once the wait is over.
+    #[cold]
+    fn ring_nap(&self, waits: &mut Waits, frame: &[u8]) -> Result<Duration, SendError> {
+        let until = *waits.ring.get_or_insert_with(|| match self.plan.wait {
             Wait::For(t) => Instant::now() + t,
             Wait::No | Wait::Forced => Instant::now() + RING_WAIT,
-        };
-        let mut tries = 0u32;
-        loop {
-            if self
-                .link
-                .inner
-                .shared
-                .closed
-                .load(std::sync::atomic::Ordering::SeqCst)
-            {
-                return Err(self.closed(frame));
-            }
-            if self.lane.push(frame, deadline) {
-                return Ok(());
-            }
-            if Instant::now() >= until {
-                return Err(self.link.refuse(Bytes::copy_from_slice(frame)));
-            }
-            tries += 1;
-            if tries <= 16 {
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(Duration::from_micros(50));
-            }
+        });
+        if Instant::now() >= until {
+            return Err(self.link.refuse(Bytes::copy_from_slice(frame)));
         }
+        waits.tries += 1;
+        Ok(if waits.tries <= YIELDS {
+            Duration::ZERO
+        } else {
+            NAP
+        })
     }
 
     /// The error for a frame refused because the link is closed; frames the ring took after
     /// the IO thread's last take are counted then.
     #[cold]
-    fn closed(&mut self, frame: &[u8]) -> SendError {
+    fn closed(&self, frame: &[u8]) -> SendError {
         self.count_stranded();
         self.link
             .reject(SendError::Closed(Bytes::copy_from_slice(frame)))
@@ -242,7 +314,7 @@ impl Sender {
 
     /// Counts the frames the ring took after the IO thread's last take (the link closed
     /// between this sender's look at it and its push) as given back at shutdown.
-    fn count_stranded(&mut self) {
+    fn count_stranded(&self) {
         let n = self.lane.stranded();
         if n > 0 {
             log::warn!(
