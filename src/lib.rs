@@ -83,9 +83,10 @@
 //! - Any program: blocking calls ([`Events::recv`], [`Link::close`]), their async twins woken by
 //!   the IO thread on any executor ([`Events::recv_async`], [`Events`] as a
 //!   `futures_core::Stream`, [`Link::send_async`], [`Link::close_async`]), [`Batch`] sends
-//!   that hand many frames over in one call, and a buffered [`Writer`] ([`Link::writer`]) that
-//!   copies frames from the caller's buffers and hands them over a batch at a time, as
-//!   `BufWriter` writes. Dropping the last handle never waits.
+//!   that hand many frames over in one call, a [`Sender`] ([`Link::sender`]) for one producer
+//!   that hands each frame over at once without a locked instruction, and a buffered
+//!   [`Writer`] ([`Link::writer`]) that copies frames from the caller's buffers and hands them
+//!   over a batch at a time, as `BufWriter` writes. Dropping the last handle never waits.
 //! - Request and reply ([`Link::request`], [`Link::request_nowait`] and [`Pending`],
 //!   [`Link::request_async`]): replies matched to requests in order or by id
 //!   ([`Correlation`]), a deadline per request counted from the call, every request ended in
@@ -101,7 +102,7 @@
 //! # Where things are
 //! The crate root holds what a program names in ordinary use: the link ([`Link`],
 //! [`Builder`], [`Events`], [`Event`] and the data it carries, [`Metrics`], [`Pending`],
-//! [`Writer`]), what
+//! [`Sender`], [`Writer`]), what
 //! the builder takes ([`SendOptions`], [`Overflow`], [`Batch`], [`Heartbeat`], [`ProofOfLife`],
 //! [`Correlation`], [`Redelivery`], [`Tls`], …) and [`IoPool`]. Every error type is in
 //! [`error`]; the libzmq [`Context`](pool::Context) and a pool's view
