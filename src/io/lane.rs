@@ -180,6 +180,13 @@ impl LaneIn {
 
 impl Drop for LaneIn {
     fn drop(&mut self) {
+        self.leave();
+    }
+}
+
+impl LaneIn {
+    /// The producer pushes nothing more: the IO thread drops the lane after its next drain.
+    pub(crate) fn leave(&self) {
         self.end.gone.store(true, Ordering::SeqCst);
     }
 }

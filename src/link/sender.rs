@@ -93,6 +93,13 @@ struct Waits {
 /// assert_eq!(link.close(Duration::from_millis(50)).abandoned.shutdown, 100);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+///
+/// A sender moves between threads, and is never shared by two:
+/// ```compile_fail
+/// fn shared<T: Sync>(_: &T) {}
+/// # let link = relink::Link::builder("tcp://127.0.0.1:1").build().unwrap();
+/// shared(&link.sender());
+/// ```
 #[derive(Debug)]
 pub struct Sender {
     link: Link,
@@ -335,5 +342,8 @@ impl Drop for Sender {
             .intake
             .unreserve(self.credit.0, self.credit.1);
         self.count_stranded();
+        // The IO thread takes what is left and lets the lane (and its rings) go.
+        self.lane.leave();
+        self.link.tell(Tell(true));
     }
 }
