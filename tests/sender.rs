@@ -278,3 +278,112 @@ fn send_async_waits_for_room_without_polling_and_gives_the_frame_back_at_the_bou
     assert_eq!(m.frames_rejected, 1);
     assert_accounted(&m, "sender's send_async at its bound");
 }
+
+#[test]
+fn a_sender_under_drop_oldest_never_refuses_and_gives_the_oldest_back_as_overflow() {
+    let link = Link::builder(&refused_endpoint())
+        .outbox_limits(3, 1 << 20)
+        .overflow(Overflow::DropOldest)
+        .build()
+        .expect("build");
+    let mut sender = link.sender();
+    for f in [b"f1", b"f2", b"f3", b"f4"] {
+        sender.send(f).expect("DropOldest never refuses");
+    }
+    let deadline = Instant::now() + BOUND;
+    let dropped = loop {
+        match link.events().recv_deadline(deadline) {
+            Ok(Event::Abandoned { frame, reason }) => break (frame, reason),
+            Ok(_) => {}
+            Err(e) => panic!("no frame dropped: {e}"),
+        }
+    };
+    assert_eq!(dropped, (b"f1"[..].into(), AbandonReason::Overflow));
+    drop(sender);
+    let m = link.close(ms(50));
+    assert_eq!((m.abandoned.overflow, m.abandoned.shutdown), (1, 3));
+    assert_accounted(&m, "drop oldest");
+}
+
+#[test]
+fn senders_on_their_threads_and_the_link_itself_each_keep_their_own_order() {
+    let peer = Peer::start(Behaviour::Sink);
+    let link = ready_link(&peer);
+    const EACH: u64 = 3000;
+    // A frame says who sent it and its place in that producer's sequence.
+    let tagged = |who: u64, seq: u64| {
+        let mut f = who.to_be_bytes().to_vec();
+        f.extend_from_slice(&seq.to_be_bytes());
+        f
+    };
+    let producers: Vec<_> = (0..3u64)
+        .map(|who| {
+            let link = link.clone();
+            let mut sender = (who < 2).then(|| link.sender());
+            std::thread::spawn(move || {
+                for seq in 0..EACH {
+                    match &mut sender {
+                        Some(sender) => sender.send(&tagged(who, seq)).expect("sender"),
+                        None => link.send(tagged(who, seq)).expect("link"),
+                    }
+                }
+            })
+        })
+        .collect();
+    for p in producers {
+        p.join().expect("producer");
+    }
+    let total = 3 * EACH as usize * (4 + 16);
+    assert!(
+        peer.wait_received_len(total, BOUND),
+        "the peer got {} of {total} bytes",
+        peer.received_len()
+    );
+    let conns = peer.snapshot().length_prefixed_frames();
+    assert_eq!(conns.len(), 1, "one connection");
+    let mut next = [0u64; 3];
+    for f in &conns[0].0 {
+        let who = u64::from_be_bytes(f[..8].try_into().expect("8 bytes")) as usize;
+        let seq = u64::from_be_bytes(f[8..16].try_into().expect("8 bytes"));
+        assert_eq!(seq, next[who], "producer {who} out of order");
+        next[who] += 1;
+    }
+    assert_eq!(next, [EACH; 3]);
+    let m = link.close(BOUND);
+    assert_eq!(m.frames_sent, 3 * EACH);
+    assert_accounted(&m, "three producers");
+}
+
+#[test]
+fn a_close_while_a_sender_sends_leaves_every_frame_accounted() {
+    let peer = Peer::start(Behaviour::Sink);
+    let link = ready_link(&peer);
+    let (started, under_way) = std::sync::mpsc::channel();
+    let mut sender = link.sender();
+    let producer = std::thread::spawn(move || {
+        let mut accepted = 0u64;
+        let deadline = Instant::now() + BOUND;
+        while Instant::now() < deadline {
+            match sender.send(&frame(accepted, 24)) {
+                Ok(()) => accepted += 1,
+                Err(SendError::Closed(_)) => return (accepted, true),
+                Err(e) => panic!("{e}"),
+            }
+            if accepted == 1000 {
+                let _ = started.send(());
+            }
+        }
+        (accepted, false)
+    });
+    under_way
+        .recv_timeout(BOUND)
+        .expect("the producer is under way");
+    link.close(BOUND);
+    let (accepted, refused) = producer.join().expect("producer");
+    assert!(refused, "the sender saw the close");
+    // The sender is gone: every frame it took is counted, sent or abandoned.
+    let m = link.metrics();
+    assert_eq!(m.frames_rejected, 1, "the one frame refused as Closed");
+    assert_eq!(m.frames_submitted, accepted + 1);
+    assert_accounted(&m, "closed while sending");
+}
