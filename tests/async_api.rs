@@ -181,11 +181,7 @@ fn send_async_with_block_waits_for_room_and_resumes_when_frames_leave() {
 
 #[test]
 fn a_waiting_send_async_is_refused_when_the_link_closes() {
-    let link = Link::builder(&refused_endpoint())
-        .outbox_limits(1, 1 << 20)
-        .overflow(Overflow::Block(Duration::from_secs(60)))
-        .build()
-        .expect("build");
+    let link = offline_link((1, 1 << 20), Overflow::Block(Duration::from_secs(60)));
     link.send(b"a".to_vec()).expect("a");
     let mut exec = TestExec::new();
     let mut send = Box::pin(link.send_async(b"b".to_vec()));

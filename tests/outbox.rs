@@ -297,14 +297,6 @@ fn every_frame_is_accounted_for_and_none_is_duplicated_or_reordered_across_twent
 // 2. Overflow policies at their limits (peer down, frames stay queued)
 // ---------------------------------------------------------------------------------------
 
-fn offline_link(limits: (usize, usize), policy: Overflow) -> Link {
-    Link::builder(&refused_endpoint())
-        .outbox_limits(limits.0, limits.1)
-        .overflow(policy)
-        .build()
-        .expect("build the link")
-}
-
 #[test]
 fn reject_new_gives_the_fourth_frame_back_when_the_outbox_holds_three() {
     let link = offline_link((3, 1 << 20), Overflow::RejectNew);

@@ -8,36 +8,23 @@ mod util;
 use std::time::{Duration, Instant};
 
 use relink::error::SendError;
-use relink::framing::LengthDelimited;
-use relink::{AbandonReason, Batch, Event, Link, Overflow, SendOptions, State};
+use relink::{AbandonReason, Batch, Link, Overflow, SendOptions};
 use util::*;
 
 /// Bound on every wait for something that should happen within a few milliseconds.
 const BOUND: Duration = Duration::from_secs(10);
 
-/// A frame of `len` bytes that says its sequence number in its first 8.
-fn frame(seq: u64, len: usize) -> Vec<u8> {
-    let mut f = seq.to_be_bytes().to_vec();
-    f.resize(len.max(8), b'x');
-    f
-}
-
 #[test]
 fn small_large_and_batched_frames_from_one_producer_reach_the_peer_in_order() {
     let peer = Peer::start(Behaviour::Sink);
-    let link = Link::builder(&peer.endpoint())
-        .framing(LengthDelimited::len32())
-        .overflow(Overflow::Block(BOUND))
-        .build()
-        .expect("build");
-    Watch::new(&link).until(BOUND, |t| t.to == State::Ready);
+    let link = ready_len32_link(&peer, BOUND);
     // Small frames are copied into the intake, large ones (over 1 KiB) keep their buffer,
     // batches go whole: all three kinds interleaved.
     let mut want = Vec::new();
     let mut seq = 0u64;
     for round in 0..50 {
         for len in [8, 100, 3000, 20] {
-            let f = frame(seq, len);
+            let f = seq_frame(seq, len);
             want.push(f.clone());
             link.send(f).expect("send");
             seq += 1;
@@ -45,7 +32,7 @@ fn small_large_and_batched_frames_from_one_producer_reach_the_peer_in_order() {
         if round % 5 == 0 {
             let mut batch = Batch::new();
             for len in [16, 2000, 9] {
-                let f = frame(seq, len);
+                let f = seq_frame(seq, len);
                 batch.push(&f);
                 want.push(f);
                 seq += 1;
@@ -54,17 +41,9 @@ fn small_large_and_batched_frames_from_one_producer_reach_the_peer_in_order() {
         }
     }
     let total: usize = want.iter().map(|f| 4 + f.len()).sum();
-    assert!(
-        peer.wait_received_len(total, BOUND),
-        "the peer got {} of {total} bytes",
-        peer.received_len()
-    );
-    let conns = peer.snapshot().length_prefixed_frames();
-    assert_eq!(conns.len(), 1, "one connection");
-    let (got, rest) = &conns[0];
-    assert_eq!(*rest, 0, "no partial frame");
+    let got = peer.wait_frames_on_one_connection(total, BOUND);
     assert_eq!(got.len(), want.len());
-    assert!(*got == want, "frames out of order or changed");
+    assert!(got == want, "frames out of order or changed");
     let m = link.close(BOUND);
     assert_eq!(m.frames_sent, want.len() as u64);
     assert_accounted(&m, "mixed sizes");
@@ -74,11 +53,7 @@ fn small_large_and_batched_frames_from_one_producer_reach_the_peer_in_order() {
 fn send_async_under_block_gives_the_frame_back_at_the_policys_bound() {
     // Nothing listens: the outbox (room for one) stays full.
     let bound = ms(150);
-    let link = Link::builder(&refused_endpoint())
-        .outbox_limits(1, 1 << 20)
-        .overflow(Overflow::Block(bound))
-        .build()
-        .expect("build");
+    let link = offline_link((1, 1 << 20), Overflow::Block(bound));
     link.send("first").expect("room for one");
     let mut exec = TestExec::new();
     let started = Instant::now();
@@ -104,11 +79,7 @@ fn send_async_under_block_gives_the_frame_back_at_the_policys_bound() {
 
 #[test]
 fn send_with_async_waits_for_room_no_longer_than_its_option_whatever_the_policy() {
-    let link = Link::builder(&refused_endpoint())
-        .outbox_limits(1, 1 << 20)
-        .overflow(Overflow::Block(Duration::from_secs(60)))
-        .build()
-        .expect("build");
+    let link = offline_link((1, 1 << 20), Overflow::Block(Duration::from_secs(60)));
     link.try_send("first").expect("room for one");
     let mut exec = TestExec::new();
     let wait = ms(100);
@@ -132,11 +103,7 @@ fn send_with_async_waits_for_room_no_longer_than_its_option_whatever_the_policy(
 #[test]
 fn send_batch_async_under_block_gives_the_rest_back_at_the_policys_bound() {
     let bound = ms(100);
-    let link = Link::builder(&refused_endpoint())
-        .outbox_limits(2, 1 << 20)
-        .overflow(Overflow::Block(bound))
-        .build()
-        .expect("build");
+    let link = offline_link((2, 1 << 20), Overflow::Block(bound));
     let batch: Batch = ["a", "b", "c", "d"].into_iter().collect();
     let mut exec = TestExec::new();
     let started = Instant::now();
@@ -173,18 +140,12 @@ fn a_per_frame_ttl_expires_frames_on_every_send_path() {
         .expect("resolves")
         .expect("send_batch_with_async");
     link.send("no ttl").expect("send");
-    let mut expired = Vec::new();
-    let deadline = Instant::now() + BOUND;
-    while expired.len() < 5 {
-        match link.events().recv_deadline(deadline) {
-            Ok(Event::Abandoned { frame, reason }) => {
-                assert_eq!(reason, AbandonReason::Expired, "{frame:?}");
-                expired.push(frame);
-            }
-            Ok(_) => {}
-            Err(e) => panic!("{} of 5 frames expired: {e}", expired.len()),
-        }
-    }
+    let given_back = wait_abandoned(&link, 5, BOUND);
+    assert!(
+        given_back.iter().all(|(_, r)| *r == AbandonReason::Expired),
+        "{given_back:?}"
+    );
+    let expired: Vec<&[u8]> = given_back.iter().map(|(f, _)| &f[..]).collect();
     assert_eq!(
         expired,
         [

@@ -10,38 +10,21 @@ use std::time::{Duration, Instant};
 
 use relink::error::SendError;
 use relink::framing::LengthDelimited;
-use relink::{AbandonReason, Event, Link, Overflow, SendOptions, State};
+use relink::{AbandonReason, Link, Overflow, SendOptions};
 use util::*;
 
 /// Bound on every wait for something that should happen within a few milliseconds.
 const BOUND: Duration = Duration::from_secs(10);
 
-/// A frame of `len` bytes that says its sequence number in its first 8.
-fn frame(seq: u64, len: usize) -> Vec<u8> {
-    let mut f = seq.to_be_bytes().to_vec();
-    f.resize(len.max(8), b'x');
-    f
-}
-
-fn ready_link(peer: &Peer) -> Link {
-    let link = Link::builder(&peer.endpoint())
-        .framing(LengthDelimited::len32())
-        .overflow(Overflow::Block(BOUND))
-        .build()
-        .expect("build");
-    Watch::new(&link).until(BOUND, |t| t.to == State::Ready);
-    link
-}
-
 #[test]
 fn a_sender_s_frames_of_every_size_reach_the_peer_in_order_and_are_counted() {
     let peer = Peer::start(Behaviour::Sink);
-    let link = ready_link(&peer);
+    let link = ready_len32_link(&peer, BOUND);
     let mut sender = link.sender();
     // Small frames are copied into the ring, large ones (over 1 KiB) go as handles: both
     // kinds interleaved, from another thread than the one that made the sender.
     let want: Vec<Vec<u8>> = (0..2000u64)
-        .map(|seq| frame(seq, [8, 100, 3000, 20][seq as usize % 4]))
+        .map(|seq| seq_frame(seq, [8, 100, 3000, 20][seq as usize % 4]))
         .collect();
     let frames = want.clone();
     std::thread::spawn(move || {
@@ -52,17 +35,9 @@ fn a_sender_s_frames_of_every_size_reach_the_peer_in_order_and_are_counted() {
     .join()
     .expect("producer");
     let total: usize = want.iter().map(|f| 4 + f.len()).sum();
-    assert!(
-        peer.wait_received_len(total, BOUND),
-        "the peer got {} of {total} bytes",
-        peer.received_len()
-    );
-    let conns = peer.snapshot().length_prefixed_frames();
-    assert_eq!(conns.len(), 1, "one connection");
-    let (got, rest) = &conns[0];
-    assert_eq!(*rest, 0, "no partial frame");
+    let got = peer.wait_frames_on_one_connection(total, BOUND);
     assert_eq!(got.len(), want.len());
-    assert!(*got == want, "frames out of order or changed");
+    assert!(got == want, "frames out of order or changed");
     let m = link.close(BOUND);
     assert_eq!((m.frames_submitted, m.frames_sent), (2000, 2000));
     assert_accounted(&m, "sender");
@@ -71,11 +46,11 @@ fn a_sender_s_frames_of_every_size_reach_the_peer_in_order_and_are_counted() {
 #[test]
 fn a_frame_sent_after_the_io_thread_went_idle_still_leaves() {
     let peer = Peer::start(Behaviour::Sink);
-    let link = ready_link(&peer);
+    let link = ready_len32_link(&peer, BOUND);
     let mut sender = link.sender();
     let mut total = 0;
     for seq in 0..40u64 {
-        let f = frame(seq, 16);
+        let f = seq_frame(seq, 16);
         sender.send(&f).expect("send");
         total += 4 + f.len();
         // Each frame must leave on its own: nothing comes after it to carry it.
@@ -93,11 +68,7 @@ fn a_frame_sent_after_the_io_thread_went_idle_still_leaves() {
 
 #[test]
 fn a_sender_that_does_not_wait_refuses_at_the_limit_and_gives_the_frame_back() {
-    let link = Link::builder(&refused_endpoint())
-        .outbox_limits(2, 1024)
-        .overflow(Overflow::Block(BOUND))
-        .build()
-        .expect("build");
+    let link = offline_link((2, 1024), Overflow::Block(BOUND));
     let mut sender = link.sender().options(SendOptions::new().no_wait());
     sender.send(b"one").expect("room");
     sender.send(b"two").expect("room");
@@ -115,11 +86,7 @@ fn a_sender_that_does_not_wait_refuses_at_the_limit_and_gives_the_frame_back() {
 
 #[test]
 fn a_sender_waits_for_room_as_long_as_the_policy_says_and_no_longer() {
-    let link = Link::builder(&refused_endpoint())
-        .outbox_limits(1, 1024)
-        .overflow(Overflow::Block(ms(60)))
-        .build()
-        .expect("build");
+    let link = offline_link((1, 1024), Overflow::Block(ms(60)));
     let mut sender = link.sender();
     sender.send(b"first").expect("room");
     let start = Instant::now();
@@ -150,7 +117,7 @@ fn a_sender_waiting_for_room_sends_once_the_outbox_drains() {
     let producer = std::thread::spawn(move || {
         for seq in 0..200u64 {
             sender
-                .send(&frame(seq, 32))
+                .send(&seq_frame(seq, 32))
                 .expect("room within the policy");
         }
     });
@@ -167,19 +134,11 @@ fn a_sender_s_time_to_live_expires_its_frames() {
     let mut sender = link.sender().options(SendOptions::new().ttl(ms(30)));
     sender.send(b"late").expect("send");
     sender.send(b"later").expect("send");
-    let mut expired = Vec::new();
-    let deadline = Instant::now() + BOUND;
-    while expired.len() < 2 {
-        match link.events().recv_deadline(deadline) {
-            Ok(Event::Abandoned { frame, reason }) => {
-                assert_eq!(reason, AbandonReason::Expired, "{frame:?}");
-                expired.push(frame);
-            }
-            Ok(_) => {}
-            Err(e) => panic!("{} of 2 frames expired: {e}", expired.len()),
-        }
-    }
-    assert_eq!(expired, [&b"late"[..], b"later"]);
+    let expired = |f: &[u8]| (f.to_vec(), AbandonReason::Expired);
+    assert_eq!(
+        wait_abandoned(&link, 2, BOUND),
+        [expired(b"late"), expired(b"later")]
+    );
     drop(sender);
     let m = link.close(ms(50));
     assert_eq!(m.abandoned.expired, 2);
@@ -216,7 +175,7 @@ fn a_sender_s_frames_before_close_are_accounted_and_after_it_refused() {
     let link = Link::builder(&refused_endpoint()).build().expect("build");
     let mut sender = link.sender();
     for seq in 0..10u64 {
-        sender.send(&frame(seq, 16)).expect("send");
+        sender.send(&seq_frame(seq, 16)).expect("send");
     }
     let m = link.close(ms(50));
     assert_eq!(
@@ -251,11 +210,7 @@ fn a_frame_the_framing_cannot_encode_is_refused_at_its_own_call() {
 fn send_async_waits_for_room_without_polling_and_gives_the_frame_back_at_the_bound() {
     // Nothing listens: the outbox (room for one) stays full.
     let bound = ms(150);
-    let link = Link::builder(&refused_endpoint())
-        .outbox_limits(1, 1 << 20)
-        .overflow(Overflow::Block(bound))
-        .build()
-        .expect("build");
+    let link = offline_link((1, 1 << 20), Overflow::Block(bound));
     let mut sender = link.sender();
     let mut exec = TestExec::new();
     exec.block_on(sender.send_async(b"first"), BOUND)
@@ -281,24 +236,15 @@ fn send_async_waits_for_room_without_polling_and_gives_the_frame_back_at_the_bou
 
 #[test]
 fn a_sender_under_drop_oldest_never_refuses_and_gives_the_oldest_back_as_overflow() {
-    let link = Link::builder(&refused_endpoint())
-        .outbox_limits(3, 1 << 20)
-        .overflow(Overflow::DropOldest)
-        .build()
-        .expect("build");
+    let link = offline_link((3, 1 << 20), Overflow::DropOldest);
     let mut sender = link.sender();
     for f in [b"f1", b"f2", b"f3", b"f4"] {
         sender.send(f).expect("DropOldest never refuses");
     }
-    let deadline = Instant::now() + BOUND;
-    let dropped = loop {
-        match link.events().recv_deadline(deadline) {
-            Ok(Event::Abandoned { frame, reason }) => break (frame, reason),
-            Ok(_) => {}
-            Err(e) => panic!("no frame dropped: {e}"),
-        }
-    };
-    assert_eq!(dropped, (b"f1"[..].into(), AbandonReason::Overflow));
+    assert_eq!(
+        wait_abandoned(&link, 1, BOUND),
+        [(b"f1".to_vec(), AbandonReason::Overflow)]
+    );
     drop(sender);
     let m = link.close(ms(50));
     assert_eq!((m.abandoned.overflow, m.abandoned.shutdown), (1, 3));
@@ -308,7 +254,7 @@ fn a_sender_under_drop_oldest_never_refuses_and_gives_the_oldest_back_as_overflo
 #[test]
 fn senders_on_their_threads_and_the_link_itself_each_keep_their_own_order() {
     let peer = Peer::start(Behaviour::Sink);
-    let link = ready_link(&peer);
+    let link = ready_len32_link(&peer, BOUND);
     const EACH: u64 = 3000;
     // A frame says who sent it and its place in that producer's sequence.
     let tagged = |who: u64, seq: u64| {
@@ -334,15 +280,8 @@ fn senders_on_their_threads_and_the_link_itself_each_keep_their_own_order() {
         p.join().expect("producer");
     }
     let total = 3 * EACH as usize * (4 + 16);
-    assert!(
-        peer.wait_received_len(total, BOUND),
-        "the peer got {} of {total} bytes",
-        peer.received_len()
-    );
-    let conns = peer.snapshot().length_prefixed_frames();
-    assert_eq!(conns.len(), 1, "one connection");
     let mut next = [0u64; 3];
-    for f in &conns[0].0 {
+    for f in &peer.wait_frames_on_one_connection(total, BOUND) {
         let who = u64::from_be_bytes(f[..8].try_into().expect("8 bytes")) as usize;
         let seq = u64::from_be_bytes(f[8..16].try_into().expect("8 bytes"));
         assert_eq!(seq, next[who], "producer {who} out of order");
@@ -357,14 +296,14 @@ fn senders_on_their_threads_and_the_link_itself_each_keep_their_own_order() {
 #[test]
 fn a_close_while_a_sender_sends_leaves_every_frame_accounted() {
     let peer = Peer::start(Behaviour::Sink);
-    let link = ready_link(&peer);
+    let link = ready_len32_link(&peer, BOUND);
     let (started, under_way) = std::sync::mpsc::channel();
     let mut sender = link.sender();
     let producer = std::thread::spawn(move || {
         let mut accepted = 0u64;
         let deadline = Instant::now() + BOUND;
         while Instant::now() < deadline {
-            match sender.send(&frame(accepted, 24)) {
+            match sender.send(&seq_frame(accepted, 24)) {
                 Ok(()) => accepted += 1,
                 Err(SendError::Closed(_)) => return (accepted, true),
                 Err(e) => panic!("{e}"),

@@ -63,6 +63,21 @@ pub fn assert_each_once_in_order(got: &[u64], want: std::ops::Range<u64>, what: 
     );
 }
 
+/// The next `n` frames the link gives back (`Event::Abandoned`), with their reasons, in the
+/// order they came; other events are skipped. Panics if they do not come within `bound`.
+pub fn wait_abandoned(link: &Link, n: usize, bound: Duration) -> Vec<(Vec<u8>, AbandonReason)> {
+    let mut got = Vec::new();
+    let deadline = Instant::now() + bound;
+    while got.len() < n {
+        match link.events().recv_deadline(deadline) {
+            Ok(relink::Event::Abandoned { frame, reason }) => got.push((frame.to_vec(), reason)),
+            Ok(_) => {}
+            Err(e) => panic!("{} of {n} frames given back: {e}; {got:?}", got.len()),
+        }
+    }
+    got
+}
+
 /// `submitted = confirmed + unconfirmed + abandoned + rejected + queued`, exactly.
 pub fn assert_accounted(m: &Metrics, what: &str) {
     assert_eq!(

@@ -53,6 +53,13 @@ pub fn lines_str(bytes: &[u8]) -> Vec<String> {
         .collect()
 }
 
+/// A frame of `len` bytes (at least 8) that says its sequence number in its first 8, big-endian.
+pub fn seq_frame(seq: u64, len: usize) -> Vec<u8> {
+    let mut f = seq.to_be_bytes().to_vec();
+    f.resize(len.max(8), b'x');
+    f
+}
+
 /// A payload carrying a sequence number, `seq-0000000042`, for order and duplicate checks.
 pub fn seq_payload(n: u64) -> Vec<u8> {
     format!("seq-{n:010}").into_bytes()

@@ -684,6 +684,26 @@ impl Peer {
         self.wait_until(timeout, |s| s.total_received() >= total_bytes)
     }
 
+    /// Waits until `total_bytes` of length-prefixed frames came over one connection, and
+    /// returns them; panics (saying what came) if they did not come in `timeout`, came over
+    /// more than one connection or end in a partial frame.
+    pub fn wait_frames_on_one_connection(
+        &self,
+        total_bytes: usize,
+        timeout: Duration,
+    ) -> Vec<Vec<u8>> {
+        assert!(
+            self.wait_received_len(total_bytes, timeout),
+            "the peer got {} of {total_bytes} bytes",
+            self.received_len()
+        );
+        let mut conns = self.snapshot().length_prefixed_frames();
+        assert_eq!(conns.len(), 1, "one connection");
+        let (frames, rest) = conns.remove(0);
+        assert_eq!(rest, 0, "no partial frame");
+        frames
+    }
+
     /// Whether each connection is over, in accept order.
     pub fn closed(&self) -> Vec<bool> {
         self.shared.lock().rec.closed.clone()
@@ -1015,6 +1035,28 @@ pub fn free_port() -> u16 {
 /// `tcp://127.0.0.1:PORT` where nothing listens: a connect is refused at once.
 pub fn refused_endpoint() -> String {
     format!("tcp://127.0.0.1:{}", free_port())
+}
+
+/// A link to `peer` with the len32 framing and `Overflow::Block(bound)`, Ready (waited for up
+/// to `bound`).
+pub fn ready_len32_link(peer: &Peer, bound: Duration) -> relink::Link {
+    let link = relink::Link::builder(&peer.endpoint())
+        .framing(relink::framing::LengthDelimited::len32())
+        .overflow(relink::Overflow::Block(bound))
+        .build()
+        .expect("build the link");
+    super::watch::Watch::new(&link).until(bound, |t| t.to == relink::State::Ready);
+    link
+}
+
+/// A link to [`refused_endpoint`] with these outbox limits (frames, bytes) and overflow
+/// policy: its frames stay in the outbox.
+pub fn offline_link(limits: (usize, usize), policy: relink::Overflow) -> relink::Link {
+    relink::Link::builder(&refused_endpoint())
+        .outbox_limits(limits.0, limits.1)
+        .overflow(policy)
+        .build()
+        .expect("build the link")
 }
 
 /// `tcp://127.0.0.1:PORT`
