@@ -274,7 +274,10 @@ impl Lanes {
         let mut frames = 0;
         list.retain(|end| {
             // Read before the drain: a producer seen gone pushed nothing after its last
-            // frame, which this drain takes (its pushes happen before its `gone`).
+            // frame, which this drain takes (its pushes happen before its `gone`). So a
+            // drain takes every entry there, never a part: a lane dropped after a partial
+            // drain would lose the rest (a throwaway build that capped drains at 256 KiB
+            // lost the frames a dropped sender left, and its sink waited for them).
             let gone = end.gone.load(Ordering::SeqCst);
             frames += end.drain(taken, last);
             !gone && !last
