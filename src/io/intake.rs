@@ -530,10 +530,14 @@ impl Taken {
         }
     }
 
-    fn count_copied(&mut self, deadline: Option<Instant>) {
+    /// `count` more copied frames, with this deadline: the last entry's if it has the same.
+    fn count_copied(&mut self, count: usize, deadline: Option<Instant>) {
         match self.entries.last_mut() {
-            Some(Entry::Copied { count, deadline: d }) if *d == deadline => *count += 1,
-            _ => self.entries.push(Entry::Copied { count: 1, deadline }),
+            Some(Entry::Copied {
+                count: c,
+                deadline: d,
+            }) if *d == deadline => *c += count,
+            _ => self.entries.push(Entry::Copied { count, deadline }),
         }
     }
 
@@ -561,7 +565,7 @@ impl Taken {
         }
         self.data.extend_from_slice(frame);
         self.ends.push(self.data.len());
-        self.count_copied(deadline);
+        self.count_copied(1, deadline);
     }
 
     /// The frames as machine inputs, in order: one `SubmitBatch` per run of copied frames
@@ -637,13 +641,7 @@ impl CopiedRun<'_> {
 
     fn flush(&mut self) {
         if let Some((count, deadline)) = self.run.take() {
-            match self.taken.entries.last_mut() {
-                Some(Entry::Copied {
-                    count: c,
-                    deadline: d,
-                }) if *d == deadline => *c += count,
-                _ => self.taken.entries.push(Entry::Copied { count, deadline }),
-            }
+            self.taken.count_copied(count, deadline);
         }
     }
 }

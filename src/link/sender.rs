@@ -174,7 +174,7 @@ impl Sender {
                     let until = self.room_until(&mut waits, frame)?;
                     let intake = &self.link.inner.shared.intake;
                     if !intake.wait_for_room(frame.len(), until, self.plan.forced) {
-                        return Err(self.link.refuse(Bytes::copy_from_slice(frame)));
+                        return Err(self.refuse(frame));
                     }
                 }
                 Some(Blocked::Ring) => {
@@ -224,7 +224,7 @@ impl Sender {
                         .room_async(frame.len(), until, self.plan.forced)
                         .await
                     {
-                        return Err(self.link.refuse(Bytes::copy_from_slice(frame)));
+                        return Err(self.refuse(frame));
                     }
                 }
                 Some(Blocked::Ring) => {
@@ -285,7 +285,7 @@ impl Sender {
     #[cold]
     fn room_until(&self, waits: &mut Waits, frame: &[u8]) -> Result<Option<Instant>, SendError> {
         if self.plan.wait == Wait::No {
-            return Err(self.link.refuse(Bytes::copy_from_slice(frame)));
+            return Err(self.refuse(frame));
         }
         Ok(*waits.room.get_or_insert_with(|| self.plan.until()))
     }
@@ -300,7 +300,7 @@ impl Sender {
             Wait::No | Wait::Forced => Instant::now() + RING_WAIT,
         });
         if Instant::now() >= until {
-            return Err(self.link.refuse(Bytes::copy_from_slice(frame)));
+            return Err(self.refuse(frame));
         }
         waits.tries += 1;
         Ok(if waits.tries <= YIELDS {
@@ -308,6 +308,13 @@ impl Sender {
         } else {
             NAP
         })
+    }
+
+    /// The error for a frame that found no room (`Closed` if the link closed meanwhile),
+    /// given back as a copy.
+    #[cold]
+    fn refuse(&self, frame: &[u8]) -> SendError {
+        self.link.refuse(Bytes::copy_from_slice(frame))
     }
 
     /// The error for a frame refused because the link is closed; frames the ring took after
