@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::core::backoff::{BackoffConfig, Jitter};
+use crate::core::confirm::{Answers, Confirm};
 use crate::core::framing::{BoxedFraming, Framing, Raw};
 use crate::core::heartbeat::Heartbeat;
 use crate::core::requests::{Correlation, RequestSettings};
@@ -68,6 +69,10 @@ pub mod defaults {
     pub use crate::io::MAX_SOCKETS;
     /// A call into application code this long or longer is reported as slow.
     pub const SLOW_CALLBACK: Duration = Duration::from_millis(100);
+    /// Connection losses in a row a frame or request may be in flight at before it is
+    /// abandoned as [`Poison`](crate::AbandonReason::Poison).
+    pub const MAX_LOSSES: u32 = 5;
+    pub use crate::core::confirm::{BARRIER_AGE, BARRIER_BYTES};
 }
 
 pub use crate::core::overflow::Overflow;
@@ -138,6 +143,8 @@ pub struct Builder {
     tls: Option<Tls>,
     io_pool: Option<IoPool>,
     name: Option<String>,
+    /// `requests` was called: the link means to make requests.
+    requests_said: bool,
 }
 
 const MAX_ZMQ_MS: u128 = i32::MAX as u128;
@@ -150,6 +157,7 @@ impl Builder {
             tls: None,
             io_pool: None,
             name: None,
+            requests_said: false,
             config: Config {
                 core: Settings {
                     endpoints: Vec::new(),
@@ -183,6 +191,9 @@ impl Builder {
                     config_retry: None,
                     window: defaults::WINDOW,
                     redelivery: Redelivery::Resend,
+                    answers: Answers::Unknown,
+                    confirm: Confirm::tcp(),
+                    max_losses: defaults::MAX_LOSSES,
                 },
                 rng_seed: None,
                 socket: SocketOptions {
@@ -736,6 +747,40 @@ impl Builder {
         self
     }
 
+    /// Which frames the peer's application answers, in order: [`Answers::EveryFrame`] (redis,
+    /// memcached), [`Answers::Pings`] (NATS, MQTT QoS 0: only the ping), or not said. The link
+    /// gives each answer its turn, so a ping's reply never answers a request nor a request's
+    /// reply a ping, and [`Confirm::reply`] can confirm frames by the answers. Defaults to
+    /// [`Answers::Unknown`] (as `Pings` when the heartbeat has a `reply`).
+    ///
+    /// `build()` refuses `EveryFrame` with requests correlated by id, `Pings` without a
+    /// heartbeat whose `reply` recognises the pong, and a heartbeat without `reply` on a
+    /// link whose requests are matched in order unless this says what the peer answers.
+    ///
+    /// # Examples
+    /// See [`Answers`].
+    pub fn answers(mut self, answers: Answers) -> Builder {
+        self.config.core.answers = answers;
+        self
+    }
+
+    /// What confirms a frame: the peer's TCP ([`Confirm::tcp`], the default) or a reply of
+    /// its application ([`Confirm::reply`], which needs [`Builder::answers`] and, under
+    /// [`Answers::Pings`], a heartbeat: its ping is the barrier). See [`Confirm`].
+    pub fn confirm(mut self, confirm: Confirm) -> Builder {
+        self.config.core.confirm = confirm;
+        self
+    }
+
+    /// A frame or request in flight at `n` connection losses in a row (a *poison* frame that
+    /// makes the peer drop the connection, or a peer that never lives long enough to take it)
+    /// is abandoned with [`AbandonReason::Poison`](crate::AbandonReason::Poison), and what
+    /// waits behind it moves on. Defaults to 5; at least 1.
+    pub fn max_losses(mut self, n: u32) -> Builder {
+        self.config.core.max_losses = n;
+        self
+    }
+
     /// How host names are resolved: `resolve(host, port)` returns the addresses or a short
     /// reason, in place of the system resolver (for tests, or a service-discovery lookup).
     /// Defaults to the system resolver (getaddrinfo). Either runs on relink's resolver
@@ -900,6 +945,7 @@ impl Builder {
     /// ```
     pub fn requests(mut self, correlation: Correlation) -> Builder {
         self.config.core.requests.correlation = correlation;
+        self.requests_said = true;
         self
     }
 

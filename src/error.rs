@@ -116,6 +116,11 @@ pub enum ConfigError {
         /// The framing's name.
         framing: String,
     },
+    /// The settings of what the peer answers and what confirms a frame contradict each other,
+    /// or leave it ambiguous which inbound frame answers a ping and which a request. The
+    /// message says which settings and what to change.
+    #[error("ambiguous answers: {0}")]
+    Answers(&'static str),
     /// libzmq refused the socket or the context it was asked to make.
     #[error("libzmq: {0}")]
     Zmq(String),
@@ -699,6 +704,18 @@ pub enum RequestError {
     /// ([`Builder::request_window`](crate::Builder::request_window)); the frame is given back.
     #[error("request window full")]
     Full(bytes::Bytes),
+    /// Refused: the window of outstanding requests is full, and `late` of its places are held
+    /// by requests that timed out and wait for their late replies (in order, a late reply
+    /// keeps its place so that it never answers a newer request). The frame is given back.
+    #[error(
+        "request window full: {late} place(s) held by timed-out requests awaiting late replies"
+    )]
+    FullOfLate {
+        /// The request's frame.
+        frame: bytes::Bytes,
+        /// Places held by timed-out requests.
+        late: usize,
+    },
     /// Refused: the link is closed or closing; the frame is given back.
     #[error("link closed")]
     Closed(bytes::Bytes),
@@ -716,6 +733,7 @@ impl RequestError {
     pub fn into_frame(self) -> Option<bytes::Bytes> {
         match self {
             RequestError::Full(f)
+            | RequestError::FullOfLate { frame: f, .. }
             | RequestError::Closed(f)
             | RequestError::Invalid(f, _)
             | RequestError::NoId(f) => Some(f),
@@ -728,7 +746,42 @@ impl RequestError {
     pub fn may_have_been_processed(&self) -> bool {
         matches!(
             self,
-            RequestError::TimedOut | RequestError::Abandoned(AbandonReason::ConnectionLost)
+            RequestError::TimedOut
+                | RequestError::Abandoned(AbandonReason::ConnectionLost | AbandonReason::Poison)
         )
     }
+}
+
+/// Why a [`Link::flush`](crate::Link::flush) returned before every frame sent before it was
+/// confirmed.
+///
+/// # Examples
+/// ```
+/// use relink::error::FlushError;
+///
+/// let e = FlushError::TimedOut { waiting: 3 };
+/// assert_eq!(e.to_string(), "flush timed out with 3 frame(s) still waiting");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum FlushError {
+    /// The timeout passed with `waiting` frames sent before the call still unconfirmed (they
+    /// go on: a flush withdraws nothing).
+    #[error("flush timed out with {waiting} frame(s) still waiting")]
+    TimedOut {
+        /// Frames sent before the call without an outcome yet.
+        waiting: u64,
+    },
+    /// Every frame sent before the call has its outcome, and `frames` were abandoned while
+    /// the flush waited: each came back in an [`Event::Abandoned`](crate::Event::Abandoned)
+    /// with its reason.
+    #[error("{frames} frame(s) abandoned while flushing")]
+    Abandoned {
+        /// Frames abandoned while the flush waited.
+        frames: u64,
+    },
+    /// The link is closed: it stopped before the frames had their outcome, and reported them
+    /// as abandoned.
+    #[error("the link is closed")]
+    Closed,
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 use crossbeam_channel::{RecvTimeoutError, Sender};
 use metrics::{counter, gauge, histogram, Label};
 
-use crate::event::State;
+use crate::event::{AbandonReason, State};
 use crate::io::IoPool;
 use crate::metrics::Metrics;
 
@@ -157,26 +157,14 @@ struct Growth {
     reconnects: u64,
     heartbeats_missed: u64,
     tls_rejected: u64,
-    abandoned: [u64; 5],
+    abandoned: [u64; REASONS],
 }
 
-const REASONS: [&str; 5] = [
-    "expired",
-    "overflow",
-    "shutdown",
-    "connection-lost",
-    "unencodable",
-];
+/// Every abandon reason is a label value of `relink_abandoned_total`.
+const REASONS: usize = AbandonReason::ALL.len();
 
-fn abandoned(m: &Metrics) -> [u64; 5] {
-    let a = &m.abandoned;
-    [
-        a.expired,
-        a.overflow,
-        a.shutdown,
-        a.connection_lost,
-        a.unencodable,
-    ]
+fn abandoned(m: &Metrics) -> [u64; REASONS] {
+    AbandonReason::ALL.map(|r| m.abandoned.get(r))
 }
 
 impl Growth {
@@ -226,9 +214,9 @@ impl Growth {
             // Even by zero: every series exists from the first pass on.
             counter!(name, labels.iter()).increment(n);
         }
-        for (reason, n) in REASONS.iter().zip(self.abandoned) {
+        for (reason, n) in AbandonReason::ALL.iter().zip(self.abandoned) {
             let mut with = labels.to_vec();
-            with.push(Label::new("reason", *reason));
+            with.push(Label::new("reason", reason.as_str()));
             counter!("relink_abandoned_total", with.iter()).increment(n);
         }
     }

@@ -307,6 +307,7 @@ mod event;
 mod events;
 #[cfg(feature = "metrics")]
 mod export;
+mod flush;
 mod io;
 mod link;
 mod metrics;
@@ -316,6 +317,7 @@ mod tls;
 mod view;
 
 pub use crate::core::backoff::Jitter;
+pub use crate::core::confirm::{Answers, Confirm};
 pub use crate::core::framing;
 pub use crate::core::heartbeat::{Heartbeat, Ping};
 pub use crate::core::predicate::Predicate;

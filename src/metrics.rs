@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use crate::event::State;
+use crate::event::{AbandonReason, State};
 
 /// Frames abandoned, by reason.
 ///
@@ -41,17 +41,56 @@ pub struct Abandoned {
     /// Handed to the socket and not confirmed when their connection dropped, with
     /// `Redelivery::Report`, or when the link closed: the peer may have received them.
     pub unconfirmed: u64,
+    /// In flight at `max_losses` connection losses in a row.
+    pub poison: u64,
 }
 
 impl Abandoned {
     /// All reasons together.
     pub fn total(&self) -> u64 {
-        self.expired
-            + self.overflow
-            + self.shutdown
-            + self.connection_lost
-            + self.unencodable
-            + self.unconfirmed
+        AbandonReason::ALL.iter().map(|&r| self.get(r)).sum()
+    }
+
+    /// The frames abandoned for `reason`.
+    ///
+    /// # Examples
+    /// ```
+    /// use relink::{AbandonReason, Abandoned};
+    ///
+    /// let a = Abandoned::default();
+    /// assert_eq!(AbandonReason::ALL.iter().map(|&r| a.get(r)).sum::<u64>(), a.total());
+    /// ```
+    pub fn get(&self, reason: AbandonReason) -> u64 {
+        *self.field(reason)
+    }
+
+    fn field(&self, reason: AbandonReason) -> &u64 {
+        match reason {
+            AbandonReason::Expired => &self.expired,
+            AbandonReason::Overflow => &self.overflow,
+            AbandonReason::Shutdown => &self.shutdown,
+            AbandonReason::ConnectionLost => &self.connection_lost,
+            AbandonReason::Unencodable => &self.unencodable,
+            AbandonReason::Unconfirmed => &self.unconfirmed,
+            AbandonReason::Poison => &self.poison,
+        }
+    }
+
+    fn field_mut(&mut self, reason: AbandonReason) -> &mut u64 {
+        match reason {
+            AbandonReason::Expired => &mut self.expired,
+            AbandonReason::Overflow => &mut self.overflow,
+            AbandonReason::Shutdown => &mut self.shutdown,
+            AbandonReason::ConnectionLost => &mut self.connection_lost,
+            AbandonReason::Unencodable => &mut self.unencodable,
+            AbandonReason::Unconfirmed => &mut self.unconfirmed,
+            AbandonReason::Poison => &mut self.poison,
+        }
+    }
+
+    /// Counts one more frame abandoned for `reason`.
+    pub(crate) fn count(&mut self, reason: AbandonReason) {
+        *self.field_mut(reason) += 1;
     }
 }
 
@@ -59,11 +98,9 @@ impl Abandoned {
 /// [`Totals`](crate::pool::Totals)).
 impl std::ops::AddAssign for Abandoned {
     fn add_assign(&mut self, o: Abandoned) {
-        self.expired += o.expired;
-        self.overflow += o.overflow;
-        self.shutdown += o.shutdown;
-        self.connection_lost += o.connection_lost;
-        self.unencodable += o.unencodable;
+        for r in AbandonReason::ALL {
+            *self.field_mut(r) += o.get(r);
+        }
     }
 }
 
@@ -171,20 +208,32 @@ pub struct Metrics {
     /// was reported in an `Event::Error` and, unless it came too late to matter, failed the
     /// connection or the dial with cause `callback-panic`.
     pub callback_panics: u64,
-    /// Requests answered by their reply ([`Link::request`](crate::Link::request)).
+    /// Requests handed to the IO thread ([`Link::request`](crate::Link::request) and its
+    /// kin; a request refused at the call is not among them): `requests_answered +
+    /// requests_failed + requests_outstanding`.
+    pub requests_submitted: u64,
+    /// Requests answered by their reply.
     pub requests_answered: u64,
     /// Requests that ended without a reply (timed out, abandoned, refused in the IO thread:
     /// see [`RequestError`](crate::error::RequestError)).
     pub requests_failed: u64,
-    /// Requests outstanding: queued, written and unanswered (those that timed out in order
-    /// keep their place until their reply), or waiting for room in the window.
+    /// Requests outstanding whose callers wait: queued, written and unanswered, or waiting for
+    /// room in the window (those that timed out are in `requests_failed`, and in
+    /// `requests_late_held` while they keep their place).
     pub requests_outstanding: u64,
     /// Of those, requests handed to the socket and not yet answered: what a drop now would
     /// fail to their callers ([`Redelivery::Report`](crate::Redelivery::Report)) or write
     /// again ([`Resend`](crate::Redelivery::Resend)).
     pub requests_written: u64,
+    /// Of the outstanding requests, those that timed out and still hold their place in the
+    /// window until their late reply comes (in order): the window's places they take from
+    /// new requests.
+    pub requests_late_held: u64,
     /// Late replies (to requests that had timed out) consumed and dropped.
     pub replies_late: u64,
+    /// Barrier pings written to confirm frames by reply
+    /// ([`Confirm::reply`](crate::Confirm::reply) under [`Answers::Pings`](crate::Answers::Pings)).
+    pub barriers_sent: u64,
     /// Calls into application code (framing, predicates, resolver) that took at least the
     /// [`slow_callback`](crate::Builder::slow_callback) threshold. The first of each period
     /// was reported in an `Event::Error` with [`LinkError::SlowCallback`].
@@ -260,6 +309,9 @@ impl Metrics {
             events_dropped: 0,
             ignored_inputs: 0,
             callback_panics: 0,
+            requests_submitted: 0,
+            requests_late_held: 0,
+            barriers_sent: 0,
             requests_answered: 0,
             requests_failed: 0,
             requests_outstanding: 0,

@@ -6,7 +6,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::event::State;
+use crate::event::{AbandonReason, State};
 use crate::metrics::{Abandoned, Metrics};
 
 /// Every link of a pool at one moment: how many are in each state, the sums of their
@@ -283,23 +283,20 @@ impl fmt::Display for PoolView {
         }
         let t = &self.totals;
         writeln!(f)?;
-        writeln!(
+        write!(
             f,
-            "connects {} reconnects {} outbox {} frames ({} B) abandoned {} \
-             (expired {} overflow {} shutdown {} connection-lost {} unencodable {}) \
-             heartbeats missed {}",
+            "connects {} reconnects {} outbox {} frames ({} B) abandoned {} (",
             t.connects,
             t.reconnects,
             t.outbox_frames,
             t.outbox_bytes,
             t.abandoned.total(),
-            t.abandoned.expired,
-            t.abandoned.overflow,
-            t.abandoned.shutdown,
-            t.abandoned.connection_lost,
-            t.abandoned.unencodable,
-            t.heartbeats_missed,
         )?;
+        for (i, r) in AbandonReason::ALL.into_iter().enumerate() {
+            let sep = if i == 0 { "" } else { " " };
+            write!(f, "{sep}{r} {}", t.abandoned.get(r))?;
+        }
+        writeln!(f, ") heartbeats missed {}", t.heartbeats_missed)?;
         write!(f, "longest down:")?;
         if self.longest_down.is_empty() {
             write!(f, " none")?;

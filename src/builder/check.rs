@@ -5,8 +5,10 @@ use std::time::Duration;
 
 use super::{Builder, Config, Overflow, MAX_ZMQ_MS};
 use crate::core::backoff::Jitter;
+use crate::core::confirm::Answers;
 use crate::core::endpoint::{Endpoint, Host};
 use crate::core::heartbeat::Ping;
+use crate::core::requests::Matching;
 use crate::core::settings::ProofOfLife;
 use crate::core::tls::TlsSettings;
 use crate::error::ConfigError;
@@ -221,8 +223,58 @@ impl Builder {
             c.core.tls = Some(sessions);
         }
         check_requests(&mut c)?;
+        check_answers(&mut c, self.requests_said)?;
         Ok(c)
     }
+}
+
+/// What the peer answers, what confirms a frame, and whether every inbound frame has one
+/// meaning. Settles `Answers::Unknown` with a heartbeat `reply` as `Answers::Pings`.
+fn check_answers(c: &mut Config, requests_said: bool) -> Result<(), ConfigError> {
+    let core = &mut c.core;
+    let reply = core.heartbeat.as_ref().is_some_and(|h| h.reply.is_some());
+    let in_order = matches!(core.requests.correlation.0, Matching::InOrder { .. });
+    if core.max_losses == 0 {
+        return Err(ConfigError::ZeroLimit { name: "max_losses" });
+    }
+    match core.answers {
+        Answers::Unknown if reply => core.answers = Answers::Pings,
+        Answers::Unknown if core.confirm.by_reply => {
+            return Err(ConfigError::Answers(
+                "Confirm::reply needs Builder::answers (EveryFrame or Pings)",
+            ))
+        }
+        Answers::Unknown if core.heartbeat.is_some() && in_order && requests_said => {
+            return Err(ConfigError::Answers(
+                "in-order requests and a heartbeat without a reply: a pong could answer a                  request; say what the peer answers (Builder::answers) or give Heartbeat::reply",
+            ))
+        }
+        Answers::EveryFrame if !in_order => {
+            return Err(ConfigError::Answers(
+                "Answers::EveryFrame answers in order; requests are correlated by id",
+            ))
+        }
+        Answers::EveryFrame if reply => {
+            return Err(ConfigError::Answers(
+                "Answers::EveryFrame tells the pong by its place; drop Heartbeat::reply",
+            ))
+        }
+        Answers::Pings if !reply => {
+            return Err(ConfigError::Answers(
+                "Answers::Pings needs a heartbeat whose reply recognises the pong",
+            ))
+        }
+        _ => {}
+    }
+    if core.confirm.by_reply && core.answers == Answers::Pings {
+        positive("barrier age", core.confirm.barrier_age)?;
+        if core.confirm.barrier_bytes == 0 {
+            return Err(ConfigError::ZeroLimit {
+                name: "barrier bytes",
+            });
+        }
+    }
+    Ok(())
 }
 
 fn check_requests(c: &mut Config) -> Result<(), ConfigError> {

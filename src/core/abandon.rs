@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-/// Why a frame accepted by `send` was never handed to the socket.
+/// Why a frame accepted by `send` (or a request) ended without being confirmed.
 ///
 /// # Examples
 /// ```
@@ -29,13 +29,30 @@ pub enum AbandonReason {
     /// [`check`](crate::framing::Framing::check) accepted it at `send` (a framing whose `check` and
     /// `encode` disagree).
     Unencodable,
-    /// It was handed to the socket and its connection dropped before the peer's TCP
-    /// acknowledged its last byte, with [`Redelivery::Report`](crate::Redelivery::Report)
-    /// (or the link closed then): the peer may have received it.
+    /// It was handed to the socket and its connection dropped before it was confirmed (by the
+    /// peer's TCP, or by a reply under [`Confirm::reply`](crate::Confirm::reply)), with
+    /// [`Redelivery::Report`](crate::Redelivery::Report) (or the link closed then): the peer
+    /// may have received it.
     Unconfirmed,
+    /// It was in flight at [`max_losses`](crate::Builder::max_losses) connection losses in a
+    /// row: a frame that makes the peer drop the connection (or a peer that never lives long
+    /// enough to take it) is given back instead of being written forever, and what waits
+    /// behind it moves on.
+    Poison,
 }
 
 impl AbandonReason {
+    /// Every reason, in the order the metrics list them.
+    pub const ALL: [AbandonReason; 7] = [
+        AbandonReason::Expired,
+        AbandonReason::Overflow,
+        AbandonReason::Shutdown,
+        AbandonReason::ConnectionLost,
+        AbandonReason::Unencodable,
+        AbandonReason::Unconfirmed,
+        AbandonReason::Poison,
+    ];
+
     /// The one-word form.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -45,6 +62,7 @@ impl AbandonReason {
             AbandonReason::ConnectionLost => "connection-lost",
             AbandonReason::Unencodable => "unencodable",
             AbandonReason::Unconfirmed => "unconfirmed",
+            AbandonReason::Poison => "poison",
         }
     }
 }

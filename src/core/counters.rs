@@ -28,6 +28,8 @@ pub(super) struct Counters {
     pub(super) tls_rejected: u64,
     pub(super) confirmed: u64,
     pub(super) resent: u64,
+    pub(super) barriers: u64,
+    pub(super) requests_submitted: u64,
 }
 
 impl Counters {
@@ -55,15 +57,7 @@ impl Counters {
 
     /// A frame of `len` bytes abandoned for `reason`: it left the outbox for good.
     pub(super) fn abandon(&mut self, reason: AbandonReason, len: usize) {
-        let a = &mut self.abandoned;
-        match reason {
-            AbandonReason::Expired => a.expired += 1,
-            AbandonReason::Overflow => a.overflow += 1,
-            AbandonReason::Shutdown => a.shutdown += 1,
-            AbandonReason::ConnectionLost => a.connection_lost += 1,
-            AbandonReason::Unencodable => a.unencodable += 1,
-            AbandonReason::Unconfirmed => a.unconfirmed += 1,
-        }
+        self.abandoned.count(reason);
         self.released_frames += 1;
         self.released_bytes += len as u64;
     }

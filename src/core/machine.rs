@@ -29,9 +29,9 @@ use super::outbox::Outbox;
 use super::requests::{Outcome, Requests, Token};
 use super::settings::Settings;
 use super::timers::{Timer, Timers};
-use super::window::Window;
+use super::window::{Losses, Window};
 use crate::batch::Batch;
-use crate::error::{Callback, DecodeError, LinkError, TlsError};
+use crate::error::{Callback, DecodeError, FlushError, LinkError, TlsError};
 use crate::event::{AbandonReason, Cause, Event, State, Transition};
 
 /// What the IO side tells the machine.
@@ -90,6 +90,9 @@ pub(crate) enum Input {
     /// The acknowledgements of the connection of dial `generation` cannot be read (its
     /// descriptor could not be matched): its frames count as confirmed when written.
     AcksUnavailable { generation: u64 },
+    /// A flush: answered with `Action::Flushed` once every frame submitted before it has its
+    /// outcome, or at `deadline`.
+    Flush { token: Token, deadline: Instant },
 }
 
 /// Why a lookup gave no address.
@@ -141,6 +144,8 @@ pub(crate) enum Action {
     Stop,
     /// The one outcome of a request, for whoever waits for it.
     Answer(Token, Outcome),
+    /// The outcome of a flush.
+    Flushed(Token, Result<(), FlushError>),
 }
 
 /// Outcome of handing a batch to the socket.
@@ -248,6 +253,21 @@ pub(crate) struct Machine {
     requests: Requests,
     /// Frames written and not yet confirmed; a lost connection's are resent or reported.
     window: Window,
+    /// How many losses in a row each frame resent after the last one has been in flight at.
+    losses: Losses,
+    /// Flushes waiting for the frames submitted before them.
+    flushes: Vec<Flush>,
+}
+
+/// A flush: waits until the frames submitted before it have their outcome.
+#[derive(Debug)]
+struct Flush {
+    token: Token,
+    /// Frames submitted before it.
+    mark: u64,
+    /// Frames abandoned before it.
+    abandoned: u64,
+    deadline: Instant,
 }
 
 impl Machine {
@@ -258,7 +278,8 @@ impl Machine {
         let framing = cfg.framing.clone();
         let outbox = Outbox::new(cfg.outbox_frames, cfg.outbox_bytes);
         let backoff = Backoff::new(cfg.backoff.clone());
-        let requests = Requests::new(&cfg.requests);
+        let requests = Requests::new(&cfg.requests, cfg.max_losses);
+        let window = Window::new(cfg.confirm.by_reply);
         Machine {
             cfg,
             state: State::Idle,
@@ -293,7 +314,9 @@ impl Machine {
             slow_unreported: 0,
             c: Counters::default(),
             requests,
-            window: Window::new(),
+            window,
+            losses: Losses::default(),
+            flushes: Vec::new(),
         }
     }
 
@@ -370,6 +393,7 @@ impl Machine {
             Input::CallbackTook { callback, took } => self.took(now, callback, took),
             Input::Acked { generation, bytes } => self.acked(now, generation, bytes),
             Input::AcksUnavailable { generation } => self.acks_unavailable(generation),
+            Input::Flush { token, deadline } => self.flush(now, token, deadline),
         }
         self.answer_requests();
         self.check_flushed(now);
@@ -431,6 +455,8 @@ impl Machine {
         consider(self.outbox.next_deadline());
         consider(self.requests.next_deadline());
         consider(self.window.poll_at());
+        consider(self.flush_deadline());
+        consider(self.barrier_at());
         if let Some(hb) = self.conn.as_ref().and_then(|c| c.heartbeat.as_ref()) {
             consider(hb.death_at());
             consider(Some(hb.next_ping()));

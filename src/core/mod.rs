@@ -11,6 +11,8 @@
 //! - [`counters`]: every frame's outcome and connection event, for the metrics.
 //! - [`backoff`]: the jittered exponential delay policy ([`Jitter`](backoff::Jitter)).
 //! - [`heartbeat`]: when to ping and when a silent connection is dead.
+//! - [`confirm`]: what confirms a frame, which frames the peer answers, and the turns in
+//!   which answers come.
 //! - [`outbox`]: frames waiting for a Ready connection.
 //! - [`tls`]: the TLS session of one connection (rustls, sans-IO), between the socket's
 //!   bytes and the framing.
@@ -26,6 +28,7 @@
 
 pub(crate) mod abandon;
 pub(crate) mod backoff;
+pub(crate) mod confirm;
 mod counters;
 pub(crate) mod endpoint;
 mod endpoints;

@@ -168,6 +168,8 @@ struct Entry {
     id: Option<Vec<u8>>,
     deadline: Instant,
     waiting: bool,
+    /// Connection losses in a row it was written before and not answered.
+    losses: u32,
 }
 
 /// The requests of one link: the window of outstanding ones and those parked for room.
@@ -178,6 +180,8 @@ pub(crate) struct Requests {
     overflow: Overflow,
     max_frames: usize,
     max_bytes: usize,
+    /// A request written before this many losses in a row fails as poison.
+    max_losses: u32,
     /// In submission order: `[..sent]` handed to the socket, then `in_flight` taken into the
     /// batch being written, then the unsent ones.
     window: VecDeque<Entry>,
@@ -199,8 +203,9 @@ pub(crate) struct Requests {
 }
 
 impl Requests {
-    pub(crate) fn new(s: &RequestSettings) -> Requests {
+    pub(crate) fn new(s: &RequestSettings, max_losses: u32) -> Requests {
         Requests {
+            max_losses,
             by_id: matches!(s.correlation.0, Matching::ById { .. }),
             redelivery: s.redelivery,
             overflow: s.overflow,
@@ -217,6 +222,11 @@ impl Requests {
             answered: 0,
             failed: 0,
         }
+    }
+
+    /// Whether replies are matched by id (in any order).
+    pub(crate) fn by_id(&self) -> bool {
+        self.by_id
     }
 
     /// Requests in the window and parked, answered or not.
@@ -251,6 +261,7 @@ impl Requests {
             id,
             deadline,
             waiting: true,
+            losses: 0,
         };
         self.consider(deadline);
         if self.parked.is_empty() && self.fits(entry.frame.len()) {
@@ -266,7 +277,15 @@ impl Requests {
             Overflow::DropOldest if self.drop_oldest_unsent() && self.fits(entry.frame.len()) => {
                 self.admit(entry)
             }
-            _ => self.answer(entry.token, Err(RequestError::Full(entry.frame))),
+            _ => {
+                let late = self.window.iter().filter(|e| !e.waiting).count();
+                let frame = entry.frame;
+                let e = match late {
+                    0 => RequestError::Full(frame),
+                    late => RequestError::FullOfLate { frame, late },
+                };
+                self.answer(entry.token, Err(e))
+            }
         }
     }
 
@@ -490,7 +509,16 @@ impl Requests {
                 continue;
             }
             match self.redelivery {
-                Redelivery::Resend => self.window.push_front(e),
+                Redelivery::Resend if e.losses + 1 < self.max_losses => {
+                    let mut e = e;
+                    e.losses += 1;
+                    self.window.push_front(e)
+                }
+                Redelivery::Resend => {
+                    self.bytes -= e.frame.len();
+                    self.outcomes
+                        .push_back((e.token, Err(RequestError::Abandoned(AbandonReason::Poison))));
+                }
                 Redelivery::Report => {
                     self.bytes -= e.frame.len();
                     self.outcomes.push_back((

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::backoff::BackoffConfig;
+use super::confirm::{Answers, Confirm};
 use super::endpoint::Endpoint;
 use super::framing::BoxedFraming;
 use super::heartbeat::Heartbeat;
@@ -52,6 +53,14 @@ pub(crate) struct Settings {
     pub window: usize,
     /// What becomes of unconfirmed frames when their connection drops.
     pub redelivery: Redelivery,
+    /// Which frames the peer answers, in order (made `Pings` by `build()` when it is not said
+    /// and the heartbeat has a `reply`).
+    pub answers: Answers,
+    /// What confirms a frame.
+    pub confirm: Confirm,
+    /// A frame or request in flight at this many connection losses in a row is abandoned
+    /// (`AbandonReason::Poison`).
+    pub max_losses: u32,
 }
 
 /// What makes a Connected link Ready (proof of life).

@@ -7,7 +7,7 @@
 //! when the IO side should read the count again: soon after a write, then less often while
 //! nothing moves, so a peer that stopped reading costs few wake-ups.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -77,6 +77,42 @@ pub(super) struct Unconfirmed {
     pub(super) deadline: Option<Instant>,
 }
 
+/// How many connection losses in a row each frame taken back from the window was in flight
+/// at. A frame is known by its bytes' place in memory: a resent frame is the same slice of
+/// the same buffer, and only frames of the last loss are remembered.
+#[derive(Debug, Default)]
+pub(super) struct Losses(HashMap<(usize, usize), u32>);
+
+impl Losses {
+    /// The frames of a lost connection, oldest first: each counted once more (those of the
+    /// loss before that are not among them start again). Gives back those still to resend
+    /// and those in flight at `max` losses in a row.
+    pub(super) fn count(
+        &mut self,
+        frames: Vec<Unconfirmed>,
+        max: u32,
+    ) -> (Vec<Unconfirmed>, Vec<Bytes>) {
+        let before = std::mem::take(&mut self.0);
+        let (mut resend, mut poison) = (Vec::with_capacity(frames.len()), Vec::new());
+        for f in frames {
+            let key = (f.frame.as_ptr() as usize, f.frame.len());
+            let n = before.get(&key).copied().unwrap_or(0) + 1;
+            if n >= max {
+                poison.push(f.frame);
+            } else {
+                self.0.insert(key, n);
+                resend.push(f);
+            }
+        }
+        (resend, poison)
+    }
+
+    /// Forgets every count (the frames were not resent).
+    pub(super) fn clear(&mut self) {
+        self.0.clear();
+    }
+}
+
 /// Frames written on the current connection and not yet confirmed: runs of frames, oldest
 /// first, and a mark per frame in the same order (a frame costs 16 bytes here, and no handle
 /// of its own on its buffer).
@@ -92,13 +128,20 @@ pub(super) struct Window {
     poll_at: Option<Instant>,
     poll_every: Duration,
     /// The acknowledgements of this connection cannot be read: frames count as confirmed when
-    /// handed to the socket.
+    /// handed to the socket (unless confirmed by reply).
     blind: bool,
+    /// Frames are confirmed by the peer's answers (`Confirm::reply`), not by its TCP.
+    by_reply: bool,
+    /// The stream offset up to which the peer's application answered.
+    read: u64,
 }
 
 impl Window {
-    pub(super) fn new() -> Window {
+    /// A window whose frames are confirmed by the peer's TCP, or (`by_reply`) by its answers.
+    pub(super) fn new(by_reply: bool) -> Window {
         Window {
+            by_reply,
+            read: 0,
             runs: VecDeque::new(),
             marks: VecDeque::new(),
             written: 0,
@@ -113,7 +156,7 @@ impl Window {
     /// taken first.
     pub(super) fn reset(&mut self) {
         debug_assert!(self.marks.is_empty(), "window reset with frames in it");
-        *self = Window::new();
+        *self = Window::new(self.by_reply);
     }
 
     /// Frames waiting for confirmation.
@@ -233,11 +276,8 @@ impl Window {
         }
         let moved = bytes > self.acked;
         self.acked = bytes;
-        // Frames end in the order they were written: the confirmed ones are a prefix.
-        let k = self.marks.partition_point(|m| m.end <= bytes);
-        if k > 0 {
-            let len = self.pop_many(k);
-            confirmed(k, len);
+        if !self.by_reply {
+            self.confirm_through(bytes, confirmed);
         }
         // The IO side reads at every busy pass too, often microseconds apart: only the timed
         // reading, or progress, moves the schedule. (Each early reading that found nothing
@@ -248,6 +288,43 @@ impl Window {
             self.reschedule(now, moved);
         }
         true
+    }
+
+    /// Frames end in the order they were written: those ending at or before `end` are a
+    /// prefix, confirmed together.
+    fn confirm_through(&mut self, end: u64, confirmed: impl FnOnce(usize, usize)) {
+        let k = self.marks.partition_point(|m| m.end <= end);
+        if k > 0 {
+            let len = self.pop_many(k);
+            confirmed(k, len);
+        }
+    }
+
+    /// The peer's application answered what ends at stream offset `end`: it read every byte
+    /// before, so the frames ending there or earlier are confirmed (at either level: the
+    /// peer's TCP acknowledged them too).
+    pub(super) fn answered(&mut self, end: u64, confirmed: impl FnOnce(usize, usize)) {
+        self.read = self.read.max(end);
+        self.confirm_through(end, confirmed);
+        if self.marks.is_empty() {
+            self.poll_at = None;
+            self.poll_every = POLL_FIRST;
+        }
+    }
+
+    /// The stream offset up to which the peer's application answered.
+    pub(super) fn read_to(&self) -> u64 {
+        self.read
+    }
+
+    /// Whether frames are confirmed by the peer's answers.
+    pub(super) fn by_reply(&self) -> bool {
+        self.by_reply
+    }
+
+    /// The stream offset just past the newest waiting frame.
+    pub(super) fn newest_end(&self) -> Option<u64> {
+        self.marks.back().map(|m| m.end)
     }
 
     /// The time for a reading came at `now`: the next is due later unless this one moves.
@@ -292,6 +369,10 @@ impl Window {
     pub(super) fn go_blind(&mut self, confirmed: impl FnOnce(usize, usize)) {
         self.blind = true;
         self.poll_at = None;
+        if self.by_reply {
+            // Answers still confirm them.
+            return;
+        }
         let k = self.marks.len();
         let len = self.pop_many(k);
         confirmed(k, len);
@@ -320,7 +401,7 @@ mod tests {
     #[test]
     fn a_frame_is_confirmed_only_once_its_last_byte_is_acknowledged() {
         let t = Instant::now();
-        let mut w = Window::new();
+        let mut w = Window::new(false);
         w.wrote(t, 10);
         w.push_run(
             Bytes::from_static(b"aaaabbbbbb"),
@@ -341,7 +422,7 @@ mod tests {
     #[test]
     fn a_count_beyond_what_was_written_or_going_back_is_not_trusted() {
         let t = Instant::now();
-        let mut w = Window::new();
+        let mut w = Window::new(false);
         w.wrote(t, 4);
         w.push_run(Bytes::from_static(b"aaaa"), 0, [(4, 4)], t, None);
         assert!(!w.acked(t, 5, |_, _| panic!("confirmed on a foreign count")));
@@ -353,7 +434,7 @@ mod tests {
     #[test]
     fn the_poll_interval_doubles_while_due_readings_find_nothing_and_resets_on_progress() {
         let t = Instant::now();
-        let mut w = Window::new();
+        let mut w = Window::new(false);
         w.wrote(t, 4);
         w.push_run(Bytes::from_static(b"aaaa"), 0, [(4, 4)], t, None);
         assert_eq!(w.poll_at(), Some(t + POLL_FIRST));
@@ -388,7 +469,7 @@ mod tests {
     fn frames_taken_back_are_slices_of_their_runs_in_order_with_their_deadlines() {
         let t = Instant::now();
         let later = Some(t + Duration::from_secs(1));
-        let mut w = Window::new();
+        let mut w = Window::new(false);
         w.wrote(t, 12);
         // A run whose first frame ("x") was confirmed before it came here.
         let data = Bytes::from_static(b"xaabbb");
@@ -424,7 +505,7 @@ mod tests {
     #[test]
     fn one_count_confirms_the_frames_it_covers_across_runs_at_once_and_keeps_the_rest() {
         let t = Instant::now();
-        let mut w = Window::new();
+        let mut w = Window::new(false);
         w.wrote(t, 12);
         w.push_run(Bytes::from_static(b"aabbb"), 0, [(2, 2), (5, 5)], t, None);
         w.push_run(Bytes::from_static(b"ccdd"), 0, [(2, 7), (4, 9)], t, None);
@@ -445,7 +526,7 @@ mod tests {
     #[test]
     fn going_blind_confirms_every_waiting_frame_with_its_bytes() {
         let t = Instant::now();
-        let mut w = Window::new();
+        let mut w = Window::new(false);
         w.wrote(t, 5);
         w.push_run(Bytes::from_static(b"abcde"), 0, [(2, 2), (5, 5)], t, None);
         let mut confirmed = None;

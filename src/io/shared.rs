@@ -47,6 +47,11 @@ pub(crate) enum Command {
         deadline: Instant,
         promise: Promise,
     },
+    /// A flush; its outcome goes into `promise`.
+    Flush {
+        deadline: Instant,
+        promise: Promise<Result<(), crate::error::FlushError>>,
+    },
     /// Application code run for the link off its IO thread (the resolver) took `took`.
     CallbackTook {
         callback: crate::error::Callback,

@@ -36,7 +36,7 @@ use crate::core::fmt_addr;
 use crate::core::machine::{Action, Input, Machine, TxResult};
 use crate::core::requests::Token;
 use crate::core::settings::Settings;
-use crate::error::{Callback, ConfigError, LinkError};
+use crate::error::{Callback, ConfigError, FlushError, LinkError};
 use crate::event::{Event, State};
 use crate::metrics::Metrics;
 
@@ -107,6 +107,8 @@ pub(crate) struct Slot {
     lane_recheck: Option<Instant>,
     /// Who waits for each outstanding request, by its token.
     promises: HashMap<Token, Promise, ById>,
+    /// The flushes waiting for their outcome.
+    flushes: HashMap<Token, Promise<Result<(), FlushError>>, ById>,
     next_token: Token,
     /// Leaves the shared state Closed when the slot goes (before `_done` tells `close`).
     _stop: StopGuard,
@@ -225,6 +227,7 @@ impl Slot {
             queued: false,
             lane_recheck: None,
             promises: HashMap::default(),
+            flushes: HashMap::default(),
             next_token: 0,
             _stop: StopGuard(stop),
             _done: done,
@@ -328,6 +331,14 @@ impl Slot {
                 }
             }
             Command::CallbackTook { callback, took } => Input::CallbackTook { callback, took },
+            Command::Flush { deadline, promise } => {
+                // The frames sent before the flush are in the intake or a lane: taken first.
+                self.take_intake(now, false);
+                let token = self.next_token;
+                self.next_token += 1;
+                self.flushes.insert(token, promise);
+                Input::Flush { token, deadline }
+            }
         };
         self.machine.handle_input(now, input);
     }
@@ -407,6 +418,11 @@ impl Slot {
                 Action::Stop => self.stopped = Some(now),
                 Action::Answer(token, outcome) => {
                     if let Some(p) = self.promises.remove(&token) {
+                        p.fill(outcome);
+                    }
+                }
+                Action::Flushed(token, outcome) => {
+                    if let Some(p) = self.flushes.remove(&token) {
                         p.fill(outcome);
                     }
                 }

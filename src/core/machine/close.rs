@@ -3,7 +3,9 @@
 use std::time::Instant;
 
 use super::connection::Connection;
-use super::{Action, Ev, Machine};
+use super::{Action, Ev, Flush, Machine};
+use crate::core::requests::Token;
+use crate::error::FlushError;
 use crate::event::{AbandonReason, Cause, State};
 
 impl Machine {
@@ -46,6 +48,9 @@ impl Machine {
 
     /// A close waits for nothing more: the flushed row.
     pub(super) fn check_flushed(&mut self, now: Instant) {
+        if !self.flushes.is_empty() {
+            self.check_flushes(now);
+        }
         if self.closing && self.state != State::Closed && self.drained() {
             self.step(now, Ev::Flushed);
         }
@@ -54,5 +59,57 @@ impl Machine {
     /// Nothing left to write, to confirm or to answer.
     pub(super) fn drained(&self) -> bool {
         self.outbox.is_empty() && self.window.is_empty() && self.requests.waiting() == 0
+    }
+}
+
+/// Flushes: a wait for the frames submitted before it.
+impl Machine {
+    /// A flush: answered once every frame submitted before it has its outcome, or at
+    /// `deadline`.
+    pub(super) fn flush(&mut self, now: Instant, token: Token, deadline: Instant) {
+        self.flushes.push(Flush {
+            token,
+            mark: self.c.submitted,
+            abandoned: self.c.abandoned.total(),
+            deadline,
+        });
+        self.barrier_due(now);
+        self.check_flushes(now);
+    }
+
+    /// Whether a flush waits.
+    pub(super) fn flush_waits(&self) -> bool {
+        !self.flushes.is_empty()
+    }
+
+    /// The earliest deadline of a waiting flush.
+    pub(super) fn flush_deadline(&self) -> Option<Instant> {
+        self.flushes.iter().map(|f| f.deadline).min()
+    }
+
+    /// Answers the flushes whose frames all have their outcome, or whose deadline passed.
+    /// Frames leave the outbox and the window in the order they came (but for a deadline of
+    /// their own), so a flush is done once no more frames wait than came after it.
+    fn check_flushes(&mut self, now: Instant) {
+        let waiting = (self.outbox.len() + self.window.len()) as u64;
+        let (submitted, abandoned) = (self.c.submitted, self.c.abandoned.total());
+        let actions = &mut self.actions;
+        self.flushes.retain(|f| {
+            let after = submitted - f.mark;
+            let outcome = if waiting <= after {
+                match abandoned - f.abandoned {
+                    0 => Ok(()),
+                    frames => Err(FlushError::Abandoned { frames }),
+                }
+            } else if f.deadline <= now {
+                Err(FlushError::TimedOut {
+                    waiting: waiting - after,
+                })
+            } else {
+                return true;
+            };
+            actions.push_back(Action::Flushed(f.token, outcome));
+            false
+        });
     }
 }

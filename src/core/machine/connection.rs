@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 
 use super::{Ev, Machine, Timer, OUTAGE_WARN_FIRST};
+use crate::core::confirm::{Answers, Control, Turn, Turns};
 use crate::core::framing::BoxedFraming;
 use crate::core::guard::{timed, Panicked, Stopwatch};
 use crate::core::heartbeat::{HeartbeatState, Ping};
@@ -46,9 +47,17 @@ pub(super) struct Connection {
     /// The hello went out and the peer's accepted reply has not come yet.
     pub(super) handshake_pending: bool,
     /// Encoded control frames (hello, pings), ahead of the outbox.
-    pub(super) control: VecDeque<Vec<u8>>,
+    pub(super) control: VecDeque<(Control, Vec<u8>)>,
     /// Control frames of the last `poll_transmit`, until it is answered.
-    pub(super) in_flight_control: Vec<Vec<u8>>,
+    pub(super) in_flight_control: Vec<(Control, Vec<u8>)>,
+    /// What was written and waits for the peer's answer, in the order it answers
+    /// (`Answers::EveryFrame` or `Pings`).
+    pub(super) turns: Turns,
+    /// The turns of the last `poll_transmit`, each with where it ends in its plaintext batch.
+    pub(super) pending_turns: Vec<(Turn, usize)>,
+    /// Since when frames written have had no ping written after them (`Confirm::reply` under
+    /// `Answers::Pings`: a barrier is due once this is old enough).
+    pub(super) uncovered_since: Option<Instant>,
     /// Where each frame of the last `poll_transmit` ends in its plaintext batch.
     pub(super) pending_ends: Vec<usize>,
     /// With TLS, where each record of the last `poll_transmit` ends in its ciphertext: the
@@ -112,7 +121,7 @@ impl Machine {
                 let (encoded, took) = encode(&mut self.framing, &*self.watch, &self.cfg.name, h);
                 slowest = slowest.max(took);
                 match encoded {
-                    Ok(Some(buf)) => conn.control.push_back(buf),
+                    Ok(Some(buf)) => conn.control.push_back((Control::Hello, buf)),
                     Ok(None) => {}
                     Err(p) => {
                         panicked = Some(p);
@@ -179,15 +188,60 @@ impl Machine {
                 self.c.heartbeats_missed += 1;
             }
             self.c.heartbeats_sent += 1;
-            match self.encoded_ping(now) {
-                Ok(ping) if ping.is_empty() => {}
-                Ok(ping) => {
-                    if let Some(conn) = &mut self.conn {
-                        conn.control.push_back(ping);
-                    }
+            self.queue_ping(now, true);
+        }
+        self.barrier_due(now);
+    }
+
+    /// Queues the ping ahead of the outbox: the heartbeat's, or (`heartbeat` false) a barrier
+    /// whose answer confirms the frames written before it.
+    pub(super) fn queue_ping(&mut self, now: Instant, heartbeat: bool) {
+        match self.encoded_ping(now) {
+            Ok(ping) if ping.is_empty() => {}
+            Ok(ping) => {
+                if let Some(conn) = &mut self.conn {
+                    conn.control.push_back((Control::Ping { heartbeat }, ping));
+                    conn.uncovered_since = None;
                 }
-                Err(p) => self.step(now, Ev::CallbackPanicked(p)),
             }
+            Err(p) => self.step(now, Ev::CallbackPanicked(p)),
+        }
+    }
+
+    /// When a barrier is due: frames confirmed by reply under `Answers::Pings`, written with
+    /// no ping after them, for the barrier's age.
+    pub(super) fn barrier_at(&self) -> Option<Instant> {
+        if !self.window.by_reply() || self.cfg.answers != Answers::Pings {
+            return None;
+        }
+        let since = self.conn.as_ref()?.uncovered_since?;
+        Some(since + self.cfg.confirm.barrier_age)
+    }
+
+    /// Writes a barrier ping when frames confirmed by reply have waited with no ping after
+    /// them for the barrier's age, when their bytes pass its bound, or when a flush waits.
+    pub(super) fn barrier_due(&mut self, now: Instant) {
+        if self.state != State::Ready || !self.window.by_reply() {
+            return;
+        }
+        if self.cfg.answers != Answers::Pings {
+            return;
+        }
+        let Some(conn) = self.conn.as_ref() else {
+            return;
+        };
+        let Some(newest) = self.window.newest_end() else {
+            return;
+        };
+        if conn.turns.ping_after(newest) || conn.control.iter().any(|(c, _)| *c != Control::Hello) {
+            return;
+        }
+        let covered = conn.turns.last_ping_end().max(self.window.read_to());
+        let by_bytes = newest.saturating_sub(covered) >= self.cfg.confirm.barrier_bytes;
+        let by_age = self.barrier_at().is_some_and(|t| t <= now);
+        if by_bytes || by_age || self.flush_waits() {
+            self.c.barriers += 1;
+            self.queue_ping(now, false);
         }
     }
 

@@ -54,10 +54,12 @@ impl Machine {
         deadline: Instant,
     ) {
         if self.state == State::Closed {
+            self.c.requests_submitted += 1;
             return self
                 .requests
                 .answer(token, Err(RequestError::Closed(frame)));
         }
+        self.c.requests_submitted += 1;
         self.requests.submit(now, token, frame, id, deadline);
     }
 

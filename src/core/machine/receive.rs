@@ -7,6 +7,7 @@ use std::time::Instant;
 use bytes::Bytes;
 
 use super::{Ev, Machine};
+use crate::core::confirm::{Answers, Turn};
 use crate::core::guard::{guarded, timed, Panicked};
 use crate::core::heartbeat::Reply;
 use crate::core::requests::{Matched, Matching, Verdict};
@@ -61,20 +62,11 @@ impl Machine {
     }
 
     fn on_frame(&mut self, now: Instant, frame: Bytes) {
-        if self.conn.as_ref().is_some_and(|c| c.handshake_pending) {
-            if let ProofOfLife::Handshake { accept, .. } = &self.cfg.proof {
-                let (accepted, took) =
-                    timed(&*self.watch, Callback::Handshake, || accept.test(&frame));
-                self.took(now, Callback::Handshake, took);
-                match accepted {
-                    Ok(true) => {
-                        self.step(now, Ev::Alive);
-                        return;
-                    }
-                    Ok(false) => {}
-                    Err(p) => return self.step(now, Ev::CallbackPanicked(p)),
-                }
-            }
+        if self.cfg.answers != Answers::Unknown {
+            return self.on_answer(now, frame);
+        }
+        if self.handshake_reply(now, &frame) {
+            return;
         }
         if let Some(reply) = self.cfg.heartbeat.as_ref().and_then(|h| h.reply.as_ref()) {
             let (is_reply, took) = timed(&*self.watch, Callback::HeartbeatReply, || {
@@ -97,6 +89,130 @@ impl Machine {
                 }
             }
         }
+        self.deliver(now, frame);
+    }
+
+    /// While the handshake's reply is awaited: whether `frame` is it (the link is then Ready,
+    /// or failed if the predicate panicked). A frame it does not accept goes on its way.
+    fn handshake_reply(&mut self, now: Instant, frame: &[u8]) -> bool {
+        if !self.conn.as_ref().is_some_and(|c| c.handshake_pending) {
+            return false;
+        }
+        let ProofOfLife::Handshake { accept, .. } = &self.cfg.proof else {
+            return false;
+        };
+        let (accepted, took) = timed(&*self.watch, Callback::Handshake, || accept.test(frame));
+        self.took(now, Callback::Handshake, took);
+        match accepted {
+            Ok(true) => self.step(now, Ev::Alive),
+            Ok(false) => return false,
+            Err(p) => self.step(now, Ev::CallbackPanicked(p)),
+        }
+        true
+    }
+
+    /// A frame of a link that knows what its peer answers: the answer to the turn it comes
+    /// in, or a frame of the peer's own. An answer confirms what was written up to the end of
+    /// what it answers.
+    fn on_answer(&mut self, now: Instant, frame: Bytes) {
+        let every = self.cfg.answers == Answers::EveryFrame;
+        let Some(front) = self.conn.as_ref().map(|c| c.turns.front()) else {
+            return;
+        };
+        let takes_turn = match front {
+            None => Ok(false),
+            // Under `Pings`, only a frame the heartbeat's `reply` accepts answers a ping.
+            Some(Turn::Ping { .. }) if !every => self.is_pong(now, &frame),
+            // Any other turn takes the next frame, unless it is one of the peer's own.
+            Some(_) => self.unsolicited(&frame).map(|u| !u),
+        };
+        let turn = match takes_turn {
+            Ok(true) => front,
+            Ok(false) => None,
+            Err(p) => return self.step(now, Ev::CallbackPanicked(p)),
+        };
+        let Some(turn) = turn else {
+            if self.handshake_reply(now, &frame) {
+                return;
+            }
+            return self.deliver_unsolicited(now, frame);
+        };
+        let Some((_, end)) = self.conn.as_mut().and_then(|c| c.turns.pop()) else {
+            return;
+        };
+        let c = &mut self.c;
+        self.window.answered(end, |n, len| c.confirmed(n, len));
+        match turn {
+            Turn::Ping { heartbeat } => {
+                let hb = self.conn.as_mut().and_then(|c| c.heartbeat.as_mut());
+                if let Some(Reply::Rtt(rtt)) =
+                    hb.filter(|_| heartbeat).and_then(|h| h.on_reply(now))
+                {
+                    self.last_rtt = Some(rtt);
+                }
+            }
+            Turn::Hello => {
+                if !self.handshake_reply(now, &frame) {
+                    self.emit_frame(frame);
+                }
+            }
+            Turn::Frame => self.emit_frame(frame),
+            Turn::Request => {
+                self.c.received += 1;
+                match self.requests.on_frame(frame, Verdict::Reply) {
+                    Matched::Answer(_) => self.answer_requests(),
+                    Matched::Late => log::debug!("relink[{}]: a late reply dropped", self.cfg.name),
+                    Matched::Unsolicited(frame) => self.emit(Event::Frame(frame)),
+                }
+            }
+        }
+        self.check_flushed(now);
+    }
+
+    /// Whether the in-order correlation calls `frame` the peer's own, guarded.
+    fn unsolicited(&self, frame: &[u8]) -> Result<bool, Panicked> {
+        guarded(Callback::Correlation, || {
+            match &self.cfg.requests.correlation.0 {
+                Matching::InOrder {
+                    unsolicited: Some(p),
+                } => p.test(frame),
+                _ => false,
+            }
+        })
+    }
+
+    /// Whether the heartbeat's `reply` accepts `frame` as a pong, timed.
+    fn is_pong(&mut self, now: Instant, frame: &[u8]) -> Result<bool, Panicked> {
+        let Some(reply) = self.cfg.heartbeat.as_ref().and_then(|h| h.reply.as_ref()) else {
+            return Ok(false);
+        };
+        let (is, took) = timed(&*self.watch, Callback::HeartbeatReply, || reply.test(frame));
+        self.took(now, Callback::HeartbeatReply, took);
+        is
+    }
+
+    /// A frame no turn waits for: the application's, or (by id) a request's reply.
+    fn deliver_unsolicited(&mut self, now: Instant, frame: Bytes) {
+        if self.requests.by_id() {
+            return self.deliver(now, frame);
+        }
+        self.emit_frame(frame);
+    }
+
+    /// A frame for the application, as an event.
+    fn emit_frame(&mut self, frame: Bytes) {
+        self.c.received += 1;
+        log::trace!(
+            "relink[{}]: frame of {} bytes received",
+            self.cfg.name,
+            frame.len()
+        );
+        self.emit(Event::Frame(frame));
+    }
+
+    /// A frame that is neither the handshake's nor a pong: a request's reply or the
+    /// application's.
+    fn deliver(&mut self, now: Instant, frame: Bytes) {
         self.c.received += 1;
         log::trace!(
             "relink[{}]: frame of {} bytes received",

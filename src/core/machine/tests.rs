@@ -24,6 +24,7 @@ struct Sim {
     stopped: bool,
     written: Vec<u8>,
     answers: Vec<(Token, Outcome)>,
+    flushed: Vec<(Token, Result<(), crate::error::FlushError>)>,
     /// The peer's TCP acknowledges every byte as soon as it is written.
     auto_ack: bool,
 }
@@ -43,6 +44,7 @@ impl Sim {
             stopped: false,
             written: Vec::new(),
             answers: Vec::new(),
+            flushed: Vec::new(),
             auto_ack: true,
         }
     }
@@ -177,6 +179,7 @@ impl Sim {
                 Action::Disconnect => self.disconnects += 1,
                 Action::Stop => self.stopped = true,
                 Action::Answer(token, outcome) => self.answers.push((token, outcome)),
+                Action::Flushed(token, outcome) => self.flushed.push((token, outcome)),
             }
         }
     }
@@ -242,6 +245,7 @@ impl Sim {
 use State::*;
 
 mod capture;
+mod confirm;
 mod connection;
 mod panics;
 mod pause;

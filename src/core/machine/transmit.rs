@@ -6,7 +6,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
+use super::connection::Connection;
 use super::{Ev, Machine, Timer, TxResult};
+use crate::core::confirm::{Answers, Control, Turn};
 use crate::core::framing::BoxedFraming;
 use crate::core::framing::{Framing, LengthDelimited, Lines};
 use crate::core::guard::{guarded, Panicked};
@@ -64,9 +66,18 @@ impl Machine {
             return false;
         };
         conn.pending_ends.clear();
-        while let Some(c) = conn.control.pop_front() {
+        conn.pending_turns.clear();
+        let answers = self.cfg.answers;
+        while let Some((kind, c)) = conn.control.pop_front() {
             buf.extend_from_slice(&c);
-            conn.in_flight_control.push(c);
+            let turn = matches!(
+                (answers, kind),
+                (Answers::EveryFrame, _) | (Answers::Pings, Control::Ping { .. })
+            );
+            if turn {
+                conn.pending_turns.push((kind.into(), buf.len()));
+            }
+            conn.in_flight_control.push((kind, c));
         }
         if self.state == State::Ready {
             // A batch holds one frame at least, and no more frames once the payloads would
@@ -85,12 +96,17 @@ impl Machine {
             };
             let (outbox, framing, name) = (&mut self.outbox, &mut self.framing, &self.cfg.name);
             let ends = &mut conn.pending_ends;
+            let first = ends.len();
             let mut filled = Filled::default();
             // One reading for the whole batch: timing each frame would cost more than
             // encoding a small one.
             let took = self.watch.time(Callback::Encode, &mut || {
                 filled = fill_batch(outbox, framing, name, buf, bounds, ends);
             });
+            if answers == Answers::EveryFrame {
+                let turns = ends[first..].iter().map(|&e| (Turn::Frame, e));
+                conn.pending_turns.extend(turns);
+            }
             self.took(now, Callback::Encode, took);
             self.abandon_all(filled.refused, AbandonReason::Unencodable);
             if let Some(p) = filled.panicked {
@@ -124,7 +140,13 @@ impl Machine {
             let mark = buf.len();
             let framing = &mut self.framing;
             match guarded(Callback::Encode, || framing.encode(frame, buf))? {
-                Ok(()) => self.requests.advance(),
+                Ok(()) => {
+                    self.requests.advance();
+                    let in_order = self.cfg.answers != Answers::Unknown && !self.requests.by_id();
+                    if let Some(conn) = self.conn.as_mut().filter(|_| in_order) {
+                        conn.pending_turns.push((Turn::Request, buf.len()));
+                    }
+                }
                 Err(e) => {
                     buf.truncate(mark);
                     self.requests
@@ -142,6 +164,7 @@ impl Machine {
         match result {
             TxResult::Sent => {
                 self.written(now);
+                self.barrier_due(now);
                 self.requests.confirm();
                 if let Some(conn) = &mut self.conn {
                     conn.in_flight_control.clear();
@@ -188,13 +211,14 @@ impl Machine {
         let base = self.window.written();
         self.window.wrote(now, len);
         let (c, window) = (&mut self.c, &mut self.window);
+        let blind = window.is_blind() && !window.by_reply();
         // With TLS a frame can be read once the record that carries its last byte has
         // arrived: it is confirmed with the end of that record.
         let mut k = 0;
         self.outbox.take_written(|run| {
             let (frames, bytes) = (run.ends.len(), run.bytes());
             c.sent(frames, bytes);
-            if window.is_blind() {
+            if blind {
                 c.confirmed(frames, bytes);
                 return;
             }
@@ -218,6 +242,34 @@ impl Machine {
             });
             window.push_run(data, start, frames, now, deadline);
         });
+        // The turns of the batch, at their ends in the stream (with TLS, the ends of their
+        // records, as for frames).
+        if let Some(conn) = &mut self.conn {
+            let Connection {
+                turns,
+                pending_turns,
+                pending_records,
+                tls,
+                uncovered_since,
+                ..
+            } = conn;
+            for &(turn, e) in pending_turns.iter() {
+                let end = match tls {
+                    None => e,
+                    Some(_) => pending_records
+                        .get(e.saturating_sub(1) / RECORD_PLAINTEXT)
+                        .map_or(len, |&r| r),
+                };
+                turns.push(turn, base + end as u64);
+            }
+            pending_turns.clear();
+            if k > 0
+                && uncovered_since.is_none()
+                && !turns.ping_after(self.window.newest_end().unwrap_or(0))
+            {
+                *uncovered_since = Some(now);
+            }
+        }
     }
 
     /// A reading of the acknowledged bytes: the frames it covers are confirmed.
@@ -263,12 +315,24 @@ impl Machine {
         self.window.reset();
         match self.cfg.redelivery {
             Redelivery::Resend => {
+                let (frames, poison) = self.losses.count(frames, self.cfg.max_losses);
+                if !poison.is_empty() {
+                    log::warn!(
+                        "relink[{}]: {} frame(s) in flight at {} connection losses in a row \
+                         abandoned as poison",
+                        self.cfg.name,
+                        poison.len(),
+                        self.cfg.max_losses
+                    );
+                }
+                self.abandon_all(poison, AbandonReason::Poison);
                 self.c.resent += frames.len() as u64;
                 for s in frames.into_iter().rev() {
                     self.outbox.push_front(s.frame, s.deadline);
                 }
             }
             Redelivery::Report => {
+                self.losses.clear();
                 let frames = frames.into_iter().map(|s| s.frame).collect();
                 self.abandon_all(frames, AbandonReason::Unconfirmed);
             }

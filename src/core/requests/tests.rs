@@ -4,6 +4,9 @@
 use super::*;
 use bytes::Bytes;
 
+/// The default of `Builder::max_losses`.
+const MAX_LOSSES: u32 = 5;
+
 const T: Duration = Duration::from_secs(1);
 
 fn settings(overflow: Overflow, frames: usize) -> RequestSettings {
@@ -15,29 +18,38 @@ fn settings(overflow: Overflow, frames: usize) -> RequestSettings {
 }
 
 fn in_order(overflow: Overflow, frames: usize) -> Requests {
-    Requests::new(&settings(overflow, frames))
+    Requests::new(&settings(overflow, frames), MAX_LOSSES)
 }
 
 fn resending() -> Requests {
-    Requests::new(&RequestSettings {
-        redelivery: Redelivery::Resend,
-        ..settings(Overflow::RejectNew, 8)
-    })
+    Requests::new(
+        &RequestSettings {
+            redelivery: Redelivery::Resend,
+            ..settings(Overflow::RejectNew, 8)
+        },
+        MAX_LOSSES,
+    )
 }
 
 fn bytes_limited(max_bytes: usize) -> Requests {
-    Requests::new(&RequestSettings {
-        max_bytes,
-        ..settings(Overflow::RejectNew, 8)
-    })
+    Requests::new(
+        &RequestSettings {
+            max_bytes,
+            ..settings(Overflow::RejectNew, 8)
+        },
+        MAX_LOSSES,
+    )
 }
 
 fn by_id() -> Requests {
     let id = |f: &[u8]| f.get(..1).map(<[u8]>::to_vec);
-    Requests::new(&RequestSettings {
-        correlation: Correlation::by_id(id, id),
-        ..settings(Overflow::RejectNew, 16)
-    })
+    Requests::new(
+        &RequestSettings {
+            correlation: Correlation::by_id(id, id),
+            ..settings(Overflow::RejectNew, 16)
+        },
+        MAX_LOSSES,
+    )
 }
 
 /// Writes every unsent request, as one batch the socket takes.
@@ -392,11 +404,14 @@ fn random_run(seed: u64, by_id: bool, redelivery: Redelivery, overflow: Overflow
     } else {
         Correlation::in_order()
     };
-    let mut r = Requests::new(&RequestSettings {
-        redelivery,
-        correlation,
-        ..settings(overflow, 8)
-    });
+    let mut r = Requests::new(
+        &RequestSettings {
+            redelivery,
+            correlation,
+            ..settings(overflow, 8)
+        },
+        MAX_LOSSES,
+    );
     let mut frames: HashMap<Token, Vec<u8>> = HashMap::new();
     let mut ends: HashMap<Token, Vec<Outcome>> = HashMap::new();
     // What the peer received on this connection and has not answered yet.

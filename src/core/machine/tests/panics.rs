@@ -32,6 +32,9 @@ fn panic_errors(s: &Sim) -> Vec<(crate::error::Callback, Option<String>)> {
 fn row22_a_reply_predicate_that_panics_once_fails_the_connection_then_the_link_recovers() {
     let hb = Heartbeat::new(1000 * MS, Ping::Raw(b"p".to_vec())).reply(panicking(false, false));
     let mut s = Sim::ready(Sim::builder().framing(Lines::new()).heartbeat(hb));
+    // The predicate is asked only while a ping waits for its pong.
+    s.advance(1000 * MS);
+    s.transmit();
     s.data(b"first\n");
     let errors = panic_errors(&s);
     assert_eq!(
@@ -78,7 +81,7 @@ fn row22_a_reply_predicate_that_panics_once_fails_the_connection_then_the_link_r
 
 #[test]
 fn row22_a_reply_predicate_that_always_panics_backs_off_with_growing_delays_then_cools_down() {
-    let hb = Heartbeat::new(1000 * MS, Ping::Raw(b"p".to_vec())).reply(panicking(true, false));
+    let hb = Heartbeat::new(10 * MS, Ping::Raw(b"p".to_vec())).reply(panicking(true, false));
     let b = Sim::builder()
         .framing(Lines::new())
         .heartbeat(hb)
@@ -88,6 +91,9 @@ fn row22_a_reply_predicate_that_always_panics_backs_off_with_growing_delays_then
     let mut s = Sim::connecting(b);
     for _ in 0..5 {
         s.tcp_up();
+        // The predicate is asked only while a ping waits for its pong.
+        s.advance(10 * MS);
+        s.transmit();
         s.data(b"x\n");
         assert_eq!(s.last_transition().cause, Cause::CallbackPanic);
         s.next_timer();

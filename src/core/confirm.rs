@@ -1,0 +1,221 @@
+//! What confirms a frame, which frames the peer answers, and the turns of a connection: the
+//! frames written that wait for their answer, in the order the peer answers them.
+//!
+//! ```text
+//!  written: [hello][f1][f2][ping][req][f3]  ──►  peer reads in order, answers in order
+//!  turns (EveryFrame): Hello F1 F2 Ping Req F3    the k-th answer pops the k-th turn
+//!  turns (Pings):      Ping Req                    only pings (and in-order requests) answer
+//!  an answer to a turn that ends at stream offset e confirms every frame ending at or before e
+//! ```
+//!
+//! Pure: no clock, no IO. A pong is recognised by its place in the order, never by its content
+//! alone: under [`Answers::EveryFrame`] the answer in a ping's turn is its pong whatever it
+//! says; under [`Answers::Pings`] a frame the heartbeat's `reply` accepts is a pong only when a
+//! ping's turn is first, and a request's turn first takes the next answer even if it looks like
+//! a pong.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+/// Which frames the peer's application answers, in the order it read them
+/// ([`Builder::answers`](crate::Builder::answers)).
+///
+/// The link uses it to give each answer its turn: a ping's reply is told from a request's by
+/// its place, and (with [`Confirm::reply`]) an answer confirms every frame written before the
+/// frame it answers.
+///
+/// # Examples
+/// ```
+/// use std::time::Duration;
+/// use relink::framing::Resp;
+/// use relink::{Answers, Confirm, Heartbeat, Link, Ping};
+///
+/// // redis answers every command in order: the k-th reply answers the k-th frame.
+/// let link = Link::builder("tcp://127.0.0.1:6379")
+///     .framing(Resp::new())
+///     .heartbeat(Heartbeat::new(Duration::from_secs(1), Ping::Raw(b"PING\r\n".to_vec())))
+///     .answers(Answers::EveryFrame)
+///     .confirm(Confirm::reply())
+///     .build()?;
+/// # link.close(Duration::ZERO);
+/// # Ok::<(), relink::error::ConfigError>(())
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Answers {
+    /// Not said. Pings are recognised by the heartbeat's `reply`, if it has one (then as under
+    /// [`Answers::Pings`]); frames can be confirmed only by the peer's TCP. The default.
+    #[default]
+    Unknown,
+    /// The peer answers every frame written, hello and pings included, in order (redis,
+    /// memcached, most request/reply line protocols). Frames the correlation calls unsolicited
+    /// (`Correlation::in_order_except`, `Correlation::resp`'s pushes) take no turn.
+    EveryFrame,
+    /// The peer answers only the heartbeat's ping (and in-order requests), and the
+    /// heartbeat's `reply` says which inbound frames are pongs (NATS' `PING`/`PONG` beside
+    /// `PUB`, MQTT's `PINGREQ`/`PINGRESP` beside QoS 0 `PUBLISH`).
+    Pings,
+}
+
+/// What confirms a frame ([`Builder::confirm`](crate::Builder::confirm)): the peer's TCP, or a
+/// reply from the peer's application.
+///
+/// - **By TCP** (the default): confirmed once the peer's kernel acknowledged its last byte. A
+///   peer that dies with acknowledged bytes unread loses them, and the link cannot know.
+/// - **By reply**: confirmed once the peer's application answered it, or answered a frame
+///   written after it (in-order protocols read in order). Under [`Answers::Pings`] the link
+///   writes a ping (a *barrier*) once unconfirmed bytes or their age pass a bound, so a steady
+///   stream is confirmed within a bounded time; under [`Answers::EveryFrame`] every reply
+///   confirms its frame. Until then a frame stays in the window, and at a drop it is resent or
+///   reported by the [`Redelivery`](crate::Redelivery) policy like any unconfirmed frame.
+///   Protocols whose peer answers nothing stay at confirmation by TCP.
+///
+/// # Examples
+/// ```
+/// use std::time::Duration;
+/// use relink::Confirm;
+///
+/// // Confirm by reply; a barrier ping after 64 KiB or 2 ms of unconfirmed frames.
+/// let c = Confirm::reply().barrier(64 << 10, Duration::from_millis(2));
+/// assert!(c.is_by_reply());
+/// assert!(!Confirm::tcp().is_by_reply());
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Confirm {
+    pub(crate) by_reply: bool,
+    pub(crate) barrier_bytes: u64,
+    pub(crate) barrier_age: Duration,
+}
+
+/// Unconfirmed bytes after which a barrier ping goes out, by default.
+pub const BARRIER_BYTES: u64 = 256 << 10;
+/// The age of the oldest unconfirmed frame after which a barrier ping goes out, by default.
+pub const BARRIER_AGE: Duration = Duration::from_millis(5);
+
+impl Confirm {
+    /// Confirmed by the peer's TCP. The default.
+    pub fn tcp() -> Confirm {
+        Confirm {
+            by_reply: false,
+            barrier_bytes: BARRIER_BYTES,
+            barrier_age: BARRIER_AGE,
+        }
+    }
+
+    /// Confirmed by a reply of the peer's application (needs [`Answers::EveryFrame`] or
+    /// [`Answers::Pings`]). Barriers after 256 KiB or 5 ms by default.
+    pub fn reply() -> Confirm {
+        Confirm {
+            by_reply: true,
+            ..Confirm::tcp()
+        }
+    }
+
+    /// Under [`Answers::Pings`], a barrier ping goes out once `bytes` bytes written are
+    /// unconfirmed or the oldest unconfirmed frame is `age` old (and no ping written after it
+    /// is still unanswered). Defaults to 256 KiB and 5 ms.
+    pub fn barrier(mut self, bytes: u64, age: Duration) -> Confirm {
+        self.barrier_bytes = bytes;
+        self.barrier_age = age;
+        self
+    }
+
+    /// Whether frames are confirmed by a reply.
+    pub fn is_by_reply(&self) -> bool {
+        self.by_reply
+    }
+}
+
+impl Default for Confirm {
+    fn default() -> Confirm {
+        Confirm::tcp()
+    }
+}
+
+/// What a turn waits for the answer to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Turn {
+    /// A hello frame: its answer goes to the handshake's verdict.
+    Hello,
+    /// A ping (`heartbeat`: the heartbeat's own, whose round trip is measured; otherwise a
+    /// barrier or a flush's).
+    Ping { heartbeat: bool },
+    /// A frame of the application's: its answer is delivered as an event.
+    Frame,
+    /// A request: its answer goes to the request matcher.
+    Request,
+}
+
+/// The kind of a control frame written ahead of the outbox.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Control {
+    Hello,
+    Ping { heartbeat: bool },
+}
+
+impl From<Control> for Turn {
+    fn from(c: Control) -> Turn {
+        match c {
+            Control::Hello => Turn::Hello,
+            Control::Ping { heartbeat } => Turn::Ping { heartbeat },
+        }
+    }
+}
+
+/// The turns of one connection, oldest first, each with the stream offset just past its last
+/// byte.
+#[derive(Debug, Default)]
+pub(crate) struct Turns {
+    queue: VecDeque<(Turn, u64)>,
+    /// The end of the newest ping written on the connection.
+    last_ping_end: Option<u64>,
+}
+
+impl Turns {
+    pub(crate) fn push(&mut self, turn: Turn, end: u64) {
+        if let Turn::Ping { .. } = turn {
+            self.last_ping_end = Some(end);
+        }
+        self.queue.push_back((turn, end));
+    }
+
+    /// The turn whose answer comes next.
+    pub(crate) fn front(&self) -> Option<Turn> {
+        self.queue.front().map(|&(t, _)| t)
+    }
+
+    /// Takes the next turn: what it was, and where it ends.
+    pub(crate) fn pop(&mut self) -> Option<(Turn, u64)> {
+        self.queue.pop_front()
+    }
+
+    /// Whether a ping was written after stream offset `end`.
+    pub(crate) fn ping_after(&self, end: u64) -> bool {
+        self.last_ping_end.is_some_and(|p| p >= end)
+    }
+
+    /// The end of the newest ping written (0 when none was).
+    pub(crate) fn last_ping_end(&self) -> u64 {
+        self.last_ping_end.unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn turns_come_back_in_the_order_they_were_written() {
+        let mut t = Turns::default();
+        t.push(Turn::Frame, 4);
+        t.push(Turn::Ping { heartbeat: true }, 10);
+        t.push(Turn::Request, 15);
+        assert!(t.ping_after(4) && t.ping_after(10) && !t.ping_after(11));
+        assert_eq!(t.pop(), Some((Turn::Frame, 4)));
+        assert_eq!(t.pop(), Some((Turn::Ping { heartbeat: true }, 10)));
+        assert_eq!(t.last_ping_end(), 10);
+        assert_eq!(t.front(), Some(Turn::Request));
+        assert_eq!(t.pop(), Some((Turn::Request, 15)));
+        assert_eq!(t.pop(), None);
+    }
+}
