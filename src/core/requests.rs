@@ -168,7 +168,7 @@ struct Entry {
     id: Option<Vec<u8>>,
     deadline: Instant,
     waiting: bool,
-    /// Connection losses in a row it was written before and not answered.
+    /// Connection losses at which it was the oldest request written and not answered.
     losses: u32,
 }
 
@@ -502,18 +502,19 @@ impl Requests {
     /// any more leave.
     pub(crate) fn connection_lost(&mut self) {
         self.in_flight = 0;
-        let carried: Vec<Entry> = self.window.drain(..self.sent).collect();
+        let mut carried: Vec<Entry> = self.window.drain(..self.sent).collect();
         self.sent = 0;
+        // Only the oldest is counted: those behind it wait on it (in order) or were written
+        // beside it; it is the one a peer that drops the connection cannot get past.
+        if let Some(oldest) = carried.iter_mut().find(|e| e.waiting) {
+            oldest.losses += 1;
+        }
         for e in carried.into_iter().rev() {
             if !e.waiting {
                 continue;
             }
             match self.redelivery {
-                Redelivery::Resend if e.losses + 1 < self.max_losses => {
-                    let mut e = e;
-                    e.losses += 1;
-                    self.window.push_front(e)
-                }
+                Redelivery::Resend if e.losses < self.max_losses => self.window.push_front(e),
                 Redelivery::Resend => {
                     self.bytes -= e.frame.len();
                     self.outcomes

@@ -7,7 +7,7 @@
 //! when the IO side should read the count again: soon after a write, then less often while
 //! nothing moves, so a peer that stopped reading costs few wake-ups.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -77,39 +77,44 @@ pub(super) struct Unconfirmed {
     pub(super) deadline: Option<Instant>,
 }
 
-/// How many connection losses in a row each frame taken back from the window was in flight
-/// at. A frame is known by its bytes' place in memory: a resent frame is the same slice of
-/// the same buffer, and only frames of the last loss are remembered.
+/// How many connection losses in a row the oldest frame taken back from the window was the
+/// oldest at. Frames are confirmed in order, so the oldest unconfirmed one is the one a peer
+/// that drops the connection cannot get past; those behind it wait on it and are not counted.
+/// A frame is known by its bytes' place in memory: a resent frame is the same slice of the
+/// same buffer.
 #[derive(Debug, Default)]
-pub(super) struct Losses(HashMap<(usize, usize), u32>);
+pub(super) struct Losses(Option<((usize, usize), u32)>);
 
 impl Losses {
-    /// The frames of a lost connection, oldest first: each counted once more (those of the
-    /// loss before that are not among them start again). Gives back those still to resend
-    /// and those in flight at `max` losses in a row.
+    /// The frames of a lost connection, oldest first: the oldest counted once more (or from
+    /// one, if it is another frame than at the last loss). Gives back the frames to resend,
+    /// and the oldest apart when it has been the oldest at `max` losses in a row.
     pub(super) fn count(
         &mut self,
-        frames: Vec<Unconfirmed>,
+        mut frames: Vec<Unconfirmed>,
         max: u32,
-    ) -> (Vec<Unconfirmed>, Vec<Bytes>) {
-        let before = std::mem::take(&mut self.0);
-        let (mut resend, mut poison) = (Vec::with_capacity(frames.len()), Vec::new());
-        for f in frames {
-            let key = (f.frame.as_ptr() as usize, f.frame.len());
-            let n = before.get(&key).copied().unwrap_or(0) + 1;
-            if n >= max {
-                poison.push(f.frame);
-            } else {
-                self.0.insert(key, n);
-                resend.push(f);
-            }
+    ) -> (Vec<Unconfirmed>, Option<Bytes>) {
+        let Some(head) = frames.first() else {
+            self.0 = None;
+            return (frames, None);
+        };
+        let key = (head.frame.as_ptr() as usize, head.frame.len());
+        let n = match self.0 {
+            Some((k, n)) if k == key => n + 1,
+            _ => 1,
+        };
+        if n >= max {
+            self.0 = None;
+            let poison = frames.remove(0).frame;
+            return (frames, Some(poison));
         }
-        (resend, poison)
+        self.0 = Some((key, n));
+        (frames, None)
     }
 
-    /// Forgets every count (the frames were not resent).
+    /// Forgets the count (the frames were not resent).
     pub(super) fn clear(&mut self) {
-        self.0.clear();
+        self.0 = None;
     }
 }
 

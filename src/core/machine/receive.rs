@@ -116,6 +116,11 @@ impl Machine {
     /// what it answers.
     fn on_answer(&mut self, now: Instant, frame: Bytes) {
         let every = self.cfg.answers == Answers::EveryFrame;
+        // Under `Pings` the hello takes no turn: its reply is told by the handshake's
+        // predicate, ahead of any ping written meanwhile.
+        if !every && self.handshake_reply(now, &frame) {
+            return;
+        }
         let Some(front) = self.conn.as_ref().map(|c| c.turns.front()) else {
             return;
         };
@@ -132,7 +137,7 @@ impl Machine {
             Err(p) => return self.step(now, Ev::CallbackPanicked(p)),
         };
         let Some(turn) = turn else {
-            if self.handshake_reply(now, &frame) {
+            if every && self.handshake_reply(now, &frame) {
                 return;
             }
             return self.deliver_unsolicited(now, frame);

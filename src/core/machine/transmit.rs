@@ -316,16 +316,16 @@ impl Machine {
         match self.cfg.redelivery {
             Redelivery::Resend => {
                 let (frames, poison) = self.losses.count(frames, self.cfg.max_losses);
-                if !poison.is_empty() {
+                if let Some(poison) = poison {
                     log::warn!(
-                        "relink[{}]: {} frame(s) in flight at {} connection losses in a row \
-                         abandoned as poison",
+                        "relink[{}]: a frame of {} bytes, the oldest unconfirmed at {} \
+                         connection losses in a row, abandoned as poison",
                         self.cfg.name,
                         poison.len(),
                         self.cfg.max_losses
                     );
+                    self.abandon_all(vec![poison], AbandonReason::Poison);
                 }
-                self.abandon_all(poison, AbandonReason::Poison);
                 self.c.resent += frames.len() as u64;
                 for s in frames.into_iter().rev() {
                     self.outbox.push_front(s.frame, s.deadline);
