@@ -65,10 +65,12 @@
 //! - Accounting: every frame given to [`Link::send`] is confirmed by the peer's TCP, abandoned
 //!   with a reason and handed back in an [`Event::Abandoned`], or refused at the call with the
 //!   frame given back (see "Confirmed delivery" below).
-//! - One way in: every `send*` call, blocking or async, frame or [`Batch`], takes the same
-//!   path (admission against the outbox limits, then the link's intake buffer, which the IO
-//!   thread takes whole), with [`SendOptions`] for the wait and a per-frame deadline; frames
-//!   are anything that converts into `bytes::Bytes`.
+//! - Frames in: every `send*` call of [`Link`], blocking or async, frame or [`Batch`], takes
+//!   the same path (admission against the outbox limits, then the link's intake buffer, which
+//!   the IO thread takes whole), with [`SendOptions`] for the wait and a per-frame deadline;
+//!   frames are anything that converts into `bytes::Bytes`. A [`Sender`] has rings of its own
+//!   that the IO thread drains beside the intake, and a request is handed to the IO thread as
+//!   a command of its own and admitted there.
 //! - Names resolved off every IO thread; several endpoints tried in a per-link order.
 //! - TLS on the link itself ([`Builder::tls`], [`Tls`]): a rustls session per connection
 //!   between the socket's bytes and the framing, the server verified by default (trust roots,
@@ -244,8 +246,8 @@
 //! interval, becomes a fresh chance: a ping at once and a full `interval × (max_missed + 1)`
 //! from the resume (the handshake, TLS handshake and connect bounds likewise get their full
 //! length again). So a pause condemns no healthy peer, and a dead one is still found within
-//! the pause plus one bound. Frame deadlines (`send_with_ttl`, `frame_ttl`) stay absolute:
-//! a frame that got stale in a pause is stale. [`Metrics::verdicts_deferred`] counts the
+//! the pause plus one bound. Frame deadlines ([`SendOptions::ttl`], [`Builder::frame_ttl`])
+//! stay absolute: a frame that got stale in a pause is stale. [`Metrics::verdicts_deferred`] counts the
 //! fresh chances, and the thread says at warn how late it was and why (a named slow callback,
 //! or "the process got no CPU").
 //!
@@ -381,3 +383,8 @@ pub mod pool {
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
+
+/// The guide's examples (docs/guide.md), compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide.md")]
+pub struct GuideDoctests;
