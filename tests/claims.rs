@@ -116,11 +116,15 @@ const PATH_ROOTS: [&str; 7] = [
     ".ci/",
 ];
 
-/// The docs.rs address of a file of the crate's source: what follows is a repository path.
-const SOURCE_URL: &str = "https://docs.rs/crate/relink/latest/source/";
+/// The docs.rs addresses of the files of the crates' sources, and the folder of each crate:
+/// what follows the address is a path in that folder.
+const SOURCE_URLS: [(&str, &str); 2] = [
+    ("https://docs.rs/crate/relink/latest/source/", ""),
+    ("https://docs.rs/crate/relink-cat/latest/source/", "cli/"),
+];
 
 /// The repository paths a document names: words that start with one of [`PATH_ROOTS`], the
-/// files behind [`SOURCE_URL`], and the targets of its relative Markdown links (resolved
+/// files behind [`SOURCE_URLS`], and the targets of its relative Markdown links (resolved
 /// from the document's folder). Paths with a pattern in them (`*`, `<`, `{`) are not paths.
 fn paths_named(doc: &str, text: &str) -> Vec<(usize, String)> {
     let path_char = |c: char| is_ident_char(c) || matches!(c, '/' | '.' | '-');
@@ -131,9 +135,12 @@ fn paths_named(doc: &str, text: &str) -> Vec<(usize, String)> {
         for (i, _) in line.char_indices() {
             let rest = &line[i..];
             let before = line[..i].chars().next_back();
-            if let Some(after) = rest.strip_prefix(SOURCE_URL) {
+            if let Some((dir, after)) = SOURCE_URLS
+                .iter()
+                .find_map(|(url, dir)| rest.strip_prefix(url).map(|after| (dir, after)))
+            {
                 let end = after.find(|c: char| !path_char(c)).unwrap_or(after.len());
-                found.push((n, after[..end].trim_end_matches('.').to_string()));
+                found.push((n, format!("{dir}{}", after[..end].trim_end_matches('.'))));
                 continue;
             }
             // A path starts a word (not inside another path, a URL or an identifier).
@@ -687,7 +694,8 @@ fn the_core_names_nothing_of_the_io_side_and_reads_no_clock() {
 
 #[test]
 fn the_scanners_find_what_a_claim_looks_like() {
-    let text = "See `tests/faults.rs` and src/core/window.rs, [g](guide.md#x), not src/*.rs.\n\
+    let text = "See `tests/faults.rs` and src/core/window.rs, [g](guide.md#x), not src/*.rs, \
+                https://docs.rs/crate/relink-cat/latest/source/README.md.\n\
                 Run `cargo test --test faults` or `cargo bench --bench NAME`.\n\
                 `Link::send_with_ttl` and `send_timeout(f, t)`; `Instant::now()`.";
     let paths: Vec<String> = paths_named("docs/x.md", text)
@@ -696,7 +704,12 @@ fn the_scanners_find_what_a_claim_looks_like() {
         .collect();
     assert_eq!(
         paths,
-        ["tests/faults.rs", "src/core/window.rs", "docs/guide.md"]
+        [
+            "tests/faults.rs",
+            "src/core/window.rs",
+            "cli/README.md",
+            "docs/guide.md"
+        ]
     );
     let flags: Vec<String> = cargo_flags(text)
         .into_iter()
