@@ -342,6 +342,100 @@ fn every_cargo_target_and_feature_the_docs_name_exists() {
     );
 }
 
+/// The bench commands a document names, with the flags given to the bench after `--`, as
+/// (line, bench, flags): `cargo bench --bench links -- --quick --links 4500` gives
+/// `("links", ["quick", "links"])`. A command may wrap onto the next line; it ends at a
+/// closing backtick, a parenthesis or a blank line.
+fn bench_commands(text: &str) -> Vec<(usize, String, Vec<String>)> {
+    let mut found = Vec::new();
+    for (i, _) in text.match_indices("cargo bench") {
+        let line = text[..i].matches('\n').count() + 1;
+        let rest = &text[i..];
+        let end = rest
+            .find(['`', ')', ';'])
+            .into_iter()
+            .chain(rest.find("\n\n"))
+            .min()
+            .unwrap_or(rest.len());
+        let words: Vec<&str> = rest[..end].split_whitespace().collect();
+        let Some(at) = words.iter().position(|w| *w == "--bench") else {
+            continue;
+        };
+        let Some(bench) = words.get(at + 1) else {
+            continue;
+        };
+        let Some(dashes) = words.iter().position(|w| *w == "--") else {
+            found.push((line, bench.to_string(), Vec::new()));
+            continue;
+        };
+        let flags = words[dashes + 1..]
+            .iter()
+            .filter_map(|w| w.strip_prefix("--"))
+            .map(|w| {
+                w.split('=')
+                    .next()
+                    .unwrap_or("")
+                    .trim_end_matches(['.', ','])
+            })
+            .filter(|w| !w.is_empty())
+            .map(str::to_string)
+            .collect();
+        found.push((line, bench.to_string(), flags));
+    }
+    found
+}
+
+#[test]
+fn every_flag_the_docs_give_a_bench_is_one_it_reads() {
+    let mut support = String::new();
+    for file in rust_files(&root().join("benches/support")) {
+        support.push_str(&read(&file));
+    }
+    let mut missing = Vec::new();
+    let mut checked = 0;
+    for (doc, text) in documents() {
+        for (line, bench, flags) in bench_commands(&text) {
+            let path = root().join(format!("benches/{bench}.rs"));
+            // A missing bench is the targets test's to report.
+            let Ok(source) = fs::read_to_string(&path) else {
+                continue;
+            };
+            for flag in flags {
+                checked += 1;
+                // `arg("links")`, `flag("quick")`, clap's `#[arg(long)] max_attempts`.
+                let read = [&source, &support].iter().any(|s| {
+                    s.contains(&format!("\"{flag}"))
+                        || s.contains(&format!("\"--{flag}"))
+                        || has_word(s, &flag.replace('-', "_"))
+                });
+                if !read {
+                    missing.push(format!(
+                        "{doc}:{line}: cargo bench --bench {bench} -- --{flag}"
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        checked > 15,
+        "only {checked} bench flags found: the scan looks broken"
+    );
+    assert!(
+        missing.is_empty(),
+        "bench flags the docs give that the bench does not read:\n  {}",
+        missing.join("\n  ")
+    );
+}
+
+/// True when `word` occurs in `text` with no identifier character on either side.
+fn has_word(text: &str, word: &str) -> bool {
+    text.match_indices(word).any(|(i, _)| {
+        let before = text[..i].chars().next_back();
+        let after = text[i + word.len()..].chars().next();
+        !before.is_some_and(is_ident_char) && !after.is_some_and(is_ident_char)
+    })
+}
+
 // --- types, methods, variants --------------------------------------------------------------
 
 /// The names the library defines: types (`struct`, `enum`, `trait`, `type`, public or not:
@@ -716,6 +810,20 @@ fn the_scanners_find_what_a_claim_looks_like() {
         .map(|(_, f, v)| format!("{f} {v}"))
         .collect();
     assert_eq!(flags, ["--test faults"]);
+    let benches = bench_commands(
+        "`cargo bench --bench links -- --quick\n--links 4500` and (`cargo bench --bench cpu`)",
+    );
+    assert_eq!(
+        benches,
+        [
+            (
+                1,
+                "links".to_string(),
+                vec!["quick".to_string(), "links".to_string()]
+            ),
+            (2, "cpu".to_string(), vec![])
+        ]
+    );
     let calls: Vec<Vec<String>> = rust_paths(text).into_iter().map(|(_, p)| p).collect();
     assert_eq!(
         calls,
