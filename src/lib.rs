@@ -247,9 +247,9 @@
 //! from the resume (the handshake, TLS handshake and connect bounds likewise get their full
 //! length again). So a pause condemns no healthy peer, and a dead one is still found within
 //! the pause plus one bound. Frame deadlines ([`SendOptions::ttl`], [`Builder::frame_ttl`])
-//! stay absolute: a frame that got stale in a pause is stale. [`Metrics::verdicts_deferred`] counts the
-//! fresh chances, and the thread says at warn how late it was and why (a named slow callback,
-//! or "the process got no CPU").
+//! stay absolute: a frame that got stale in a pause is stale. [`Metrics::verdicts_deferred`]
+//! counts the fresh chances, and the thread says at warn how late it was and why (a named slow
+//! callback, or "the process got no CPU").
 //!
 //! Application code on an IO thread (the framing, the reply and handshake predicates) holds
 //! every link of that thread while it runs: their pings are not sent and their replies not
@@ -278,8 +278,8 @@
 //! src/events.rs    the receiving end of a link's events (Events)
 //! src/builder.rs   the builder and its defaults (builder/check.rs: the checks of build());
 //!                  the core's settings kept apart
-//! src/event.rs, error.rs, metrics.rs   plain data every layer uses; they import no layer
-//!                  (error.rs is public as `relink::error`)
+//! src/event.rs, error.rs, metrics.rs   plain data every layer uses; of the layers they
+//!                  import only core's AbandonReason (error.rs is public as `relink::error`)
 //! src/view.rs, export.rs   a pool's view and its `metrics` export, public in `relink::pool`
 //! src/io/          the IO threads: pool, worker (the loop), slot (one link on it), sink
 //!                  (events), snapshot (metrics), shared (handle state), resolver (threads),
