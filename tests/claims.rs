@@ -427,6 +427,53 @@ fn every_flag_the_docs_give_a_bench_is_one_it_reads() {
     );
 }
 
+#[test]
+fn every_option_relink_cats_manual_names_is_one_it_takes() {
+    let manual = read(&root().join("cli/README.md"));
+    let main = read(&root().join("cli/src/main.rs"));
+    let mut missing = Vec::new();
+    let mut checked = 0;
+    for (n, line) in manual.lines().enumerate() {
+        // Other programs' options: cargo's, redis-server's.
+        if line.contains("cargo ") || line.contains("redis-server --") {
+            continue;
+        }
+        for (i, _) in line.match_indices("--") {
+            if line[..i].chars().next_back().is_some_and(is_ident_char) {
+                continue;
+            }
+            let option = ident_with_dashes(&line[i + 2..]);
+            if option.is_empty() || ["help", "version"].contains(&option) {
+                continue;
+            }
+            checked += 1;
+            // clap's `#[arg(long)] give_up_after` or an alias `"eof-wait"`.
+            if !has_word(&main, &option.replace('-', "_"))
+                && !main.contains(&format!("\"{option}\""))
+            {
+                missing.push(format!("cli/README.md:{}: --{option}", n + 1));
+            }
+        }
+    }
+    assert!(
+        checked > 15,
+        "only {checked} options found: the scan looks broken"
+    );
+    assert!(
+        missing.is_empty(),
+        "options relink-cat's manual names that relink-cat does not take:\n  {}",
+        missing.join("\n  ")
+    );
+}
+
+/// The leading `word-with-dashes` of `s`.
+fn ident_with_dashes(s: &str) -> &str {
+    let end = s
+        .find(|c: char| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'))
+        .unwrap_or(s.len());
+    s[..end].trim_end_matches('-')
+}
+
 /// True when `word` occurs in `text` with no identifier character on either side.
 fn has_word(text: &str, word: &str) -> bool {
     text.match_indices(word).any(|(i, _)| {
