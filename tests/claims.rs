@@ -5,8 +5,10 @@
 //! calls of the API (`send_timeout(f, t)`): each is checked against the repository as it is.
 //! A failure lists every claim that names nothing, with the file and line that makes it.
 //!
-//! The same holds for the commands CI runs (build.md's list and README's test command are
-//! the ones `.ci/run` runs) and for the rule that the core names nothing of the IO side.
+//! The same holds for the flags the docs give a bench (`--quick`, `--links 4500`) and
+//! relink-cat's options in its manual, for the commands CI runs (build.md's list and README's
+//! test command are the ones `.ci/run` runs), and for the rule that the core names nothing of
+//! the IO side.
 
 use std::collections::BTreeSet;
 use std::fs;
