@@ -184,7 +184,7 @@ fn child(n: usize) {
 /// pool_view n=<n> view_us=<v> walk_us=<w> view/walk=<ratio>
 /// ```
 ///
-/// then the view itself (at 4 500 links this is the README's excerpt).
+/// then the view itself (docs/guide.md shows a view's `Display`).
 fn pool_view_row(n: usize, pool: &IoPool, links: &[Link]) {
     const CALLS: usize = 21;
     let mut view_us = Vec::with_capacity(CALLS);

@@ -1,7 +1,7 @@
 //! Memory during a long outage: one producer sends as fast as it can to a server that is down.
 //!
 //! Run it with `cargo bench --bench outage -- [--secs 10] [--policy reject|drop]` (10 s by
-//! default; the README's figures come from `--secs 60`); `--smoke` (or `RELINK_BENCH_SMOKE=1`)
+//! default; docs/benchmarks.md's figures come from `--secs 60`); `--smoke` (or `RELINK_BENCH_SMOKE=1`)
 //! runs for 1 s unless `--secs` says otherwise.
 //!
 //! The outbox is the only place frames wait, and it is bounded: the process's peak RSS stays

@@ -843,8 +843,8 @@ impl Builder {
 
     /// The IO threads the link runs on, shared with the other links given the same pool.
     /// Defaults to [`IoPool::global`] (one thread per core, shared by every link that is not
-    /// given a pool): a link on it runs as fast as on a thread of its own (the README's
-    /// "Many links" shows both from one run), and a program with a thousand links does not
+    /// given a pool): a link on it runs as fast as on a thread of its own (docs/benchmarks.md,
+    /// "Many links", shows both from one run), and a program with a thousand links does not
     /// start a thousand threads. A thread of the link's own is one call away:
     /// `.io_pool(&IoPool::new(1)?)` (the thread exits once its last link is closed); use one
     /// for a link whose callbacks may be slow, so that they hold no other link's IO thread.

@@ -27,13 +27,20 @@ use crate::io::shared::Shared;
 /// A blocking receive ([`recv`](Events::recv), [`recv_timeout`](Events::recv_timeout),
 /// [`recv_deadline`](Events::recv_deadline)) that finds no event looks again for a while,
 /// yielding its core between looks, before its thread sleeps: a reply that comes within the
-/// look is then taken without the wake-up of a sleeping thread (the README's round-trip
-/// figures show what that saves). How long it looks is learnt per link from the waits after
+/// look is then taken without the wake-up of a sleeping thread (docs/benchmarks.md, "The
+/// round trip", shows what that saves). How long it looks is learnt per link from the waits after
 /// the looks that missed (an event that came soon after doubles the next look, a longer wait
 /// halves it): 30 to 250 µs on a link whose replies come soon after its writes (frames that
 /// come within 250 µs of a write, as a request's reply does), and at most 30 µs on a stream
 /// coming in, none once its events come further apart than that. A receive that waits
 /// longer than the look costs the look's yielding once, then sleeps without CPU.
+///
+/// # Notes
+/// [`Stream::poll_next`](futures_core::Stream::poll_next) takes `&mut self` while
+/// [`Link::events`](crate::Link::events) lends a `&Events`: to use it as a `Stream`, take a
+/// clone (`link.events().clone()`, which takes from the same events). The combinators
+/// (`StreamExt::next`, ...) come from the `futures-util` crate (or `futures`,
+/// `tokio-stream`), which relink does not re-export.
 ///
 /// # Examples
 /// ```no_run
@@ -374,6 +381,8 @@ impl Events {
     }
 }
 
+/// The events as a `Stream`: poll a clone (`link.events().clone()`), since polling takes
+/// `&mut self`; `StreamExt` is in the `futures-util` crate.
 impl futures_core::Stream for Events {
     type Item = Event;
 

@@ -65,10 +65,12 @@
 //! - Accounting: every frame given to [`Link::send`] is confirmed by the peer's TCP, abandoned
 //!   with a reason and handed back in an [`Event::Abandoned`], or refused at the call with the
 //!   frame given back (see "Confirmed delivery" below).
-//! - One way in: every `send*` call, blocking or async, frame or [`Batch`], takes the same
-//!   path (admission against the outbox limits, then the link's intake buffer, which the IO
-//!   thread takes whole), with [`SendOptions`] for the wait and a per-frame deadline; frames
-//!   are anything that converts into `bytes::Bytes`.
+//! - Frames in: every `send*` call of [`Link`], blocking or async, frame or [`Batch`], takes
+//!   the same path (admission against the outbox limits, then the link's intake buffer, which
+//!   the IO thread takes whole), with [`SendOptions`] for the wait and a per-frame deadline;
+//!   frames are anything that converts into `bytes::Bytes`. A [`Sender`] has rings of its own
+//!   that the IO thread drains beside the intake, and a request is handed to the IO thread as
+//!   a command of its own and admitted there.
 //! - Names resolved off every IO thread; several endpoints tried in a per-link order.
 //! - TLS on the link itself ([`Builder::tls`], [`Tls`]): a rustls session per connection
 //!   between the socket's bytes and the framing, the server verified by default (trust roots,
@@ -244,10 +246,10 @@
 //! interval, becomes a fresh chance: a ping at once and a full `interval × (max_missed + 1)`
 //! from the resume (the handshake, TLS handshake and connect bounds likewise get their full
 //! length again). So a pause condemns no healthy peer, and a dead one is still found within
-//! the pause plus one bound. Frame deadlines (`send_with_ttl`, `frame_ttl`) stay absolute:
-//! a frame that got stale in a pause is stale. [`Metrics::verdicts_deferred`] counts the
-//! fresh chances, and the thread says at warn how late it was and why (a named slow callback,
-//! or "the process got no CPU").
+//! the pause plus one bound. Frame deadlines ([`SendOptions::ttl`], [`Builder::frame_ttl`])
+//! stay absolute: a frame that got stale in a pause is stale. [`Metrics::verdicts_deferred`]
+//! counts the fresh chances, and the thread says at warn how late it was and why (a named slow
+//! callback, or "the process got no CPU").
 //!
 //! Application code on an IO thread (the framing, the reply and handshake predicates) holds
 //! every link of that thread while it runs: their pings are not sent and their replies not
@@ -276,8 +278,8 @@
 //! src/events.rs    the receiving end of a link's events (Events)
 //! src/builder.rs   the builder and its defaults (builder/check.rs: the checks of build());
 //!                  the core's settings kept apart
-//! src/event.rs, error.rs, metrics.rs   plain data every layer uses; they import no layer
-//!                  (error.rs is public as `relink::error`)
+//! src/event.rs, error.rs, metrics.rs   plain data every layer uses; of the layers they
+//!                  import only core's AbandonReason (error.rs is public as `relink::error`)
 //! src/view.rs, export.rs   a pool's view and its `metrics` export, public in `relink::pool`
 //! src/io/          the IO threads: pool, worker (the loop), slot (one link on it), sink
 //!                  (events), snapshot (metrics), shared (handle state), resolver (threads),
@@ -383,3 +385,8 @@ pub mod pool {
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
+
+/// The guide's examples (docs/guide.md), compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide.md")]
+pub struct GuideDoctests;

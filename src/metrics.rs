@@ -200,7 +200,10 @@ pub struct Metrics {
     pub last_rtt: Option<Duration>,
     /// Whether reading is paused because the application is not taking events.
     pub reading_paused: bool,
-    /// Events dropped because the application did not read them (frames are never dropped).
+    /// Events dropped because the application did not read them: state and error events
+    /// first, then [`Event::Abandoned`](crate::Event::Abandoned) events, each with the frame it
+    /// carries (that frame stays counted in [`abandoned`](Metrics::abandoned)). A received
+    /// frame ([`Event::Frame`](crate::Event::Frame)) is never dropped: reading pauses instead.
     pub events_dropped: u64,
     /// Inputs that had no row in the transition table (ignored, as the contract says).
     pub ignored_inputs: u64,

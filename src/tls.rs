@@ -198,7 +198,7 @@ impl Tls {
     /// asking for it turns the bundled web roots off unless `web_roots(true)` is called.
     ///
     /// Defaults to `false`: the bundled roots behave the same on every machine, including
-    /// minimal containers and gateways without a store; see the README's "Trust roots".
+    /// minimal containers and gateways without a store; see docs/guide.md, "Trust roots".
     ///
     /// # Errors
     /// `build()` fails with [`TlsConfigError::NoSystemRoots`] when the store gives no usable

@@ -1,6 +1,6 @@
 //! Every public type is shown at work somewhere a user reads code: in a doc example (a code
-//! block of the crate's docs or of README.md) or in one of the examples. A type that only
-//! ever appears in prose is one a user must guess how to reach.
+//! block of the crate's docs, of README.md or of docs/guide.md) or in one of the examples. A
+//! type that only ever appears in prose is one a user must guess how to reach.
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -90,6 +90,8 @@ fn public_types() -> BTreeSet<String> {
 /// comments (or of a Markdown file, `markdown`).
 fn example_code(text: &str, markdown: bool) -> String {
     let mut code = String::new();
+    // Within a fence; within a fence of Rust code.
+    let mut fenced = false;
     let mut inside = false;
     for line in text.lines() {
         let t = line.trim_start();
@@ -101,15 +103,16 @@ fn example_code(text: &str, markdown: bool) -> String {
                 .map(str::trim_start)
         };
         let Some(doc) = doc else {
+            fenced = false;
             inside = false;
             continue;
         };
         if doc.starts_with("```") {
             let lang = doc.trim_start_matches('`').trim();
-            inside = !inside && (lang.is_empty() || lang.starts_with("rust") || !markdown);
-            if lang.contains("text") || lang.contains("sh") || lang.contains("toml") {
-                inside = false;
-            }
+            fenced = !fenced;
+            inside = fenced
+                && (lang.is_empty() || lang.starts_with("rust") || !markdown)
+                && !(lang.contains("text") || lang.contains("sh") || lang.contains("toml"));
             continue;
         }
         if inside {
@@ -135,7 +138,9 @@ fn every_public_type_appears_in_a_doc_example_or_an_example_program() {
     for file in rust_files(&root().join("src")) {
         code.push_str(&example_code(&read(&file), false));
     }
-    code.push_str(&example_code(&read(&root().join("README.md")), true));
+    for doc in ["README.md", "docs/guide.md"] {
+        code.push_str(&example_code(&read(&root().join(doc)), true));
+    }
     for file in rust_files(&root().join("examples")) {
         code.push_str(&read(&file));
     }
@@ -155,6 +160,13 @@ fn every_public_type_appears_in_a_doc_example_or_an_example_program() {
         missing.is_empty(),
         "public types no example shows at work: {missing:?}"
     );
+}
+
+#[test]
+fn only_the_code_inside_rust_fences_counts() {
+    let text =
+        "```sh\nFoo\n```\nBar in prose\n```rust\nlet b: Baz;\n```\nQux\n```text\nQuux\n```\n";
+    assert_eq!(example_code(text, true), "let b: Baz;\n");
 }
 
 #[test]

@@ -1,4 +1,4 @@
-//! relink through a socat TLS tunnel: the README's alternative to the built-in TLS, for
+//! relink through a socat TLS tunnel: the guide's alternative to the built-in TLS, for
 //! transports relink does not speak itself, tested. A self-signed certificate from `openssl`,
 //! a TLS echo server (`socat OPENSSL-LISTEN … EXEC:cat`), and a local client tunnel
 //! (`socat TCP-LISTEN … OPENSSL:…,verify=1`) that relink dials in plain TCP on 127.0.0.1. Length-prefixed frames go through it and come back in order; the TLS

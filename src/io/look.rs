@@ -2,7 +2,7 @@
 //! looks for it a little while first, giving its core away between looks.
 //!
 //! On a machine whose cores are idle, waking a sleeping thread costs tens of microseconds
-//! (docs/design.md, "The round trip (measured)"), more than a round trip through the link's
+//! (docs/design.md, "The round trip"), more than a round trip through the link's
 //! socket. A caller that waits for a reply looks before it sleeps, so a reply that comes
 //! within the look is taken without that wake-up; a longer wait costs the look once, then
 //! sleeps without CPU.
