@@ -21,6 +21,19 @@
 //! ratio_window=<median> q1=<q1> q3=<q3> ratio_std=<median>`, where `*_mps` is millions of
 //! frames per second and the ratios are `window` over `unbounded` and over `std_tcp`.
 //!
+//! Confirmed by reply beside confirmed by TCP, 64 B and 1 KiB, to a sink that also answers
+//! each `PING` frame with `PONG` (both links ping every second and know only pings are
+//! answered; only `confirm` differs), timed from the first send until a `flush` after the last
+//! returns (every frame confirmed), the two in alternating order within each round:
+//!
+//! `confirm size=<bytes> rounds=<n> tcp_mps=<t> reply_mps=<r> ratio_reply=<median> q1=<q1>
+//! q3=<q3>`, the ratio being `reply`'s rate over `tcp`'s.
+//!
+//! Then, by reply, the time from `send` to confirmed with the default barrier (5 ms), and what a
+//! `flush` after one `send` costs at each level (by reply it writes its barrier at once):
+//! `reply_latency n=<N> p50_us=<p50> p99_us=<p99>`, `flush_us confirm=<tcp|reply> n=<N>
+//! p50=<p50> p99=<p99>`.
+//!
 //! Then the time from `send` to confirmed on loopback, one 64 B frame at a time (the next is
 //! sent once the last is confirmed, seen by polling `metrics()`, which adds a round trip to
 //! the IO thread): `confirm_latency n=<N> p50_us=<p50> p99_us=<p99>`, beside the round trip
@@ -35,7 +48,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use relink::framing::LengthDelimited;
-use relink::{Link, Overflow, State};
+use relink::{Answers, Confirm, Heartbeat, Link, Overflow, Ping, State};
 use support::peer::Peer;
 
 const BOUND: Duration = Duration::from_secs(120);
@@ -54,6 +67,78 @@ fn sink() -> (Peer, Arc<AtomicU64>) {
         }
     });
     (peer, read)
+}
+
+/// A sink that reads length-prefixed frames and answers each `PING` with `PONG`.
+fn pinged_sink() -> Peer {
+    Peer::start(move |mut s: TcpStream, _| {
+        // As servers that answer do: a pong is not held back behind the last one's
+        // acknowledgement (Nagle's algorithm against a delayed ACK costs 40 ms).
+        s.set_nodelay(true).expect("nodelay");
+        let mut w = s.try_clone().expect("clone");
+        let mut buf = vec![0u8; 256 * 1024];
+        let mut pending: Vec<u8> = Vec::new();
+        while let Ok(n) = s.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            pending.extend_from_slice(&buf[..n]);
+            let mut at = 0;
+            while pending.len() - at >= 4 {
+                let len = u32::from_be_bytes(pending[at..at + 4].try_into().unwrap()) as usize;
+                if pending.len() - at - 4 < len {
+                    break;
+                }
+                if &pending[at + 4..at + 4 + len] == b"PING"
+                    && w.write_all(b"\0\0\0\x04PONG").is_err()
+                {
+                    return;
+                }
+                at += 4 + len;
+            }
+            pending.drain(..at);
+        }
+    })
+}
+
+/// A link to a [`pinged_sink`], confirmed at `confirm`'s level.
+fn pinged_link(endpoint: &str, confirm: Confirm) -> Link {
+    let link = Link::builder(endpoint)
+        .framing(LengthDelimited::len32())
+        .overflow(Overflow::Block(BOUND))
+        .heartbeat(
+            Heartbeat::new(Duration::from_secs(1), Ping::Frame(b"PING".to_vec()))
+                .reply(|f: &[u8]| f == b"PONG"),
+        )
+        .answers(Answers::Pings)
+        .confirm(confirm)
+        .build()
+        .expect("build");
+    support::wait_state(
+        &link,
+        State::Ready,
+        Instant::now() + Duration::from_secs(10),
+    );
+    link
+}
+
+fn run_confirm(confirm: Confirm, size: usize, frames: u64) -> Duration {
+    let peer = pinged_sink();
+    let link = pinged_link(&peer.endpoint(), confirm);
+    let payload = vec![0xA5u8; size];
+    let start = Instant::now();
+    for _ in 0..frames {
+        link.send(payload.clone()).expect("send");
+    }
+    // As a producer that wants to know its burst was read: by reply, the flush's barrier
+    // confirms the tail at once instead of after the barrier's age.
+    link.flush(BOUND).expect("flushed");
+    assert_eq!(link.metrics().frames_confirmed, frames);
+    let took = start.elapsed();
+    let m = link.close(Duration::from_secs(5));
+    assert_eq!(m.unaccounted(), 0);
+    peer.stop();
+    took
 }
 
 fn link(endpoint: &str, window: usize) -> Link {
@@ -166,6 +251,69 @@ fn main() {
             support::median(&mut ratio),
             support::median(&mut ratio_std),
         );
+    }
+    for size in [64usize, 1024] {
+        let frames = bytes_per_round / size as u64;
+        let (mut t, mut r, mut ratio) = (Vec::new(), Vec::new(), Vec::new());
+        for round in 0..rounds {
+            let (tt, tr) = if round % 2 == 0 {
+                let tt = run_confirm(Confirm::tcp(), size, frames);
+                (tt, run_confirm(Confirm::reply(), size, frames))
+            } else {
+                let tr = run_confirm(Confirm::reply(), size, frames);
+                (run_confirm(Confirm::tcp(), size, frames), tr)
+            };
+            ratio.push(tt.as_secs_f64() / tr.as_secs_f64());
+            t.push(mps(frames, tt));
+            r.push(mps(frames, tr));
+        }
+        let (q1, q3) = (quantile(&mut ratio, 0.25), quantile(&mut ratio, 0.75));
+        println!(
+            "confirm size={size} rounds={rounds} tcp_mps={:.3} reply_mps={:.3} \
+             ratio_reply={:.2} q1={q1:.2} q3={q3:.2}",
+            support::median(&mut t),
+            support::median(&mut r),
+            support::median(&mut ratio),
+        );
+    }
+    let n = if quick { 200 } else { 1000 };
+    {
+        let peer = pinged_sink();
+        let link = pinged_link(&peer.endpoint(), Confirm::reply());
+        let mut lat = Vec::with_capacity(n);
+        for i in 0..n as u64 {
+            let t = Instant::now();
+            link.send(vec![0x5Au8; 64]).expect("send");
+            until(|| link.metrics().frames_confirmed > i);
+            lat.push(t.elapsed());
+        }
+        lat.sort();
+        println!(
+            "reply_latency n={n} p50_us={:.0} p99_us={:.0}",
+            percentile(&lat, 0.5),
+            percentile(&lat, 0.99)
+        );
+        link.close(Duration::from_secs(1));
+        peer.stop();
+    }
+    for (name, confirm) in [("tcp", Confirm::tcp()), ("reply", Confirm::reply())] {
+        let peer = pinged_sink();
+        let link = pinged_link(&peer.endpoint(), confirm);
+        let mut lat = Vec::with_capacity(n);
+        for _ in 0..n {
+            link.send(vec![0x5Au8; 64]).expect("send");
+            let t = Instant::now();
+            link.flush(BOUND).expect("flushed");
+            lat.push(t.elapsed());
+        }
+        lat.sort();
+        println!(
+            "flush_us confirm={name} n={n} p50={:.0} p99={:.0}",
+            percentile(&lat, 0.5),
+            percentile(&lat, 0.99)
+        );
+        link.close(Duration::from_secs(1));
+        peer.stop();
     }
     let (peer, _) = sink();
     let link = link(&peer.endpoint(), relink::defaults::WINDOW);
