@@ -369,6 +369,23 @@ mod tests {
     }
 
     #[test]
+    fn every_abandon_reason_is_summed_and_said_in_the_text() {
+        let names: Vec<Arc<str>> = vec![Arc::from("a"), Arc::from("b")];
+        let mut m = link(State::Ready, None, 0);
+        m.abandoned.unconfirmed = 4081;
+        m.abandoned.poison = 1;
+        let v = tally(names.iter().zip([m, m]), 1);
+        assert_eq!(v.totals.abandoned.unconfirmed, 8162);
+        assert_eq!(v.totals.abandoned.poison, 2);
+        assert_eq!(v.totals.abandoned.total(), 2 * (1 + 4081 + 1));
+        let text = v.to_string();
+        for r in AbandonReason::ALL {
+            assert!(text.contains(&format!("{r} ")), "{r} in {text}");
+        }
+        assert!(text.contains("unconfirmed 8162 poison 2"), "{text}");
+    }
+
+    #[test]
     fn merged_views_keep_the_worst_of_both() {
         let a_names: Vec<Arc<str>> = vec![Arc::from("a0"), Arc::from("a1")];
         let b_names: Vec<Arc<str>> = vec![Arc::from("b0")];

@@ -226,6 +226,11 @@ fn the_metrics_export_counts_the_pools_links_by_state_and_their_connects() {
     ] {
         assert!(text.contains(line), "{line} not in\n{text}");
     }
+    // Every reason is a series, those that came later included.
+    for reason in relink::AbandonReason::ALL {
+        let line = format!("relink_abandoned_total{{pool=\"test\",reason=\"{reason}\"}} 0");
+        assert!(text.contains(&line), "{line} not in\n{text}");
+    }
     for link in &links {
         link.close(T);
     }
