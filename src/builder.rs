@@ -11,8 +11,9 @@ use crate::core::backoff::{BackoffConfig, Jitter};
 use crate::core::confirm::{Answers, Confirm};
 use crate::core::framing::{BoxedFraming, Framing, Raw};
 use crate::core::heartbeat::Heartbeat;
+use crate::core::protocol::{BoxedProtocol, Protocol};
 use crate::core::requests::{Correlation, RequestSettings};
-use crate::core::settings::{ProofOfLife, Settings};
+use crate::core::settings::{ProofOfLife, Settings, HANDSHAKE_TIMEOUT};
 use crate::core::window::Redelivery;
 use crate::io::{Context, IoPool, Keepalive, Resolver, SocketOptions};
 use crate::tls::Tls;
@@ -193,6 +194,8 @@ impl Builder {
                     redelivery: Redelivery::Resend,
                     answers: Answers::Unknown,
                     confirm: Confirm::tcp(),
+                    protocol: None,
+                    handshake_timeout: HANDSHAKE_TIMEOUT,
                     max_losses: defaults::MAX_LOSSES,
                 },
                 rng_seed: None,
@@ -744,6 +747,27 @@ impl Builder {
     /// ```
     pub fn redelivery(mut self, policy: Redelivery) -> Builder {
         self.config.core.redelivery = policy;
+        self
+    }
+
+    /// What the protocol does at the edges of each connection: the frames that open it and
+    /// the verdict on the peer's first frames, the link's own answers to the peer's frames,
+    /// the ping and its pong, which frames the peer answers, how a resent frame is marked. See
+    /// [`Protocol`]. Defaults to none: no opening (see [`ready_when`](Builder::ready_when)), the
+    /// [`Heartbeat`](crate::Heartbeat)'s ping, every frame delivered.
+    ///
+    /// `build()` refuses a protocol beside a [`ProofOfLife::Handshake`] (both would open the
+    /// connection); with a protocol, the heartbeat starts once the link is Ready.
+    pub fn protocol<P: Protocol + Clone>(mut self, protocol: P) -> Builder {
+        self.config.core.protocol = Some(BoxedProtocol::new(protocol));
+        self
+    }
+
+    /// How long the link waits for the [`Protocol`]'s verdict on a new connection
+    /// ([`Opening::wait`](crate::Opening::wait)) before it closes it with cause
+    /// `handshake-timeout`. Defaults to 5 s.
+    pub fn handshake_timeout(mut self, timeout: Duration) -> Builder {
+        self.config.core.handshake_timeout = timeout;
         self
     }
 

@@ -377,6 +377,15 @@ pub enum LinkError {
     /// were dropped (their frames are still counted in the metrics).
     #[error("{0} events dropped: the application is not reading events")]
     EventsDropped(u64),
+    /// The peer refused the link when it opened (the [`Protocol`](crate::Protocol)'s verdict
+    /// [`Verdict::Refused`](crate::Verdict::Refused)): the attempt fails with
+    /// [`Cause::Rejected`](crate::Cause::Rejected) and the next waits
+    /// [`config_failure_retry`](crate::Builder::config_failure_retry).
+    #[error("the peer refused the link: {reason}")]
+    Refused {
+        /// The protocol's reason.
+        reason: String,
+    },
     /// A TLS handshake failed (the attempt fails with [`Cause::Tls`](crate::Cause::Tls)), or
     /// an established TLS session broke (a bad record, a fatal alert from the peer).
     #[error("tls: {0}")]
@@ -446,6 +455,9 @@ pub enum Callback {
     /// The request correlation's code, telling replies apart
     /// ([`Correlation`](crate::Correlation)).
     Correlation,
+    /// The link's [`Protocol`](crate::Protocol): its opening, verdict, reaction, ping or
+    /// resend mark.
+    Protocol,
 }
 
 impl Callback {
@@ -458,6 +470,7 @@ impl Callback {
             Callback::Decode => "framing decoder",
             Callback::Encode => "framing encoder",
             Callback::Correlation => "request correlation",
+            Callback::Protocol => "protocol",
         }
     }
 }

@@ -155,6 +155,13 @@ pub enum Cause {
     /// period by default), not the backoff, and
     /// [`Metrics::tls_rejected`](crate::Metrics::tls_rejected) counts it.
     TlsRejected,
+    /// The peer refused the link when it opened, for a reason no retry at the usual pace can
+    /// fix (the [`Protocol`](crate::Protocol)'s verdict
+    /// [`Verdict::Refused`](crate::Verdict::Refused): bad credentials, say). The reason is in
+    /// an [`Event::Error`] with [`LinkError::Refused`](crate::error::LinkError::Refused); the
+    /// next attempt waits [`Builder::config_failure_retry`](crate::Builder::config_failure_retry),
+    /// and [`Metrics::handshakes_refused`](crate::Metrics::handshakes_refused) counts it.
+    Rejected,
 }
 
 impl Cause {
@@ -179,6 +186,7 @@ impl Cause {
             Cause::ReconnectNow => "reconnect-now",
             Cause::Closed => "closed",
             Cause::TlsRejected => "tls-rejected",
+            Cause::Rejected => "rejected",
         }
     }
 

@@ -234,6 +234,12 @@ pub struct Metrics {
     pub requests_late_held: u64,
     /// Late replies (to requests that had timed out) consumed and dropped.
     pub replies_late: u64,
+    /// Times the peer refused the link when it opened (the protocol's verdict
+    /// [`Verdict::Refused`](crate::Verdict::Refused)).
+    pub handshakes_refused: u64,
+    /// Frames the link wrote to answer the peer's own frames (the protocol's
+    /// [`Reaction`](crate::Reaction): a `PONG` to a server's `PING`).
+    pub frames_answered: u64,
     /// Barrier pings written to confirm frames by reply
     /// ([`Confirm::reply`](crate::Confirm::reply) under [`Answers::Pings`](crate::Answers::Pings)).
     pub barriers_sent: u64,
@@ -315,6 +321,8 @@ impl Metrics {
             requests_submitted: 0,
             requests_late_held: 0,
             barriers_sent: 0,
+            handshakes_refused: 0,
+            frames_answered: 0,
             requests_answered: 0,
             requests_failed: 0,
             requests_outstanding: 0,

@@ -5,8 +5,10 @@
 
 const TABLE: &str = include_str!("../docs/transitions.md");
 const MACHINE: &str = include_str!("../src/core/machine.rs");
-const MACHINE_TESTS: [&str; 9] = [
+const MACHINE_TESTS: [&str; 11] = [
     include_str!("../src/core/machine/tests.rs"),
+    include_str!("../src/core/machine/tests/confirm.rs"),
+    include_str!("../src/core/machine/tests/protocol.rs"),
     include_str!("../src/core/machine/tests/connection.rs"),
     include_str!("../src/core/machine/tests/panics.rs"),
     include_str!("../src/core/machine/tests/pause.rs"),

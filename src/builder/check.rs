@@ -232,7 +232,21 @@ impl Builder {
 /// meaning. Settles `Answers::Unknown` with a heartbeat `reply` as `Answers::Pings`.
 fn check_answers(c: &mut Config, requests_said: bool) -> Result<(), ConfigError> {
     let core = &mut c.core;
-    let reply = core.heartbeat.as_ref().is_some_and(|h| h.reply.is_some());
+    positive("handshake_timeout", core.handshake_timeout)?;
+    if let Some(p) = &core.protocol {
+        if matches!(core.proof, ProofOfLife::Handshake { .. }) {
+            return Err(ConfigError::Answers(
+                "a protocol and ProofOfLife::Handshake both open the connection; say the \
+                 opening in Protocol::open",
+            ));
+        }
+        if p.answers() != Answers::Unknown {
+            core.answers = p.answers();
+        }
+    }
+    let protocol_pong = core.protocol.as_ref().is_some_and(|p| p.ping().is_some());
+    let reply = core.heartbeat.as_ref().is_some_and(|h| h.reply.is_some())
+        || (protocol_pong && core.answers != Answers::EveryFrame);
     let in_order = matches!(core.requests.correlation.0, Matching::InOrder { .. });
     if core.max_losses == 0 {
         return Err(ConfigError::ZeroLimit { name: "max_losses" });

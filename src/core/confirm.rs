@@ -150,14 +150,21 @@ pub(crate) enum Turn {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Control {
     Hello,
-    Ping { heartbeat: bool },
+    Ping {
+        heartbeat: bool,
+    },
+    /// The link's answer to a frame of the peer's own (the protocol's reaction): no turn.
+    Answer,
 }
 
-impl From<Control> for Turn {
-    fn from(c: Control) -> Turn {
-        match c {
-            Control::Hello => Turn::Hello,
-            Control::Ping { heartbeat } => Turn::Ping { heartbeat },
+impl Control {
+    /// The turn this control frame takes among the peer's answers (`every`: the peer answers
+    /// every frame); none for the link's own answers.
+    pub(crate) fn turn(self, every: bool) -> Option<Turn> {
+        match self {
+            Control::Hello if every => Some(Turn::Hello),
+            Control::Ping { heartbeat } => Some(Turn::Ping { heartbeat }),
+            Control::Hello | Control::Answer => None,
         }
     }
 }

@@ -29,6 +29,8 @@ pub(super) struct Counters {
     pub(super) confirmed: u64,
     pub(super) resent: u64,
     pub(super) barriers: u64,
+    pub(super) handshakes_refused: u64,
+    pub(super) answered_by_link: u64,
     pub(super) requests_submitted: u64,
 }
 

@@ -26,6 +26,7 @@ use super::endpoints::{fmt_addr, Endpoints};
 use super::framing::BoxedFraming;
 use super::guard::{Panicked, Stopwatch, Untimed};
 use super::outbox::Outbox;
+use super::protocol::BoxedProtocol;
 use super::requests::{Outcome, Requests, Token};
 use super::settings::Settings;
 use super::timers::{Timer, Timers};
@@ -178,6 +179,8 @@ enum Ev {
     Unreachable,
     /// Application code run for this connection panicked (a predicate, the framing).
     CallbackPanicked(Panicked),
+    /// The protocol's verdict: the peer refused the link.
+    Rejected(String),
     Stable,
     RetryTimer,
     Flushed,
@@ -253,7 +256,9 @@ pub(crate) struct Machine {
     requests: Requests,
     /// Frames written and not yet confirmed; a lost connection's are resent or reported.
     window: Window,
-    /// How many losses in a row each frame resent after the last one has been in flight at.
+    /// What the protocol does at the edges of a connection (taken from the settings).
+    protocol: Option<BoxedProtocol>,
+    /// How many losses in a row the oldest unconfirmed frame has been in flight at.
     losses: Losses,
     /// Flushes waiting for the frames submitted before them.
     flushes: Vec<Flush>,
@@ -276,6 +281,7 @@ impl Machine {
         let mut rng = StdRng::seed_from_u64(seed);
         let endpoints = Endpoints::new(std::mem::take(&mut cfg.endpoints), &mut rng);
         let framing = cfg.framing.clone();
+        let protocol = cfg.protocol.take();
         let outbox = Outbox::new(cfg.outbox_frames, cfg.outbox_bytes);
         let backoff = Backoff::new(cfg.backoff.clone());
         let requests = Requests::new(&cfg.requests, cfg.max_losses);
@@ -315,6 +321,7 @@ impl Machine {
             c: Counters::default(),
             requests,
             window,
+            protocol,
             losses: Losses::default(),
             flushes: Vec::new(),
         }
@@ -517,6 +524,14 @@ impl Machine {
                 self.tls_failed(now, TlsError::HandshakeTimeout(bound))
             }
             (Connected, Ev::HandshakeTimeout) => self.fail(now, Cause::HandshakeTimeout),
+            (Connected, Ev::Rejected(reason)) => {
+                self.c.handshakes_refused += 1;
+                self.emit(Event::Error(LinkError::Refused {
+                    reason: reason.clone(),
+                }));
+                self.fail_reason = Some(reason);
+                self.fail(now, Cause::Rejected)
+            }
             (Connected | Ready, Ev::Tls(e)) => self.tls_failed(now, e),
             (Connected | Ready, Ev::Disconnected) => self.fail(now, Cause::PeerClosed),
             (Connected | Ready, Ev::HeartbeatDead) => self.fail(now, Cause::HeartbeatTimeout),
@@ -608,11 +623,12 @@ impl Machine {
         let exhausted = self.cfg.max_attempts.is_some_and(|m| self.attempt >= m);
         let (to, delay) = if exhausted {
             (State::Cooldown, self.cfg.cooldown)
-        } else if cause == Cause::TlsRejected {
-            // The same certificates get the same answer: no backoff meant for restarts.
+        } else if matches!(cause, Cause::TlsRejected | Cause::Rejected) {
+            // The same certificates (or credentials) get the same answer: no backoff meant
+            // for restarts.
             let wait = self.cfg.config_retry.unwrap_or(self.cfg.cooldown);
             log::warn!(
-                "relink[{}]: tls rejected on {} ({}); a retry cannot fix this, next attempt in {wait:?}",
+                "relink[{}]: {cause} on {} ({}); a retry cannot fix this, next attempt in {wait:?}",
                 self.cfg.name,
                 self.endpoint_text().unwrap_or_else(|| "-".into()),
                 self.fail_reason.as_deref().unwrap_or("-")

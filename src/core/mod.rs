@@ -18,6 +18,8 @@
 //!   bytes and the framing.
 //! - [`framing`]: the [`Framing`](framing::Framing) trait and the built-in framings.
 //! - [`endpoint`]: `tcp://host:port`, parsed.
+//! - [`protocol`]: the [`Protocol`](protocol::Protocol) trait: what a protocol does at the
+//!   edges of a connection.
 //! - [`predicate`]: a shareable test on a frame (handshake and heartbeat replies).
 //! - [`settings`]: what the core is told, built once by the builder, and the proof of life.
 //! - [`requests`]: request and reply: which request an inbound frame answers.
@@ -39,6 +41,7 @@ pub(crate) mod machine;
 mod outbox;
 pub(crate) mod overflow;
 pub(crate) mod predicate;
+pub(crate) mod protocol;
 pub(crate) mod requests;
 pub(crate) mod settings;
 mod timers;

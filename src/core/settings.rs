@@ -10,6 +10,7 @@ use super::endpoint::Endpoint;
 use super::framing::BoxedFraming;
 use super::heartbeat::Heartbeat;
 use super::predicate::Predicate;
+use super::protocol::BoxedProtocol;
 use super::requests::RequestSettings;
 use super::tls::TlsSettings;
 use super::window::Redelivery;
@@ -58,6 +59,10 @@ pub(crate) struct Settings {
     pub answers: Answers,
     /// What confirms a frame.
     pub confirm: Confirm,
+    /// What the protocol does at the edges of a connection.
+    pub protocol: Option<BoxedProtocol>,
+    /// How long the link waits for the protocol's verdict.
+    pub handshake_timeout: Duration,
     /// A frame or request in flight at this many connection losses in a row is abandoned
     /// (`AbandonReason::Poison`).
     pub max_losses: u32,

@@ -23,7 +23,7 @@ use bytes::BytesMut;
 use super::{Ev, Machine, Timer, OUTAGE_WARN_FIRST};
 use crate::core::confirm::{Answers, Control, Turn, Turns};
 use crate::core::framing::BoxedFraming;
-use crate::core::guard::{timed, Panicked, Stopwatch};
+use crate::core::guard::{guarded, timed, Panicked, Stopwatch};
 use crate::core::heartbeat::{HeartbeatState, Ping};
 use crate::core::settings::ProofOfLife;
 use crate::core::tls::TlsSession;
@@ -108,14 +108,47 @@ impl Machine {
         let Some(conn) = self.conn.as_mut() else {
             return;
         };
+        // With a protocol the heartbeat waits for Ready: no ping before the peer accepted the
+        // link (MQTT's PINGREQ before its CONNACK).
         conn.heartbeat = self
             .cfg
             .heartbeat
             .as_ref()
+            .filter(|_| self.protocol.is_none())
             .map(|hb| HeartbeatState::start(hb, now, self.read_paused));
         conn.handshake_pending = false;
         let mut panicked = reset.err();
         let mut slowest = Duration::ZERO;
+        if let Some(protocol) = self.protocol.as_mut() {
+            let opening = match guarded(Callback::Protocol, || protocol.open()) {
+                Ok(o) => o,
+                Err(p) => return self.step(now, Ev::CallbackPanicked(p)),
+            };
+            for f in &opening.frames {
+                let (encoded, took) = encode(&mut self.framing, &*self.watch, &self.cfg.name, f);
+                slowest = slowest.max(took);
+                match encoded {
+                    Ok(Some(buf)) => conn.control.push_back((Control::Hello, buf)),
+                    Ok(None) => {}
+                    Err(p) => {
+                        panicked = Some(p);
+                        break;
+                    }
+                }
+            }
+            conn.handshake_pending = opening.wait;
+            self.took(now, Callback::Encode, slowest);
+            if let Some(p) = panicked {
+                return self.step(now, Ev::CallbackPanicked(p));
+            }
+            if opening.wait {
+                self.timers
+                    .arm(Timer::Handshake, now + self.cfg.handshake_timeout);
+            } else {
+                self.ready(now);
+            }
+            return;
+        }
         if let ProofOfLife::Handshake { hello, timeout, .. } = &self.cfg.proof {
             for h in hello.iter().take_while(|_| panicked.is_none()) {
                 let (encoded, took) = encode(&mut self.framing, &*self.watch, &self.cfg.name, h);
@@ -157,6 +190,13 @@ impl Machine {
         self.next_outage_warn = OUTAGE_WARN_FIRST;
         if let Some(conn) = &mut self.conn {
             conn.handshake_pending = false;
+            if conn.heartbeat.is_none() {
+                conn.heartbeat = self
+                    .cfg
+                    .heartbeat
+                    .as_ref()
+                    .map(|hb| HeartbeatState::start(hb, now, self.read_paused));
+            }
         }
         if let Some(since) = self.outage_since.take() {
             self.last_outage = Some(now.saturating_duration_since(since));
@@ -247,6 +287,13 @@ impl Machine {
 
     /// The ping's bytes; empty when there is none, or when the framing refused it.
     pub(super) fn encoded_ping(&mut self, now: Instant) -> Result<Vec<u8>, Panicked> {
+        if let Some(protocol) = self.protocol.as_ref() {
+            if let Some(f) = guarded(Callback::Protocol, || protocol.ping())? {
+                let (ping, took) = encode(&mut self.framing, &*self.watch, &self.cfg.name, &f);
+                self.took(now, Callback::Encode, took);
+                return Ok(ping?.unwrap_or_default());
+            }
+        }
         let (ping, took) = match self.cfg.heartbeat.as_ref().map(|h| &h.ping) {
             Some(Ping::Raw(b)) => return Ok(b.clone()),
             Some(Ping::Frame(f)) => encode(&mut self.framing, &*self.watch, &self.cfg.name, f),
@@ -260,7 +307,7 @@ impl Machine {
 /// One control frame (a hello frame, the ping) through the framing, guarded: the framing may
 /// be application code. `None` when the framing refuses it (`build()` checked it, so only a
 /// framing whose `check` and `encode` disagree does).
-fn encode(
+pub(super) fn encode(
     framing: &mut BoxedFraming,
     watch: &dyn Stopwatch,
     name: &str,

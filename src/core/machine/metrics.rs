@@ -48,6 +48,8 @@ impl Machine {
             requests_submitted: self.c.requests_submitted,
             requests_late_held: (self.requests.len() - self.requests.waiting()) as u64,
             barriers_sent: self.c.barriers,
+            handshakes_refused: self.c.handshakes_refused,
+            frames_answered: self.c.answered_by_link,
             requests_answered: self.requests.answered,
             requests_failed: self.requests.failed,
             requests_outstanding: self.requests.waiting() as u64,

@@ -6,10 +6,12 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
+use super::connection::encode as encode_control;
 use super::{Ev, Machine};
-use crate::core::confirm::{Answers, Turn};
+use crate::core::confirm::{Answers, Control, Turn};
 use crate::core::guard::{guarded, timed, Panicked};
 use crate::core::heartbeat::Reply;
+use crate::core::protocol::{Reaction, Verdict as Opened};
 use crate::core::requests::{Matched, Matching, Verdict};
 use crate::core::settings::ProofOfLife;
 use crate::error::{Callback, DecodeError};
@@ -97,6 +99,18 @@ impl Machine {
     fn handshake_reply(&mut self, now: Instant, frame: &[u8]) -> bool {
         if !self.conn.as_ref().is_some_and(|c| c.handshake_pending) {
             return false;
+        }
+        if let Some(protocol) = self.protocol.as_mut() {
+            let (verdict, took) =
+                timed(&*self.watch, Callback::Protocol, || protocol.verdict(frame));
+            self.took(now, Callback::Protocol, took);
+            match verdict {
+                Ok(Opened::Ready) => self.step(now, Ev::Alive),
+                Ok(Opened::NotYet) => return false,
+                Ok(Opened::Refused(reason)) => self.step(now, Ev::Rejected(reason)),
+                Err(p) => self.step(now, Ev::CallbackPanicked(p)),
+            }
+            return true;
         }
         let ProofOfLife::Handshake { accept, .. } = &self.cfg.proof else {
             return false;
@@ -186,8 +200,13 @@ impl Machine {
         })
     }
 
-    /// Whether the heartbeat's `reply` accepts `frame` as a pong, timed.
+    /// Whether the heartbeat's `reply` (or the protocol) accepts `frame` as a pong, timed.
     fn is_pong(&mut self, now: Instant, frame: &[u8]) -> Result<bool, Panicked> {
+        if let Some(protocol) = self.protocol.as_ref().filter(|p| p.ping().is_some()) {
+            let (is, took) = timed(&*self.watch, Callback::Protocol, || protocol.is_pong(frame));
+            self.took(now, Callback::Protocol, took);
+            return is;
+        }
         let Some(reply) = self.cfg.heartbeat.as_ref().and_then(|h| h.reply.as_ref()) else {
             return Ok(false);
         };
@@ -196,8 +215,12 @@ impl Machine {
         is
     }
 
-    /// A frame no turn waits for: the application's, or (by id) a request's reply.
+    /// A frame no turn waits for: the protocol's reaction first, then the application's, or
+    /// (by id) a request's reply.
     fn deliver_unsolicited(&mut self, now: Instant, frame: Bytes) {
+        if !self.react(now, &frame) {
+            return;
+        }
         if self.requests.by_id() {
             return self.deliver(now, frame);
         }
@@ -215,9 +238,48 @@ impl Machine {
         self.emit(Event::Frame(frame));
     }
 
+    /// The protocol's reaction to a frame of the peer's own: an answer written at once, ahead
+    /// of the outbox. Returns whether the frame goes on to the application.
+    fn react(&mut self, now: Instant, frame: &[u8]) -> bool {
+        let Some(protocol) = self.protocol.as_mut() else {
+            return true;
+        };
+        let (reaction, took) = timed(&*self.watch, Callback::Protocol, || protocol.react(frame));
+        self.took(now, Callback::Protocol, took);
+        let (answer, deliver) = match reaction {
+            Ok(Reaction::Deliver) => return true,
+            Ok(Reaction::Answer(a)) => (a, false),
+            Ok(Reaction::AnswerAndDeliver(a)) => (a, true),
+            Err(p) => {
+                self.step(now, Ev::CallbackPanicked(p));
+                return false;
+            }
+        };
+        let (encoded, took) =
+            encode_control(&mut self.framing, &*self.watch, &self.cfg.name, &answer);
+        self.took(now, Callback::Encode, took);
+        match encoded {
+            Ok(Some(bytes)) => {
+                if let Some(conn) = self.conn.as_mut() {
+                    conn.control.push_back((Control::Answer, bytes));
+                    self.c.answered_by_link += 1;
+                }
+            }
+            Ok(None) => {}
+            Err(p) => {
+                self.step(now, Ev::CallbackPanicked(p));
+                return false;
+            }
+        }
+        deliver
+    }
+
     /// A frame that is neither the handshake's nor a pong: a request's reply or the
     /// application's.
     fn deliver(&mut self, now: Instant, frame: Bytes) {
+        if !self.react(now, &frame) {
+            return;
+        }
         self.c.received += 1;
         log::trace!(
             "relink[{}]: frame of {} bytes received",

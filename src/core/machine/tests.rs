@@ -250,6 +250,7 @@ mod connection;
 mod panics;
 mod pause;
 mod props;
+mod protocol;
 mod requests;
 mod rules;
 mod tls;

@@ -8,7 +8,7 @@ use bytes::Bytes;
 
 use super::connection::Connection;
 use super::{Ev, Machine, Timer, TxResult};
-use crate::core::confirm::{Answers, Control, Turn};
+use crate::core::confirm::{Answers, Turn};
 use crate::core::framing::BoxedFraming;
 use crate::core::framing::{Framing, LengthDelimited, Lines};
 use crate::core::guard::{guarded, Panicked};
@@ -70,12 +70,11 @@ impl Machine {
         let answers = self.cfg.answers;
         while let Some((kind, c)) = conn.control.pop_front() {
             buf.extend_from_slice(&c);
-            let turn = matches!(
-                (answers, kind),
-                (Answers::EveryFrame, _) | (Answers::Pings, Control::Ping { .. })
-            );
-            if turn {
-                conn.pending_turns.push((kind.into(), buf.len()));
+            let turn = (answers != Answers::Unknown)
+                .then(|| kind.turn(answers == Answers::EveryFrame))
+                .flatten();
+            if let Some(turn) = turn {
+                conn.pending_turns.push((turn, buf.len()));
             }
             conn.in_flight_control.push((kind, c));
         }
@@ -328,7 +327,16 @@ impl Machine {
                 }
                 self.c.resent += frames.len() as u64;
                 for s in frames.into_iter().rev() {
-                    self.outbox.push_front(s.frame, s.deadline);
+                    let frame = match self.marked_for_resend(&s.frame) {
+                        Ok(Some(marked)) => marked.into(),
+                        Ok(None) => s.frame,
+                        Err(p) => {
+                            // Reported here: the connection is already down.
+                            self.report_panic(&p);
+                            s.frame
+                        }
+                    };
+                    self.outbox.push_front(frame, s.deadline);
                 }
             }
             Redelivery::Report => {
@@ -336,6 +344,14 @@ impl Machine {
                 let frames = frames.into_iter().map(|s| s.frame).collect();
                 self.abandon_all(frames, AbandonReason::Unconfirmed);
             }
+        }
+    }
+
+    /// The protocol's mark on a frame written again (MQTT's DUP), guarded.
+    fn marked_for_resend(&self, frame: &[u8]) -> Result<Option<Vec<u8>>, Panicked> {
+        match self.protocol.as_ref() {
+            Some(p) => guarded(Callback::Protocol, || p.resend(frame)),
+            None => Ok(None),
         }
     }
 

@@ -1,0 +1,227 @@
+//! The protocol: what a protocol does at the edges of a connection, written once and handed to
+//! the builder. Sans-IO like the framing: frames in, frames and verdicts out, no clock.
+//!
+//! The framing cuts bytes into frames; the protocol says what some frames mean to the link:
+//! which open a connection, which answer the opening, which the link answers itself, which
+//! ping and which pong, and how a frame is marked when written again.
+
+use std::fmt;
+
+use super::confirm::Answers;
+
+/// What the link writes when a connection opens, and whether it then waits for the peer.
+///
+/// # Examples
+/// ```
+/// use relink::Opening;
+///
+/// // A telemetry collector that answers nothing: a line, and Ready at once.
+/// let hello = Opening::ready(vec![b"HELLO sensor-7".to_vec()]);
+/// // MQTT: CONNECT, then Ready only on the CONNACK that accepts it.
+/// let connect = Opening::wait(vec![vec![0x10, 0x0c /* ... */]]);
+/// # let _ = (hello, connect);
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Opening {
+    pub(crate) frames: Vec<Vec<u8>>,
+    pub(crate) wait: bool,
+}
+
+impl Opening {
+    /// `frames` first on the connection, and the link Ready at once: a preamble that gets no
+    /// reply. Frames queued before go after it.
+    pub fn ready(frames: Vec<Vec<u8>>) -> Opening {
+        Opening {
+            frames,
+            wait: false,
+        }
+    }
+
+    /// `frames` first on the connection, then the link waits for [`Protocol::verdict`] to say
+    /// Ready (within [`Builder::handshake_timeout`](crate::Builder::handshake_timeout)).
+    pub fn wait(frames: Vec<Vec<u8>>) -> Opening {
+        Opening { frames, wait: true }
+    }
+}
+
+/// What the peer's frame says while the link waits for its verdict on a new connection.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Verdict {
+    /// The connection is Ready. The frame is consumed.
+    Ready,
+    /// Not this frame: it is delivered to the application, and the link keeps waiting.
+    NotYet,
+    /// The peer refused the link for a reason no retry at the usual pace can fix (bad
+    /// credentials, a protocol version it does not speak): the connection is closed with cause
+    /// [`Rejected`](crate::Cause::Rejected), the reason comes in an
+    /// [`Event::Error`](crate::Event::Error), and the next attempt waits
+    /// [`config_failure_retry`](crate::Builder::config_failure_retry).
+    Refused(String),
+}
+
+/// What the link does with a frame of the peer's own: one that answers nothing the link wrote
+/// (a server's ping, a message pushed to a subscriber).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Reaction {
+    /// Deliver it to the application. The default.
+    Deliver,
+    /// Write this frame at once, ahead of the outbox (a NATS `PONG` to the server's `PING`),
+    /// and keep the peer's frame from the application.
+    Answer(Vec<u8>),
+    /// Write this frame at once, ahead of the outbox (an MQTT `PUBACK`), and deliver the
+    /// peer's frame too.
+    AnswerAndDeliver(Vec<u8>),
+}
+
+/// What a protocol does on each connection: the frames that open it, the verdict on the peer's
+/// first frames, the answers to the peer's own frames, the ping and its pong, which frames the
+/// peer answers, and how a frame written again is marked.
+///
+/// Every method has a default that does nothing, so a protocol says only what it needs. The
+/// frames it returns are encoded by the link's framing. Given to the builder with
+/// [`Builder::protocol`](crate::Builder::protocol); the link calls it on its IO thread, guarded
+/// (a panic fails the connection with cause `callback-panic`).
+///
+/// # Examples
+/// A NATS publisher and subscriber: `CONNECT` and the subscriptions on every connection, Ready
+/// at once; the server's `PING` answered by the link; the link's own `PING` answered `PONG`.
+/// ```
+/// use relink::{Answers, Opening, Protocol, Reaction};
+///
+/// #[derive(Clone)]
+/// struct Nats {
+///     subjects: Vec<String>,
+/// }
+///
+/// impl Protocol for Nats {
+///     fn open(&mut self) -> Opening {
+///         let mut frames = vec![b"CONNECT {\"verbose\":false}\r\n".to_vec()];
+///         for (sid, s) in self.subjects.iter().enumerate() {
+///             frames.push(format!("SUB {s} {sid}\r\n").into_bytes());
+///         }
+///         Opening::ready(frames)
+///     }
+///
+///     fn react(&mut self, frame: &[u8]) -> Reaction {
+///         match frame {
+///             b"PING" => Reaction::Answer(b"PONG\r\n".to_vec()),
+///             _ => Reaction::Deliver,
+///         }
+///     }
+///
+///     fn ping(&self) -> Option<Vec<u8>> {
+///         Some(b"PING\r\n".to_vec())
+///     }
+///
+///     fn is_pong(&self, frame: &[u8]) -> bool {
+///         frame == b"PONG"
+///     }
+///
+///     fn answers(&self) -> Answers {
+///         Answers::Pings
+///     }
+/// }
+/// # let _ = Nats { subjects: vec![] };
+/// ```
+pub trait Protocol: Send + 'static {
+    /// The frames that open a new connection (built for it: the subscriptions held now, a
+    /// fresh token), and whether the link waits for [`verdict`](Protocol::verdict). Called
+    /// once per connection, when it carries application bytes (after TLS). Defaults to none,
+    /// Ready at once.
+    fn open(&mut self) -> Opening {
+        Opening::default()
+    }
+
+    /// The peer's frame while the link waits for its verdict. Defaults to Ready.
+    fn verdict(&mut self, frame: &[u8]) -> Verdict {
+        let _ = frame;
+        Verdict::Ready
+    }
+
+    /// A frame of the peer's own, once Ready (one that answers nothing the link wrote).
+    /// Defaults to delivering it.
+    fn react(&mut self, frame: &[u8]) -> Reaction {
+        let _ = frame;
+        Reaction::Deliver
+    }
+
+    /// The heartbeat's ping, in place of the [`Heartbeat`](crate::Heartbeat)'s own. The
+    /// heartbeat runs only once the link is Ready. Defaults to the heartbeat's.
+    fn ping(&self) -> Option<Vec<u8>> {
+        None
+    }
+
+    /// Whether `frame` is the pong to a ping (under [`Answers::Pings`]; under
+    /// [`Answers::EveryFrame`] the pong is known by its place). Defaults to false.
+    fn is_pong(&self, frame: &[u8]) -> bool {
+        let _ = frame;
+        false
+    }
+
+    /// Which frames the peer answers, in order. Defaults to [`Answers::Unknown`].
+    fn answers(&self) -> Answers {
+        Answers::Unknown
+    }
+
+    /// A frame written again on a new connection after its connection dropped unconfirmed
+    /// (under [`Redelivery::Resend`](crate::Redelivery::Resend)): the marked copy to write
+    /// instead (MQTT sets DUP on a resent `PUBLISH`), or `None` to write it as it was.
+    /// Defaults to `None`.
+    fn resend(&self, frame: &[u8]) -> Option<Vec<u8>> {
+        let _ = frame;
+        None
+    }
+
+    /// Short name for logs. Defaults to `"custom"`.
+    fn name(&self) -> &str {
+        "custom"
+    }
+}
+
+/// A protocol the link can hold and clone: any `Protocol + Clone`, behind one object-safe
+/// trait.
+pub(crate) trait DynProtocol: Protocol {
+    fn clone_box(&self) -> Box<dyn DynProtocol>;
+}
+
+impl<T: Protocol + Clone> DynProtocol for T {
+    fn clone_box(&self) -> Box<dyn DynProtocol> {
+        Box::new(self.clone())
+    }
+}
+
+/// The protocol of one link, boxed.
+pub(crate) struct BoxedProtocol(pub(crate) Box<dyn DynProtocol>);
+
+impl BoxedProtocol {
+    pub(crate) fn new<P: Protocol + Clone>(protocol: P) -> BoxedProtocol {
+        BoxedProtocol(Box::new(protocol))
+    }
+}
+
+impl Clone for BoxedProtocol {
+    fn clone(&self) -> Self {
+        BoxedProtocol(self.0.clone_box())
+    }
+}
+
+impl fmt::Debug for BoxedProtocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Protocol({})", self.0.name())
+    }
+}
+
+impl std::ops::Deref for BoxedProtocol {
+    type Target = dyn DynProtocol;
+    fn deref(&self) -> &Self::Target {
+        &*self.0
+    }
+}
+
+impl std::ops::DerefMut for BoxedProtocol {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut *self.0
+    }
+}
