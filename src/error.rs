@@ -95,7 +95,7 @@ pub enum ConfigError {
     /// The handshake proof of life was chosen without any hello frame.
     #[error("a handshake needs at least one hello frame")]
     EmptyHandshake,
-    /// The heartbeat ping is empty.
+    /// The heartbeat ping is empty (and no protocol gives one: `Heartbeat::every`).
     #[error("the heartbeat ping is empty")]
     EmptyPing,
     /// A hello frame or the heartbeat ping cannot be encoded by the framing.

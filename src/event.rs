@@ -259,6 +259,20 @@ pub struct Transition {
     pub endpoint: Option<String>,
 }
 
+/// `from -> to (cause)`, as the logs say it.
+///
+/// # Examples
+/// ```
+/// # fn show(t: relink::Transition) {
+/// println!("{t}"); // Ready -> Backoff (peer-closed)
+/// # }
+/// ```
+impl std::fmt::Display for Transition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} -> {} ({})", self.from, self.to, self.cause)
+    }
+}
+
 /// What the link sends to the application through [`Link::events`](crate::Link::events).
 ///
 /// # Examples

@@ -151,12 +151,15 @@ impl Builder {
                     })?;
             }
         }
+        let protocol_ping = c.core.protocol.as_ref().is_some_and(|p| p.ping().is_some());
         if let Some(hb) = &c.core.heartbeat {
             positive("heartbeat interval", hb.interval)?;
             if hb.reply.is_some() && !framing.delimits_frames() {
                 return Err(needs_framing("heartbeat reply"));
             }
             match &hb.ping {
+                // The protocol's ping is written in its place.
+                Ping::Raw(p) if p.is_empty() && protocol_ping => {}
                 Ping::Raw(p) if p.is_empty() => return Err(ConfigError::EmptyPing),
                 Ping::Raw(_) => {}
                 Ping::Frame(p) => framing

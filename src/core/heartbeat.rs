@@ -86,6 +86,12 @@ impl Heartbeat {
         }
     }
 
+    /// A heartbeat every `interval` whose ping is the link's [`Protocol`](crate::Protocol)'s
+    /// ([`Protocol::ping`](crate::Protocol::ping)); `build()` refuses it without one.
+    pub fn every(interval: Duration) -> Heartbeat {
+        Heartbeat::new(interval, Ping::Raw(Vec::new()))
+    }
+
     /// Silent intervals tolerated before the verdict. Defaults to 2.
     pub fn max_missed(mut self, n: u32) -> Heartbeat {
         self.max_missed = n;

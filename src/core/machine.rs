@@ -594,7 +594,15 @@ impl Machine {
             self.note_address_failed();
         }
         self.redeliver();
-        self.requests.connection_lost();
+        // Requests written again carry the protocol's mark, as frames do (a panic there keeps
+        // the request as it was: the connection is already down).
+        let protocol = self.protocol.as_ref();
+        self.requests.connection_lost(|frame| {
+            let p = protocol?;
+            crate::core::guard::guarded(Callback::Protocol, || p.resend(frame))
+                .ok()
+                .flatten()
+        });
         self.answer_requests();
         if self.cfg.abandon_on_disconnect && matches!(was, State::Connected | State::Ready) {
             let frames = self.outbox.drain();

@@ -500,7 +500,7 @@ impl Requests {
     /// The connection dropped (what was in flight is requeued first): the requests it carried
     /// are resent on the next one or fail, by the redelivery policy; those nobody waits for
     /// any more leave.
-    pub(crate) fn connection_lost(&mut self) {
+    pub(crate) fn connection_lost(&mut self, mark: impl Fn(&[u8]) -> Option<Vec<u8>>) {
         self.in_flight = 0;
         let mut carried: Vec<Entry> = self.window.drain(..self.sent).collect();
         self.sent = 0;
@@ -514,7 +514,14 @@ impl Requests {
                 continue;
             }
             match self.redelivery {
-                Redelivery::Resend if e.losses < self.max_losses => self.window.push_front(e),
+                Redelivery::Resend if e.losses < self.max_losses => {
+                    let mut e = e;
+                    if let Some(marked) = mark(&e.frame) {
+                        self.bytes = self.bytes - e.frame.len() + marked.len();
+                        e.frame = marked.into();
+                    }
+                    self.window.push_front(e)
+                }
                 Redelivery::Resend => {
                     self.bytes -= e.frame.len();
                     self.outcomes

@@ -8,6 +8,7 @@
 //! - [`checks`]: the accounting and delivery checks the fault scenarios end with;
 //! - [`exec`]: a minimal executor for async tests that counts polls and wakes;
 //! - [`redis`]: a `redis-server` child process;
+//! - [`mosquitto`]: a `mosquitto` broker child process with a configuration of the test's;
 //! - [`nats`]: a `nats-server` child process and a subscriber that outlives its restarts;
 //! - [`slow`]: a slow reader (plain or TLS) killed with a reset, that counts what its kernel held
 //!   unread;
@@ -33,6 +34,7 @@
 pub mod checks;
 pub mod exec;
 pub mod logs;
+pub mod mosquitto;
 pub mod nats;
 pub mod netns;
 pub mod payload;
@@ -51,6 +53,8 @@ pub mod watch;
 pub use checks::*;
 #[allow(unused_imports)]
 pub use exec::*;
+#[allow(unused_imports)]
+pub use mosquitto::*;
 #[allow(unused_imports)]
 pub use nats::*;
 #[allow(unused_imports)]

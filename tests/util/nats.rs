@@ -20,8 +20,19 @@ pub struct NatsServer {
     binary: PathBuf,
     port: u16,
     process: ServerProcess,
-    /// Options after the defaults (`--ping_interval`, ...).
+    /// Options after the defaults (`-c FILE`, ...).
     extra: Vec<String>,
+    /// A configuration file of the test's, removed on drop.
+    config: Option<PathBuf>,
+}
+
+impl Drop for NatsServer {
+    fn drop(&mut self) {
+        self.process.kill();
+        if let Some(c) = &self.config {
+            let _ = std::fs::remove_file(c);
+        }
+    }
 }
 
 /// Whether a NATS server answers on `addr`: its greeting is an `INFO` line.
@@ -47,9 +58,35 @@ impl NatsServer {
             port: free_port(),
             process: ServerProcess::default(),
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            config: None,
         };
         server.launch();
         Some(server)
+    }
+
+    /// As `start`, with the server pinging each client every `interval_s` seconds and
+    /// dropping one that misses two pings in a row (`ping_max: 2`).
+    pub fn start_pinging(interval_s: u64) -> Option<NatsServer> {
+        let config = std::env::temp_dir().join(format!(
+            "relink-test-nats-{}-{}.conf",
+            std::process::id(),
+            free_port()
+        ));
+        std::fs::write(
+            &config,
+            format!("ping_interval: \"{interval_s}s\"\nping_max: 2\n"),
+        )
+        .expect("write the nats-server configuration");
+        let path = config.to_string_lossy().into_owned();
+        let mut server = NatsServer::start(&["-c", &path]);
+        match &mut server {
+            // Kept while the server lives: a relaunch reads it again.
+            Some(s) => s.config = Some(config),
+            None => {
+                let _ = std::fs::remove_file(&config);
+            }
+        }
+        server
     }
 
     pub fn addr(&self) -> SocketAddr {

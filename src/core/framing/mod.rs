@@ -50,12 +50,14 @@
 //! it is caught and counted as a failure of the connection
 //! ([`Cause::CallbackPanic`](crate::Cause::CallbackPanic)).
 
+mod counted;
 mod delimited;
 mod length;
 mod raw;
 mod reply;
 mod resp;
 
+pub use counted::Counted;
 pub use delimited::{Delimited, DelimitedBuilder, Lines, LinesBuilder};
 pub use length::{LengthDelimited, LengthDelimitedBuilder};
 pub use raw::Raw;

@@ -242,7 +242,7 @@ fn report_fails_the_sent_requests_at_a_drop_and_keeps_the_unsent_ones() {
     r.submit(now, 1, Bytes::from_static(b"sent"), None, now + T);
     write_all(&mut r);
     r.submit(now, 2, Bytes::from_static(b"queued"), None, now + T);
-    r.connection_lost();
+    r.connection_lost(|_| None);
     assert_eq!(
         outcomes(&mut r),
         [(
@@ -261,7 +261,7 @@ fn resend_writes_the_sent_requests_again_first_and_in_order() {
     r.submit(now, 2, Bytes::from_static(b"two"), None, now + T);
     write_all(&mut r);
     r.submit(now, 3, Bytes::from_static(b"three"), None, now + T);
-    r.connection_lost();
+    r.connection_lost(|_| None);
     assert!(outcomes(&mut r).is_empty());
     assert_eq!(
         write_all(&mut r),
@@ -279,7 +279,7 @@ fn a_drop_forgets_timed_out_requests_whose_replies_cannot_come_any_more() {
     write_all(&mut r);
     r.expire(now + T);
     outcomes(&mut r);
-    r.connection_lost();
+    r.connection_lost(|_| None);
     assert_eq!(write_all(&mut r), [b"next".to_vec()]);
     assert_eq!(reply(&mut r, b"n"), Matched::Answer(2));
 }
@@ -443,7 +443,7 @@ fn random_run(seed: u64, by_id: bool, redelivery: Redelivery, overflow: Overflow
             }
             7 => {
                 peer.clear();
-                r.connection_lost();
+                r.connection_lost(|_| None);
             }
             _ => {
                 now += Duration::from_millis(rng.random_range(1..100));

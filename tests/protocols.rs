@@ -1,0 +1,283 @@
+//! Real protocols through one `Protocol` each (`examples/protocols/`), against real servers:
+//! nats-server pinging an idle link that no application code answers, subscriptions renewed
+//! after a restart; mosquitto killed twice during 5 000 QoS 1 publishes, a refused `CONNACK`;
+//! and a silent collector opened with a hello line. The server tests are ignored in a bare
+//! `cargo test`; `.ci/run` installs the servers and runs them.
+
+mod util;
+
+#[path = "../examples/protocols/mqtt.rs"]
+#[allow(dead_code)]
+mod mqtt;
+#[path = "../examples/protocols/nats.rs"]
+#[allow(dead_code)]
+mod nats;
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use relink::error::LinkError;
+use relink::framing::Lines;
+use relink::{Cause, Event, Heartbeat, Link, Opening, Protocol, Redelivery, State};
+use util::{Behaviour, Mosquitto, NatsServer, Peer, Server, Watch};
+
+const T: Duration = Duration::from_secs(30);
+
+// ----- NATS ----------------------------------------------------------------------------------
+
+fn nats_link(endpoint: &str, protocol: &nats::Nats) -> Link {
+    Link::builder(endpoint)
+        .framing(nats::framing())
+        .protocol(protocol.clone())
+        .heartbeat(Heartbeat::every(Duration::from_secs(5)))
+        .backoff(Duration::from_millis(50), Duration::from_millis(500))
+        .build()
+        .unwrap()
+}
+
+#[test]
+#[ignore = "needs nats-server"]
+fn an_idle_nats_link_answers_the_servers_pings_itself_and_is_never_dropped() {
+    let server = NatsServer::start_pinging(1).expect("this test needs nats-server");
+    let link = nats_link(&server.endpoint(), &nats::Nats::new());
+    let mut watch = Watch::new(&link);
+    watch.until(T, |t| t.to == State::Ready);
+    // Ten seconds idle: the server pings every second and drops a client that misses two.
+    let left = watch.try_until(Duration::from_secs(10), |t| t.from == State::Ready);
+    let m = link.metrics();
+    eprintln!(
+        "10 s idle: {} server pings answered by the link, {} heartbeats of its own, left Ready: {:?}",
+        m.frames_answered,
+        m.heartbeats_sent,
+        left.as_ref().map(|(_, t)| t.to_string())
+    );
+    assert!(left.is_none(), "the link left Ready: {}", watch.trace());
+    assert!(
+        m.frames_answered >= 8,
+        "the server's pings were answered: {m:?}"
+    );
+    assert_eq!(m.connects, 1);
+    link.close(Duration::from_secs(1));
+}
+
+#[test]
+#[ignore = "needs nats-server"]
+fn a_nats_subscription_is_renewed_on_every_connection() {
+    let mut server = NatsServer::start(&[]).expect("this test needs nats-server");
+    let protocol = nats::Nats::new();
+    let link = nats_link(&server.endpoint(), &protocol);
+    let mut watch = Watch::new(&link);
+    watch.until(T, |t| t.to == State::Ready);
+    link.send(protocol.subscribe("renewed")).unwrap();
+    for round in 0..3 {
+        // Published on the link itself: it comes back only while the subscription holds.
+        let deadline = Instant::now() + T;
+        let mut got = false;
+        while !got && Instant::now() < deadline {
+            link.send(nats::publish("renewed", format!("r{round}").as_bytes()))
+                .unwrap();
+            let until = Instant::now() + Duration::from_millis(200);
+            while let Ok(e) = link
+                .events()
+                .recv_timeout(until.saturating_duration_since(Instant::now()))
+            {
+                if let Event::Frame(f) = e {
+                    got |=
+                        nats::message(&f).is_some_and(|(_, p)| p == format!("r{round}").as_bytes());
+                }
+            }
+        }
+        assert!(got, "round {round}: the subscription holds");
+        server.restart();
+    }
+    link.close(Duration::from_secs(1));
+}
+
+// ----- MQTT ----------------------------------------------------------------------------------
+
+fn mqtt_link(endpoint: &str, protocol: mqtt::Mqtt) -> Link {
+    Link::builder(endpoint)
+        .framing(mqtt::Packets)
+        .protocol(protocol)
+        .requests(mqtt::Mqtt::correlation())
+        .request_redelivery(Redelivery::Resend)
+        .request_timeout(T)
+        .request_window(256, 1 << 20)
+        .heartbeat(Heartbeat::every(Duration::from_secs(5)))
+        .backoff(Duration::from_millis(50), Duration::from_millis(500))
+        .config_failure_retry(Duration::from_secs(20))
+        .build()
+        .unwrap()
+}
+
+#[test]
+#[ignore = "needs mosquitto"]
+fn mqtt_qos1_publishes_through_two_broker_kills_are_each_acknowledged_by_their_own_puback() {
+    const N: u16 = 5_000;
+    let mut broker = Mosquitto::start("").expect("this test needs mosquitto");
+    let protocol = mqtt::Mqtt::new("relink-test-publisher");
+    let link = mqtt_link(&broker.endpoint(), protocol.clone());
+    let mut watch = Watch::new(&link);
+    watch.until(T, |t| t.to == State::Ready);
+    // At most 128 in flight, as a client waits for its acknowledgements.
+    let (mut acked, mut failed) = (0u64, 0u64);
+    let mut in_flight = std::collections::VecDeque::new();
+    let settle = |id: u16, p: relink::Pending, acked: &mut u64, failed: &mut u64| match p.wait() {
+        Ok(ack) => {
+            assert_eq!(
+                mqtt::packet_id(&ack),
+                Some(id),
+                "a PUBACK answers its own PUBLISH"
+            );
+            *acked += 1;
+        }
+        Err(e) => {
+            eprintln!("publish {id}: {e}");
+            *failed += 1;
+        }
+    };
+    for n in 0..N {
+        let p = protocol.publish1("relink/qos1", format!("{n}").as_bytes());
+        let id = mqtt::packet_id(&p).unwrap();
+        in_flight.push_back((id, link.request_nowait(p)));
+        if in_flight.len() >= 128 {
+            let (id, p) = in_flight.pop_front().unwrap();
+            settle(id, p, &mut acked, &mut failed);
+        }
+        if n == N / 3 || n == 2 * N / 3 {
+            broker.restart();
+        }
+    }
+    for (id, p) in in_flight {
+        settle(id, p, &mut acked, &mut failed);
+    }
+    let m = link.close(Duration::from_secs(1));
+    eprintln!(
+        "{N} QoS 1 publishes, broker killed twice: {acked} acknowledged, {failed} reported, \
+         connects {}",
+        m.connects
+    );
+    assert_eq!(
+        acked + failed,
+        N as u64,
+        "every publish acknowledged or reported"
+    );
+    assert!(
+        m.connects >= 3,
+        "the broker was reached again after each kill"
+    );
+    assert!(acked > 0);
+}
+
+#[test]
+#[ignore = "needs mosquitto"]
+fn a_refused_connack_is_reported_with_its_reason_and_retried_at_the_slow_pace() {
+    let broker = Mosquitto::start("allow_anonymous false").expect("this test needs mosquitto");
+    let link = mqtt_link(&broker.endpoint(), mqtt::Mqtt::new("relink-test-refused"));
+    let mut watch = Watch::new(&link);
+    let (_, t) = watch.until(T, |t| t.from == State::Connected);
+    assert_eq!(
+        (t.to, t.cause),
+        (State::Backoff, Cause::Rejected),
+        "{}",
+        watch.trace()
+    );
+    assert_eq!(t.next_retry, Some(Duration::from_secs(20)), "the slow pace");
+    let reason = watch.errors.iter().find_map(|e| match e {
+        LinkError::Refused { reason } => Some(reason.clone()),
+        _ => None,
+    });
+    assert_eq!(reason.as_deref(), Some("not authorized"));
+    assert_eq!(link.metrics().handshakes_refused, 1);
+    link.close(Duration::from_secs(1));
+}
+
+#[test]
+#[ignore = "needs mosquitto"]
+fn a_resent_qos1_publish_carries_dup_and_a_subscription_is_renewed() {
+    let mut broker = Mosquitto::start("").expect("this test needs mosquitto");
+    let protocol = mqtt::Mqtt::new("relink-test-subscriber");
+    protocol.subscribe("relink/echo");
+    let link = mqtt_link(&broker.endpoint(), protocol.clone());
+    let mut watch = Watch::new(&link);
+    for round in 0..2 {
+        watch.until(T, |t| t.to == State::Ready);
+        // Published to a topic the link subscribes to: the broker's PUBLISH comes back and
+        // the link acknowledges it itself.
+        let payload = format!("round {round}");
+        let ack = link
+            .request(protocol.publish1("relink/echo", payload.as_bytes()))
+            .expect("acknowledged");
+        assert_eq!(ack[0] >> 4, 4, "a PUBACK");
+        let deadline = Instant::now() + T;
+        let mut seen = HashSet::new();
+        while !seen.contains(&payload) && Instant::now() < deadline {
+            if let Ok(Event::Frame(f)) = link.events().recv_timeout(Duration::from_millis(100)) {
+                if let Some((_, p)) = mqtt::publication(&f) {
+                    seen.insert(String::from_utf8_lossy(p).into_owned());
+                }
+            }
+        }
+        assert!(
+            seen.contains(&payload),
+            "round {round}: the subscription holds"
+        );
+        broker.restart();
+    }
+    assert!(
+        link.metrics().frames_answered >= 2,
+        "the broker's PUBLISHes were acknowledged"
+    );
+    // The mark itself: DUP set on a QoS 1 PUBLISH, nothing else touched.
+    let p = protocol.publish1("t", b"x");
+    let marked = protocol.resend(&p).expect("marked");
+    assert_eq!(marked[0], p[0] | 0x08);
+    assert_eq!(marked[1..], p[1..]);
+    assert_eq!(protocol.resend(&protocol.publish0("t", b"x")), None);
+    link.close(Duration::from_secs(1));
+}
+
+// ----- a silent collector --------------------------------------------------------------------
+
+/// A telemetry protocol: one hello line on every connection, no reply expected.
+#[derive(Clone)]
+struct Telemetry;
+
+impl Protocol for Telemetry {
+    fn open(&mut self) -> Opening {
+        Opening::ready(vec![b"HELLO sensor-7".to_vec()])
+    }
+}
+
+#[test]
+fn a_silent_collector_gets_the_hello_first_on_every_connection_and_the_link_is_ready() {
+    let peer = Peer::start(Behaviour::Sink);
+    let link = Link::builder(&peer.endpoint())
+        .framing(Lines::new())
+        .protocol(Telemetry)
+        .build()
+        .unwrap();
+    // Queued before the first connection: written after its hello.
+    link.send("reading 1").unwrap();
+    let mut watch = Watch::new(&link);
+    watch.until(T, |t| t.to == State::Ready);
+    link.flush(T).expect("confirmed");
+    peer.close_connections();
+    watch.until(T, |t| t.to == State::Ready && t.from != State::Idle);
+    link.send("reading 2").unwrap();
+    link.flush(T).expect("confirmed");
+    link.close(Duration::from_secs(1));
+    let conns = util::stop_and_collect(peer);
+    let lines: Vec<Vec<String>> = conns.iter().map(|c| util::lines_str(c)).collect();
+    let lines: Vec<Vec<String>> = lines.into_iter().filter(|c| !c.is_empty()).collect();
+    assert!(lines.len() >= 2, "{lines:?}");
+    for c in &lines {
+        assert_eq!(
+            c.first().map(String::as_str),
+            Some("HELLO sensor-7"),
+            "{lines:?}"
+        );
+    }
+    assert_eq!(lines[0], ["HELLO sensor-7", "reading 1"]);
+    assert!(lines.last().unwrap().contains(&"reading 2".to_string()));
+}
