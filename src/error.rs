@@ -414,6 +414,15 @@ pub enum LinkError {
     /// next. Reported once per change, at the next connection.
     #[error("new tls credentials refused, the last good ones stay: {0}")]
     TlsCredentials(TlsConfigError),
+    /// The peer closed the connection in the middle of a frame: the first `bytes` bytes of
+    /// it arrived, its end never will. The frame is not delivered; every frame before it
+    /// was. Reported just before the state change that says the connection is gone, and
+    /// counted in [`Metrics::frames_cut`](crate::Metrics::frames_cut).
+    #[error("the peer closed in the middle of a frame: {bytes} bytes of it never delivered")]
+    CutFrame {
+        /// The bytes of the cut frame that arrived (for a TLS link, decrypted bytes).
+        bytes: usize,
+    },
 }
 
 fn message_suffix(message: &Option<String>) -> String {

@@ -379,6 +379,7 @@ impl Machine {
     pub(crate) fn handle_data(&mut self, now: Instant, generation: u64, bytes: &[u8]) {
         if !self.is_current(generation) || !matches!(self.state, State::Connected | State::Ready) {
             self.c.ignored += 1;
+            self.stale_data(bytes.len());
             return;
         }
         if let Some(hb) = self.conn.as_mut().and_then(|c| c.heartbeat.as_mut()) {
@@ -492,7 +493,11 @@ impl Machine {
             }
             (Connected, Ev::HandshakeTimeout) => self.fail(now, Cause::HandshakeTimeout),
             (Connected | Ready, Ev::Tls(e)) => self.tls_failed(now, e),
-            (Connected | Ready, Ev::Disconnected) => self.fail(now, Cause::PeerClosed),
+            (Connected | Ready, Ev::Disconnected) => {
+                // Everything the peer wrote before its close was decoded on its way here.
+                self.report_cut_frame();
+                self.fail(now, Cause::PeerClosed)
+            }
             (Connected | Ready, Ev::HeartbeatDead) => self.fail(now, Cause::HeartbeatTimeout),
             (Connected | Ready, Ev::ProtocolError(e)) => {
                 self.emit(Event::Error(LinkError::Decode(e)));
@@ -610,6 +615,10 @@ impl Machine {
     /// Closes the connection of the current dial and forgets its per-connection state.
     fn teardown(&mut self) {
         self.actions.push_back(Action::Disconnect);
+        if let Some(conn) = &self.conn {
+            // Bytes of a frame not finished when relink itself ended the connection.
+            self.c.bytes_discarded += conn.rx.len() as u64;
+        }
         for t in [
             Timer::Dial,
             Timer::Handshake,

@@ -1,0 +1,317 @@
+//! What the peer wrote before it closed reaches the application, in order, before the state
+//! change that says the connection is gone: with the application reading, and with reading
+//! paused (the application took no event for a while, so the link stopped reading the socket
+//! and TCP pushed back on the peer) when the peer closes.
+//!
+//! Each scenario runs against a real peer on 127.0.0.1: the kit's [`burst`] peer writes
+//! length-prefixed frames of 100 bytes in one write and closes (FIN, or a reset); the TLS
+//! scenario uses an in-process rustls server that sends close_notify before its FIN.
+
+mod util;
+
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use relink::error::LinkError;
+use relink::framing::LengthDelimited;
+use relink::{Builder, Link, Metrics, State, Tls};
+use util::payload::seq_frame;
+use util::peers::{burst, Ending, Peer};
+use util::tls::{server_config, Serve, TlsKit, TlsServer};
+use util::{ms, Watch};
+
+/// Bound on any wait for something that takes milliseconds when all is well.
+const T: Duration = Duration::from_secs(20);
+/// The scenario of the issue: 10 000 frames of 100 bytes.
+const FRAMES: usize = 10_000;
+const LEN: usize = 100;
+/// The peer closes this long after its FIN.
+const LINGER: Duration = Duration::from_millis(200);
+/// The application takes no event for this long after building the link.
+const PAUSE: Duration = Duration::from_secs(3);
+/// Runs of the repeated scenarios, and how many run at once.
+const RUNS: usize = 50;
+const AT_ONCE: usize = 10;
+
+/// What one run saw.
+#[derive(Debug)]
+struct Run {
+    /// Frames delivered (their sequence numbers), in the order they came.
+    seqs: Vec<u64>,
+    /// Frames that came before the link left Ready.
+    before_leaving: usize,
+    errors: Vec<LinkError>,
+    metrics: Metrics,
+}
+
+impl Run {
+    fn lost(&self, expected: usize) -> usize {
+        expected.saturating_sub(self.seqs.len())
+    }
+
+    /// Every frame once, in order, all of them before the state change.
+    fn whole(&self, expected: usize) -> bool {
+        self.seqs.len() == expected
+            && self.seqs.iter().enumerate().all(|(i, s)| *s == i as u64)
+            && self.before_leaving == expected
+    }
+}
+
+/// A link with the len32 framing to `endpoint`, its redial far enough away that the run ends
+/// first.
+fn len32(endpoint: &str) -> Builder {
+    Link::builder(endpoint)
+        .framing(LengthDelimited::len32())
+        .backoff(ms(500), ms(1000))
+}
+
+/// Builds the link, takes no event for `pause` (the scenario's slow application), then reads
+/// until the link leaves Ready and closes it.
+fn observe(builder: Builder, pause: Duration) -> Run {
+    let link = builder.build().expect("build the link");
+    if !pause.is_zero() {
+        // The scenario itself: an application that takes no event for a while.
+        thread::sleep(pause);
+    }
+    let mut w = Watch::new(&link);
+    w.until(T, |t| t.from == State::Ready);
+    let before_leaving = *w.frames_before.last().expect("a transition");
+    let (metrics, _) = w.close(&link, T, "after the peer's close");
+    let seqs = w
+        .frames
+        .iter()
+        .map(|f| u64::from_be_bytes(f[..8].try_into().expect("a seq frame")))
+        .collect();
+    Run {
+        seqs,
+        before_leaving,
+        errors: w.errors.clone(),
+        metrics,
+    }
+}
+
+/// Runs `one` `RUNS` times, `AT_ONCE` at a time; prints and returns the runs.
+fn repeated(
+    what: &str,
+    expected: usize,
+    one: impl Fn() -> Run + Send + Sync + 'static,
+) -> Vec<Run> {
+    let one = Arc::new(one);
+    let started = Instant::now();
+    let mut runs = Vec::new();
+    while runs.len() < RUNS {
+        let n = AT_ONCE.min(RUNS - runs.len());
+        let handles: Vec<_> = (0..n)
+            .map(|_| {
+                let one = one.clone();
+                thread::spawn(move || one())
+            })
+            .collect();
+        runs.extend(handles.into_iter().map(|h| h.join().expect("a run")));
+    }
+    let lost: Vec<usize> = runs.iter().map(|r| r.lost(expected)).collect();
+    let short = lost.iter().filter(|l| **l > 0).count();
+    let disordered = runs.iter().filter(|r| !r.whole(expected)).count();
+    println!(
+        "{what}: {} runs in {:.1?}; frames lost {} in all ({short} runs short: {:?}); runs not \
+         whole (lost, out of order, or after the state change): {disordered}",
+        runs.len(),
+        started.elapsed(),
+        lost.iter().sum::<usize>(),
+        lost.iter().filter(|l| **l > 0).collect::<Vec<_>>()
+    );
+    runs
+}
+
+fn assert_whole(runs: &[Run], expected: usize) {
+    for (i, r) in runs.iter().enumerate() {
+        assert!(
+            r.whole(expected),
+            "run {i}: {} of {expected} frames, {} before the state change; errors {:?}",
+            r.seqs.len(),
+            r.before_leaving,
+            r.errors
+        );
+        assert_eq!(r.metrics.frames_received, expected as u64, "run {i}");
+    }
+}
+
+#[test]
+fn a_paused_reader_gets_every_frame_the_peer_wrote_before_its_fin_in_50_runs() {
+    let runs = repeated("plaintext, paused, FIN", FRAMES, || {
+        let peer = Peer::start(burst(FRAMES, LEN, Vec::new(), Ending::Fin(LINGER)));
+        observe(len32(&peer.endpoint()), PAUSE)
+    });
+    assert_whole(&runs, FRAMES);
+}
+
+#[test]
+fn a_paused_tls_reader_gets_every_frame_the_server_wrote_before_close_notify_in_50_runs() {
+    let kit = Arc::new(TlsKit::new());
+    let runs = repeated("tls, paused, close_notify then FIN", FRAMES, move || {
+        let serve = Serve::Burst {
+            frames: FRAMES,
+            len: LEN,
+            linger: LINGER,
+        };
+        let server = TlsServer::start(server_config(&kit.pki.server, None), serve);
+        let b = len32(&server.named_endpoint()).tls(Tls::new().ca_pem(&kit.pki.ca.cert));
+        observe(b, PAUSE)
+    });
+    assert_whole(&runs, FRAMES);
+}
+
+#[test]
+fn a_reader_that_keeps_up_gets_every_frame_of_a_peer_that_closes_at_full_speed() {
+    let runs = repeated("plaintext, reading, FIN at once", FRAMES, || {
+        let peer = Peer::start(burst(FRAMES, LEN, Vec::new(), Ending::Fin(Duration::ZERO)));
+        observe(len32(&peer.endpoint()), Duration::ZERO)
+    });
+    assert_whole(&runs, FRAMES);
+}
+
+#[test]
+fn a_frame_cut_by_the_peers_close_is_reported_with_its_length_never_delivered() {
+    // 10 frames, then the first 40 bytes of an 11th (its length says 100).
+    let mut tail = 100u32.to_be_bytes().to_vec();
+    tail.extend_from_slice(&seq_frame(10, 36));
+    for pause in [Duration::ZERO, ms(1500)] {
+        let peer = Peer::start(burst(10, LEN, tail.clone(), Ending::Fin(LINGER)));
+        let run = observe(len32(&peer.endpoint()).events_capacity(4), pause);
+        assert!(run.whole(10), "{run:?}");
+        let cut: Vec<_> = run
+            .errors
+            .iter()
+            .filter_map(|e| match e {
+                LinkError::CutFrame { bytes } => Some(*bytes),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(cut, vec![40], "paused {pause:?}: {:?}", run.errors);
+        assert_eq!(run.metrics.frames_cut, 1);
+        assert_eq!(run.metrics.bytes_cut, 40);
+    }
+}
+
+// ----- libzmq's own behaviour at a peer's close (the facts docs/design.md states) ----------
+
+const EVENT_DISCONNECTED: u16 = 0x0200;
+
+/// What a raw ZMQ_STREAM socket showed of one connection to a [`burst`] peer.
+#[derive(Debug, Default)]
+struct RawSeen {
+    /// Data bytes read from the socket (connect notification excluded).
+    bytes: usize,
+    /// The in-band disconnect notification `[rid, ""]` was read.
+    terminator: bool,
+    /// The monitor's DISCONNECTED was read before the terminator (when both were).
+    monitor_first: Option<bool>,
+}
+
+/// Reads a raw STREAM socket and its monitor connected to `peer`. Nothing is read from the
+/// socket until `hold` has passed since the connect (the socket's owner pausing); then, each
+/// pass reads the monitor first, then the socket, as relink's pass does. With `disconnect`,
+/// `disconnect(endpoint)` (linger 0) is called as soon as the monitor says DISCONNECTED, before
+/// reading on.
+fn raw_stream(peer: &Peer, immediate: bool, hold: Duration, disconnect: bool) -> RawSeen {
+    let ctx = zmq::Context::new();
+    let s = ctx.socket(zmq::STREAM).expect("STREAM socket");
+    s.set_immediate(immediate).unwrap();
+    s.set_linger(0).unwrap();
+    let addr = format!("inproc://raw-{}", rand_suffix());
+    s.monitor(&addr, zmq::SocketEvent::ALL as i32).unwrap();
+    let m = ctx.socket(zmq::PAIR).unwrap();
+    m.set_linger(0).unwrap();
+    m.connect(&addr).unwrap();
+    let endpoint = peer.endpoint();
+    s.connect(&endpoint).unwrap();
+    let start = Instant::now();
+    let mut seen = RawSeen::default();
+    let mut monitor_down = false;
+    let mut connected = false;
+    while start.elapsed() < T && !seen.terminator {
+        let _ = zmq::poll(&mut [m.as_poll_item(zmq::POLLIN)], 5);
+        while let Ok(head) = m.recv_msg(zmq::DONTWAIT) {
+            while m.get_rcvmore().unwrap_or(false) {
+                let _ = m.recv_msg(zmq::DONTWAIT);
+            }
+            if head.len() >= 6 && u16::from_ne_bytes([head[0], head[1]]) == EVENT_DISCONNECTED {
+                monitor_down = true;
+                seen.monitor_first.get_or_insert(true);
+                if disconnect {
+                    let _ = s.disconnect(&endpoint);
+                }
+            }
+        }
+        if start.elapsed() < hold {
+            continue;
+        }
+        while let Ok(_rid) = s.recv_msg(zmq::DONTWAIT) {
+            let data = s.recv_msg(0).expect("the data frame");
+            if !data.is_empty() {
+                seen.bytes += data.len();
+            } else if connected {
+                seen.terminator = true;
+                seen.monitor_first.get_or_insert(false);
+                break;
+            } else {
+                connected = true;
+            }
+        }
+        if disconnect && monitor_down && s.recv_msg(zmq::DONTWAIT).is_err() {
+            break;
+        }
+    }
+    let _ = zmq_sys_stop_monitor(&s);
+    seen
+}
+
+fn zmq_sys_stop_monitor(s: &zmq::Socket) -> Result<(), zmq::Error> {
+    // zmq_socket_monitor(sock, NULL, 0) stops the monitor before its PAIR goes (libzmq #3575).
+    s.monitor("", 0)
+}
+
+fn rand_suffix() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    N.fetch_add(1, Ordering::Relaxed) + u64::from(std::process::id()) * 1_000_000
+}
+
+const RAW_BYTES: usize = FRAMES * (LEN + 4);
+
+#[test]
+fn libzmq_keeps_a_closed_connections_unread_data_only_without_immediate() {
+    for immediate in [false, true] {
+        let peer = Peer::start(burst(FRAMES, LEN, Vec::new(), Ending::Fin(LINGER)));
+        let seen = raw_stream(&peer, immediate, ms(1000), false);
+        println!("immediate={immediate}, read after 1 s: {seen:?}");
+        if immediate {
+            // libzmq terminates the pipe at the close: what was not read is gone.
+            assert_eq!((seen.bytes, seen.terminator), (0, false), "{seen:?}");
+        } else {
+            assert_eq!((seen.bytes, seen.terminator), (RAW_BYTES, true), "{seen:?}");
+        }
+    }
+}
+
+#[test]
+fn libzmq_announces_the_close_on_the_monitor_before_the_data_is_read() {
+    let (mut monitor_first, mut runs) = (0, 0);
+    for _ in 0..20 {
+        let peer = Peer::start(burst(FRAMES, LEN, Vec::new(), Ending::Fin(Duration::ZERO)));
+        let seen = raw_stream(&peer, false, Duration::ZERO, false);
+        assert_eq!(seen.bytes, RAW_BYTES, "{seen:?}");
+        runs += 1;
+        monitor_first += usize::from(seen.monitor_first == Some(true));
+    }
+    println!("reading at once: the monitor's DISCONNECTED came first in {monitor_first} of {runs}");
+}
+
+#[test]
+fn libzmq_drops_a_closed_connections_unread_data_at_disconnect() {
+    let peer = Peer::start(burst(FRAMES, LEN, Vec::new(), Ending::Fin(LINGER)));
+    let seen = raw_stream(&peer, false, ms(1000), true);
+    println!("disconnect(endpoint) at the monitor's DISCONNECTED, then read: {seen:?}");
+    assert!(seen.bytes < RAW_BYTES && !seen.terminator, "{seen:?}");
+}
