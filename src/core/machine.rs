@@ -355,9 +355,15 @@ impl Machine {
                 self.for_current(now, generation, Ev::ConnectFailed)
             }
             Input::ReadPaused(paused) => {
+                let resumed = self.read_paused && !paused;
                 self.read_paused = paused;
                 if let Some(hb) = self.conn.as_mut().and_then(|c| c.heartbeat.as_mut()) {
                     hb.set_paused(paused, now);
+                }
+                if resumed {
+                    // What waited unread reaches the machine from now on: the handshake's
+                    // verdict, if near, gets a full bound to see it.
+                    self.defer_verdict(now, Timer::Handshake);
                 }
             }
             Input::Request {
@@ -401,6 +407,13 @@ impl Machine {
             (Timer::Retry, Ev::RetryTimer),
             (Timer::Stable, Ev::Stable),
         ] {
+            if timer == Timer::Handshake && self.read_paused {
+                // The answer may be waiting unread: no verdict on the peer while paused.
+                if self.timers.at(timer).is_some_and(|at| at <= now) {
+                    self.defer_verdict(now, timer);
+                }
+                continue;
+            }
             if self.timers.take(timer, now) {
                 self.step(now, ev);
             }

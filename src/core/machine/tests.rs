@@ -242,6 +242,7 @@ impl Sim {
 use State::*;
 
 mod capture;
+mod close_inbound;
 mod connection;
 mod panics;
 mod pause;
