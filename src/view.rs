@@ -131,6 +131,10 @@ pub struct Totals {
     pub frames_received: u64,
     /// Bytes received.
     pub bytes_received: u64,
+    /// Frames the peers' closes cut short (reported, never delivered).
+    pub frames_cut: u64,
+    /// Bytes received and never decoded because relink ended the connection itself.
+    pub bytes_discarded: u64,
     /// Heartbeat intervals that passed without a byte from the peer.
     pub heartbeats_missed: u64,
 }
@@ -148,6 +152,8 @@ impl Totals {
         self.bytes_sent += m.bytes_sent;
         self.frames_received += m.frames_received;
         self.bytes_received += m.bytes_received;
+        self.frames_cut += m.frames_cut;
+        self.bytes_discarded += m.bytes_discarded;
         self.heartbeats_missed += m.heartbeats_missed;
     }
 
@@ -161,6 +167,8 @@ impl Totals {
         self.bytes_sent += o.bytes_sent;
         self.frames_received += o.frames_received;
         self.bytes_received += o.bytes_received;
+        self.frames_cut += o.frames_cut;
+        self.bytes_discarded += o.bytes_discarded;
         self.heartbeats_missed += o.heartbeats_missed;
     }
 }
@@ -287,7 +295,7 @@ impl fmt::Display for PoolView {
             f,
             "connects {} reconnects {} outbox {} frames ({} B) abandoned {} \
              (expired {} overflow {} shutdown {} connection-lost {} unencodable {}) \
-             heartbeats missed {}",
+             heartbeats missed {} inbound cut {} frames, discarded {} B",
             t.connects,
             t.reconnects,
             t.outbox_frames,
@@ -299,6 +307,8 @@ impl fmt::Display for PoolView {
             t.abandoned.connection_lost,
             t.abandoned.unencodable,
             t.heartbeats_missed,
+            t.frames_cut,
+            t.bytes_discarded,
         )?;
         write!(f, "longest down:")?;
         if self.longest_down.is_empty() {

@@ -16,7 +16,9 @@ const EVENT_DISCONNECTED: u16 = 0x0200;
 
 impl Slot {
     /// Reads the monitor's events of the current dial: a failed attempt, a connection's
-    /// descriptor, a disconnect the stream notification cannot tell in time.
+    /// descriptor, and the peer's close, which the monitor tells ahead of the data still
+    /// unread (that data is then read up to the in-band notification, and the close acted on
+    /// behind it).
     pub(super) fn read_monitor(&mut self, now: Instant) {
         while let Ok(head) = self.monitor.recv_msg(zmq::DONTWAIT) {
             let mut endpoint = None;
