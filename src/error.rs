@@ -423,6 +423,18 @@ pub enum LinkError {
         /// The bytes of the cut frame that arrived (for a TLS link, decrypted bytes).
         bytes: usize,
     },
+    /// Frames of a connection the peer closed waited longer than
+    /// [`closed_frames_wait`](crate::Builder::closed_frames_wait) for the application to
+    /// take them and were dropped: `frames` frames, `bytes` bytes in all. Reported in their
+    /// place in the event stream, and counted in
+    /// [`Metrics::frames_unread`](crate::Metrics::frames_unread).
+    #[error("{frames} frames ({bytes} bytes) of a closed connection dropped: the application did not take them in time")]
+    FramesUnread {
+        /// Frames dropped.
+        frames: u64,
+        /// Their bytes.
+        bytes: u64,
+    },
 }
 
 fn message_suffix(message: &Option<String>) -> String {

@@ -162,6 +162,13 @@ pub struct Metrics {
     pub frames_cut: u64,
     /// The bytes of those frames.
     pub bytes_cut: u64,
+    /// Frames of connections the peer closed that waited for the application longer than
+    /// [`closed_frames_wait`](crate::Builder::closed_frames_wait) and were dropped (reported
+    /// in a [`LinkError::FramesUnread`](crate::error::LinkError::FramesUnread)); they count in
+    /// `frames_received` too, which counts the frames decoded.
+    pub frames_unread: u64,
+    /// The bytes of those frames.
+    pub bytes_unread: u64,
     /// Bytes received and never decoded: relink ended the connection itself (a protocol
     /// error, a heartbeat or handshake verdict, a panic in application code, the close) with
     /// them in its receive buffer, or they came from a connection it had already let go.
@@ -268,6 +275,8 @@ impl Metrics {
             bytes_received: 0,
             frames_cut: 0,
             bytes_cut: 0,
+            frames_unread: 0,
+            bytes_unread: 0,
             bytes_discarded: 0,
             heartbeats_sent: 0,
             heartbeats_missed: 0,

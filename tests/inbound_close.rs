@@ -194,6 +194,36 @@ fn a_frame_cut_by_the_peers_close_is_reported_with_its_length_never_delivered() 
     }
 }
 
+#[test]
+fn frames_of_a_closed_connection_left_waiting_past_the_bound_are_dropped_and_reported() {
+    // 3 000 frames (312 000 B) fit in libzmq's pipe: the close is seen, and what is left read,
+    // while the application takes no event.
+    let frames = 3000;
+    let peer = Peer::start(burst(frames, LEN, Vec::new(), Ending::Fin(LINGER)));
+    let b = len32(&peer.endpoint()).closed_frames_wait(ms(300));
+    let run = observe(b, ms(1500));
+    let reported: Vec<(u64, u64)> = run
+        .errors
+        .iter()
+        .filter_map(|e| match e {
+            LinkError::FramesUnread { frames, bytes } => Some((*frames, *bytes)),
+            _ => None,
+        })
+        .collect();
+    let m = &run.metrics;
+    println!(
+        "closed_frames_wait 300 ms, reader back after 1.5 s: {} of {frames} delivered, \
+         reported {reported:?}",
+        run.seqs.len()
+    );
+    assert!(in_order_before_leaving(&run), "{run:?}");
+    assert_eq!(reported, vec![(m.frames_unread, m.bytes_unread)]);
+    assert!(m.frames_unread > 0);
+    assert_eq!(run.seqs.len() as u64 + m.frames_unread, frames as u64);
+    assert_eq!(m.bytes_unread, m.frames_unread * LEN as u64);
+    assert_eq!(m.frames_received, frames as u64, "decoded, all of them");
+}
+
 /// Frames in order from 0, every one before the state change (a prefix of what was written).
 fn in_order_before_leaving(r: &Run) -> bool {
     r.seqs.iter().enumerate().all(|(i, s)| *s == i as u64) && r.before_leaving == r.seqs.len()

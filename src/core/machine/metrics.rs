@@ -40,6 +40,9 @@ impl Machine {
             bytes_received: self.c.bytes_received,
             frames_cut: self.c.frames_cut,
             bytes_cut: self.c.bytes_cut,
+            // The IO side's (`Sources::compose`).
+            frames_unread: 0,
+            bytes_unread: 0,
             bytes_discarded: self.c.bytes_discarded,
             heartbeats_sent: self.c.heartbeats_sent,
             heartbeats_missed: self.c.heartbeats_missed,

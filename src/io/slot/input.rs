@@ -175,8 +175,11 @@ impl Slot {
     /// Reads everything the socket holds up to the current connection's disconnect
     /// notification (or until nothing is left), with no budget and whether or not the
     /// application keeps up: the connection is closed, so what is left is bounded.
+    /// Frames that have to wait for the application wait at most `closed_frames_wait`.
     fn read_socket_to_close(&mut self, now: Instant) {
+        self.sink.closing(now + self.closed_frames_wait);
         self.read_messages(now, None);
+        self.sink.closed();
     }
 
     /// Reads up to `budget` messages (with none, until the connection's disconnect
