@@ -133,6 +133,9 @@ pub struct Totals {
     pub bytes_received: u64,
     /// Frames the peers' closes cut short (reported, never delivered).
     pub frames_cut: u64,
+    /// Frames of closed connections dropped after waiting `closed_frames_wait` for the
+    /// application.
+    pub frames_unread: u64,
     /// Bytes received and never decoded because relink ended the connection itself.
     pub bytes_discarded: u64,
     /// Heartbeat intervals that passed without a byte from the peer.
@@ -153,6 +156,7 @@ impl Totals {
         self.frames_received += m.frames_received;
         self.bytes_received += m.bytes_received;
         self.frames_cut += m.frames_cut;
+        self.frames_unread += m.frames_unread;
         self.bytes_discarded += m.bytes_discarded;
         self.heartbeats_missed += m.heartbeats_missed;
     }
@@ -168,6 +172,7 @@ impl Totals {
         self.frames_received += o.frames_received;
         self.bytes_received += o.bytes_received;
         self.frames_cut += o.frames_cut;
+        self.frames_unread += o.frames_unread;
         self.bytes_discarded += o.bytes_discarded;
         self.heartbeats_missed += o.heartbeats_missed;
     }
@@ -295,7 +300,7 @@ impl fmt::Display for PoolView {
             f,
             "connects {} reconnects {} outbox {} frames ({} B) abandoned {} \
              (expired {} overflow {} shutdown {} connection-lost {} unencodable {}) \
-             heartbeats missed {} inbound cut {} frames, discarded {} B",
+             heartbeats missed {} inbound cut {} frames, unread {} frames, discarded {} B",
             t.connects,
             t.reconnects,
             t.outbox_frames,
@@ -308,6 +313,7 @@ impl fmt::Display for PoolView {
             t.abandoned.unencodable,
             t.heartbeats_missed,
             t.frames_cut,
+            t.frames_unread,
             t.bytes_discarded,
         )?;
         write!(f, "longest down:")?;

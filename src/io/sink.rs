@@ -223,3 +223,82 @@ impl Sink {
         sent
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::event::{Cause, State, Transition};
+    use crate::io::intake::Intake;
+    use crate::io::shared::Wake;
+
+    fn sink(capacity: usize) -> (Sink, crossbeam_channel::Receiver<Event>) {
+        let wake = Arc::new(Wake::new().expect("an eventfd"));
+        let shared = Arc::new(Shared::new(wake, Intake::new(8, 1024)));
+        let (tx, rx) = crossbeam_channel::unbounded();
+        (Sink::new(tx, shared, capacity, 4096), rx)
+    }
+
+    fn frame(n: usize) -> Event {
+        Event::Frame(bytes::Bytes::from(vec![b'x'; n]))
+    }
+
+    fn backoff() -> Event {
+        Event::State(Transition {
+            from: State::Ready,
+            to: State::Backoff,
+            cause: Cause::PeerClosed,
+            attempt: 1,
+            next_retry: None,
+            endpoint: None,
+        })
+    }
+
+    #[test]
+    fn a_closed_connections_frames_left_waiting_at_their_bound_are_dropped_and_reported_in_place() {
+        let (mut s, rx) = sink(1);
+        let t0 = Instant::now();
+        assert!(!s.push(frame(1)), "room in the channel");
+        s.closing(t0 + Duration::from_millis(300));
+        for _ in 0..3 {
+            assert!(s.push(frame(10)));
+        }
+        s.closed();
+        s.push(backoff());
+        assert_eq!(s.next_expiry(), Some(t0 + Duration::from_millis(300)));
+        s.expire(t0 + Duration::from_millis(299));
+        assert_eq!((s.unread(), s.pending.len()), ((0, 0), 4));
+        s.expire(t0 + Duration::from_millis(300));
+        assert_eq!((s.unread(), s.next_expiry()), ((3, 30), None));
+        let left: Vec<_> = s.drain().collect();
+        assert!(matches!(
+            left[0],
+            Event::Error(LinkError::FramesUnread {
+                frames: 3,
+                bytes: 30
+            })
+        ));
+        assert!(matches!(left[1], Event::State(_)), "{left:?}");
+        assert_eq!(left.len(), 2);
+        assert_eq!(rx.len(), 1, "the frame that found room stays delivered");
+    }
+
+    #[test]
+    fn frames_the_application_takes_in_time_are_never_dropped() {
+        let (mut s, rx) = sink(1);
+        let t0 = Instant::now();
+        s.push(frame(1));
+        s.closing(t0 + Duration::from_millis(300));
+        s.push(frame(1));
+        s.closed();
+        // The application takes the first; the second moves into the channel.
+        let _ = rx.try_recv();
+        s.shared.events_queued.fetch_sub(1, Ordering::SeqCst);
+        assert!(s.flush());
+        assert_eq!(s.next_expiry(), None);
+        s.expire(t0 + Duration::from_secs(1));
+        assert_eq!(s.unread(), (0, 0));
+        assert_eq!(rx.len(), 1);
+    }
+}
