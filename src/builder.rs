@@ -502,7 +502,9 @@ impl Builder {
     }
 
     /// libzmq's ZMQ_IMMEDIATE. With `true`, libzmq never redials a STREAM endpoint after a
-    /// drop, so relink always does. Defaults to false.
+    /// drop, so relink always does; and at the peer's close libzmq drops what it had received
+    /// and relink had not read yet (at most its receive queue, [`hwm`](Builder::hwm)'s
+    /// `rcvhwm` messages), uncounted: with `false` all of it is delivered. Defaults to false.
     ///
     /// See the example on [`Builder::connect_timeout`].
     pub fn immediate(mut self, yes: bool) -> Builder {

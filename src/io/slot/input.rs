@@ -56,7 +56,7 @@ impl Slot {
                         .handle_input(now, Input::ConnectFailed { generation });
                     self.carry_out(now);
                 }
-                EVENT_DISCONNECTED if self.connected && !self.immediate => {
+                EVENT_DISCONNECTED if self.connected => {
                     // libzmq announces the close on the monitor before the application read
                     // what came ahead of it, and keeps that data and the in-band notification
                     // readable (docs/design.md, "Inbound at a close"); its own redial would
@@ -65,17 +65,13 @@ impl Slot {
                     // left. The close is acted on behind the last byte, at the notification.
                     self.read_socket_to_close(now);
                     if self.connected {
-                        // No notification behind the data (it was not flushed yet, or found
-                        // the pipe full): everything readable was read; act on the monitor.
-                        self.monitor_mismatch += 1;
+                        // No notification behind the data: with ZMQ_IMMEDIATE libzmq drops
+                        // the pipe at the close, the notification with it; without, it was
+                        // not flushed yet or found the pipe full. Everything readable was
+                        // read: act on the monitor.
+                        self.monitor_mismatch += u64::from(!self.immediate);
                         self.peer_gone(now, generation);
                     }
-                }
-                EVENT_DISCONNECTED if self.connected => {
-                    // With ZMQ_IMMEDIATE libzmq drops the pipe at the close, with the
-                    // disconnect notification and any data not read yet: only the monitor
-                    // tells.
-                    self.peer_gone(now, generation);
                 }
                 EVENT_CONNECTED | EVENT_DISCONNECTED => {
                     // Cross-check: the routing-id toggles are the source of truth; a monitor
