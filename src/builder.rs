@@ -54,6 +54,8 @@ pub mod defaults {
     pub const OUTBOX_BYTES: usize = 16 * 1024 * 1024;
     /// Capacity of the event channel.
     pub const EVENTS_CAPACITY: usize = 1024;
+    /// How long the frames of a connection the peer closed may wait for the application.
+    pub const CLOSED_FRAMES_WAIT: Duration = Duration::from_secs(30);
     /// Bound on the close run by dropping the last handle.
     pub const CLOSE_TIMEOUT: Duration = Duration::from_secs(1);
     pub use crate::core::heartbeat::MAX_MISSED;
@@ -88,6 +90,7 @@ pub(crate) struct Config {
     pub overflow: Overflow,
     pub frame_ttl: Option<Duration>,
     pub events_capacity: usize,
+    pub closed_frames_wait: Duration,
     pub close_timeout: Duration,
     pub resolver: Option<Resolver>,
 }
@@ -213,6 +216,7 @@ impl Builder {
                 overflow: Overflow::RejectNew,
                 frame_ttl: None,
                 events_capacity: defaults::EVENTS_CAPACITY,
+                closed_frames_wait: defaults::CLOSED_FRAMES_WAIT,
                 close_timeout: defaults::CLOSE_TIMEOUT,
                 resolver: None,
             },
@@ -512,7 +516,9 @@ impl Builder {
     }
 
     /// libzmq's ZMQ_IMMEDIATE. With `true`, libzmq never redials a STREAM endpoint after a
-    /// drop, so relink always does. Defaults to false.
+    /// drop, so relink always does; and at the peer's close libzmq drops what it had received
+    /// and relink had not read yet (at most its receive queue, [`hwm`](Builder::hwm)'s
+    /// `rcvhwm` messages), uncounted: with `false` all of it is delivered. Defaults to false.
     ///
     /// See the example on [`Builder::connect_timeout`].
     pub fn immediate(mut self, yes: bool) -> Builder {
@@ -681,6 +687,25 @@ impl Builder {
     /// ```
     pub fn events_capacity(mut self, n: usize) -> Builder {
         self.config.events_capacity = n;
+        self
+    }
+
+    /// How long the frames of a connection the peer closed may wait for the application to
+    /// take them. Defaults to 30 s.
+    ///
+    /// When the peer closes, the link reads what is left of the connection at once, whatever
+    /// the application's pace (at most libzmq's receive queue, [`hwm`](Builder::hwm)'s
+    /// `rcvhwm` messages of up to 8 KiB), and acts on the close behind its last frame. Frames
+    /// that find the event channel full wait for room; those still waiting after this long
+    /// are dropped, reported in one
+    /// [`LinkError::FramesUnread`](crate::error::LinkError::FramesUnread) and counted in
+    /// [`Metrics::frames_unread`](crate::Metrics::frames_unread). The bound keeps the memory of
+    /// an application that stops taking events while its peer keeps closing connections
+    /// finite: at most what the closes of one such period read.
+    ///
+    /// See the example on [`Builder::events_capacity`].
+    pub fn closed_frames_wait(mut self, d: Duration) -> Builder {
+        self.config.closed_frames_wait = d;
         self
     }
 

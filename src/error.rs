@@ -428,6 +428,27 @@ pub enum LinkError {
     /// next. Reported once per change, at the next connection.
     #[error("new tls credentials refused, the last good ones stay: {0}")]
     TlsCredentials(TlsConfigError),
+    /// The peer closed the connection in the middle of a frame: the first `bytes` bytes of
+    /// it arrived, its end never will. The frame is not delivered; every frame before it
+    /// was. Reported just before the state change that says the connection is gone, and
+    /// counted in [`Metrics::frames_cut`](crate::Metrics::frames_cut).
+    #[error("the peer closed in the middle of a frame: {bytes} bytes of it never delivered")]
+    CutFrame {
+        /// The bytes of the cut frame that arrived (for a TLS link, decrypted bytes).
+        bytes: usize,
+    },
+    /// Frames of a connection the peer closed waited longer than
+    /// [`closed_frames_wait`](crate::Builder::closed_frames_wait) for the application to
+    /// take them and were dropped: `frames` frames, `bytes` bytes in all. Reported in their
+    /// place in the event stream, and counted in
+    /// [`Metrics::frames_unread`](crate::Metrics::frames_unread).
+    #[error("{frames} frames ({bytes} bytes) of a closed connection dropped: the application did not take them in time")]
+    FramesUnread {
+        /// Frames dropped.
+        frames: u64,
+        /// Their bytes.
+        bytes: u64,
+    },
 }
 
 fn message_suffix(message: &Option<String>) -> String {

@@ -160,6 +160,7 @@ impl Link {
             socket: config.socket.clone(),
             resolver: config.resolver.clone(),
             events_capacity: config.events_capacity,
+            closed_frames_wait: config.closed_frames_wait,
         };
         let wiring = Wiring {
             context,

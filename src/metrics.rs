@@ -192,6 +192,26 @@ pub struct Metrics {
     pub frames_received: u64,
     /// Bytes received from the peer.
     pub bytes_received: u64,
+    /// Frames the peer's close cut short: the connection ended (FIN, reset, or TLS
+    /// close_notify) after the first bytes of a frame and before its last. Each is reported
+    /// in a [`LinkError::CutFrame`](crate::error::LinkError::CutFrame) with its length and
+    /// never delivered.
+    pub frames_cut: u64,
+    /// The bytes of those frames.
+    pub bytes_cut: u64,
+    /// Frames of connections the peer closed that waited for the application longer than
+    /// [`closed_frames_wait`](crate::Builder::closed_frames_wait) and were dropped (reported
+    /// in a [`LinkError::FramesUnread`](crate::error::LinkError::FramesUnread)); they count in
+    /// `frames_received` too, which counts the frames decoded.
+    pub frames_unread: u64,
+    /// The bytes of those frames.
+    pub bytes_unread: u64,
+    /// Bytes received and never decoded: relink ended the connection itself (a protocol
+    /// error, a heartbeat or handshake verdict, a panic in application code, the close) with
+    /// them in its receive buffer, or they came from a connection it had already let go.
+    /// What the peer wrote before a close of its own is never among them: it is decoded
+    /// first (see [`frames_cut`](Metrics::frames_cut)).
+    pub bytes_discarded: u64,
     /// Heartbeat pings sent.
     pub heartbeats_sent: u64,
     /// Heartbeat intervals that passed without a byte from the peer.
@@ -311,6 +331,11 @@ impl Metrics {
             outbox_bytes: 0,
             frames_received: 0,
             bytes_received: 0,
+            frames_cut: 0,
+            bytes_cut: 0,
+            frames_unread: 0,
+            bytes_unread: 0,
+            bytes_discarded: 0,
             heartbeats_sent: 0,
             heartbeats_missed: 0,
             last_rtt: None,

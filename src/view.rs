@@ -131,6 +131,13 @@ pub struct Totals {
     pub frames_received: u64,
     /// Bytes received.
     pub bytes_received: u64,
+    /// Frames the peers' closes cut short (reported, never delivered).
+    pub frames_cut: u64,
+    /// Frames of closed connections dropped after waiting `closed_frames_wait` for the
+    /// application.
+    pub frames_unread: u64,
+    /// Bytes received and never decoded because relink ended the connection itself.
+    pub bytes_discarded: u64,
     /// Heartbeat intervals that passed without a byte from the peer.
     pub heartbeats_missed: u64,
 }
@@ -148,6 +155,9 @@ impl Totals {
         self.bytes_sent += m.bytes_sent;
         self.frames_received += m.frames_received;
         self.bytes_received += m.bytes_received;
+        self.frames_cut += m.frames_cut;
+        self.frames_unread += m.frames_unread;
+        self.bytes_discarded += m.bytes_discarded;
         self.heartbeats_missed += m.heartbeats_missed;
     }
 
@@ -161,6 +171,9 @@ impl Totals {
         self.bytes_sent += o.bytes_sent;
         self.frames_received += o.frames_received;
         self.bytes_received += o.bytes_received;
+        self.frames_cut += o.frames_cut;
+        self.frames_unread += o.frames_unread;
+        self.bytes_discarded += o.bytes_discarded;
         self.heartbeats_missed += o.heartbeats_missed;
     }
 }
@@ -296,7 +309,11 @@ impl fmt::Display for PoolView {
             let sep = if i == 0 { "" } else { " " };
             write!(f, "{sep}{r} {}", t.abandoned.get(r))?;
         }
-        writeln!(f, ") heartbeats missed {}", t.heartbeats_missed)?;
+        writeln!(
+            f,
+            ") heartbeats missed {} inbound cut {} frames, unread {} frames, discarded {} B",
+            t.heartbeats_missed, t.frames_cut, t.frames_unread, t.bytes_discarded
+        )?;
         write!(f, "longest down:")?;
         if self.longest_down.is_empty() {
             write!(f, " none")?;

@@ -14,6 +14,11 @@ pub(super) struct Counters {
     pub(super) abandoned: Abandoned,
     pub(super) received: u64,
     pub(super) bytes_received: u64,
+    /// Frames the peer's close cut short, and their bytes.
+    pub(super) frames_cut: u64,
+    pub(super) bytes_cut: u64,
+    /// Bytes received and never decoded because relink ended the connection itself.
+    pub(super) bytes_discarded: u64,
     pub(super) connects: u64,
     pub(super) reconnects: u64,
     pub(super) heartbeats_sent: u64,

@@ -385,9 +385,15 @@ impl Machine {
                 self.for_current(now, generation, Ev::ConnectFailed)
             }
             Input::ReadPaused(paused) => {
+                let resumed = self.read_paused && !paused;
                 self.read_paused = paused;
                 if let Some(hb) = self.conn.as_mut().and_then(|c| c.heartbeat.as_mut()) {
                     hb.set_paused(paused, now);
+                }
+                if resumed {
+                    // What waited unread reaches the machine from now on: the handshake's
+                    // verdict, if near, gets a full bound to see it.
+                    self.defer_verdict(now, Timer::Handshake);
                 }
             }
             Input::Request {
@@ -410,6 +416,7 @@ impl Machine {
     pub(crate) fn handle_data(&mut self, now: Instant, generation: u64, bytes: &[u8]) {
         if !self.is_current(generation) || !matches!(self.state, State::Connected | State::Ready) {
             self.c.ignored += 1;
+            self.stale_data(bytes.len());
             return;
         }
         if let Some(hb) = self.conn.as_mut().and_then(|c| c.heartbeat.as_mut()) {
@@ -431,6 +438,13 @@ impl Machine {
             (Timer::Retry, Ev::RetryTimer),
             (Timer::Stable, Ev::Stable),
         ] {
+            if timer == Timer::Handshake && self.read_paused {
+                // The answer may be waiting unread: no verdict on the peer while paused.
+                if self.timers.at(timer).is_some_and(|at| at <= now) {
+                    self.defer_verdict(now, timer);
+                }
+                continue;
+            }
             if self.timers.take(timer, now) {
                 self.step(now, ev);
             }
@@ -533,7 +547,11 @@ impl Machine {
                 self.fail(now, Cause::Rejected)
             }
             (Connected | Ready, Ev::Tls(e)) => self.tls_failed(now, e),
-            (Connected | Ready, Ev::Disconnected) => self.fail(now, Cause::PeerClosed),
+            (Connected | Ready, Ev::Disconnected) => {
+                // Everything the peer wrote before its close was decoded on its way here.
+                self.report_cut_frame();
+                self.fail(now, Cause::PeerClosed)
+            }
             (Connected | Ready, Ev::HeartbeatDead) => self.fail(now, Cause::HeartbeatTimeout),
             (Connected | Ready, Ev::ProtocolError(e)) => {
                 self.emit(Event::Error(LinkError::Decode(e)));
@@ -660,6 +678,10 @@ impl Machine {
     /// Closes the connection of the current dial and forgets its per-connection state.
     fn teardown(&mut self) {
         self.actions.push_back(Action::Disconnect);
+        if let Some(conn) = &self.conn {
+            // Bytes of a frame not finished when relink itself ended the connection.
+            self.c.bytes_discarded += conn.rx.len() as u64;
+        }
         for t in [
             Timer::Dial,
             Timer::Handshake,

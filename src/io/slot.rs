@@ -48,6 +48,8 @@ pub(crate) struct IoSettings {
     pub socket: SocketOptions,
     pub resolver: Option<Resolver>,
     pub events_capacity: usize,
+    /// How long the frames of a connection the peer closed may wait for the application.
+    pub closed_frames_wait: Duration,
 }
 
 /// Batches written for one link per pass.
@@ -69,6 +71,7 @@ pub(crate) struct Slot {
     pub(super) socket_fd: i32,
     pub(super) monitor_fd: i32,
     sink: Sink,
+    closed_frames_wait: Duration,
     pub(super) shared: Arc<Shared>,
     /// Routing id and generation of the current dial.
     rid: Option<(Vec<u8>, u64)>,
@@ -205,6 +208,7 @@ impl Slot {
             socket_fd,
             monitor_fd,
             sink: Sink::new(events, shared.clone(), io.events_capacity, max_pending),
+            closed_frames_wait: io.closed_frames_wait,
             shared,
             rid: None,
             connected: false,
@@ -243,6 +247,7 @@ impl Slot {
             self.take_intake(now, false);
         }
         self.flush_events();
+        self.sink.expire(now);
         self.read_monitor(now);
         let mut more = false;
         if !self.sink.is_behind() {
@@ -362,9 +367,18 @@ impl Slot {
         taken.into_inputs(|input| machine.handle_input(now, input));
     }
 
-    /// When the link's lanes are to be drained again, if they are (see [`Slot::take_intake`]).
-    pub(super) fn lane_recheck(&self) -> Option<Instant> {
-        self.lane_recheck
+    /// The next instant the link has work to do: its machine's deadline, the lanes' recheck
+    /// (see [`Slot::take_intake`]), the bound of a closed connection's frames waiting for the
+    /// application.
+    pub(super) fn next_deadline(&self) -> Option<Instant> {
+        [
+            self.machine.poll_timeout(),
+            self.lane_recheck,
+            self.sink.next_expiry(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// Events wait for the application to make room: the reader is behind.
@@ -377,6 +391,7 @@ impl Slot {
         Sources {
             machine: self.machine.metrics(now),
             events_dropped: self.sink.dropped(),
+            unread: self.sink.unread(),
             given_back: 0,
             stopped: false,
         }
@@ -636,6 +651,7 @@ impl Slot {
         *self.shared.final_sources() = Some(Sources {
             machine: counters,
             events_dropped: self.sink.dropped(),
+            unread: self.sink.unread(),
             given_back: late.len() as u64,
             stopped: true,
         });

@@ -18,6 +18,8 @@ pub(crate) struct Sources {
     pub machine: Metrics,
     /// Events dropped because the application did not take them.
     pub events_dropped: u64,
+    /// Frames of closed connections the application did not take in time, and their bytes.
+    pub unread: (u64, u64),
     /// Frames given back as abandoned (reason `Shutdown`) that never reached the machine:
     /// those still on their way when the link stopped outside its machine.
     pub given_back: u64,
@@ -31,6 +33,7 @@ impl Sources {
         Sources {
             machine: Metrics::empty(state),
             events_dropped: 0,
+            unread: (0, 0),
             given_back: 0,
             stopped: false,
         }
@@ -43,6 +46,7 @@ impl Sources {
             m.state = State::Closed;
         }
         m.events_dropped = self.events_dropped;
+        (m.frames_unread, m.bytes_unread) = self.unread;
         let given_back = self.given_back + intake.given_back_late_total();
         m.frames_submitted += given_back;
         m.abandoned.shutdown += given_back;

@@ -560,11 +560,7 @@ impl Worker {
             self.finish(now, id);
             return busy;
         }
-        let due = match (slot.machine.poll_timeout(), slot.lane_recheck()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        if let Some(t) = due {
+        if let Some(t) = slot.next_deadline() {
             // Only an earlier deadline needs a new heap entry; a later one is found when the
             // current entry fires early (one spare pass).
             if slot.timer_at.map_or(true, |at| t < at) {

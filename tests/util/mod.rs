@@ -1,6 +1,7 @@
 //! The test kit shared by the integration tests, one file per role:
 //! - [`peers`]: scripted TCP peers on 127.0.0.1 (echo, sink, accept then close, silent, stop
-//!   reading, close after some bytes, garbage, scripts) and free or refused ports;
+//!   reading, close after some bytes, garbage, scripts, a burst of frames then a FIN or a
+//!   reset) and free or refused ports;
 //! - [`watch`]: the link-event watcher, the one way to wait for a transition and to print
 //!   what was seen;
 //! - [`wait`]: bounded waits for conditions with no event to wait on;

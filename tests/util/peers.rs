@@ -1059,6 +1059,48 @@ pub fn offline_link(limits: (usize, usize), policy: relink::Overflow) -> relink:
         .expect("build the link")
 }
 
+/// How a [`burst`] peer ends its first connection once its bytes are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ending {
+    /// `shutdown(Write)` (a clean FIN) at once, then the close after this long.
+    Fin(Duration),
+    /// An abortive close (RST, SO_LINGER 0) after this long.
+    Reset(Duration),
+}
+
+/// A peer that writes `frames` length-prefixed frames of `len` bytes (`seq_frame(0..)`, a
+/// u32 big-endian length in front) in one write on its first connection, then `tail` (bytes
+/// of a frame cut short, or nothing), then ends as `ending` says. Later connections are held
+/// open, silent, so that a redial adds nothing.
+pub fn burst(frames: usize, len: usize, tail: Vec<u8>, ending: Ending) -> Behaviour {
+    let mut bytes = Vec::with_capacity(frames * (len + 4) + tail.len());
+    for seq in 0..frames as u64 {
+        bytes.extend_from_slice(&encode_length_prefixed(&super::payload::seq_frame(
+            seq, len,
+        )));
+    }
+    bytes.extend_from_slice(&tail);
+    let bytes = Arc::new(bytes);
+    Behaviour::script(move |c| {
+        if c.index() > 0 {
+            return c.hold();
+        }
+        if c.write_all(&bytes).is_err() {
+            return;
+        }
+        match ending {
+            Ending::Fin(after) => {
+                let _ = c.stream().shutdown(Shutdown::Write);
+                c.pause(after);
+            }
+            Ending::Reset(after) => {
+                c.pause(after);
+                c.reset();
+            }
+        }
+    })
+}
+
 /// `tcp://127.0.0.1:PORT`
 pub fn endpoint_for(port: u16) -> String {
     format!("tcp://127.0.0.1:{port}")

@@ -319,6 +319,14 @@ pub enum Serve {
     Echo,
     /// Keeps it (see [`TlsServer::plaintext`]).
     Record,
+    /// Once the handshake completes, writes `frames` length-prefixed frames of `len` bytes
+    /// (`seq_frame(0..)`) on the first connection, then close_notify, then `shutdown(Write)`
+    /// (FIN), and closes `linger` later. Later connections are held open, silent.
+    Burst {
+        frames: usize,
+        len: usize,
+        linger: Duration,
+    },
 }
 
 /// What a [`TlsServer`] saw, over all its connections.
@@ -425,6 +433,30 @@ impl Drop for TlsServer {
     }
 }
 
+/// [`Serve::Burst`] on an established connection.
+fn burst(
+    sock: &mut TcpStream,
+    conn: &mut rustls::ServerConnection,
+    frames: usize,
+    len: usize,
+    linger: Duration,
+) {
+    for seq in 0..frames as u64 {
+        let frame = super::payload::encode_length_prefixed(&super::payload::seq_frame(seq, len));
+        if conn.writer().write_all(&frame).is_err() {
+            return;
+        }
+    }
+    conn.send_close_notify();
+    while conn.wants_write() {
+        if conn.write_tls(sock).is_err() {
+            return;
+        }
+    }
+    let _ = sock.shutdown(std::net::Shutdown::Write);
+    std::thread::sleep(linger);
+}
+
 fn serve_one(
     mut sock: TcpStream,
     config: Arc<rustls::ServerConfig>,
@@ -485,7 +517,21 @@ fn serve_one(
         }
         if handshaking && !conn.is_handshaking() {
             handshaking = false;
-            seen.lock().unwrap().handshakes += 1;
+            let first = {
+                let mut s = seen.lock().unwrap();
+                s.handshakes += 1;
+                s.handshakes == 1
+            };
+            if let Serve::Burst {
+                frames,
+                len,
+                linger,
+            } = serve
+            {
+                if first {
+                    return burst(&mut sock, &mut conn, frames, len, linger);
+                }
+            }
         }
         if plain.is_empty() {
             continue;

@@ -28,6 +28,9 @@ pub struct Watch {
     pub abandoned: Vec<(Vec<u8>, AbandonReason)>,
     /// Errors reported.
     pub errors: Vec<LinkError>,
+    /// For each transition (same index as `transitions`), how many frames came before it:
+    /// the order of frames and state changes in the event stream.
+    pub frames_before: Vec<usize>,
 }
 
 impl Watch {
@@ -44,6 +47,7 @@ impl Watch {
             frames: Vec::new(),
             abandoned: Vec::new(),
             errors: Vec::new(),
+            frames_before: Vec::new(),
         }
     }
 
@@ -52,6 +56,7 @@ impl Watch {
         match ev {
             Event::State(t) => {
                 self.transitions.push((Instant::now(), t.clone()));
+                self.frames_before.push(self.frames.len());
                 Some(t)
             }
             Event::Frame(f) => {

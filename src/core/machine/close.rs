@@ -17,6 +17,9 @@ impl Machine {
         }
         self.requeue_in_flight();
         let conn = self.conn.take();
+        if let Some(c) = &conn {
+            self.c.bytes_discarded += c.rx.len() as u64;
+        }
         if matches!(
             self.state,
             State::Connecting | State::Connected | State::Ready

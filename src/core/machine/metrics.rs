@@ -38,6 +38,12 @@ impl Machine {
             outbox_bytes: queued_bytes as u64,
             frames_received: self.c.received,
             bytes_received: self.c.bytes_received,
+            frames_cut: self.c.frames_cut,
+            bytes_cut: self.c.bytes_cut,
+            // The IO side's (`Sources::compose`).
+            frames_unread: 0,
+            bytes_unread: 0,
+            bytes_discarded: self.c.bytes_discarded,
             heartbeats_sent: self.c.heartbeats_sent,
             heartbeats_missed: self.c.heartbeats_missed,
             last_rtt: self.last_rtt,

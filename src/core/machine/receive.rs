@@ -14,7 +14,7 @@ use crate::core::heartbeat::Reply;
 use crate::core::protocol::{Reaction, Verdict as Opened};
 use crate::core::requests::{Matched, Matching, Verdict};
 use crate::core::settings::ProofOfLife;
-use crate::error::{Callback, DecodeError};
+use crate::error::{Callback, DecodeError, LinkError};
 use crate::event::{Event, State};
 
 impl Machine {
@@ -61,6 +61,32 @@ impl Machine {
                 break;
             }
         }
+    }
+
+    /// The peer closed the connection: bytes left undecoded in the receive buffer are the
+    /// start of a frame its end will never follow. Reported with their length (never
+    /// delivered), counted, and taken out of the buffer.
+    pub(super) fn report_cut_frame(&mut self) {
+        let Some(conn) = self.conn.as_mut() else {
+            return;
+        };
+        let bytes = conn.rx.len();
+        if bytes == 0 {
+            return;
+        }
+        conn.rx.clear();
+        self.c.frames_cut += 1;
+        self.c.bytes_cut += bytes as u64;
+        log::warn!(
+            "relink[{}]: the peer closed in the middle of a frame ({bytes} bytes of it came)",
+            self.cfg.name
+        );
+        self.emit(Event::Error(LinkError::CutFrame { bytes }));
+    }
+
+    /// `len` bytes that arrived from a connection the machine already let go: discarded.
+    pub(crate) fn stale_data(&mut self, len: usize) {
+        self.c.bytes_discarded += len as u64;
     }
 
     fn on_frame(&mut self, now: Instant, frame: Bytes) {

@@ -43,6 +43,22 @@ impl Machine {
         }
     }
 
+    /// A verdict timer `t` due within its own bound from `now` (or past due) is armed again a
+    /// full bound from `now`, counted in `verdicts_deferred`: reading was paused (the
+    /// application's pace), so what the peer sent may not have been read yet.
+    pub(super) fn defer_verdict(&mut self, now: Instant, t: Timer) {
+        let Some(at) = self.timers.at(t) else {
+            return;
+        };
+        let bound = self.verdict_bound(t);
+        if at < now + bound {
+            self.timers.arm(t, now + bound);
+            if at <= now {
+                self.c.verdicts_deferred += 1;
+            }
+        }
+    }
+
     /// The full length of a verdict timer, as it was armed.
     fn verdict_bound(&self, t: Timer) -> Duration {
         match (t, &self.cfg.proof) {

@@ -245,6 +245,7 @@ impl Sim {
 use State::*;
 
 mod capture;
+mod close_inbound;
 mod confirm;
 mod connection;
 mod panics;

@@ -16,7 +16,9 @@ const EVENT_DISCONNECTED: u16 = 0x0200;
 
 impl Slot {
     /// Reads the monitor's events of the current dial: a failed attempt, a connection's
-    /// descriptor, a disconnect the stream notification cannot tell in time.
+    /// descriptor, and the peer's close, which the monitor tells ahead of the data still
+    /// unread (that data is then read up to the in-band notification, and the close acted on
+    /// behind it).
     pub(super) fn read_monitor(&mut self, now: Instant) {
         while let Ok(head) = self.monitor.recv_msg(zmq::DONTWAIT) {
             let mut endpoint = None;
@@ -54,18 +56,22 @@ impl Slot {
                         .handle_input(now, Input::ConnectFailed { generation });
                     self.carry_out(now);
                 }
-                EVENT_DISCONNECTED
-                    if self.connected && (self.immediate || self.sink.is_behind()) =>
-                {
-                    // With ZMQ_IMMEDIATE libzmq drops the pipe, and the disconnect
-                    // notification queued in it: only the monitor tells. And while reading
-                    // is paused the notification waits behind unread data, and libzmq's own
-                    // redial would hand the queue to a new connection: act on the monitor.
-                    self.connected = false;
-                    self.last_acks(now);
-                    self.machine
-                        .handle_input(now, Input::Disconnected { generation });
-                    self.carry_out(now);
+                EVENT_DISCONNECTED if self.connected => {
+                    // libzmq announces the close on the monitor before the application read
+                    // what came ahead of it, and keeps that data and the in-band notification
+                    // readable (docs/design.md, "Inbound at a close"); its own redial would
+                    // come after RECONNECT_IVL. Read it all now, whatever the application's
+                    // pace: the peer sends nothing more, and libzmq's pipe bounds what is
+                    // left. The close is acted on behind the last byte, at the notification.
+                    self.read_socket_to_close(now);
+                    if self.connected {
+                        // No notification behind the data: with ZMQ_IMMEDIATE libzmq drops
+                        // the pipe at the close, the notification with it; without, it was
+                        // not flushed yet or found the pipe full. Everything readable was
+                        // read: act on the monitor.
+                        self.monitor_mismatch += u64::from(!self.immediate);
+                        self.peer_gone(now, generation);
+                    }
                 }
                 EVENT_CONNECTED | EVENT_DISCONNECTED => {
                     // Cross-check: the routing-id toggles are the source of truth; a monitor
@@ -84,6 +90,16 @@ impl Slot {
                 _ => {}
             }
         }
+    }
+
+    /// The connection of dial `generation` is gone: a last reading of the acknowledgements,
+    /// then the machine hears of it.
+    fn peer_gone(&mut self, now: Instant, generation: u64) {
+        self.connected = false;
+        self.last_acks(now);
+        self.machine
+            .handle_input(now, Input::Disconnected { generation });
+        self.carry_out(now);
     }
 
     /// The monitor reported the connection of dial `generation` with its descriptor: keep it
@@ -149,7 +165,27 @@ impl Slot {
 
     /// Reads up to the budget; returns true when the budget ran out before the input did.
     pub(super) fn read_socket(&mut self, now: Instant) -> bool {
-        for _ in 0..READ_BUDGET {
+        self.read_messages(now, Some(READ_BUDGET))
+    }
+
+    /// Reads everything the socket holds up to the current connection's disconnect
+    /// notification (or until nothing is left), with no budget and whether or not the
+    /// application keeps up: the connection is closed, so what is left is bounded.
+    /// Frames that have to wait for the application wait at most `closed_frames_wait`.
+    fn read_socket_to_close(&mut self, now: Instant) {
+        self.sink.closing(now + self.closed_frames_wait);
+        self.read_messages(now, None);
+        self.sink.closed();
+    }
+
+    /// Reads up to `budget` messages (with none, until the connection's disconnect
+    /// notification); with a budget, stops as soon as the application falls behind. Returns
+    /// true when it stopped with input left (the budget ran out, or the notification was
+    /// read).
+    fn read_messages(&mut self, now: Instant, budget: Option<usize>) -> bool {
+        let mut left = budget.unwrap_or(usize::MAX);
+        while left > 0 {
+            left -= 1;
             let rid = match self.socket.recv_msg(zmq::DONTWAIT) {
                 Ok(m) => m,
                 Err(zmq::Error::EAGAIN) => return false,
@@ -185,24 +221,27 @@ impl Slot {
                         self.machine.name(),
                         data.len()
                     );
+                    self.machine.stale_data(data.len());
                     continue;
                 }
             };
             if data.is_empty() {
                 // STREAM_NOTIFY: an empty frame toggles between connected and disconnected.
                 self.connected = !self.connected;
-                let input = if self.connected {
-                    Input::Connected { generation }
+                if self.connected {
+                    self.machine
+                        .handle_input(now, Input::Connected { generation });
                 } else {
-                    self.last_acks(now);
-                    Input::Disconnected { generation }
-                };
-                self.machine.handle_input(now, input);
+                    self.peer_gone(now, generation);
+                    if budget.is_none() {
+                        return true;
+                    }
+                }
             } else {
                 self.machine.handle_data(now, generation, &data);
             }
             self.carry_out(now);
-            if self.sink.is_behind() {
+            if budget.is_some() && self.sink.is_behind() {
                 return false;
             }
         }
