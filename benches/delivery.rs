@@ -2,7 +2,7 @@
 //! confirmed.
 //!
 //! Run with `cargo bench --bench delivery` (about a minute) or
-//! `cargo bench --bench delivery -- --quick` (about ten seconds).
+//! `cargo bench --bench delivery -- --quick` (about ten seconds; `--smoke`: three rounds).
 //!
 //! Throughput, 64 B, 1 KiB and 64 KiB payloads (length-prefixed, one producer,
 //! `Overflow::Block`), to a local sink that reads and discards, timed from the first send until
@@ -218,8 +218,15 @@ fn quantile(xs: &mut [f64], q: f64) -> f64 {
 }
 
 fn main() {
-    let quick = support::flag("quick");
-    let rounds = if quick { 9 } else { 25 };
+    let smoke = support::smoke();
+    let quick = smoke || support::flag("quick");
+    let rounds = if smoke {
+        3
+    } else if quick {
+        9
+    } else {
+        25
+    };
     let bytes_per_round: u64 = if quick { 2 << 20 } else { 8 << 20 };
     for size in [64usize, 1024, 65536] {
         let frames = bytes_per_round / size as u64;

@@ -60,6 +60,15 @@ fn predicate(panics: Panics, answer: impl Fn(&[u8]) -> bool + Send + Sync + 'sta
     })
 }
 
+/// The ping of [`echoed_pings`].
+const PING: &[u8] = b"PING";
+
+/// A heartbeat every 50 ms whose `reply` predicate panics as told and otherwise takes the
+/// echoed ping for its pong (the peers here echo).
+fn echoed_pings(panics: Panics) -> Heartbeat {
+    Heartbeat::new(ms(50), Ping::Frame(PING.to_vec())).reply(predicate(panics, |f| f == PING))
+}
+
 /// A resolver that panics as told, and otherwise answers 127.0.0.1:`port`. Counts its calls.
 fn resolver(
     panics: Panics,
@@ -203,19 +212,20 @@ fn panic_delays(link: &Link, seen: &mut Seen, n: usize) -> Vec<Duration> {
 
 #[test]
 fn a_reply_predicate_that_panics_once_is_reported_and_the_link_recovers() {
+    // The echo peer answers each ping with the ping itself: the predicate is asked about a
+    // frame only while a ping waits for its pong, so its first call is on the first echo.
     let peer = Peer::start(Behaviour::Echo);
-    // A ping far off: the predicate is only asked about the application's own frames.
-    let hb = Heartbeat::new(Duration::from_secs(60), Ping::Frame(b"PING".to_vec()))
-        .reply(predicate(Panics::FirstCall, |f| f == b"PONG"));
-    let link = builder(&peer.endpoint()).heartbeat(hb).build().unwrap();
+    let link = builder(&peer.endpoint())
+        .heartbeat(echoed_pings(Panics::FirstCall))
+        .build()
+        .unwrap();
     println!("events seen by the application:");
     let mut seen = Seen::default();
     seen.until(&link, T, is_ready);
-    link.send(b"hello".to_vec()).unwrap();
     seen.until(&link, T, is_ready);
     assert_reported(&seen, Callback::HeartbeatReply, State::Ready);
     assert!(
-        !seen.0.iter().any(|e| is_frame(e, b"hello")),
+        !seen.0.iter().any(|e| is_frame(e, PING)),
         "the frame the predicate panicked on is not delivered"
     );
 
@@ -238,11 +248,12 @@ fn a_reply_predicate_that_panics_once_is_reported_and_the_link_recovers() {
 
 #[test]
 fn a_reply_predicate_that_always_panics_keeps_the_link_backing_off_with_growing_delays() {
-    // The peer greets every connection: each one brings a frame for the predicate.
-    let peer = Peer::start(Behaviour::Garbage(b"hi\n".to_vec()));
-    let hb = Heartbeat::new(Duration::from_secs(60), Ping::Frame(b"PING".to_vec()))
-        .reply(predicate(Panics::EveryCall, |_| false));
-    let link = builder(&peer.endpoint()).heartbeat(hb).build().unwrap();
+    // Every connection's first ping comes back for the predicate.
+    let peer = Peer::start(Behaviour::Echo);
+    let link = builder(&peer.endpoint())
+        .heartbeat(echoed_pings(Panics::EveryCall))
+        .build()
+        .unwrap();
     let mut seen = Seen::default();
     let delays = panic_delays(&link, &mut seen, 4);
     assert!(
@@ -354,11 +365,9 @@ fn a_resolver_that_always_panics_backs_off_and_leaves_the_resolver_threads_servi
 
 #[test]
 fn a_link_whose_predicate_always_panics_leaves_another_link_exchanging_frames() {
-    let noisy_peer = Peer::start(Behaviour::Garbage(b"hi\n".to_vec()));
-    let hb = Heartbeat::new(Duration::from_secs(60), Ping::Frame(b"PING".to_vec()))
-        .reply(predicate(Panics::EveryCall, |_| false));
+    let noisy_peer = Peer::start(Behaviour::Echo);
     let noisy = builder(&noisy_peer.endpoint())
-        .heartbeat(hb)
+        .heartbeat(echoed_pings(Panics::EveryCall))
         .build()
         .unwrap();
 
