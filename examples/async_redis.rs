@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use relink::bytes::Bytes;
 use relink::framing::Lines;
-use relink::{Batch, Event, Link, Metrics, ProofOfLife, State};
+use relink::{Batch, Event, Handshake, Link, Metrics, Predicate, State};
 use tokio::sync::mpsc;
 use tokio::time::timeout;
 
@@ -35,9 +35,10 @@ async fn main() -> Result<(), Box<dyn Error>> {
     let link = Link::builder(&format!("tcp://127.0.0.1:{port}"))
         .framing(Lines::new())
         // Ready only once redis answers PING on the new connection.
-        .ready_when(ProofOfLife::handshake(vec![b"PING".to_vec()], |r| {
-            r == b"+PONG"
-        }))
+        .protocol(Handshake::new(
+            vec![b"PING".to_vec()],
+            Predicate::new(|r| r == b"+PONG"),
+        ))
         .backoff(Duration::from_millis(50), Duration::from_millis(500))
         .build()?;
 

@@ -392,7 +392,7 @@ impl Builder {
     /// connection counts as alive, and when as dead:
     /// ```
     /// use std::time::Duration;
-    /// use relink::{Cause, Event, Heartbeat, Link, Ping, Predicate, ProofOfLife, State};
+    /// use relink::{Cause, Event, Handshake, Heartbeat, Link, Ping, Predicate, State};
     /// use relink::framing::Lines;
     /// # use std::io::{Read, Write};
     /// # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
@@ -408,7 +408,7 @@ impl Builder {
     /// let link = Link::builder(&format!("tcp://127.0.0.1:{port}")) // a local echo server
     ///     .framing(Lines::new())
     ///     // Ready once the peer answers HELLO; the reply is not delivered.
-    ///     .ready_when(ProofOfLife::handshake(vec![b"HELLO".to_vec()], |r| r == b"HELLO"))
+    ///     .protocol(Handshake::new(vec![b"HELLO".to_vec()], Predicate::new(|r| r == b"HELLO")))
     ///     .min_stable(Duration::from_millis(500))
     ///     .heartbeat(
     ///         Heartbeat::new(Duration::from_millis(50), Ping::Frame(b"PING".to_vec()))
@@ -781,8 +781,12 @@ impl Builder {
     /// [`Protocol`]. Defaults to none: no opening (see [`ready_when`](Builder::ready_when)), the
     /// [`Heartbeat`](crate::Heartbeat)'s ping, every frame delivered.
     ///
-    /// `build()` refuses a protocol beside a [`ProofOfLife::Handshake`] (both would open the
-    /// connection); with a protocol, the heartbeat starts once the link is Ready.
+    /// With a protocol, the heartbeat starts once the link is Ready. `build()` asks a clone of
+    /// the protocol for its opening and its ping and refuses a frame the framing cannot write
+    /// ([`ConfigError::Unencodable`](crate::error::ConfigError::Unencodable)), and a protocol
+    /// on a framing that does not cut frames. [`Handshake`](crate::Handshake)
+    /// is the simplest protocol that waits for the peer: hello frames and a predicate on the
+    /// reply.
     pub fn protocol<P: Protocol + Clone>(mut self, protocol: P) -> Builder {
         self.config.core.protocol = Some(BoxedProtocol::new(protocol));
         self

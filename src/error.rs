@@ -92,26 +92,23 @@ pub enum ConfigError {
     /// Proportional jitter outside `(0, 1]`, or not a finite number.
     #[error("jitter fraction {0} must be in (0, 1]")]
     JitterOutOfRange(f64),
-    /// The handshake proof of life was chosen without any hello frame.
-    #[error("a handshake needs at least one hello frame")]
-    EmptyHandshake,
     /// The heartbeat ping is empty (and no protocol gives one: `Heartbeat::every`).
     #[error("the heartbeat ping is empty")]
     EmptyPing,
     /// A hello frame or the heartbeat ping cannot be encoded by the framing.
     #[error("{what} cannot be encoded: {source}")]
     Unencodable {
-        /// Which frame: `"hello frame"` or `"heartbeat ping"`.
+        /// Which frame: `"opening frame"`, `"protocol ping"` or `"heartbeat ping"`.
         what: &'static str,
         /// Why the framing refuses it.
         source: EncodeError,
     },
-    /// A heartbeat reply predicate or a handshake was set with a framing that does not cut the
+    /// A heartbeat reply predicate or a protocol was set with a framing that does not cut the
     /// byte stream into the peer's frames (raw chunks): a reply must be a whole decoded frame,
     /// or application bytes glued to it would be taken for it.
     #[error("{what} needs a framing that delimits frames; {framing} does not")]
     ReplyNeedsFraming {
-        /// `"heartbeat reply"` or `"handshake"`.
+        /// `"heartbeat reply"` or `"protocol"`.
         what: &'static str,
         /// The framing's name.
         framing: String,
@@ -465,8 +462,6 @@ fn message_suffix(message: &Option<String>) -> String {
 pub enum Callback {
     /// The heartbeat's reply predicate ([`Heartbeat::reply`](crate::Heartbeat::reply)).
     HeartbeatReply,
-    /// The handshake's accept predicate ([`ProofOfLife::Handshake`](crate::ProofOfLife)).
-    Handshake,
     /// The resolver closure ([`Builder::resolver`](crate::Builder::resolver)).
     Resolver,
     /// The framing, decoding what the peer sent.
@@ -486,7 +481,6 @@ impl Callback {
     pub fn as_str(self) -> &'static str {
         match self {
             Callback::HeartbeatReply => "heartbeat reply predicate",
-            Callback::Handshake => "handshake predicate",
             Callback::Resolver => "resolver",
             Callback::Decode => "framing decoder",
             Callback::Encode => "framing encoder",

@@ -21,7 +21,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use relink::framing::{LengthDelimited, Lines};
-use relink::{Cause, Heartbeat, Link, Overflow, Ping, Predicate, ProofOfLife, State, Transition};
+use relink::{Cause, Handshake, Heartbeat, Link, Overflow, Ping, Predicate, State, Transition};
 use util::*;
 
 /// Bound on waits for things that take milliseconds when all is well.
@@ -214,11 +214,8 @@ fn a_sigstopped_redis_server_is_declared_dead_within_the_heartbeat_bound_and_eve
     let link = Link::builder(&redis.endpoint())
         .framing(Lines::new())
         .heartbeat(hb)
-        .ready_when(ProofOfLife::Handshake {
-            hello: vec![b"PING".to_vec()],
-            accept: pong(),
-            timeout: ms(500),
-        })
+        .protocol(Handshake::new(vec![b"PING".to_vec()], pong()))
+        .handshake_timeout(ms(500))
         .backoff(ms(50), ms(400))
         .build()
         .expect("build");

@@ -15,7 +15,7 @@ use rand::{Rng, SeedableRng};
 use relink::bytes::{Buf, Bytes, BytesMut};
 use relink::error::{ConfigError, LinkError, SendError};
 use relink::framing::{DecodeError, EncodeError, Framing, Lines, Raw, Resp, RespValue};
-use relink::{Cause, Event, Heartbeat, Link, Ping, Predicate, ProofOfLife, State};
+use relink::{Cause, Event, Handshake, Heartbeat, Link, Ping, Predicate, State};
 use util::{Behaviour, Conn, Peer, RedisServer};
 
 /// Bound on any single wait for something that should happen at once on loopback.
@@ -204,7 +204,7 @@ fn a_peer_that_breaks_the_user_framing_gets_its_connection_reset_with_an_error_e
 // ---------------------------------------------------------------------------------------
 
 #[test]
-fn raw_chunks_with_a_heartbeat_reply_or_a_handshake_are_a_config_error() {
+fn raw_chunks_with_a_heartbeat_reply_or_a_protocol_are_a_config_error() {
     let hb = || {
         Heartbeat::new(Duration::from_millis(100), Ping::Raw(b"PING\r\n".to_vec()))
             .reply(Predicate::starts_with(&b"+PONG"[..]))
@@ -226,15 +226,15 @@ fn raw_chunks_with_a_heartbeat_reply_or_a_handshake_are_a_config_error() {
             })
         );
     }
-    let handshake = ProofOfLife::handshake(vec![b"HELLO".to_vec()], |f| f.starts_with(b"OK"));
+    let handshake = Handshake::new(vec![b"HELLO".to_vec()], Predicate::starts_with("OK"));
     let err = Link::builder("tcp://127.0.0.1:6379")
-        .ready_when(handshake)
+        .protocol(handshake)
         .build()
         .err();
     assert_eq!(
         err,
         Some(ConfigError::ReplyNeedsFraming {
-            what: "handshake",
+            what: "protocol",
             framing: "raw".into()
         })
     );

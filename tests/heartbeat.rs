@@ -11,7 +11,7 @@ use std::io::ErrorKind;
 use std::time::{Duration, Instant};
 
 use relink::framing::Lines;
-use relink::{Cause, Event, Heartbeat, Link, Ping, Predicate, ProofOfLife, State, Transition};
+use relink::{Cause, Event, Handshake, Heartbeat, Link, Ping, Predicate, State, Transition};
 use util::{lines_to, netns, show, watched, Behaviour, Peer, RedisServer, Server, Watch};
 
 /// Room for scheduling delays on a loaded two-core machine, on top of every time bound.
@@ -400,11 +400,11 @@ fn a_handshake_that_gets_no_reply_times_out_and_counts_as_a_failure() {
     let (link, mut w) = watched(
         Link::builder(&peer.endpoint())
             .framing(Lines::new())
-            .ready_when(ProofOfLife::Handshake {
-                hello: vec![b"HELLO".to_vec()],
-                accept: Predicate::starts_with(&b"WELCOME"[..]),
-                timeout,
-            })
+            .protocol(Handshake::new(
+                vec![b"HELLO".to_vec()],
+                Predicate::starts_with(&b"WELCOME"[..]),
+            ))
+            .handshake_timeout(timeout)
             .backoff(ms(50), ms(200)),
     );
     let mut attempts = Vec::new();

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use relink::error::{ConfigError, LinkError, SendError};
 use relink::framing::{DecodeError, EncodeError, LengthDelimited, Lines, Raw};
 use relink::{
-    AbandonReason, Builder, Cause, Event, Events, Heartbeat, Jitter, Link, Overflow, Ping,
-    Predicate, ProofOfLife, SendOptions, State, Transition,
+    AbandonReason, Builder, Cause, Event, Events, Handshake, Heartbeat, Jitter, Link, Overflow,
+    Ping, Predicate, SendOptions, State, Transition,
 };
 use util::{
     assert_accounted, decode_length_prefixed, decode_lines, duplicates, encode_length_prefixed,
@@ -397,14 +397,7 @@ fn build_returns_the_config_error_that_names_each_bad_input() {
             b().heartbeat(Heartbeat::new(zero, Ping::Raw(b"p".to_vec()))),
             "heartbeat interval",
         ),
-        (
-            b().ready_when(ProofOfLife::Handshake {
-                hello: vec![b"hi".to_vec()],
-                accept: Predicate::starts_with(&b"ok"[..]),
-                timeout: zero,
-            }),
-            "handshake timeout",
-        ),
+        (b().handshake_timeout(zero), "handshake_timeout"),
     ];
     for (builder, name) in cases {
         let err = build_err(builder, name);
@@ -490,13 +483,6 @@ fn build_returns_the_config_error_that_names_each_bad_input() {
         );
     }
 
-    // EmptyHandshake.
-    let err = build_err(
-        b().ready_when(ProofOfLife::handshake(Vec::new(), |_| true)),
-        "handshake",
-    );
-    assert!(matches!(err, ConfigError::EmptyHandshake), "{err:?}");
-
     // EmptyPing.
     let err = build_err(
         b().heartbeat(Heartbeat::new(sec, Ping::Raw(Vec::new()))),
@@ -504,19 +490,17 @@ fn build_returns_the_config_error_that_names_each_bad_input() {
     );
     assert!(matches!(err, ConfigError::EmptyPing), "{err:?}");
 
-    // Unencodable: a hello or a ping frame the codec refuses.
+    // Unencodable: an opening or a ping frame the codec refuses.
+    let hello = Handshake::new(vec![b"HI\nTHERE".to_vec()], Predicate::new(|_| true));
     let err = build_err(
-        b().framing(Lines::new())
-            .ready_when(ProofOfLife::handshake(vec![b"HI\nTHERE".to_vec()], |_| {
-                true
-            })),
+        b().framing(Lines::new()).protocol(hello),
         "hello with a newline",
     );
     assert!(
         matches!(
             err,
             ConfigError::Unencodable {
-                what: "hello frame",
+                what: "opening frame",
                 source: EncodeError::ContainsNewline
             }
         ),

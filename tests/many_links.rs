@@ -378,11 +378,11 @@ fn a_sigstopped_server_is_declared_dead_on_every_link_of_a_shared_thread_within_
                 .io_pool(&pool)
                 .heartbeat(hb())
                 // A stopped server's kernel still completes a connect: Ready needs its answer.
-                .ready_when(relink::ProofOfLife::Handshake {
-                    hello: vec![b"PING".to_vec()],
-                    accept: relink::Predicate::starts_with(&b"+PONG"[..]),
-                    timeout: ms(500),
-                })
+                .protocol(relink::Handshake::new(
+                    vec![b"PING".to_vec()],
+                    relink::Predicate::starts_with(&b"+PONG"[..]),
+                ))
+                .handshake_timeout(ms(500))
                 .backoff(ms(50), ms(400))
                 .build()
                 .expect("build")

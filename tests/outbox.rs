@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 
 use relink::error::SendError;
 use relink::framing::LengthDelimited;
-use relink::{AbandonReason, Event, Events, Link, Overflow, ProofOfLife, Redelivery, SendOptions};
+use relink::{
+    AbandonReason, Event, Events, Handshake, Link, Overflow, Predicate, Redelivery, SendOptions,
+};
 use util::*;
 
 /// Bound on every wait for something that should happen within a few milliseconds.
@@ -657,9 +659,8 @@ fn run_freshness(immediate: bool, handshake: bool) -> Freshness {
         .min_stable(ms(10))
         .redelivery(Redelivery::Report);
     if handshake {
-        builder = builder.ready_when(ProofOfLife::handshake(vec![b"HELLO".to_vec()], |f| {
-            f == b"OK"
-        }));
+        let hello = Handshake::new(vec![b"HELLO".to_vec()], Predicate::new(|f| f == b"OK"));
+        builder = builder.protocol(hello);
     }
     let link = builder.build().expect("build the link");
     let ready = Arc::new(AtomicUsize::new(0));

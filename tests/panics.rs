@@ -20,8 +20,7 @@ use std::time::{Duration, Instant};
 
 use relink::error::{Callback, LinkError, SendError};
 use relink::{
-    Cause, Event, Heartbeat, Jitter, Link, Overflow, Ping, Predicate, ProofOfLife, State,
-    Transition,
+    Cause, Event, Handshake, Heartbeat, Jitter, Link, Overflow, Ping, Predicate, State, Transition,
 };
 use util::{Behaviour, Peer};
 
@@ -273,15 +272,14 @@ fn a_reply_predicate_that_always_panics_keeps_the_link_backing_off_with_growing_
 #[test]
 fn a_handshake_predicate_that_panics_once_is_reported_and_the_link_recovers() {
     let peer = Peer::start(Behaviour::Echo);
-    let hs = ProofOfLife::Handshake {
-        hello: vec![b"HELLO".to_vec()],
-        accept: predicate(Panics::FirstCall, |f| f == b"HELLO"),
-        timeout: T,
-    };
-    let link = builder(&peer.endpoint()).ready_when(hs).build().unwrap();
+    let hs = Handshake::new(
+        vec![b"HELLO".to_vec()],
+        predicate(Panics::FirstCall, |f| f == b"HELLO"),
+    );
+    let link = builder(&peer.endpoint()).protocol(hs).build().unwrap();
     let mut seen = Seen::default();
     seen.until(&link, T, is_ready);
-    assert_reported(&seen, Callback::Handshake, State::Connected);
+    assert_reported(&seen, Callback::Protocol, State::Connected);
     link.send(b"after".to_vec()).unwrap();
     seen.until(&link, T, |e| is_frame(e, b"after"));
     let m = link.close(T);
@@ -291,16 +289,15 @@ fn a_handshake_predicate_that_panics_once_is_reported_and_the_link_recovers() {
 #[test]
 fn a_handshake_predicate_that_always_panics_never_makes_the_link_ready() {
     let peer = Peer::start(Behaviour::Echo);
-    let hs = ProofOfLife::Handshake {
-        hello: vec![b"HELLO".to_vec()],
-        accept: predicate(Panics::EveryCall, |_| true),
-        timeout: T,
-    };
-    let link = builder(&peer.endpoint()).ready_when(hs).build().unwrap();
+    let hs = Handshake::new(
+        vec![b"HELLO".to_vec()],
+        predicate(Panics::EveryCall, |_| true),
+    );
+    let link = builder(&peer.endpoint()).protocol(hs).build().unwrap();
     let mut seen = Seen::default();
     let delays = panic_delays(&link, &mut seen, 4);
     assert!(delays.windows(2).all(|w| w[0] < w[1]), "{delays:?}");
-    assert_reported(&seen, Callback::Handshake, State::Connected);
+    assert_reported(&seen, Callback::Protocol, State::Connected);
     assert!(!seen.transitions().iter().any(|t| t.to == State::Ready));
     assert!(link.metrics().callback_panics >= 4);
     link.close(T);

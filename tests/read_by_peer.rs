@@ -15,8 +15,8 @@ use bytes::BytesMut;
 use relink::error::{DecodeError, EncodeError, FlushError, RequestError};
 use relink::framing::{Framing, Lines, Resp};
 use relink::{
-    AbandonReason, Answers, Confirm, Correlation, Event, Heartbeat, Link, Overflow, Ping,
-    ProofOfLife, Redelivery, State,
+    AbandonReason, Answers, Confirm, Correlation, Event, Handshake, Heartbeat, Link, Overflow,
+    Ping, Predicate, Redelivery, State,
 };
 use util::{NatsServer, NatsSubscriber, RedisServer, Server, Watch};
 
@@ -56,9 +56,9 @@ fn payload_seq(payload: &[u8]) -> Option<u64> {
 fn publisher(endpoint: &str, confirm: Confirm, policy: Redelivery) -> Link {
     Link::builder(endpoint)
         .framing(NatsWire(Lines::builder().crlf(true).build().unwrap()))
-        .ready_when(ProofOfLife::handshake(
+        .protocol(Handshake::new(
             vec![b"CONNECT {\"verbose\":false}\r\nPING\r\n".to_vec()],
-            |f| f == b"PONG",
+            Predicate::new(|f| f == b"PONG"),
         ))
         .heartbeat(
             Heartbeat::new(Duration::from_secs(1), Ping::Raw(b"PING\r\n".to_vec()))

@@ -13,7 +13,7 @@ use relink::bytes::Bytes;
 use relink::error::RequestError;
 use relink::framing::{Lines, Resp};
 use relink::{
-    AbandonReason, Correlation, Event, Link, Overflow, Pending, Predicate, ProofOfLife, Redelivery,
+    AbandonReason, Correlation, Event, Handshake, Link, Overflow, Pending, Predicate, Redelivery,
     State,
 };
 use util::*;
@@ -337,14 +337,14 @@ fn sets_through_two_kills(
     policy: Redelivery,
     n: usize,
 ) -> Vec<Result<Bytes, RequestError>> {
-    let hello = ProofOfLife::Handshake {
-        hello: vec![b"PING".to_vec()],
-        accept: Predicate::new(|f| f == b"+PONG\r\n"),
-        timeout: ms(300),
-    };
+    let hello = Handshake::new(
+        vec![b"PING".to_vec()],
+        Predicate::new(|f| f == b"+PONG\r\n"),
+    );
     let link = server
         .builder()
-        .ready_when(hello)
+        .protocol(hello)
+        .handshake_timeout(ms(300))
         .requests(Correlation::resp())
         .request_redelivery(policy)
         .request_timeout(Duration::from_secs(60))

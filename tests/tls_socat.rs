@@ -17,7 +17,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use relink::framing::LengthDelimited;
-use relink::{Cause, Event, Link, ProofOfLife, State};
+use relink::{Cause, Event, Handshake, Link, Predicate, State};
 use util::{encode_length_prefixed, endpoint_for, free_port, wait_for, watched};
 
 /// Bound on any single wait for something that should happen at once on loopback.
@@ -264,9 +264,10 @@ fn frames_cross_a_verified_tls_tunnel_in_order_and_the_link_survives_a_tls_serve
     let (link, mut w) = watched(
         Link::builder(&endpoint_for(tunnel_port))
             .framing(LengthDelimited::len32())
-            .ready_when(ProofOfLife::handshake(vec![b"hello".to_vec()], |f| {
-                f == b"hello"
-            }))
+            .protocol(Handshake::new(
+                vec![b"hello".to_vec()],
+                Predicate::new(|f| f == b"hello"),
+            ))
             .native_retries(0)
             .backoff(Duration::from_millis(50), Duration::from_millis(500)),
     );

@@ -9,7 +9,6 @@ use crate::core::confirm::Answers;
 use crate::core::endpoint::{Endpoint, Host};
 use crate::core::heartbeat::Ping;
 use crate::core::requests::Matching;
-use crate::core::settings::ProofOfLife;
 use crate::core::tls::TlsSettings;
 use crate::error::ConfigError;
 use crate::io::{Context, IoPool};
@@ -134,21 +133,19 @@ impl Builder {
             what,
             framing: framing.name().to_string(),
         };
-        if let ProofOfLife::Handshake { hello, timeout, .. } = &c.core.proof {
-            positive("handshake timeout", *timeout)?;
-            if hello.is_empty() {
-                return Err(ConfigError::EmptyHandshake);
-            }
+        if let Some(protocol) = &c.core.protocol {
             if !framing.delimits_frames() {
-                return Err(needs_framing("handshake"));
+                return Err(needs_framing("protocol"));
             }
-            for h in hello {
-                framing
-                    .check(h)
-                    .map_err(|source| ConfigError::Unencodable {
-                        what: "hello frame",
-                        source,
-                    })?;
+            // A clone's opening and ping stand for every connection's: a frame the framing
+            // cannot write is refused here, not found at the first connect.
+            let mut probe = protocol.clone();
+            let unencodable = |what| move |source| ConfigError::Unencodable { what, source };
+            for f in &probe.open().frames {
+                framing.check(f).map_err(unencodable("opening frame"))?;
+            }
+            if let Some(ping) = probe.ping() {
+                framing.check(&ping).map_err(unencodable("protocol ping"))?;
             }
         }
         let protocol_ping = c.core.protocol.as_ref().is_some_and(|p| p.ping().is_some());
@@ -237,12 +234,6 @@ fn check_answers(c: &mut Config, requests_said: bool) -> Result<(), ConfigError>
     let core = &mut c.core;
     positive("handshake_timeout", core.handshake_timeout)?;
     if let Some(p) = &core.protocol {
-        if matches!(core.proof, ProofOfLife::Handshake { .. }) {
-            return Err(ConfigError::Answers(
-                "a protocol and ProofOfLife::Handshake both open the connection; say the \
-                 opening in Protocol::open",
-            ));
-        }
         if p.answers() != Answers::Unknown {
             core.answers = p.answers();
         }

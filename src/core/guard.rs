@@ -136,7 +136,7 @@ mod tests {
     #[test]
     fn a_formatted_panic_gives_its_message() {
         let n = 3;
-        let r: Result<(), _> = guarded(Callback::Handshake, || panic!("bad frame {n}"));
+        let r: Result<(), _> = guarded(Callback::Protocol, || panic!("bad frame {n}"));
         assert_eq!(r.unwrap_err().message.as_deref(), Some("bad frame 3"));
     }
 

@@ -1,11 +1,11 @@
-//! A shareable test on a frame: recognises a handshake reply or a heartbeat reply.
+//! A shareable test on a frame: recognises a handshake's reply or a heartbeat's pong.
 
 use std::fmt;
 use std::sync::Arc;
 
-/// A shareable test on a frame (`Fn(&[u8]) -> bool`): the type of a handshake's `accept`
-/// ([`ProofOfLife::Handshake`](crate::ProofOfLife::Handshake)), and what
-/// [`Heartbeat::reply`](crate::Heartbeat::reply) takes (any such closure converts into one).
+/// A shareable test on a frame (`Fn(&[u8]) -> bool`): what a [`Handshake`](crate::Handshake)'s
+/// `accept` and [`Heartbeat::reply`](crate::Heartbeat::reply) take (any such closure converts
+/// into one).
 ///
 /// It runs on the link's IO thread. If it panics, the panic is caught there and counts as a
 /// failure of the connection: an [`Event::Error`](crate::Event) with
@@ -16,17 +16,16 @@ use std::sync::Arc;
 /// # Examples
 /// ```
 /// use std::time::Duration;
-/// use relink::{Heartbeat, Link, Ping, Predicate, ProofOfLife};
+/// use relink::framing::Lines;
+/// use relink::{Handshake, Heartbeat, Link, Ping, Predicate};
 ///
 /// let ok = Predicate::new(|reply: &[u8]| reply == b"OK" || reply.starts_with(b"OK "));
-/// let pong = Predicate::starts_with("+PONG");
-/// let ping = Ping::Raw(b"PING\r\n".to_vec());
-/// let builder = Link::builder("tcp://127.0.0.1:6379")
-///     .ready_when(ProofOfLife::Handshake {
-///         hello: vec![b"AUTH secret\r\n".to_vec()],
-///         accept: ok,
-///         timeout: Duration::from_secs(2),
-///     })
+/// let pong = Predicate::starts_with("PONG");
+/// let ping = Ping::Frame(b"PING".to_vec());
+/// let builder = Link::builder("tcp://127.0.0.1:7000")
+///     .framing(Lines::new())
+///     .protocol(Handshake::new(vec![b"AUTH secret".to_vec()], ok))
+///     .handshake_timeout(Duration::from_secs(2))
 ///     .heartbeat(Heartbeat::new(Duration::from_secs(5), ping).reply(pong));
 /// # drop(builder);
 /// ```

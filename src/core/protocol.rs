@@ -7,6 +7,8 @@
 
 use std::fmt;
 
+use super::predicate::Predicate;
+
 use super::confirm::Answers;
 
 /// What the link writes when a connection opens, and whether it then waits for the peer.
@@ -177,6 +179,69 @@ pub trait Protocol: Send + 'static {
     /// Short name for logs. Defaults to `"custom"`.
     fn name(&self) -> &str {
         "custom"
+    }
+}
+
+/// The simplest protocol that waits for the peer: `hello` first on every connection, then
+/// Ready on the first frame `accept` takes (that frame is not delivered; frames before it
+/// are). Within [`Builder::handshake_timeout`](crate::Builder::handshake_timeout), as any
+/// [`Opening::wait`]. A protocol that needs more (a refusal, the server's pings, a ping of its
+/// own) implements [`Protocol`] itself.
+///
+/// # Examples
+/// ```
+/// use std::time::Duration;
+/// use relink::framing::Lines;
+/// use relink::{Handshake, Link, Predicate};
+///
+/// let link = Link::builder("tcp://127.0.0.1:7000")
+///     .framing(Lines::new())
+///     .protocol(Handshake::new(vec![b"AUTH secret".to_vec()], Predicate::new(|r| r == b"OK")))
+///     .handshake_timeout(Duration::from_secs(2))
+///     .build()?;
+/// # link.close(Duration::ZERO);
+/// # Ok::<(), relink::error::ConfigError>(())
+/// ```
+#[derive(Clone)]
+pub struct Handshake {
+    hello: Vec<Vec<u8>>,
+    accept: Predicate,
+}
+
+impl Handshake {
+    /// `hello` on every connection (none: wait for the peer's greeting), Ready on the first
+    /// frame `accept` takes.
+    pub fn new(hello: Vec<Vec<u8>>, accept: impl Into<Predicate>) -> Handshake {
+        Handshake {
+            hello,
+            accept: accept.into(),
+        }
+    }
+}
+
+impl fmt::Debug for Handshake {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Handshake")
+            .field("hello", &self.hello.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Protocol for Handshake {
+    fn open(&mut self) -> Opening {
+        Opening::wait(self.hello.clone())
+    }
+
+    fn verdict(&mut self, frame: &[u8]) -> Verdict {
+        if self.accept.test(frame) {
+            Verdict::Ready
+        } else {
+            Verdict::NotYet
+        }
+    }
+
+    fn name(&self) -> &str {
+        "handshake"
     }
 }
 

@@ -9,7 +9,6 @@ use super::confirm::{Answers, Confirm};
 use super::endpoint::Endpoint;
 use super::framing::BoxedFraming;
 use super::heartbeat::Heartbeat;
-use super::predicate::Predicate;
 use super::protocol::BoxedProtocol;
 use super::requests::RequestSettings;
 use super::tls::TlsSettings;
@@ -103,39 +102,15 @@ pub(crate) struct Settings {
 /// link.close(Duration::from_millis(50));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-/// [`Builder::ready_when`](crate::Builder::ready_when) shows a handshake.
+/// A connection that is Ready only on the peer's answer to a hello is said by a
+/// [`Protocol`](crate::Protocol) ([`Handshake`](crate::Handshake) is the simplest).
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub enum ProofOfLife {
-    /// The TCP connect itself (with TLS: the completed handshake). The default. (The attempt counter still resets only after
-    /// `min_stable`.)
+    /// The TCP connect itself (with TLS: the completed handshake). The default. (The attempt
+    /// counter still resets only after `min_stable`.)
     Connect,
     /// The first bytes received from the peer (with TLS: the first decrypted bytes, after
     /// the handshake).
     Inbound,
-    /// A reply accepted by `accept` to the `hello` frames sent on every connect, within
-    /// `timeout`.
-    Handshake {
-        /// Frames sent (through the framing) first on every connection.
-        hello: Vec<Vec<u8>>,
-        /// Tells whether a decoded inbound frame is the reply. The reply is not delivered to
-        /// the application.
-        accept: Predicate,
-        /// How long to wait for the reply before the connection counts as failed.
-        timeout: Duration,
-    },
-}
-
-impl ProofOfLife {
-    /// A handshake with the default timeout (5 s).
-    pub fn handshake(
-        hello: Vec<Vec<u8>>,
-        accept: impl Fn(&[u8]) -> bool + Send + Sync + 'static,
-    ) -> ProofOfLife {
-        ProofOfLife::Handshake {
-            hello,
-            accept: Predicate::new(accept),
-            timeout: HANDSHAKE_TIMEOUT,
-        }
-    }
 }

@@ -149,24 +149,6 @@ impl Machine {
             }
             return;
         }
-        if let ProofOfLife::Handshake { hello, timeout, .. } = &self.cfg.proof {
-            for h in hello.iter().take_while(|_| panicked.is_none()) {
-                let (encoded, took) = encode(&mut self.framing, &*self.watch, &self.cfg.name, h);
-                slowest = slowest.max(took);
-                match encoded {
-                    Ok(Some(buf)) => conn.control.push_back((Control::Hello, buf)),
-                    Ok(None) => {}
-                    Err(p) => {
-                        panicked = Some(p);
-                        break;
-                    }
-                }
-            }
-            conn.handshake_pending = true;
-            let t = now + *timeout;
-            self.timers.arm(Timer::Handshake, t);
-        }
-        self.took(now, Callback::Encode, slowest);
         if let Some(p) = panicked {
             self.step(now, Ev::CallbackPanicked(p));
         } else if matches!(self.cfg.proof, ProofOfLife::Connect) {

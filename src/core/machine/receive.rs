@@ -126,26 +126,15 @@ impl Machine {
         if !self.conn.as_ref().is_some_and(|c| c.handshake_pending) {
             return false;
         }
-        if let Some(protocol) = self.protocol.as_mut() {
-            let (verdict, took) =
-                timed(&*self.watch, Callback::Protocol, || protocol.verdict(frame));
-            self.took(now, Callback::Protocol, took);
-            match verdict {
-                Ok(Opened::Ready) => self.step(now, Ev::Alive),
-                Ok(Opened::NotYet) => return false,
-                Ok(Opened::Refused(reason)) => self.step(now, Ev::Rejected(reason)),
-                Err(p) => self.step(now, Ev::CallbackPanicked(p)),
-            }
-            return true;
-        }
-        let ProofOfLife::Handshake { accept, .. } = &self.cfg.proof else {
+        let Some(protocol) = self.protocol.as_mut() else {
             return false;
         };
-        let (accepted, took) = timed(&*self.watch, Callback::Handshake, || accept.test(frame));
-        self.took(now, Callback::Handshake, took);
-        match accepted {
-            Ok(true) => self.step(now, Ev::Alive),
-            Ok(false) => return false,
+        let (verdict, took) = timed(&*self.watch, Callback::Protocol, || protocol.verdict(frame));
+        self.took(now, Callback::Protocol, took);
+        match verdict {
+            Ok(Opened::Ready) => self.step(now, Ev::Alive),
+            Ok(Opened::NotYet) => return false,
+            Ok(Opened::Refused(reason)) => self.step(now, Ev::Rejected(reason)),
             Err(p) => self.step(now, Ev::CallbackPanicked(p)),
         }
         true

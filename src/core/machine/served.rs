@@ -5,7 +5,6 @@
 use std::time::{Duration, Instant};
 
 use super::{Machine, Timer};
-use crate::core::settings::ProofOfLife;
 use crate::error::{Callback, LinkError};
 use crate::event::Event;
 
@@ -61,10 +60,10 @@ impl Machine {
 
     /// The full length of a verdict timer, as it was armed.
     fn verdict_bound(&self, t: Timer) -> Duration {
-        match (t, &self.cfg.proof) {
-            (Timer::Dial, _) => self.cfg.dial_bound,
+        match t {
+            Timer::Dial => self.cfg.dial_bound,
             _ if self.tls_handshaking() => self.tls_handshake_bound(),
-            (_, ProofOfLife::Handshake { timeout, .. }) => *timeout,
+            Timer::Handshake => self.cfg.handshake_timeout,
             _ => Duration::ZERO,
         }
     }

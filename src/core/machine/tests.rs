@@ -8,6 +8,7 @@ use crate::core::predicate::Predicate;
 use crate::core::settings::ProofOfLife;
 use crate::framing::{LengthDelimited, Lines};
 use crate::metrics::Metrics;
+use crate::Handshake;
 use crate::{Builder, Overflow};
 
 const MS: Duration = Duration::from_millis(1);
@@ -405,8 +406,8 @@ fn row8_the_first_inbound_bytes_make_the_link_ready() {
 
 #[test]
 fn row8_an_accepted_handshake_reply_makes_the_link_ready_and_is_not_delivered() {
-    let hs = ProofOfLife::handshake(vec![b"HELLO".to_vec()], |f| f == b"OK");
-    let mut s = Sim::connecting(Sim::builder().framing(Lines::new()).ready_when(hs));
+    let hs = Handshake::new(vec![b"HELLO".to_vec()], Predicate::new(|f| f == b"OK"));
+    let mut s = Sim::connecting(Sim::builder().framing(Lines::new()).protocol(hs));
     s.submit(b"queued");
     s.tcp_up();
     s.transmit();
@@ -420,8 +421,8 @@ fn row8_an_accepted_handshake_reply_makes_the_link_ready_and_is_not_delivered() 
 
 #[test]
 fn row9_a_missing_handshake_reply_is_a_failure() {
-    let hs = ProofOfLife::handshake(vec![b"HELLO".to_vec()], |f| f == b"OK");
-    let mut s = Sim::connecting(Sim::builder().framing(Lines::new()).ready_when(hs));
+    let hs = Handshake::new(vec![b"HELLO".to_vec()], Predicate::new(|f| f == b"OK"));
+    let mut s = Sim::connecting(Sim::builder().framing(Lines::new()).protocol(hs));
     s.tcp_up();
     s.next_timer();
     assert_eq!(s.last_transition().cause, Cause::HandshakeTimeout);

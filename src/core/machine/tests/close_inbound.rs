@@ -19,13 +19,13 @@ fn story(s: &Sim) -> Vec<String> {
         .collect()
 }
 
-/// A handshake: HELLO, answered by OK within `timeout`.
-fn handshake(timeout: Duration) -> ProofOfLife {
-    ProofOfLife::Handshake {
-        hello: vec![b"HELLO".to_vec()],
-        accept: Predicate::new(|f| f == b"OK"),
-        timeout,
-    }
+/// A lines link whose handshake is HELLO, answered by OK within `timeout`.
+fn handshake(timeout: Duration) -> Builder {
+    let hs = Handshake::new(vec![b"HELLO".to_vec()], Predicate::new(|f| f == b"OK"));
+    Sim::builder()
+        .framing(Lines::new())
+        .protocol(hs)
+        .handshake_timeout(timeout)
 }
 
 #[test]
@@ -73,8 +73,7 @@ fn bytes_left_undecoded_when_relink_ends_the_connection_are_counted_as_discarded
 
 #[test]
 fn no_handshake_verdict_is_given_while_reading_is_paused() {
-    let hs = handshake(500 * MS);
-    let mut s = Sim::connecting(Sim::builder().framing(Lines::new()).ready_when(hs));
+    let mut s = Sim::connecting(handshake(500 * MS));
     s.tcp_up();
     s.transmit();
     s.input(Input::ReadPaused(true));
@@ -91,8 +90,7 @@ fn no_handshake_verdict_is_given_while_reading_is_paused() {
 
 #[test]
 fn a_silent_handshake_still_fails_one_bound_after_reading_resumes() {
-    let hs = handshake(500 * MS);
-    let mut s = Sim::connecting(Sim::builder().framing(Lines::new()).ready_when(hs));
+    let mut s = Sim::connecting(handshake(500 * MS));
     s.tcp_up();
     s.transmit();
     s.input(Input::ReadPaused(true));

@@ -5,8 +5,8 @@ use super::*;
 
 #[test]
 fn a_reconnect_starts_with_an_empty_receive_buffer_and_a_fresh_handshake() {
-    let hs = ProofOfLife::handshake(vec![b"HELLO".to_vec()], |f| f == b"OK");
-    let mut s = Sim::connecting(Sim::builder().framing(Lines::new()).ready_when(hs));
+    let hs = Handshake::new(vec![b"HELLO".to_vec()], Predicate::new(|f| f == b"OK"));
+    let mut s = Sim::connecting(Sim::builder().framing(Lines::new()).protocol(hs));
     s.tcp_up();
     s.transmit();
     // Half a reply, left undecoded when the connection drops.

@@ -114,17 +114,13 @@ fn row22_a_reply_predicate_that_always_panics_backs_off_with_growing_delays_then
 
 #[test]
 fn row22_a_handshake_predicate_that_panics_fails_the_connection() {
-    let hs = ProofOfLife::Handshake {
-        hello: vec![b"HELLO".to_vec()],
-        accept: panicking(false, true),
-        timeout: 5000 * MS,
-    };
-    let mut s = Sim::connecting(Sim::builder().framing(Lines::new()).ready_when(hs));
+    let hs = Handshake::new(vec![b"HELLO".to_vec()], panicking(false, true));
+    let mut s = Sim::connecting(Sim::builder().framing(Lines::new()).protocol(hs));
     s.tcp_up();
     s.data(b"OK\n");
     assert_eq!(
         panic_errors(&s),
-        [(crate::error::Callback::Handshake, Some("boom".into()))]
+        [(crate::error::Callback::Protocol, Some("boom".into()))]
     );
     assert_eq!(
         s.transitions().last(),

@@ -116,12 +116,9 @@ fn a_short_gap_leaves_a_verdict_more_than_an_interval_away_where_it_was() {
 
 #[test]
 fn a_handshake_reply_due_during_a_pause_gets_its_full_timeout_again() {
-    let hs = ProofOfLife::Handshake {
-        hello: vec![b"HELLO".to_vec()],
-        accept: Predicate::new(|f| f == b"OK"),
-        timeout: 1000 * MS,
-    };
-    let mut s = Sim::connecting(Sim::builder().framing(Lines::new()).ready_when(hs));
+    let hs = Handshake::new(vec![b"HELLO".to_vec()], Predicate::new(|f| f == b"OK"));
+    let b = Sim::builder().framing(Lines::new()).protocol(hs);
+    let mut s = Sim::connecting(b.handshake_timeout(1000 * MS));
     s.tcp_up();
     s.transmit();
     pause(&mut s, 3000 * MS);
@@ -135,12 +132,9 @@ fn a_handshake_reply_due_during_a_pause_gets_its_full_timeout_again() {
 
 #[test]
 fn a_missing_handshake_reply_still_fails_one_timeout_after_a_pause() {
-    let hs = ProofOfLife::Handshake {
-        hello: vec![b"HELLO".to_vec()],
-        accept: Predicate::new(|f| f == b"OK"),
-        timeout: 1000 * MS,
-    };
-    let mut s = Sim::connecting(Sim::builder().framing(Lines::new()).ready_when(hs));
+    let hs = Handshake::new(vec![b"HELLO".to_vec()], Predicate::new(|f| f == b"OK"));
+    let b = Sim::builder().framing(Lines::new()).protocol(hs);
+    let mut s = Sim::connecting(b.handshake_timeout(1000 * MS));
     s.tcp_up();
     pause(&mut s, 3000 * MS);
     let waited = s.next_timer();

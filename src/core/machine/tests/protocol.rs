@@ -170,9 +170,3 @@ fn a_frame_written_again_on_a_new_connection_carries_the_protocols_mark() {
     s.transmit();
     assert_eq!(s.written, b"HELLO\n*PUBLISH 1\n");
 }
-
-#[test]
-fn build_refuses_a_protocol_beside_a_handshake() {
-    let hs = ProofOfLife::handshake(vec![b"HI".to_vec()], |_| true);
-    assert!(lined(true).ready_when(hs).into_config().is_err());
-}

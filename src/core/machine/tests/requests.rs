@@ -3,8 +3,8 @@
 
 use super::*;
 use crate::error::RequestError;
+use crate::Correlation;
 use crate::Redelivery;
-use crate::{Correlation, ProofOfLife};
 use bytes::Bytes;
 
 const SEC: Duration = Duration::from_secs(1);
@@ -94,9 +94,9 @@ fn a_request_queued_through_an_outage_times_out_counting_the_queued_time() {
 
 #[test]
 fn resent_requests_go_after_the_hello_on_the_next_connection() {
-    let hello = ProofOfLife::handshake(vec![b"AUTH pw".to_vec()], |f| f == b"+OK");
+    let hello = Handshake::new(vec![b"AUTH pw".to_vec()], Predicate::new(|f| f == b"+OK"));
     let b = lines()
-        .ready_when(hello)
+        .protocol(hello)
         .request_redelivery(Redelivery::Resend);
     let mut s = Sim::connecting(b);
     s.tcp_up();

@@ -127,10 +127,10 @@ fn tls_nothing_but_the_handshake_leaves_before_it_completes_and_its_completion_i
 #[test]
 fn tls_the_hello_and_pings_go_after_the_handshake_inside_the_session() {
     let pki = Pki::new();
-    let proof = ProofOfLife::handshake(vec![b"HELLO".to_vec()], |f| f == b"OK");
+    let proof = Handshake::new(vec![b"HELLO".to_vec()], Predicate::new(|f| f == b"OK"));
     let hb = Heartbeat::new(Duration::from_secs(1), Ping::Frame(b"PING".to_vec()))
         .reply(Predicate::new(|f| f == b"PONG"));
-    let mut s = Sim::connecting(tls_builder(&pki).ready_when(proof).heartbeat(hb));
+    let mut s = Sim::connecting(tls_builder(&pki).protocol(proof).heartbeat(hb));
     s.tcp_up();
     // A stalled handshake: no hello and no ping leaves, only its own records.
     s.advance(Duration::from_millis(2500));

@@ -108,8 +108,8 @@ fn resend_writes_unconfirmed_frames_again_first_on_the_next_connection() {
 
 #[test]
 fn resent_frames_follow_the_hello_of_the_new_connection() {
-    let hs = ProofOfLife::handshake(vec![b"HELLO".to_vec()], |f| f == b"OK");
-    let mut s = Sim::connecting(Sim::builder().framing(Lines::new()).ready_when(hs));
+    let hs = Handshake::new(vec![b"HELLO".to_vec()], Predicate::new(|f| f == b"OK"));
+    let mut s = Sim::connecting(Sim::builder().framing(Lines::new()).protocol(hs));
     s.auto_ack = false;
     s.tcp_up();
     s.data(b"OK\n");
