@@ -265,12 +265,18 @@ fn a_silent_collector_gets_the_hello_first_on_every_connection_and_the_link_is_r
     // Confirmed by the peer's kernel: the peer's own thread may not have accepted yet, and a
     // connection it has not accepted cannot be closed.
     let each = "HELLO sensor-7\nreading 1\n".len();
-    assert!(peer.wait_received_len(each, T), "the peer read the first connection");
+    assert!(
+        peer.wait_received_len(each, T),
+        "the peer read the first connection"
+    );
     peer.close_connections();
     watch.until(T, |t| t.to == State::Ready && t.from != State::Idle);
     link.send("reading 2").unwrap();
     link.flush(T).expect("confirmed");
-    assert!(peer.wait_received_len(2 * each, T), "the peer read the second connection");
+    assert!(
+        peer.wait_received_len(2 * each, T),
+        "the peer read the second connection"
+    );
     link.close(Duration::from_secs(1));
     let conns = util::stop_and_collect(peer);
     let lines: Vec<Vec<String>> = conns.iter().map(|c| util::lines_str(c)).collect();

@@ -233,13 +233,10 @@ impl Machine {
     /// A frame no turn waits for: the protocol's reaction first, then the application's, or
     /// (by id) a request's reply.
     fn deliver_unsolicited(&mut self, now: Instant, frame: Bytes) {
-        if !self.react(now, &frame) {
-            return;
-        }
         if self.requests.by_id() {
             return self.deliver(now, frame);
         }
-        self.emit_frame(frame);
+        self.deliver_own(now, frame);
     }
 
     /// A frame for the application, as an event.
@@ -292,26 +289,32 @@ impl Machine {
     /// A frame that is neither the handshake's nor a pong: a request's reply or the
     /// application's.
     fn deliver(&mut self, now: Instant, frame: Bytes) {
-        if !self.react(now, &frame) {
-            return;
-        }
-        self.c.received += 1;
-        log::trace!(
-            "relink[{}]: frame of {} bytes received",
-            self.cfg.name,
-            frame.len()
-        );
         if self.requests.is_empty() {
-            return self.emit(Event::Frame(frame));
+            return self.deliver_own(now, frame);
         }
         let verdict = match self.verdict(&frame) {
             Ok(v) => v,
             Err(p) => return self.step(now, Ev::CallbackPanicked(p)),
         };
         match self.requests.on_frame(frame, verdict) {
-            Matched::Answer(_) => self.answer_requests(),
-            Matched::Late => log::debug!("relink[{}]: a late reply dropped", self.cfg.name),
-            Matched::Unsolicited(frame) => self.emit(Event::Frame(frame)),
+            Matched::Answer(_) => {
+                self.c.received += 1;
+                self.answer_requests();
+            }
+            Matched::Late => {
+                self.c.received += 1;
+                log::debug!("relink[{}]: a late reply dropped", self.cfg.name);
+            }
+            // Only a frame that answers no request is the peer's own: the protocol reacts.
+            Matched::Unsolicited(frame) => self.deliver_own(now, frame),
+        }
+    }
+
+    /// A frame of the peer's own: the protocol's reaction, then the application, unless the
+    /// reaction keeps it.
+    fn deliver_own(&mut self, now: Instant, frame: Bytes) {
+        if self.react(now, &frame) {
+            self.emit_frame(frame);
         }
     }
 

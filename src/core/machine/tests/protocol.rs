@@ -155,6 +155,35 @@ fn the_peers_own_ping_is_answered_by_the_link_ahead_of_the_outbox_and_not_delive
 }
 
 #[test]
+fn with_requests_by_id_the_peers_own_frame_is_answered_once_and_a_reply_not_at_all() {
+    // Requests `REQ <id>` answered by `ACK <id>`; the peer's `MSG` gets the link's `ACK`.
+    let id = |f: &[u8]| f.strip_prefix(b"REQ ").map(<[u8]>::to_vec);
+    let reply = |f: &[u8]| f.strip_prefix(b"ACK ").map(<[u8]>::to_vec);
+    let b = lined(false).requests(crate::Correlation::by_id(id, reply));
+    let mut s = Sim::ready(b);
+    s.transmit();
+    s.input(Input::Request {
+        token: 1,
+        frame: Bytes::from_static(b"REQ 7"),
+        id: Some(b"7".to_vec()),
+        deadline: s.now + SEC,
+    });
+    s.transmit();
+    s.written.clear();
+    s.data(b"MSG a\nACK 7\n");
+    s.transmit();
+    assert_eq!(s.written, b"ACK\n", "one answer, to the MSG only");
+    assert_eq!(s.frames(), [b"MSG a".to_vec()]);
+    assert_eq!(s.answers.len(), 1, "the request got its reply");
+    let m = s.metrics();
+    assert_eq!(
+        (m.frames_answered, m.frames_received),
+        (1, 2),
+        "the reply is received too"
+    );
+}
+
+#[test]
 fn a_frame_written_again_on_a_new_connection_carries_the_protocols_mark() {
     let b = lined(false).redelivery(Redelivery::Resend);
     let mut s = Sim::ready(b);
