@@ -15,10 +15,13 @@ use crate::core::protocol::{BoxedProtocol, Protocol};
 use crate::core::requests::{Correlation, RequestSettings};
 use crate::core::settings::{ProofOfLife, Settings, HANDSHAKE_TIMEOUT};
 use crate::core::window::Redelivery;
-use crate::io::{Context, IoPool, Keepalive, Resolver, SocketOptions};
+use crate::io::{self, Context, IoPool, Keepalive, Resolver};
 use crate::tls::Tls;
 
 mod check;
+mod groups;
+
+pub use groups::{Delivery, Reconnect, SocketOptions};
 
 /// All defaults, in one place.
 pub mod defaults {
@@ -86,7 +89,7 @@ pub use crate::core::overflow::Overflow;
 pub(crate) struct Config {
     pub core: Settings,
     pub rng_seed: Option<u64>,
-    pub socket: SocketOptions,
+    pub socket: io::SocketOptions,
     pub overflow: Overflow,
     pub frame_ttl: Option<Duration>,
     pub events_capacity: usize,
@@ -97,6 +100,19 @@ pub(crate) struct Config {
 
 /// Builds a [`Link`](crate::Link). Made by [`Link::builder`](crate::Link::builder); every
 /// setter says its default; [`build`](Builder::build) checks everything once.
+///
+/// The settings, in groups:
+///
+/// | group | whole | one at a time |
+/// |---|---|---|
+/// | where and what | | [`endpoint`](Builder::endpoint), [`framing`](Builder::framing), [`protocol`](Builder::protocol), [`tls`](Builder::tls), [`name`](Builder::name), [`resolver`](Builder::resolver) |
+/// | when a connection is alive | | [`heartbeat`](Builder::heartbeat), [`ready_when`](Builder::ready_when), [`handshake_timeout`](Builder::handshake_timeout) |
+/// | reconnecting | [`reconnect`](Builder::reconnect) ([`Reconnect`]) | [`backoff`](Builder::backoff), [`backoff_factor`](Builder::backoff_factor), [`backoff_floor`](Builder::backoff_floor), [`jitter`](Builder::jitter), [`max_attempts`](Builder::max_attempts), [`cooldown`](Builder::cooldown), [`native_retries`](Builder::native_retries), [`min_stable`](Builder::min_stable), [`config_failure_retry`](Builder::config_failure_retry), [`dns_refresh`](Builder::dns_refresh), [`rng_seed`](Builder::rng_seed) |
+/// | delivering frames | [`delivery`](Builder::delivery) ([`Delivery`]) | [`outbox_limits`](Builder::outbox_limits), [`overflow`](Builder::overflow), [`frame_ttl`](Builder::frame_ttl), [`abandon_on_disconnect`](Builder::abandon_on_disconnect), [`window`](Builder::window), [`redelivery`](Builder::redelivery), [`confirm`](Builder::confirm), [`max_losses`](Builder::max_losses), [`answers`](Builder::answers), [`batch_bytes`](Builder::batch_bytes) |
+/// | requests | | [`requests`](Builder::requests), [`request_timeout`](Builder::request_timeout), [`request_window`](Builder::request_window), [`request_redelivery`](Builder::request_redelivery) |
+/// | receiving | | [`events_capacity`](Builder::events_capacity), [`closed_frames_wait`](Builder::closed_frames_wait) |
+/// | libzmq's socket | [`socket`](Builder::socket) ([`SocketOptions`]) | [`connect_timeout`](Builder::connect_timeout), [`immediate`](Builder::immediate), [`reconnect_ivl`](Builder::reconnect_ivl), [`reconnect_ivl_max`](Builder::reconnect_ivl_max), [`linger`](Builder::linger), [`hwm`](Builder::hwm), [`tcp_keepalive`](Builder::tcp_keepalive), [`tcp_maxrt`](Builder::tcp_maxrt) |
+/// | threads and the process | | [`context`](Builder::context), [`io_pool`](Builder::io_pool), [`slow_callback`](Builder::slow_callback), [`close_timeout`](Builder::close_timeout) |
 ///
 /// # Examples
 /// A link to a line-based service, with a heartbeat, a bounded outbox and a give-up point:
@@ -202,7 +218,7 @@ impl Builder {
                     max_losses: defaults::MAX_LOSSES,
                 },
                 rng_seed: None,
-                socket: SocketOptions {
+                socket: io::SocketOptions {
                     reconnect_ivl: defaults::RECONNECT_IVL,
                     reconnect_ivl_max: Duration::ZERO,
                     immediate: false,
@@ -221,6 +237,69 @@ impl Builder {
                 resolver: None,
             },
         }
+    }
+
+    /// The whole reconnect policy at once: every field of [`Reconnect`] (its `Default` is the
+    /// builder's). The flat setters ([`backoff`](Builder::backoff),
+    /// [`cooldown`](Builder::cooldown), ...) change one field each; called after this, they
+    /// change it here.
+    ///
+    /// See the example on [`Reconnect`].
+    pub fn reconnect(mut self, r: Reconnect) -> Builder {
+        let core = &mut self.config.core;
+        core.backoff.base = r.backoff_base;
+        core.backoff.max = r.backoff_max;
+        core.backoff.factor = r.backoff_factor;
+        core.backoff.floor = r.backoff_floor;
+        core.backoff.jitter = r.jitter;
+        core.max_attempts = r.max_attempts;
+        core.cooldown = r.cooldown;
+        core.native_retries = r.native_retries;
+        core.min_stable = r.min_stable;
+        core.config_retry = r.config_failure_retry;
+        core.dns_refresh = r.dns_refresh;
+        self
+    }
+
+    /// The whole delivery of frames sent at once: every field of [`Delivery`] (its `Default`
+    /// is the builder's). The flat setters ([`outbox_limits`](Builder::outbox_limits),
+    /// [`overflow`](Builder::overflow), [`confirm`](Builder::confirm), ...) change one field
+    /// each; called after this, they change it here.
+    ///
+    /// See the example on [`Delivery`].
+    pub fn delivery(mut self, d: Delivery) -> Builder {
+        let core = &mut self.config.core;
+        core.outbox_frames = d.outbox_frames;
+        core.outbox_bytes = d.outbox_bytes;
+        core.abandon_on_disconnect = d.abandon_on_disconnect;
+        core.window = d.window;
+        core.redelivery = d.redelivery;
+        core.confirm = d.confirm;
+        core.max_losses = d.max_losses;
+        self.config.overflow = d.overflow;
+        self.config.frame_ttl = d.frame_ttl;
+        self
+    }
+
+    /// All of libzmq's socket options at once: every field of [`SocketOptions`] (its
+    /// `Default` is the builder's). The flat setters ([`connect_timeout`](Builder::connect_timeout),
+    /// [`linger`](Builder::linger), ...) change one field each; called after this, they change
+    /// it here.
+    ///
+    /// See the example on [`SocketOptions`].
+    pub fn socket(mut self, o: SocketOptions) -> Builder {
+        self.config.socket = io::SocketOptions {
+            reconnect_ivl: o.reconnect_ivl,
+            reconnect_ivl_max: o.reconnect_ivl_max,
+            immediate: o.immediate,
+            connect_timeout: o.connect_timeout,
+            linger: o.linger,
+            sndhwm: o.sndhwm,
+            rcvhwm: o.rcvhwm,
+            keepalive: o.keepalive,
+            tcp_maxrt: o.tcp_maxrt,
+        };
+        self
     }
 
     /// Adds another server. Each new attempt goes to the next one, starting from a point and

@@ -328,7 +328,7 @@ pub use crate::core::requests::Correlation;
 pub use crate::core::settings::ProofOfLife;
 pub use crate::core::window::Redelivery;
 pub use batch::Batch;
-pub use builder::{defaults, Builder, Overflow};
+pub use builder::{defaults, Builder, Delivery, Overflow, Reconnect, SocketOptions};
 /// The `bytes` crate, whose [`Bytes`](bytes::Bytes) carries received frames and whose
 /// [`BytesMut`](bytes::BytesMut) is the receive buffer a [`Framing`](framing::Framing)
 /// decodes from.

@@ -880,3 +880,40 @@ fn the_scanners_find_what_a_claim_looks_like() {
     );
     assert_eq!(code_spans(text).len(), 6);
 }
+
+/// The builder's own page lists its settings in groups: every public setter is in that table,
+/// and every name in it is a setter.
+#[test]
+fn the_builders_table_of_groups_names_every_setter_once() {
+    let source = read(&root().join("src/builder.rs"));
+    let start = source
+        .find("/// The settings, in groups:")
+        .expect("the table of groups");
+    let end = start + source[start..].find("/// # Examples").expect("its end");
+    let table = &source[start..end];
+    let mut listed = Vec::new();
+    for piece in table.split("](Builder::").skip(1) {
+        listed.push(ident(piece).to_string());
+    }
+    let setters: BTreeSet<String> = source
+        .split("\n    pub fn ")
+        .skip(1)
+        .map(|rest| ident(rest).to_string())
+        .collect();
+    let unique: BTreeSet<String> = listed.iter().cloned().collect();
+    assert_eq!(
+        unique.len(),
+        listed.len(),
+        "a setter listed twice: {listed:?}"
+    );
+    let missing: Vec<_> = setters.difference(&unique).collect();
+    let unknown: Vec<_> = unique.difference(&setters).collect();
+    assert!(
+        missing.is_empty(),
+        "setters missing from the table: {missing:?}"
+    );
+    assert!(
+        unknown.is_empty(),
+        "names in the table that are no setter: {unknown:?}"
+    );
+}
