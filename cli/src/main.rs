@@ -25,7 +25,7 @@
 //!
 //! ```text
 //! state from=Connected to=Ready cause=alive attempt=1 next_retry_ms=-
-//! metrics state=Ready time_in_state_ms=812 attempt=1 consecutive_failures=0 ... down_for_ms=- tls_rejected=0 name="meter-17"
+//! metrics state=Ready time_in_state_ms=812 attempt=1 consecutive_failures=0 ... down_for_ms=- tls_rejected=0 ... name="meter-17"
 //! ```
 //!
 //! With `--tls` the link speaks TLS, verifying the server against the web roots, or against
@@ -679,7 +679,7 @@ fn metrics_line(name: &str, m: &Metrics) -> String {
          reconnects={} last_outage_ms={} next_retry_ms={} peer={} submitted={} sent={} \
          confirmed={} unconfirmed={} resent={} rejected={} abandoned={} outbox_frames={} \
          outbox_bytes={} received={} bytes_in={} bytes_out={} hb_sent={} hb_missed={} rtt_us={} paused={} down_for_ms={} tls_rejected={} \
-         name={:?}",
+         cut={} unread={} bytes_discarded={} answered={} refused={} name={:?}",
         m.state.name(),
         m.time_in_state.as_millis(),
         m.attempt,
@@ -708,6 +708,11 @@ fn metrics_line(name: &str, m: &Metrics) -> String {
         m.reading_paused,
         or_dash(m.down_for.map(|d| d.as_millis())),
         m.tls_rejected,
+        m.frames_cut,
+        m.frames_unread,
+        m.bytes_discarded,
+        m.frames_answered,
+        m.handshakes_refused,
         name,
     )
 }

@@ -500,6 +500,11 @@ fn status_prints_a_connected_to_ready_line_and_metrics_lines_with_every_field() 
             "paused",
             "down_for_ms",
             "tls_rejected",
+            "cut",
+            "unread",
+            "bytes_discarded",
+            "answered",
+            "refused",
             "name"
         ],
         "{metrics}"
@@ -542,7 +547,7 @@ fn status_metrics_lines_carry_the_name_given() {
     ]);
     let metrics = cat.expect_stderr("metrics state=Ready ");
     assert!(
-        metrics.contains(" down_for_ms=- tls_rejected=0 "),
+        metrics.contains(" down_for_ms=- tls_rejected=0 cut=0 unread=0 bytes_discarded=0 "),
         "{metrics}"
     );
     assert!(metrics.ends_with(" name=\"meter-17\""), "{metrics}");
