@@ -887,7 +887,9 @@ impl Builder {
     ///
     /// `build()` refuses `EveryFrame` with requests correlated by id, `Pings` without a
     /// heartbeat whose `reply` recognises the pong, and a heartbeat without `reply` on a
-    /// link whose requests are matched in order unless this says what the peer answers.
+    /// link whose requests are matched in order unless this says what the peer answers. A
+    /// [`Protocol`] says it with [`Protocol::answers`]; `build()` refuses the two when they
+    /// disagree.
     ///
     /// # Examples
     /// See [`Answers`].

@@ -234,8 +234,15 @@ fn check_answers(c: &mut Config, requests_said: bool) -> Result<(), ConfigError>
     let core = &mut c.core;
     positive("handshake_timeout", core.handshake_timeout)?;
     if let Some(p) = &core.protocol {
-        if p.answers() != Answers::Unknown {
-            core.answers = p.answers();
+        match (core.answers, p.answers()) {
+            (_, Answers::Unknown) => {}
+            (Answers::Unknown, said) => core.answers = said,
+            (builder, said) if builder != said => {
+                return Err(ConfigError::Answers(
+                    "Builder::answers and the protocol's answers() disagree; say it once",
+                ))
+            }
+            _ => {}
         }
     }
     let protocol_pong = core.protocol.as_ref().is_some_and(|p| p.ping().is_some());
