@@ -112,7 +112,7 @@ fn peer(
 
 /// A len32 link to `port` with the default settings, Ready.
 fn link(port: u16, pki: Option<&Pki>) -> Link {
-    let mut b = Link::builder(&format!("tcp://127.0.0.1:{port}"))
+    let mut b = Link::builder(format!("tcp://127.0.0.1:{port}"))
         .framing(LengthDelimited::len32())
         .overflow(Overflow::Block(BOUND));
     if let Some(pki) = pki {

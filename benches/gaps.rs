@@ -74,7 +74,7 @@ fn report(name: &str, times: &[Instant], wanted: usize) {
 /// relink with its defaults (or a smaller backoff with `--fast`): the first `n` accepts.
 fn relink_gaps(fast: bool, n: usize) -> Result<Vec<Instant>, Box<dyn std::error::Error>> {
     let (peer, accepts) = accept_then_close();
-    let mut builder = Link::builder(&peer.endpoint());
+    let mut builder = Link::builder(peer.endpoint());
     if fast {
         builder = builder.backoff(Duration::from_millis(50), Duration::from_secs(2));
     }

@@ -62,7 +62,7 @@ struct RelinkClient {
 impl RelinkClient {
     /// A link on the builder's default IO thread (`pool` none), or on `pool`.
     fn connect(echo: &Peer, name: &'static str, pool: Option<IoPool>) -> RelinkClient {
-        let mut builder = Link::builder(&echo.endpoint()).framing(LengthDelimited::len32());
+        let mut builder = Link::builder(echo.endpoint()).framing(LengthDelimited::len32());
         if let Some(pool) = &pool {
             builder = builder.io_pool(pool);
         }

@@ -29,7 +29,7 @@ fn main() {
     // A port with nothing listening: every dial is refused for the whole run.
     let port = support::free_port();
     let (limit_frames, limit_bytes) = (10_000, 16 << 20);
-    let link = Link::builder(&format!("tcp://127.0.0.1:{port}"))
+    let link = Link::builder(format!("tcp://127.0.0.1:{port}"))
         .framing(LengthDelimited::len32())
         .outbox_limits(limit_frames, limit_bytes)
         .overflow(policy)

@@ -65,7 +65,7 @@ impl Run {
 }
 
 fn relink_link(server: &RedisServer) -> Link {
-    let link = Link::builder(&server.endpoint())
+    let link = Link::builder(server.endpoint())
         .framing(Resp::new())
         .requests(Correlation::resp())
         .request_window(DEPTH * 2, 16 << 20)

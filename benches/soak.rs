@@ -76,7 +76,7 @@ fn main() {
     let seen = Arc::new(Mutex::new(Seen::default()));
     let mut sink = Some(start_sink(port, seen.clone()));
 
-    let link = Link::builder(&format!("tcp://127.0.0.1:{port}"))
+    let link = Link::builder(format!("tcp://127.0.0.1:{port}"))
         .framing(LengthDelimited::len32())
         .backoff(Duration::from_millis(50), Duration::from_millis(500))
         .overflow(Overflow::DropOldest)

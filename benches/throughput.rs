@@ -277,7 +277,7 @@ fn run_relink(
     tls: Option<&Pki>,
     pool: Pool,
 ) -> Duration {
-    let builder = Link::builder(&sink.endpoint());
+    let builder = Link::builder(sink.endpoint());
     let builder = match pool {
         Pool::Default => builder,
         Pool::Own => builder.io_pool(&IoPool::new(1).expect("a pool of one thread")),
@@ -707,7 +707,7 @@ fn main() {
 fn connect_time(pki: &Pki, tls: bool) -> Duration {
     let sink = Sink::start(0, tls.then(|| support::tls::server_config(pki)));
     let start = Instant::now();
-    let mut builder = Link::builder(&sink.endpoint());
+    let mut builder = Link::builder(sink.endpoint());
     if tls {
         builder = builder.tls(support::tls::client(pki));
     }

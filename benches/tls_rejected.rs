@@ -46,7 +46,7 @@ fn main() {
         let (port, accepts) = serve(config.clone(), stop.clone());
         // The server's certificate is for `localhost`: the link checks another name.
         let tls = support::tls::client(&pki).server_name("wrong.example");
-        let link = tune(Link::builder(&format!("tcp://127.0.0.1:{port}")).tls(tls))
+        let link = tune(Link::builder(format!("tcp://127.0.0.1:{port}")).tls(tls))
             .name(format!("wrong-name-{label}"))
             .build()
             .expect("build");

@@ -32,7 +32,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
     let started = Instant::now();
     let t = move || format!("{:>7.3}s", started.elapsed().as_secs_f64());
 
-    let link = Link::builder(&format!("tcp://127.0.0.1:{port}"))
+    let link = Link::builder(format!("tcp://127.0.0.1:{port}"))
         .framing(Lines::new())
         // Ready only once redis answers PING on the new connection.
         .protocol(Handshake::new(

@@ -27,7 +27,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut peer = Some(EchoPeer::start(port)?);
     println!("demo: echo peer on 127.0.0.1:{port}; it will restart at 4 s");
 
-    let link = Link::builder(&format!("tcp://127.0.0.1:{port}"))
+    let link = Link::builder(format!("tcp://127.0.0.1:{port}"))
         .framing(Lines::new())
         .backoff(Duration::from_millis(200), Duration::from_secs(2))
         .heartbeat(

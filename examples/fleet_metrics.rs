@@ -39,7 +39,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let exporter = pool.export_metrics(MetricsExport::new("meters").per_link(per_link));
     let links = (0..n)
         .map(|i| {
-            Link::builder(&format!("tcp://127.0.0.1:{port}"))
+            Link::builder(format!("tcp://127.0.0.1:{port}"))
                 .name(format!("meter-{i}"))
                 .io_pool(&pool)
                 .framing(Lines::new())

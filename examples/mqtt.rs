@@ -98,7 +98,7 @@ fn main() -> ExitCode {
     };
     let protocol = mqtt::Mqtt::new("relink-example");
     protocol.subscribe("demo/#");
-    let link = Link::builder(&format!("tcp://127.0.0.1:{port}"))
+    let link = Link::builder(format!("tcp://127.0.0.1:{port}"))
         .framing(mqtt::Packets)
         .protocol(protocol.clone())
         .requests(mqtt::Mqtt::correlation())

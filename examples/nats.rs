@@ -86,7 +86,7 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     };
     let protocol = nats::Nats::new();
-    let link = Link::builder(&format!("tcp://127.0.0.1:{port}"))
+    let link = Link::builder(format!("tcp://127.0.0.1:{port}"))
         .framing(nats::framing())
         .protocol(protocol.clone())
         .heartbeat(Heartbeat::every(Duration::from_secs(2)))

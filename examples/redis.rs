@@ -107,7 +107,7 @@ fn run() -> Result<bool, String> {
     let mut redis = Some(start_redis(port)?);
     println!("redis-server on 127.0.0.1:{port}");
 
-    let link = Link::builder(&format!("tcp://127.0.0.1:{port}"))
+    let link = Link::builder(format!("tcp://127.0.0.1:{port}"))
         .framing(Resp::new())
         .heartbeat(
             Heartbeat::new(Duration::from_millis(100), Ping::Frame(b"PING".to_vec()))

@@ -207,7 +207,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let port = listener.local_addr()?.port();
     let mut server = Some(EchoServer::start(listener)?);
 
-    let link = Link::builder(&format!("tcp://127.0.0.1:{port}"))
+    let link = Link::builder(format!("tcp://127.0.0.1:{port}"))
         .framing(Lines::new())
         .backoff(Duration::from_millis(100), Duration::from_secs(2))
         .heartbeat(

@@ -339,8 +339,8 @@ impl Builder {
     /// link.close(Duration::from_millis(100));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn endpoint(mut self, endpoint: &str) -> Builder {
-        self.endpoints.push(endpoint.to_string());
+    pub fn endpoint(mut self, endpoint: impl AsRef<str>) -> Builder {
+        self.endpoints.push(endpoint.as_ref().to_string());
         self
     }
 

@@ -27,8 +27,8 @@ use crate::core::abandon::AbandonReason;
 /// });
 /// assert_eq!(err.to_string(), "backoff max (1s) is below its base (5s)");
 ///
-/// let err = Link::builder("localhost:6379").build().unwrap_err();
-/// assert_eq!(err.to_string(), "bad endpoint \"localhost:6379\": must start with tcp://");
+/// let err = Link::builder("udp://localhost:6379").build().unwrap_err();
+/// assert_eq!(err.to_string(), "bad endpoint \"udp://localhost:6379\": only tcp:// is supported");
 ///
 /// let err = Link::builder("tcp://127.0.0.1:6379").outbox_limits(0, 1024).build();
 /// assert_eq!(err.unwrap_err(), ConfigError::ZeroLimit { name: "outbox frames" });
@@ -36,8 +36,8 @@ use crate::core::abandon::AbandonReason;
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConfigError {
-    /// The endpoint is not `tcp://host:port` (host a name, an IPv4 literal or a bracketed IPv6
-    /// literal; port 1–65535).
+    /// The endpoint is not `tcp://host:port` nor `host:port` (host a name, an IPv4 literal or a
+    /// bracketed IPv6 literal; port 1–65535).
     #[error("bad endpoint {endpoint:?}: {reason}")]
     BadEndpoint {
         /// The endpoint as given.

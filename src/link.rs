@@ -122,11 +122,12 @@ impl Builder {
 }
 
 impl Link {
-    /// A builder for a link to `endpoint` (`tcp://host:port`).
+    /// A builder for a link to `endpoint`: `tcp://host:port`, or `host:port` for the same
+    /// (host a name, an IPv4 literal or a bracketed IPv6 literal). `build()` checks it.
     ///
     /// See the examples on [`Builder`] and in the crate docs' quick start.
-    pub fn builder(endpoint: &str) -> Builder {
-        Builder::new(endpoint)
+    pub fn builder(endpoint: impl AsRef<str>) -> Builder {
+        Builder::new(endpoint.as_ref())
     }
 
     fn start(config: Config, context: Context, pool: IoPool) -> Result<Link, ConfigError> {

@@ -22,7 +22,7 @@ use util::*;
 const BOUND: Duration = Duration::from_secs(10);
 
 fn ready_echo_link(peer: &Peer) -> Link {
-    let link = Link::builder(&peer.endpoint())
+    let link = Link::builder(peer.endpoint())
         .framing(Lines::new())
         .build()
         .expect("build");
@@ -139,7 +139,7 @@ fn many_receivers_polled_at_once_all_make_progress() {
 #[test]
 fn send_async_with_block_waits_for_room_and_resumes_when_frames_leave() {
     // Nothing listens: frames stay queued until their ttl frees the room.
-    let link = Link::builder(&refused_endpoint())
+    let link = Link::builder(refused_endpoint())
         .framing(Lines::new())
         .outbox_limits(2, 1 << 20)
         .overflow(Overflow::Block(Duration::from_secs(60)))

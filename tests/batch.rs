@@ -20,7 +20,7 @@ fn numbered(range: std::ops::Range<u64>) -> Batch {
 
 /// A link to `peer` with len32 frames that waits for room (`Block`).
 fn sink_link(peer: &Peer) -> Link {
-    Link::builder(&peer.endpoint())
+    Link::builder(peer.endpoint())
         .framing(LengthDelimited::len32())
         .overflow(Overflow::Block(BOUND))
         .build()
@@ -29,14 +29,14 @@ fn sink_link(peer: &Peer) -> Link {
 
 /// A link with line framing to an endpoint that refuses: frames stay queued.
 fn lines_link() -> Link {
-    Link::builder(&refused_endpoint())
+    Link::builder(refused_endpoint())
         .framing(Lines::new())
         .build()
         .expect("build")
 }
 
 fn queued_link(limits: (usize, usize), overflow: Overflow) -> Link {
-    Link::builder(&refused_endpoint())
+    Link::builder(refused_endpoint())
         .framing(LengthDelimited::len32())
         .outbox_limits(limits.0, limits.1)
         .overflow(overflow)
@@ -205,7 +205,7 @@ fn under_block_a_batch_waits_for_room_then_refuses_the_rest_at_the_deadline() {
 #[test]
 fn under_block_a_batch_larger_than_the_outbox_goes_in_as_room_frees() {
     let peer = Peer::start(Behaviour::Sink);
-    let link = Link::builder(&peer.endpoint())
+    let link = Link::builder(peer.endpoint())
         .framing(LengthDelimited::len32())
         .outbox_limits(8, 1 << 20)
         .overflow(Overflow::Block(BOUND))

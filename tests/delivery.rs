@@ -296,14 +296,14 @@ fn check(o: &Outcome, policy: Redelivery, what: &str) {
 
 fn plain(policy: Redelivery) {
     let peer = SlowPeer::start(None, CHUNK);
-    let o = kill_scenario(Link::builder(&peer.endpoint()).redelivery(policy), &peer);
+    let o = kill_scenario(Link::builder(peer.endpoint()).redelivery(policy), &peer);
     check(&o, policy, &format!("plaintext, {policy:?}"));
 }
 
 fn tls(policy: Redelivery) {
     let kit = TlsKit::new();
     let peer = SlowPeer::start(Some(server_config(&kit.pki.server, None)), CHUNK);
-    let b = Link::builder(&peer.named_endpoint())
+    let b = Link::builder(peer.named_endpoint())
         .tls(Tls::new().ca_pem(&kit.pki.ca.cert))
         .redelivery(policy);
     let o = kill_scenario(b, &peer);
@@ -353,7 +353,7 @@ fn check_native(o: &Outcome, policy: Redelivery, what: &str) {
 
 fn plain_native(policy: Redelivery) {
     let peer = SlowPeer::start(None, CHUNK);
-    let b = native_redial(Link::builder(&peer.endpoint()), policy);
+    let b = native_redial(Link::builder(peer.endpoint()), policy);
     let o = kill_scenario_with(b, &peer, Kill::ResetThenNativeRedial);
     check_native(&o, policy, &format!("plaintext, native redial, {policy:?}"));
 }
@@ -361,7 +361,7 @@ fn plain_native(policy: Redelivery) {
 fn tls_native(policy: Redelivery) {
     let kit = TlsKit::new();
     let peer = SlowPeer::start(Some(server_config(&kit.pki.server, None)), CHUNK);
-    let b = Link::builder(&peer.named_endpoint()).tls(Tls::new().ca_pem(&kit.pki.ca.cert));
+    let b = Link::builder(peer.named_endpoint()).tls(Tls::new().ca_pem(&kit.pki.ca.cert));
     let o = kill_scenario_with(native_redial(b, policy), &peer, Kill::ResetThenNativeRedial);
     check_native(&o, policy, &format!("tls, native redial, {policy:?}"));
 }
@@ -518,7 +518,7 @@ fn a_redis_server_killed_twice_mid_stream_loses_no_write_beyond_what_its_kernel_
         ],
     )
     .expect("this test needs redis-server on PATH");
-    let link = Link::builder(&redis.endpoint())
+    let link = Link::builder(redis.endpoint())
         .framing(relink::framing::Resp::new())
         .overflow(Overflow::Block(T))
         .backoff(Duration::from_millis(20), Duration::from_millis(100))

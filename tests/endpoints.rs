@@ -259,7 +259,7 @@ fn require_dual_stack_localhost(port: u16) -> Vec<SocketAddr> {
 
 /// A builder for `tcp://localhost:PORT` where each failed address costs one short delay.
 fn localhost_builder(port: u16) -> Builder {
-    Link::builder(&format!("tcp://localhost:{port}"))
+    Link::builder(format!("tcp://localhost:{port}"))
         .framing(Lines::new())
         .native_retries(0)
         .backoff(Duration::from_millis(20), Duration::from_millis(200))
@@ -438,7 +438,7 @@ fn round_trips_beside_a_failing_link(
     window: Duration,
 ) -> (usize, Duration, usize) {
     let peer = Peer::start(Behaviour::Echo);
-    let echo = Link::builder(&peer.endpoint())
+    let echo = Link::builder(peer.endpoint())
         .framing(Lines::new())
         .build()
         .unwrap();
@@ -552,8 +552,8 @@ fn a_link_with_two_endpoints_moves_to_the_other_when_its_server_dies_and_back_wh
     let a = Peer::start(Behaviour::Echo);
     let b = Peer::start(Behaviour::Echo);
     let (link, mut w) = watched(
-        Link::builder(&a.endpoint())
-            .endpoint(&b.endpoint())
+        Link::builder(a.endpoint())
+            .endpoint(b.endpoint())
             .framing(Lines::new())
             .native_retries(0)
             .min_stable(Duration::from_millis(50))

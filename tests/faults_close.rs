@@ -33,7 +33,7 @@ const T: Duration = Duration::from_secs(5);
 
 /// A lines link to a port that refuses, leaving `native_retries` failures to libzmq.
 fn refused_lines(native_retries: u32) -> relink::Builder {
-    Link::builder(&util::refused_endpoint())
+    Link::builder(util::refused_endpoint())
         .framing(Lines::new())
         .native_retries(native_retries)
 }
@@ -96,7 +96,7 @@ fn close_while_connected_returns_within_the_bound_and_gives_every_queued_frame_b
     let _g = shared();
     let peer = Peer::start(Behaviour::Sink);
     let (link, mut w) = watched(
-        Link::builder(&peer.endpoint())
+        Link::builder(peer.endpoint())
             .framing(Lines::new())
             .ready_when(ProofOfLife::Inbound),
     );
@@ -115,7 +115,7 @@ fn close_while_connected_returns_within_the_bound_and_gives_every_queued_frame_b
 fn close_while_ready_flushes_within_the_bound_and_every_frame_arrives_once() {
     let _g = shared();
     let peer = Peer::start(Behaviour::Sink);
-    let (link, mut w) = watched(Link::builder(&peer.endpoint()).framing(Lines::new()));
+    let (link, mut w) = watched(Link::builder(peer.endpoint()).framing(Lines::new()));
     w.until(T, |t| t.to == State::Ready);
     close_in(&link, &mut w, State::Ready, "close while ready");
     assert!(
@@ -237,7 +237,7 @@ fn opening_and_closing_a_thousand_links_leaks_no_thread_and_no_file_descriptor()
 fn closing_with_more_queued_frames_than_the_event_channel_holds_gives_every_frame_back() {
     let _g = shared();
     let (link, mut w) = watched(
-        Link::builder(&util::refused_endpoint())
+        Link::builder(util::refused_endpoint())
             .framing(Lines::new())
             .outbox_limits(8_000, 1 << 20),
     );

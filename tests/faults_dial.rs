@@ -43,7 +43,7 @@ fn a_link_refused_for_three_seconds_retries_with_growing_delays_and_delivers_eve
 ) {
     let port = util::free_port();
     let (link, mut w) = watched(
-        Link::builder(&util::endpoint_for(port))
+        Link::builder(util::endpoint_for(port))
             .framing(Lines::new())
             .backoff(ms(50), ms(800))
             .jitter(Jitter::Proportional(0.1)),
@@ -126,7 +126,7 @@ fn a_link_refused_for_three_seconds_retries_with_growing_delays_and_delivers_eve
 fn flapping(min_stable: Duration) -> (Peer, Link, Watch, u64) {
     let peer = Peer::start(Behaviour::AcceptThenClose);
     let (link, mut w) = watched(
-        Link::builder(&peer.endpoint())
+        Link::builder(peer.endpoint())
             .framing(Lines::new())
             .backoff(ms(25), ms(800))
             .jitter(Jitter::Proportional(0.1))
@@ -280,7 +280,7 @@ fn a_flapping_peer_gets_growing_gaps_and_a_never_reset_attempt_counter_then_a_st
 fn a_host_name_that_does_not_resolve_backs_off_with_cause_dns_while_another_link_keeps_round_tripping(
 ) {
     let peer = Peer::start(Behaviour::Echo);
-    let (echo, mut we) = watched(Link::builder(&peer.endpoint()).framing(Lines::new()));
+    let (echo, mut we) = watched(Link::builder(peer.endpoint()).framing(Lines::new()));
     we.until(T, |t| t.to == State::Ready);
 
     let built_at = Instant::now();

@@ -75,7 +75,7 @@ fn a_peer_that_sends_an_endless_line_gets_its_connection_reset_without_a_panic_a
         counter.fetch_max(n, Ordering::SeqCst);
     }));
     let (link, mut w) = watched(
-        Link::builder(&peer.endpoint())
+        Link::builder(peer.endpoint())
             .framing(Lines::builder().max_length(64).build().unwrap())
             .backoff(ms(50), ms(200)),
     );
@@ -123,7 +123,7 @@ fn a_length_prefix_of_four_gib_is_refused_at_once_and_the_link_reconnects() {
     let peer = Peer::start(Behaviour::Garbage(garbage));
     let max = 1 << 20;
     let (link, mut w) = watched(
-        Link::builder(&peer.endpoint())
+        Link::builder(peer.endpoint())
             .framing(
                 LengthDelimited::builder()
                     .max_frame_length(max)
@@ -176,7 +176,7 @@ fn a_peer_that_stops_reading_fills_the_outbox_then_sends_are_refused_with_the_fr
     let peer = Peer::start(Behaviour::StopReadingAfter(0));
     let limit = 64;
     let (link, mut w) = watched(
-        Link::builder(&peer.endpoint())
+        Link::builder(peer.endpoint())
             .framing(LengthDelimited::len32())
             .outbox_limits(limit, 64 << 20)
             .overflow(Overflow::RejectNew),

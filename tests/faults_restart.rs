@@ -41,7 +41,7 @@ fn restart_step(t: &Transition) -> bool {
 /// A lines link to `port` with a short backoff (20 ms .. 200 ms), once Ready.
 fn ready_on(port: u16) -> (Link, Watch) {
     let (link, mut w) = watched(
-        Link::builder(&util::endpoint_for(port))
+        Link::builder(util::endpoint_for(port))
             .framing(Lines::new())
             .backoff(ms(20), ms(200)),
     );
@@ -211,7 +211,7 @@ fn a_sigstopped_redis_server_is_declared_dead_within_the_heartbeat_bound_and_eve
         .max_missed(2)
         .reply(pong());
     let bound = hb.bound();
-    let link = Link::builder(&redis.endpoint())
+    let link = Link::builder(redis.endpoint())
         .framing(Lines::new())
         .heartbeat(hb)
         .protocol(Handshake::new(vec![b"PING".to_vec()], pong()))
@@ -319,7 +319,7 @@ fn eight_producers_sending_through_four_peer_restarts_keep_order_with_no_duplica
     let port = util::free_port();
     let mut peer = Peer::start_on(port, Behaviour::Sink).expect("start the peer");
     let (link, ready, drainer) = drained(
-        Link::builder(&util::endpoint_for(port))
+        Link::builder(util::endpoint_for(port))
             .framing(LengthDelimited::len32())
             .backoff(ms(10), ms(100))
             .min_stable(ms(10))

@@ -19,7 +19,7 @@ const T: Duration = Duration::from_secs(10);
 fn a_captured_log_line_carries_the_link_name() {
     let _g = shared();
     let logs = Logs::capture();
-    let link = Link::builder(&refused_endpoint())
+    let link = Link::builder(refused_endpoint())
         .name("meter-17")
         .backoff(ms(10), ms(20))
         .build()
@@ -63,7 +63,7 @@ fn a_pool_view_counts_links_per_state_and_names_the_worst() {
     let peer = Peer::start(Behaviour::Echo);
     let up: Vec<Link> = (0..3)
         .map(|i| {
-            Link::builder(&peer.endpoint())
+            Link::builder(peer.endpoint())
                 .name(format!("up-{i}"))
                 .backoff(ms(10), ms(50))
                 .min_stable(ms(10))
@@ -75,7 +75,7 @@ fn a_pool_view_counts_links_per_state_and_names_the_worst() {
     let down: Vec<Link> = ["down-a", "down-b"]
         .iter()
         .map(|name| {
-            Link::builder(&refused_endpoint())
+            Link::builder(refused_endpoint())
                 .name(*name)
                 .backoff(ms(10), ms(50))
                 .io_pool(&pool)
@@ -141,7 +141,7 @@ fn a_link_follows_rotated_credential_files_and_keeps_the_last_good_ones_when_new
     let port = restartable_port();
     let old_config = || server_config(&old.pki.server, Some(&old.pki.ca.cert));
     let server = TlsServer::start_on(port, old_config(), Serve::Echo);
-    let link = Link::builder(&format!("tcp://{SERVER_NAME}:{port}"))
+    let link = Link::builder(format!("tcp://{SERVER_NAME}:{port}"))
         .name("rotating")
         .framing(Lines::new())
         .tls(Tls::new().ca_file(&ca).client_auth_files(&cert, &key))
@@ -207,7 +207,7 @@ fn the_metrics_export_counts_the_pools_links_by_state_and_their_connects() {
     let peer = Peer::start(Behaviour::Echo);
     let links: Vec<Link> = (0..2)
         .map(|_| {
-            Link::builder(&peer.endpoint())
+            Link::builder(peer.endpoint())
                 .io_pool(&pool)
                 .build()
                 .expect("build")

@@ -130,7 +130,7 @@ fn typed_peer() -> Peer {
 #[test]
 fn a_user_defined_framing_carries_frames_both_ways_through_a_link() {
     let peer = typed_peer();
-    let link = Link::builder(&peer.endpoint())
+    let link = Link::builder(peer.endpoint())
         .framing(Typed)
         .build()
         .expect("valid config");
@@ -155,7 +155,7 @@ fn a_user_defined_framing_carries_frames_both_ways_through_a_link() {
 
 #[test]
 fn a_frame_the_user_framing_refuses_is_given_back_at_send() {
-    let link = Link::builder(&util::refused_endpoint())
+    let link = Link::builder(util::refused_endpoint())
         .framing(Typed)
         .build()
         .expect("valid config");
@@ -177,7 +177,7 @@ fn a_frame_the_user_framing_refuses_is_given_back_at_send() {
 #[test]
 fn a_peer_that_breaks_the_user_framing_gets_its_connection_reset_with_an_error_event() {
     let peer = Peer::start(Behaviour::Garbage(b"\0\0\0\x02ok".to_vec()));
-    let link = Link::builder(&peer.endpoint())
+    let link = Link::builder(peer.endpoint())
         .framing(Typed)
         .build()
         .expect("valid config");
@@ -243,12 +243,12 @@ fn raw_chunks_with_a_heartbeat_reply_or_a_protocol_are_a_config_error() {
     // A heartbeat without a reply predicate is fine raw; a reply is fine with any framing
     // that delimits frames.
     let no_reply = Heartbeat::new(Duration::from_millis(100), Ping::Raw(b"p".to_vec()));
-    let link = Link::builder(&util::refused_endpoint())
+    let link = Link::builder(util::refused_endpoint())
         .heartbeat(no_reply)
         .build()
         .expect("raw heartbeat without a reply");
     link.close(T);
-    let link = Link::builder(&util::refused_endpoint())
+    let link = Link::builder(util::refused_endpoint())
         .framing(Lines::builder().crlf(true).build().unwrap())
         .heartbeat(hb())
         .build()
@@ -359,7 +359,7 @@ fn ping_every_2_ms(ping: Ping, reply: Predicate) -> Heartbeat {
 #[test]
 fn with_pings_every_2_ms_every_get_reply_reaches_the_application_from_a_scripted_peer() {
     let peer = scripted_redis_peer();
-    let link = Link::builder(&peer.endpoint())
+    let link = Link::builder(peer.endpoint())
         .framing(Resp::new())
         .heartbeat(ping_every_2_ms(
             Ping::Frame(b"PING".to_vec()),
@@ -397,7 +397,7 @@ fn redis() -> RedisServer {
 #[ignore = "needs redis-server"]
 fn with_pings_every_2_ms_every_get_reply_reaches_the_application_from_redis_under_lines() {
     let server = redis();
-    let link = Link::builder(&server.endpoint())
+    let link = Link::builder(server.endpoint())
         .framing(Lines::builder().crlf(true).build().unwrap())
         .heartbeat(ping_every_2_ms(
             Ping::Raw(b"PING\r\n".to_vec()),
@@ -434,7 +434,7 @@ fn with_pings_every_2_ms_every_get_reply_reaches_the_application_from_redis_unde
 #[ignore = "needs redis-server"]
 fn with_pings_every_2_ms_every_get_reply_reaches_the_application_from_redis_under_resp() {
     let server = redis();
-    let link = Link::builder(&server.endpoint())
+    let link = Link::builder(server.endpoint())
         .framing(Resp::new())
         .heartbeat(ping_every_2_ms(
             Ping::Raw(b"PING\r\n".to_vec()),

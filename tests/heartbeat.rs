@@ -39,7 +39,7 @@ fn a_peer_that_stays_connected_but_never_answers_is_declared_dead_within_the_bou
     let hb = heartbeat_200ms();
     let bound = hb.bound();
     let (link, mut w) = watched(
-        Link::builder(&peer.endpoint())
+        Link::builder(peer.endpoint())
             .heartbeat(hb)
             .backoff(ms(50), ms(200)),
     );
@@ -276,7 +276,7 @@ fn an_idle_only_heartbeat_sends_no_ping_while_the_link_carries_data() {
     let hb = Heartbeat::new(interval, Ping::Raw(b"ping\n".to_vec()))
         .max_missed(2)
         .idle_only(true);
-    let link = Link::builder(&peer.endpoint())
+    let link = Link::builder(peer.endpoint())
         .framing(Lines::new())
         .heartbeat(hb)
         .build()
@@ -337,7 +337,7 @@ fn a_link_whose_reading_is_paused_is_never_declared_dead() {
     }));
     let hb = heartbeat_200ms();
     let bound = hb.bound();
-    let link = Link::builder(&peer.endpoint())
+    let link = Link::builder(peer.endpoint())
         .heartbeat(hb)
         .events_capacity(4)
         .build()
@@ -398,7 +398,7 @@ fn a_handshake_that_gets_no_reply_times_out_and_counts_as_a_failure() {
     let peer = Peer::start(Behaviour::Silent);
     let timeout = ms(300);
     let (link, mut w) = watched(
-        Link::builder(&peer.endpoint())
+        Link::builder(peer.endpoint())
             .framing(Lines::new())
             .protocol(Handshake::new(
                 vec![b"HELLO".to_vec()],

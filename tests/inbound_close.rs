@@ -312,7 +312,7 @@ fn the_last_replies_before_the_peers_close_answer_their_requests() {
             c.pause(LINGER);
         }
     }));
-    let link = Link::builder(&peer.endpoint())
+    let link = Link::builder(peer.endpoint())
         .framing(Lines::new())
         .requests(Correlation::in_order_except(|f| f.starts_with(b"note")))
         .request_redelivery(Redelivery::Report)

@@ -51,7 +51,7 @@ fn assert_chained(ts: &[Transition]) {
 /// Connecting. Returned once it is there, with its watcher.
 fn stuck_connecting() -> (Link, Watch) {
     let (link, mut seen) = watched(
-        Link::builder(&refused_endpoint())
+        Link::builder(refused_endpoint())
             .native_retries(100)
             .reconnect_ivl(Duration::from_secs(30))
             .connect_timeout(Duration::from_secs(30)),
@@ -105,7 +105,7 @@ fn timed_drop(link: Link, bound: Duration) -> Option<Duration> {
 #[test]
 fn raw_bytes_sent_to_an_echo_peer_come_back_as_the_same_byte_stream() {
     let peer = Peer::start(Behaviour::Echo);
-    let (link, mut seen) = watched(Link::builder(&peer.endpoint()).framing(Raw::new()));
+    let (link, mut seen) = watched(Link::builder(peer.endpoint()).framing(Raw::new()));
     let mut sent: Vec<Vec<u8>> = (0..40)
         .map(|i| format!("raw-{i}|").repeat(i + 1).into_bytes())
         .collect();
@@ -133,7 +133,7 @@ fn raw_bytes_sent_to_an_echo_peer_come_back_as_the_same_byte_stream() {
 fn length_prefixed_frames_sent_to_an_echo_peer_come_back_one_for_one() {
     let peer = Peer::start(Behaviour::Echo);
     let (link, mut seen) =
-        watched(Link::builder(&peer.endpoint()).framing(LengthDelimited::len32()));
+        watched(Link::builder(peer.endpoint()).framing(LengthDelimited::len32()));
     let mut sent: Vec<Vec<u8>> = (0..50u64).map(seq_payload).collect();
     sent.insert(10, Vec::new()); // a zero-length frame is legal
     sent.push(vec![0u8; 5]); // bytes that look like a length prefix
@@ -158,7 +158,7 @@ fn length_prefixed_frames_sent_to_an_echo_peer_come_back_one_for_one() {
 #[test]
 fn lines_sent_to_an_echo_peer_come_back_one_for_one() {
     let peer = Peer::start(Behaviour::Echo);
-    let (link, mut seen) = watched(Link::builder(&peer.endpoint()).framing(Lines::new()));
+    let (link, mut seen) = watched(Link::builder(peer.endpoint()).framing(Lines::new()));
     let mut sent: Vec<Vec<u8>> = (0..50u64).map(seq_payload).collect();
     sent.insert(5, Vec::new()); // an empty line is a legal empty frame
     sent.push(b"with\ttabs and \x00 bytes".to_vec());
@@ -190,7 +190,7 @@ fn eight_threads_sending_at_once_keep_each_threads_order_with_no_loss_or_duplica
     const PER_THREAD: u64 = 2000;
     let total = u64::from(THREADS) * PER_THREAD;
     let peer = Peer::start(Behaviour::Sink);
-    let link = Link::builder(&peer.endpoint())
+    let link = Link::builder(peer.endpoint())
         .framing(LengthDelimited::len32())
         .overflow(Overflow::Block(Duration::from_secs(10)))
         .build()
@@ -342,7 +342,6 @@ fn a_link_whose_peer_restarts_on_the_same_port_comes_back_to_ready_and_frames_fl
 fn build_returns_the_config_error_that_names_each_bad_input() {
     // Endpoints.
     for bad in [
-        "127.0.0.1:6379",            // no tcp://
         "udp://127.0.0.1:6379",      // another scheme
         "tcp://127.0.0.1",           // no port
         "tcp://127.0.0.1:",          // empty port
@@ -693,7 +692,7 @@ fn close_while_connecting_returns_promptly_gives_queued_frames_back_and_refuses_
 #[test]
 fn close_while_connected_flushes_the_outbox_closes_the_connection_and_refuses_later_sends() {
     let peer = Peer::start(Behaviour::Sink);
-    let (link, mut seen) = watched(Link::builder(&peer.endpoint()).framing(Lines::new()));
+    let (link, mut seen) = watched(Link::builder(peer.endpoint()).framing(Lines::new()));
     seen.until_entered(0, State::Ready, T);
     assert!(peer.wait_accepts(1, T));
     let lines: Vec<Vec<u8>> = (0..100).map(seq_payload).collect();
@@ -740,7 +739,7 @@ fn close_while_connected_flushes_the_outbox_closes_the_connection_and_refuses_la
 #[test]
 fn dropping_the_last_handle_of_a_connected_link_closes_it_without_hanging() {
     let peer = Peer::start(Behaviour::Echo);
-    let link = Link::builder(&peer.endpoint()).build().unwrap();
+    let link = Link::builder(peer.endpoint()).build().unwrap();
     let events = link.events().clone();
     let mut seen = Watch::on(&events);
     seen.until_entered(0, State::Ready, T);
@@ -792,7 +791,7 @@ fn dropping_the_last_handle_with_frames_queued_for_an_unreachable_peer_does_not_
 fn dropping_the_last_handle_with_data_stuck_for_a_peer_that_stopped_reading_does_not_hang() {
     // The peer accepts and never reads: kernel buffers, libzmq's queue and the outbox fill.
     let peer = Peer::start(Behaviour::Silent);
-    let link = Link::builder(&peer.endpoint())
+    let link = Link::builder(peer.endpoint())
         .outbox_limits(16, 16 << 20)
         .hwm(4, 4)
         // A send that finds no room for this long proves nothing drains any more.
@@ -844,7 +843,7 @@ fn dropping_the_last_handle_with_data_stuck_for_a_peer_that_stopped_reading_does
 #[test]
 fn clones_of_a_link_and_of_its_events_work_from_other_threads() {
     let peer = Peer::start(Behaviour::Echo);
-    let link = Link::builder(&peer.endpoint())
+    let link = Link::builder(peer.endpoint())
         .framing(Lines::new())
         .build()
         .unwrap();
@@ -877,7 +876,7 @@ fn clones_of_a_link_and_of_its_events_work_from_other_threads() {
 #[test]
 fn send_refuses_a_frame_the_codec_cannot_encode_and_gives_it_back() {
     let peer = Peer::start(Behaviour::Echo);
-    let lines = Link::builder(&peer.endpoint())
+    let lines = Link::builder(peer.endpoint())
         .framing(Lines::builder().max_length(16).build().unwrap())
         .build()
         .unwrap();
@@ -917,7 +916,7 @@ fn send_refuses_a_frame_the_codec_cannot_encode_and_gives_it_back() {
     assert_eq!(m.unaccounted(), 0);
 
     // Raw: an empty write would close the connection, so an empty frame is refused.
-    let raw = Link::builder(&refused_endpoint())
+    let raw = Link::builder(refused_endpoint())
         .framing(Raw::new())
         .build()
         .unwrap();
@@ -926,7 +925,7 @@ fn send_refuses_a_frame_the_codec_cannot_encode_and_gives_it_back() {
         other => panic!("an empty raw frame: {other:?}"),
     }
     // Length-prefixed: above max_frame.
-    let framed = Link::builder(&refused_endpoint())
+    let framed = Link::builder(refused_endpoint())
         .framing(
             LengthDelimited::builder()
                 .max_frame_length(8)
@@ -958,7 +957,7 @@ fn a_slow_reader_loses_no_event_because_the_link_pauses_reading_instead() {
     const N: u64 = 500;
     let peer = Peer::start(Behaviour::Echo);
     let (link, mut seen) = watched(
-        Link::builder(&peer.endpoint())
+        Link::builder(peer.endpoint())
             .framing(Lines::new())
             .events_capacity(4),
     );
@@ -1027,4 +1026,28 @@ fn state_agrees_with_a_transition_already_received() {
         seen.since(0)
     );
     link.close(Duration::from_millis(100));
+}
+
+#[test]
+fn host_and_port_alone_connect_like_the_tcp_endpoint() {
+    let peer = Peer::start(Behaviour::Echo);
+    let link = Link::builder(peer.addr().to_string()) // "127.0.0.1:PORT", a String
+        .framing(Lines::new())
+        .build()
+        .expect("host:port is an endpoint");
+    link.send("hello").unwrap();
+    let frame = loop {
+        match link.events().recv_timeout(Duration::from_secs(5)) {
+            Ok(Event::Frame(f)) => break f,
+            Ok(Event::State(t)) => {
+                if let Some(e) = &t.endpoint {
+                    assert!(e.starts_with("tcp://127.0.0.1:"), "shown as tcp://: {e}");
+                }
+            }
+            Ok(_) => {}
+            Err(e) => panic!("no echo: {e}"),
+        }
+    };
+    assert_eq!(frame, &b"hello"[..]);
+    link.close(Duration::from_secs(1));
 }

@@ -140,7 +140,7 @@ fn every_frame_is_accounted_for_and_none_is_duplicated_or_reordered_across_twent
     let port = free_port();
     let mut peer = Peer::start_on(port, Behaviour::Sink).expect("start the peer");
     let (link, ready, drainer) = drained(
-        Link::builder(&endpoint_for(port))
+        Link::builder(endpoint_for(port))
             .framing(LengthDelimited::len32())
             .backoff(ms(10), ms(100))
             .min_stable(ms(10))
@@ -410,7 +410,7 @@ fn block_returns_as_soon_as_an_expiring_frame_makes_room() {
 #[test]
 fn block_returns_once_the_peer_comes_up_and_the_outbox_drains() {
     let port = free_port();
-    let link = Link::builder(&endpoint_for(port))
+    let link = Link::builder(endpoint_for(port))
         .framing(LengthDelimited::len32())
         .backoff(ms(10), ms(50))
         .outbox_limits(3, 1 << 20)
@@ -498,7 +498,7 @@ fn a_slow_reader_pauses_reading_with_bounded_memory_then_gets_every_frame_in_ord
             c.hold();
         }
     }));
-    let link = Link::builder(&peer.endpoint())
+    let link = Link::builder(peer.endpoint())
         .framing(LengthDelimited::len32())
         .events_capacity(16)
         .build()
@@ -652,7 +652,7 @@ fn run_freshness(immediate: bool, handshake: bool) -> Freshness {
         c.pause(STALL_BEFORE_RESET);
         c.reset();
     }));
-    let mut builder = Link::builder(&peer.endpoint())
+    let mut builder = Link::builder(peer.endpoint())
         .framing(LengthDelimited::len32())
         .immediate(immediate)
         .backoff(ms(10), ms(50))

@@ -417,7 +417,7 @@ fn a_decode_that_sleeps_1_5_s_on_a_shared_thread_condemns_none_of_its_100_neighb
     let ready = Arc::new(AtomicUsize::new(0));
     let neighbours: Vec<Link> = (0..100)
         .map(|_| {
-            let link = Link::builder(&peer.endpoint())
+            let link = Link::builder(peer.endpoint())
                 .framing(Lines::new())
                 .io_pool(&pool)
                 .heartbeat(hb())
@@ -441,7 +441,7 @@ fn a_decode_that_sleeps_1_5_s_on_a_shared_thread_condemns_none_of_its_100_neighb
         .collect();
     let armed = Arc::new(AtomicBool::new(false));
     let stall = ms(1500);
-    let slow = Link::builder(&peer.endpoint())
+    let slow = Link::builder(peer.endpoint())
         .framing(StallOnce {
             lines: Lines::new(),
             armed: armed.clone(),
@@ -527,7 +527,7 @@ fn a_resolver_that_takes_300_ms_is_reported_as_slow_and_its_link_still_connects(
         std::thread::sleep(ms(300));
         Ok(vec![std::net::SocketAddr::from(([127, 0, 0, 1], port))])
     };
-    let link = Link::builder(&format!("tcp://slow.test:{port}"))
+    let link = Link::builder(format!("tcp://slow.test:{port}"))
         .resolver(resolver)
         .build()
         .expect("build");

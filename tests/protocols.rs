@@ -252,7 +252,7 @@ impl Protocol for Telemetry {
 #[test]
 fn a_silent_collector_gets_the_hello_first_on_every_connection_and_the_link_is_ready() {
     let peer = Peer::start(Behaviour::Sink);
-    let link = Link::builder(&peer.endpoint())
+    let link = Link::builder(peer.endpoint())
         .framing(Lines::new())
         .protocol(Telemetry)
         .build()

@@ -226,7 +226,7 @@ fn set(n: u64) -> Vec<u8> {
 
 /// The keys `key-N` (N below `writes`) the redis-server at `addr` has.
 fn present_keys(redis: &RedisServer, writes: u64) -> HashSet<u64> {
-    let link = Link::builder(&redis.endpoint())
+    let link = Link::builder(redis.endpoint())
         .framing(Resp::new())
         .requests(Correlation::resp())
         .build()
@@ -259,7 +259,7 @@ fn redis_kills(confirm: Confirm, policy: Redelivery) -> Option<(u64, u64, u64, u
             &aof,
         ],
     )?;
-    let link = Link::builder(&redis.endpoint())
+    let link = Link::builder(redis.endpoint())
         .framing(Resp::new())
         .heartbeat(Heartbeat::new(
             Duration::from_secs(1),
@@ -357,7 +357,7 @@ fn redis_writes_confirmed_by_reply_lose_nothing_unreported_across_two_kills_repo
 fn a_heartbeats_pong_never_answers_a_request_when_every_frame_is_answered() {
     let redis = RedisServer::start().expect("this test needs redis-server");
     let b = || {
-        Link::builder(&redis.endpoint())
+        Link::builder(redis.endpoint())
             .framing(Resp::new())
             .requests(Correlation::resp())
             // A ping every 2 ms: pings and requests interleave all the time (and a busy
@@ -417,7 +417,7 @@ fn a_frame_that_makes_the_peer_reset_is_given_up_as_poison_and_the_frames_behind
             }
         }
     }));
-    let link = Link::builder(&peer.endpoint())
+    let link = Link::builder(peer.endpoint())
         .framing(relink::framing::LengthDelimited::len32())
         .backoff(Duration::from_millis(10), Duration::from_millis(50))
         .max_losses(3)
@@ -446,7 +446,7 @@ fn a_frame_that_makes_the_peer_reset_is_given_up_as_poison_and_the_frames_behind
 #[ignore = "needs redis-server"]
 fn a_flush_confirmed_by_reply_returns_once_redis_has_answered_every_write_before_it() {
     let redis = RedisServer::start().expect("this test needs redis-server");
-    let link = Link::builder(&redis.endpoint())
+    let link = Link::builder(redis.endpoint())
         .framing(Resp::new())
         .answers(Answers::EveryFrame)
         .confirm(Confirm::reply())
@@ -463,7 +463,7 @@ fn a_flush_confirmed_by_reply_returns_once_redis_has_answered_every_write_before
 
 #[test]
 fn a_flush_on_a_closed_link_says_so() {
-    let link = Link::builder(&util::refused_endpoint()).build().unwrap();
+    let link = Link::builder(util::refused_endpoint()).build().unwrap();
     link.close(Duration::from_millis(10));
     assert_eq!(link.flush(Duration::from_secs(1)), Err(FlushError::Closed));
     assert!(matches!(

@@ -109,7 +109,7 @@ fn a_link_started_while_the_peer_is_down_retries_with_growing_jittered_gaps_then
     const GAPS: usize = 8;
     let port = free_port();
     let build = |seed| {
-        Link::builder(&endpoint_for(port))
+        Link::builder(endpoint_for(port))
             .native_retries(0)
             .backoff(ms(50), ms(2000))
             .rng_seed(seed)
@@ -189,7 +189,7 @@ fn an_accept_then_close_peer_sees_growing_gaps_from_relink_but_steady_redials_fr
 
     // relink, every retry its own (native_retries 0), the default 1 s flap guard: each of
     // these short connections is a failure and the backoff grows.
-    let link = Link::builder(&relink_peer.endpoint())
+    let link = Link::builder(relink_peer.endpoint())
         .native_retries(0)
         .backoff(ms(100), ms(3200))
         .rng_seed(7)
@@ -246,7 +246,7 @@ fn an_accept_then_close_peer_sees_growing_gaps_from_relink_but_steady_redials_fr
 fn a_link_returns_to_ready_after_its_peer_restarts_on_the_same_port() {
     let peer = Peer::start(Behaviour::Echo);
     let port = peer.port();
-    let (link, mut w) = watched(Link::builder(&peer.endpoint()).backoff(ms(50), ms(400)));
+    let (link, mut w) = watched(Link::builder(peer.endpoint()).backoff(ms(50), ms(400)));
     w.through(State::Ready, T);
 
     peer.stop();
@@ -274,7 +274,7 @@ fn max_attempts_lead_to_cooldown_whose_probes_reconnect_once_the_peer_is_up() {
     let port = free_port();
     let cooldown = Duration::from_secs(1);
     let (link, mut w) = watched(
-        Link::builder(&endpoint_for(port))
+        Link::builder(endpoint_for(port))
             .native_retries(0)
             .backoff(ms(20), ms(100))
             .max_attempts(3)
@@ -327,7 +327,7 @@ fn max_attempts_lead_to_cooldown_whose_probes_reconnect_once_the_peer_is_up() {
 
 /// A link to a refused port whose backoff would wait 10 s, then 20 s (no jitter).
 fn slow_refused_link(max_attempts: Option<u32>) -> Link {
-    let mut b = Link::builder(&refused_endpoint())
+    let mut b = Link::builder(refused_endpoint())
         .native_retries(0)
         .backoff(Duration::from_secs(10), Duration::from_secs(20))
         .jitter(Jitter::None)
@@ -425,7 +425,7 @@ fn frames_flow_again_after_a_peer_restart(immediate: bool) {
     let peer = Peer::start(Behaviour::Echo);
     let port = peer.port();
     let (link, mut w) = watched(
-        Link::builder(&peer.endpoint())
+        Link::builder(peer.endpoint())
             .framing(Lines::new())
             .immediate(immediate)
             .backoff(ms(50), ms(400)),
@@ -474,7 +474,7 @@ fn with_immediate_false_frames_flow_again_after_a_peer_restart() {
 
 /// The first `n` delays a link without a fixed seed draws against a refused port.
 fn unseeded_delays(n: usize) -> Vec<Duration> {
-    let link = Link::builder(&refused_endpoint())
+    let link = Link::builder(refused_endpoint())
         .native_retries(0)
         .backoff(ms(40), ms(320))
         .build()
@@ -552,7 +552,7 @@ fn two_processes_draw_different_delays() {
 #[test]
 fn a_fixed_rng_seed_gives_two_links_the_same_delays() {
     let seeded = || {
-        Link::builder(&refused_endpoint())
+        Link::builder(refused_endpoint())
             .native_retries(0)
             .backoff(ms(10), ms(80))
             .jitter(Jitter::Full)

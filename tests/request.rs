@@ -42,7 +42,7 @@ fn replier(delay: Duration) -> Behaviour {
 }
 
 fn lines_link(peer: &Peer) -> relink::Builder {
-    Link::builder(&peer.endpoint()).framing(Lines::new())
+    Link::builder(peer.endpoint()).framing(Lines::new())
 }
 
 #[test]
@@ -171,7 +171,7 @@ fn pushes_between_replies_are_delivered_as_events() {
 
 #[test]
 fn a_request_queued_through_an_outage_expires_counting_the_time_queued() {
-    let link = Link::builder(&refused_endpoint())
+    let link = Link::builder(refused_endpoint())
         .framing(Lines::new())
         .request_timeout(ms(200))
         .build()
@@ -291,7 +291,7 @@ trait Restart {
 
 impl Restart for RedisServer {
     fn builder(&self) -> relink::Builder {
-        Link::builder(&self.endpoint()).framing(Resp::new())
+        Link::builder(self.endpoint()).framing(Resp::new())
     }
     fn restart(&mut self) {
         Server::restart(self)
@@ -306,7 +306,7 @@ struct TlsServer(util::tls::TlsKit, util::tls::TlsRedis);
 
 impl Restart for TlsServer {
     fn builder(&self) -> relink::Builder {
-        Link::builder(&self.1.named_endpoint())
+        Link::builder(self.1.named_endpoint())
             .framing(Resp::new())
             .tls(relink::Tls::new().ca_pem(&self.0.pki.ca.cert))
     }

@@ -126,7 +126,7 @@ fn send_batch_async_under_block_gives_the_rest_back_at_the_policys_bound() {
 #[test]
 fn a_per_frame_ttl_expires_frames_on_every_send_path() {
     // Nothing listens: every frame waits in the outbox until its deadline.
-    let link = Link::builder(&refused_endpoint()).build().expect("build");
+    let link = Link::builder(refused_endpoint()).build().expect("build");
     let ttl = SendOptions::new().ttl(ms(30));
     link.send_with("blocking", ttl).expect("send_with");
     let batch: Batch = ["batch 1", "batch 2"].into_iter().collect();

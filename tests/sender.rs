@@ -106,7 +106,7 @@ fn a_sender_waits_for_room_as_long_as_the_policy_says_and_no_longer() {
 #[test]
 fn a_sender_waiting_for_room_sends_once_the_outbox_drains() {
     let peer = Peer::start(Behaviour::Sink);
-    let link = Link::builder(&peer.endpoint())
+    let link = Link::builder(peer.endpoint())
         .framing(LengthDelimited::len32())
         .outbox_limits(4, 1024)
         .overflow(Overflow::Block(BOUND))
@@ -130,7 +130,7 @@ fn a_sender_waiting_for_room_sends_once_the_outbox_drains() {
 
 #[test]
 fn a_sender_s_time_to_live_expires_its_frames() {
-    let link = Link::builder(&refused_endpoint()).build().expect("build");
+    let link = Link::builder(refused_endpoint()).build().expect("build");
     let mut sender = link.sender().options(SendOptions::new().ttl(ms(30)));
     sender.send(b"late").expect("send");
     sender.send(b"later").expect("send");
@@ -147,7 +147,7 @@ fn a_sender_s_time_to_live_expires_its_frames() {
 
 #[test]
 fn a_sender_gives_back_the_room_it_held_when_it_is_dropped() {
-    let link = Link::builder(&refused_endpoint())
+    let link = Link::builder(refused_endpoint())
         .outbox_limits(4, 1024)
         .build()
         .expect("build");
@@ -172,7 +172,7 @@ fn a_sender_gives_back_the_room_it_held_when_it_is_dropped() {
 
 #[test]
 fn a_sender_s_frames_before_close_are_accounted_and_after_it_refused() {
-    let link = Link::builder(&refused_endpoint()).build().expect("build");
+    let link = Link::builder(refused_endpoint()).build().expect("build");
     let mut sender = link.sender();
     for seq in 0..10u64 {
         sender.send(&seq_frame(seq, 16)).expect("send");
@@ -191,7 +191,7 @@ fn a_sender_s_frames_before_close_are_accounted_and_after_it_refused() {
 
 #[test]
 fn a_frame_the_framing_cannot_encode_is_refused_at_its_own_call() {
-    let link = Link::builder(&refused_endpoint())
+    let link = Link::builder(refused_endpoint())
         .framing(relink::framing::Lines::new())
         .build()
         .expect("build");

@@ -262,7 +262,7 @@ fn frames_cross_a_verified_tls_tunnel_in_order_and_the_link_survives_a_tls_serve
     // The hello goes through the tunnel and the TLS server and back: Ready means the whole
     // path is up, not just the local TCP connection to the tunnel.
     let (link, mut w) = watched(
-        Link::builder(&endpoint_for(tunnel_port))
+        Link::builder(endpoint_for(tunnel_port))
             .framing(LengthDelimited::len32())
             .protocol(Handshake::new(
                 vec![b"hello".to_vec()],

@@ -483,7 +483,7 @@ fn parse_cli() -> Result<Cli, ExitCode> {
 }
 
 fn build_link(cli: &Cli) -> Result<Link, ConfigError> {
-    let mut b = Link::builder(&endpoint_url(&cli.endpoint));
+    let mut b = Link::builder(endpoint_url(&cli.endpoint));
     if let Some(name) = &cli.name {
         b = b.name(name);
     }

@@ -1,4 +1,4 @@
-//! Where a link connects: `tcp://host:port`, parsed and checked once.
+//! Where a link connects: `tcp://host:port` (or `host:port`), parsed and checked once.
 
 use std::fmt;
 use std::net::IpAddr;
@@ -22,15 +22,17 @@ pub(crate) enum Host {
 }
 
 impl Endpoint {
-    /// Parses `tcp://host:port`.
+    /// Parses `tcp://host:port`, or `host:port` as the same.
     pub(crate) fn parse(s: &str) -> Result<Endpoint, ConfigError> {
         let bad = |reason| ConfigError::BadEndpoint {
             endpoint: s.to_string(),
             reason,
         };
-        let rest = s
-            .strip_prefix("tcp://")
-            .ok_or_else(|| bad("must start with tcp://"))?;
+        let rest = match s.split_once("://") {
+            Some(("tcp", rest)) => rest,
+            Some(_) => return Err(bad("only tcp:// is supported")),
+            None => s,
+        };
         let (host, port) = if let Some(v6) = rest.strip_prefix('[') {
             let (addr, after) = v6.split_once(']').ok_or_else(|| bad("unclosed '['"))?;
             let port = after
@@ -109,9 +111,19 @@ mod tests {
     }
 
     #[test]
-    fn an_endpoint_without_the_tcp_scheme_is_refused() {
+    fn host_and_port_alone_mean_tcp_and_another_scheme_is_refused() {
         let e = Endpoint::parse("tcp://127.0.0.1:6379").unwrap();
         assert_eq!(e.to_string(), "tcp://127.0.0.1:6379");
-        assert!(Endpoint::parse("127.0.0.1:6379").is_err());
+        assert_eq!(Endpoint::parse("127.0.0.1:6379"), Ok(e));
+        let v6 = Endpoint::parse("[::1]:6379").unwrap();
+        assert_eq!(v6.to_string(), "tcp://[::1]:6379");
+        assert_eq!(
+            Endpoint::parse("Cache.Example:6379").unwrap().to_string(),
+            "tcp://cache.example:6379"
+        );
+        for other in ["udp://127.0.0.1:6379", "ipc:///tmp/x", "://x:1"] {
+            let err = Endpoint::parse(other).unwrap_err();
+            assert!(err.to_string().contains("only tcp://"), "{other}: {err}");
+        }
     }
 }

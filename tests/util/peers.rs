@@ -1040,7 +1040,7 @@ pub fn refused_endpoint() -> String {
 /// A link to `peer` with the len32 framing and `Overflow::Block(bound)`, Ready (waited for up
 /// to `bound`).
 pub fn ready_len32_link(peer: &Peer, bound: Duration) -> relink::Link {
-    let link = relink::Link::builder(&peer.endpoint())
+    let link = relink::Link::builder(peer.endpoint())
         .framing(relink::framing::LengthDelimited::len32())
         .overflow(relink::Overflow::Block(bound))
         .build()
@@ -1052,7 +1052,7 @@ pub fn ready_len32_link(peer: &Peer, bound: Duration) -> relink::Link {
 /// A link to [`refused_endpoint`] with these outbox limits (frames, bytes) and overflow
 /// policy: its frames stay in the outbox.
 pub fn offline_link(limits: (usize, usize), policy: relink::Overflow) -> relink::Link {
-    relink::Link::builder(&refused_endpoint())
+    relink::Link::builder(refused_endpoint())
         .outbox_limits(limits.0, limits.1)
         .overflow(policy)
         .build()
