@@ -63,7 +63,9 @@ impl Stopwatch for Untimed {
 }
 
 /// [`guarded`], timed by `watch`: the call's result (a panic caught as a value) and how long
-/// it took.
+/// it took. A call that panicked took no time that counts: the panic is reported as such, and
+/// the panic hook's own time (a backtrace with `RUST_BACKTRACE=1` takes a hundred milliseconds)
+/// is not the callback's.
 pub(crate) fn timed<T>(
     watch: &dyn Stopwatch,
     what: Callback,
@@ -83,6 +85,7 @@ pub(crate) fn timed<T>(
             message: Some("the call was not run".into()),
         })
     });
+    let took = if out.is_err() { Duration::ZERO } else { took };
     (out, took)
 }
 
@@ -112,8 +115,13 @@ mod tests {
         }
         let (r, took) = timed(&Fixed, Callback::Decode, || 7);
         assert_eq!((r, took), (Ok(7), Duration::from_millis(150)));
-        let (r, _) = timed(&Fixed, Callback::Decode, || -> u8 { panic!("boom") });
+        let (r, took) = timed(&Fixed, Callback::Decode, || -> u8 { panic!("boom") });
         assert_eq!(r.unwrap_err().message.as_deref(), Some("boom"));
+        assert_eq!(
+            took,
+            Duration::ZERO,
+            "a panic is reported as one, not as slow"
+        );
     }
 
     #[test]

@@ -7,7 +7,7 @@
 
 use std::fmt;
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender};
@@ -52,39 +52,49 @@ struct Job {
     reply: Reply,
 }
 
-fn pool() -> &'static Sender<Job> {
-    static POOL: OnceLock<Sender<Job>> = OnceLock::new();
-    POOL.get_or_init(|| {
-        let (tx, rx) = crossbeam_channel::unbounded::<Job>();
-        for i in 0..WORKERS {
-            let rx: Receiver<Job> = rx.clone();
-            std::thread::Builder::new()
-                .name(format!("relink-dns-{i}"))
-                .spawn(move || {
-                    for job in rx.iter() {
-                        let (result, took) = match &job.custom {
-                            Some(r) => {
-                                let (answer, took) = timed(&CallClock, Callback::Resolver, || {
-                                    (r.0)(&job.host, job.port)
-                                });
-                                let result = match answer {
-                                    Ok(answer) => answer.map_err(Unresolved::Failed),
-                                    Err(p) => Err(Unresolved::Panicked(p)),
-                                };
-                                (result, Some(took))
-                            }
-                            None => (
-                                lookup(&job.host, job.port).map_err(Unresolved::Failed),
-                                None,
-                            ),
-                        };
-                        (job.reply)(result, took);
-                    }
-                })
-                .expect("spawn resolver thread");
-        }
-        tx
-    })
+static POOL: OnceLock<Sender<Job>> = OnceLock::new();
+
+/// Starts the process's resolver threads, once: every IO pool does before its first link, so
+/// a thread the system refuses is an error there, not a panic at a link's first lookup.
+pub(crate) fn start() -> std::io::Result<()> {
+    static STARTING: Mutex<()> = Mutex::new(());
+    let _one = STARTING.lock().unwrap_or_else(|e| e.into_inner());
+    if POOL.get().is_some() {
+        return Ok(());
+    }
+    let (tx, rx) = crossbeam_channel::unbounded::<Job>();
+    for i in 0..WORKERS {
+        let rx: Receiver<Job> = rx.clone();
+        // A thread started before one that failed ends when `tx` is dropped.
+        std::thread::Builder::new()
+            .name(format!("relink-dns-{i}"))
+            .spawn(move || serve(rx))?;
+    }
+    let _ = POOL.set(tx);
+    Ok(())
+}
+
+/// One resolver thread: answers jobs until the pool's sender is gone.
+fn serve(rx: Receiver<Job>) {
+    for job in rx.iter() {
+        let (result, took) = match &job.custom {
+            Some(r) => {
+                let (answer, took) = timed(&CallClock, Callback::Resolver, || {
+                    (r.0)(&job.host, job.port)
+                });
+                let result = match answer {
+                    Ok(answer) => answer.map_err(Unresolved::Failed),
+                    Err(p) => Err(Unresolved::Panicked(p)),
+                };
+                (result, Some(took))
+            }
+            None => (
+                lookup(&job.host, job.port).map_err(Unresolved::Failed),
+                None,
+            ),
+        };
+        (job.reply)(result, took);
+    }
 }
 
 /// Asks the pool to resolve `host`; `reply` gets the answer, on a resolver thread.
@@ -95,8 +105,13 @@ pub(super) fn resolve(custom: Option<Resolver>, host: String, port: u16, reply: 
         port,
         reply,
     };
-    // The pool lives as long as the process; a send cannot fail.
-    let _ = pool().send(job);
+    // Started with the link's IO pool, it lives as long as the process: a send cannot fail.
+    match POOL.get() {
+        Some(pool) => {
+            let _ = pool.send(job);
+        }
+        None => (job.reply)(Err(Unresolved::Failed("no resolver threads".into())), None),
+    }
 }
 
 fn lookup(host: &str, port: u16) -> Result<Vec<SocketAddr>, String> {

@@ -109,17 +109,29 @@ impl Timers {
     }
 }
 
+static TIMERS: OnceLock<&'static Timers> = OnceLock::new();
+
+/// Starts the process's timer thread, once: every IO pool does before its first link, so a
+/// thread the system refuses is an error there, not a panic at a link's first timer.
+pub(crate) fn start() -> std::io::Result<()> {
+    static STARTING: Mutex<()> = Mutex::new(());
+    let _one = STARTING.lock().unwrap_or_else(|e| e.into_inner());
+    if TIMERS.get().is_some() {
+        return Ok(());
+    }
+    let timers: &'static Timers = Box::leak(Box::new(Timers {
+        heap: Mutex::new(BinaryHeap::new()),
+        changed: Condvar::new(),
+    }));
+    std::thread::Builder::new()
+        .name("relink-timer".into())
+        .spawn(move || timers.run())?;
+    let _ = TIMERS.set(timers);
+    Ok(())
+}
+
 fn timers() -> &'static Timers {
-    static TIMERS: OnceLock<&'static Timers> = OnceLock::new();
-    TIMERS.get_or_init(|| {
-        let timers: &'static Timers = Box::leak(Box::new(Timers {
-            heap: Mutex::new(BinaryHeap::new()),
-            changed: Condvar::new(),
-        }));
-        std::thread::Builder::new()
-            .name("relink-timer".into())
-            .spawn(move || timers.run())
-            .expect("spawn the timer thread");
-        timers
-    })
+    TIMERS
+        .get()
+        .expect("the timer thread starts with every IO pool")
 }
