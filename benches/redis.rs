@@ -5,7 +5,7 @@
 //! `cargo bench --bench redis -- --smoke` for a short run that only checks it works.
 //!
 //! Two modes, each a mix of `SET key:i v` and `GET key:i` (alternating):
-//! - `pipelined`: 256 requests outstanding at all times. relink: `Link::request_nowait` with
+//! - `pipelined`: 256 requests outstanding at all times. relink: `Link::request_pending` with
 //!   a window of 256 `Pending`s, the oldest waited for before the next is sent. redis crate:
 //!   256 tokio tasks, each sending its share one after the other on a clone of one
 //!   `MultiplexedConnection` (the way the crate pipelines).
@@ -68,7 +68,7 @@ fn relink_link(server: &RedisServer) -> Link {
     let link = Link::builder(server.endpoint())
         .framing(Resp::new())
         .requests(Correlation::resp())
-        .request_window(DEPTH * 2, 16 << 20)
+        .request_limits(DEPTH * 2, 16 << 20)
         .build()
         .expect("build the link");
     support::wait_state(&link, State::Ready, Instant::now() + BOUND);
@@ -97,7 +97,7 @@ fn relink_pipelined(link: &Link, ops: usize, keys: usize) -> Run {
         if window.len() == DEPTH {
             settle(window.pop_front().expect("full"), &mut latencies);
         }
-        window.push_back((i, Instant::now(), link.request_nowait(command(i, keys))));
+        window.push_back((i, Instant::now(), link.request_pending(command(i, keys))));
     }
     while let Some(w) = window.pop_front() {
         settle(w, &mut latencies);

@@ -6,7 +6,7 @@
 //!
 //! The link frames with [`Resp`]: commands go out as arrays of bulk strings (built with
 //! [`Resp::command`]), every reply comes back as one whole value, read with [`RespValue`].
-//! Each command is a request (`Link::request_nowait`), matched to its reply in order
+//! Each command is a request (`Link::request_pending`), matched to its reply in order
 //! (`Correlation::resp`); a heartbeat sends RESP `PING` and recognises `+PONG` in its own turn,
 //! so no reply is ever taken for it nor it for a reply. Commands are pipelined in windows
 //! (SET, GET, INCR); halfway through, redis-server is killed and started again on the same
@@ -141,7 +141,7 @@ fn run() -> Result<bool, String> {
                 Resp::command(["GET", &key]),
                 Resp::command(["INCR", "relink:counter"]),
             ] {
-                pending.push(link.request_nowait(cmd));
+                pending.push(link.request_pending(cmd));
             }
         }
         show_events(&link, Instant::now() + WINDOW_WAIT);

@@ -109,7 +109,7 @@ pub(crate) struct Config {
 /// | when a connection is alive | | [`heartbeat`](Builder::heartbeat), [`ready_when`](Builder::ready_when), [`handshake_timeout`](Builder::handshake_timeout) |
 /// | reconnecting | [`reconnect`](Builder::reconnect) ([`Reconnect`]) | [`backoff`](Builder::backoff), [`backoff_factor`](Builder::backoff_factor), [`backoff_floor`](Builder::backoff_floor), [`jitter`](Builder::jitter), [`max_attempts`](Builder::max_attempts), [`cooldown`](Builder::cooldown), [`native_retries`](Builder::native_retries), [`min_stable`](Builder::min_stable), [`config_failure_retry`](Builder::config_failure_retry), [`dns_refresh`](Builder::dns_refresh), [`rng_seed`](Builder::rng_seed) |
 /// | delivering frames | [`delivery`](Builder::delivery) ([`Delivery`]) | [`outbox_limits`](Builder::outbox_limits), [`overflow`](Builder::overflow), [`frame_ttl`](Builder::frame_ttl), [`abandon_on_disconnect`](Builder::abandon_on_disconnect), [`window`](Builder::window), [`redelivery`](Builder::redelivery), [`confirm`](Builder::confirm), [`max_losses`](Builder::max_losses), [`answers`](Builder::answers), [`batch_bytes`](Builder::batch_bytes) |
-/// | requests | | [`requests`](Builder::requests), [`request_timeout`](Builder::request_timeout), [`request_window`](Builder::request_window), [`request_redelivery`](Builder::request_redelivery) |
+/// | requests | | [`requests`](Builder::requests), [`request_timeout`](Builder::request_timeout), [`request_limits`](Builder::request_limits), [`request_redelivery`](Builder::request_redelivery) |
 /// | receiving | | [`events_capacity`](Builder::events_capacity), [`closed_frames_wait`](Builder::closed_frames_wait) |
 /// | libzmq's socket | [`socket`](Builder::socket) ([`SocketOptions`]) | [`connect_timeout`](Builder::connect_timeout), [`immediate`](Builder::immediate), [`reconnect_ivl`](Builder::reconnect_ivl), [`reconnect_ivl_max`](Builder::reconnect_ivl_max), [`linger`](Builder::linger), [`hwm`](Builder::hwm), [`tcp_keepalive`](Builder::tcp_keepalive), [`tcp_maxrt`](Builder::tcp_maxrt) |
 /// | threads and the process | | [`context`](Builder::context), [`io_pool`](Builder::io_pool), [`slow_callback`](Builder::slow_callback), [`close_timeout`](Builder::close_timeout) |
@@ -1084,20 +1084,20 @@ impl Builder {
     }
 
     /// A request's deadline, counted from the call (time queued during an outage counts),
-    /// unless the call gives its own ([`Link::request_timeout`](crate::Link::request_timeout)).
+    /// unless the call gives its own ([`Link::request_within`](crate::Link::request_within)).
     /// Defaults to 5 s.
     pub fn request_timeout(mut self, timeout: Duration) -> Builder {
         self.config.core.requests.timeout = timeout;
         self
     }
 
-    /// The window of outstanding requests (queued or written, not answered): the pipelining
+    /// The limits of outstanding requests (queued or written, not answered): the pipelining
     /// depth, in requests and in their bytes (one request larger than `bytes` is admitted
     /// alone). Past it, the [`Overflow`] policy applies: `RejectNew` refuses the request
     /// ([`RequestError::Full`](crate::error::RequestError::Full)), `DropOldest` abandons the oldest
     /// unsent one, `Block(t)` lets it wait up to `t` for room, in line in the IO thread (the
     /// call itself never blocks). Defaults to 1024 requests, 4 MiB.
-    pub fn request_window(mut self, requests: usize, bytes: usize) -> Builder {
+    pub fn request_limits(mut self, requests: usize, bytes: usize) -> Builder {
         self.config.core.requests.max_frames = requests;
         self.config.core.requests.max_bytes = bytes;
         self

@@ -729,14 +729,14 @@ pub enum RequestError {
     #[error("request abandoned: {0}")]
     Abandoned(AbandonReason),
     /// Refused: the window of outstanding requests is full
-    /// ([`Builder::request_window`](crate::Builder::request_window)); the frame is given back.
-    #[error("request window full")]
+    /// ([`Builder::request_limits`](crate::Builder::request_limits)); the frame is given back.
+    #[error("request limit reached")]
     Full(bytes::Bytes),
     /// Refused: the window of outstanding requests is full, and `late` of its places are held
     /// by requests that timed out and wait for their late replies (in order, a late reply
     /// keeps its place so that it never answers a newer request). The frame is given back.
     #[error(
-        "request window full: {late} place(s) held by timed-out requests awaiting late replies"
+        "request limit reached: {late} place(s) held by timed-out requests awaiting late replies"
     )]
     FullOfLate {
         /// The request's frame.

@@ -89,7 +89,7 @@
 //!   that hands each frame over at once without a locked instruction, and a buffered
 //!   [`Writer`] ([`Link::writer`]) that copies frames from the caller's buffers and hands them
 //!   over a batch at a time, as `BufWriter` writes. Dropping the last handle never waits.
-//! - Request and reply ([`Link::request`], [`Link::request_nowait`] and [`Pending`],
+//! - Request and reply ([`Link::request`], [`Link::request_pending`] and [`Pending`],
 //!   [`Link::request_async`]): replies matched to requests in order or by id
 //!   ([`Correlation`]), a deadline per request counted from the call, every request ended in
 //!   exactly one outcome ([`RequestError`](error::RequestError)), requests outstanding at a drop resent or failed
@@ -218,8 +218,8 @@
 //!     .requests(Correlation::in_order()) // the default
 //!     .build()?;
 //! assert_eq!(link.request("hello")?, &b"re hello"[..]); // connected, answered
-//! let slow = link.request_nowait_timeout("slow", Duration::from_millis(50));
-//! let next = link.request_nowait("next");
+//! let slow = link.request_pending_within("slow", Duration::from_millis(50));
+//! let next = link.request_pending("next");
 //! assert_eq!(slow.wait(), Err(RequestError::TimedOut));
 //! // The late reply to "slow" is dropped: "next" gets its own.
 //! assert_eq!(next.wait()?, &b"re next"[..]);
@@ -230,7 +230,7 @@
 //! and counted ([`Metrics::replies_late`]); by id ([`Correlation::by_id`]), a reply whose id
 //! nobody waits for is. Frames that are no reply (RESP3 pushes with [`Correlation::resp`], a
 //! greeting, anything while no request is outstanding) are [`Event::Frame`]s. The window of
-//! outstanding requests ([`Builder::request_window`]) is the pipelining depth, under the
+//! outstanding requests ([`Builder::request_limits`]) is the pipelining depth, under the
 //! link's [`Overflow`] policy. A connection lost with requests outstanding resends them first
 //! on the next one, after its hello ([`Redelivery::Resend`]), or fails them as "may have been
 //! processed" ([`Redelivery::Report`], the default). A close waits (until its timeout) for the

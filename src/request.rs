@@ -23,7 +23,7 @@ use crate::link::Link;
 /// Dropping it does not withdraw the request: it is still written, and its reply consumed.
 ///
 /// # Examples
-/// See [`Link::request_nowait`].
+/// See [`Link::request_pending`].
 #[must_use = "a pending request's outcome is lost unless it is waited for"]
 pub struct Pending {
     answer: Answer,
@@ -102,19 +102,20 @@ impl Link {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn request(&self, frame: impl Into<Bytes>) -> Result<Bytes, RequestError> {
-        self.request_nowait(frame).wait()
+        self.request_pending(frame).wait()
     }
 
-    /// [`request`](Link::request) with a deadline of its own, `timeout` from now.
+    /// [`request`](Link::request) with a deadline of its own: its reply within `within` from
+    /// now, or [`RequestError::TimedOut`](crate::error::RequestError::TimedOut).
     ///
     /// # Errors
     /// As [`request`](Link::request).
-    pub fn request_timeout(
+    pub fn request_within(
         &self,
         frame: impl Into<Bytes>,
-        timeout: Duration,
+        within: Duration,
     ) -> Result<Bytes, RequestError> {
-        self.request_nowait_timeout(frame, timeout).wait()
+        self.request_pending_within(frame, within).wait()
     }
 
     /// [`request`](Link::request) for async code: the same request, awaited on any
@@ -123,11 +124,11 @@ impl Link {
     /// # Errors
     /// As [`request`](Link::request).
     pub async fn request_async(&self, frame: impl Into<Bytes>) -> Result<Bytes, RequestError> {
-        self.request_nowait(frame).await
+        self.request_pending(frame).await
     }
 
     /// Sends `frame` as a request and returns at once: many requests can be outstanding
-    /// (pipelined, up to the builder's [`request_window`](crate::Builder::request_window)),
+    /// (pipelined, up to the builder's [`request_limits`](crate::Builder::request_limits)),
     /// each with its own outcome. The deadline is the builder's `request_timeout` from now.
     ///
     /// # Examples
@@ -151,22 +152,22 @@ impl Link {
     /// let link = Link::builder(&format!("tcp://127.0.0.1:{port}"))
     ///     .framing(Lines::new())
     ///     .build()?;
-    /// let pending: Vec<_> = ["a", "b", "c"].iter().map(|l| link.request_nowait(*l)).collect();
+    /// let pending: Vec<_> = ["a", "b", "c"].iter().map(|l| link.request_pending(*l)).collect();
     /// let replies: Vec<_> = pending.into_iter().map(|p| p.wait()).collect::<Result<_, _>>()?;
     /// assert_eq!(replies, [&b"A"[..], b"B", b"C"]);
     /// link.close(Duration::from_secs(1));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn request_nowait(&self, frame: impl Into<Bytes>) -> Pending {
+    pub fn request_pending(&self, frame: impl Into<Bytes>) -> Pending {
         let timeout = self.request_parts().1.timeout;
-        self.request_nowait_timeout(frame, timeout)
+        self.request_pending_within(frame, timeout)
     }
 
-    /// [`request_nowait`](Link::request_nowait) with a deadline of its own, `timeout` from
-    /// now.
-    pub fn request_nowait_timeout(&self, frame: impl Into<Bytes>, timeout: Duration) -> Pending {
+    /// [`request_pending`](Link::request_pending) with a deadline of its own: its reply
+    /// within `within` from now.
+    pub fn request_pending_within(&self, frame: impl Into<Bytes>, within: Duration) -> Pending {
         let frame = frame.into();
-        let deadline = Instant::now() + timeout;
+        let deadline = Instant::now() + within;
         let (framing, settings, look) = self.request_parts();
         if let Err(e) = framing.check(&frame) {
             return refused(RequestError::Invalid(frame, e));

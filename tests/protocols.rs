@@ -102,7 +102,7 @@ fn mqtt_link(endpoint: &str, protocol: mqtt::Mqtt) -> Link {
         .requests(mqtt::Mqtt::correlation())
         .request_redelivery(Redelivery::Resend)
         .request_timeout(T)
-        .request_window(256, 1 << 20)
+        .request_limits(256, 1 << 20)
         .heartbeat(Heartbeat::every(Duration::from_secs(5)))
         .backoff(Duration::from_millis(50), Duration::from_millis(500))
         .config_failure_retry(Duration::from_secs(20))
@@ -139,7 +139,7 @@ fn mqtt_qos1_publishes_through_two_broker_kills_are_each_acknowledged_by_their_o
     for n in 0..N {
         let p = protocol.publish1("relink/qos1", format!("{n}").as_bytes());
         let id = mqtt::packet_id(&p).unwrap();
-        in_flight.push_back((id, link.request_nowait(p)));
+        in_flight.push_back((id, link.request_pending(p)));
         if in_flight.len() >= 128 {
             let (id, p) = in_flight.pop_front().unwrap();
             settle(id, p, &mut acked, &mut failed);

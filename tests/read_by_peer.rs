@@ -232,7 +232,7 @@ fn present_keys(redis: &RedisServer, writes: u64) -> HashSet<u64> {
         .build()
         .unwrap();
     let reply = link
-        .request_timeout(Resp::command(["KEYS", "key-*"]), T)
+        .request_within(Resp::command(["KEYS", "key-*"]), T)
         .expect("KEYS answered");
     link.close(Duration::from_secs(1));
     let text = String::from_utf8_lossy(&reply);
@@ -372,12 +372,12 @@ fn a_heartbeats_pong_never_answers_a_request_when_every_frame_is_answered() {
         "without saying what the peer answers, a pong could answer a request"
     );
     let link = b().answers(Answers::EveryFrame).build().unwrap();
-    link.request_timeout(Resp::command(["SET", "k", "value"]), T)
+    link.request_within(Resp::command(["SET", "k", "value"]), T)
         .expect("SET answered");
     let mut pongs = 0;
     for _ in 0..1_000 {
         let reply = link
-            .request_timeout(Resp::command(["GET", "k"]), T)
+            .request_within(Resp::command(["GET", "k"]), T)
             .expect("GET answered");
         if reply.starts_with(b"+PONG") {
             pongs += 1;

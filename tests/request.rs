@@ -55,9 +55,9 @@ fn every_later_reply_goes_to_its_own_request_when_some_replies_come_late() {
     let pending: Vec<(usize, Pending)> = (0..100)
         .map(|i| {
             let p = if i % 10 == 3 {
-                link.request_nowait_timeout(format!("slow {i}"), ms(100))
+                link.request_pending_within(format!("slow {i}"), ms(100))
             } else {
-                link.request_nowait_timeout(i.to_string(), Duration::from_secs(30))
+                link.request_pending_within(i.to_string(), Duration::from_secs(30))
             };
             (i, p)
         })
@@ -119,7 +119,7 @@ fn replies_by_id_in_any_order_reach_their_own_callers() {
         .build()
         .unwrap();
     let pending: Vec<_> = (0..200)
-        .map(|i| link.request_nowait(format!("{i}:word{i}")))
+        .map(|i| link.request_pending(format!("{i}:word{i}")))
         .collect();
     let mut answered = 0;
     for (i, p) in pending.into_iter().enumerate() {
@@ -153,7 +153,7 @@ fn pushes_between_replies_are_delivered_as_events() {
         .build()
         .unwrap();
     let pending: Vec<_> = (0..50)
-        .map(|i| link.request_nowait(format!("q{i}")))
+        .map(|i| link.request_pending(format!("q{i}")))
         .collect();
     for (i, p) in pending.into_iter().enumerate() {
         assert_eq!(p.wait().unwrap(), format!("q{i}").into_bytes());
@@ -231,12 +231,12 @@ fn resend_answers_a_request_whose_connection_dropped_on_the_next_one() {
 fn past_the_window_a_request_is_refused_with_its_frame() {
     let peer = Peer::start(Behaviour::Sink);
     let link = lines_link(&peer)
-        .request_window(2, 1024)
+        .request_limits(2, 1024)
         .overflow(Overflow::RejectNew)
         .build()
         .unwrap();
-    let _a = link.request_nowait("a");
-    let _b = link.request_nowait("b");
+    let _a = link.request_pending("a");
+    let _b = link.request_pending("b");
     let err = link.request("c").unwrap_err();
     assert_eq!(err.into_frame().as_deref(), Some(&b"c"[..]));
     link.close(ms(100));
@@ -247,7 +247,7 @@ fn close_ends_every_outstanding_request_and_later_ones_are_refused() {
     let peer = Peer::start(Behaviour::Sink);
     let link = lines_link(&peer).build().unwrap();
     let pending: Vec<_> = (0..5)
-        .map(|i| link.request_nowait(format!("q{i}")))
+        .map(|i| link.request_pending(format!("q{i}")))
         .collect();
     link.close(ms(200));
     for p in pending {
@@ -272,7 +272,7 @@ fn an_async_request_is_answered_on_any_executor() {
         .block_on(link.request_async("7"), T)
         .expect("answered in time");
     assert_eq!(reply.unwrap(), &b"reply 7"[..]);
-    let pending = link.request_nowait("8");
+    let pending = link.request_pending("8");
     assert_eq!(exec.block_on(pending, T).unwrap().unwrap(), &b"reply 8"[..]);
     link.close(T);
 }
@@ -348,7 +348,7 @@ fn sets_through_two_kills(
         .requests(Correlation::resp())
         .request_redelivery(policy)
         .request_timeout(Duration::from_secs(60))
-        .request_window(1024, 4 << 20)
+        .request_limits(1024, 4 << 20)
         .overflow(Overflow::Block(Duration::from_secs(60)))
         .build()
         .unwrap();
@@ -357,7 +357,7 @@ fn sets_through_two_kills(
     let mut pending: Vec<Pending> = Vec::with_capacity(n);
     let mut i = 0;
     while i < n {
-        pending.push(link.request_nowait(format!("SET key:{i} {i}")));
+        pending.push(link.request_pending(format!("SET key:{i} {i}")));
         i += 1;
         if i == n / 4 || i == n * 3 / 5 {
             // Frozen, the server answers nothing more: keep submitting until the link has
@@ -368,7 +368,7 @@ fn sets_through_two_kills(
                     return true;
                 }
                 if i < n {
-                    pending.push(link.request_nowait(format!("SET key:{i} {i}")));
+                    pending.push(link.request_pending(format!("SET key:{i} {i}")));
                     i += 1;
                 }
                 false
@@ -396,7 +396,7 @@ fn present_keys(server: &dyn Restart, n: usize) -> Vec<bool> {
         .build()
         .unwrap();
     let pending: Vec<_> = (0..n)
-        .map(|i| link.request_nowait(format!("EXISTS key:{i}")))
+        .map(|i| link.request_pending(format!("EXISTS key:{i}")))
         .collect();
     let present = pending
         .into_iter()

@@ -298,12 +298,12 @@ fn check_requests(c: &mut Config) -> Result<(), ConfigError> {
     positive("request_timeout", r.timeout)?;
     if r.max_frames == 0 {
         return Err(ConfigError::ZeroLimit {
-            name: "request window",
+            name: "request limit",
         });
     }
     if r.max_bytes == 0 {
         return Err(ConfigError::ZeroLimit {
-            name: "request window bytes",
+            name: "request limit bytes",
         });
     }
     Ok(())

@@ -1,5 +1,5 @@
 //! What `send` does when the outbox is at its limit: a policy the builder sets and the core
-//! (the outbox and the request window) applies.
+//! (the outbox and the request limits) applies.
 
 use std::time::Duration;
 

@@ -287,7 +287,7 @@ fn a_request_written_before_max_losses_in_a_row_fails_as_poison() {
 fn a_request_refused_while_timed_out_requests_hold_the_window_says_so() {
     let b = Sim::builder()
         .framing(Lines::new())
-        .request_window(1, 1 << 20);
+        .request_limits(1, 1 << 20);
     let mut s = Sim::ready(b);
     s.input(Input::Request {
         token: 1,
