@@ -272,13 +272,13 @@ fn round(sender: Sender, frames: usize) -> Round {
         (Sender::Lane, Some(link), _) => {
             let mut sender = link.sender();
             for _ in 0..frames {
-                sender.send(&PAYLOAD).expect("sender send");
+                sender.send(PAYLOAD).expect("sender send");
             }
         }
         (Sender::Writer, Some(link), _) => {
             let mut writer = link.writer();
             for _ in 0..frames {
-                writer.send(&PAYLOAD).expect("writer send");
+                writer.send(PAYLOAD).expect("writer send");
             }
             writer.flush().expect("flush");
         }
@@ -288,7 +288,7 @@ fn round(sender: Sender, frames: usize) -> Round {
                 let n = left.min(1024);
                 let mut batch = Batch::with_capacity(n, n * SIZE);
                 for _ in 0..n {
-                    batch.push(&PAYLOAD);
+                    batch.push(PAYLOAD);
                 }
                 link.send_batch(batch).expect("send_batch");
                 left -= n;

@@ -54,9 +54,9 @@ impl Batch {
         }
     }
 
-    /// Appends a copy of `frame`.
-    pub fn push(&mut self, frame: &[u8]) {
-        self.data.extend_from_slice(frame);
+    /// Appends a copy of `frame` (any bytes: `&[u8]`, `Vec<u8>`, `&str`, `Bytes`, ...).
+    pub fn push(&mut self, frame: impl AsRef<[u8]>) {
+        self.data.extend_from_slice(frame.as_ref());
         self.ends.push(self.data.len());
     }
 

@@ -265,7 +265,7 @@ fn a_writer_hands_nothing_over_until_flush_then_the_peer_reads_every_frame_in_or
     let link = sink_link(&peer);
     let mut writer = link.writer();
     for n in 0..500 {
-        writer.send(&seq_payload(n)).expect("written");
+        writer.send(seq_payload(n)).expect("written");
     }
     assert_eq!(
         (writer.buffered(), link.metrics().frames_submitted),
@@ -293,14 +293,14 @@ fn a_full_writer_hands_its_frames_over_without_a_flush() {
     let link = queued_link((100, 1 << 20), Overflow::RejectNew);
     let mut writer = link.writer().capacity(3, 1 << 20);
     for n in 0..2 {
-        writer.send(&seq_payload(n)).expect("written");
+        writer.send(seq_payload(n)).expect("written");
     }
     assert_eq!(link.metrics().frames_submitted, 0, "two of three");
-    writer.send(&seq_payload(2)).expect("the third fills it");
+    writer.send(seq_payload(2)).expect("the third fills it");
     assert_eq!((writer.buffered(), link.metrics().frames_submitted), (0, 3));
     // The byte bound fills it too: one frame larger than the bound goes at once.
     let mut writer = link.writer().capacity(100, 64);
-    writer.send(&[7u8; 65]).expect("written");
+    writer.send([7u8; 65]).expect("written");
     assert_eq!((writer.buffered(), link.metrics().frames_submitted), (0, 4));
     drop(writer);
     let m = link.close(ms(50));
@@ -324,7 +324,7 @@ fn frames_the_outbox_refuses_at_a_flush_come_back_and_the_writer_is_empty() {
     let link = queued_link((3, 1 << 20), Overflow::RejectNew);
     let mut writer = link.writer();
     for n in 0..5 {
-        writer.send(&seq_payload(n)).expect("written");
+        writer.send(seq_payload(n)).expect("written");
     }
     match writer.flush() {
         Err(BatchError::Full { accepted, rest }) => {

@@ -117,7 +117,7 @@ fn a_sender_waiting_for_room_sends_once_the_outbox_drains() {
     let producer = std::thread::spawn(move || {
         for seq in 0..200u64 {
             sender
-                .send(&seq_frame(seq, 32))
+                .send(seq_frame(seq, 32))
                 .expect("room within the policy");
         }
     });
@@ -175,7 +175,7 @@ fn a_sender_s_frames_before_close_are_accounted_and_after_it_refused() {
     let link = Link::builder(refused_endpoint()).build().expect("build");
     let mut sender = link.sender();
     for seq in 0..10u64 {
-        sender.send(&seq_frame(seq, 16)).expect("send");
+        sender.send(seq_frame(seq, 16)).expect("send");
     }
     let m = link.close(ms(50));
     assert_eq!(
@@ -269,7 +269,7 @@ fn senders_on_their_threads_and_the_link_itself_each_keep_their_own_order() {
             std::thread::spawn(move || {
                 for seq in 0..EACH {
                     match &mut sender {
-                        Some(sender) => sender.send(&tagged(who, seq)).expect("sender"),
+                        Some(sender) => sender.send(tagged(who, seq)).expect("sender"),
                         None => link.send(tagged(who, seq)).expect("link"),
                     }
                 }
@@ -303,7 +303,7 @@ fn a_close_while_a_sender_sends_leaves_every_frame_accounted() {
         let mut accepted = 0u64;
         let deadline = Instant::now() + BOUND;
         while Instant::now() < deadline {
-            match sender.send(&seq_frame(accepted, 24)) {
+            match sender.send(seq_frame(accepted, 24)) {
                 Ok(()) => accepted += 1,
                 Err(SendError::Closed(_)) => return (accepted, true),
                 Err(e) => panic!("{e}"),

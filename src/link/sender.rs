@@ -165,7 +165,8 @@ impl Sender {
     /// # Examples
     /// See [`Sender`].
     #[inline]
-    pub fn send(&mut self, frame: &[u8]) -> Result<(), SendError> {
+    pub fn send(&mut self, frame: impl AsRef<[u8]>) -> Result<(), SendError> {
+        let frame = frame.as_ref();
         let mut waits = Waits::default();
         loop {
             match self.offer(frame)? {
@@ -212,7 +213,8 @@ impl Sender {
     /// # Ok(())
     /// # }
     /// ```
-    pub async fn send_async(&mut self, frame: &[u8]) -> Result<(), SendError> {
+    pub async fn send_async(&mut self, frame: impl AsRef<[u8]>) -> Result<(), SendError> {
+        let frame = frame.as_ref();
         let mut waits = Waits::default();
         loop {
             match self.offer(frame)? {

@@ -142,8 +142,8 @@ impl Writer {
     /// link.close(Duration::from_millis(50));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn send(&mut self, frame: &[u8]) -> Result<(), BatchError> {
-        if self.write(frame)? {
+    pub fn send(&mut self, frame: impl AsRef<[u8]>) -> Result<(), BatchError> {
+        if self.write(frame.as_ref())? {
             self.flush()
         } else {
             Ok(())
@@ -155,8 +155,8 @@ impl Writer {
     ///
     /// # Errors
     /// As [`send`](Writer::send).
-    pub async fn send_async(&mut self, frame: &[u8]) -> Result<(), BatchError> {
-        if self.write(frame)? {
+    pub async fn send_async(&mut self, frame: impl AsRef<[u8]>) -> Result<(), BatchError> {
+        if self.write(frame.as_ref())? {
             self.flush_async().await
         } else {
             Ok(())
