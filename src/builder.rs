@@ -66,9 +66,8 @@ pub mod defaults {
     pub use crate::core::tls::TLS_HANDSHAKE_TIMEOUT;
     /// How long a DNS answer is used before it is asked again.
     pub const DNS_REFRESH: Duration = Duration::from_secs(60);
-    /// Largest zmq message relink builds by coalescing frames.
-    pub const BATCH_BYTES: usize = 256 * 1024;
-    pub use crate::core::requests::{REQUEST_TIMEOUT, REQUEST_WINDOW_BYTES, REQUEST_WINDOW_FRAMES};
+    pub use crate::core::requests::{REQUEST_LIMIT_BYTES, REQUEST_LIMIT_FRAMES, REQUEST_TIMEOUT};
+    pub use crate::core::settings::BATCH_BYTES;
     /// Most bytes handed to the socket and not yet acknowledged by the peer's TCP, per link:
     /// Linux's largest send buffer by default (`net.ipv4.tcp_wmem`).
     pub const WINDOW: usize = 4 * 1024 * 1024;

@@ -142,8 +142,8 @@ impl Default for RequestSettings {
             correlation: Correlation::in_order(),
             redelivery: Redelivery::Report,
             overflow: Overflow::RejectNew,
-            max_frames: REQUEST_WINDOW_FRAMES,
-            max_bytes: REQUEST_WINDOW_BYTES,
+            max_frames: REQUEST_LIMIT_FRAMES,
+            max_bytes: REQUEST_LIMIT_BYTES,
             timeout: REQUEST_TIMEOUT,
         }
     }
@@ -572,9 +572,9 @@ pub(crate) enum Verdict {
 /// The default request timeout.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// The default window of outstanding requests, in requests.
-pub const REQUEST_WINDOW_FRAMES: usize = 1024;
+pub const REQUEST_LIMIT_FRAMES: usize = 1024;
 /// The default window of outstanding requests, in bytes.
-pub const REQUEST_WINDOW_BYTES: usize = 4 << 20;
+pub const REQUEST_LIMIT_BYTES: usize = 4 << 20;
 
 #[cfg(test)]
 mod tests;

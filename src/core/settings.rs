@@ -14,8 +14,11 @@ use super::requests::RequestSettings;
 use super::tls::TlsSettings;
 use super::window::Redelivery;
 
-/// Handshake reply timeout.
+/// How long a protocol's verdict may take on a new connection.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Largest zmq message relink builds by coalescing frames.
+pub const BATCH_BYTES: usize = 256 * 1024;
 
 /// The validated settings of one link's core.
 #[derive(Clone, Debug)]

@@ -15,7 +15,7 @@ use std::sync::OnceLock;
 
 use crossbeam_channel::{Receiver, Sender};
 
-use crate::builder::defaults::BATCH_BYTES;
+use crate::core::settings::BATCH_BYTES;
 
 /// The capacity of a batch buffer under the default batch size: room for the batch and its
 /// TLS records (see `Slot::new`).
