@@ -571,9 +571,9 @@ pub(crate) enum Verdict {
 
 /// The default request timeout.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
-/// The default window of outstanding requests, in requests.
+/// The default limit of outstanding requests, in requests.
 pub const REQUEST_LIMIT_FRAMES: usize = 1024;
-/// The default window of outstanding requests, in bytes.
+/// The default limit of outstanding requests, in bytes.
 pub const REQUEST_LIMIT_BYTES: usize = 4 << 20;
 
 #[cfg(test)]
