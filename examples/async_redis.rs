@@ -2,20 +2,22 @@
 //! on 127.0.0.1, on a free port, without persistence, and kills it at the end).
 //!
 //! A tokio program that talks to redis through relink with no thread parked per link: it
-//! reads the link's events as a `Stream`, pipelines `INCR` commands with `send_batch_async`,
-//! restarts redis in the middle of the run and shows that the link comes back Ready on its
-//! own, that the commands sent during the outage wait in the outbox and are answered after
-//! the restart, and that every frame is accounted for.
+//! reads the link's state changes as a `Stream`, pipelines `INCR` commands as requests
+//! (`request_async`, each awaited for its own reply), restarts redis in the middle of the run
+//! and shows that the link comes back Ready on its own, that the requests made during the
+//! outage wait and are answered after the restart, and that every request is accounted for.
 
 use std::error::Error;
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use futures_util::future::join_all;
 use futures_util::StreamExt;
 use relink::bytes::Bytes;
+use relink::error::RequestError;
 use relink::framing::Lines;
-use relink::{Batch, Event, Handshake, Link, Metrics, Predicate, State};
+use relink::{Event, Handshake, Link, Metrics, Predicate, State};
 use tokio::sync::mpsc;
 use tokio::time::timeout;
 
@@ -39,19 +41,16 @@ async fn main() -> Result<(), Box<dyn Error>> {
             vec![b"PING".to_vec()],
             Predicate::new(|r| r == b"+PONG"),
         ))
+        .request_timeout(BOUND)
         .backoff(Duration::from_millis(50), Duration::from_millis(500))
         .build()?;
 
-    // One task reads every event; replies and transitions go to main through channels.
-    let (replies_tx, mut replies) = mpsc::unbounded_channel::<Bytes>();
+    // One task reads every event; the transitions to Ready go to main through a channel.
     let (ready_tx, mut ready) = mpsc::unbounded_channel::<()>();
     let mut events = link.events().clone();
     let reader = tokio::spawn(async move {
         while let Some(ev) = events.next().await {
             match ev {
-                Event::Frame(f) => {
-                    let _ = replies_tx.send(f);
-                }
                 Event::State(tr) => {
                     println!("{} state {} -> {} ({})", t(), tr.from, tr.to, tr.cause);
                     if tr.to == State::Ready {
@@ -70,7 +69,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
     });
 
     timeout(BOUND, ready.recv()).await?;
-    let first = round_trip(&link, &mut replies, "first").await?;
+    let first = round_trip(&link, "first").await?;
     println!(
         "{} round 1: {ROUND} INCRs pipelined, last reply {first}",
         t()
@@ -80,23 +79,21 @@ async fn main() -> Result<(), Box<dyn Error>> {
     println!("{} restarting redis-server", t());
     redis.kill()?;
     redis.wait()?;
-    // Sent while redis is down: they wait in the outbox.
-    let mut batch = Batch::with_capacity(ROUND, ROUND * 16);
-    for _ in 0..ROUND {
-        batch.push(b"INCR during-outage");
-    }
-    link.send_batch_async(batch).await?;
-    println!("{} {ROUND} INCRs queued during the outage", t());
+    // Made while redis is down: each request is submitted at once and waits for the link.
+    let during: Vec<_> = (0..ROUND)
+        .map(|_| link.request_pending("INCR during-outage"))
+        .collect();
+    println!("{} {ROUND} INCRs made during the outage", t());
     tokio::time::sleep(Duration::from_millis(300)).await;
     redis = start_redis(port)?;
     timeout(BOUND, ready.recv()).await?;
-    let queued = collect(&mut replies, ROUND).await?;
+    let queued = last_reply(join_all(during).await)?;
     println!(
-        "{} the {ROUND} queued INCRs were answered after the restart, last reply {}",
-        t(),
-        queued
+        "{} the {ROUND} INCRs made during the outage were answered after the restart, last \
+         reply {queued}",
+        t()
     );
-    let again = round_trip(&link, &mut replies, "second").await?;
+    let again = round_trip(&link, "second").await?;
     println!(
         "{} round 2: {ROUND} INCRs pipelined, last reply {again}",
         t()
@@ -110,48 +107,34 @@ async fn main() -> Result<(), Box<dyn Error>> {
     Ok(())
 }
 
-/// Pipelines `ROUND` INCRs of one key in one batch and waits for all the replies; returns the
-/// last one.
-async fn round_trip(
-    link: &Link,
-    replies: &mut mpsc::UnboundedReceiver<Bytes>,
-    key: &str,
-) -> Result<String, Box<dyn Error>> {
-    let command = format!("INCR {key}");
-    let batch: Batch = std::iter::repeat(command.as_bytes()).take(ROUND).collect();
-    link.send_batch_async(batch).await?;
-    collect(replies, ROUND).await
+/// Pipelines `ROUND` INCRs of one key as requests and awaits their replies; returns the last.
+async fn round_trip(link: &Link, key: &str) -> Result<String, Box<dyn Error>> {
+    let command = Bytes::from(format!("INCR {key}"));
+    let replies = join_all((0..ROUND).map(|_| link.request_async(command.clone()))).await;
+    last_reply(replies)
 }
 
-/// Waits for `n` replies; returns the last one.
-async fn collect(
-    replies: &mut mpsc::UnboundedReceiver<Bytes>,
-    n: usize,
-) -> Result<String, Box<dyn Error>> {
+/// The last of `replies`, or the first request that failed.
+fn last_reply(replies: Vec<Result<Bytes, RequestError>>) -> Result<String, Box<dyn Error>> {
     let mut last = Bytes::new();
-    for _ in 0..n {
-        last = timeout(BOUND, replies.recv())
-            .await?
-            .ok_or("the link's event stream ended")?;
+    for reply in replies {
+        last = reply?;
     }
     Ok(String::from_utf8_lossy(&last).into_owned())
 }
 
 fn print_accounting(m: &Metrics) {
     println!("accounting:");
-    println!("  frames submitted  {}", m.frames_submitted);
-    println!("  frames confirmed  {}", m.frames_confirmed);
-    println!("  unconfirmed now   {}", m.frames_unconfirmed);
-    println!("  frames abandoned  {}", m.abandoned.total());
-    println!("  frames refused    {}", m.frames_rejected);
-    println!("  still queued      {}", m.outbox_frames);
-    println!("  replies received  {}", m.frames_received);
-    println!("  connects          {}", m.connects);
-    println!("  reconnects        {}", m.reconnects);
-    println!("  last outage       {:?}", m.last_outage);
+    println!("  requests made      {}", m.requests_submitted);
+    println!("  answered           {}", m.requests_answered);
+    println!("  failed             {}", m.requests_failed);
+    println!("  still outstanding  {}", m.requests_outstanding);
+    println!("  connects           {}", m.connects);
+    println!("  reconnects         {}", m.reconnects);
+    println!("  last outage        {:?}", m.last_outage);
     println!(
-        "  submitted = confirmed + unconfirmed + abandoned + refused + queued: {}",
-        m.unaccounted() == 0
+        "  made = answered + failed: {}",
+        m.requests_submitted == m.requests_answered + m.requests_failed
     );
 }
 
