@@ -48,7 +48,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use relink::framing::LengthDelimited;
-use relink::{Answers, Confirm, Heartbeat, Link, Overflow, Ping, State};
+use relink::{Confirm, Heartbeat, Link, Overflow, Ping, State};
 use support::peer::Peer;
 
 const BOUND: Duration = Duration::from_secs(120);
@@ -110,7 +110,6 @@ fn pinged_link(endpoint: &str, confirm: Confirm) -> Link {
             Heartbeat::new(Duration::from_secs(1), Ping::Frame(b"PING".to_vec()))
                 .reply(|f: &[u8]| f == b"PONG"),
         )
-        .answers(Answers::Pings)
         .confirm(confirm)
         .build()
         .expect("build");

@@ -7,8 +7,8 @@
 //! The link frames with [`Resp`]: commands go out as arrays of bulk strings (built with
 //! [`Resp::command`]), every reply comes back as one whole value, read with [`RespValue`].
 //! Each command is a request (`Link::request_pending`), matched to its reply in order
-//! (`Correlation::resp`); a heartbeat sends RESP `PING` and recognises `+PONG` in its own turn,
-//! so no reply is ever taken for it nor it for a reply. Commands are pipelined in windows
+//! (the built-in `protocols::Redis`: redis answers every command in order); the heartbeat's
+//! `PING` takes its turn among them, so no reply is ever taken for its pong nor it for a reply. Commands are pipelined in windows
 //! (SET, GET, INCR); halfway through, redis-server is killed and started again on the same
 //! port, and the requests it left unanswered are written again (`Redelivery::Resend`). At the
 //! end every request is answered or failed with its reason.
@@ -19,7 +19,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use relink::framing::{Resp, RespValue};
-use relink::{Correlation, Event, Heartbeat, Link, Pending, Ping, Redelivery};
+use relink::protocols::Redis;
+use relink::{Correlation, Event, Heartbeat, Link, Pending, Redelivery};
 
 /// Windows of pipelined commands.
 const WINDOWS: usize = 20;
@@ -109,14 +110,12 @@ fn run() -> Result<bool, String> {
 
     let link = Link::builder(format!("tcp://127.0.0.1:{port}"))
         .framing(Resp::new())
-        .requests(Correlation::resp())
+        // Every command answered in order, PING as the ping, RESP3 pushes the server's own.
+        .protocol(Redis::new())
+        .requests(Correlation::in_order())
         .request_redelivery(Redelivery::Resend)
         .request_timeout(Duration::from_secs(10))
-        .heartbeat(
-            Heartbeat::new(Duration::from_millis(100), Ping::Frame(b"PING".to_vec()))
-                .max_missed(4)
-                .reply(|reply: &[u8]| reply == b"+PONG\r\n"),
-        )
+        .heartbeat(Heartbeat::every(Duration::from_millis(100)).max_missed(4))
         .backoff(Duration::from_millis(50), Duration::from_millis(400))
         .build()
         .map_err(|e| format!("link: {e}"))?;

@@ -107,7 +107,7 @@ pub(crate) struct Config {
 /// | where and what | | [`endpoint`](Builder::endpoint), [`framing`](Builder::framing), [`protocol`](Builder::protocol), [`tls`](Builder::tls), [`name`](Builder::name), [`resolver`](Builder::resolver) |
 /// | when a connection is alive | | [`heartbeat`](Builder::heartbeat), [`ready_when`](Builder::ready_when), [`handshake_timeout`](Builder::handshake_timeout) |
 /// | reconnecting | [`reconnect`](Builder::reconnect) ([`Reconnect`]) | [`backoff`](Builder::backoff), [`backoff_factor`](Builder::backoff_factor), [`backoff_floor`](Builder::backoff_floor), [`jitter`](Builder::jitter), [`max_attempts`](Builder::max_attempts), [`cooldown`](Builder::cooldown), [`native_retries`](Builder::native_retries), [`min_stable`](Builder::min_stable), [`config_failure_retry`](Builder::config_failure_retry), [`dns_refresh`](Builder::dns_refresh), [`rng_seed`](Builder::rng_seed) |
-/// | delivering frames | [`delivery`](Builder::delivery) ([`Delivery`]) | [`outbox_limits`](Builder::outbox_limits), [`overflow`](Builder::overflow), [`frame_ttl`](Builder::frame_ttl), [`abandon_on_disconnect`](Builder::abandon_on_disconnect), [`window`](Builder::window), [`redelivery`](Builder::redelivery), [`confirm`](Builder::confirm), [`max_losses`](Builder::max_losses), [`answers`](Builder::answers), [`batch_bytes`](Builder::batch_bytes) |
+/// | delivering frames | [`delivery`](Builder::delivery) ([`Delivery`]) | [`outbox_limits`](Builder::outbox_limits), [`overflow`](Builder::overflow), [`frame_ttl`](Builder::frame_ttl), [`abandon_on_disconnect`](Builder::abandon_on_disconnect), [`window`](Builder::window), [`redelivery`](Builder::redelivery), [`confirm`](Builder::confirm), [`max_losses`](Builder::max_losses), [`batch_bytes`](Builder::batch_bytes) |
 /// | requests | | [`requests`](Builder::requests), [`request_timeout`](Builder::request_timeout), [`request_limits`](Builder::request_limits), [`request_redelivery`](Builder::request_redelivery) |
 /// | receiving | | [`events_capacity`](Builder::events_capacity), [`closed_frames_wait`](Builder::closed_frames_wait) |
 /// | libzmq's socket | [`socket`](Builder::socket) ([`SocketOptions`]) | [`connect_timeout`](Builder::connect_timeout), [`immediate`](Builder::immediate), [`reconnect_ivl`](Builder::reconnect_ivl), [`reconnect_ivl_max`](Builder::reconnect_ivl_max), [`linger`](Builder::linger), [`hwm`](Builder::hwm), [`tcp_keepalive`](Builder::tcp_keepalive), [`tcp_maxrt`](Builder::tcp_maxrt) |
@@ -878,28 +878,10 @@ impl Builder {
         self
     }
 
-    /// Which frames the peer's application answers, in order: [`Answers::EveryFrame`] (redis,
-    /// memcached), [`Answers::Pings`] (NATS, MQTT QoS 0: only the ping), or not said. The link
-    /// gives each answer its turn, so a ping's reply never answers a request nor a request's
-    /// reply a ping, and [`Confirm::reply`] can confirm frames by the answers. Defaults to
-    /// [`Answers::Unknown`] (as `Pings` when the heartbeat has a `reply`).
-    ///
-    /// `build()` refuses `EveryFrame` with requests correlated by id, `Pings` without a
-    /// heartbeat whose `reply` recognises the pong, and a heartbeat without `reply` on a
-    /// link whose requests are matched in order unless this says what the peer answers. A
-    /// [`Protocol`] says it with [`Protocol::answers`]; `build()` refuses the two when they
-    /// disagree.
-    ///
-    /// # Examples
-    /// See [`Answers`].
-    pub fn answers(mut self, answers: Answers) -> Builder {
-        self.config.core.answers = answers;
-        self
-    }
-
     /// What confirms a frame: the peer's TCP ([`Confirm::tcp`], the default) or a reply of
-    /// its application ([`Confirm::reply`], which needs [`Builder::answers`] and, under
-    /// [`Answers::Pings`], a heartbeat: its ping is the barrier). See [`Confirm`].
+    /// its application ([`Confirm::reply`], which needs to know what the peer answers: a
+    /// [`Protocol`] whose [`answers`](Protocol::answers) says it, or a heartbeat with a
+    /// `reply`, whose ping is then the barrier). See [`Confirm`].
     pub fn confirm(mut self, confirm: Confirm) -> Builder {
         self.config.core.confirm = confirm;
         self

@@ -1,7 +1,9 @@
 //! Real protocols through one `Protocol` each (`examples/protocols/`), against real servers:
 //! nats-server pinging an idle link that no application code answers, subscriptions renewed
 //! after a restart; mosquitto killed twice during 5 000 QoS 1 publishes, a refused `CONNACK`;
-//! and a silent collector opened with a hello line. The server tests are ignored in a bare
+//! a silent collector opened with a hello line; redis' `AUTH` and `SELECT` on every connection
+//! through the built-in `protocols::Redis`, and a wrong password refused. The server tests
+//! are ignored in a bare
 //! `cargo test`; `.ci/run` installs the servers and runs them.
 
 mod util;
@@ -17,9 +19,10 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use relink::error::LinkError;
-use relink::framing::Lines;
+use relink::framing::{Lines, Resp};
+use relink::protocols::Redis;
 use relink::{Cause, Event, Heartbeat, Link, Opening, Protocol, Redelivery, State};
-use util::{Behaviour, Mosquitto, NatsServer, Peer, Server, Watch};
+use util::{Behaviour, Mosquitto, NatsServer, Peer, RedisServer, Server, Watch};
 
 const T: Duration = Duration::from_secs(30);
 
@@ -247,6 +250,86 @@ impl Protocol for Telemetry {
     fn open(&mut self) -> Opening {
         Opening::ready(vec![b"HELLO sensor-7".to_vec()])
     }
+}
+
+// ----- redis ---------------------------------------------------------------------------------
+
+/// A redis-server with a user `app` (password `secret`) beside the default user.
+fn redis_with_a_user() -> RedisServer {
+    RedisServer::start_with(false, &["--user", "app", "on", ">secret", "~*", "+@all"])
+        .expect("this test needs redis-server")
+}
+
+fn redis_link(endpoint: &str, password: &str) -> Link {
+    Link::builder(endpoint)
+        .framing(Resp::new())
+        .protocol(
+            Redis::new()
+                .open_with(["AUTH", "app", password])
+                .open_with(["SELECT", "3"]),
+        )
+        .heartbeat(Heartbeat::every(Duration::from_secs(1)))
+        .build()
+        .unwrap()
+}
+
+#[test]
+#[ignore = "needs redis-server"]
+fn redis_opening_commands_are_answered_before_ready_and_hold_on_every_connection() {
+    let mut redis = redis_with_a_user();
+    let link = redis_link(&redis.endpoint(), "secret");
+    let mut watch = Watch::new(&link);
+    for round in 0..2 {
+        watch.until(T, |t| t.to == State::Ready);
+        let info = link
+            .request_within(Resp::command(["CLIENT", "INFO"]), T)
+            .expect("CLIENT INFO answered");
+        let info = String::from_utf8_lossy(&info);
+        assert!(
+            info.contains(" db=3 ") && info.contains(" user=app "),
+            "round {round}: {info}"
+        );
+        if round == 0 {
+            redis.restart();
+        }
+    }
+    assert!(
+        watch.frames.is_empty(),
+        "the opening's +OKs are the link's: {:?}",
+        watch.frames
+    );
+    link.close(Duration::from_secs(1));
+}
+
+#[test]
+#[ignore = "needs redis-server"]
+fn a_wrong_redis_password_is_a_refusal_with_redis_words_retried_at_the_slow_pace() {
+    let redis = redis_with_a_user();
+    let link = redis_link(&redis.endpoint(), "wrong");
+    let mut watch = Watch::new(&link);
+    let (_, t) = watch.until(T, |t| t.from == State::Connected);
+    assert_eq!(
+        (t.to, t.cause),
+        (State::Backoff, Cause::Rejected),
+        "{}",
+        watch.trace()
+    );
+    assert_eq!(
+        t.next_retry,
+        Some(relink::defaults::COOLDOWN),
+        "the slow pace: config_failure_retry's default"
+    );
+    let reason = watch.errors.iter().find_map(|e| match e {
+        LinkError::Refused { reason } => Some(reason.clone()),
+        _ => None,
+    });
+    assert!(
+        reason
+            .as_deref()
+            .is_some_and(|r| r.starts_with("WRONGPASS")),
+        "{reason:?}"
+    );
+    link.close(Duration::from_secs(1));
 }
 
 #[test]

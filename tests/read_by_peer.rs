@@ -14,9 +14,10 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 use relink::error::{DecodeError, EncodeError, FlushError, RequestError};
 use relink::framing::{Framing, Lines, Resp};
+use relink::protocols::Redis;
 use relink::{
-    AbandonReason, Answers, Confirm, Correlation, Event, Handshake, Heartbeat, Link, Overflow,
-    Ping, Predicate, Redelivery, State,
+    AbandonReason, Confirm, Correlation, Event, Handshake, Heartbeat, Link, Overflow, Ping,
+    Predicate, Redelivery, State,
 };
 use util::{NatsServer, NatsSubscriber, RedisServer, Server, Watch};
 
@@ -64,7 +65,6 @@ fn publisher(endpoint: &str, confirm: Confirm, policy: Redelivery) -> Link {
             Heartbeat::new(Duration::from_secs(1), Ping::Raw(b"PING\r\n".to_vec()))
                 .reply(|f: &[u8]| f == b"PONG"),
         )
-        .answers(Answers::Pings)
         .confirm(confirm)
         .redelivery(policy)
         // The subscriber is back on a restarted server before the publisher.
@@ -261,11 +261,8 @@ fn redis_kills(confirm: Confirm, policy: Redelivery) -> Option<(u64, u64, u64, u
     )?;
     let link = Link::builder(redis.endpoint())
         .framing(Resp::new())
-        .heartbeat(Heartbeat::new(
-            Duration::from_secs(1),
-            Ping::Raw(b"PING\r\n".to_vec()),
-        ))
-        .answers(Answers::EveryFrame)
+        .protocol(Redis::new())
+        .heartbeat(Heartbeat::every(Duration::from_secs(1)))
         .confirm(confirm)
         .redelivery(policy)
         .overflow(Overflow::Block(T))
@@ -371,7 +368,7 @@ fn a_heartbeats_pong_never_answers_a_request_when_every_frame_is_answered() {
         b().build().is_err(),
         "without saying what the peer answers, a pong could answer a request"
     );
-    let link = b().answers(Answers::EveryFrame).build().unwrap();
+    let link = b().protocol(Redis::new()).build().unwrap();
     link.request_within(Resp::command(["SET", "k", "value"]), T)
         .expect("SET answered");
     let mut pongs = 0;
@@ -448,7 +445,7 @@ fn a_flush_confirmed_by_reply_returns_once_redis_has_answered_every_write_before
     let redis = RedisServer::start().expect("this test needs redis-server");
     let link = Link::builder(redis.endpoint())
         .framing(Resp::new())
-        .answers(Answers::EveryFrame)
+        .protocol(Redis::new())
         .confirm(Confirm::reply())
         .build()
         .unwrap();

@@ -233,18 +233,10 @@ impl Builder {
 fn check_answers(c: &mut Config, requests_said: bool) -> Result<(), ConfigError> {
     let core = &mut c.core;
     positive("handshake_timeout", core.handshake_timeout)?;
-    if let Some(p) = &core.protocol {
-        match (core.answers, p.answers()) {
-            (_, Answers::Unknown) => {}
-            (Answers::Unknown, said) => core.answers = said,
-            (builder, said) if builder != said => {
-                return Err(ConfigError::Answers(
-                    "Builder::answers and the protocol's answers() disagree; say it once",
-                ))
-            }
-            _ => {}
-        }
-    }
+    core.answers = core
+        .protocol
+        .as_ref()
+        .map_or(Answers::Unknown, |p| p.answers());
     let protocol_pong = core.protocol.as_ref().is_some_and(|p| p.ping().is_some());
     let reply = core.heartbeat.as_ref().is_some_and(|h| h.reply.is_some())
         || (protocol_pong && core.answers != Answers::EveryFrame);
@@ -256,12 +248,12 @@ fn check_answers(c: &mut Config, requests_said: bool) -> Result<(), ConfigError>
         Answers::Unknown if reply => core.answers = Answers::Pings,
         Answers::Unknown if core.confirm.by_reply => {
             return Err(ConfigError::Answers(
-                "Confirm::reply needs Builder::answers (EveryFrame or Pings)",
+                "Confirm::reply needs to know what the peer answers: a protocol whose answers() says it, or Heartbeat::reply",
             ))
         }
         Answers::Unknown if core.heartbeat.is_some() && in_order && requests_said => {
             return Err(ConfigError::Answers(
-                "in-order requests and a heartbeat without a reply: a pong could answer a                  request; say what the peer answers (Builder::answers) or give Heartbeat::reply",
+                "in-order requests and a heartbeat without a reply: a pong could answer a                  request; give a protocol whose answers() says what the peer answers, or Heartbeat::reply",
             ))
         }
         Answers::EveryFrame if !in_order => {

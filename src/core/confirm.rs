@@ -18,7 +18,7 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 /// Which frames the peer's application answers, in the order it read them
-/// ([`Builder::answers`](crate::Builder::answers)).
+/// ([`Protocol::answers`](crate::Protocol::answers)).
 ///
 /// The link uses it to give each answer its turn: a ping's reply is told from a request's by
 /// its place, and (with [`Confirm::reply`]) an answer confirms every frame written before the
@@ -28,13 +28,15 @@ use std::time::Duration;
 /// ```
 /// use std::time::Duration;
 /// use relink::framing::Resp;
-/// use relink::{Answers, Confirm, Heartbeat, Link, Ping};
+/// use relink::protocols::Redis;
+/// use relink::{Answers, Confirm, Heartbeat, Link, Protocol};
 ///
 /// // redis answers every command in order: the k-th reply answers the k-th frame.
+/// assert_eq!(Redis::new().answers(), Answers::EveryFrame);
 /// let link = Link::builder("tcp://127.0.0.1:6379")
 ///     .framing(Resp::new())
-///     .heartbeat(Heartbeat::new(Duration::from_secs(1), Ping::Raw(b"PING\r\n".to_vec())))
-///     .answers(Answers::EveryFrame)
+///     .protocol(Redis::new())
+///     .heartbeat(Heartbeat::every(Duration::from_secs(1)))
 ///     .confirm(Confirm::reply())
 ///     .build()?;
 /// # link.close(Duration::ZERO);

@@ -42,6 +42,7 @@ mod outbox;
 pub(crate) mod overflow;
 pub(crate) mod predicate;
 pub(crate) mod protocol;
+pub mod protocols;
 pub(crate) mod requests;
 pub(crate) mod settings;
 mod timers;

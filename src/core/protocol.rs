@@ -54,6 +54,9 @@ pub enum Verdict {
     Ready,
     /// Not this frame: it is delivered to the application, and the link keeps waiting.
     NotYet,
+    /// An answer to the opening, not the last: the frame is consumed, and the link keeps
+    /// waiting (redis' `+OK` to `AUTH`, before the reply to `SELECT`).
+    Continue,
     /// The peer refused the link for a reason no retry at the usual pace can fix (bad
     /// credentials, a protocol version it does not speak): the connection is closed with cause
     /// [`Rejected`](crate::Cause::Rejected), the reason comes in an
@@ -165,6 +168,14 @@ pub trait Protocol: Send + 'static {
     /// Which frames the peer answers, in order. Defaults to [`Answers::Unknown`].
     fn answers(&self) -> Answers {
         Answers::Unknown
+    }
+
+    /// Whether `frame` is one of the peer's own told by its content (a RESP3 push, a server's
+    /// notice): it answers no frame the link wrote, so it takes no turn among the answers and
+    /// is no request's reply; it goes to [`react`](Protocol::react). Defaults to false.
+    fn is_unsolicited(&self, frame: &[u8]) -> bool {
+        let _ = frame;
+        false
     }
 
     /// A frame written again on a new connection after its connection dropped unconfirmed

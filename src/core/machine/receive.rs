@@ -134,6 +134,7 @@ impl Machine {
         match verdict {
             Ok(Opened::Ready) => self.step(now, Ev::Alive),
             Ok(Opened::NotYet) => return false,
+            Ok(Opened::Continue) => {}
             Ok(Opened::Refused(reason)) => self.step(now, Ev::Rejected(reason)),
             Err(p) => self.step(now, Ev::CallbackPanicked(p)),
         }
@@ -205,6 +206,9 @@ impl Machine {
 
     /// Whether the in-order correlation calls `frame` the peer's own, guarded.
     fn unsolicited(&self, frame: &[u8]) -> Result<bool, Panicked> {
+        if self.protocol_unsolicited(frame)? {
+            return Ok(true);
+        }
         guarded(Callback::Correlation, || {
             match &self.cfg.requests.correlation.0 {
                 Matching::InOrder {
@@ -320,6 +324,9 @@ impl Machine {
 
     /// What the correlation's code says of an inbound frame, guarded.
     fn verdict(&self, frame: &[u8]) -> Result<Verdict, Panicked> {
+        if self.protocol_unsolicited(frame)? {
+            return Ok(Verdict::Unsolicited);
+        }
         guarded(Callback::Correlation, || {
             match &self.cfg.requests.correlation.0 {
                 Matching::InOrder {
@@ -332,5 +339,13 @@ impl Machine {
                 },
             }
         })
+    }
+
+    /// Whether the protocol calls `frame` the peer's own by its content, guarded.
+    fn protocol_unsolicited(&self, frame: &[u8]) -> Result<bool, Panicked> {
+        match self.protocol.as_ref() {
+            Some(p) => guarded(Callback::Protocol, || p.is_unsolicited(frame)),
+            None => Ok(false),
+        }
     }
 }

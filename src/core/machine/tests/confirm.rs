@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::error::{ConfigError, FlushError, RequestError};
-use crate::{Answers, Confirm, Correlation, Redelivery};
+use crate::{Answers, Confirm, Correlation, Protocol, Redelivery};
 use bytes::Bytes;
 
 const SEC: Duration = Duration::from_secs(1);
@@ -46,13 +46,23 @@ impl Sim {
     }
 }
 
+/// A protocol that says only what the peer answers.
+#[derive(Clone)]
+struct Answering(Answers);
+
+impl Protocol for Answering {
+    fn answers(&self) -> Answers {
+        self.0
+    }
+}
+
 fn reply(s: &Sim, token: Token) -> Option<&Outcome> {
     s.answers.iter().find(|(t, _)| *t == token).map(|(_, o)| o)
 }
 
 #[test]
 fn every_frame_a_pong_in_its_turn_never_answers_the_request_behind_it() {
-    let mut s = Sim::ready(pinged().answers(Answers::EveryFrame));
+    let mut s = Sim::ready(pinged().protocol(Answering(Answers::EveryFrame)));
     s.advance(SEC);
     s.transmit();
     s.request_line(1, b"GET a");
@@ -66,7 +76,7 @@ fn every_frame_a_pong_in_its_turn_never_answers_the_request_behind_it() {
 
 #[test]
 fn every_frame_a_reply_that_looks_like_a_pong_still_answers_its_request() {
-    let mut s = Sim::ready(pinged().answers(Answers::EveryFrame));
+    let mut s = Sim::ready(pinged().protocol(Answering(Answers::EveryFrame)));
     s.request_line(1, b"GET a");
     s.transmit();
     s.advance(SEC);
@@ -80,11 +90,9 @@ fn every_frame_a_reply_that_looks_like_a_pong_still_answers_its_request() {
 
 #[test]
 fn pings_a_pong_is_taken_only_in_a_pings_turn_and_a_requests_turn_takes_any_reply() {
-    let b = pinged()
-        .heartbeat(
-            Heartbeat::new(SEC, Ping::Frame(b"PING".to_vec())).reply(|f: &[u8]| f == b"PONG"),
-        )
-        .answers(Answers::Pings);
+    let b = pinged().heartbeat(
+        Heartbeat::new(SEC, Ping::Frame(b"PING".to_vec())).reply(|f: &[u8]| f == b"PONG"),
+    );
     let mut s = Sim::ready(b);
     s.request_line(1, b"GET a");
     s.transmit();
@@ -108,10 +116,10 @@ fn build_refuses_in_order_requests_beside_a_heartbeat_whose_pong_cannot_be_told_
     ));
     assert!(err(pinged()
         .requests(Correlation::in_order())
-        .answers(Answers::EveryFrame))
+        .protocol(Answering(Answers::EveryFrame)))
     .is_none());
     assert!(
-        err(pinged().answers(Answers::Pings)).is_some(),
+        err(pinged().protocol(Answering(Answers::Pings))).is_some(),
         "Pings needs a reply"
     );
     assert!(
@@ -119,7 +127,10 @@ fn build_refuses_in_order_requests_beside_a_heartbeat_whose_pong_cannot_be_told_
         "reply needs answers"
     );
     let by_id = Correlation::by_id(|f| Some(f.to_vec()), |f| Some(f.to_vec()));
-    assert!(err(pinged().requests(by_id).answers(Answers::EveryFrame)).is_some());
+    assert!(err(pinged()
+        .requests(by_id)
+        .protocol(Answering(Answers::EveryFrame)))
+    .is_some());
     assert!(err(pinged().max_losses(0)).is_some());
 }
 
@@ -130,7 +141,6 @@ fn nats_like() -> Builder {
         .heartbeat(
             Heartbeat::new(10 * SEC, Ping::Frame(b"PING".to_vec())).reply(|f: &[u8]| f == b"PONG"),
         )
-        .answers(Answers::Pings)
         .confirm(Confirm::reply().barrier(1 << 20, 5 * MS))
 }
 
@@ -184,7 +194,7 @@ fn by_reply_under_report_a_drop_before_the_pong_reports_the_frame() {
 fn every_frame_each_reply_confirms_its_frame_and_is_delivered() {
     let b = Sim::builder()
         .framing(Lines::new())
-        .answers(Answers::EveryFrame)
+        .protocol(Answering(Answers::EveryFrame))
         .confirm(Confirm::reply());
     let mut s = Sim::ready(b);
     for f in [&b"SET a 1"[..], b"SET b 2", b"SET c 3"] {

@@ -199,16 +199,3 @@ fn a_frame_written_again_on_a_new_connection_carries_the_protocols_mark() {
     s.transmit();
     assert_eq!(s.written, b"HELLO\n*PUBLISH 1\n");
 }
-
-#[test]
-fn build_refuses_builder_answers_that_disagree_with_the_protocols() {
-    let err = lined(false)
-        .answers(Answers::EveryFrame)
-        .into_config()
-        .unwrap_err();
-    assert!(
-        matches!(err, crate::error::ConfigError::Answers(_)),
-        "{err:?}"
-    );
-    assert!(lined(false).answers(Answers::Pings).into_config().is_ok());
-}
