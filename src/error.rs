@@ -245,7 +245,8 @@ pub enum DecodeError {
 #[non_exhaustive]
 pub enum SendError {
     /// The outbox is at its limit (frames or bytes) and the overflow policy is `RejectNew`,
-    /// or `try_send` was used, or a `Block` wait ran out.
+    /// or the call said [`SendOptions::no_wait`](crate::SendOptions::no_wait), or a `Block`
+    /// wait ran out.
     #[error("outbox full")]
     Full(bytes::Bytes),
     /// The link is closed or closing.

@@ -5,7 +5,7 @@ use std::time::Duration;
 /// How one [`send_with`](crate::Link::send_with) call (or its async and batch twins) queues
 /// its frames: how long it may wait for room at the outbox limit, and how long its frames may
 /// wait to be sent. `SendOptions::new()` is the link's own settings: the builder's
-/// [`overflow`](crate::Builder::overflow) policy and its `frame_ttl`; `send`, `try_send` and
+/// [`overflow`](crate::Builder::overflow) policy and its `frame_ttl`; `send` and
 /// `send_timeout` are `send_with` with options of their own.
 ///
 /// # Examples
@@ -50,8 +50,8 @@ impl SendOptions {
     }
 
     /// Refuses the frame at once ([`SendError::Full`](crate::error::SendError::Full)) at the outbox
-    /// limit, whatever the policy, except `DropOldest`, which drops the oldest frame instead:
-    /// what [`try_send`](crate::Link::try_send) does.
+    /// limit, whatever the policy, except `DropOldest`, which drops the oldest frame instead.
+    /// A call that must never block the thread uses it (crossbeam's `try_send`).
     pub const fn no_wait(mut self) -> SendOptions {
         self.wait = Some(WaitFor::No);
         self

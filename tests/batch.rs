@@ -136,8 +136,8 @@ fn order_is_kept_across_batches_and_single_sends_from_one_thread() {
     for i in 100..200 {
         step(&link, i);
     }
-    link.send_all((next..next + 10).map(seq_payload))
-        .expect("send_all");
+    link.send_batch((next..next + 10).map(seq_payload).collect())
+        .expect("a batch collected from an iterator");
     next += 10;
     let m = link.close(BOUND);
     assert_eq!(m.frames_sent, next, "every frame sent: {m:?}");

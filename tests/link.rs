@@ -679,9 +679,9 @@ fn close_while_connecting_returns_promptly_gives_queued_frames_back_and_refuses_
         Err(SendError::Closed(f)) => assert_eq!(f, &b"late"[..]),
         other => panic!("send after close: {other:?}"),
     }
-    match link.try_send(b"later".to_vec()) {
+    match link.send_with(b"later".to_vec(), SendOptions::new().no_wait()) {
         Err(SendError::Closed(f)) => assert_eq!(f, &b"later"[..]),
-        other => panic!("try_send after close: {other:?}"),
+        other => panic!("a no-wait send after close: {other:?}"),
     }
     let again = close_again(&link);
     assert_eq!(again.frames_rejected, 2);
@@ -887,7 +887,7 @@ fn send_refuses_a_frame_the_codec_cannot_encode_and_gives_it_back() {
         other => panic!("a frame with a newline: {other:?}"),
     }
     for r in [
-        lines.try_send(bad.clone()),
+        lines.send_with(bad.clone(), SendOptions::new().no_wait()),
         lines.send_timeout(bad.clone(), T),
         lines.send_with(bad.clone(), SendOptions::new().ttl(T)),
     ] {

@@ -80,7 +80,8 @@ fn send_async_under_block_gives_the_frame_back_at_the_policys_bound() {
 #[test]
 fn send_with_async_waits_for_room_no_longer_than_its_option_whatever_the_policy() {
     let link = offline_link((1, 1 << 20), Overflow::Block(Duration::from_secs(60)));
-    link.try_send("first").expect("room for one");
+    link.send_with("first", SendOptions::new().no_wait())
+        .expect("room for one");
     let mut exec = TestExec::new();
     let wait = ms(100);
     let started = Instant::now();

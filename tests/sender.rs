@@ -155,16 +155,22 @@ fn a_sender_gives_back_the_room_it_held_when_it_is_dropped() {
     // The sender admits up to half the room ahead (two frames here) and uses one.
     sender.send(b"one").expect("room");
     let mut accepted = 0;
-    while link.try_send("filler").is_ok() {
+    while link
+        .send_with("filler", SendOptions::new().no_wait())
+        .is_ok()
+    {
         accepted += 1;
     }
     assert_eq!(accepted, 2, "the sender holds one frame's room ahead");
     drop(sender);
     assert!(
-        link.try_send("after the drop").is_ok(),
+        link.send_with("after the drop", SendOptions::new().no_wait())
+            .is_ok(),
         "its room came back"
     );
-    assert!(link.try_send("one too many").is_err());
+    assert!(link
+        .send_with("one too many", SendOptions::new().no_wait())
+        .is_err());
     let m = link.close(ms(50));
     assert_eq!(m.abandoned.shutdown, 4);
     assert_accounted(&m, "room given back");

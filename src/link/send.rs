@@ -105,37 +105,6 @@ impl Link {
         self.send_with(frame, SendOptions::new())
     }
 
-    /// Queues a frame, or refuses it at once when the outbox is at its limit (whatever the
-    /// policy, except `DropOldest`, which drops the oldest frame instead):
-    /// [`send_with`](Link::send_with) with [`SendOptions::no_wait`]. Never blocks, so it is
-    /// also the async call that does not wait.
-    ///
-    /// # Errors
-    /// As [`send`](Link::send).
-    ///
-    /// # Examples
-    /// ```
-    /// use std::time::{Duration, Instant};
-    /// use relink::{Link, Overflow};
-    /// use relink::error::SendError;
-    ///
-    /// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    /// // Nobody listens on `port`: frames wait in the outbox.
-    /// let link = Link::builder(&format!("tcp://127.0.0.1:{port}"))
-    ///     .outbox_limits(1, 1024)
-    ///     .overflow(Overflow::Block(Duration::from_secs(10))) // `send` would wait 10 s
-    ///     .build()?;
-    /// link.try_send("first")?;
-    /// let start = Instant::now();
-    /// assert_eq!(link.try_send("second"), Err(SendError::Full("second".into())));
-    /// assert!(start.elapsed() < Duration::from_secs(5)); // refused without waiting
-    /// link.close(Duration::from_millis(50));
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn try_send(&self, frame: impl Into<Bytes>) -> Result<(), SendError> {
-        self.send_with(frame, SendOptions::new().no_wait())
-    }
-
     /// Queues a frame, waiting up to `timeout` for room in the outbox, whatever the policy:
     /// [`send_with`](Link::send_with) with [`SendOptions::wait`].
     ///
@@ -184,8 +153,9 @@ impl Link {
     }
 
     /// Queues a frame as `options` say: how long to wait for room at the outbox limit, and how
-    /// long the frame may wait to be sent. `send`, `try_send` and `send_timeout` are this call
-    /// with options of their own.
+    /// long the frame may wait to be sent. `send` and `send_timeout` are this call with options
+    /// of their own; `SendOptions::new().no_wait()` refuses at once at the limit, whatever the
+    /// policy.
     ///
     /// # Errors
     /// As [`send`](Link::send).
@@ -498,37 +468,6 @@ impl Link {
             }
         }
         Ok(())
-    }
-
-    /// Queues every frame of `frames` as one batch; see [`send_batch`](Link::send_batch).
-    ///
-    /// # Errors
-    /// As [`send_batch`](Link::send_batch).
-    ///
-    /// # Examples
-    /// ```
-    /// use std::time::Duration;
-    /// use relink::Link;
-    /// use relink::error::BatchError;
-    ///
-    /// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    /// // Nobody listens on `port`: frames wait in the outbox, which has room for 3.
-    /// let link = Link::builder(&format!("tcp://127.0.0.1:{port}"))
-    ///     .outbox_limits(3, 1024)
-    ///     .build()?;
-    /// let err = link.send_all(["a", "b", "c", "d", "e"]).unwrap_err();
-    /// assert_eq!(err.accepted(), 3);
-    /// assert_eq!(err.into_inner().into_frames(), [b"d".to_vec(), b"e".to_vec()]);
-    /// let m = link.close(Duration::from_millis(50));
-    /// assert_eq!((m.frames_submitted, m.frames_rejected), (5, 2));
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn send_all<I>(&self, frames: I) -> Result<(), BatchError>
-    where
-        I: IntoIterator,
-        I::Item: AsRef<[u8]>,
-    {
-        self.send_batch(frames.into_iter().collect())
     }
 
     /// Refuses the whole batch if the framing refuses one of its frames.
