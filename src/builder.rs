@@ -95,6 +95,7 @@ pub(crate) struct Config {
     pub closed_frames_wait: Duration,
     pub close_timeout: Duration,
     pub resolver: Option<Resolver>,
+    pub spool: Option<crate::spool::Spool>,
 }
 
 /// Builds a [`Link`](crate::Link). Made by [`Link::builder`](crate::Link::builder); every
@@ -230,6 +231,7 @@ impl Builder {
                 },
                 overflow: Overflow::RejectNew,
                 frame_ttl: None,
+                spool: None,
                 events_capacity: defaults::EVENTS_CAPACITY,
                 closed_frames_wait: defaults::CLOSED_FRAMES_WAIT,
                 close_timeout: defaults::CLOSE_TIMEOUT,
@@ -714,6 +716,19 @@ impl Builder {
     /// [`SendOptions::ttl`](crate::SendOptions::ttl) overrides it for one call.
     pub fn frame_ttl(mut self, ttl: Duration) -> Builder {
         self.config.frame_ttl = Some(ttl);
+        self
+    }
+
+    /// Keeps every frame admitted by `send` in a [`Spool`](crate::Spool) on disk until it is
+    /// confirmed (or abandoned and reported), and sends what a spool holds first at the next
+    /// start. Defaults to none (the outbox lives in memory only).
+    ///
+    /// A spooled link numbers its frames ([`Link::send_numbered`](crate::Link::send_numbered));
+    /// its [`Sender`](crate::Sender) refuses frames (`SendError::Spool`), since its ring
+    /// bypasses the spool; requests are not spooled. The outbox limits bound the spool too.
+    /// See the guide's "Spool" section and the example on [`Spool`](crate::Spool).
+    pub fn spool(mut self, spool: crate::spool::Spool) -> Builder {
+        self.config.spool = Some(spool);
         self
     }
 

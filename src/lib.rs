@@ -315,6 +315,7 @@ mod link;
 mod metrics;
 mod request;
 mod send;
+mod spool;
 mod tls;
 mod view;
 
@@ -340,6 +341,7 @@ pub use link::{Link, Sender, Writer};
 pub use metrics::{Abandoned, Metrics};
 pub use request::Pending;
 pub use send::SendOptions;
+pub use spool::{Durability, Spool};
 pub use tls::Tls;
 
 pub mod pool {

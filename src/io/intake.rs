@@ -237,6 +237,15 @@ impl Intake {
         Ok(q.tell())
     }
 
+    /// Queues a frame recovered from the link's spool at its start, whatever the limits (the
+    /// spool held it, so it was admitted once).
+    pub(crate) fn restore(&self, mut frame: Bytes, deadline: Option<Instant>) -> Tell {
+        let mut q = self.lock();
+        q.admit(1, frame.len());
+        q.frames.push(&mut frame, deadline);
+        q.tell()
+    }
+
     /// Queues the longest prefix of `batch` that is admitted now (the whole batch, or none of
     /// it, when forced); never waits. Returns how many frames were queued; `batch` keeps the
     /// rest.
