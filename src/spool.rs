@@ -18,13 +18,14 @@ use std::time::Duration;
 ///     .durability(Durability::Group(Duration::from_millis(5)));
 /// assert_eq!(spool.get_durability(), Durability::Group(Duration::from_millis(5)));
 /// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Durability {
     /// Every frame is written and `fdatasync`ed before its `send` returns: nothing whose
     /// `send` returned `Ok` is lost at a crash or a power cut. Costs one `fdatasync` per
     /// frame (about a quarter of a millisecond here, far more on an SD card): for a few
     /// frames a second. The default.
+    #[default]
     EveryFrame,
     /// Group commit: `send` appends the frame to a buffer in memory and returns; a thread of
     /// the spool writes and `fdatasync`s the buffer every interval. At a crash or a power cut
@@ -36,12 +37,6 @@ pub enum Durability {
     /// kernel had not written back yet (about 30 s on Linux by default) is lost at a power
     /// cut or a kernel crash.
     OsWriteBack,
-}
-
-impl Default for Durability {
-    fn default() -> Durability {
-        Durability::EveryFrame
-    }
 }
 
 /// A link's spool: a directory that holds every frame admitted by `send` until it is

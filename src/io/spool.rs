@@ -63,6 +63,10 @@ pub(crate) struct Recovered {
     pub cut_bytes: u64,
 }
 
+/// What [`Store::admit_one`] gives: the frame's number and what the offer gave; or the frame
+/// and the offer's refusal; `Err`, the frame and a write error.
+pub(crate) type Admitted<T, E> = Result<Result<(u64, T), (Bytes, E)>, (Bytes, String)>;
+
 /// A frame's deadline as the spool keeps it: milliseconds since the Unix epoch (0: none).
 pub(crate) fn wall_deadline(ttl: Option<Duration>) -> u64 {
     let Some(ttl) = ttl else { return 0 };
@@ -338,7 +342,7 @@ impl Store {
         make: impl FnOnce(u64) -> Bytes,
         deadline_ms: u64,
         offer: impl FnOnce(&mut Bytes) -> Result<T, E>,
-    ) -> Result<Result<(u64, T), (Bytes, E)>, (Bytes, String)> {
+    ) -> Admitted<T, E> {
         let mut w = lock(&self.w);
         let seq = w.next_seq;
         let mut frame = make(seq);
@@ -546,10 +550,7 @@ impl Store {
         let gone: Vec<PathBuf> = {
             let mut w = lock(&self.w);
             let mut gone = Vec::new();
-            loop {
-                let Some(&(first, _)) = w.closed.front() else {
-                    break;
-                };
+            while let Some(&(first, _)) = w.closed.front() {
                 let next = w.closed.get(1).map_or(w.first, |(f, _)| *f);
                 if acks.done.first_absent(first) < next {
                     break;
