@@ -25,7 +25,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -63,7 +63,7 @@ pub(crate) struct Recovered {
     pub cut_bytes: u64,
 }
 
-/// What [`Store::admit_one`] gives: the frame's number and what the offer gave; or the frame
+/// What [`Core::admit_one`] gives: the frame's number and what the offer gave; or the frame
 /// and the offer's refusal; `Err`, the frame and a write error.
 pub(crate) type Admitted<T, E> = Result<Result<(u64, T), (Bytes, E)>, (Bytes, String)>;
 
@@ -121,9 +121,26 @@ struct Acks {
     len: u64,
 }
 
-/// A link's spool (see the module docs).
+/// A link's spool (see the module docs): its state, shared with its thread, and the thread,
+/// stopped and joined when the store goes, so that the directory's lock is free once the last
+/// handle on the store is dropped.
 #[derive(Debug)]
 pub(crate) struct Store {
+    core: Arc<Core>,
+    flusher: Option<std::thread::JoinHandle<()>>,
+}
+
+impl std::ops::Deref for Store {
+    type Target = Core;
+
+    fn deref(&self) -> &Core {
+        &self.core
+    }
+}
+
+/// The spool's state (see [`Store`]).
+#[derive(Debug)]
+pub(crate) struct Core {
     dir: PathBuf,
     durability: Durability,
     segment_bytes: u64,
@@ -133,7 +150,7 @@ pub(crate) struct Store {
     /// Numbers of frames that left for good, not yet in the acks log.
     left: Mutex<Vec<u64>>,
     acks: Mutex<Acks>,
-    stop: Arc<(Mutex<bool>, Condvar)>,
+    stop: (Mutex<bool>, Condvar),
     /// Held (`flock`) while the store lives.
     _lock: File,
 }
@@ -166,7 +183,7 @@ impl Store {
                 dir.display()
             ));
         }
-        Store::check_version(&dir)?;
+        Core::check_version(&dir)?;
         let mut recovered = Recovered::default();
         // The acks log.
         let acks_path = dir.join("acks");
@@ -239,14 +256,14 @@ impl Store {
         // The acks log, compacted: what is below the oldest kept frame need not be said.
         let floor = closed.front().map_or(next_seq, |(f, _)| *f);
         done.prune(floor);
-        let acks = Store::write_acks(&dir, &done)?;
+        let acks = Core::write_acks(&dir, &done)?;
         sync_dir(&dir).map_err(|e| io_err("cannot sync", &dir, e))?;
         let len = acks
             .metadata()
             .map_err(|e| io_err("cannot read", &acks_path, e))?
             .len();
-        let stop = Arc::new((Mutex::new(false), Condvar::new()));
-        let store = Arc::new(Store {
+        let stop = (Mutex::new(false), Condvar::new());
+        let core = Arc::new(Core {
             dir,
             durability: spool.get_durability(),
             segment_bytes: spool.get_segment_bytes().max(record::HEADER as u64),
@@ -268,18 +285,24 @@ impl Store {
                 file: acks,
                 len,
             }),
-            stop: stop.clone(),
+            stop,
             _lock: lock_file,
         });
-        let weak = Arc::downgrade(&store);
         let tick = spool.tick();
-        std::thread::Builder::new()
+        let theirs = core.clone();
+        let flusher = std::thread::Builder::new()
             .name("relink-spool".into())
-            .spawn(move || flusher(weak, stop, tick))
+            .spawn(move || flusher(theirs, tick))
             .map_err(|e| format!("cannot start the spool's thread: {e}"))?;
-        Ok((store, recovered))
+        let store = Store {
+            core,
+            flusher: Some(flusher),
+        };
+        Ok((Arc::new(store), recovered))
     }
+}
 
+impl Core {
     /// Refuses a directory written in another format, or holding files of something else.
     fn check_version(dir: &Path) -> Result<(), String> {
         let path = dir.join("VERSION");
@@ -570,7 +593,7 @@ impl Store {
                 w.closed.front().map_or(w.first, |(f, _)| *f)
             };
             acks.done.prune(floor);
-            match Store::write_acks(&self.dir, &acks.done) {
+            match Core::write_acks(&self.dir, &acks.done) {
                 Ok(f) => {
                     acks.len = f.metadata().map(|m| m.len()).unwrap_or(0);
                     acks.file = f;
@@ -612,17 +635,20 @@ impl Writer {
 impl Drop for Store {
     fn drop(&mut self) {
         {
-            let (stopped, wake) = &*self.stop;
+            let (stopped, wake) = &self.core.stop;
             *lock(stopped) = true;
             wake.notify_all();
         }
-        self.flush();
+        if let Some(t) = self.flusher.take() {
+            let _ = t.join();
+        }
+        self.core.flush();
     }
 }
 
 /// The spool's thread: a flush every tick until the store goes.
-fn flusher(store: Weak<Store>, stop: Arc<(Mutex<bool>, Condvar)>, tick: Duration) {
-    let (stopped, wake) = &*stop;
+fn flusher(core: Arc<Core>, tick: Duration) {
+    let (stopped, wake) = &core.stop;
     loop {
         {
             let guard = lock(stopped);
@@ -636,10 +662,7 @@ fn flusher(store: Weak<Store>, stop: Arc<(Mutex<bool>, Condvar)>, tick: Duration
                 return;
             }
         }
-        match store.upgrade() {
-            Some(store) => store.flush(),
-            None => return,
-        }
+        core.flush();
     }
 }
 
