@@ -2,15 +2,12 @@
 //! binary re-run) that streams numbered frames through a spooled link until it is killed,
 //! printing each number whose `send` returned `Ok`.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::thread;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
 
-use super::proc::{die_with_parent, ServerProcess};
+use super::proc::{run_self, ServerProcess};
 
 /// A directory of its own under the system's temporary directory, removed on drop.
 #[derive(Debug)]
@@ -70,27 +67,12 @@ pub struct SpoolChild {
 impl SpoolChild {
     /// Starts the child; returns once it printed its first acknowledged number (bounded).
     pub fn start(dir: &Path, policy: &str, port: u16) -> SpoolChild {
-        let exe = std::env::current_exe().expect("path of the test binary");
-        let mut cmd = Command::new(exe);
-        cmd.args([SPOOL_CHILD_TEST, "--exact", "--ignored", "--nocapture"])
-            .env(SPOOL_DIR_VAR, dir)
-            .env(SPOOL_POLICY_VAR, policy)
-            .env(SPOOL_PORT_VAR, port.to_string())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        die_with_parent(&mut cmd);
-        let mut child = cmd.spawn().expect("spawn the spool child");
-        let stdout = child.stdout.take().expect("stdout is piped");
-        let (tx, rx) = crossbeam_channel::unbounded::<String>();
-        thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { return };
-                if tx.send(line).is_err() {
-                    return;
-                }
-            }
-        });
+        let env = [
+            (SPOOL_DIR_VAR, dir.display().to_string()),
+            (SPOOL_POLICY_VAR, policy.to_string()),
+            (SPOOL_PORT_VAR, port.to_string()),
+        ];
+        let (child, rx) = run_self(SPOOL_CHILD_TEST, &env);
         let mut c = SpoolChild {
             process: ServerProcess::default(),
             lines: rx,

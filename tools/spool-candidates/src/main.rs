@@ -65,8 +65,18 @@ struct Own {
 
 impl Own {
     fn open(dir: &Path, policy: Policy) -> Own {
-        let file = OpenOptions::new().create(true).write(true).read(true).open(dir.join("seg")).unwrap();
-        Own { file, pos: 0, buf: Vec::new(), policy }
+        let file = OpenOptions::new()
+            .create(true)
+            .write(true)
+            .read(true)
+            .open(dir.join("seg"))
+            .unwrap();
+        Own {
+            file,
+            pos: 0,
+            buf: Vec::new(),
+            policy,
+        }
     }
     fn recover(dir: &Path) -> usize {
         let data = fs::read(dir.join("seg")).unwrap();
@@ -88,7 +98,8 @@ impl Own {
 impl Store for Own {
     fn append(&mut self, seq: u64, frame: &[u8]) {
         let start = self.buf.len();
-        self.buf.extend_from_slice(&(frame.len() as u32).to_le_bytes());
+        self.buf
+            .extend_from_slice(&(frame.len() as u32).to_le_bytes());
         self.buf.extend_from_slice(&[0; 4]);
         self.buf.extend_from_slice(&seq.to_le_bytes());
         self.buf.extend_from_slice(&0u64.to_le_bytes());
@@ -154,7 +165,11 @@ struct Rb {
 impl Rb {
     fn open(dir: &Path, policy: Policy) -> Rb {
         let db = redb::Database::create(dir.join("db")).unwrap();
-        Rb { db, policy, pending: Vec::new() }
+        Rb {
+            db,
+            policy,
+            pending: Vec::new(),
+        }
     }
     fn commit(&mut self, durability: redb::Durability) {
         let mut tx = self.db.begin_write().unwrap();
@@ -270,7 +285,11 @@ fn recover(name: &str, n: u64) -> (f64, u64) {
 
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
-    let (n, every_n, rec_n) = if quick { (20_000, 200, 50_000) } else { (200_000, 1_000, 1_000_000) };
+    let (n, every_n, rec_n) = if quick {
+        (20_000, 200, 50_000)
+    } else {
+        (200_000, 1_000, 1_000_000)
+    };
     for name in ["own", "queue-file", "redb"] {
         for size in [64usize, 1024] {
             let run = |p: Policy, n: u64| {
@@ -282,7 +301,11 @@ fn main() {
             let every = run(Policy::Every, every_n);
             let group = run(Policy::Group, n);
             let os = run(Policy::Os, n);
-            let (rec, reclaimed) = if size == 64 { recover(name, rec_n) } else { (0.0, 0) };
+            let (rec, reclaimed) = if size == 64 {
+                recover(name, rec_n)
+            } else {
+                (0.0, 0)
+            };
             println!(
                 "candidate={name} size={size} every_fps={every:.0} group_fps={group:.0} \
                  os_fps={os:.0} recover_ms={rec:.0} reclaimed={reclaimed}"
