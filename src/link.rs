@@ -197,6 +197,7 @@ impl Link {
         let mut restored = false;
         if let (Some(store), Some(recovered)) = (&store, recovered) {
             store.restore_seqs(recovered.frames.iter().map(|f| f.0));
+            shared.intake.spool_cut(recovered.cut_bytes);
             let now = Instant::now();
             for (_, deadline, frame) in recovered.frames {
                 let _ = shared

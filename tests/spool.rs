@@ -226,7 +226,8 @@ fn frames_left_at_a_close_are_sent_first_at_the_next_start_in_order() {
         "recovered first, in order, then the new one"
     );
     assert!(wait_until(BOUND, || link.metrics().frames_confirmed == 51));
-    link.close(Duration::from_secs(1));
+    let m = link.close(Duration::from_secs(1));
+    assert_eq!((m.frames_recovered, m.frames_submitted), (50, 51));
     drop(link);
     let again = reopen(&refused_endpoint(), &dir);
     assert_eq!(recovered(&again), None, "confirmed frames left the spool");
@@ -279,7 +280,11 @@ fn a_torn_tail_cut_at_random_offsets_is_cut_counted_and_reported() {
         }
         assert!(wait_until(BOUND, || numbers(&peer).len() as u64 == whole));
         assert_eq!(numbers(&peer), (0..whole).collect::<Vec<_>>());
-        link.close(Duration::from_secs(1));
+        let m = link.close(Duration::from_secs(1));
+        assert_eq!(
+            (m.frames_recovered, m.spool_bytes_cut),
+            (whole, cut_at - good)
+        );
     }
 }
 
