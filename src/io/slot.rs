@@ -576,7 +576,7 @@ impl Slot {
             self.shared.state.store(t.to as u8, Ordering::Release);
         }
         if let (Some(l), Event::Abandoned { frame, reason }) = (&mut self.ledger, &ev) {
-            l.abandoned(frame, *reason);
+            l.abandoned(frame, *reason, self.machine.state() == State::Closed);
         }
         if self.sink.push(ev) {
             self.set_reader_waiting(true);

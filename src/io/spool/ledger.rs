@@ -6,7 +6,8 @@
 //! keeps a frame's bytes where the take put them; an abandoned frame comes back as a slice of
 //! the same buffer). A frame leaves by one of two ways:
 //! - abandoned: its `Event::Abandoned` names it (by address); it leaves the spool, unless
-//!   the reason is `Shutdown` (the link closed first), which keeps it for the next start;
+//!   the link closed first (reason `Shutdown`, or `Unconfirmed` given back by the close),
+//!   which keeps it for the next start;
 //! - confirmed: the machine confirms frames in the order it took them, skipping only
 //!   abandoned ones, so `n` confirmations are the `n` oldest frames not abandoned.
 
@@ -75,8 +76,8 @@ impl Ledger {
         }
     }
 
-    /// A frame given back by the machine.
-    pub(crate) fn abandoned(&mut self, frame: &Bytes, reason: AbandonReason) {
+    /// A frame given back by the machine; `closed`: the machine had closed by then.
+    pub(crate) fn abandoned(&mut self, frame: &Bytes, reason: AbandonReason, closed: bool) {
         let key = (frame.as_ptr() as usize, frame.len());
         let n = self.held.len();
         let start = self.hint.min(n);
@@ -87,7 +88,10 @@ impl Ledger {
         let Some(i) = found else { return };
         self.held[i].abandoned = true;
         self.hint = i + 1;
-        if reason != AbandonReason::Shutdown {
+        // Given back because the link closed: the spool keeps it for the next start.
+        let kept =
+            reason == AbandonReason::Shutdown || (reason == AbandonReason::Unconfirmed && closed);
+        if !kept {
             self.left.push(self.held[i].seq);
         }
     }
