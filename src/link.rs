@@ -195,8 +195,7 @@ impl Link {
         let slot = Slot::new(config.core.clone(), io, wiring)?;
         // What the spool held goes first, before any frame the link is given.
         let mut restored = false;
-        if let (Some(store), Some(recovered)) = (&store, recovered) {
-            store.restore_seqs(recovered.frames.iter().map(|f| f.0));
+        if let Some(recovered) = recovered {
             shared.intake.spool_cut(recovered.cut_bytes);
             let now = Instant::now();
             for (_, deadline, frame) in recovered.frames {

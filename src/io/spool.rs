@@ -8,9 +8,11 @@
 //!   sync policy, writes and `fdatasync`s it ([`Durability::EveryFrame`]), writes it
 //!   ([`Durability::OsWriteBack`]) or leaves it in the writer's buffer
 //!   ([`Durability::Group`]); then it offers the frame to the intake, and takes the record
-//!   back if the intake refuses it. Its sequence number goes into `seqs`, in intake order;
-//! - the IO thread never touches the disk: its [`Ledger`] pairs each frame it takes with the
-//!   next number of `seqs`, learns which frames left, and hands their numbers to `left`;
+//!   back if the intake refuses it (its number is then not used), so numbers follow the
+//!   intake's order;
+//! - the IO thread never touches the disk: its [`Ledger`] gives each frame it takes from the
+//!   intake the next number (those recovered at open first), learns which frames left, and
+//!   hands their numbers to `left`;
 //! - the spool's own thread (the flusher), every tick, writes and syncs the group's buffer,
 //!   appends what left to the acks log, and deletes segments whose frames all left.
 //!
@@ -145,8 +147,11 @@ pub(crate) struct Core {
     durability: Durability,
     segment_bytes: u64,
     w: Mutex<Writer>,
-    /// The sequence numbers of the frames in the intake, in its order.
-    seqs: Mutex<VecDeque<u64>>,
+    /// The numbers of the frames recovered at open, in order (taken by the IO thread's
+    /// ledger), and the first number this run gives: the frames reach the intake in the order
+    /// of their numbers, and a frame the intake refuses gives its number back.
+    recovered: Mutex<VecDeque<u64>>,
+    first_new: u64,
     /// Numbers of frames that left for good, not yet in the acks log.
     left: Mutex<Vec<u64>>,
     acks: Mutex<Acks>,
@@ -278,7 +283,8 @@ impl Store {
                 unsynced: Vec::new(),
                 dir_dirty: false,
             }),
-            seqs: Mutex::new(VecDeque::new()),
+            recovered: Mutex::new(recovered.frames.iter().map(|f| f.0).collect()),
+            first_new: next_seq,
             left: Mutex::new(Vec::new()),
             acks: Mutex::new(Acks {
                 done,
@@ -384,14 +390,12 @@ impl Core {
             w.rollback(mark);
             return Err((frame, format!("cannot write to the spool: {e}")));
         }
-        lock(&self.seqs).push_back(seq);
         match offer(&mut frame) {
             Ok(t) => {
                 w.next_seq += 1;
                 Ok(Ok((seq, t)))
             }
             Err(e) => {
-                lock(&self.seqs).pop_back();
                 w.rollback(mark);
                 Ok(Err((frame, e)))
             }
@@ -442,26 +446,15 @@ impl Core {
             w.rollback(mark);
             return Err(format!("cannot write to the spool: {e}"));
         }
-        lock(&self.seqs).extend(first..first + n as u64);
         match offer() {
             Ok((k, r)) => {
                 if k < n {
-                    let mut seqs = lock(&self.seqs);
-                    for _ in k..n {
-                        seqs.pop_back();
-                    }
-                    drop(seqs);
                     w.rollback(if k == 0 { mark } else { ends[k - 1] });
                 }
                 w.next_seq += k as u64;
                 Ok(Ok((first, k, r)))
             }
             Err(e) => {
-                let mut seqs = lock(&self.seqs);
-                for _ in 0..n {
-                    seqs.pop_back();
-                }
-                drop(seqs);
                 w.rollback(mark);
                 Ok(Err(e))
             }
@@ -498,16 +491,10 @@ impl Core {
         Ok(())
     }
 
-    /// Queues the numbers of frames recovered at open, ahead of any new frame.
-    pub(crate) fn restore_seqs(&self, seqs: impl Iterator<Item = u64>) {
-        lock(&self.seqs).extend(seqs);
-    }
-
-    /// Hands the IO thread the numbers of `n` frames it took from the intake, in order.
-    fn take_seqs(&self, n: usize, out: &mut Vec<u64>) {
-        let mut seqs = lock(&self.seqs);
-        let n = n.min(seqs.len());
-        out.extend(seqs.drain(..n));
+    /// The numbers of the frames the intake gets, in its order: those recovered at open,
+    /// then one each from the first number this run gave.
+    fn numbers(&self) -> (VecDeque<u64>, u64) {
+        (std::mem::take(&mut *lock(&self.recovered)), self.first_new)
     }
 
     /// Numbers of frames that left for good (from the IO thread).

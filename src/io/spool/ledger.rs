@@ -1,8 +1,9 @@
 //! The IO thread's side of a spool: which frame the machine holds under which sequence
 //! number, and which numbers left for good.
 //!
-//! Each frame the IO thread takes from the intake gets the next number the callers queued
-//! (`Store::seqs`, in intake order) and is known by its bytes' place in memory (the machine
+//! Each frame the IO thread takes from the intake gets the next number (the callers number
+//! frames in the intake's order: those recovered at open first, then one each from the first
+//! number of this run) and is known by its bytes' place in memory (the machine
 //! keeps a frame's bytes where the take put them; an abandoned frame comes back as a slice of
 //! the same buffer). A frame leaves by one of two ways:
 //! - abandoned: its `Event::Abandoned` names it (by address); it leaves the spool, unless
@@ -37,19 +38,23 @@ pub(crate) struct Ledger {
     hint: usize,
     /// Numbers that left, not yet handed to the store.
     left: Vec<u64>,
-    seqs: Vec<u64>,
+    /// The numbers of the recovered frames not yet taken, then the next new number.
+    recovered: VecDeque<u64>,
+    next: u64,
     /// The machine's count of confirmed frames, as last seen.
     confirmed: u64,
 }
 
 impl Ledger {
     pub(crate) fn new(store: Arc<Store>) -> Ledger {
+        let (recovered, next) = store.numbers();
         Ledger {
+            recovered,
+            next,
             store,
             held: VecDeque::new(),
             hint: 0,
             left: Vec::new(),
-            seqs: Vec::new(),
             confirmed: 0,
         }
     }
@@ -64,9 +69,11 @@ impl Ledger {
             }
             _ => return,
         }
-        self.seqs.clear();
-        self.store.take_seqs(spans.len(), &mut self.seqs);
-        for (&(at, len), &seq) in spans.iter().zip(&self.seqs) {
+        for (at, len) in spans {
+            let seq = self.recovered.pop_front().unwrap_or_else(|| {
+                self.next += 1;
+                self.next - 1
+            });
             self.held.push_back(Held {
                 seq,
                 at,
