@@ -436,3 +436,34 @@ fn a_full_disk_is_an_error_at_the_call_with_the_frame_given_back() {
     assert!(wait_until(BOUND, || again.metrics().frames_confirmed == accepted));
     again.close(Duration::from_secs(1));
 }
+
+#[test]
+fn a_batch_keeps_in_the_spool_exactly_the_frames_the_outbox_took() {
+    let dir = ScratchDir::new("spool-batch");
+    let link = Link::builder(refused_endpoint())
+        .framing(Lines::new())
+        .outbox_limits(3, 1024)
+        .spool(Spool::new(dir.path()).durability(Durability::EveryFrame))
+        .build()
+        .unwrap();
+    let err = link.send_all(["0", "1", "2", "3", "4"]).unwrap_err();
+    assert_eq!(err.accepted(), 3);
+    let m = link.close(Duration::from_millis(10));
+    assert_eq!(m.abandoned.shutdown, 3);
+    drop(link);
+    let peer = Peer::start(Behaviour::Sink);
+    let link = reopen(&peer.endpoint(), &dir);
+    assert_eq!(
+        recovered(&link),
+        Some((3, 0)),
+        "the refused frames left no record"
+    );
+    assert!(wait_until(BOUND, || numbers(&peer).len() == 3));
+    assert_eq!(numbers(&peer), [0, 1, 2]);
+    let mut writer = link.writer();
+    writer.send("3").unwrap();
+    writer.flush().unwrap();
+    assert!(wait_until(BOUND, || numbers(&peer).len() == 4));
+    assert_eq!(link.send_numbered(|s| format!("{s}")).unwrap(), 4);
+    link.close(Duration::from_secs(1));
+}

@@ -36,6 +36,7 @@ use fs4::fs_std::FileExt as _;
 pub(crate) use ledger::Ledger;
 use record::Ranges;
 
+use crate::batch::Batch;
 use crate::spool::{Durability, Spool};
 
 /// The format this relink writes and reads.
@@ -418,11 +419,11 @@ impl Core {
     /// back. Gives the first frame's number, how many were taken and what `offer` gave.
     ///
     /// `Err` is a write error: no frame was offered.
-    pub(crate) fn admit<'a, R, E>(
+    pub(crate) fn admit<R, E>(
         &self,
-        frames: impl Iterator<Item = &'a [u8]>,
+        frames: &mut Batch,
         deadline_ms: u64,
-        offer: impl FnOnce() -> Result<(usize, R), E>,
+        offer: impl FnOnce(&mut Batch) -> Result<(usize, R), E>,
     ) -> Result<Result<(u64, usize, R), E>, String> {
         let mut w = lock(&self.w);
         if let Some(e) = &w.failed {
@@ -432,7 +433,7 @@ impl Core {
         let mark = w.pos + w.buf.len() as u64;
         let first = w.next_seq;
         let mut ends = Vec::new();
-        for (i, frame) in frames.enumerate() {
+        for (i, frame) in frames.iter().enumerate() {
             if frame.len() > record::MAX_FRAME {
                 w.rollback(mark);
                 return Err("frame too large for the spool".into());
@@ -446,7 +447,7 @@ impl Core {
             w.rollback(mark);
             return Err(format!("cannot write to the spool: {e}"));
         }
-        match offer() {
+        match offer(frames) {
             Ok((k, r)) => {
                 if k < n {
                     w.rollback(if k == 0 { mark } else { ends[k - 1] });

@@ -673,9 +673,8 @@ impl Link {
         let offered = match &self.inner.shared.spool {
             None => intake.offer_batch(rest, deadline, plan.forced),
             Some(store) => {
-                let frames = rest.clone();
-                let offer = || intake.offer_batch(rest, deadline, plan.forced);
-                match store.admit(frames.iter(), spool::wall_deadline(plan.ttl), offer) {
+                let offer = |rest: &mut Batch| intake.offer_batch(rest, deadline, plan.forced);
+                match store.admit(rest, spool::wall_deadline(plan.ttl), offer) {
                     Ok(r) => r.map(|(_, k, tell)| (k, tell)),
                     Err(error) => {
                         let rest = std::mem::take(rest);
