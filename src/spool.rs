@@ -110,12 +110,12 @@ impl Spool {
         self.segment_bytes
     }
 
-    /// The interval of the spool's own thread: the group commit's, or how often it records
-    /// the frames that left.
+    /// How long the spool's own thread gathers work once woken: the group commit's interval,
+    /// else a millisecond of frames that left.
     pub(crate) fn tick(&self) -> Duration {
         match self.durability {
             Durability::Group(d) => d,
-            _ => Duration::from_millis(10),
+            _ => Duration::from_millis(1),
         }
     }
 }

@@ -114,6 +114,19 @@ struct Writer {
     unsynced: Vec<Arc<File>>,
     /// A segment was made and the directory not synced since.
     dir_dirty: bool,
+    /// Records were written since the last sync of the spool's thread.
+    written: bool,
+    /// The spool's thread was told of the records appended since its last flush.
+    told: bool,
+}
+
+/// What the spool's thread waits for.
+#[derive(Debug, Default)]
+struct Wake {
+    /// There is something to write, sync or record.
+    work: bool,
+    /// The store goes.
+    stopped: bool,
 }
 
 /// What only the flusher touches: the numbers that left and the acks log.
@@ -156,7 +169,8 @@ pub(crate) struct Core {
     /// Numbers of frames that left for good, not yet in the acks log.
     left: Mutex<Vec<u64>>,
     acks: Mutex<Acks>,
-    stop: (Mutex<bool>, Condvar),
+    /// The spool's thread sleeps on this until there is work (or the store goes).
+    wake: (Mutex<Wake>, Condvar),
     /// Held (`flock`) while the store lives.
     _lock: File,
 }
@@ -268,7 +282,7 @@ impl Store {
             .metadata()
             .map_err(|e| io_err("cannot read", &acks_path, e))?
             .len();
-        let stop = (Mutex::new(false), Condvar::new());
+        let wake = (Mutex::new(Wake::default()), Condvar::new());
         let core = Arc::new(Core {
             dir,
             durability: spool.get_durability(),
@@ -283,6 +297,8 @@ impl Store {
                 closed,
                 unsynced: Vec::new(),
                 dir_dirty: false,
+                written: false,
+                told: false,
             }),
             recovered: Mutex::new(recovered.frames.iter().map(|f| f.0).collect()),
             first_new: next_seq,
@@ -292,7 +308,7 @@ impl Store {
                 file: acks,
                 len,
             }),
-            stop,
+            wake,
             _lock: lock_file,
         });
         let tick = spool.tick();
@@ -408,8 +424,16 @@ impl Core {
         match self.durability {
             Durability::EveryFrame => w.write().and_then(|()| w.file.sync_data()),
             Durability::OsWriteBack => w.write(),
-            Durability::Group(_) if w.buf.len() >= GROUP_WRITE => w.write(),
-            Durability::Group(_) => Ok(()),
+            Durability::Group(_) => {
+                if w.buf.len() >= GROUP_WRITE {
+                    w.write()?;
+                }
+                if !w.told {
+                    w.told = true;
+                    self.nudge();
+                }
+                Ok(())
+            }
         }
     }
 
@@ -498,18 +522,40 @@ impl Core {
         (std::mem::take(&mut *lock(&self.recovered)), self.first_new)
     }
 
-    /// Numbers of frames that left for good (from the IO thread).
+    /// Numbers of frames that left for good (from the IO thread); the spool's thread is woken
+    /// for the first of a round.
     fn left(&self, seqs: &mut Vec<u64>) {
-        lock(&self.left).append(seqs);
+        let first = {
+            let mut left = lock(&self.left);
+            let first = left.is_empty();
+            left.append(seqs);
+            first
+        };
+        if first {
+            self.nudge();
+        }
+    }
+
+    /// Wakes the spool's thread: there is work.
+    fn nudge(&self) {
+        let (m, cv) = &self.wake;
+        let mut wake = lock(m);
+        if !wake.work {
+            wake.work = true;
+            cv.notify_one();
+        }
     }
 
     /// The flusher's work, and the last of it at the end: the group's records written and
     /// synced, the numbers that left in the acks log, segments whose frames all left
     /// deleted.
+    ///
+    /// The acks log is not synced: a record of it lost at a power cut makes a frame that had
+    /// left be sent once more, never a frame lost.
     fn flush(&self) {
-        let sync = self.durability != Durability::OsWriteBack;
-        let (file, unsynced, dir_dirty) = {
+        let (file, unsynced, dir_dirty, sync) = {
             let mut w = lock(&self.w);
+            w.told = false;
             if let Err(e) = w.write() {
                 let msg = format!("cannot write to the spool: {e}");
                 if w.failed.is_none() {
@@ -519,13 +565,15 @@ impl Core {
             } else {
                 w.failed = None;
             }
+            let group = matches!(self.durability, Durability::Group(_));
             (
                 w.file.clone(),
                 std::mem::take(&mut w.unsynced),
-                std::mem::replace(&mut w.dir_dirty, false),
+                std::mem::replace(&mut w.dir_dirty, false) && group,
+                std::mem::replace(&mut w.written, false) && group,
             )
         };
-        if sync {
+        if sync || !unsynced.is_empty() {
             for f in unsynced.iter().chain(std::iter::once(&file)) {
                 if let Err(e) = f.sync_data() {
                     log::error!("relink: cannot sync the spool: {e}");
@@ -545,14 +593,7 @@ impl Core {
                 record::encode_ack(&mut buf, lo, hi);
                 acks.done.insert(lo, hi);
             }
-            let wrote = acks.file.write_all(&buf).and_then(|()| {
-                if sync {
-                    acks.file.sync_data()
-                } else {
-                    Ok(())
-                }
-            });
-            match wrote {
+            match acks.file.write_all(&buf) {
                 Ok(()) => acks.len += buf.len() as u64,
                 Err(e) => log::error!("relink: cannot write the spool's acks: {e}"),
             }
@@ -605,6 +646,7 @@ impl Writer {
         }
         self.pos += self.buf.len() as u64;
         self.buf.clear();
+        self.written = true;
         Ok(())
     }
 
@@ -623,9 +665,9 @@ impl Writer {
 impl Drop for Store {
     fn drop(&mut self) {
         {
-            let (stopped, wake) = &self.core.stop;
-            *lock(stopped) = true;
-            wake.notify_all();
+            let (m, cv) = &self.core.wake;
+            lock(m).stopped = true;
+            cv.notify_all();
         }
         if let Some(t) = self.flusher.take() {
             let _ = t.join();
@@ -634,21 +676,24 @@ impl Drop for Store {
     }
 }
 
-/// The spool's thread: a flush every tick until the store goes.
-fn flusher(core: Arc<Core>, tick: Duration) {
-    let (stopped, wake) = &core.stop;
+/// The spool's thread, until the store goes: asleep until there is work, then `gather` later
+/// (the group's interval, or a millisecond for the numbers that left, so that a round takes
+/// many), a flush.
+fn flusher(core: Arc<Core>, gather: Duration) {
+    let (m, cv) = &core.wake;
     loop {
         {
-            let guard = lock(stopped);
-            if *guard {
-                return;
+            let mut wake = lock(m);
+            while !wake.work && !wake.stopped {
+                wake = cv.wait(wake).unwrap_or_else(|e| e.into_inner());
             }
-            let (guard, _) = wake
-                .wait_timeout(guard, tick)
+            let (mut wake, _) = cv
+                .wait_timeout_while(wake, gather, |w| !w.stopped)
                 .unwrap_or_else(|e| e.into_inner());
-            if *guard {
+            if wake.stopped {
                 return;
             }
+            wake.work = false;
         }
         core.flush();
     }
