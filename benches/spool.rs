@@ -27,19 +27,31 @@
 //!
 //! `spool_recover frames=<n> bytes=<spool bytes> open_ms=<build() of the link on the spool>
 //! first_event_ms=<until its Event::Recovered>`
+//!
+//! Crash trials, more than `tests/spool.rs` runs (300 per policy; `--smoke`: 3): this program
+//! re-run as a child streams numbered frames through a spooled link to a sink (bursts of 20 a
+//! millisecond), is SIGKILLed after a random 0–40 ms, and the spool is opened again here with
+//! a new sink; every frame whose `send` returned `Ok` is looked for at the two sinks:
+//!
+//! `spool_crash policy=<every|os|group:5> kills=<n> acknowledged=<frames> recovered=<frames>
+//! lost=<frames> duplicated=<frames> lost_span_us=<the oldest lost frame's Ok before the last>`
 
 #[path = "support/mod.rs"]
 mod support;
 
+use std::collections::HashMap;
 use std::fs::{self, File};
-use std::io::{Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use rand::{Rng, SeedableRng};
+
 use bytes::Bytes;
-use relink::framing::LengthDelimited;
+use relink::framing::{LengthDelimited, Lines};
 use relink::{Durability, Event, Link, Overflow, Spool, State};
 use support::peer::Peer;
 
@@ -185,7 +197,167 @@ fn recover(frames: u64) {
     );
 }
 
+/// Set in the crash trials' child: `dir policy port`.
+const CHILD_VAR: &str = "RELINK_BENCH_SPOOL_CHILD";
+
+fn durability(policy: &str) -> Durability {
+    match policy {
+        "every" => Durability::EveryFrame,
+        "os" => Durability::OsWriteBack,
+        _ => Durability::Group(Duration::from_millis(5)),
+    }
+}
+
+/// In the crash trials' child: streams numbered lines until killed (or 30 s), printing
+/// `ok SEQ MICROS` for each `Ok`. Elsewhere returns at once.
+fn stream_if_child() {
+    let Ok(args) = std::env::var(CHILD_VAR) else {
+        return;
+    };
+    let mut parts = args.split(' ');
+    let (Some(dir), Some(policy), Some(port)) = (parts.next(), parts.next(), parts.next()) else {
+        std::process::exit(2);
+    };
+    let link = Link::builder(support::peers::endpoint_for(port.parse().expect("port")))
+        .framing(Lines::new())
+        .spool(Spool::new(dir).durability(durability(policy)))
+        .build()
+        .expect("the child's link");
+    let start = Instant::now();
+    let mut out = std::io::stdout().lock();
+    while start.elapsed() < Duration::from_secs(30) {
+        for _ in 0..20 {
+            let seq = link.send_numbered(|s| format!("{s}")).expect("send");
+            let _ = writeln!(out, "ok {seq} {}", start.elapsed().as_micros());
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    std::process::exit(0);
+}
+
+/// A sink that hands each connection's bytes over when it ends.
+fn recording_sink() -> (Peer, crossbeam_channel::Receiver<Vec<u8>>) {
+    let (tx, rx) = crossbeam_channel::unbounded();
+    let peer = Peer::start(move |mut s: TcpStream, _| {
+        let mut all = Vec::new();
+        let _ = s.read_to_end(&mut all);
+        let _ = tx.send(all);
+    });
+    (peer, rx)
+}
+
+fn numbers(bytes: &[u8], seen: &mut HashMap<u64, usize>) {
+    for line in bytes.split(|&b| b == b'\n') {
+        if let Some(n) = std::str::from_utf8(line).ok().and_then(|l| l.parse().ok()) {
+            *seen.entry(n).or_default() += 1;
+        }
+    }
+}
+
+/// One kill: (acknowledged, recovered, lost, duplicated, lost span µs).
+fn crash_trial(policy: &str, rng: &mut impl Rng) -> (usize, u64, usize, usize, u64) {
+    let scratch = Scratch::new(&format!("crash-{}", rng.random::<u32>()));
+    let (a, a_rx) = recording_sink();
+    let exe = std::env::current_exe().expect("this program");
+    let arg = format!("{} {policy} {}", scratch.0.display(), a.port());
+    let mut child = Command::new(exe)
+        .env(CHILD_VAR, arg)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn the child");
+    let (tx, lines) = crossbeam_channel::unbounded::<String>();
+    let stdout = child.stdout.take().expect("piped");
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let mut acked: Vec<(u64, u64)> = Vec::new();
+    let note = |line: String, acked: &mut Vec<(u64, u64)>| {
+        let mut p = line.split(' ').skip(1).map(|x| x.parse::<u64>().ok());
+        if let (Some(Some(s)), Some(Some(t))) = (p.next(), p.next()) {
+            acked.push((s, t));
+        }
+    };
+    let first = lines
+        .recv_timeout(Duration::from_secs(20))
+        .expect("the child's first frame");
+    note(first, &mut acked);
+    std::thread::sleep(Duration::from_millis(rng.random_range(0..40)));
+    let _ = child.kill();
+    let _ = child.wait();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while let Ok(line) = lines.recv_deadline(deadline) {
+        note(line, &mut acked);
+    }
+    let mut seen = HashMap::new();
+    numbers(
+        &a_rx
+            .recv_timeout(Duration::from_secs(10))
+            .unwrap_or_default(),
+        &mut seen,
+    );
+    let (b, b_rx) = recording_sink();
+    let link = build(|| {
+        Link::builder(b.endpoint())
+            .framing(Lines::new())
+            .spool(Spool::new(&scratch.0).durability(durability(policy)))
+    });
+    let recovered = match link.events().recv_timeout(Duration::from_secs(5)) {
+        Ok(Event::Recovered { frames, .. }) => frames,
+        _ => 0,
+    };
+    let _ = link.flush(Duration::from_secs(20));
+    link.close(Duration::from_secs(5));
+    drop(link);
+    if recovered > 0 {
+        numbers(
+            &b_rx
+                .recv_timeout(Duration::from_secs(10))
+                .unwrap_or_default(),
+            &mut seen,
+        );
+    }
+    b.stop();
+    a.stop();
+    let last = acked.last().map_or(0, |a| a.1);
+    let lost: Vec<&(u64, u64)> = acked
+        .iter()
+        .filter(|(s, _)| !seen.contains_key(s))
+        .collect();
+    (
+        acked.len(),
+        recovered,
+        lost.len(),
+        seen.values().filter(|&&n| n > 1).count(),
+        lost.first().map_or(0, |l| last - l.1),
+    )
+}
+
+fn crash_trials(kills: usize) {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(40);
+    for policy in ["every", "os", "group:5"] {
+        let (mut acked, mut rec, mut lost, mut dup, mut span) = (0, 0, 0, 0, 0);
+        for _ in 0..kills {
+            let t = crash_trial(policy, &mut rng);
+            acked += t.0;
+            rec += t.1;
+            lost += t.2;
+            dup += t.3;
+            span = span.max(t.4);
+        }
+        println!(
+            "spool_crash policy={policy} kills={kills} acknowledged={acked} recovered={rec} \
+             lost={lost} duplicated={dup} lost_span_us={span}"
+        );
+    }
+}
+
 fn main() {
+    stream_if_child();
     let smoke = support::smoke();
     let rounds = if smoke { 1 } else { 5 };
     let peer = sink();
@@ -229,4 +401,5 @@ fn main() {
     let _ = std::io::stdout().flush();
     recover(if smoke { 20_000 } else { 1_000_000 });
     peer.stop();
+    crash_trials(if smoke { 3 } else { 300 });
 }
