@@ -2,7 +2,7 @@
 //! spool does: append a record per frame, make it durable by a policy, remove frames from the
 //! front once confirmed, read everything back at a start.
 //!
-//! Run with `cargo run --release --manifest-path tools/spool-candidates/Cargo.toml`
+//! Run with `cargo run --release --manifest-path benches/spool-candidates/Cargo.toml`
 //! (`-- --quick` for small counts).
 //!
 //! - `own`: relink's own segment log as `src/io/spool.rs` writes it (a 24-byte header with a
