@@ -95,6 +95,7 @@ pub(crate) struct Config {
     pub closed_frames_wait: Duration,
     pub close_timeout: Duration,
     pub resolver: Option<Resolver>,
+    pub spool: Option<crate::spool::Spool>,
 }
 
 /// Builds a [`Link`](crate::Link). Made by [`Link::builder`](crate::Link::builder); every
@@ -107,7 +108,7 @@ pub(crate) struct Config {
 /// | where and what | | [`endpoint`](Builder::endpoint), [`framing`](Builder::framing), [`protocol`](Builder::protocol), [`tls`](Builder::tls), [`name`](Builder::name), [`resolver`](Builder::resolver) |
 /// | when a connection is alive | | [`heartbeat`](Builder::heartbeat), [`ready_when`](Builder::ready_when), [`handshake_timeout`](Builder::handshake_timeout) |
 /// | reconnecting | [`reconnect`](Builder::reconnect) ([`Reconnect`]) | [`backoff`](Builder::backoff), [`backoff_factor`](Builder::backoff_factor), [`backoff_floor`](Builder::backoff_floor), [`jitter`](Builder::jitter), [`max_attempts`](Builder::max_attempts), [`cooldown`](Builder::cooldown), [`native_retries`](Builder::native_retries), [`min_stable`](Builder::min_stable), [`config_failure_retry`](Builder::config_failure_retry), [`dns_refresh`](Builder::dns_refresh), [`rng_seed`](Builder::rng_seed) |
-/// | delivering frames | [`delivery`](Builder::delivery) ([`Delivery`]) | [`outbox_limits`](Builder::outbox_limits), [`overflow`](Builder::overflow), [`frame_ttl`](Builder::frame_ttl), [`abandon_on_disconnect`](Builder::abandon_on_disconnect), [`window`](Builder::window), [`redelivery`](Builder::redelivery), [`confirm`](Builder::confirm), [`max_losses`](Builder::max_losses), [`batch_bytes`](Builder::batch_bytes) |
+/// | delivering frames | [`delivery`](Builder::delivery) ([`Delivery`]) | [`outbox_limits`](Builder::outbox_limits), [`overflow`](Builder::overflow), [`frame_ttl`](Builder::frame_ttl), [`abandon_on_disconnect`](Builder::abandon_on_disconnect), [`window`](Builder::window), [`redelivery`](Builder::redelivery), [`confirm`](Builder::confirm), [`max_losses`](Builder::max_losses), [`batch_bytes`](Builder::batch_bytes), [`spool`](Builder::spool) |
 /// | requests | | [`requests`](Builder::requests), [`request_timeout`](Builder::request_timeout), [`request_limits`](Builder::request_limits), [`request_redelivery`](Builder::request_redelivery) |
 /// | receiving | | [`events_capacity`](Builder::events_capacity), [`closed_frames_wait`](Builder::closed_frames_wait) |
 /// | libzmq's socket | [`socket`](Builder::socket) ([`SocketOptions`]) | [`connect_timeout`](Builder::connect_timeout), [`immediate`](Builder::immediate), [`reconnect_ivl`](Builder::reconnect_ivl), [`reconnect_ivl_max`](Builder::reconnect_ivl_max), [`linger`](Builder::linger), [`hwm`](Builder::hwm), [`tcp_keepalive`](Builder::tcp_keepalive), [`tcp_maxrt`](Builder::tcp_maxrt) |
@@ -230,6 +231,7 @@ impl Builder {
                 },
                 overflow: Overflow::RejectNew,
                 frame_ttl: None,
+                spool: None,
                 events_capacity: defaults::EVENTS_CAPACITY,
                 closed_frames_wait: defaults::CLOSED_FRAMES_WAIT,
                 close_timeout: defaults::CLOSE_TIMEOUT,
@@ -714,6 +716,19 @@ impl Builder {
     /// [`SendOptions::ttl`](crate::SendOptions::ttl) overrides it for one call.
     pub fn frame_ttl(mut self, ttl: Duration) -> Builder {
         self.config.frame_ttl = Some(ttl);
+        self
+    }
+
+    /// Keeps every frame admitted by `send` in a [`Spool`](crate::Spool) on disk until it is
+    /// confirmed (or abandoned and reported), and sends what a spool holds first at the next
+    /// start. Defaults to none (the outbox lives in memory only).
+    ///
+    /// A spooled link numbers its frames ([`Link::send_numbered`](crate::Link::send_numbered));
+    /// its [`Sender`](crate::Sender) refuses frames (`SendError::Spool`), since its ring
+    /// bypasses the spool; requests are not spooled. The outbox limits bound the spool too.
+    /// See the guide's "Spool" section and the example on [`Spool`](crate::Spool).
+    pub fn spool(mut self, spool: crate::spool::Spool) -> Builder {
+        self.config.spool = Some(spool);
         self
     }
 

@@ -138,6 +138,11 @@ pub enum ConfigError {
         /// What is wrong with it.
         reason: &'static str,
     },
+    /// The spool ([`Builder::spool`](crate::Builder::spool)) cannot be used: its directory is
+    /// in use by another link or process, was written in another format, holds files of
+    /// something else, or cannot be read or written. The message says which.
+    #[error("spool: {0}")]
+    Spool(String),
 }
 
 /// Why a framing refuses to encode a frame: what [`Framing::encode`](crate::framing::Framing::encode)
@@ -255,13 +260,21 @@ pub enum SendError {
     /// The framing cannot encode this frame.
     #[error("frame refused: {1}")]
     Invalid(bytes::Bytes, EncodeError),
+    /// The link's spool could not take the frame: a write error (a full disk, an I/O error),
+    /// or a call a spooled link does not offer ([`Sender`](crate::Sender)). Nothing of the
+    /// frame stays in the spool or the outbox.
+    #[error("spool: {1}")]
+    Spool(bytes::Bytes, String),
 }
 
 impl SendError {
     /// The frame that was not sent.
     pub fn into_inner(self) -> bytes::Bytes {
         match self {
-            SendError::Full(f) | SendError::Closed(f) | SendError::Invalid(f, _) => f,
+            SendError::Full(f)
+            | SendError::Closed(f)
+            | SendError::Invalid(f, _)
+            | SendError::Spool(f, _) => f,
         }
     }
 }
@@ -290,6 +303,17 @@ pub enum BatchError {
         /// The frames refused, in order.
         rest: Batch,
     },
+    /// The link's spool could not take the frames (a write error): the first `accepted` were
+    /// queued, the rest were refused.
+    #[error("spool: {error}: {accepted} frames accepted, {} refused", rest.len())]
+    Spool {
+        /// Frames of the batch that were queued.
+        accepted: usize,
+        /// The frames refused, in order.
+        rest: Batch,
+        /// What went wrong.
+        error: String,
+    },
     /// The framing cannot encode the frame at `index`: the whole batch is refused, unsent.
     #[error("frame {index} of the batch refused: {error}")]
     Invalid {
@@ -306,7 +330,9 @@ impl BatchError {
     /// How many frames of the batch were accepted.
     pub fn accepted(&self) -> usize {
         match self {
-            BatchError::Full { accepted, .. } | BatchError::Closed { accepted, .. } => *accepted,
+            BatchError::Full { accepted, .. }
+            | BatchError::Closed { accepted, .. }
+            | BatchError::Spool { accepted, .. } => *accepted,
             BatchError::Invalid { .. } => 0,
         }
     }
@@ -314,7 +340,9 @@ impl BatchError {
     /// The frames that were not accepted, in order.
     pub fn into_inner(self) -> Batch {
         match self {
-            BatchError::Full { rest, .. } | BatchError::Closed { rest, .. } => rest,
+            BatchError::Full { rest, .. }
+            | BatchError::Closed { rest, .. }
+            | BatchError::Spool { rest, .. } => rest,
             BatchError::Invalid { batch, .. } => batch,
         }
     }

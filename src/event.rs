@@ -327,4 +327,17 @@ pub enum Event {
     },
     /// Something went wrong that the application should know of.
     Error(LinkError),
+    /// The link's spool held frames at its start (a spooled link's first event, when it held
+    /// any or cut a torn tail): they are sent first, in their order, each then confirmed or
+    /// abandoned like any frame.
+    Recovered {
+        /// Frames recovered, to be sent again.
+        frames: u64,
+        /// Bytes cut from the spool's files: records torn or corrupt (a crash or a power cut
+        /// in the middle of a write), which failed their checksum.
+        cut_bytes: u64,
+        /// From the first recovered frame's sequence number to one past the last (frames
+        /// that left before the restart leave gaps).
+        seqs: std::ops::Range<u64>,
+    },
 }

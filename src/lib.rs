@@ -106,7 +106,7 @@
 //! [`Builder`], [`Events`], [`Event`] and the data it carries, [`Metrics`], [`Pending`],
 //! [`Sender`], [`Writer`]), what
 //! the builder takes ([`SendOptions`], [`Overflow`], [`Batch`], [`Heartbeat`], [`ProofOfLife`],
-//! [`Correlation`], [`Redelivery`], [`Tls`], …) and [`IoPool`]. Every error type is in
+//! [`Correlation`], [`Redelivery`], [`Tls`], [`Spool`], …) and [`IoPool`]. Every error type is in
 //! [`error`]; the libzmq [`Context`](pool::Context) and a pool's view
 //! ([`PoolView`](pool::PoolView)) are in [`pool`]; the framing trait and the built-ins in
 //! [`framing`]; the builder's defaults in [`defaults`]. Callbacks are plain closures.
@@ -133,6 +133,11 @@
 //! What "confirmed" proves: the peer's machine received the bytes. What it does not: that the
 //! peer's application read them (a peer killed with bytes unread in its kernel loses them), or
 //! acted on them; only a reply can show that.
+//!
+//! All of that holds while the process lives. A [`Spool`] ([`Builder::spool`], opt-in) keeps
+//! every frame on disk until it is confirmed, by a sync policy ([`Durability`]), and sends what
+//! it holds first at the next start ([`Event::Recovered`]): at-least-once across the process's
+//! own crash, each frame numbered ([`Link::send_numbered`]) so a receiver can drop a repeat.
 //!
 //! # States
 //! A link is always in one [`State`]. The state machine changes it on an *input*: something
@@ -315,6 +320,7 @@ mod link;
 mod metrics;
 mod request;
 mod send;
+mod spool;
 mod tls;
 mod view;
 
@@ -341,6 +347,7 @@ pub use link::{Link, Sender, Writer};
 pub use metrics::{Abandoned, Metrics};
 pub use request::Pending;
 pub use send::SendOptions;
+pub use spool::{Durability, Spool};
 pub use tls::Tls;
 
 pub mod pool {

@@ -21,6 +21,7 @@ use crate::io::intake::Intake;
 use crate::io::pool::WorkerRef;
 use crate::io::shared::{Command, Shared};
 use crate::io::slot::{IoSettings, Slot, Wiring};
+use crate::io::spool::{self, Store};
 use crate::io::worker::{Msg, Route};
 use crate::io::{Context, IoPool};
 use crate::metrics::Metrics;
@@ -147,7 +148,25 @@ impl Link {
         worker: Arc<WorkerRef>,
     ) -> Result<Link, ConfigError> {
         let intake = Intake::new(config.core.outbox_frames, config.core.outbox_bytes);
-        let shared = Arc::new(Shared::new(worker.wake.clone(), intake));
+        let (store, recovered) = match &config.spool {
+            Some(spool) => {
+                let (store, recovered) = Store::open(spool).map_err(ConfigError::Spool)?;
+                (Some(store), Some(recovered))
+            }
+            None => (None, None),
+        };
+        let shared = Arc::new(Shared::new(worker.wake.clone(), intake).with_spool(store.clone()));
+        let report = recovered.as_ref().and_then(|r| {
+            let frames = r.frames.len() as u64;
+            (frames > 0 || r.cut_bytes > 0).then(|| Event::Recovered {
+                frames,
+                cut_bytes: r.cut_bytes,
+                seqs: match (r.frames.first(), r.frames.last()) {
+                    (Some(a), Some(b)) => a.0..b.0 + 1,
+                    _ => 0..0,
+                },
+            })
+        });
         let route = Route {
             id: next_link_id(),
             tx: worker.tx.clone(),
@@ -171,12 +190,28 @@ impl Link {
             post: route.post(),
             events: events_tx,
             done: done_tx,
+            recovered: report,
         };
         let slot = Slot::new(config.core.clone(), io, wiring)?;
+        // What the spool held goes first, before any frame the link is given.
+        let mut restored = false;
+        if let Some(recovered) = recovered {
+            shared.intake.spool_cut(recovered.cut_bytes);
+            let now = Instant::now();
+            for (_, deadline, frame) in recovered.frames {
+                let _ = shared
+                    .intake
+                    .restore(frame, spool::instant_deadline(deadline, now));
+                restored = true;
+            }
+        }
         worker
             .tx
             .send(Msg::Register(Box::new(slot)))
             .map_err(|_| ConfigError::NoRoom("the IO thread has stopped".into()))?;
+        if restored && route.send(Command::Take).is_ok() {
+            shared.wake_for_command();
+        }
         worker.wake.wake();
         Ok(Link {
             inner: Arc::new(Inner {

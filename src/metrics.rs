@@ -294,6 +294,11 @@ pub struct Metrics {
     pub frames_resent: u64,
     /// How long ago the oldest unconfirmed frame was handed to the socket.
     pub oldest_unconfirmed: Option<Duration>,
+    /// Frames the link's [`Spool`](crate::Spool) held at its start, sent again (each also
+    /// counts in `frames_submitted` and ends like any frame).
+    pub frames_recovered: u64,
+    /// Bytes cut from the spool's files at the start: torn or corrupt records.
+    pub spool_bytes_cut: u64,
 }
 
 impl Metrics {
@@ -362,6 +367,8 @@ impl Metrics {
             frames_unconfirmed: 0,
             frames_resent: 0,
             oldest_unconfirmed: None,
+            frames_recovered: 0,
+            spool_bytes_cut: 0,
         }
     }
 }

@@ -357,6 +357,11 @@ impl Machine {
         (self.c.released_frames, self.c.released_bytes)
     }
 
+    /// Frames confirmed so far.
+    pub(crate) fn confirmed(&self) -> u64 {
+        self.c.confirmed
+    }
+
     /// Feeds one input.
     pub(crate) fn handle_input(&mut self, now: Instant, input: Input) {
         match input {

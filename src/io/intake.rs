@@ -73,6 +73,8 @@ pub(crate) struct Intake {
     rejected: AtomicU64,
     /// Frames a sender's lane took after the IO thread's last take (see `io::lane`).
     late: AtomicU64,
+    /// Frames restored from the link's spool at its start, and the bytes its start cut.
+    recovered: (AtomicU64, AtomicU64),
     max_frames: usize,
     max_bytes: usize,
 }
@@ -158,6 +160,7 @@ impl Intake {
             room_freed: Notify::new(),
             rejected: AtomicU64::new(0),
             late: AtomicU64::new(0),
+            recovered: (AtomicU64::new(0), AtomicU64::new(0)),
             max_frames,
             max_bytes,
         }
@@ -235,6 +238,29 @@ impl Intake {
         q.admit(1, frame.len());
         q.frames.push(frame, deadline);
         Ok(q.tell())
+    }
+
+    /// The bytes the start of the link's spool cut from its files.
+    pub(crate) fn spool_cut(&self, bytes: u64) {
+        self.recovered.1.store(bytes, Ordering::Relaxed);
+    }
+
+    /// Frames restored from the spool, and the bytes its start cut.
+    pub(crate) fn recovered(&self) -> (u64, u64) {
+        (
+            self.recovered.0.load(Ordering::Relaxed),
+            self.recovered.1.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Queues a frame recovered from the link's spool at its start, whatever the limits (the
+    /// spool held it, so it was admitted once).
+    pub(crate) fn restore(&self, mut frame: Bytes, deadline: Option<Instant>) -> Tell {
+        self.recovered.0.fetch_add(1, Ordering::Relaxed);
+        let mut q = self.lock();
+        q.admit(1, frame.len());
+        q.frames.push(&mut frame, deadline);
+        q.tell()
     }
 
     /// Queues the longest prefix of `batch` that is admitted now (the whole batch, or none of

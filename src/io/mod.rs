@@ -19,6 +19,7 @@
 //! - [`padded`]: a value on a cache line of its own.
 //! - [`resolver`]: the resolver thread pool (names never block an IO thread).
 //! - [`socket`]: the STREAM socket's options and the send of one batch.
+//! - [`spool`]: a link's spool on disk, and the IO thread's ledger of its frames.
 //! - [`buffers`]: batch buffers used again once libzmq is done with them.
 //! - [`stopwatch`]: the clock around calls into application code.
 //! - [`context`]: the libzmq context that links share.
@@ -41,6 +42,7 @@ mod sink;
 pub(crate) mod slot;
 mod snapshot;
 mod socket;
+pub(crate) mod spool;
 mod stopwatch;
 pub(crate) mod timer;
 pub(crate) mod worker;

@@ -19,6 +19,7 @@ use super::lane::Lanes;
 use super::look::Window;
 use super::padded::Padded;
 use super::snapshot::Sources;
+use super::spool::Store;
 use crate::core::machine::Unresolved;
 use crate::event::{Event, State};
 use crate::metrics::Metrics;
@@ -137,6 +138,8 @@ pub(crate) struct Shared {
     pub intake: Intake,
     /// The lanes of the link's `Sender`s (`super::lane`), drained with the intake.
     pub lanes: Lanes,
+    /// The link's spool, if it has one (`super::spool`).
+    pub spool: Option<Arc<Store>>,
     /// Wakes async receivers: the IO thread delivered events, or stopped.
     pub arrived: Notify,
     /// The IO thread has finished (its final snapshot is kept); `done` wakes async closers.
@@ -176,7 +179,14 @@ impl Shared {
             look: Arc::new(Window::reply()),
             stream_look: Window::stream(),
             replying: AtomicBool::new(false),
+            spool: None,
         }
+    }
+
+    /// The same, with a spool.
+    pub(crate) fn with_spool(mut self, spool: Option<Arc<Store>>) -> Shared {
+        self.spool = spool;
+        self
     }
 
     /// Wakes the link's IO thread; coalesced, so a burst of sends costs one write.

@@ -31,6 +31,7 @@ use super::shared::{Command, Lookup, Shared};
 use super::sink::Sink;
 use super::snapshot::Sources;
 use super::socket::{apply_options, ms, send_batch, SocketOptions};
+use super::spool::Ledger;
 use super::stopwatch::CallClock;
 use crate::core::fmt_addr;
 use crate::core::machine::{Action, Input, Machine, TxResult};
@@ -113,6 +114,8 @@ pub(crate) struct Slot {
     /// The flushes waiting for their outcome.
     flushes: HashMap<Token, Promise<Result<(), FlushError>>, ById>,
     next_token: Token,
+    /// The spool's sequence numbers of the frames the machine holds (a spooled link).
+    ledger: Option<Ledger>,
     /// Leaves the shared state Closed when the slot goes (before `_done` tells `close`).
     _stop: StopGuard,
     /// Dropped when the slot is freed: `close` waits for that.
@@ -141,6 +144,8 @@ pub(crate) struct Wiring {
     pub post: Post,
     pub events: Sender<Event>,
     pub done: Sender<()>,
+    /// What the link's spool held at its start, said first.
+    pub recovered: Option<Event>,
 }
 
 /// A socket error at build time, told apart from a bad setting when it is a limit.
@@ -165,6 +170,7 @@ impl Slot {
             post,
             events,
             done,
+            recovered,
         } = w;
         let zerr = |what: &str, e: zmq::Error| ConfigError::Zmq(format!("{what}: {e}"));
         let mut socket = context
@@ -199,7 +205,8 @@ impl Slot {
         let mut machine = Machine::new(settings, seed, Instant::now());
         machine.set_stopwatch(Box::new(CallClock));
         let stop = shared.clone();
-        Ok(Slot {
+        let ledger = shared.spool.clone().map(Ledger::new);
+        let mut slot = Slot {
             id,
             post,
             machine,
@@ -233,10 +240,15 @@ impl Slot {
             promises: HashMap::default(),
             flushes: HashMap::default(),
             next_token: 0,
+            ledger,
             _stop: StopGuard(stop),
             _done: done,
             _context: context,
-        })
+        };
+        if let Some(ev) = recovered {
+            slot.deliver(ev);
+        }
+        Ok(slot)
     }
 
     /// One pass for this link; returns whether it has more to do right away (input left
@@ -364,7 +376,13 @@ impl Slot {
             taken
         };
         let machine = &mut self.machine;
-        taken.into_inputs(|input| machine.handle_input(now, input));
+        let ledger = &mut self.ledger;
+        taken.into_inputs(|input| {
+            if let Some(l) = ledger {
+                l.taken(&input);
+            }
+            machine.handle_input(now, input)
+        });
     }
 
     /// The next instant the link has work to do: its machine's deadline, the lanes' recheck
@@ -557,6 +575,9 @@ impl Slot {
             // Published before the event can be seen: `state()` is never older than it.
             self.shared.state.store(t.to as u8, Ordering::Release);
         }
+        if let (Some(l), Event::Abandoned { frame, reason }) = (&mut self.ledger, &ev) {
+            l.abandoned(frame, *reason, self.machine.state() == State::Closed);
+        }
         if self.sink.push(ev) {
             self.set_reader_waiting(true);
         }
@@ -591,6 +612,9 @@ impl Slot {
         let db = (bytes - self.released.1) as usize;
         self.released = (frames, bytes);
         self.shared.intake.release(df, db);
+        if let Some(l) = &mut self.ledger {
+            l.confirmed_total(self.machine.confirmed());
+        }
         // Once per pass, after the sends: a receiver registers, then looks at the channel,
         // so it cannot miss them.
         if self.sink.take_delivered() {

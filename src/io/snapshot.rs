@@ -53,6 +53,7 @@ impl Sources {
         let rejected = intake.rejected_total();
         m.frames_submitted += rejected;
         m.frames_rejected += rejected;
+        (m.frames_recovered, m.spool_bytes_cut) = intake.recovered();
         m
     }
 }

@@ -17,6 +17,7 @@ use crate::error::{BatchError, SendError};
 use crate::io::intake::{Refused, Tell};
 use crate::io::look::Window;
 use crate::io::shared::Command;
+use crate::io::spool;
 use crate::send::{SendOptions, WaitFor};
 
 /// How a `send*` call waits for room, resolved from its options and the link's policy.
@@ -314,6 +315,11 @@ impl Link {
     /// `Ok(None)` when queued; `Ok(Some(frame))` when it found no room and the call may wait.
     fn submit(&self, mut frame: Bytes, plan: &Plan) -> Result<Option<Bytes>, SendError> {
         let inner = &*self.inner;
+        if inner.shared.spool.is_some() {
+            let mut once = Some(frame);
+            let mut make = |_| once.take().unwrap_or_default();
+            return Ok(self.submit_spooled(&mut make, plan)?.err());
+        }
         if let Err(e) = inner.framing.check(&frame) {
             return Err(self.reject(SendError::Invalid(frame, e)));
         }
@@ -327,6 +333,84 @@ impl Link {
             Err(Refused::Closed) => Err(self.reject(SendError::Closed(frame))),
             Err(Refused::Full) if plan.wait == Wait::No => Err(self.refuse(frame)),
             Err(Refused::Full) => Ok(Some(frame)),
+        }
+    }
+
+    /// [`submit`](Link::submit) on a spooled link: the frame `make` gives for its sequence
+    /// number is written to the spool, then queued (or taken back from the spool).
+    /// `Ok(Ok(seq))` when queued; `Ok(Err(frame))` when it found no room and the call may
+    /// wait.
+    fn submit_spooled(
+        &self,
+        make: &mut dyn FnMut(u64) -> Bytes,
+        plan: &Plan,
+    ) -> Result<Result<u64, Bytes>, SendError> {
+        enum No {
+            Room(Refused),
+            Invalid(crate::error::EncodeError),
+        }
+        let inner = &*self.inner;
+        let Some(store) = &inner.shared.spool else {
+            return Err(self.reject(SendError::Spool(make(0), "no spool".into())));
+        };
+        let deadline = plan.ttl.map(|t| Instant::now() + t);
+        let intake = &inner.shared.intake;
+        let framing = &inner.framing;
+        let offer = |frame: &mut Bytes| {
+            framing.check(frame).map_err(No::Invalid)?;
+            intake.offer(frame, deadline, plan.forced).map_err(No::Room)
+        };
+        match store.admit_one(make, spool::wall_deadline(plan.ttl), offer) {
+            Ok(Ok((seq, tell))) => {
+                self.tell(tell);
+                Ok(Ok(seq))
+            }
+            Ok(Err((frame, No::Invalid(e)))) => Err(self.reject(SendError::Invalid(frame, e))),
+            Ok(Err((frame, No::Room(Refused::Closed)))) => {
+                Err(self.reject(SendError::Closed(frame)))
+            }
+            Ok(Err((frame, No::Room(Refused::Full)))) if plan.wait == Wait::No => {
+                Err(self.refuse(frame))
+            }
+            Ok(Err((frame, No::Room(Refused::Full)))) => Ok(Err(frame)),
+            Err((frame, e)) => Err(self.reject(SendError::Spool(frame, e))),
+        }
+    }
+
+    /// Queues the frame `make` gives for its sequence number in the link's
+    /// [`Spool`](crate::Spool), as [`send`](Link::send) queues a frame, and returns the number.
+    /// Numbers grow by one per frame admitted, across restarts of the spool, so a receiver
+    /// that finds the number in the frame can drop a frame it saw before: a spool delivers at
+    /// least once. `make` may be called again (with the next free number) when the call waits
+    /// for room.
+    ///
+    /// # Errors
+    /// As [`send`](Link::send), and [`SendError::Spool`] for a write error or a link without
+    /// a spool.
+    ///
+    /// # Examples
+    /// See [`Spool`](crate::Spool).
+    pub fn send_numbered<B: Into<Bytes>>(
+        &self,
+        mut make: impl FnMut(u64) -> B,
+    ) -> Result<u64, SendError> {
+        let plan = self.plan(SendOptions::new());
+        let mut make = |seq| make(seq).into();
+        let mut until = None;
+        loop {
+            let frame = match self.submit_spooled(&mut make, &plan)? {
+                Ok(seq) => return Ok(seq),
+                Err(frame) => frame,
+            };
+            let until = *until.get_or_insert_with(|| plan.until());
+            if !self
+                .inner
+                .shared
+                .intake
+                .wait_for_room(frame.len(), until, plan.forced)
+            {
+                return Err(self.refuse(frame));
+            }
         }
     }
 
@@ -524,12 +608,26 @@ impl Link {
             return Ok(true);
         }
         let deadline = plan.ttl.map(|t| Instant::now() + t);
-        match self
-            .inner
-            .shared
-            .intake
-            .offer_batch(rest, deadline, plan.forced)
-        {
+        let intake = &self.inner.shared.intake;
+        let offered = match &self.inner.shared.spool {
+            None => intake.offer_batch(rest, deadline, plan.forced),
+            Some(store) => {
+                let offer = |rest: &mut Batch| intake.offer_batch(rest, deadline, plan.forced);
+                match store.admit(rest, spool::wall_deadline(plan.ttl), offer) {
+                    Ok(r) => r.map(|(_, k, tell)| (k, tell)),
+                    Err(error) => {
+                        let rest = std::mem::take(rest);
+                        self.inner.shared.intake.rejected(rest.len());
+                        return Err(BatchError::Spool {
+                            accepted: *accepted,
+                            rest,
+                            error,
+                        });
+                    }
+                }
+            }
+        };
+        match offered {
             Ok((k, tell)) => {
                 self.tell(tell);
                 *accepted += k;

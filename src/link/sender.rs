@@ -160,7 +160,8 @@ impl Sender {
     /// # Errors
     /// As [`Link::send`], the frame given back (copied): [`SendError::Full`] at the limit,
     /// [`SendError::Closed`] after `close`, [`SendError::Invalid`] when the framing cannot
-    /// encode it.
+    /// encode it, [`SendError::Spool`] on a link with a [`Spool`](crate::Spool) (whose frames
+    /// go through [`Link::send`]).
     ///
     /// # Examples
     /// See [`Sender`].
@@ -249,6 +250,13 @@ impl Sender {
         }
         if link.shared.closed.load(Ordering::Relaxed) {
             return Err(self.closed(frame));
+        }
+        if link.shared.spool.is_some() {
+            // Its ring would pass the spool by.
+            return Err(self.link.reject(SendError::Spool(
+                Bytes::copy_from_slice(frame),
+                "a spooled link takes frames through Link::send, not a Sender".into(),
+            )));
         }
         let len = frame.len();
         if self.credit.0 == 0 || self.credit.1 < len {

@@ -17,7 +17,9 @@
 //! - [`pki`]: a throw-away PKI made with rcgen (also used by the crate's unit tests);
 //! - [`tls`]: a TLS-only `redis-server`, in-process rustls servers and a plain rustls client;
 //! - [`logs`]: the log lines the links of a test binary write, captured;
-//! - [`proc`]: child processes (this test binary re-run as a peer) and the process-wide lock.
+//! - [`proc`]: child processes (this test binary re-run as a peer) and the process-wide lock;
+//! - [`spool`]: scratch directories and a child that streams numbered frames through a spooled
+//!   link until it is killed.
 //!
 //! Include with `mod util;` in a test file, then `use util::*;` or name what is used.
 //!
@@ -44,6 +46,7 @@ pub mod pki;
 pub mod proc;
 pub mod redis;
 pub mod slow;
+pub mod spool;
 pub mod tls;
 pub mod wait;
 pub mod watch;

@@ -144,6 +144,32 @@ pub fn die_with_parent(cmd: &mut Command) {
     }
 }
 
+/// This test binary re-run as a child that runs only the ignored test `test`, with `env` set:
+/// dies with its parent; its stdout comes line by line through the receiver (stderr is
+/// dropped).
+pub fn run_self(test: &str, env: &[(&str, String)]) -> (Child, Receiver<String>) {
+    let exe = std::env::current_exe().expect("path of the test binary");
+    let mut cmd = Command::new(exe);
+    cmd.args([test, "--exact", "--ignored", "--nocapture"])
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    die_with_parent(&mut cmd);
+    let mut child = cmd.spawn().expect("spawn a child of the test binary");
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let (tx, rx) = crossbeam_channel::unbounded::<String>();
+    thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { return };
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    (child, rx)
+}
+
 /// Env var giving the child peer its port; the helper test does nothing without it.
 pub const CHILD_PORT_VAR: &str = "RELINK_FAULTS_CHILD_PEER_PORT";
 /// Name of the helper test, for `--exact`.
@@ -159,25 +185,7 @@ pub struct ChildPeer {
 impl ChildPeer {
     /// Starts the child and waits (bounded) until it listens.
     pub fn start(port: u16) -> ChildPeer {
-        let exe = std::env::current_exe().expect("path of the test binary");
-        let mut cmd = Command::new(exe);
-        cmd.args([CHILD_PEER_TEST, "--exact", "--ignored", "--nocapture"])
-            .env(CHILD_PORT_VAR, port.to_string())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null());
-        die_with_parent(&mut cmd);
-        let mut child = cmd.spawn().expect("spawn the child peer");
-        let stdout = child.stdout.take().expect("stdout is piped");
-        let (tx, rx) = crossbeam_channel::unbounded::<String>();
-        thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { return };
-                if tx.send(line).is_err() {
-                    return;
-                }
-            }
-        });
+        let (child, rx) = run_self(CHILD_PEER_TEST, &[(CHILD_PORT_VAR, port.to_string())]);
         let mut peer = ChildPeer {
             process: ServerProcess::default(),
         };

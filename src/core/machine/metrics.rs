@@ -75,6 +75,8 @@ impl Machine {
                 .window
                 .oldest()
                 .map(|t| now.saturating_duration_since(t)),
+            frames_recovered: 0,
+            spool_bytes_cut: 0,
         }
     }
 }

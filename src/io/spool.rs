@@ -1,0 +1,703 @@
+//! The spool on disk: a log of segment files holding every frame admitted by `send` until it
+//! leaves (confirmed, or abandoned and reported), an acks log of the sequence numbers that
+//! left, a `LOCK` file held with `flock` while a link uses the directory, and a `VERSION`
+//! file.
+//!
+//! Who does what:
+//! - the caller of `send` appends the frame's record under the writer's lock and, by the
+//!   sync policy, writes and `fdatasync`s it ([`Durability::EveryFrame`]), writes it
+//!   ([`Durability::OsWriteBack`]) or leaves it in the writer's buffer
+//!   ([`Durability::Group`]); then it offers the frame to the intake, and takes the record
+//!   back if the intake refuses it (its number is then not used), so numbers follow the
+//!   intake's order;
+//! - the IO thread never touches the disk: its [`Ledger`] gives each frame it takes from the
+//!   intake the next number (those recovered at open first), learns which frames left, and
+//!   hands their numbers to `left`;
+//! - the spool's own thread (the flusher), every tick, writes and syncs the group's buffer,
+//!   appends what left to the acks log, and deletes segments whose frames all left.
+//!
+//! At open, the segments are read in order; each record is checked by its CRC-32C, and a
+//! segment is cut at its first record that fails (a torn tail): what is cut is counted.
+
+mod ledger;
+pub(crate) mod record;
+
+use std::collections::VecDeque;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use fs4::fs_std::FileExt as _;
+
+pub(crate) use ledger::Ledger;
+use record::Ranges;
+
+use crate::batch::Batch;
+use crate::spool::{Durability, Spool};
+
+/// The format this relink writes and reads.
+pub(crate) const VERSION: u32 = 1;
+
+/// A group's buffer is written out by the caller once it holds this much.
+const GROUP_WRITE: usize = 256 * 1024;
+
+/// The acks log is written again, compacted, once it is this large.
+const ACKS_COMPACT: u64 = 64 * 1024;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn segment_name(first: u64) -> String {
+    format!("{first:020}.seg")
+}
+
+/// What a spool held at open.
+#[derive(Debug, Default)]
+pub(crate) struct Recovered {
+    /// The frames to send again, in order: sequence number, deadline (ms since the epoch, 0
+    /// for none), bytes.
+    pub frames: Vec<(u64, u64, Bytes)>,
+    /// Bytes cut from torn or corrupt tails.
+    pub cut_bytes: u64,
+}
+
+/// What [`Core::admit_one`] gives: the frame's number and what the offer gave; or the frame
+/// and the offer's refusal; `Err`, the frame and a write error.
+pub(crate) type Admitted<T, E> = Result<Result<(u64, T), (Bytes, E)>, (Bytes, String)>;
+
+/// A frame's deadline as the spool keeps it: milliseconds since the Unix epoch (0: none).
+pub(crate) fn wall_deadline(ttl: Option<Duration>) -> u64 {
+    let Some(ttl) = ttl else { return 0 };
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    (now + ttl).as_millis().max(1) as u64
+}
+
+/// A deadline kept by the spool, as an instant of this process (one already past for a
+/// deadline that passed while the spool waited).
+pub(crate) fn instant_deadline(ms: u64, now: Instant) -> Option<Instant> {
+    if ms == 0 {
+        return None;
+    }
+    let wall = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis() as u64;
+    Some(match ms.checked_sub(wall) {
+        Some(left) => now + Duration::from_millis(left),
+        None => now.checked_sub(Duration::from_millis(1)).unwrap_or(now),
+    })
+}
+
+/// Where the callers append.
+#[derive(Debug)]
+struct Writer {
+    file: Arc<File>,
+    /// The first sequence number of the current segment.
+    first: u64,
+    /// Bytes written to the current segment's file.
+    pos: u64,
+    /// Records not yet written (a group's).
+    buf: Vec<u8>,
+    next_seq: u64,
+    /// The flusher's last write failed: the calls fail until one succeeds.
+    failed: Option<String>,
+    /// Closed segments, oldest first: first sequence number, path.
+    closed: VecDeque<(u64, PathBuf)>,
+    /// Closed segments the flusher has not synced yet.
+    unsynced: Vec<Arc<File>>,
+    /// A segment was made and the directory not synced since.
+    dir_dirty: bool,
+    /// Records were written since the last sync of the spool's thread.
+    written: bool,
+    /// The spool's thread was told of the records appended since its last flush.
+    told: bool,
+}
+
+/// What the spool's thread waits for.
+#[derive(Debug, Default)]
+struct Wake {
+    /// There is something to write, sync or record.
+    work: bool,
+    /// The store goes.
+    stopped: bool,
+}
+
+/// What only the flusher touches: the numbers that left and the acks log.
+#[derive(Debug)]
+struct Acks {
+    done: Ranges,
+    file: File,
+    len: u64,
+}
+
+/// A link's spool (see the module docs): its state, shared with its thread, and the thread,
+/// stopped and joined when the store goes, so that the directory's lock is free once the last
+/// handle on the store is dropped.
+#[derive(Debug)]
+pub(crate) struct Store {
+    core: Arc<Core>,
+    flusher: Option<std::thread::JoinHandle<()>>,
+}
+
+impl std::ops::Deref for Store {
+    type Target = Core;
+
+    fn deref(&self) -> &Core {
+        &self.core
+    }
+}
+
+/// The spool's state (see [`Store`]).
+#[derive(Debug)]
+pub(crate) struct Core {
+    dir: PathBuf,
+    durability: Durability,
+    segment_bytes: u64,
+    w: Mutex<Writer>,
+    /// The numbers of the frames recovered at open, in order (taken by the IO thread's
+    /// ledger), and the first number this run gives: the frames reach the intake in the order
+    /// of their numbers, and a frame the intake refuses gives its number back.
+    recovered: Mutex<VecDeque<u64>>,
+    first_new: u64,
+    /// Numbers of frames that left for good, not yet in the acks log.
+    left: Mutex<Vec<u64>>,
+    acks: Mutex<Acks>,
+    /// The spool's thread sleeps on this until there is work (or the store goes).
+    wake: (Mutex<Wake>, Condvar),
+    /// Held (`flock`) while the store lives.
+    _lock: File,
+}
+
+fn io_err(what: &str, path: &Path, e: io::Error) -> String {
+    format!("{what} {}: {e}", path.display())
+}
+
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+impl Store {
+    /// Opens (or makes) the spool: takes its lock, checks its version, reads what it holds
+    /// (cutting torn tails) and starts its thread.
+    pub(crate) fn open(spool: &Spool) -> Result<(Arc<Store>, Recovered), String> {
+        let dir = spool.dir().to_path_buf();
+        fs::create_dir_all(&dir).map_err(|e| io_err("cannot make", &dir, e))?;
+        let lock_path = dir.join("LOCK");
+        let lock_file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|e| io_err("cannot open", &lock_path, e))?;
+        if !matches!(lock_file.try_lock_exclusive(), Ok(true)) {
+            return Err(format!(
+                "{} is in use by another link or process",
+                dir.display()
+            ));
+        }
+        Core::check_version(&dir)?;
+        let mut recovered = Recovered::default();
+        // The acks log.
+        let acks_path = dir.join("acks");
+        let mut done = Ranges::default();
+        if let Ok(data) = fs::read(&acks_path) {
+            let good = record::decode_acks(&data, &mut done);
+            recovered.cut_bytes += (data.len() - good) as u64;
+        }
+        // The segments, in order.
+        let mut segments: Vec<(u64, PathBuf)> = fs::read_dir(&dir)
+            .map_err(|e| io_err("cannot read", &dir, e))?
+            .filter_map(|e| e.ok())
+            .filter_map(|e| {
+                let name = e.file_name().into_string().ok()?;
+                let first = name.strip_suffix(".seg")?.parse::<u64>().ok()?;
+                Some((first, e.path()))
+            })
+            .collect();
+        segments.sort();
+        let mut next_seq = done.end();
+        let mut kept = VecDeque::new();
+        for (first, path) in segments {
+            next_seq = next_seq.max(first);
+            let data = Bytes::from(fs::read(&path).map_err(|e| io_err("cannot read", &path, e))?);
+            let (records, good) = record::decode_all(&data);
+            if good < data.len() {
+                let cut = (data.len() - good) as u64;
+                log::warn!(
+                    "relink: spool segment {} cut at byte {good} ({cut} bytes failed their check)",
+                    path.display()
+                );
+                recovered.cut_bytes += cut;
+                let f = OpenOptions::new()
+                    .write(true)
+                    .open(&path)
+                    .map_err(|e| io_err("cannot open", &path, e))?;
+                f.set_len(good as u64)
+                    .and_then(|()| f.sync_all())
+                    .map_err(|e| io_err("cannot cut", &path, e))?;
+            }
+            let mut pending = false;
+            for r in records {
+                next_seq = next_seq.max(r.seq + 1);
+                if !done.contains(r.seq) {
+                    pending = true;
+                    recovered.frames.push((r.seq, r.deadline_ms, r.frame));
+                }
+            }
+            kept.push_back((first, path, pending));
+        }
+        // A new segment for this run; the old ones stay while they hold frames.
+        let path = dir.join(segment_name(next_seq));
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .open(&path)
+            .map_err(|e| io_err("cannot make", &path, e))?;
+        let mut closed = VecDeque::new();
+        for (first, old, pending) in kept {
+            if old == path {
+                continue;
+            }
+            if pending {
+                closed.push_back((first, old));
+            } else {
+                let _ = fs::remove_file(&old);
+            }
+        }
+        // The acks log, compacted: what is below the oldest kept frame need not be said.
+        let floor = closed.front().map_or(next_seq, |(f, _)| *f);
+        done.prune(floor);
+        let acks = Core::write_acks(&dir, &done)?;
+        sync_dir(&dir).map_err(|e| io_err("cannot sync", &dir, e))?;
+        let len = acks
+            .metadata()
+            .map_err(|e| io_err("cannot read", &acks_path, e))?
+            .len();
+        let wake = (Mutex::new(Wake::default()), Condvar::new());
+        let core = Arc::new(Core {
+            dir,
+            durability: spool.get_durability(),
+            segment_bytes: spool.get_segment_bytes().max(record::HEADER as u64),
+            w: Mutex::new(Writer {
+                file: Arc::new(file),
+                first: next_seq,
+                pos: 0,
+                buf: Vec::new(),
+                next_seq,
+                failed: None,
+                closed,
+                unsynced: Vec::new(),
+                dir_dirty: false,
+                written: false,
+                told: false,
+            }),
+            recovered: Mutex::new(recovered.frames.iter().map(|f| f.0).collect()),
+            first_new: next_seq,
+            left: Mutex::new(Vec::new()),
+            acks: Mutex::new(Acks {
+                done,
+                file: acks,
+                len,
+            }),
+            wake,
+            _lock: lock_file,
+        });
+        let tick = spool.tick();
+        let theirs = core.clone();
+        let flusher = std::thread::Builder::new()
+            .name("relink-spool".into())
+            .spawn(move || flusher(theirs, tick))
+            .map_err(|e| format!("cannot start the spool's thread: {e}"))?;
+        let store = Store {
+            core,
+            flusher: Some(flusher),
+        };
+        Ok((Arc::new(store), recovered))
+    }
+}
+
+impl Core {
+    /// Refuses a directory written in another format, or holding files of something else.
+    fn check_version(dir: &Path) -> Result<(), String> {
+        let path = dir.join("VERSION");
+        match fs::read_to_string(&path) {
+            Ok(s) => match s.trim().parse::<u32>() {
+                Ok(VERSION) => Ok(()),
+                Ok(v) => Err(format!(
+                    "{} holds a spool of format {v}; this relink reads format {VERSION} only",
+                    dir.display()
+                )),
+                Err(_) => Err(format!("{} has an unreadable VERSION file", dir.display())),
+            },
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                let foreign = fs::read_dir(dir)
+                    .map_err(|e| io_err("cannot read", dir, e))?
+                    .filter_map(|e| e.ok())
+                    .any(|e| e.file_name() != "LOCK");
+                if foreign {
+                    return Err(format!(
+                        "{} is not empty and holds no relink spool (no VERSION file)",
+                        dir.display()
+                    ));
+                }
+                let mut f = File::create(&path).map_err(|e| io_err("cannot make", &path, e))?;
+                f.write_all(format!("{VERSION}\n").as_bytes())
+                    .and_then(|()| f.sync_all())
+                    .map_err(|e| io_err("cannot write", &path, e))
+            }
+            Err(e) => Err(io_err("cannot read", &path, e)),
+        }
+    }
+
+    /// Writes the acks log anew with `done` (through a file renamed over it) and opens it
+    /// for appending.
+    fn write_acks(dir: &Path, done: &Ranges) -> Result<File, String> {
+        let tmp = dir.join("acks.tmp");
+        let path = dir.join("acks");
+        let mut buf = Vec::new();
+        for (lo, hi) in done.iter() {
+            record::encode_ack(&mut buf, lo, hi);
+        }
+        let mut f = File::create(&tmp).map_err(|e| io_err("cannot make", &tmp, e))?;
+        f.write_all(&buf)
+            .and_then(|()| f.sync_all())
+            .map_err(|e| io_err("cannot write", &tmp, e))?;
+        fs::rename(&tmp, &path).map_err(|e| io_err("cannot rename", &tmp, e))?;
+        OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .map_err(|e| io_err("cannot open", &path, e))
+    }
+
+    /// Appends the record of the frame `make` gives for the next sequence number and makes it
+    /// as durable as the policy says, then calls `offer`, which hands it to the intake. Its
+    /// record is taken back if the intake refuses it. Gives the frame's number and what
+    /// `offer` gave, or the frame with the refusal; `Err` is a write error (the frame was not
+    /// offered).
+    pub(crate) fn admit_one<T, E>(
+        &self,
+        make: impl FnOnce(u64) -> Bytes,
+        deadline_ms: u64,
+        offer: impl FnOnce(&mut Bytes) -> Result<T, E>,
+    ) -> Admitted<T, E> {
+        let mut w = lock(&self.w);
+        let seq = w.next_seq;
+        let mut frame = make(seq);
+        if let Some(e) = &w.failed {
+            return Err((frame, e.clone()));
+        }
+        if let Err(e) = self.roll_if_full(&mut w) {
+            return Err((frame, e));
+        }
+        let mark = w.pos + w.buf.len() as u64;
+        if frame.len() > record::MAX_FRAME {
+            return Err((frame, "frame too large for the spool".into()));
+        }
+        record::encode(&mut w.buf, seq, deadline_ms, &frame);
+        if let Err(e) = self.persist(&mut w) {
+            w.rollback(mark);
+            return Err((frame, format!("cannot write to the spool: {e}")));
+        }
+        match offer(&mut frame) {
+            Ok(t) => {
+                w.next_seq += 1;
+                Ok(Ok((seq, t)))
+            }
+            Err(e) => {
+                w.rollback(mark);
+                Ok(Err((frame, e)))
+            }
+        }
+    }
+
+    /// Makes what was appended as durable as the policy says before the call returns.
+    fn persist(&self, w: &mut Writer) -> io::Result<()> {
+        match self.durability {
+            Durability::EveryFrame => w.write().and_then(|()| w.file.sync_data()),
+            Durability::OsWriteBack => w.write(),
+            Durability::Group(_) => {
+                if w.buf.len() >= GROUP_WRITE {
+                    w.write()?;
+                }
+                if !w.told {
+                    w.told = true;
+                    self.nudge();
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Appends the records of `frames` (numbered from the next sequence number) and makes
+    /// them as durable as the policy says, then calls `offer`, which hands the frames to the
+    /// intake and says how many it took. The records of the frames it did not take are taken
+    /// back. Gives the first frame's number, how many were taken and what `offer` gave.
+    ///
+    /// `Err` is a write error: no frame was offered.
+    pub(crate) fn admit<R, E>(
+        &self,
+        frames: &mut Batch,
+        deadline_ms: u64,
+        offer: impl FnOnce(&mut Batch) -> Result<(usize, R), E>,
+    ) -> Result<Result<(u64, usize, R), E>, String> {
+        let mut w = lock(&self.w);
+        if let Some(e) = &w.failed {
+            return Err(e.clone());
+        }
+        self.roll_if_full(&mut w)?;
+        let mark = w.pos + w.buf.len() as u64;
+        let first = w.next_seq;
+        let mut ends = Vec::new();
+        for (i, frame) in frames.iter().enumerate() {
+            if frame.len() > record::MAX_FRAME {
+                w.rollback(mark);
+                return Err("frame too large for the spool".into());
+            }
+            record::encode(&mut w.buf, first + i as u64, deadline_ms, frame);
+            let end = w.pos + w.buf.len() as u64;
+            ends.push(end);
+        }
+        let n = ends.len();
+        if let Err(e) = self.persist(&mut w) {
+            w.rollback(mark);
+            return Err(format!("cannot write to the spool: {e}"));
+        }
+        match offer(frames) {
+            Ok((k, r)) => {
+                if k < n {
+                    w.rollback(if k == 0 { mark } else { ends[k - 1] });
+                }
+                w.next_seq += k as u64;
+                Ok(Ok((first, k, r)))
+            }
+            Err(e) => {
+                w.rollback(mark);
+                Ok(Err(e))
+            }
+        }
+    }
+
+    /// Closes the current segment once it is full and begins the next.
+    fn roll_if_full(&self, w: &mut Writer) -> Result<(), String> {
+        if w.pos + (w.buf.len() as u64) < self.segment_bytes {
+            return Ok(());
+        }
+        w.write()
+            .map_err(|e| format!("cannot write to the spool: {e}"))?;
+        let path = self.dir.join(segment_name(w.next_seq));
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .open(&path)
+            .map_err(|e| io_err("cannot make", &path, e))?;
+        if self.durability == Durability::EveryFrame {
+            sync_dir(&self.dir).map_err(|e| io_err("cannot sync", &self.dir, e))?;
+        } else {
+            w.dir_dirty = true;
+        }
+        let old = std::mem::replace(&mut w.file, Arc::new(file));
+        if matches!(self.durability, Durability::Group(_)) {
+            w.unsynced.push(old);
+        }
+        let old_first = std::mem::replace(&mut w.first, w.next_seq);
+        w.closed
+            .push_back((old_first, self.dir.join(segment_name(old_first))));
+        w.pos = 0;
+        Ok(())
+    }
+
+    /// The numbers of the frames the intake gets, in its order: those recovered at open,
+    /// then one each from the first number this run gave.
+    fn numbers(&self) -> (VecDeque<u64>, u64) {
+        (std::mem::take(&mut *lock(&self.recovered)), self.first_new)
+    }
+
+    /// Numbers of frames that left for good (from the IO thread); the spool's thread is woken
+    /// for the first of a round.
+    fn left(&self, seqs: &mut Vec<u64>) {
+        let first = {
+            let mut left = lock(&self.left);
+            let first = left.is_empty();
+            left.append(seqs);
+            first
+        };
+        if first {
+            self.nudge();
+        }
+    }
+
+    /// Wakes the spool's thread: there is work.
+    fn nudge(&self) {
+        let (m, cv) = &self.wake;
+        let mut wake = lock(m);
+        if !wake.work {
+            wake.work = true;
+            cv.notify_one();
+        }
+    }
+
+    /// The flusher's work, and the last of it at the end: the group's records written and
+    /// synced, the numbers that left in the acks log, segments whose frames all left
+    /// deleted.
+    ///
+    /// The acks log is not synced: a record of it lost at a power cut makes a frame that had
+    /// left be sent once more, never a frame lost.
+    fn flush(&self) {
+        let (file, unsynced, dir_dirty, sync) = {
+            let mut w = lock(&self.w);
+            w.told = false;
+            if let Err(e) = w.write() {
+                let msg = format!("cannot write to the spool: {e}");
+                if w.failed.is_none() {
+                    log::error!("relink: {msg}");
+                }
+                w.failed = Some(msg);
+            } else {
+                w.failed = None;
+            }
+            let group = matches!(self.durability, Durability::Group(_));
+            (
+                w.file.clone(),
+                std::mem::take(&mut w.unsynced),
+                std::mem::replace(&mut w.dir_dirty, false) && group,
+                std::mem::replace(&mut w.written, false) && group,
+            )
+        };
+        if sync || !unsynced.is_empty() {
+            for f in unsynced.iter().chain(std::iter::once(&file)) {
+                if let Err(e) = f.sync_data() {
+                    log::error!("relink: cannot sync the spool: {e}");
+                }
+            }
+        }
+        if dir_dirty {
+            let _ = sync_dir(&self.dir);
+        }
+        let mut left = std::mem::take(&mut *lock(&self.left));
+        let mut acks = lock(&self.acks);
+        if !left.is_empty() {
+            let mut fresh = Ranges::default();
+            fresh.extend(&mut left);
+            let mut buf = Vec::new();
+            for (lo, hi) in fresh.iter() {
+                record::encode_ack(&mut buf, lo, hi);
+                acks.done.insert(lo, hi);
+            }
+            match acks.file.write_all(&buf) {
+                Ok(()) => acks.len += buf.len() as u64,
+                Err(e) => log::error!("relink: cannot write the spool's acks: {e}"),
+            }
+        }
+        // Segments whose every frame left.
+        let gone: Vec<PathBuf> = {
+            let mut w = lock(&self.w);
+            let mut gone = Vec::new();
+            while let Some(&(first, _)) = w.closed.front() {
+                let next = w.closed.get(1).map_or(w.first, |(f, _)| *f);
+                if acks.done.first_absent(first) < next {
+                    break;
+                }
+                if let Some((_, path)) = w.closed.pop_front() {
+                    gone.push(path);
+                }
+            }
+            gone
+        };
+        for path in &gone {
+            let _ = fs::remove_file(path);
+        }
+        if acks.len > ACKS_COMPACT {
+            let floor = {
+                let w = lock(&self.w);
+                w.closed.front().map_or(w.first, |(f, _)| *f)
+            };
+            acks.done.prune(floor);
+            match Core::write_acks(&self.dir, &acks.done) {
+                Ok(f) => {
+                    acks.len = f.metadata().map(|m| m.len()).unwrap_or(0);
+                    acks.file = f;
+                }
+                Err(e) => log::error!("relink: {e}"),
+            }
+        }
+    }
+}
+
+impl Writer {
+    /// Writes the buffer to the current segment.
+    fn write(&mut self) -> io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        if let Err(e) = self.file.write_all_at(&self.buf, self.pos) {
+            // A part may be on the file: the buffer stays the truth.
+            let _ = self.file.set_len(self.pos);
+            return Err(e);
+        }
+        self.pos += self.buf.len() as u64;
+        self.buf.clear();
+        self.written = true;
+        Ok(())
+    }
+
+    /// Takes back every record past `to` (a position in the segment, written or not).
+    fn rollback(&mut self, to: u64) {
+        if to >= self.pos {
+            self.buf.truncate((to - self.pos) as usize);
+        } else {
+            self.buf.clear();
+            let _ = self.file.set_len(to);
+            self.pos = to;
+        }
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        {
+            let (m, cv) = &self.core.wake;
+            lock(m).stopped = true;
+            cv.notify_all();
+        }
+        if let Some(t) = self.flusher.take() {
+            let _ = t.join();
+        }
+        self.core.flush();
+    }
+}
+
+/// The spool's thread, until the store goes: asleep until there is work, then `gather` later
+/// (the group's interval, or a millisecond for the numbers that left, so that a round takes
+/// many), a flush.
+fn flusher(core: Arc<Core>, gather: Duration) {
+    let (m, cv) = &core.wake;
+    loop {
+        {
+            let mut wake = lock(m);
+            while !wake.work && !wake.stopped {
+                wake = cv.wait(wake).unwrap_or_else(|e| e.into_inner());
+            }
+            let (mut wake, _) = cv
+                .wait_timeout_while(wake, gather, |w| !w.stopped)
+                .unwrap_or_else(|e| e.into_inner());
+            if wake.stopped {
+                return;
+            }
+            wake.work = false;
+        }
+        core.flush();
+    }
+}
+
+#[cfg(test)]
+mod tests;

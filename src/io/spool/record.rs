@@ -1,0 +1,230 @@
+//! The spool's on-disk records, each checked by a CRC-32C, and the set of sequence numbers
+//! that left the spool.
+//!
+//! A frame's record (little-endian): `len: u32`, `crc: u32`, `seq: u64`, `deadline: u64`
+//! (milliseconds since the Unix epoch, 0 for none), then `len` bytes of the frame. The CRC
+//! covers everything after itself. An acks record: `lo: u64`, `hi: u64` (the sequence
+//! numbers `lo..hi` left), `crc: u32` over the two.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+
+/// The bytes before a frame's own.
+pub(crate) const HEADER: usize = 24;
+
+/// The size of an acks record.
+pub(crate) const ACK: usize = 20;
+
+/// The largest frame a record holds.
+pub(crate) const MAX_FRAME: usize = u32::MAX as usize;
+
+/// Appends the record of one frame to `out`.
+pub(crate) fn encode(out: &mut Vec<u8>, seq: u64, deadline_ms: u64, frame: &[u8]) {
+    let start = out.len();
+    out.extend_from_slice(&(frame.len() as u32).to_le_bytes());
+    out.extend_from_slice(&[0; 4]);
+    out.extend_from_slice(&seq.to_le_bytes());
+    out.extend_from_slice(&deadline_ms.to_le_bytes());
+    out.extend_from_slice(frame);
+    let crc = crc32c::crc32c(&out[start + 8..]);
+    out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// One record read back.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Record {
+    pub seq: u64,
+    pub deadline_ms: u64,
+    pub frame: Bytes,
+}
+
+/// Reads the records of a segment in order; stops at the first that is torn or fails its
+/// check. Gives the records and the length of the good prefix.
+pub(crate) fn decode_all(data: &Bytes) -> (Vec<Record>, usize) {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while data.len() - at >= HEADER {
+        let h = &data[at..at + HEADER];
+        let len = u32::from_le_bytes(h[0..4].try_into().unwrap_or_default()) as usize;
+        let crc = u32::from_le_bytes(h[4..8].try_into().unwrap_or_default());
+        if data.len() - at - HEADER < len {
+            break;
+        }
+        let end = at + HEADER + len;
+        if crc32c::crc32c(&data[at + 8..end]) != crc {
+            break;
+        }
+        out.push(Record {
+            seq: u64::from_le_bytes(h[8..16].try_into().unwrap_or_default()),
+            deadline_ms: u64::from_le_bytes(h[16..24].try_into().unwrap_or_default()),
+            frame: data.slice(at + HEADER..end),
+        });
+        at = end;
+    }
+    (out, at)
+}
+
+/// Appends an acks record for `lo..hi`.
+pub(crate) fn encode_ack(out: &mut Vec<u8>, lo: u64, hi: u64) {
+    let start = out.len();
+    out.extend_from_slice(&lo.to_le_bytes());
+    out.extend_from_slice(&hi.to_le_bytes());
+    let crc = crc32c::crc32c(&out[start..]);
+    out.extend_from_slice(&crc.to_le_bytes());
+}
+
+/// Reads acks records into `set` up to the first that fails its check; gives the length of
+/// the good prefix.
+pub(crate) fn decode_acks(data: &[u8], set: &mut Ranges) -> usize {
+    let mut at = 0;
+    while data.len() - at >= ACK {
+        let r = &data[at..at + ACK];
+        let crc = u32::from_le_bytes(r[16..20].try_into().unwrap_or_default());
+        if crc32c::crc32c(&r[..16]) != crc {
+            break;
+        }
+        let lo = u64::from_le_bytes(r[0..8].try_into().unwrap_or_default());
+        let hi = u64::from_le_bytes(r[8..16].try_into().unwrap_or_default());
+        set.insert(lo, hi);
+        at += ACK;
+    }
+    at
+}
+
+/// Disjoint ranges of sequence numbers, merged as they touch.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(crate) struct Ranges(BTreeMap<u64, u64>);
+
+impl Ranges {
+    /// Adds `lo..hi`.
+    pub(crate) fn insert(&mut self, mut lo: u64, mut hi: u64) {
+        if lo >= hi {
+            return;
+        }
+        // A range that starts at or before `lo` and reaches it.
+        if let Some((&l, &h)) = self.0.range(..=lo).next_back() {
+            if h >= lo {
+                lo = l;
+                hi = hi.max(h);
+                self.0.remove(&l);
+            }
+        }
+        // Ranges that start inside `lo..=hi`.
+        while let Some((&l, &h)) = self.0.range(lo..=hi).next() {
+            hi = hi.max(h);
+            self.0.remove(&l);
+        }
+        self.0.insert(lo, hi);
+    }
+
+    /// Adds sequence numbers given one by one, in any order.
+    pub(crate) fn extend(&mut self, seqs: &mut [u64]) {
+        seqs.sort_unstable();
+        let mut run: Option<(u64, u64)> = None;
+        for &s in seqs.iter() {
+            run = match run {
+                Some((lo, hi)) if s == hi => Some((lo, hi + 1)),
+                Some((lo, hi)) if s < hi => Some((lo, hi)),
+                Some((lo, hi)) => {
+                    self.insert(lo, hi);
+                    Some((s, s + 1))
+                }
+                None => Some((s, s + 1)),
+            };
+        }
+        if let Some((lo, hi)) = run {
+            self.insert(lo, hi);
+        }
+    }
+
+    pub(crate) fn contains(&self, seq: u64) -> bool {
+        self.0
+            .range(..=seq)
+            .next_back()
+            .is_some_and(|(_, &h)| seq < h)
+    }
+
+    /// The first number from `floor` on that is not in the set.
+    pub(crate) fn first_absent(&self, floor: u64) -> u64 {
+        match self.0.range(..=floor).next_back() {
+            Some((_, &h)) if h > floor => h,
+            _ => floor,
+        }
+    }
+
+    /// One past the highest number in the set.
+    pub(crate) fn end(&self) -> u64 {
+        self.0.values().next_back().copied().unwrap_or(0)
+    }
+
+    /// Forgets what lies below `floor` (except what tells where the numbers reached).
+    pub(crate) fn prune(&mut self, floor: u64) {
+        let below: Vec<u64> = self.0.range(..floor).map(|(&l, _)| l).collect();
+        let keep_last = self.0.len() == below.len();
+        for (i, l) in below.iter().enumerate() {
+            let h = self.0[l];
+            if h <= floor && !(keep_last && i + 1 == below.len()) {
+                self.0.remove(l);
+            }
+        }
+    }
+
+    /// The ranges, in order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.0.iter().map(|(&l, &h)| (l, h))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_read_back_and_a_torn_tail_stops_the_reading() {
+        let mut buf = Vec::new();
+        encode(&mut buf, 7, 0, b"hello");
+        encode(&mut buf, 8, 123, b"");
+        let good = buf.len();
+        encode(&mut buf, 9, 0, b"torn away");
+        buf.truncate(buf.len() - 3);
+        let (records, at) = decode_all(&Bytes::from(buf));
+        assert_eq!(at, good);
+        assert_eq!(records.len(), 2);
+        assert_eq!((records[0].seq, &records[0].frame[..]), (7, &b"hello"[..]));
+        assert_eq!((records[1].seq, records[1].deadline_ms), (8, 123));
+    }
+
+    #[test]
+    fn a_flipped_bit_fails_the_check() {
+        let mut buf = Vec::new();
+        encode(&mut buf, 1, 0, b"abc");
+        encode(&mut buf, 2, 0, b"def");
+        let first = HEADER + 3;
+        buf[first + HEADER + 1] ^= 1;
+        let (records, at) = decode_all(&Bytes::from(buf));
+        assert_eq!((records.len(), at), (1, first));
+    }
+
+    #[test]
+    fn ranges_merge_and_answer() {
+        let mut r = Ranges::default();
+        r.extend(&mut [5, 3, 4, 9, 10, 0]);
+        assert!(r.contains(3) && r.contains(5) && r.contains(10) && r.contains(0));
+        assert!(!r.contains(6) && !r.contains(1) && !r.contains(11));
+        assert_eq!(r.first_absent(3), 6);
+        assert_eq!(r.first_absent(6), 6);
+        r.insert(6, 9);
+        assert_eq!(r.first_absent(3), 11);
+        assert_eq!(r.end(), 11);
+        r.prune(11);
+        assert_eq!(r.end(), 11);
+        let mut acks = Vec::new();
+        encode_ack(&mut acks, 2, 4);
+        encode_ack(&mut acks, 20, 30);
+        acks.push(1);
+        let mut back = Ranges::default();
+        assert_eq!(decode_acks(&acks, &mut back), 2 * ACK);
+        assert!(back.contains(25) && back.contains(3) && !back.contains(4));
+    }
+}
