@@ -270,7 +270,7 @@ fn round(sender: Sender, frames: usize) -> Round {
             }
         }
         (Sender::Lane, Some(link), _) => {
-            let mut sender = link.sender();
+            let mut sender = link.producer();
             for _ in 0..frames {
                 sender.send(PAYLOAD).expect("sender send");
             }

@@ -20,7 +20,7 @@
 //!   (a slice, not a `Bytes`) with `link.writer()`'s `send` (1 024 frames or 64 KiB a
 //!   hand-over), one `flush` at the end: the buffered sender, as `std_tcp`'s `BufWriter` is.
 //! - `relink_sender`: the `relink` link, each frame written from one buffer of the
-//!   producer's with `link.sender()`'s `send`: handed to the IO thread at once, as `send`
+//!   producer's with `link.producer()`'s `send`: handed to the IO thread at once, as `send`
 //!   hands it, through the sender's single-producer ring.
 //! - `tokio`: the client a tokio user would write: a runtime thread owning tokio-util's
 //!   `FramedWrite<_, LengthDelimitedCodec>`, fed through a bounded mpsc handle
@@ -362,7 +362,7 @@ fn run_relink_writer(sink: &Sink, size: usize, frames: usize) -> Duration {
 fn run_relink_sender(sink: &Sink, size: usize, frames: usize) -> Duration {
     let link = ready_link(sink);
     let payload = vec![0xA5u8; size];
-    let mut sender = link.sender();
+    let mut sender = link.producer();
     let start = Instant::now();
     for _ in 0..frames {
         if let Err(e) = sender.send(&payload) {

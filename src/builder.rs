@@ -724,7 +724,7 @@ impl Builder {
     /// start. Defaults to none (the outbox lives in memory only).
     ///
     /// A spooled link numbers its frames ([`Link::send_numbered`](crate::Link::send_numbered));
-    /// its [`Sender`](crate::Sender) refuses frames (`SendError::Spool`), since its ring
+    /// its [`Producer`](crate::Producer) refuses frames (`SendError::Spool`), since its ring
     /// bypasses the spool; requests are not spooled. The outbox limits bound the spool too.
     /// See the guide's "Spool" section and the example on [`Spool`](crate::Spool).
     pub fn spool(mut self, spool: crate::spool::Spool) -> Builder {

@@ -261,7 +261,7 @@ pub enum SendError {
     #[error("frame refused: {1}")]
     Invalid(bytes::Bytes, EncodeError),
     /// The link's spool could not take the frame: a write error (a full disk, an I/O error),
-    /// or a call a spooled link does not offer ([`Sender`](crate::Sender)). Nothing of the
+    /// or a call a spooled link does not offer ([`Producer`](crate::Producer)). Nothing of the
     /// frame stays in the spool or the outbox.
     #[error("spool: {1}")]
     Spool(bytes::Bytes, String),

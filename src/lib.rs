@@ -68,7 +68,7 @@
 //! - Frames in: every `send*` call of [`Link`], blocking or async, frame or [`Batch`], takes
 //!   the same path (admission against the outbox limits, then the link's intake buffer, which
 //!   the IO thread takes whole), with [`SendOptions`] for the wait and a per-frame deadline;
-//!   frames are anything that converts into `bytes::Bytes`. A [`Sender`] has rings of its own
+//!   frames are anything that converts into `bytes::Bytes`. A [`Producer`] has rings of its own
 //!   that the IO thread drains beside the intake, and a request is handed to the IO thread as
 //!   a command of its own and admitted there.
 //! - Names resolved off every IO thread; several endpoints tried in a per-link order.
@@ -85,7 +85,7 @@
 //! - Any program: blocking calls ([`Events::recv`], [`Link::close`]), their async twins woken by
 //!   the IO thread on any executor ([`Events::recv_async`], [`Events`] as a
 //!   `futures_core::Stream`, [`Link::send_async`], [`Link::close_async`]), [`Batch`] sends
-//!   that hand many frames over in one call, a [`Sender`] ([`Link::sender`]) for one producer
+//!   that hand many frames over in one call, a [`Producer`] ([`Link::producer`]) for one producer
 //!   that hands each frame over at once without a locked instruction, and a buffered
 //!   [`Writer`] ([`Link::writer`]) that copies frames from the caller's buffers and hands them
 //!   over a batch at a time, as `BufWriter` writes. Dropping the last handle never waits.
@@ -104,7 +104,7 @@
 //! # Where things are
 //! The crate root holds what a program names in ordinary use: the link ([`Link`],
 //! [`Builder`], [`Events`], [`Event`] and the data it carries, [`Metrics`], [`Pending`],
-//! [`Sender`], [`Writer`]), what
+//! [`Producer`], [`Writer`]), what
 //! the builder takes ([`SendOptions`], [`Overflow`], [`Batch`], [`Heartbeat`], [`ProofOfLife`],
 //! [`Correlation`], [`Redelivery`], [`Tls`], [`Spool`], …) and [`IoPool`]. Every error type is in
 //! [`error`]; the libzmq [`Context`](pool::Context) and a pool's view
@@ -343,7 +343,7 @@ pub use bytes;
 pub use event::{AbandonReason, Cause, Event, State, Transition};
 pub use events::Events;
 pub use io::{IoPool, Keepalive};
-pub use link::{Link, Sender, Writer};
+pub use link::{Link, Producer, Writer};
 pub use metrics::{Abandoned, Metrics};
 pub use request::Pending;
 pub use send::SendOptions;

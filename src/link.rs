@@ -27,11 +27,11 @@ use crate::io::{Context, IoPool};
 use crate::metrics::Metrics;
 use crate::send::SendOptions;
 
+mod producer;
 mod send;
-mod sender;
 mod writer;
 
-pub use sender::Sender;
+pub use producer::Producer;
 pub use writer::Writer;
 
 /// A self-healing TCP link. Cheap to clone; every clone drives the same link, from any thread.

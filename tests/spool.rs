@@ -369,7 +369,7 @@ fn a_sender_is_refused_on_a_spooled_link() {
         .spool(Spool::new(dir.path()))
         .build()
         .unwrap();
-    let mut sender = link.sender();
+    let mut sender = link.producer();
     assert!(matches!(sender.send("x"), Err(SendError::Spool(..))));
     link.close(Duration::from_millis(10));
 }

@@ -1,7 +1,7 @@
-//! A sender's lane: the single-producer rings a [`Sender`](crate::Sender) queues its frames
+//! A producer's lane: the single-producer rings a [`Producer`](crate::Producer) queues its frames
 //! in, and the IO thread's end of them.
 //!
-//! A lane has one producer (the `Sender`, which is `Send` and not `Sync`) and one consumer
+//! A lane has one producer (the `Producer`, which is `Send` and not `Sync`) and one consumer
 //! (the link's IO thread), so a frame's handoff needs no locked instruction: the producer
 //! copies the frame's bytes into one `rtrb` ring and its length and deadline into another,
 //! each published with a release store. The IO thread reads the entries there, then copies
@@ -19,8 +19,8 @@
 //! pass that does not come.
 //!
 //! **The end.** The IO thread's last drain, when the link closes, marks the lane finished.
-//! A frame pushed after that (its `Sender` read the link open just before the close) is never
-//! taken; the `Sender` finds it when it next calls or is dropped, and counts it as given back
+//! A frame pushed after that (its `Producer` read the link open just before the close) is never
+//! taken; the `Producer` finds it when it next calls or is dropped, and counts it as given back
 //! at shutdown (`Intake::given_back_late`), with a warning: nothing is lost without a report.
 
 use std::sync::atomic::{AtomicBool, Ordering};

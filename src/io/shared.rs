@@ -136,7 +136,7 @@ pub(crate) struct Shared {
     pub closed: AtomicBool,
     /// Where frames wait for the IO thread, and their admission.
     pub intake: Intake,
-    /// The lanes of the link's `Sender`s (`super::lane`), drained with the intake.
+    /// The lanes of the link's `Producer`s (`super::lane`), drained with the intake.
     pub lanes: Lanes,
     /// The link's spool, if it has one (`super::spool`).
     pub spool: Option<Arc<Store>>,

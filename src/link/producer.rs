@@ -1,5 +1,5 @@
-//! A link's sender for one producer: each frame handed to the IO thread on its own, through a
-//! single-producer ring (`crate::io::lane`), without a locked instruction per frame.
+//! A link's way in for one producer thread: each frame handed to the IO thread on its own,
+//! through a single-producer ring (`crate::io::lane`), without a locked instruction per frame.
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -13,28 +13,28 @@ use crate::io::intake::{Refused, Tell};
 use crate::io::lane::{self, LaneIn};
 use crate::send::SendOptions;
 
-/// Bytes of frames a sender's ring holds (with a ring of a frame's length and deadline per
+/// Bytes of frames a producer's ring holds (with a ring of a frame's length and deadline per
 /// 64 bytes of it, 1.25 MiB in all).
 const RING: usize = 1024 * 1024;
 
-/// Frames and bytes of the outbox a sender admits at a time, ahead of its frames.
+/// Frames and bytes of the outbox a producer admits at a time, ahead of its frames.
 const CREDIT: (usize, usize) = (512, 32 * 1024);
 
 /// How long a frame waits at most for room in a full ring, when its call does not wait for
 /// room in the outbox: the IO thread empties the ring at its next pass.
 const RING_WAIT: Duration = Duration::from_millis(100);
 
-/// Times a sender that finds its ring full gives its core away before it naps between tries.
+/// Times a producer that finds its ring full gives its core away before it naps between tries.
 const YIELDS: u32 = 16;
 
-/// How long a sender that found its ring full many times naps before it tries again.
+/// How long a producer that found its ring full many times naps before it tries again.
 const NAP: Duration = Duration::from_micros(50);
 
 /// What a frame waits for when there is no room now.
 enum Blocked {
     /// Room in the outbox.
     Room,
-    /// Room in the sender's ring.
+    /// Room in the producer's ring.
     Ring,
 }
 
@@ -46,39 +46,39 @@ struct Waits {
     tries: u32,
 }
 
-/// A sender for one producer thread: [`send`](Sender::send) hands each frame to the link at
-/// once, as [`Link::send`] does, at about the cost of a frame in a batch.
+/// One producer thread's way into a link: [`send`](Producer::send) hands each frame to the link
+/// at once, as [`Link::send`] does, at about the cost of a frame in a batch.
 ///
 /// `Link::send` orders every frame against every other sent through any clone from any
-/// thread, which costs each frame a locked instruction. A `Sender` belongs to one producer at
+/// thread, which costs each frame a locked instruction. A `Producer` belongs to one producer at
 /// a time (it is `Send`, not `Sync`, and its calls take `&mut self`): it copies each frame
 /// into a ring of its own that the link's IO thread empties, and admits room in the outbox a
-/// block at a time, so a frame costs a copy and a store. Nothing waits in the sender: a frame
+/// block at a time, so a frame costs a copy and a store. Nothing waits in the producer: a frame
 /// is the IO thread's as soon as `send` returns, as with `Link::send` (where a
 /// [`Writer`](crate::Writer) keeps frames until it is full or flushed).
 ///
 /// The same contract as `Link::send`: the link's overflow policy and `frame_ttl`, or the
-/// sender's [`options`](Sender::options); a refused frame comes back in the error; a frame
+/// producer's [`options`](Producer::options); a refused frame comes back in the error; a frame
 /// counts in the link's [`Metrics`](crate::Metrics) once the IO thread has taken it. Frames
 /// leave in the order they were sent; frames sent meanwhile on the link itself or through
-/// another sender are not ordered against them. A sender holds at most 512 frames and 32 KiB
+/// another producer are not ordered against them. A producer holds at most 512 frames and 32 KiB
 /// of the outbox's room ahead (never more than half the room left), which it gives back when it
-/// is dropped. A sender's ring holds 1 MiB of frames (1.25 MiB of memory in all, made with the
-/// sender): when the IO thread is that far behind (it did not run), a frame waits for it as for
+/// is dropped. A producer's ring holds 1 MiB of frames (1.25 MiB of memory in all, made with the
+/// producer): when the IO thread is that far behind (it did not run), a frame waits for it as for
 /// room in the outbox (100 ms at most when the call does not wait), then is refused as `Full`.
 ///
 /// # Examples
 /// ```
 /// use std::time::Duration;
-/// use relink::{Link, Sender};
+/// use relink::{Link, Producer};
 /// use relink::error::SendError;
 /// use relink::framing::LengthDelimited;
 ///
-/// fn produce(mut sender: Sender) -> Result<(), SendError> {
+/// fn produce(mut producer: Producer) -> Result<(), SendError> {
 ///     let mut reading = [0u8; 16];
 ///     for i in 0..100u8 {
 ///         reading.fill(i); // a frame in a buffer of the producer's, copied once
-///         sender.send(&reading)?;
+///         producer.send(&reading)?;
 ///     }
 ///     Ok(())
 /// }
@@ -87,21 +87,21 @@ struct Waits {
 /// let link = Link::builder(&format!("tcp://127.0.0.1:{port}"))
 ///     .framing(LengthDelimited::len32())
 ///     .build()?;
-/// let sender = link.sender();
-/// std::thread::spawn(move || produce(sender)).join().unwrap()?;
+/// let producer = link.producer();
+/// std::thread::spawn(move || produce(producer)).join().unwrap()?;
 /// // Nobody listens on `port`: the frames wait in the outbox, and are abandoned at the close.
 /// assert_eq!(link.close(Duration::from_millis(50)).abandoned.shutdown, 100);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 ///
-/// A sender moves between threads, and is never shared by two:
+/// A producer moves between threads, and is never shared by two:
 /// ```compile_fail
 /// fn shared<T: Sync>(_: &T) {}
 /// # let link = relink::Link::builder("tcp://127.0.0.1:1").build().unwrap();
-/// shared(&link.sender());
+/// shared(&link.producer());
 /// ```
 #[derive(Debug)]
-pub struct Sender {
+pub struct Producer {
     link: Link,
     lane: LaneIn,
     plan: Plan,
@@ -110,14 +110,14 @@ pub struct Sender {
 }
 
 impl Link {
-    /// A sender on this link for one producer (see [`Sender`]).
+    /// A producer on this link for one producer (see [`Producer`]).
     ///
     /// # Examples
-    /// See [`Sender`].
-    pub fn sender(&self) -> Sender {
+    /// See [`Producer`].
+    pub fn producer(&self) -> Producer {
         let (lane, end) = lane::lane(RING);
         self.inner.shared.lanes.add(end);
-        Sender {
+        Producer {
             link: self.clone(),
             lane,
             plan: self.plan(SendOptions::new()),
@@ -126,7 +126,7 @@ impl Link {
     }
 }
 
-impl Sender {
+impl Producer {
     /// Sends with these options (how long to wait for room in the outbox, how long a frame
     /// may wait to be sent), as [`Link::send_with`] does.
     ///
@@ -142,20 +142,20 @@ impl Sender {
     ///     .outbox_limits(1, 1024)
     ///     .overflow(Overflow::Block(Duration::from_secs(10)))
     ///     .build()?;
-    /// let mut sender = link.sender().options(SendOptions::new().no_wait());
-    /// sender.send(b"first")?;
-    /// assert_eq!(sender.send(b"second"), Err(SendError::Full("second".into())));
+    /// let mut producer = link.producer().options(SendOptions::new().no_wait());
+    /// producer.send(b"first")?;
+    /// assert_eq!(producer.send(b"second"), Err(SendError::Full("second".into())));
     /// link.close(Duration::from_millis(50));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     #[must_use]
-    pub fn options(mut self, options: SendOptions) -> Sender {
+    pub fn options(mut self, options: SendOptions) -> Producer {
         self.plan = self.link.plan(options);
         self
     }
 
-    /// Copies a frame into the sender's ring, for the IO thread to take at once; waits for
-    /// room as the link's overflow policy (or the sender's options) says.
+    /// Copies a frame into the producer's ring, for the IO thread to take at once; waits for
+    /// room as the link's overflow policy (or the producer's options) says.
     ///
     /// # Errors
     /// As [`Link::send`], the frame given back (copied): [`SendError::Full`] at the limit,
@@ -164,7 +164,7 @@ impl Sender {
     /// go through [`Link::send`]).
     ///
     /// # Examples
-    /// See [`Sender`].
+    /// See [`Producer`].
     #[inline]
     pub fn send(&mut self, frame: impl AsRef<[u8]>) -> Result<(), SendError> {
         let frame = frame.as_ref();
@@ -191,11 +191,11 @@ impl Sender {
         }
     }
 
-    /// As [`send`](Sender::send), without blocking the thread while it waits for room (as
+    /// As [`send`](Producer::send), without blocking the thread while it waits for room (as
     /// [`Link::send_async`] waits).
     ///
     /// # Errors
-    /// As [`send`](Sender::send).
+    /// As [`send`](Producer::send).
     ///
     /// # Examples
     /// ```
@@ -206,9 +206,9 @@ impl Sender {
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     /// let link = Link::builder(&format!("tcp://127.0.0.1:{port}")).build()?;
-    /// let mut sender = link.sender();
+    /// let mut producer = link.producer();
     /// for i in 0..10u8 {
-    ///     sender.send_async(&[i; 32]).await?;
+    ///     producer.send_async(&[i; 32]).await?;
     /// }
     /// assert_eq!(link.close_async(Duration::from_millis(50)).await.abandoned.shutdown, 10);
     /// # Ok(())
@@ -255,7 +255,7 @@ impl Sender {
             // Its ring would pass the spool by.
             return Err(self.link.reject(SendError::Spool(
                 Bytes::copy_from_slice(frame),
-                "a spooled link takes frames through Link::send, not a Sender".into(),
+                "a spooled link takes frames through Link::send, not a Producer".into(),
             )));
         }
         let len = frame.len();
@@ -283,7 +283,7 @@ impl Sender {
     fn admit(&mut self, len: usize) -> Result<(), Refused> {
         let intake = &self.link.inner.shared.intake;
         // What is left is too little for this frame: give it back first, so that the
-        // sender's own room does not keep it waiting.
+        // producer's own room does not keep it waiting.
         intake.unreserve(self.credit.0, self.credit.1);
         self.credit = (0, 0);
         self.credit = intake.reserve(len, CREDIT, self.plan.forced)?;
@@ -337,7 +337,7 @@ impl Sender {
     }
 
     /// Counts the frames the ring took after the IO thread's last take (the link closed
-    /// between this sender's look at it and its push) as given back at shutdown.
+    /// between this producer's look at it and its push) as given back at shutdown.
     fn count_stranded(&self) {
         let n = self.lane.stranded();
         if n > 0 {
@@ -351,7 +351,7 @@ impl Sender {
     }
 }
 
-impl Drop for Sender {
+impl Drop for Producer {
     fn drop(&mut self) {
         self.link
             .inner

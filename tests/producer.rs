@@ -1,4 +1,4 @@
-//! A link's `Sender`: frames handed to the IO thread through a single-producer ring keep the
+//! A link's `Producer`: frames handed to the IO thread through a single-producer ring keep the
 //! contract of `Link::send`: order, exact accounting, the overflow policies and their bounds,
 //! deadlines, frames refused given back, room given back when the sender goes, and a frame
 //! sent to an IO thread that went to sleep still leaves. Against real peers on 127.0.0.1 (or
@@ -20,7 +20,7 @@ const BOUND: Duration = Duration::from_secs(10);
 fn a_sender_s_frames_of_every_size_reach_the_peer_in_order_and_are_counted() {
     let peer = Peer::start(Behaviour::Sink);
     let link = ready_len32_link(&peer, BOUND);
-    let mut sender = link.sender();
+    let mut sender = link.producer();
     // Small frames are copied into the ring, large ones (over 1 KiB) go as handles: both
     // kinds interleaved, from another thread than the one that made the sender.
     let want: Vec<Vec<u8>> = (0..2000u64)
@@ -47,7 +47,7 @@ fn a_sender_s_frames_of_every_size_reach_the_peer_in_order_and_are_counted() {
 fn a_frame_sent_after_the_io_thread_went_idle_still_leaves() {
     let peer = Peer::start(Behaviour::Sink);
     let link = ready_len32_link(&peer, BOUND);
-    let mut sender = link.sender();
+    let mut sender = link.producer();
     let mut total = 0;
     for seq in 0..40u64 {
         let f = seq_frame(seq, 16);
@@ -69,7 +69,7 @@ fn a_frame_sent_after_the_io_thread_went_idle_still_leaves() {
 #[test]
 fn a_sender_that_does_not_wait_refuses_at_the_limit_and_gives_the_frame_back() {
     let link = offline_link((2, 1024), Overflow::Block(BOUND));
-    let mut sender = link.sender().options(SendOptions::new().no_wait());
+    let mut sender = link.producer().options(SendOptions::new().no_wait());
     sender.send(b"one").expect("room");
     sender.send(b"two").expect("room");
     let start = Instant::now();
@@ -87,7 +87,7 @@ fn a_sender_that_does_not_wait_refuses_at_the_limit_and_gives_the_frame_back() {
 #[test]
 fn a_sender_waits_for_room_as_long_as_the_policy_says_and_no_longer() {
     let link = offline_link((1, 1024), Overflow::Block(ms(60)));
-    let mut sender = link.sender();
+    let mut sender = link.producer();
     sender.send(b"first").expect("room");
     let start = Instant::now();
     assert_eq!(
@@ -113,7 +113,7 @@ fn a_sender_waiting_for_room_sends_once_the_outbox_drains() {
         .build()
         .expect("build");
     // Before Ready, frames wait in the outbox: the sender fills it, then waits for room.
-    let mut sender = link.sender();
+    let mut sender = link.producer();
     let producer = std::thread::spawn(move || {
         for seq in 0..200u64 {
             sender
@@ -131,7 +131,7 @@ fn a_sender_waiting_for_room_sends_once_the_outbox_drains() {
 #[test]
 fn a_sender_s_time_to_live_expires_its_frames() {
     let link = Link::builder(refused_endpoint()).build().expect("build");
-    let mut sender = link.sender().options(SendOptions::new().ttl(ms(30)));
+    let mut sender = link.producer().options(SendOptions::new().ttl(ms(30)));
     sender.send(b"late").expect("send");
     sender.send(b"later").expect("send");
     let expired = |f: &[u8]| (f.to_vec(), AbandonReason::Expired);
@@ -151,7 +151,7 @@ fn a_sender_gives_back_the_room_it_held_when_it_is_dropped() {
         .outbox_limits(4, 1024)
         .build()
         .expect("build");
-    let mut sender = link.sender();
+    let mut sender = link.producer();
     // The sender admits up to half the room ahead (two frames here) and uses one.
     sender.send(b"one").expect("room");
     let mut accepted = 0;
@@ -179,7 +179,7 @@ fn a_sender_gives_back_the_room_it_held_when_it_is_dropped() {
 #[test]
 fn a_sender_s_frames_before_close_are_accounted_and_after_it_refused() {
     let link = Link::builder(refused_endpoint()).build().expect("build");
-    let mut sender = link.sender();
+    let mut sender = link.producer();
     for seq in 0..10u64 {
         sender.send(seq_frame(seq, 16)).expect("send");
     }
@@ -201,7 +201,7 @@ fn a_frame_the_framing_cannot_encode_is_refused_at_its_own_call() {
         .framing(relink::framing::Lines::new())
         .build()
         .expect("build");
-    let mut sender = link.sender();
+    let mut sender = link.producer();
     sender.send(b"fine").expect("send");
     let err = sender.send(b"a\nb").unwrap_err();
     assert!(matches!(err, SendError::Invalid(..)), "{err:?}");
@@ -217,7 +217,7 @@ fn send_async_waits_for_room_without_polling_and_gives_the_frame_back_at_the_bou
     // Nothing listens: the outbox (room for one) stays full.
     let bound = ms(150);
     let link = offline_link((1, 1 << 20), Overflow::Block(bound));
-    let mut sender = link.sender();
+    let mut sender = link.producer();
     let mut exec = TestExec::new();
     exec.block_on(sender.send_async(b"first"), BOUND)
         .expect("resolves")
@@ -243,7 +243,7 @@ fn send_async_waits_for_room_without_polling_and_gives_the_frame_back_at_the_bou
 #[test]
 fn a_sender_under_drop_oldest_never_refuses_and_gives_the_oldest_back_as_overflow() {
     let link = offline_link((3, 1 << 20), Overflow::DropOldest);
-    let mut sender = link.sender();
+    let mut sender = link.producer();
     for f in [b"f1", b"f2", b"f3", b"f4"] {
         sender.send(f).expect("DropOldest never refuses");
     }
@@ -271,7 +271,7 @@ fn senders_on_their_threads_and_the_link_itself_each_keep_their_own_order() {
     let producers: Vec<_> = (0..3u64)
         .map(|who| {
             let link = link.clone();
-            let mut sender = (who < 2).then(|| link.sender());
+            let mut sender = (who < 2).then(|| link.producer());
             std::thread::spawn(move || {
                 for seq in 0..EACH {
                     match &mut sender {
@@ -304,7 +304,7 @@ fn a_close_while_a_sender_sends_leaves_every_frame_accounted() {
     let peer = Peer::start(Behaviour::Sink);
     let link = ready_len32_link(&peer, BOUND);
     let (started, under_way) = std::sync::mpsc::channel();
-    let mut sender = link.sender();
+    let mut sender = link.producer();
     let producer = std::thread::spawn(move || {
         let mut accepted = 0u64;
         let deadline = Instant::now() + BOUND;
