@@ -188,12 +188,16 @@ impl Slot {
             left -= 1;
             let rid = match self.socket.recv_msg(zmq::DONTWAIT) {
                 Ok(m) => m,
-                Err(zmq::Error::EAGAIN) => return false,
+                Err(zmq::Error::EAGAIN) => {
+                    self.socket_quiet = true;
+                    return false;
+                }
                 Err(e) => {
                     log::error!("relink[{}]: zmq recv failed: {e}", self.machine.name());
                     return false;
                 }
             };
+            self.socket_quiet = false;
             if !self.socket.get_rcvmore().unwrap_or(false) {
                 continue;
             }
