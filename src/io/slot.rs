@@ -77,6 +77,8 @@ pub(crate) struct Slot {
     /// every pending command then, so ZMQ_FD signals anything new and ZMQ_EVENTS need not be
     /// asked.
     socket_quiet: bool,
+    /// The acknowledgements were read in this pass (or nothing waited for them).
+    acks_read: bool,
     sink: Sink,
     closed_frames_wait: Duration,
     pub(super) shared: Arc<Shared>,
@@ -216,6 +218,7 @@ impl Slot {
             monitor_fd,
             monitor_signalled: true,
             socket_quiet: false,
+            acks_read: false,
             sink: Sink::new(events, shared.clone(), io.events_capacity, max_pending),
             closed_frames_wait: io.closed_frames_wait,
             shared,
@@ -257,20 +260,27 @@ impl Slot {
         }
         self.flush_events();
         self.sink.expire(now);
+        self.acks_read = false;
         if std::mem::take(&mut self.monitor_signalled) {
             self.read_monitor(now);
         }
         let mut more = false;
+        // A reading of the acknowledgements when one is due: at a quiet link's pace one
+        // covers the frames of several passes (`Machine::reading_at`).
+        let due = self.machine.reading_due(now);
+        let mut read = false;
         if !self.sink.is_behind() {
             // Acknowledgements first: a reply (or garbage that fails the connection) comes
             // after the peer's kernel acknowledged what it answers, so the frames it answers
             // are confirmed before anything the reply causes.
-            self.read_acks(now);
+            self.read_acks(now, due);
+            read = due;
             more |= self.read_socket(now);
         }
         self.machine.handle_timeout(now);
         self.carry_out(now);
-        self.read_acks(now);
+        let again = (due && !read) || self.machine.reading_due(now);
+        self.read_acks(now, again);
         more |= self.transmit(now, buf);
         self.note_traffic(now);
         self.publish();
