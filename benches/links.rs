@@ -22,6 +22,15 @@
 //! CPU time (user + system) over the window, in percent of one core, while every link
 //! exchanges heartbeats with the peer.
 //!
+//! Beside it, in another fresh child, the bare sockets a user would otherwise hold: `n` tokio
+//! `TcpStream`s to the same peer on a current-thread runtime, each writing `PING\r\n` every
+//! second (their starts spread over the first second, as the links' heartbeats are) and reading
+//! the `+PONG`, the same exchange as a link's heartbeat with nothing else:
+//!
+//! ```text
+//! links_tokio n=<n> idle_cpu_pct=<c> pings=<sent> ratio_tokio=<relink's idle CPU / this>
+//! ```
+//!
 //! Then it times `IoPool::view` against walking every handle's `metrics()` (see
 //! `pool_view_row`) and prints the view; with `--features metrics`, an export pass and the
 //! Prometheus text it makes, per pool and per link (`export_row`).
@@ -38,12 +47,19 @@ use relink::{Heartbeat, IoPool, Link, Ping, State};
 
 /// Set in the child process that measures one count: the count.
 const CHILD_ENV: &str = "RELINK_BENCH_LINKS_CHILD";
+/// Set (with [`CHILD_ENV`]) in the child that measures the bare tokio sockets.
+const TOKIO_ENV: &str = "RELINK_BENCH_LINKS_TOKIO";
 /// Bound on all links reaching Ready.
 const READY_BOUND: Duration = Duration::from_secs(120);
 
 fn main() {
     if let Ok(n) = std::env::var(CHILD_ENV) {
-        child(n.parse().expect("a count of links"));
+        let n = n.parse().expect("a count of links");
+        if std::env::var_os(TOKIO_ENV).is_some() {
+            child_tokio(n);
+        } else {
+            child(n);
+        }
         return;
     }
     let smoke = support::smoke();
@@ -79,21 +95,106 @@ fn main() {
     );
     let exe = std::env::current_exe().expect("path of this program");
     for n in counts {
-        let child = Command::new(&exe)
-            .env(CHILD_ENV, n.to_string())
-            .env("RELINK_BENCH_ENDPOINT", &endpoint)
-            .env("RELINK_BENCH_WINDOW", window.to_string())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start a measuring child");
-        let out = child.wait_with_output().expect("the measuring child");
-        for line in BufReader::new(&out.stdout[..]).lines() {
-            println!("{}", line.expect("a line"));
-        }
-        if !out.status.success() {
-            println!("links n={n} failed: {}", out.status);
+        let mut relink_cpu = None;
+        for tokio in [false, true] {
+            let mut command = Command::new(&exe);
+            command
+                .env(CHILD_ENV, n.to_string())
+                .env("RELINK_BENCH_ENDPOINT", &endpoint)
+                .env("RELINK_BENCH_WINDOW", window.to_string())
+                .stdout(Stdio::piped());
+            if tokio {
+                command.env(TOKIO_ENV, "1");
+            }
+            let child = command.spawn().expect("start a measuring child");
+            let out = child.wait_with_output().expect("the measuring child");
+            for line in BufReader::new(&out.stdout[..]).lines() {
+                let line = line.expect("a line");
+                let cpu = line
+                    .split_whitespace()
+                    .find_map(|f| f.strip_prefix("idle_cpu_pct="))
+                    .and_then(|c| c.parse::<f64>().ok());
+                match (tokio, cpu) {
+                    (false, Some(c)) if line.starts_with("links n=") => relink_cpu = Some(c),
+                    (true, Some(c)) => {
+                        let ratio = relink_cpu.map_or(f64::NAN, |r| r / c.max(0.01));
+                        println!("{line} ratio_tokio={ratio:.2}");
+                        continue;
+                    }
+                    _ => {}
+                }
+                println!("{line}");
+            }
+            if !out.status.success() {
+                println!("links n={n} failed: {}", out.status);
+            }
         }
     }
+}
+
+/// The bare sockets' child: `n` tokio streams to the peer, each a `PING\r\n` every second
+/// and its `+PONG` read, on one current-thread runtime; prints their CPU over the window.
+fn child_tokio(n: usize) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let endpoint = std::env::var("RELINK_BENCH_ENDPOINT").expect("endpoint");
+    let addr = endpoint.trim_start_matches("tcp://").to_string();
+    let window = Duration::from_secs(
+        std::env::var("RELINK_BENCH_WINDOW")
+            .ok()
+            .and_then(|w| w.parse().ok())
+            .unwrap_or(10),
+    );
+    raise_nofile();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    let pings = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    rt.block_on(async {
+        let mut streams = Vec::with_capacity(n);
+        for _ in 0..n {
+            let s = tokio::net::TcpStream::connect(&addr)
+                .await
+                .expect("connect");
+            s.set_nodelay(true).expect("nodelay");
+            streams.push(s);
+        }
+        for (i, mut s) in streams.into_iter().enumerate() {
+            let pings = pings.clone();
+            let start =
+                tokio::time::Instant::now() + Duration::from_secs(1).mul_f64(i as f64 / n as f64);
+            tokio::spawn(async move {
+                let mut every = tokio::time::interval_at(start, Duration::from_secs(1));
+                let mut buf = [0u8; 64];
+                loop {
+                    every.tick().await;
+                    if s.write_all(b"PING\r\n").await.is_err() {
+                        return;
+                    }
+                    pings.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let mut got = 0;
+                    while !buf[..got].ends_with(b"\r\n") {
+                        match s.read(&mut buf[got..]).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(k) => got = (got + k).min(buf.len() - 1),
+                        }
+                    }
+                }
+            });
+        }
+        // As for the links: the first rounds go by before the counts are taken.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let p0 = pings.load(std::sync::atomic::Ordering::Relaxed);
+        let cpu0 = support::cpu_time();
+        let t0 = Instant::now();
+        tokio::time::sleep(window).await;
+        let cpu = support::cpu_time() - cpu0;
+        let sent = pings.load(std::sync::atomic::Ordering::Relaxed) - p0;
+        println!(
+            "links_tokio n={n} idle_cpu_pct={:.1} pings={sent}",
+            100.0 * cpu.as_secs_f64() / t0.elapsed().as_secs_f64()
+        );
+    });
 }
 
 fn count_entries(dir: &str) -> usize {

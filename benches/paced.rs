@@ -1,31 +1,37 @@
 //! Paced traffic: the CPU a client uses for small frames at a steady rate, one every 200 µs
-//! (5 000 a second), beside the std and tokio clients a user would otherwise write.
+//! (5 000 a second) and one every 2 ms (500 a second), beside the std and tokio clients a
+//! user would otherwise write.
 //!
-//! Run with `cargo bench --bench paced` (5 s per client and case), `-- --quick` (2 s) or
-//! `--smoke` (or `RELINK_BENCH_SMOKE=1`: 0.3 s, to show that it runs to the end).
+//! Run with `cargo bench --bench paced` (5 s per client, case and pace), `-- --quick` (2 s)
+//! or `--smoke` (or `RELINK_BENCH_SMOKE=1`: 0.3 s, to show that it runs to the end).
+//! `--gap-us N` runs one pace (a frame every N µs), `--case in|out|rr` one case, and
+//! `--client relink` relink alone (no ratios).
 //!
 //! Three cases, each a line-framed connection to a peer thread on 127.0.0.1:
-//! - `in`: the peer writes a line every 200 µs; the client takes each one (relink:
+//! - `in`: the peer writes a line every gap; the client takes each one (relink:
 //!   `events().recv_timeout`; std: `BufRead::read_line`; tokio: `FramedRead` with
 //!   `LinesCodec` on a current-thread runtime).
-//! - `out`: the client writes a line every 200 µs (relink: `send`; std: `write_all` and
+//! - `out`: the client writes a line every gap (relink: `send`; std: `write_all` and
 //!   `flush`; tokio: `FramedWrite::send`); the peer reads them.
-//! - `rr`: request and reply: every 200 µs the client writes a line and waits for the peer's
+//! - `rr`: request and reply: every gap the client writes a line and waits for the peer's
 //!   echo of it.
 //!
 //! Every client paces itself the same way (`thread::sleep` to the next tick). What is
 //! measured is the client's CPU, user + system, over its run: this process's
 //! (`getrusage(RUSAGE_SELF)`) less the peer thread's own (`CLOCK_THREAD_CPUTIME_ID`), in per
-//! cent of one core. relink's looks before sleeping learn their length: up to 250 µs where a
-//! reply is waited for (`rr`), at most 30 µs on a stream (`in`, `out`), and none once its
-//! frames come further apart than that. One line per case, relink's CPU beside the
-//! baselines' and as ratios (above 1: relink uses more), and for `rr` the round trip's p50:
+//! cent of one core. One line per case and pace, relink's CPU beside the baselines' and as
+//! ratios (above 1: relink uses more), and for `rr` the round trip's p50 and its ratio:
 //!
-//! `paced case=<in|out> gap_us=200 relink_cpu_pct=<r> std_cpu_pct=<s> tokio_cpu_pct=<t>
-//! ratio_std=<r/s> ratio_tokio=<r/t>`
+//! `paced case=<in|out|rr> gap_us=<200|2000> relink_cpu_pct=<r> std_cpu_pct=<s>
+//! tokio_cpu_pct=<t> ratio_std=<r/s> ratio_tokio=<r/t>[ relink_p50_us=<..> std_p50_us=<..>
+//! tokio_p50_us=<..> rtt_ratio_tokio=<..>]`
 //!
-//! `paced case=rr gap_us=200 ... ratio_tokio=<r/t> relink_p50_us=<..> std_p50_us=<..>
-//! tokio_p50_us=<..>`
+//! Before it, where relink's CPU went, thread by thread (`/proc/self/task`: CPU µs and
+//! voluntary context switches, each a sleep and so a wake-up, per frame; `app` is the
+//! pacing thread, `relink-io` relink's IO thread, `ZMQbg-IO-0` libzmq's):
+//!
+//! `paced threads case=<..> gap_us=<..> <thread>_us=<..> <thread>_wakes=<..> ...
+//! all_us=<..> all_wakes=<..>`
 
 mod support;
 
@@ -44,8 +50,8 @@ use tokio_util::codec::{FramedRead, FramedWrite, LinesCodec};
 use support::peer::Peer;
 use support::{cpu_time, median, thread_cpu_time};
 
-/// One frame per this much time.
-const GAP: Duration = Duration::from_micros(200);
+/// The paces run by default: one frame per this many microseconds.
+const GAPS_US: [u64; 2] = [200, 2_000];
 /// The longest any one wait of a client may take.
 const BOUND: Duration = Duration::from_secs(5);
 
@@ -80,24 +86,26 @@ struct Run {
     p50_us: f64,
 }
 
-/// The ticks of a run of `window`: sleeps until each, in turn.
+/// The ticks of a run of `window`, `gap` apart: sleeps until each, in turn.
 struct Pace {
     next: Instant,
     end: Instant,
+    gap: Duration,
 }
 
 impl Pace {
-    fn new(window: Duration) -> Pace {
+    fn new(window: Duration, gap: Duration) -> Pace {
         let now = Instant::now();
         Pace {
             next: now,
             end: now + window,
+            gap,
         }
     }
 
     /// Sleeps until the next tick; false once the run is over.
     fn tick(&mut self) -> bool {
-        self.next += GAP;
+        self.next += self.gap;
         let now = Instant::now();
         if now >= self.end {
             return false;
@@ -112,13 +120,14 @@ impl Pace {
 /// The peer of `case`: writes a line every tick (`in`), reads and discards (`out`) or echoes
 /// (`rr`), until the connection ends or, writing, `window` has passed; then sends its
 /// thread's CPU time.
-fn peer(case: Case, window: Duration, cpu: mpsc::Sender<Duration>) -> Peer {
+fn peer(case: Case, gap: Duration, window: Duration, cpu: mpsc::Sender<Duration>) -> Peer {
     Peer::start(move |mut stream: TcpStream, _| {
+        threads::name_this(threads::PEER);
         let _ = stream.set_nodelay(true);
         let start = thread_cpu_time();
         match case {
             Case::In => {
-                let mut pace = Pace::new(window + Duration::from_millis(200));
+                let mut pace = Pace::new(window + Duration::from_millis(200), gap);
                 while pace.tick() {
                     if stream.write_all(b"tick\n").is_err() {
                         break;
@@ -135,14 +144,14 @@ fn peer(case: Case, window: Duration, cpu: mpsc::Sender<Duration>) -> Peer {
     })
 }
 
-fn run(case: Case, client: Client, window: Duration) -> Run {
+fn run(case: Case, client: Client, gap: Duration, window: Duration) -> Run {
     let (tx, rx) = mpsc::channel();
-    let peer = peer(case, window, tx);
+    let peer = peer(case, gap, window, tx);
     let before = cpu_time();
     let p50_us = match client {
-        Client::Relink => relink(case, &peer.endpoint(), window),
-        Client::Std => std_client(case, peer.port(), window),
-        Client::Tokio => tokio_client(case, peer.port(), window),
+        Client::Relink => relink(case, &peer.endpoint(), gap, window),
+        Client::Std => std_client(case, peer.port(), gap, window),
+        Client::Tokio => tokio_client(case, peer.port(), gap, window),
     };
     let peer_cpu = rx.recv_timeout(BOUND).expect("the peer's CPU time");
     let used = (cpu_time() - before).saturating_sub(peer_cpu);
@@ -161,9 +170,9 @@ trait LineClient {
 
 /// Runs `case` for `window` with `client`; returns the p50 of its round trips in µs (`rr`),
 /// 0 for none.
-fn drive(case: Case, window: Duration, client: &mut impl LineClient) -> f64 {
+fn drive(case: Case, gap: Duration, window: Duration, client: &mut impl LineClient) -> f64 {
     let mut rtts = Vec::new();
-    let mut pace = Pace::new(window);
+    let mut pace = Pace::new(window, gap);
     match case {
         Case::In => {
             let end = Instant::now() + window;
@@ -202,13 +211,22 @@ impl LineClient for Link {
     }
 }
 
-fn relink(case: Case, endpoint: &str, window: Duration) -> f64 {
+fn relink(case: Case, endpoint: &str, gap: Duration, window: Duration) -> f64 {
     let mut link = Link::builder(endpoint)
         .framing(Lines::new())
         .build()
         .expect("build the link");
     support::wait_state(&link, State::Ready, Instant::now() + BOUND);
-    let p50 = drive(case, window, &mut link);
+    let before = threads::Threads::read();
+    let p50 = drive(case, gap, window, &mut link);
+    let after = threads::Threads::read();
+    let frames = (window.as_micros() / gap.as_micros()).max(1) as f64;
+    println!(
+        "paced threads case={} gap_us={}{}",
+        case.name(),
+        gap.as_micros(),
+        after.since(&before).per_frame(frames)
+    );
     link.close(Duration::from_secs(1));
     p50
 }
@@ -232,7 +250,7 @@ impl LineClient for StdLines {
     }
 }
 
-fn std_client(case: Case, port: u16, window: Duration) -> f64 {
+fn std_client(case: Case, port: u16, gap: Duration, window: Duration) -> f64 {
     let stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
     stream.set_nodelay(true).expect("nodelay");
     stream.set_read_timeout(Some(BOUND)).expect("read timeout");
@@ -241,7 +259,7 @@ fn std_client(case: Case, port: u16, window: Duration) -> f64 {
         writer: stream,
         line: String::new(),
     };
-    drive(case, window, &mut client)
+    drive(case, gap, window, &mut client)
 }
 
 /// tokio's client: `FramedRead` and `FramedWrite` with `LinesCodec` on the halves of one
@@ -266,7 +284,7 @@ impl LineClient for TokioLines {
     }
 }
 
-fn tokio_client(case: Case, port: u16, window: Duration) -> f64 {
+fn tokio_client(case: Case, port: u16, gap: Duration, window: Duration) -> f64 {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -281,11 +299,12 @@ fn tokio_client(case: Case, port: u16, window: Duration) -> f64 {
         reader: FramedRead::new(r, LinesCodec::new()),
         writer: FramedWrite::new(w, LinesCodec::new()),
     };
-    drive(case, window, &mut client)
+    drive(case, gap, window, &mut client)
 }
 
 fn main() {
-    // `cargo bench` adds `--bench`; every argument but `--quick` and `--smoke` is ignored.
+    // `cargo bench` adds `--bench`; every argument but `--quick`, `--smoke`, `--gap-us` and
+    // `--case` is ignored.
     let smoke = support::smoke();
     let window = Duration::from_millis(if smoke {
         300
@@ -294,33 +313,170 @@ fn main() {
     } else {
         5_000
     });
-    println!(
-        "paced: a frame every {} µs, {} ms per client and case",
-        GAP.as_micros(),
-        window.as_millis()
-    );
-    for case in [Case::In, Case::Out, Case::Rr] {
-        let relink = run(case, Client::Relink, window);
-        let std = run(case, Client::Std, window);
-        let tokio = run(case, Client::Tokio, window);
-        let round_trip = if case == Case::Rr {
-            format!(
-                " relink_p50_us={:.1} std_p50_us={:.1} tokio_p50_us={:.1}",
-                relink.p50_us, std.p50_us, tokio.p50_us
-            )
-        } else {
-            String::new()
-        };
+    let gaps: Vec<u64> = match support::arg("gap-us") {
+        Some(g) => vec![g.parse().expect("--gap-us takes microseconds")],
+        None => GAPS_US.to_vec(),
+    };
+    let cases: Vec<Case> = match support::arg("case").as_deref() {
+        None => vec![Case::In, Case::Out, Case::Rr],
+        Some("in") => vec![Case::In],
+        Some("out") => vec![Case::Out],
+        Some("rr") => vec![Case::Rr],
+        Some(other) => panic!("--case takes in, out or rr, not {other}"),
+    };
+    let clients: Vec<Client> = match support::arg("client").as_deref() {
+        None => vec![Client::Relink, Client::Std, Client::Tokio],
+        Some("relink") => vec![Client::Relink],
+        Some(other) => panic!("--client takes relink, not {other}"),
+    };
+    for gap_us in gaps {
+        let gap = Duration::from_micros(gap_us);
         println!(
-            "paced case={} gap_us={} relink_cpu_pct={:.1} std_cpu_pct={:.1} tokio_cpu_pct={:.1} \
-             ratio_std={:.2} ratio_tokio={:.2}{round_trip}",
-            case.name(),
-            GAP.as_micros(),
-            relink.cpu_pct,
-            std.cpu_pct,
-            tokio.cpu_pct,
-            relink.cpu_pct / std.cpu_pct.max(0.01),
-            relink.cpu_pct / tokio.cpu_pct.max(0.01),
+            "paced: a frame every {gap_us} µs, {} ms per client and case",
+            window.as_millis()
         );
+        for &case in &cases {
+            let runs: Vec<Run> = clients
+                .iter()
+                .map(|&client| run(case, client, gap, window))
+                .collect();
+            let [relink, std, tokio] = match runs.as_slice() {
+                [relink, std, tokio] => [relink, std, tokio],
+                [relink] => {
+                    println!(
+                        "paced case={} gap_us={gap_us} relink_cpu_pct={:.1} relink_p50_us={:.1}",
+                        case.name(),
+                        relink.cpu_pct,
+                        relink.p50_us
+                    );
+                    continue;
+                }
+                _ => unreachable!("one client or three"),
+            };
+            let round_trip = if case == Case::Rr {
+                format!(
+                    " relink_p50_us={:.1} std_p50_us={:.1} tokio_p50_us={:.1} rtt_ratio_tokio={:.2}",
+                    relink.p50_us,
+                    std.p50_us,
+                    tokio.p50_us,
+                    relink.p50_us / tokio.p50_us.max(0.01)
+                )
+            } else {
+                String::new()
+            };
+            println!(
+                "paced case={} gap_us={gap_us} relink_cpu_pct={:.1} std_cpu_pct={:.1} \
+                 tokio_cpu_pct={:.1} ratio_std={:.2} ratio_tokio={:.2}{round_trip}",
+                case.name(),
+                relink.cpu_pct,
+                std.cpu_pct,
+                tokio.cpu_pct,
+                relink.cpu_pct / std.cpu_pct.max(0.01),
+                relink.cpu_pct / tokio.cpu_pct.max(0.01),
+            );
+        }
+    }
+}
+
+/// The process's threads as the kernel counts them (`/proc/self/task`): each one's CPU time
+/// (`schedstat`, nanoseconds on a CPU) and its voluntary context switches (`status`: each is
+/// a sleep, so each is a wake-up), summed by the thread's name; the main thread is `app`,
+/// the peer's threads are left out.
+mod threads {
+    use std::collections::BTreeMap;
+    use std::fmt::Write;
+
+    /// The name the peer's threads give themselves, to be left out.
+    pub const PEER: &str = "paced-peer";
+
+    /// Names the calling thread (`PR_SET_NAME`, at most 15 bytes).
+    pub fn name_this(name: &str) {
+        let mut bytes = name.as_bytes()[..name.len().min(15)].to_vec();
+        bytes.push(0);
+        // SAFETY: prctl(PR_SET_NAME) reads a NUL-terminated string of at most 16 bytes.
+        unsafe {
+            libc::prctl(libc::PR_SET_NAME, bytes.as_ptr());
+        }
+    }
+
+    /// CPU nanoseconds and wake-ups by thread name.
+    #[derive(Default)]
+    pub struct Threads(BTreeMap<String, (u64, u64)>);
+
+    impl Threads {
+        pub fn read() -> Threads {
+            let mut by = BTreeMap::new();
+            let pid = std::process::id().to_string();
+            let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+                return Threads(by);
+            };
+            for task in tasks.flatten() {
+                let dir = task.path();
+                let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap_or_default();
+                let comm = read("comm").trim().to_string();
+                if comm == PEER {
+                    continue;
+                }
+                let name = if task.file_name().to_string_lossy() == pid {
+                    "app".to_string()
+                } else {
+                    comm.replace(['/', ' '], "-")
+                };
+                let ns: u64 = read("schedstat")
+                    .split_whitespace()
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0);
+                let wakes: u64 = read("status")
+                    .lines()
+                    .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+                    .and_then(|v| v.trim().parse().ok())
+                    .unwrap_or(0);
+                let e = by.entry(name).or_insert((0, 0));
+                e.0 += ns;
+                e.1 += wakes;
+            }
+            Threads(by)
+        }
+
+        /// What each thread used since `before` (a thread new since then from zero).
+        pub fn since(&self, before: &Threads) -> Threads {
+            Threads(
+                self.0
+                    .iter()
+                    .map(|(k, &(ns, w))| {
+                        let (ns0, w0) = before.0.get(k).copied().unwrap_or((0, 0));
+                        (k.clone(), (ns.saturating_sub(ns0), w.saturating_sub(w0)))
+                    })
+                    .collect(),
+            )
+        }
+
+        /// ` <name>_us=<CPU µs per frame> <name>_wakes=<wake-ups per frame>` for each thread
+        /// that ran, and the total.
+        pub fn per_frame(&self, frames: f64) -> String {
+            let mut out = String::new();
+            let (mut ns_all, mut w_all) = (0, 0);
+            for (name, &(ns, w)) in &self.0 {
+                if ns == 0 && w == 0 {
+                    continue;
+                }
+                ns_all += ns;
+                w_all += w;
+                let _ = write!(
+                    out,
+                    " {name}_us={:.2} {name}_wakes={:.2}",
+                    ns as f64 / 1e3 / frames,
+                    w as f64 / frames
+                );
+            }
+            let _ = write!(
+                out,
+                " all_us={:.2} all_wakes={:.2}",
+                ns_all as f64 / 1e3 / frames,
+                w_all as f64 / frames
+            );
+            out
+        }
     }
 }

@@ -10,7 +10,7 @@ use std::task::{Context as TaskContext, Poll};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{self as channel, Receiver};
-use event_listener::EventListener;
+use event_listener::{EventListener, Listener};
 
 use crate::error::{RecvError, RecvTimeoutError, TryRecvError};
 use crate::event::Event;
@@ -131,12 +131,12 @@ impl Events {
         if let Some(ev) = self.look(None) {
             return Ok(self.took(ev));
         }
-        match self.rx.recv() {
+        match self.sleep(None) {
             Ok(ev) => {
                 self.waited(looked, true);
-                Ok(self.took(ev))
+                Ok(ev)
             }
-            Err(channel::RecvError) => self.leftover().ok_or(RecvError),
+            Err(_) => Err(RecvError),
         }
     }
 
@@ -248,17 +248,49 @@ impl Events {
         if let Some(ev) = self.look(Some(deadline)) {
             return Ok(self.took(ev));
         }
-        match self.rx.recv_deadline(deadline) {
+        match self.sleep(Some(deadline)) {
             Ok(ev) => {
                 self.waited(looked, true);
-                Ok(self.took(ev))
+                Ok(ev)
             }
-            Err(channel::RecvTimeoutError::Disconnected) => {
-                self.leftover().ok_or(RecvTimeoutError::Disconnected)
+            Err(e) => {
+                if e == RecvTimeoutError::Timeout {
+                    self.waited(looked, false);
+                }
+                Err(e)
             }
-            Err(channel::RecvTimeoutError::Timeout) => {
-                self.waited(looked, false);
-                Err(RecvTimeoutError::Timeout)
+        }
+    }
+
+    /// Sleeps until an event comes (taken, as `try_recv` takes it), the link is closed with
+    /// every event taken, or `deadline`. The thread sleeps on the notification the IO thread
+    /// gives after each pass that delivered events (`Shared::arrived`, which async receivers
+    /// wait on too), not in the channel's own blocking receive, whose backoff yields the core
+    /// four times before it sleeps: a cost on every frame of a paced stream.
+    fn sleep(&self, deadline: Option<Instant>) -> Result<Event, RecvTimeoutError> {
+        loop {
+            let listener = match self.try_recv() {
+                Ok(ev) => return Ok(ev),
+                Err(TryRecvError::Disconnected) => return Err(RecvTimeoutError::Disconnected),
+                // Registered first, then looked again: a delivery after the look wakes it.
+                Err(TryRecvError::Empty) => self.shared.arrived.listen(),
+            };
+            match self.try_recv() {
+                Ok(ev) => return Ok(ev),
+                Err(TryRecvError::Disconnected) => return Err(RecvTimeoutError::Disconnected),
+                Err(TryRecvError::Empty) => {}
+            }
+            match deadline {
+                None => listener.wait(),
+                Some(deadline) => {
+                    if listener.wait_deadline(deadline).is_none() {
+                        return match self.try_recv() {
+                            Ok(ev) => Ok(ev),
+                            Err(TryRecvError::Disconnected) => Err(RecvTimeoutError::Disconnected),
+                            Err(TryRecvError::Empty) => Err(RecvTimeoutError::Timeout),
+                        };
+                    }
+                }
             }
         }
     }

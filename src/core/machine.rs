@@ -465,7 +465,9 @@ impl Machine {
         self.requests.expire(now);
         self.answer_requests();
         // The IO side reads the acknowledgements in this pass.
-        self.window.poll_due(now);
+        if self.reading_at().is_some_and(|t| t <= now) {
+            self.window.poll_due(now);
+        }
         self.heartbeat_due(now);
         self.check_flushed(now);
     }
@@ -480,7 +482,7 @@ impl Machine {
         };
         consider(self.outbox.next_deadline());
         consider(self.requests.next_deadline());
-        consider(self.window.poll_at());
+        consider(self.reading_at());
         consider(self.flush_deadline());
         consider(self.barrier_at());
         if let Some(hb) = self.conn.as_ref().and_then(|c| c.heartbeat.as_ref()) {

@@ -71,6 +71,15 @@ pub(crate) struct Slot {
     monitor: zmq::Socket,
     pub(super) socket_fd: i32,
     pub(super) monitor_fd: i32,
+    /// The monitor's ZMQ_FD signalled since its events were last read (true at first): the
+    /// monitor is read only then, until it has nothing more.
+    pub(super) monitor_signalled: bool,
+    /// The last call into the STREAM socket was a read that found nothing: libzmq processed
+    /// every pending command then, so ZMQ_FD signals anything new and ZMQ_EVENTS need not be
+    /// asked.
+    socket_quiet: bool,
+    /// The acknowledgements were read in this pass (or nothing waited for them).
+    acks_read: bool,
     sink: Sink,
     closed_frames_wait: Duration,
     pub(super) shared: Arc<Shared>,
@@ -214,6 +223,9 @@ impl Slot {
             monitor,
             socket_fd,
             monitor_fd,
+            monitor_signalled: true,
+            socket_quiet: false,
+            acks_read: false,
             sink: Sink::new(events, shared.clone(), io.events_capacity, max_pending),
             closed_frames_wait: io.closed_frames_wait,
             shared,
@@ -260,28 +272,40 @@ impl Slot {
         }
         self.flush_events();
         self.sink.expire(now);
-        self.read_monitor(now);
+        self.acks_read = false;
+        if std::mem::take(&mut self.monitor_signalled) {
+            self.read_monitor(now);
+        }
         let mut more = false;
+        // A reading of the acknowledgements when one is due: at a quiet link's pace one
+        // covers the frames of several passes (`Machine::reading_at`).
+        let due = self.machine.reading_due(now);
+        let mut read = false;
         if !self.sink.is_behind() {
             // Acknowledgements first: a reply (or garbage that fails the connection) comes
             // after the peer's kernel acknowledged what it answers, so the frames it answers
             // are confirmed before anything the reply causes.
-            self.read_acks(now);
+            self.read_acks(now, due);
+            read = due;
             more |= self.read_socket(now);
         }
         self.machine.handle_timeout(now);
         self.carry_out(now);
-        self.read_acks(now);
+        let again = (due && !read) || self.machine.reading_due(now);
+        self.read_acks(now, again);
         more |= self.transmit(now, buf);
         self.note_traffic(now);
         self.publish();
-        // Any call into the socket may have taken libzmq's signal for input that is still
-        // unread (and asking processes its pending commands, a disconnect's among them).
-        let readable = self
-            .socket
-            .get_events()
-            .map(|e| e.contains(zmq::POLLIN))
-            .unwrap_or(false);
+        // Any call into the socket but a read that found nothing may have taken libzmq's
+        // signal for input that is still unread (and asking processes its pending commands, a
+        // disconnect's among them). After such a read, ZMQ_FD signals whatever comes next.
+        let readable = !self.socket_quiet
+            && self
+                .socket
+                .get_events()
+                .map(|e| e.contains(zmq::POLLIN))
+                .unwrap_or(false);
+        self.socket_quiet = !readable;
         more || (readable && !self.sink.is_behind() && self.stopped.is_none())
     }
 
@@ -428,6 +452,7 @@ impl Slot {
                 Action::Connect { generation, addr } => self.connect(now, generation, addr),
                 Action::Send(mut bytes) => {
                     if let Some((rid, _)) = &self.rid {
+                        self.socket_quiet = false;
                         let _ = send_batch(&mut self.socket, rid, &mut bytes);
                     }
                 }
@@ -482,6 +507,7 @@ impl Slot {
 
     fn connect(&mut self, now: Instant, generation: u64, addr: SocketAddr) {
         self.disconnect_with(true);
+        self.socket_quiet = false;
         // A fresh routing id per dial, never reused (reuse can abort libzmq).
         let mut rid = Vec::with_capacity(9);
         rid.push(b'R');
@@ -514,6 +540,7 @@ impl Slot {
     /// connection (ZMQ_LINGER is read when the endpoint's session is terminated).
     fn disconnect_with(&mut self, discard: bool) {
         if let Some(endpoint) = self.endpoint.take() {
+            self.socket_quiet = false;
             if discard {
                 let _ = self.socket.set_linger(0);
             }
@@ -554,6 +581,7 @@ impl Slot {
                     if let Some(conn) = &mut self.conn {
                         conn.hold();
                     }
+                    self.socket_quiet = false;
                     let result = send_batch(&mut self.socket, rid, &mut data);
                     if !data.is_empty() {
                         self.machine.transmit_unsent(data);

@@ -18,6 +18,17 @@ use crate::core::window::Redelivery;
 use crate::error::{Callback, EncodeError, RequestError};
 use crate::event::{AbandonReason, State};
 
+/// How long after the oldest waiting frame was written the first reading of the
+/// acknowledged bytes comes, while nothing waits on the confirmations (`Machine::reading_at`).
+pub(crate) const QUIET: Duration = Duration::from_millis(10);
+
+/// Unconfirmed frames at which every pass reads the acknowledged bytes.
+const PRESSED_FRAMES: usize = 64;
+
+/// Unconfirmed bytes at which every pass reads the acknowledged bytes (or a quarter of a
+/// smaller window).
+const PRESSED_BYTES: u64 = 64 * 1024;
+
 /// How long to wait before offering the socket a batch again after EAGAIN.
 const SEND_RETRY: Duration = Duration::from_millis(1);
 
@@ -302,9 +313,49 @@ impl Machine {
         }
     }
 
-    /// Whether the IO side should read the acknowledged bytes of the current connection.
+    /// Whether frames wait for the acknowledged bytes of the current connection (the IO side
+    /// keeps what it reads them from only while they do).
     pub(crate) fn wants_acks(&self) -> bool {
         !self.window.is_empty()
+    }
+
+    /// Whether the IO side should read the acknowledged bytes at `now`: the window's reading
+    /// is due ([`Machine::reading_at`]), or something waits on the confirmations (a flush, a
+    /// close, a window that holds frames back or fills up).
+    pub(crate) fn reading_due(&self, now: Instant) -> bool {
+        !self.window.is_empty()
+            && (self.reading_pressed() || self.reading_at().is_some_and(|t| t <= now))
+    }
+
+    /// When the window's next reading is due: its own schedule, but no sooner than
+    /// [`QUIET`] after the oldest waiting frame was written, while nothing waits on the
+    /// confirmations. A link that writes a frame now and then takes one reading for the
+    /// frames of [`QUIET`], not one per frame (each costs the IO thread a wake-up and a few
+    /// system calls, more than the frame).
+    pub(super) fn reading_at(&self) -> Option<Instant> {
+        let at = self.window.poll_at()?;
+        if self.reading_pressed() {
+            return Some(at);
+        }
+        Some(
+            self.window
+                .oldest()
+                .map_or(at, |oldest| at.max(oldest + QUIET)),
+        )
+    }
+
+    /// Something waits on the confirmations: a flush, a close, frames held back or about to
+    /// be (a quarter of the window), or more frames than [`PRESSED_FRAMES`] unconfirmed.
+    fn reading_pressed(&self) -> bool {
+        let unacked = self.window.unacked();
+        let window = match self.cfg.window {
+            0 => PRESSED_BYTES,
+            w => (w as u64 / 4).min(PRESSED_BYTES),
+        };
+        self.closing
+            || self.flush_waits()
+            || unacked >= window
+            || self.window.len() >= PRESSED_FRAMES
     }
 
     /// The frames of a lost connection that were written and not confirmed, by the policy:

@@ -131,8 +131,9 @@ impl Slot {
         }
     }
 
-    /// Reads how many bytes the peer acknowledged, while frames wait for it.
-    pub(super) fn read_acks(&mut self, now: Instant) {
+    /// Reads how many bytes the peer acknowledged, while frames wait for it and a reading is
+    /// `due` (`Machine::reading_due`).
+    pub(super) fn read_acks(&mut self, now: Instant, due: bool) {
         if !self.machine.wants_acks() {
             // Nothing waits (a write of control bytes only): no duplicate descriptor is kept.
             if let Some(conn) = &mut self.conn {
@@ -140,6 +141,10 @@ impl Slot {
             }
             return;
         }
+        if !due {
+            return;
+        }
+        self.acks_read = true;
         let Some((_, generation)) = self.rid else {
             return;
         };
@@ -159,7 +164,7 @@ impl Slot {
     /// open), so that only frames the peer really did not acknowledge are resent or reported;
     /// then the duplicate is closed.
     fn last_acks(&mut self, now: Instant) {
-        self.read_acks(now);
+        self.read_acks(now, true);
         self.conn = None;
     }
 
@@ -188,12 +193,16 @@ impl Slot {
             left -= 1;
             let rid = match self.socket.recv_msg(zmq::DONTWAIT) {
                 Ok(m) => m,
-                Err(zmq::Error::EAGAIN) => return false,
+                Err(zmq::Error::EAGAIN) => {
+                    self.socket_quiet = true;
+                    return false;
+                }
                 Err(e) => {
                     log::error!("relink[{}]: zmq recv failed: {e}", self.machine.name());
                     return false;
                 }
             };
+            self.socket_quiet = false;
             if !self.socket.get_rcvmore().unwrap_or(false) {
                 continue;
             }
@@ -238,6 +247,12 @@ impl Slot {
                     }
                 }
             } else {
+                if !self.acks_read {
+                    // A reply (or garbage that fails the connection) comes after the peer's
+                    // kernel acknowledged what it answers: a reading before the first frame of
+                    // the pass confirms those frames before anything the reply causes.
+                    self.read_acks(now, true);
+                }
                 self.machine.handle_data(now, generation, &data);
             }
             self.carry_out(now);

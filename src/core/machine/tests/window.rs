@@ -2,6 +2,7 @@
 //! acknowledges their last byte (the count enters as an input), the window holds frames back,
 //! and a drop resends or reports what was not confirmed.
 
+use super::super::transmit::QUIET;
 use super::*;
 use crate::Redelivery;
 
@@ -46,11 +47,40 @@ fn the_machine_asks_for_readings_while_frames_wait_and_less_often_while_nothing_
     let mut s = quiet(Sim::builder());
     s.submit(b"a");
     s.transmit();
+    assert!(!s.m.reading_due(s.now), "no reading right after the write");
     let first = s.next_timer();
+    assert!(
+        first >= QUIET,
+        "the first reading {first:?} waits for a quiet link's frames"
+    );
     s.ack(0);
-    let second = s.m.poll_timeout().unwrap() - s.now;
-    assert!(second > first, "{second:?} after {first:?}");
-    assert!(s.metrics().oldest_unconfirmed >= Some(first));
+    let second = s.next_timer();
+    s.ack(0);
+    let third = s.m.poll_timeout().unwrap() - s.now;
+    assert!(third > second, "{third:?} after {second:?}");
+    assert!(s.metrics().oldest_unconfirmed >= Some(first + second));
+}
+
+#[test]
+fn a_flush_or_a_close_or_a_filling_window_asks_for_a_reading_at_once() {
+    let mut s = quiet(Sim::builder());
+    s.submit(b"a");
+    s.transmit();
+    assert!(!s.m.reading_due(s.now));
+    s.m.flush(s.now, 0, s.now + Duration::from_secs(1));
+    assert!(s.m.reading_due(s.now), "a flush waits on the confirmation");
+
+    let mut s = quiet(Sim::builder().window(64).batch_bytes(8));
+    s.submit(b"abcdefg");
+    s.transmit();
+    assert!(!s.m.reading_due(s.now), "7 of 64 bytes unconfirmed");
+    s.submit(b"abcdefg");
+    s.submit(b"abcdefg");
+    s.transmit();
+    assert!(
+        s.m.reading_due(s.now),
+        "a quarter of the window unconfirmed"
+    );
 }
 
 #[test]
