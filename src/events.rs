@@ -14,7 +14,7 @@ use event_listener::{EventListener, Listener};
 
 use crate::error::{RecvError, RecvTimeoutError, TryRecvError};
 use crate::event::Event;
-use crate::io::look::{look, Window};
+use crate::io::look::{look, LookSpan};
 use crate::io::shared::Shared;
 
 /// The receiving end of a link's events, with crossbeam-channel's words, and an async twin
@@ -373,7 +373,7 @@ impl Events {
     /// Looks for an event for a little while before the caller sleeps (`io::look`); stops
     /// at once when the channel is closed, which the caller's receive then reports.
     fn look(&self, deadline: Option<Instant>) -> Option<Event> {
-        look(self.window(), deadline, || match self.rx.try_recv() {
+        look(self.look_span(), deadline, || match self.rx.try_recv() {
             Ok(ev) => Some(Some(ev)),
             Err(channel::TryRecvError::Disconnected) => Some(None),
             Err(channel::TryRecvError::Empty) => None,
@@ -383,7 +383,7 @@ impl Events {
 
     /// The link's look for a reply while its replies come soon after its writes, else its
     /// look on a stream.
-    fn window(&self) -> &Window {
+    fn look_span(&self) -> &LookSpan {
         if self.shared.replying.load(Ordering::Relaxed) {
             &self.shared.look
         } else {
@@ -393,7 +393,7 @@ impl Events {
 
     /// A look that began at `looked` found nothing, and the wait after it ended now.
     fn waited(&self, looked: Instant, came: bool) {
-        self.window().waited(looked.elapsed(), came);
+        self.look_span().waited(looked.elapsed(), came);
     }
 
     fn took(&self, ev: Event) -> Event {

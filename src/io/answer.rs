@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use event_listener::{Event as Notify, EventListener, Listener};
 
-use super::look::{look, Window};
+use super::look::{look, LookSpan};
 use crate::core::requests::Outcome;
 use crate::error::{FlushError, RequestError};
 use crate::event::AbandonReason;
@@ -85,12 +85,12 @@ pub(crate) struct Answer<T = Outcome> {
     cell: Arc<Cell<T>>,
     listener: Option<EventListener>,
     /// How long a blocking wait looks before it sleeps: the link's (see `io::look`).
-    look: Arc<Window>,
+    look: Arc<LookSpan>,
 }
 
 impl<T: Unfilled> Answer<T> {
     /// A cell and its two ends; a blocking wait looks for as long as `look` says.
-    pub(crate) fn pair(look: Arc<Window>) -> (Promise<T>, Answer<T>) {
+    pub(crate) fn pair(look: Arc<LookSpan>) -> (Promise<T>, Answer<T>) {
         let cell = Arc::new(Cell::default());
         (
             Promise(Some(cell.clone())),

@@ -8,12 +8,12 @@
 //! sleeps without CPU.
 //!
 //! How long to look is learnt from the waits that follow a look that found nothing
-//! ([`Window`]), as a guest kernel's haltpoll governor learns how long to poll before it
+//! ([`LookSpan`]), as a guest kernel's haltpoll governor learns how long to poll before it
 //! halts: what came soon after the look would have been caught by a longer one, and a long
 //! wait says that looking costs CPU for nothing. Only where a reply is waited for: after a
 //! write on a link whose replies come soon after its writes ([`Replies`]), and for a
-//! request's reply, between [`LOOK`] and [`LOOK_MAX`] ([`Window::reply`]). Elsewhere, on a
-//! stream coming in or going out, a look lasts at most [`LOOK`] ([`Window::stream`]), and
+//! request's reply, between [`LOOK`] and [`LOOK_MAX`] ([`LookSpan::reply`]). Elsewhere, on a
+//! stream coming in or going out, a look lasts at most [`LOOK`] ([`LookSpan::stream`]), and
 //! none at all once frames come further apart than that: a longer look would catch every
 //! frame of a slow stream and so never end (measured: a link receiving or sending a frame
 //! every 200 µs used twice the CPU with reply looks on its stream), and a short one that
@@ -38,25 +38,25 @@ const LOOK_STEP: u64 = 5;
 /// own timeout within the most says nothing. Shared by the threads that wait on one link; a
 /// stale read only looks a little longer or shorter.
 #[derive(Debug)]
-pub(crate) struct Window {
+pub(crate) struct LookSpan {
     micros: AtomicU64,
     min: u64,
     max: u64,
 }
 
-impl Window {
+impl LookSpan {
     /// A look for a reply: [`LOOK`] to [`LOOK_MAX`].
-    pub(crate) const fn reply() -> Window {
-        Window::between(LOOK.as_micros() as u64, LOOK_MAX.as_micros() as u64)
+    pub(crate) const fn reply() -> LookSpan {
+        LookSpan::between(LOOK.as_micros() as u64, LOOK_MAX.as_micros() as u64)
     }
 
     /// A look on a stream: none to [`LOOK`].
-    pub(crate) const fn stream() -> Window {
-        Window::between(0, LOOK.as_micros() as u64)
+    pub(crate) const fn stream() -> LookSpan {
+        LookSpan::between(0, LOOK.as_micros() as u64)
     }
 
-    const fn between(min: u64, max: u64) -> Window {
-        Window {
+    const fn between(min: u64, max: u64) -> LookSpan {
+        LookSpan {
             micros: AtomicU64::new(LOOK.as_micros() as u64),
             min,
             max,
@@ -125,9 +125,9 @@ impl Replies {
     }
 }
 
-impl Default for Window {
-    fn default() -> Window {
-        Window::reply()
+impl Default for LookSpan {
+    fn default() -> LookSpan {
+        LookSpan::reply()
     }
 }
 
@@ -138,7 +138,7 @@ impl Default for Window {
 /// takes: on a loaded machine a yield can outlast the whole bound, and the look after it is
 /// the one that sees what the other thread handed over meanwhile.
 pub(crate) fn look<T>(
-    window: &Window,
+    window: &LookSpan,
     deadline: Option<Instant>,
     mut find: impl FnMut() -> Option<T>,
 ) -> Option<T> {
@@ -165,7 +165,7 @@ mod tests {
 
     #[test]
     fn a_look_gives_what_comes_and_gives_up_after_its_bound() {
-        let window = Window::reply();
+        let window = LookSpan::reply();
         let mut calls = 0;
         assert_eq!(
             look(&window, Some(Instant::now()), || {
@@ -227,7 +227,7 @@ mod tests {
 
     #[test]
     fn a_look_grows_while_what_it_missed_comes_soon_and_shrinks_when_waits_are_long() {
-        let window = Window::reply();
+        let window = LookSpan::reply();
         assert_eq!(window.get(), LOOK);
         let us = Duration::from_micros;
         // Something came 40 µs after the look: twice as long, up to the bound.
@@ -250,7 +250,7 @@ mod tests {
 
     #[test]
     fn a_streams_look_goes_once_frames_come_further_apart_and_comes_back_when_they_close_up() {
-        let window = Window::stream();
+        let window = LookSpan::stream();
         assert_eq!(window.get(), LOOK);
         let us = Duration::from_micros;
         // A frame every 200 µs: no look of up to 30 µs catches one.

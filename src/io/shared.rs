@@ -16,7 +16,7 @@ use super::answer::Promise;
 use super::ffi::EventFd;
 use super::intake::{Intake, Taken};
 use super::lane::Lanes;
-use super::look::Window;
+use super::look::LookSpan;
 use super::padded::Padded;
 use super::snapshot::Sources;
 use super::spool::Store;
@@ -156,8 +156,8 @@ pub(crate) struct Shared {
     /// How long a blocking receive of the link's events or replies looks before it sleeps:
     /// `look` for a request's reply, and for events while the link's replies come soon after
     /// its writes (`replying`, set by the IO thread); `stream_look` for other events.
-    pub look: Arc<Window>,
-    pub stream_look: Window,
+    pub look: Arc<LookSpan>,
+    pub stream_look: LookSpan,
     pub replying: AtomicBool,
 }
 
@@ -176,8 +176,8 @@ impl Shared {
             reader_waiting: AtomicBool::new(false),
             final_sources: Mutex::new(None),
             leftover: Mutex::new(VecDeque::new()),
-            look: Arc::new(Window::reply()),
-            stream_look: Window::stream(),
+            look: Arc::new(LookSpan::reply()),
+            stream_look: LookSpan::stream(),
             replying: AtomicBool::new(false),
             spool: None,
         }

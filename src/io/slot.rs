@@ -312,7 +312,7 @@ impl Slot {
     /// Learns from this pass's traffic whether the link's replies come soon after its writes
     /// ([`Replies`]): the looks of the IO loop and of the link's blocking receives are a
     /// reply's only on such a link, so a link that streams in or out looks as a stream does
-    /// (`look::Window::stream`).
+    /// (`look::LookSpan::stream`).
     fn note_traffic(&mut self, now: Instant) {
         let (sent, received) = self.machine.sent_received();
         let wrote = sent != self.traffic.0;

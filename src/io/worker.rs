@@ -32,7 +32,7 @@ use crossbeam_channel::{Receiver, Sender};
 
 use super::ffi::{self, Epoll, Ready};
 use super::ids::ById;
-use super::look::Window;
+use super::look::LookSpan;
 use super::shared::{Command, Wake};
 use super::slot::{Post, Slot};
 use super::stopwatch;
@@ -143,10 +143,10 @@ pub(crate) struct Worker {
     buf: Vec<u8>,
     reports: Vec<Ready>,
     /// How long the loop looks for a command or input before it sleeps after a pass that
-    /// wrote on a link whose replies come soon after its writes (`Window::reply`).
-    look: Window,
-    /// The same after other passes that moved application data (`Window::stream`).
-    stream_look: Window,
+    /// wrote on a link whose replies come soon after its writes (`LookSpan::reply`).
+    look: LookSpan,
+    /// The same after other passes that moved application data (`LookSpan::stream`).
+    stream_look: LookSpan,
     /// When the loop last warned that it was late, for each [`Lateness`], and the gaps since
     /// then not warned of.
     late_warned: [Option<Instant>; Lateness::COUNT],
@@ -167,8 +167,8 @@ impl Worker {
             timers: BinaryHeap::new(),
             buf: Vec::new(),
             reports: vec![ffi::BLANK; REPORTS],
-            look: Window::reply(),
-            stream_look: Window::stream(),
+            look: LookSpan::reply(),
+            stream_look: LookSpan::stream(),
             late_warned: [None; Lateness::COUNT],
             late_unwarned: 0,
         })

@@ -15,7 +15,7 @@ use crate::core::framing::BoxedFraming;
 use crate::core::requests::RequestSettings;
 use crate::error::{BatchError, SendError};
 use crate::io::intake::{Refused, Tell};
-use crate::io::look::Window;
+use crate::io::look::LookSpan;
 use crate::io::shared::Command;
 use crate::io::spool;
 use crate::send::{SendOptions, WaitFor};
@@ -437,7 +437,7 @@ impl Link {
     /// What the request calls (`crate::request`) need of the handle: the framing, to check a
     /// request at the call, the request settings, and how long a blocking wait for a reply
     /// looks before it sleeps (the link's, shared with its event receives).
-    pub(crate) fn request_parts(&self) -> (&BoxedFraming, &RequestSettings, &Arc<Window>) {
+    pub(crate) fn request_parts(&self) -> (&BoxedFraming, &RequestSettings, &Arc<LookSpan>) {
         (
             &self.inner.framing,
             &self.inner.requests,
