@@ -917,3 +917,72 @@ fn the_builders_table_of_groups_names_every_setter_once() {
         "names in the table that are no setter: {unknown:?}"
     );
 }
+
+/// The names `src/lib.rs` makes public at the crate root: `pub mod` and `pub use`.
+fn crate_root_names() -> BTreeSet<String> {
+    let lib = read(&root().join("src/lib.rs"));
+    let mut names = BTreeSet::new();
+    let mut statement = String::new();
+    // Only the root's own items start at the line's first column (not a module's inside).
+    for raw in lib.lines() {
+        let line = raw.trim();
+        if let Some(module) = raw.strip_prefix("pub mod ") {
+            names.insert(ident(module).to_string());
+            continue;
+        }
+        if statement.is_empty() && !raw.starts_with("pub use ") {
+            continue;
+        }
+        statement.push_str(line);
+        if !line.ends_with(';') {
+            continue;
+        }
+        let used = statement
+            .trim_start_matches("pub use ")
+            .trim_end_matches(';');
+        match used.split_once('{') {
+            Some((_, list)) => names.extend(
+                list.trim_end_matches('}')
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|n| !n.is_empty())
+                    .map(String::from),
+            ),
+            None => {
+                names.insert(used.rsplit("::").next().unwrap_or(used).to_string());
+            }
+        }
+        statement.clear();
+    }
+    names
+}
+
+#[test]
+fn the_designs_count_and_list_of_the_crate_roots_names_match_lib_rs() {
+    let names = crate_root_names();
+    let design = read(&root().join("docs/design.md"));
+    let (at, _) = design
+        .match_indices(" names at the crate root")
+        .next()
+        .expect("design.md counts the crate root's names");
+    let count: usize = design[..at]
+        .rsplit(|c: char| !c.is_ascii_digit())
+        .next()
+        .and_then(|n| n.parse().ok())
+        .expect("a number before 'names at the crate root'");
+    assert_eq!(
+        count,
+        names.len(),
+        "design.md's count; lib.rs has {names:?}"
+    );
+    let section = &design[at..];
+    let section = &section[..section.find("\n\n").unwrap_or(section.len())];
+    let missing: Vec<_> = names
+        .iter()
+        .filter(|n| !section.contains(&format!("`{n}`")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "design.md's list leaves out {missing:?}"
+    );
+}
