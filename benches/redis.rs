@@ -67,7 +67,7 @@ impl Run {
 fn relink_link(server: &RedisServer) -> Link {
     let link = Link::builder(server.endpoint())
         .framing(Resp::new())
-        .requests(Correlation::resp())
+        .correlation(Correlation::resp())
         .request_limits(DEPTH * 2, 16 << 20)
         .build()
         .expect("build the link");

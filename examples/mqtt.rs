@@ -101,7 +101,7 @@ fn main() -> ExitCode {
     let link = Link::builder(format!("tcp://127.0.0.1:{port}"))
         .framing(mqtt::Packets)
         .protocol(protocol.clone())
-        .requests(mqtt::Mqtt::correlation())
+        .correlation(mqtt::Mqtt::correlation())
         .request_redelivery(Redelivery::Resend)
         .request_timeout(Duration::from_secs(10))
         .heartbeat(Heartbeat::every(Duration::from_secs(5)))

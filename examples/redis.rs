@@ -112,7 +112,7 @@ fn run() -> Result<bool, String> {
         .framing(Resp::new())
         // Every command answered in order, PING as the ping, RESP3 pushes the server's own.
         .protocol(Redis::new())
-        .requests(Correlation::in_order())
+        .correlation(Correlation::in_order())
         .request_redelivery(Redelivery::Resend)
         .request_timeout(Duration::from_secs(10))
         .heartbeat(Heartbeat::every(Duration::from_millis(100)).max_missed(4))

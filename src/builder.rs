@@ -21,7 +21,7 @@ use crate::tls::Tls;
 mod check;
 mod groups;
 
-pub use groups::{Delivery, Reconnect, SocketOptions};
+pub use groups::{Delivery, Reconnect, Requests, SocketOptions};
 
 /// All defaults, in one place.
 pub mod defaults {
@@ -109,7 +109,7 @@ pub(crate) struct Config {
 /// | when a connection is alive | | [`heartbeat`](Builder::heartbeat), [`ready_when`](Builder::ready_when), [`handshake_timeout`](Builder::handshake_timeout) |
 /// | reconnecting | [`reconnect`](Builder::reconnect) ([`Reconnect`]) | [`backoff`](Builder::backoff), [`backoff_factor`](Builder::backoff_factor), [`backoff_floor`](Builder::backoff_floor), [`jitter`](Builder::jitter), [`max_attempts`](Builder::max_attempts), [`cooldown`](Builder::cooldown), [`native_retries`](Builder::native_retries), [`min_stable`](Builder::min_stable), [`config_failure_retry`](Builder::config_failure_retry), [`dns_refresh`](Builder::dns_refresh), [`rng_seed`](Builder::rng_seed) |
 /// | delivering frames | [`delivery`](Builder::delivery) ([`Delivery`]) | [`outbox_limits`](Builder::outbox_limits), [`overflow`](Builder::overflow), [`frame_ttl`](Builder::frame_ttl), [`abandon_on_disconnect`](Builder::abandon_on_disconnect), [`window`](Builder::window), [`redelivery`](Builder::redelivery), [`confirm`](Builder::confirm), [`max_losses`](Builder::max_losses), [`batch_bytes`](Builder::batch_bytes), [`spool`](Builder::spool) |
-/// | requests | | [`requests`](Builder::requests), [`request_timeout`](Builder::request_timeout), [`request_limits`](Builder::request_limits), [`request_redelivery`](Builder::request_redelivery) |
+/// | requests | [`requests`](Builder::requests) ([`Requests`]) | [`correlation`](Builder::correlation), [`request_timeout`](Builder::request_timeout), [`request_limits`](Builder::request_limits), [`request_redelivery`](Builder::request_redelivery) |
 /// | receiving | | [`events_capacity`](Builder::events_capacity), [`closed_frames_wait`](Builder::closed_frames_wait) |
 /// | libzmq's socket | [`socket`](Builder::socket) ([`SocketOptions`]) | [`connect_timeout`](Builder::connect_timeout), [`immediate`](Builder::immediate), [`reconnect_ivl`](Builder::reconnect_ivl), [`reconnect_ivl_max`](Builder::reconnect_ivl_max), [`linger`](Builder::linger), [`hwm`](Builder::hwm), [`tcp_keepalive`](Builder::tcp_keepalive), [`tcp_maxrt`](Builder::tcp_maxrt) |
 /// | threads and the process | | [`context`](Builder::context), [`io_pool`](Builder::io_pool), [`slow_callback`](Builder::slow_callback), [`close_timeout`](Builder::close_timeout) |
@@ -1068,13 +1068,30 @@ impl Builder {
     ///
     /// let link = Link::builder("tcp://127.0.0.1:6379")
     ///     .framing(Resp::new())
-    ///     .requests(Correlation::resp())
+    ///     .correlation(Correlation::resp())
     ///     .build()?;
     /// # link.close(std::time::Duration::ZERO);
     /// # Ok::<(), relink::error::ConfigError>(())
     /// ```
-    pub fn requests(mut self, correlation: Correlation) -> Builder {
+    pub fn correlation(mut self, correlation: Correlation) -> Builder {
         self.config.core.requests.correlation = correlation;
+        self.requests_said = true;
+        self
+    }
+
+    /// Every request setting at once: every field of [`Requests`] (its `Default` is the
+    /// builder's). The flat setters ([`correlation`](Builder::correlation),
+    /// [`request_timeout`](Builder::request_timeout), ...) change one field each; called after
+    /// this, they change it here.
+    ///
+    /// See the example on [`Requests`].
+    pub fn requests(mut self, r: Requests) -> Builder {
+        let q = &mut self.config.core.requests;
+        q.correlation = r.correlation;
+        q.timeout = r.timeout;
+        q.max_frames = r.limit_frames;
+        q.max_bytes = r.limit_bytes;
+        q.redelivery = r.redelivery;
         self.requests_said = true;
         self
     }

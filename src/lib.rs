@@ -220,7 +220,7 @@
 //! // The server on `port` answers each line `L` with `re L`, a `slow` one after 300 ms.
 //! let link = Link::builder(&format!("tcp://127.0.0.1:{port}"))
 //!     .framing(Lines::new())
-//!     .requests(Correlation::in_order()) // the default
+//!     .correlation(Correlation::in_order()) // the default
 //!     .build()?;
 //! assert_eq!(link.request("hello")?, &b"re hello"[..]); // connected, answered
 //! let slow = link.request_pending_within("slow", Duration::from_millis(50));
@@ -335,7 +335,7 @@ pub use crate::core::requests::Correlation;
 pub use crate::core::settings::ProofOfLife;
 pub use crate::core::window::Redelivery;
 pub use batch::Batch;
-pub use builder::{defaults, Builder, Delivery, Overflow, Reconnect, SocketOptions};
+pub use builder::{defaults, Builder, Delivery, Overflow, Reconnect, Requests, SocketOptions};
 /// The `bytes` crate, whose [`Bytes`](bytes::Bytes) carries received frames and whose
 /// [`BytesMut`](bytes::BytesMut) is the receive buffer a [`Framing`](framing::Framing)
 /// decodes from.

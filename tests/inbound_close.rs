@@ -314,7 +314,7 @@ fn the_last_replies_before_the_peers_close_answer_their_requests() {
     }));
     let link = Link::builder(peer.endpoint())
         .framing(Lines::new())
-        .requests(Correlation::in_order_except(|f| f.starts_with(b"note")))
+        .correlation(Correlation::in_order_except(|f| f.starts_with(b"note")))
         .request_redelivery(Redelivery::Report)
         .backoff(ms(500), ms(1000))
         .build()

@@ -102,7 +102,7 @@ fn mqtt_link(endpoint: &str, protocol: mqtt::Mqtt) -> Link {
     Link::builder(endpoint)
         .framing(mqtt::Packets)
         .protocol(protocol)
-        .requests(mqtt::Mqtt::correlation())
+        .correlation(mqtt::Mqtt::correlation())
         .request_redelivery(Redelivery::Resend)
         .request_timeout(T)
         .request_limits(256, 1 << 20)

@@ -228,7 +228,7 @@ fn set(n: u64) -> Vec<u8> {
 fn present_keys(redis: &RedisServer, writes: u64) -> HashSet<u64> {
     let link = Link::builder(redis.endpoint())
         .framing(Resp::new())
-        .requests(Correlation::resp())
+        .correlation(Correlation::resp())
         .build()
         .unwrap();
     let reply = link
@@ -356,7 +356,7 @@ fn a_heartbeats_pong_never_answers_a_request_when_every_frame_is_answered() {
     let b = || {
         Link::builder(redis.endpoint())
             .framing(Resp::new())
-            .requests(Correlation::resp())
+            .correlation(Correlation::resp())
             // A ping every 2 ms: pings and requests interleave all the time (and a busy
             // machine's pauses are no reason to call the peer dead).
             .heartbeat(

@@ -115,7 +115,7 @@ fn replies_by_id_in_any_order_reach_their_own_callers() {
     }));
     let id = |f: &[u8]| f.iter().position(|b| *b == b':').map(|i| f[..i].to_vec());
     let link = lines_link(&peer)
-        .requests(Correlation::by_id(id, id))
+        .correlation(Correlation::by_id(id, id))
         .build()
         .unwrap();
     let pending: Vec<_> = (0..200)
@@ -149,7 +149,7 @@ fn pushes_between_replies_are_delivered_as_events() {
         }
     }));
     let link = lines_link(&peer)
-        .requests(Correlation::in_order_except(|f| f.starts_with(b">")))
+        .correlation(Correlation::in_order_except(|f| f.starts_with(b">")))
         .build()
         .unwrap();
     let pending: Vec<_> = (0..50)
@@ -345,7 +345,7 @@ fn sets_through_two_kills(
         .builder()
         .protocol(hello)
         .handshake_timeout(ms(300))
-        .requests(Correlation::resp())
+        .correlation(Correlation::resp())
         .request_redelivery(policy)
         .request_timeout(Duration::from_secs(60))
         .request_limits(1024, 4 << 20)
@@ -391,7 +391,7 @@ fn sets_through_two_kills(
 fn present_keys(server: &dyn Restart, n: usize) -> Vec<bool> {
     let link = server
         .builder()
-        .requests(Correlation::resp())
+        .correlation(Correlation::resp())
         .overflow(Overflow::Block(T))
         .build()
         .unwrap();

@@ -547,7 +547,7 @@ fn build_link(cli: &Cli) -> Result<Link, ConfigError> {
         };
         // Lines read faster than the server answers wait for room, within their deadline.
         b = b
-            .requests(correlation)
+            .correlation(correlation)
             .request_timeout(cli.request_timeout)
             .overflow(Overflow::Block(cli.request_timeout));
     } else {

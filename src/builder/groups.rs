@@ -1,5 +1,5 @@
 //! The builder's settings in groups a reader takes in at a glance: the reconnect policy, the
-//! delivery of frames, and libzmq's socket options. Each is a value with a documented
+//! delivery of frames, requests, and libzmq's socket options. Each is a value with a documented
 //! `Default` (the values of [`defaults`](super::defaults)); the builder's flat setters change
 //! one field of a group each.
 
@@ -9,6 +9,7 @@ use super::defaults;
 use crate::core::backoff::Jitter;
 use crate::core::confirm::Confirm;
 use crate::core::overflow::Overflow;
+use crate::core::requests::Correlation;
 use crate::core::window::Redelivery;
 use crate::io::Keepalive;
 
@@ -150,6 +151,58 @@ impl Default for Delivery {
     }
 }
 
+/// Requests and their replies ([`Link::request`](crate::Link::request)): how a reply is
+/// matched, how long it may take, how many requests may be outstanding, what a drop does to
+/// them. Given whole to [`Builder::requests`](crate::Builder::requests); each field also has a
+/// setter of its own on the builder, which documents it.
+///
+/// # Examples
+/// ```
+/// use std::time::Duration;
+/// use relink::framing::Resp;
+/// use relink::{Correlation, Link, Redelivery, Requests};
+///
+/// // redis, pipelined deep, each command written again after a drop.
+/// let mut redis = Requests::default();
+/// redis.correlation = Correlation::resp();
+/// redis.limit_frames = 10_000;
+/// redis.redelivery = Redelivery::Resend;
+/// let link = Link::builder("127.0.0.1:6379").framing(Resp::new()).requests(redis).build()?;
+/// # link.close(Duration::ZERO);
+/// # Ok::<(), relink::error::ConfigError>(())
+/// ```
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Requests {
+    /// How replies are matched ([`Builder::correlation`](crate::Builder::correlation)): in
+    /// order.
+    pub correlation: Correlation,
+    /// A reply's deadline from the call
+    /// ([`Builder::request_timeout`](crate::Builder::request_timeout)): 5 s.
+    pub timeout: Duration,
+    /// Requests outstanding at most
+    /// ([`Builder::request_limits`](crate::Builder::request_limits)): 1024.
+    pub limit_frames: usize,
+    /// Their bytes at most: 4 MiB.
+    pub limit_bytes: usize,
+    /// What a drop does to requests written and not answered
+    /// ([`Builder::request_redelivery`](crate::Builder::request_redelivery)):
+    /// [`Redelivery::Report`].
+    pub redelivery: Redelivery,
+}
+
+impl Default for Requests {
+    fn default() -> Requests {
+        Requests {
+            correlation: Correlation::in_order(),
+            timeout: defaults::REQUEST_TIMEOUT,
+            limit_frames: defaults::REQUEST_LIMIT_FRAMES,
+            limit_bytes: defaults::REQUEST_LIMIT_BYTES,
+            redelivery: Redelivery::Report,
+        }
+    }
+}
+
 /// libzmq's own options on the link's socket, set before it connects. Given whole to
 /// [`Builder::socket`](crate::Builder::socket); each field also has a setter of its own on the
 /// builder, which documents it. Most links keep the defaults.
@@ -226,6 +279,7 @@ mod tests {
         let grouped = Link::builder("tcp://127.0.0.1:7000")
             .reconnect(Reconnect::default())
             .delivery(Delivery::default())
+            .requests(Requests::default())
             .socket(SocketOptions::default());
         assert_eq!(shown(grouped), shown(plain));
     }
@@ -238,11 +292,15 @@ mod tests {
         let mut d = Delivery::default();
         (d.outbox_frames, d.frame_ttl) = (10, Some(Duration::from_secs(2)));
         d.overflow = Overflow::DropOldest;
+        let mut q = Requests::default();
+        (q.timeout, q.limit_frames) = (Duration::from_millis(300), 16);
+        q.redelivery = Redelivery::Resend;
         let mut o = SocketOptions::default();
         (o.linger, o.sndhwm) = (Duration::from_millis(7), 9);
         let grouped = Link::builder("tcp://127.0.0.1:7000")
             .reconnect(r)
             .delivery(d)
+            .requests(q)
             .socket(o);
         let flat = Link::builder("tcp://127.0.0.1:7000")
             .backoff(Duration::from_millis(5), Duration::from_secs(3))
@@ -251,6 +309,9 @@ mod tests {
             .outbox_limits(10, defaults::OUTBOX_BYTES)
             .frame_ttl(Duration::from_secs(2))
             .overflow(Overflow::DropOldest)
+            .request_timeout(Duration::from_millis(300))
+            .request_limits(16, defaults::REQUEST_LIMIT_BYTES)
+            .request_redelivery(Redelivery::Resend)
             .linger(Duration::from_millis(7))
             .hwm(9, defaults::RCVHWM);
         assert_eq!(shown(grouped), shown(flat));

@@ -31,7 +31,7 @@ use super::protocol::{Opening, Protocol, Verdict};
 ///     .protocol(Redis::new().open_with(["AUTH", "app", "secret"]).open_with(["SELECT", "2"]))
 ///     .heartbeat(Heartbeat::every(Duration::from_secs(1)))
 ///     .confirm(Confirm::reply())
-///     .requests(Correlation::in_order())
+///     .correlation(Correlation::in_order())
 ///     .build()?;
 /// # link.close(Duration::ZERO);
 /// # Ok::<(), relink::error::ConfigError>(())

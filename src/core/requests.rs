@@ -56,7 +56,7 @@ impl fmt::Debug for IdReader {
     }
 }
 
-/// How replies are matched to requests ([`Builder::requests`](crate::Builder::requests)).
+/// How replies are matched to requests ([`Builder::correlation`](crate::Builder::correlation)).
 ///
 /// # Examples
 /// A protocol whose requests and replies start with a 4-byte id, answered in any order:

@@ -109,13 +109,13 @@ fn pings_a_pong_is_taken_only_in_a_pings_turn_and_a_requests_turn_takes_any_repl
 #[test]
 fn build_refuses_in_order_requests_beside_a_heartbeat_whose_pong_cannot_be_told_apart() {
     let err = |b: Builder| b.into_config().err().map(|e| e.to_string());
-    let ambiguous = pinged().requests(Correlation::in_order());
+    let ambiguous = pinged().correlation(Correlation::in_order());
     assert!(matches!(
         ambiguous.into_config(),
         Err(ConfigError::Answers(_))
     ));
     assert!(err(pinged()
-        .requests(Correlation::in_order())
+        .correlation(Correlation::in_order())
         .protocol(Answering(Answers::EveryFrame)))
     .is_none());
     assert!(
@@ -128,7 +128,7 @@ fn build_refuses_in_order_requests_beside_a_heartbeat_whose_pong_cannot_be_told_
     );
     let by_id = Correlation::by_id(|f| Some(f.to_vec()), |f| Some(f.to_vec()));
     assert!(err(pinged()
-        .requests(by_id)
+        .correlation(by_id)
         .protocol(Answering(Answers::EveryFrame)))
     .is_some());
     assert!(err(pinged().max_losses(0)).is_some());
