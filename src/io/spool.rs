@@ -48,6 +48,13 @@ const GROUP_WRITE: usize = 256 * 1024;
 /// The acks log is written again, compacted, once it is this large.
 const ACKS_COMPACT: u64 = 64 * 1024;
 
+/// Sequence numbers reserved on disk at a time: before a call hands out a number at or past
+/// the bound in the `numbers` file, the bound moves this far ahead (a file written, synced and
+/// renamed over the old one). A start numbers from the bound, so a number handed out before a
+/// crash (a frame a peer may have seen, whose record never reached the disk) is never handed
+/// out again for another frame.
+const RESERVE: u64 = 1 << 16;
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -106,6 +113,8 @@ struct Writer {
     /// Records not yet written (a group's).
     buf: Vec<u8>,
     next_seq: u64,
+    /// Numbers below this are reserved on disk (the `numbers` file).
+    reserved: u64,
     /// The flusher's last write failed: the calls fail until one succeeds.
     failed: Option<String>,
     /// Closed segments, oldest first: first sequence number, path.
@@ -254,6 +263,8 @@ impl Store {
             }
             kept.push_back((first, path, pending));
         }
+        // Numbers handed out before a crash and never written stay used.
+        next_seq = next_seq.max(Core::read_reserved(&dir)?);
         // A new segment for this run; the old ones stay while they hold frames.
         let path = dir.join(segment_name(next_seq));
         let file = OpenOptions::new()
@@ -293,6 +304,7 @@ impl Store {
                 pos: 0,
                 buf: Vec::new(),
                 next_seq,
+                reserved: next_seq,
                 failed: None,
                 closed,
                 unsynced: Vec::new(),
@@ -358,6 +370,42 @@ impl Core {
         }
     }
 
+    /// The bound the `numbers` file holds: every number handed out so far is below it. Zero
+    /// when there is none (a new spool).
+    fn read_reserved(dir: &Path) -> Result<u64, String> {
+        let path = dir.join("numbers");
+        match fs::read(&path) {
+            Ok(data) => record::decode_reserved(&data).ok_or_else(|| {
+                format!(
+                    "{} fails its check; the spool's numbers cannot be trusted",
+                    path.display()
+                )
+            }),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(0),
+            Err(e) => Err(io_err("cannot read", &path, e)),
+        }
+    }
+
+    /// Reserves on disk the numbers up to `end` (exclusive) and `RESERVE` more, unless they
+    /// are already: the `numbers` file is written whole, synced and renamed over the old one,
+    /// so it is the old bound or the new one after a crash, never torn.
+    fn reserve(&self, w: &mut Writer, end: u64) -> Result<(), String> {
+        if end <= w.reserved {
+            return Ok(());
+        }
+        let bound = end + RESERVE;
+        let tmp = self.dir.join("numbers.tmp");
+        let path = self.dir.join("numbers");
+        let mut f = File::create(&tmp).map_err(|e| io_err("cannot make", &tmp, e))?;
+        f.write_all(&record::encode_reserved(bound))
+            .and_then(|()| f.sync_all())
+            .map_err(|e| io_err("cannot write", &tmp, e))?;
+        fs::rename(&tmp, &path).map_err(|e| io_err("cannot rename", &tmp, e))?;
+        sync_dir(&self.dir).map_err(|e| io_err("cannot sync", &self.dir, e))?;
+        w.reserved = bound;
+        Ok(())
+    }
+
     /// Writes the acks log anew with `done` (through a file renamed over it) and opens it
     /// for appending.
     fn write_acks(dir: &Path, done: &Ranges) -> Result<File, String> {
@@ -396,6 +444,9 @@ impl Core {
             return Err((frame, e.clone()));
         }
         if let Err(e) = self.roll_if_full(&mut w) {
+            return Err((frame, e));
+        }
+        if let Err(e) = self.reserve(&mut w, seq + 1) {
             return Err((frame, e));
         }
         let mark = w.pos + w.buf.len() as u64;
@@ -454,8 +505,9 @@ impl Core {
             return Err(e.clone());
         }
         self.roll_if_full(&mut w)?;
-        let mark = w.pos + w.buf.len() as u64;
         let first = w.next_seq;
+        self.reserve(&mut w, first + frames.len() as u64)?;
+        let mark = w.pos + w.buf.len() as u64;
         let mut ends = Vec::new();
         for (i, frame) in frames.iter().enumerate() {
             if frame.len() > record::MAX_FRAME {

@@ -379,9 +379,10 @@ impl Link {
 
     /// Queues the frame `make` gives for its sequence number in the link's
     /// [`Spool`](crate::Spool), as [`send`](Link::send) queues a frame, and returns the number.
-    /// Numbers grow by one per frame admitted, across restarts of the spool, so a receiver
-    /// that finds the number in the frame can drop a frame it saw before: a spool delivers at
-    /// least once. `make` may be called again (with the next free number) when the call waits
+    /// Numbers grow by one per frame admitted within a run, and a start goes on past every
+    /// number given before (they are reserved on disk a block ahead), so no two frames ever
+    /// share one and a receiver that finds the number in the frame can drop a frame it saw
+    /// before: a spool delivers at least once. `make` may be called again (with the next free number) when the call waits
     /// for room.
     ///
     /// # Errors

@@ -74,6 +74,23 @@ pub(crate) fn encode_ack(out: &mut Vec<u8>, lo: u64, hi: u64) {
     out.extend_from_slice(&crc.to_le_bytes());
 }
 
+/// The `numbers` file: the bound below which every number handed out lies, and its CRC.
+pub(crate) fn encode_reserved(bound: u64) -> [u8; 12] {
+    let mut out = [0u8; 12];
+    out[..8].copy_from_slice(&bound.to_le_bytes());
+    let crc = crc32c::crc32c(&out[..8]);
+    out[8..].copy_from_slice(&crc.to_le_bytes());
+    out
+}
+
+/// The bound of a `numbers` file, or `None` when it fails its check.
+pub(crate) fn decode_reserved(data: &[u8]) -> Option<u64> {
+    let data: &[u8; 12] = data.try_into().ok()?;
+    let crc = u32::from_le_bytes(data[8..].try_into().ok()?);
+    (crc32c::crc32c(&data[..8]) == crc)
+        .then(|| u64::from_le_bytes(data[..8].try_into().unwrap_or_default()))
+}
+
 /// Reads acks records into `set` up to the first that fails its check; gives the length of
 /// the good prefix.
 pub(crate) fn decode_acks(data: &[u8], set: &mut Ranges) -> usize {
