@@ -63,7 +63,7 @@ impl Link {
     fn flush_answer(&self, timeout: Duration) -> Answer<Result<(), FlushError>> {
         let deadline = Instant::now() + timeout;
         let (promise, answer) = Answer::pair(self.request_parts().2.clone());
-        match self.enqueue_request(Command::Flush { deadline, promise }) {
+        match self.enqueue_command(Command::Flush { deadline, promise }) {
             Ok(()) => answer,
             Err(Command::Flush { promise, .. }) => {
                 promise.fill(Err(FlushError::Closed));

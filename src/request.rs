@@ -13,7 +13,7 @@ use bytes::Bytes;
 use crate::core::requests::Matching;
 use crate::error::RequestError;
 use crate::io::answer::Answer;
-use crate::io::shared::Command;
+use crate::io::intake::Asked;
 use crate::link::Link;
 
 /// A request on its way: its reply, or why there is none, once the link knows. Wait for it
@@ -180,20 +180,16 @@ impl Link {
             _ => None,
         };
         let (promise, answer) = Answer::pair(look.clone());
-        let cmd = Command::Request {
+        let asked = Asked {
             frame,
             id,
             deadline,
             promise,
         };
-        match self.enqueue_request(cmd) {
-            Ok(()) => Pending { answer },
-            Err(Command::Request { frame, promise, .. }) => {
-                promise.fill(Err(RequestError::Closed(frame)));
-                Pending { answer }
-            }
-            Err(_) => unreachable!("the command enqueued is a Request"),
+        if let Err(Asked { frame, promise, .. }) = self.enqueue_request(asked) {
+            promise.fill(Err(RequestError::Closed(frame)));
         }
+        Pending { answer }
     }
 }
 

@@ -1,5 +1,6 @@
-//! A link's intake: where the handles' frames wait for the IO thread, and the admission that
-//! keeps them within the outbox limits.
+//! A link's intake: where the handles' frames and requests wait for the IO thread, and the
+//! admission that keeps the frames within the outbox limits (a request's admission is the
+//! requests' window's, in the IO thread).
 //!
 //! A frame is admitted and queued in one short critical section: the admission check against
 //! the frames and bytes accepted and not yet sent or abandoned, then a copy of the frame into
@@ -30,9 +31,11 @@ use bytes::{Bytes, BytesMut};
 use event_listener::Event as Notify;
 use spin::mutex::{SpinMutex, SpinMutexGuard};
 
+use super::answer::Promise;
 use super::padded::Padded;
 use crate::batch::Batch;
 use crate::core::machine::Input;
+use crate::error::RequestError;
 
 /// Frames up to this size are copied into the intake buffer; larger ones keep their own
 /// buffer (a copy would cost more than the handle).
@@ -118,6 +121,27 @@ enum Entry {
         batch: Batch,
         deadline: Option<Instant>,
     },
+    /// A request.
+    Request(Asked),
+}
+
+/// A request on its way to the IO thread: its frame, its id (when replies are matched by
+/// id), its reply's deadline and where its outcome goes.
+#[derive(Debug)]
+pub(crate) struct Asked {
+    pub frame: Bytes,
+    pub id: Option<Vec<u8>>,
+    pub deadline: Instant,
+    pub promise: Promise,
+}
+
+/// What a take hands the IO thread, in the order of the calls.
+#[derive(Debug)]
+pub(crate) enum Handed {
+    /// Frames, as the machine takes them.
+    Frames(Input),
+    /// A request: the IO thread keeps its promise and hands the machine its token.
+    Request(Asked),
 }
 
 /// The sizes the IO thread makes a link's next intake buffers at, kept by the IO thread from
@@ -237,6 +261,18 @@ impl Intake {
         }
         q.admit(1, frame.len());
         q.frames.push(frame, deadline);
+        Ok(q.tell())
+    }
+
+    /// Queues a request behind every frame and request queued before it. Its admission is
+    /// the requests' window's, in the IO thread (the window changes with every reply and
+    /// every connection lost); only a closed link refuses it here, giving it back.
+    pub(crate) fn offer_request(&self, asked: Asked) -> Result<Tell, Asked> {
+        let mut q = self.lock();
+        if !q.open {
+            return Err(asked);
+        }
+        q.frames.entries.push(Entry::Request(asked));
         Ok(q.tell())
     }
 
@@ -576,6 +612,7 @@ impl Taken {
                 Entry::Copied { count, deadline } => out.extend((0..*count).map(|_| *deadline)),
                 Entry::Whole { deadline, .. } => out.push(*deadline),
                 Entry::Batch { batch, deadline } => out.extend((0..batch.len()).map(|_| *deadline)),
+                Entry::Request(_) => {}
             }
         }
         out
@@ -594,10 +631,10 @@ impl Taken {
         self.count_copied(1, deadline);
     }
 
-    /// The frames as machine inputs, in order: one `SubmitBatch` per run of copied frames
-    /// (each run split off the front of the one buffer, without a copy), one per batch, one
-    /// `Submit` per frame that kept its own buffer.
-    pub(crate) fn into_inputs(self, mut submit: impl FnMut(Input)) {
+    /// The frames as machine inputs and the requests, in order: one `SubmitBatch` per run of
+    /// copied frames (each run split off the front of the one buffer, without a copy), one
+    /// per batch, one `Submit` per frame that kept its own buffer, one `Request` per request.
+    pub(crate) fn into_handed(self, mut hand: impl FnMut(Handed)) {
         let Taken {
             mut data,
             ends,
@@ -613,21 +650,29 @@ impl Taken {
                     let ends = run.iter().map(|e| e - start).collect();
                     let batch = Batch::from_parts(data.split_to(end - start), ends);
                     next += count;
-                    submit(Input::SubmitBatch { batch, deadline });
+                    hand(Handed::Frames(Input::SubmitBatch { batch, deadline }));
                 }
-                Entry::Whole { frame, deadline } => submit(Input::Submit { frame, deadline }),
-                Entry::Batch { batch, deadline } => submit(Input::SubmitBatch { batch, deadline }),
+                Entry::Whole { frame, deadline } => {
+                    hand(Handed::Frames(Input::Submit { frame, deadline }))
+                }
+                Entry::Batch { batch, deadline } => {
+                    hand(Handed::Frames(Input::SubmitBatch { batch, deadline }))
+                }
+                Entry::Request(asked) => hand(Handed::Request(asked)),
             }
         }
     }
 
-    /// Every frame, in order.
+    /// Every frame, in order; each request is answered `Closed`, with its frame.
     pub(crate) fn into_frames(self) -> Vec<Bytes> {
         let mut out = Vec::new();
-        self.into_inputs(|input| match input {
-            Input::Submit { frame, .. } => out.push(frame),
-            Input::SubmitBatch { batch, .. } => out.extend(batch.into_shared_frames()),
-            _ => {}
+        self.into_handed(|handed| match handed {
+            Handed::Frames(Input::Submit { frame, .. }) => out.push(frame),
+            Handed::Frames(Input::SubmitBatch { batch, .. }) => {
+                out.extend(batch.into_shared_frames())
+            }
+            Handed::Frames(_) => {}
+            Handed::Request(asked) => asked.promise.fill(Err(RequestError::Closed(asked.frame))),
         });
         out
     }
@@ -701,9 +746,13 @@ mod tests {
 
     fn submissions(taken: Taken) -> Vec<(Vec<Vec<u8>>, Option<Instant>)> {
         let mut out = Vec::new();
-        taken.into_inputs(|input| match input {
-            Input::Submit { frame, deadline } => out.push((vec![frame.to_vec()], deadline)),
-            Input::SubmitBatch { batch, deadline } => out.push((batch.into_frames(), deadline)),
+        taken.into_handed(|handed| match handed {
+            Handed::Frames(Input::Submit { frame, deadline }) => {
+                out.push((vec![frame.to_vec()], deadline))
+            }
+            Handed::Frames(Input::SubmitBatch { batch, deadline }) => {
+                out.push((batch.into_frames(), deadline))
+            }
             other => panic!("not a submission: {other:?}"),
         });
         out
@@ -771,8 +820,10 @@ mod tests {
         let mut runs = Vec::new();
         intake
             .take(&mut TakeSizes::default())
-            .into_inputs(|input| match input {
-                Input::SubmitBatch { batch, .. } => runs.push(batch.into_shared_frames()),
+            .into_handed(|handed| match handed {
+                Handed::Frames(Input::SubmitBatch { batch, .. }) => {
+                    runs.push(batch.into_shared_frames())
+                }
                 other => panic!("not a run: {other:?}"),
             });
         let frames: Vec<&Bytes> = runs.iter().flatten().collect();
@@ -865,6 +916,58 @@ mod tests {
             intake.offer(&mut f(1), None, false),
             Err(Refused::Full)
         ));
+    }
+
+    fn asked(line: &'static str) -> (Asked, crate::io::answer::Answer) {
+        let (promise, answer) = crate::io::answer::Answer::pair(Default::default());
+        let asked = Asked {
+            frame: Bytes::from_static(line.as_bytes()),
+            id: None,
+            deadline: Instant::now() + Duration::from_secs(5),
+            promise,
+        };
+        (asked, answer)
+    }
+
+    #[test]
+    fn a_request_is_taken_between_the_frames_queued_around_it_and_admits_no_frame_room() {
+        // Room for one frame: the request takes none of it.
+        let intake = Intake::new(1, 1 << 20);
+        let _ = intake.offer(&mut Bytes::from_static(b"a"), None, false);
+        let (r, _answer) = asked("r");
+        assert!(intake.offer_request(r).is_ok());
+        intake.release(1, 1);
+        let _ = intake
+            .offer(&mut Bytes::from_static(b"b"), None, false)
+            .unwrap();
+        let mut order = Vec::new();
+        intake
+            .take(&mut TakeSizes::default())
+            .into_handed(|handed| match handed {
+                Handed::Frames(Input::SubmitBatch { batch, .. }) => {
+                    order.extend(batch.into_frames())
+                }
+                Handed::Request(a) => order.push(a.frame.to_vec()),
+                other => panic!("unexpected: {other:?}"),
+            });
+        assert_eq!(order, [b"a".to_vec(), b"r".to_vec(), b"b".to_vec()]);
+    }
+
+    #[test]
+    fn a_request_left_in_a_closed_intake_is_answered_closed_and_a_later_one_given_back() {
+        let intake = Intake::new(16, 1 << 20);
+        let (r, mut answer) = asked("left");
+        assert!(intake.offer_request(r).is_ok());
+        assert!(intake.close().into_frames().is_empty());
+        match answer.try_take() {
+            Some(Err(RequestError::Closed(frame))) => assert_eq!(frame, &b"left"[..]),
+            other => panic!("not answered closed: {other:?}"),
+        }
+        let (late, _answer) = asked("late");
+        let Err(given_back) = intake.offer_request(late) else {
+            panic!("a closed intake took a request");
+        };
+        assert_eq!(given_back.frame, &b"late"[..]);
     }
 
     #[test]

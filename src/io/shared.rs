@@ -41,13 +41,6 @@ pub(crate) enum Command {
     /// Makes the IO thread panic, so that tests can check what the handles see when it stops.
     #[cfg(feature = "test-hooks")]
     PanicForTests,
-    /// A request; its outcome goes into `promise`.
-    Request {
-        frame: bytes::Bytes,
-        id: Option<Vec<u8>>,
-        deadline: Instant,
-        promise: Promise,
-    },
     /// A flush; its outcome goes into `promise`.
     Flush {
         deadline: Instant,

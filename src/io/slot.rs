@@ -23,7 +23,7 @@ use super::buffers;
 use super::context::Context;
 use super::ffi;
 use super::ids::ById;
-use super::intake::TakeSizes;
+use super::intake::{Asked, Handed, TakeSizes};
 use super::lane;
 use super::look::Replies;
 use super::resolver::{self, Resolver};
@@ -355,22 +355,6 @@ impl Slot {
             }
             #[cfg(feature = "test-hooks")]
             Command::PanicForTests => panic!("IO thread panic requested by a test"),
-            Command::Request {
-                frame,
-                id,
-                deadline,
-                promise,
-            } => {
-                let token = self.next_token;
-                self.next_token += 1;
-                self.promises.insert(token, promise);
-                Input::Request {
-                    token,
-                    frame,
-                    id,
-                    deadline,
-                }
-            }
             Command::CallbackTook { callback, took } => Input::CallbackTook { callback, took },
             Command::Flush { deadline, promise } => {
                 // The frames sent before the flush are in the intake or a lane: taken first.
@@ -401,10 +385,32 @@ impl Slot {
         };
         let machine = &mut self.machine;
         let ledger = &mut self.ledger;
-        taken.into_inputs(|input| {
-            if let Some(l) = ledger {
-                l.taken(&input);
-            }
+        let (promises, next_token) = (&mut self.promises, &mut self.next_token);
+        taken.into_handed(|handed| {
+            let input = match handed {
+                Handed::Frames(input) => {
+                    if let Some(l) = ledger {
+                        l.taken(&input);
+                    }
+                    input
+                }
+                Handed::Request(Asked {
+                    frame,
+                    id,
+                    deadline,
+                    promise,
+                }) => {
+                    let token = *next_token;
+                    *next_token += 1;
+                    promises.insert(token, promise);
+                    Input::Request {
+                        token,
+                        frame,
+                        id,
+                        deadline,
+                    }
+                }
+            };
             machine.handle_input(now, input)
         });
     }

@@ -14,7 +14,7 @@ use crate::builder::Overflow;
 use crate::core::framing::BoxedFraming;
 use crate::core::requests::RequestSettings;
 use crate::error::{BatchError, SendError};
-use crate::io::intake::{Refused, Tell};
+use crate::io::intake::{Asked, Refused, Tell};
 use crate::io::look::LookSpan;
 use crate::io::shared::Command;
 use crate::io::spool;
@@ -446,9 +446,8 @@ impl Link {
         )
     }
 
-    /// Hands a request to the IO thread; gives it back if the link is closed. A request that
-    /// reaches a link closing meanwhile is ended by its promise (`Shutdown`), never left waiting.
-    pub(crate) fn enqueue_request(&self, cmd: Command) -> Result<(), Command> {
+    /// Hands a command to the IO thread; gives it back if the link is closed.
+    pub(crate) fn enqueue_command(&self, cmd: Command) -> Result<(), Command> {
         let inner = &*self.inner;
         if inner.shared.closed.load(Ordering::SeqCst) {
             return Err(cmd);
@@ -460,6 +459,19 @@ impl Link {
             }
             Err(crossbeam_channel::SendError(cmd)) => Err(cmd),
         }
+    }
+
+    /// Queues a request in the intake, behind the frames and requests before it; gives it
+    /// back if the link is closed. A request that reaches a link closing meanwhile is
+    /// answered `Closed` when the intake's last frames are taken, never left waiting.
+    pub(crate) fn enqueue_request(&self, asked: Asked) -> Result<(), Asked> {
+        let shared = &self.inner.shared;
+        if shared.closed.load(Ordering::SeqCst) {
+            return Err(asked);
+        }
+        let tell = shared.intake.offer_request(asked)?;
+        self.tell(tell);
+        Ok(())
     }
 
     pub(super) fn reject(&self, e: SendError) -> SendError {
