@@ -68,9 +68,9 @@
 //! - Frames in: every `send*` call of [`Link`], blocking or async, frame or [`Batch`], takes
 //!   the same path (admission against the outbox limits, then the link's intake buffer, which
 //!   the IO thread takes whole), with [`SendOptions`] for the wait and a per-frame deadline;
-//!   frames are anything that converts into `bytes::Bytes`. A [`Producer`] has rings of its own
-//!   that the IO thread drains beside the intake, and a request is handed to the IO thread as
-//!   a command of its own and admitted there.
+//!   frames are anything that converts into `bytes::Bytes`. A request goes through the same
+//!   intake, between the frames, and is admitted by the requests' window in the IO thread; a
+//!   [`Producer`] has rings of its own that the IO thread drains beside the intake.
 //! - Names resolved off every IO thread; several endpoints tried in a per-link order.
 //! - TLS on the link itself ([`Builder::tls`], [`Tls`]): a rustls session per connection
 //!   between the socket's bytes and the framing, the server verified by default (trust roots,
