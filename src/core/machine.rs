@@ -5,9 +5,11 @@
 //! [`Machine::poll_action`], and bytes to write are pulled with [`Machine::poll_transmit`].
 //!
 //! This file holds the types, the [`Machine`] (what outlives a connection), the inputs, the
-//! transition table, `fail` and `teardown`. The child modules are `impl Machine` blocks, one
-//! concern each: `connection` (one TCP connection's state, and its coming up), `dial`, `tls`,
-//! `receive`, `transmit`, `intake`, `close`, `metrics` and `served`.
+//! transition table and the glue that needs several parts at once: the dial, `fail`,
+//! `teardown`, the close, and the snapshot. The child modules hold the parts as types that
+//! own their fields: `dial` ([`Dialer`]), `outage` ([`Outage`]), `callbacks` ([`Callbacks`]),
+//! `flushes` ([`Flushes`]) and `connection` ([`Connection`]); `tls`, `receive` and `transmit`
+//! are the byte paths.
 //!
 #![doc = include_str!("../../docs/transitions.md")]
 
@@ -19,12 +21,16 @@ use bytes::Bytes;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 
+use self::callbacks::Callbacks;
 use self::connection::Connection;
+use self::dial::{Dialer, Next};
+use self::flushes::Flushes;
+use self::outage::Outage;
 use super::backoff::Backoff;
 use super::counters::Counters;
 use super::endpoints::{fmt_addr, Endpoints};
 use super::framing::BoxedFraming;
-use super::guard::{Panicked, Stopwatch, Untimed};
+use super::guard::{Panicked, Stopwatch};
 use super::outbox::Outbox;
 use super::protocol::BoxedProtocol;
 use super::requests::{Outcome, Requests, Token};
@@ -32,8 +38,9 @@ use super::settings::Settings;
 use super::timers::{Timer, Timers};
 use super::window::{Losses, Window};
 use crate::batch::Batch;
-use crate::error::{Callback, DecodeError, FlushError, LinkError, TlsError};
+use crate::error::{Callback, DecodeError, FlushError, LinkError, RequestError, TlsError};
 use crate::event::{AbandonReason, Cause, Event, State, Transition};
+use crate::metrics::Metrics;
 
 /// What the IO side tells the machine.
 #[derive(Debug)]
@@ -187,70 +194,39 @@ enum Ev {
     CloseDeadline,
 }
 
-/// An outage is first reported at warn level after this long, then each time it doubles.
-const OUTAGE_WARN_FIRST: Duration = Duration::from_secs(10);
-
 /// The state machine of one link.
 ///
-/// It holds what outlives a connection: the settings and the state, the dial's bookkeeping
-/// (generation, attempt, failures, native redials, backoff, the endpoints and the one in use),
+/// It holds what outlives a connection, each part a type of its own: the settings and the
+/// state, the [`Dialer`] (which dial is current, attempts and failures, backoff, endpoints),
 /// the timers, the outbox, the requests and the window (frames written and not yet confirmed,
-/// resent or reported when their connection is lost), the counters and the outage record.
-/// What belongs to one TCP connection is in [`Connection`], made when it comes up and dropped
-/// with it.
+/// resent or reported when their connection is lost), the [`Flushes`], the counters, the
+/// [`Outage`] record and the [`Callbacks`]' stopwatch and slow reports. What belongs to one
+/// TCP connection is in [`Connection`], made when it comes up and dropped with it.
 #[derive(Debug)]
 pub(crate) struct Machine {
     cfg: Settings,
     state: State,
     since: Instant,
-    /// The dial in progress; inputs of another one are stale.
-    generation: u64,
+    /// The dial's bookkeeping: generation, attempt, failures, backoff, endpoints.
+    dial: Dialer,
     /// The connection of the current dial, from its TCP connect to its teardown: `Some`
     /// exactly while Connected or Ready.
     conn: Option<Connection>,
-    /// Failed dials and lost connections in a row, libzmq's own redials included.
-    failures: u32,
-    /// The attempt: the ordinal of the latest dial relink made since the last stable connection
-    /// (0 when none was made since). The backoff grows with it and `max_attempts` counts it.
-    attempt: u32,
-    native_left: u32,
-    /// Native redials used since the last stable connection (they are the fast path for the
-    /// first failures of an outage, not for every dial).
-    native_used: u32,
-    /// When the current dial (or the native redial of it) began.
-    dial_started: Instant,
-    backoff: Backoff,
-    rng: StdRng,
     timers: Timers,
-    retry_delay: Option<Duration>,
     outbox: Outbox,
     /// The link's framing: decodes the connection's `rx`, encodes control frames and the
     /// outbox's frames.
     framing: BoxedFraming,
     actions: VecDeque<Action>,
     closing: bool,
-    endpoints: Endpoints,
-    /// The endpoint and address of the current dial (kept after a failure: its log line,
-    /// the metrics and the next dial's choice name it).
-    current: Option<(usize, SocketAddr)>,
-    /// The endpoint whose answer is awaited.
-    resolving: Option<usize>,
-    outage_since: Option<Instant>,
-    last_outage: Option<Duration>,
-    /// Since when attempts have been failing without a Ready in between.
-    failing_since: Option<Instant>,
-    /// The outage length at which the next warn line is due.
-    next_outage_warn: Duration,
+    outage: Outage,
     last_rtt: Option<Duration>,
     /// The IO side stopped reading because the application is slow (whatever the connection).
     read_paused: bool,
     /// Why the current failure happened, for the transition's log line.
     fail_reason: Option<String>,
-    /// Times every call into application code (the IO side's clock; none in unit tests).
-    watch: Box<dyn Stopwatch>,
-    /// When a slow callback was last reported, and how many came since without a report.
-    slow_reported: Option<Instant>,
-    slow_unreported: u64,
+    /// The stopwatch of calls into application code, and the slow ones' reports.
+    callbacks: Callbacks,
     c: Counters,
     /// Requests outstanding and their replies.
     requests: Requests,
@@ -261,18 +237,7 @@ pub(crate) struct Machine {
     /// How many losses in a row the oldest unconfirmed frame has been in flight at.
     losses: Losses,
     /// Flushes waiting for the frames submitted before them.
-    flushes: Vec<Flush>,
-}
-
-/// A flush: waits until the frames submitted before it have their outcome.
-#[derive(Debug)]
-struct Flush {
-    token: Token,
-    /// Frames submitted before it.
-    mark: u64,
-    /// Frames abandoned before it.
-    abandoned: u64,
-    deadline: Instant,
+    flushes: Flushes,
 }
 
 impl Machine {
@@ -290,46 +255,30 @@ impl Machine {
             cfg,
             state: State::Idle,
             since: now,
-            generation: 0,
+            dial: Dialer::new(endpoints, backoff, rng, now),
             conn: None,
-            failures: 0,
-            attempt: 0,
-            native_left: 0,
-            native_used: 0,
-            dial_started: now,
-            backoff,
-            rng,
             timers: Timers::default(),
-            retry_delay: None,
             outbox,
             framing,
             actions: VecDeque::new(),
             closing: false,
-            endpoints,
-            current: None,
-            resolving: None,
-            outage_since: None,
-            last_outage: None,
-            failing_since: None,
-            next_outage_warn: OUTAGE_WARN_FIRST,
+            outage: Outage::default(),
             last_rtt: None,
             read_paused: false,
             fail_reason: None,
-            watch: Box::new(Untimed),
-            slow_reported: None,
-            slow_unreported: 0,
+            callbacks: Callbacks::default(),
             c: Counters::default(),
             requests,
             window,
             protocol,
             losses: Losses::default(),
-            flushes: Vec::new(),
+            flushes: Flushes::default(),
         }
     }
 
     /// Times every call into application code from now on with `watch`.
     pub(crate) fn set_stopwatch(&mut self, watch: Box<dyn Stopwatch>) {
-        self.watch = watch;
+        self.callbacks.set_watch(watch);
     }
 
     pub(crate) fn state(&self) -> State {
@@ -483,7 +432,7 @@ impl Machine {
         consider(self.outbox.next_deadline());
         consider(self.requests.next_deadline());
         consider(self.reading_at());
-        consider(self.flush_deadline());
+        consider(self.flushes.deadline());
         consider(self.barrier_at());
         if let Some(hb) = self.conn.as_ref().and_then(|c| c.heartbeat.as_ref()) {
             consider(hb.death_at());
@@ -514,25 +463,19 @@ impl Machine {
                 self.fail(now, Cause::CallbackPanic)
             }
             (Connecting, Ev::TcpConnected) => self.tcp_connected(now),
-            (Connecting, Ev::ConnectFailed) if self.native_left > 0 => {
-                self.dial_started = now;
-                self.native_left -= 1;
-                self.native_used = self.native_used.saturating_add(1);
-                self.failures = self.failures.saturating_add(1);
-                self.note_address_failed();
+            (Connecting, Ev::ConnectFailed) if self.dial.native_left() > 0 => {
+                let left = self.dial.native_redial(now);
                 log::debug!(
-                    "relink[{}]: dial {} failed (refused); the socket redials ({} native retries left)",
+                    "relink[{}]: dial {} failed (refused); the socket redials ({left} native retries left)",
                     self.cfg.name,
                     self.endpoint_text().unwrap_or_default(),
-                    self.native_left
                 );
                 self.timers.arm(Timer::Dial, now + self.cfg.dial_bound);
             }
             (Connecting, Ev::ConnectFailed) => {
                 // A dial the socket gave up on after its connect timeout is reported the same
                 // way as a refused one; the time it took tells them apart.
-                let took = now.saturating_duration_since(self.dial_started);
-                if took >= self.cfg.connect_timeout {
+                if self.dial.took(now) >= self.cfg.connect_timeout {
                     self.fail(now, Cause::ConnectTimeout)
                 } else {
                     self.fail(now, Cause::Refused)
@@ -569,12 +512,7 @@ impl Machine {
                 self.report_panic(&p);
                 self.fail(now, Cause::CallbackPanic)
             }
-            (Ready, Ev::Stable) => {
-                self.failures = 0;
-                self.attempt = 0;
-                self.native_used = 0;
-                self.backoff.reset();
-            }
+            (Ready, Ev::Stable) => self.dial.stable(),
             (Backoff, Ev::RetryTimer) => self.dial(now, Cause::RetryTimer),
             (Cooldown, Ev::RetryTimer) => self.dial(now, Cause::CooldownOver),
             (Backoff | Cooldown, Ev::ReconnectNow) => self.dial(now, Cause::ReconnectNow),
@@ -609,15 +547,11 @@ impl Machine {
     fn fail(&mut self, now: Instant, cause: Cause) {
         let was = self.state;
         self.teardown();
-        if was == State::Ready && self.outage_since.is_none() {
-            self.outage_since = Some(now);
+        if was == State::Ready {
+            self.outage.lost(now);
         }
-        self.failures = self.failures.saturating_add(1);
-        if was == State::Connecting {
-            // A dial that failed makes the cached answer suspect: ask again. A connection that
-            // was up and dropped says nothing against the address.
-            self.note_address_failed();
-        }
+        // A dial that failed makes the cached answer suspect: ask again.
+        self.dial.failed(was == State::Connecting);
         self.redeliver();
         // Requests written again carry the protocol's mark, as frames do (a panic there keeps
         // the request as it was: the connection is already down).
@@ -637,23 +571,12 @@ impl Machine {
             "relink[{}]: attempt failed ({cause}) on {}: attempt={} failures={}",
             self.cfg.name,
             self.endpoint_text().unwrap_or_else(|| "-".into()),
-            self.attempt,
-            self.failures
+            self.dial.attempt(),
+            self.dial.failures()
         );
-        let failing_since = *self.failing_since.get_or_insert(now);
-        let failing_for = now.saturating_duration_since(failing_since);
-        if failing_for >= self.next_outage_warn {
-            log::warn!(
-                "relink[{}]: no connection for {}s ({} failures in a row, last: {cause}); still retrying",
-                self.cfg.name,
-                failing_for.as_secs(),
-                self.failures
-            );
-            while self.next_outage_warn <= failing_for {
-                self.next_outage_warn = self.next_outage_warn.saturating_mul(2);
-            }
-        }
-        let exhausted = self.cfg.max_attempts.is_some_and(|m| self.attempt >= m);
+        self.outage
+            .failed(now, &self.cfg.name, self.dial.failures(), cause);
+        let exhausted = self.dial.exhausted(self.cfg.max_attempts);
         let (to, delay) = if exhausted {
             (State::Cooldown, self.cfg.cooldown)
         } else if matches!(cause, Cause::TlsRejected | Cause::Rejected) {
@@ -668,14 +591,10 @@ impl Machine {
             );
             (State::Backoff, wait)
         } else {
-            (
-                State::Backoff,
-                // A connection that was stable and dropped is followed by attempt 1's delay.
-                self.backoff.delay(self.attempt.max(1), &mut self.rng),
-            )
+            (State::Backoff, self.dial.backoff_delay())
         };
         self.timers.arm(Timer::Retry, now + delay);
-        self.retry_delay = Some(delay);
+        self.dial.set_retry_delay(Some(delay));
         self.transition(now, to, cause);
         if self.closing && self.drained() {
             self.finish(now);
@@ -702,7 +621,7 @@ impl Machine {
         // the next connection comes up.
         self.conn = None;
         // Any later input of this dial is stale.
-        self.generation += 1;
+        self.dial.end();
     }
 
     fn transition(&mut self, now: Instant, to: State, cause: Cause) {
@@ -713,7 +632,7 @@ impl Machine {
         self.state = to;
         self.since = now;
         let next_retry = match to {
-            State::Backoff | State::Cooldown => self.retry_delay,
+            State::Backoff | State::Cooldown => self.dial.retry_delay(),
             _ => None,
         };
         let endpoint = self.endpoint_text();
@@ -725,14 +644,14 @@ impl Machine {
             (State::Cooldown, Some(d)) => log::warn!(
                 "relink[{}]: attempt {} failed on {} (last: {why}); cooling down for {:?}",
                 self.cfg.name,
-                self.attempt,
+                self.dial.attempt(),
                 endpoint.as_deref().unwrap_or("-"),
                 d
             ),
             _ => log::info!(
                 "relink[{}]: {from} -> {to} ({why}) attempt={} next_retry={}",
                 self.cfg.name,
-                self.attempt,
+                self.dial.attempt(),
                 next_retry.map_or("-".to_string(), |d| format!("{d:?}"))
             ),
         }
@@ -743,19 +662,14 @@ impl Machine {
             from,
             to,
             cause,
-            attempt: self.attempt,
+            attempt: self.dial.attempt(),
             next_retry,
             endpoint,
         }));
     }
 
     fn endpoint_text(&self) -> Option<String> {
-        match self.current {
-            Some((_, addr)) => Some(fmt_addr(addr)),
-            None => self
-                .resolving
-                .map(|idx| self.endpoints.get(idx).to_string()),
-        }
+        self.dial.endpoint_text()
     }
 
     fn emit(&mut self, ev: Event) {
@@ -763,7 +677,7 @@ impl Machine {
     }
 
     fn is_current(&self, generation: u64) -> bool {
-        generation == self.generation
+        self.dial.is_current(generation)
     }
 
     fn for_current(&mut self, now: Instant, generation: u64, ev: Ev) {
@@ -777,15 +691,391 @@ impl Machine {
             );
         }
     }
+
+    // ----- the dial ---------------------------------------------------------------------------
+
+    fn dial(&mut self, now: Instant, cause: Cause) {
+        self.timers.disarm(Timer::Retry);
+        let next = self
+            .dial
+            .begin(now, self.cfg.native_retries, self.cfg.dns_refresh);
+        self.timers.arm(Timer::Dial, now + self.cfg.dial_bound);
+        self.transition(now, State::Connecting, cause);
+        match next {
+            Next::Connect(addr) => self.connect(addr),
+            Next::Resolve { host, port } => self.actions.push_back(Action::Resolve {
+                generation: self.dial.generation(),
+                host,
+                port,
+            }),
+        }
+    }
+
+    fn resolved(&mut self, now: Instant, addrs: Vec<SocketAddr>) {
+        match self.dial.resolved(now, addrs) {
+            Err(()) => self.c.ignored += 1,
+            Ok(None) => self.fail(now, Cause::Dns),
+            Ok(Some(addr)) => {
+                self.timers
+                    .arm(Timer::DnsRefresh, now + self.cfg.dns_refresh);
+                self.connect(addr);
+            }
+        }
+    }
+
+    /// Asks for a fresh answer for the endpoint in use, in the background: the next dial then
+    /// finds it in the cache.
+    fn refresh_dns(&mut self) {
+        if let Some((endpoint, host, port)) = self.dial.refresh() {
+            self.actions.push_back(Action::Refresh {
+                endpoint,
+                host,
+                port,
+            });
+        }
+    }
+
+    /// A background answer: replaces the cached one (a failure keeps the old answer), and the
+    /// next refresh is armed. No state changes.
+    /// A resolver that panicked in the background is reported; the connection in use is not
+    /// touched.
+    fn refreshed(&mut self, now: Instant, idx: usize, result: Result<Vec<SocketAddr>, Unresolved>) {
+        if let Err(Unresolved::Panicked(p)) = &result {
+            self.report_panic(p);
+        }
+        if self.state == State::Closed || !self.dial.has_endpoint(idx) {
+            self.c.ignored += 1;
+            return;
+        }
+        self.dial.refreshed(now, &self.cfg.name, idx, result.ok());
+        self.timers
+            .arm(Timer::DnsRefresh, now + self.cfg.dns_refresh);
+    }
+
+    fn connect(&mut self, addr: SocketAddr) {
+        log::debug!("relink[{}]: dialling {}", self.cfg.name, fmt_addr(addr));
+        self.actions.push_back(Action::Connect {
+            generation: self.dial.generation(),
+            addr,
+        });
+    }
+
+    /// The TCP connection of the current dial came up: a fresh [`Connection`] for it, and
+    /// with TLS its handshake begins.
+    fn tcp_connected(&mut self, now: Instant) {
+        self.timers.disarm(Timer::Dial);
+        self.timers.disarm(Timer::SendRetry);
+        self.c.connects += 1;
+        let (tls, handshake) = match self.tls_session() {
+            None => (None, Ok(None)),
+            Some((Ok(session), bound)) => (Some(session), Ok(Some(bound))),
+            Some((Err(e), _)) => (None, Err(e)),
+        };
+        self.conn = Some(Connection::new(tls));
+        self.transition(now, State::Connected, Cause::TcpConnected);
+        match handshake {
+            Ok(None) => self.link_up(now),
+            // The ClientHello is ready in the session; poll_transmit sends it.
+            Ok(Some(bound)) => self.timers.arm(Timer::Handshake, now + bound),
+            Err(e) => self.tls_failed(now, e),
+        }
+    }
+
+    // ----- served time and slow callbacks -----------------------------------------------------
+
+    /// After a gap in which the link was not served, a verdict on the peer that was due, or
+    /// about to be, gets a fresh chance: the heartbeat a ping at once and a full bound, the
+    /// handshake, TLS handshake and dial bounds their full length again from `now`. Frame
+    /// deadlines, the backoff and the close deadline stay as they were.
+    fn resumed(&mut self, now: Instant, unserved: Duration) {
+        let mut deferred = 0;
+        if let Some(hb) = self.conn.as_mut().and_then(|c| c.heartbeat.as_mut()) {
+            deferred += u64::from(hb.resumed(now, unserved));
+        }
+        for t in [Timer::Dial, Timer::Handshake] {
+            let Some(at) = self.timers.at(t) else {
+                continue;
+            };
+            // Due, or due sooner than the gap was long: the answer may still be on its way
+            // (the socket's own IO thread was stopped too, and hands it over a little later).
+            if at <= now + unserved {
+                let bound = self.verdict_bound(t);
+                self.timers.arm(t, now + bound);
+                deferred += 1;
+            }
+        }
+        if deferred > 0 {
+            self.c.verdicts_deferred += deferred;
+            log::debug!(
+                "relink: {} not served for {unserved:?}: the peer gets a fresh chance",
+                self.endpoint_text().unwrap_or_else(|| "-".into())
+            );
+        }
+    }
+
+    /// A verdict timer `t` due within its own bound from `now` (or past due) is armed again a
+    /// full bound from `now`, counted in `verdicts_deferred`: reading was paused (the
+    /// application's pace), so what the peer sent may not have been read yet.
+    fn defer_verdict(&mut self, now: Instant, t: Timer) {
+        let Some(at) = self.timers.at(t) else {
+            return;
+        };
+        let bound = self.verdict_bound(t);
+        if at < now + bound {
+            self.timers.arm(t, now + bound);
+            if at <= now {
+                self.c.verdicts_deferred += 1;
+            }
+        }
+    }
+
+    /// The full length of a verdict timer, as it was armed.
+    fn verdict_bound(&self, t: Timer) -> Duration {
+        match t {
+            Timer::Dial => self.cfg.dial_bound,
+            _ if self.tls_handshaking() => self.tls_handshake_bound(),
+            Timer::Handshake => self.cfg.handshake_timeout,
+            _ => Duration::ZERO,
+        }
+    }
+
+    /// Application code `callback` took `took`: counted and reported when it is slow (at
+    /// most one warn line and one error event per link per period).
+    fn took(&mut self, now: Instant, callback: Callback, took: Duration) {
+        let (c, dial) = (&mut self.c, &self.dial);
+        let threshold = self.cfg.slow_callback;
+        let slow = self
+            .callbacks
+            .took(now, callback, took, threshold, c, || dial.endpoint_text());
+        if let Some(e) = slow {
+            self.emit(Event::Error(e));
+        }
+    }
+
+    // ----- frames and requests handed in, frames given back -----------------------------------
+
+    /// A frame accepted by the handle: queued, or given back at once when the link is
+    /// closed or its deadline has passed.
+    fn submit(&mut self, now: Instant, frame: Bytes, deadline: Option<Instant>) {
+        self.c.submitted += 1;
+        if self.state == State::Closed {
+            self.abandon_all(vec![frame], AbandonReason::Shutdown);
+            return;
+        }
+        if deadline.is_some_and(|d| d <= now) {
+            self.abandon_all(vec![frame], AbandonReason::Expired);
+            return;
+        }
+        self.outbox.push(frame, deadline);
+        self.trim();
+    }
+
+    /// Frames accepted by the handle in one call, as `submit` takes one.
+    fn submit_batch(&mut self, now: Instant, batch: Batch, deadline: Option<Instant>) {
+        self.c.submitted += batch.len() as u64;
+        if self.state == State::Closed {
+            self.abandon_all(batch.into_shared_frames(), AbandonReason::Shutdown);
+            return;
+        }
+        if deadline.is_some_and(|d| d <= now) {
+            self.abandon_all(batch.into_shared_frames(), AbandonReason::Expired);
+            return;
+        }
+        self.outbox.push_batch(batch, deadline);
+        self.trim();
+    }
+
+    /// A request accepted by the handle: waits for its turn, or is answered at once when the
+    /// link is closed.
+    fn request(
+        &mut self,
+        now: Instant,
+        token: Token,
+        frame: Bytes,
+        id: Option<Vec<u8>>,
+        deadline: Instant,
+    ) {
+        self.c.requests_submitted += 1;
+        if self.state == State::Closed {
+            return self
+                .requests
+                .answer(token, Err(RequestError::Closed(frame)));
+        }
+        self.requests.submit(now, token, frame, id, deadline);
+    }
+
+    /// Hands every outcome reached to its caller.
+    fn answer_requests(&mut self) {
+        while let Some((token, outcome)) = self.requests.poll_outcome() {
+            self.actions.push_back(Action::Answer(token, outcome));
+        }
+    }
+
+    /// Gives each frame back to the application (`Event::Abandoned`), counted.
+    fn abandon_all(&mut self, frames: Vec<Bytes>, reason: AbandonReason) {
+        for frame in frames {
+            self.c.abandon(reason, frame.len());
+            self.emit(Event::Abandoned { frame, reason });
+        }
+    }
+
+    // ----- flushes and the close ----------------------------------------------------------------
+
+    /// A flush: answered once every frame submitted before it has its outcome, or at
+    /// `deadline`.
+    fn flush(&mut self, now: Instant, token: Token, deadline: Instant) {
+        self.flushes
+            .push(token, self.c.submitted, self.c.abandoned.total(), deadline);
+        self.barrier_due(now);
+        self.settle_flushes(now);
+    }
+
+    /// Answers the flushes whose frames all have their outcome, or whose deadline passed.
+    fn settle_flushes(&mut self, now: Instant) {
+        let waiting = (self.outbox.len() + self.window.len()) as u64;
+        let (submitted, abandoned) = (self.c.submitted, self.c.abandoned.total());
+        let actions = &mut self.actions;
+        self.flushes
+            .settle(now, waiting, submitted, abandoned, |token, outcome| {
+                actions.push_back(Action::Flushed(token, outcome))
+            });
+    }
+
+    /// Flushes answered, and a close that waits for nothing more: the flushed row.
+    fn check_flushed(&mut self, now: Instant) {
+        if self.flushes.waits() {
+            self.settle_flushes(now);
+        }
+        if self.closing && self.state != State::Closed && self.drained() {
+            self.step(now, Ev::Flushed);
+        }
+    }
+
+    /// Nothing left to write, to confirm or to answer.
+    fn drained(&self) -> bool {
+        self.outbox.is_empty() && self.window.is_empty() && self.requests.waiting() == 0
+    }
+
+    /// The end: the connection closed (with TLS, close_notify first, best effort within
+    /// the linger), every frame and request still held given back, the socket released.
+    fn finish(&mut self, now: Instant) {
+        if self.state == State::Closed {
+            return;
+        }
+        self.requeue_in_flight();
+        let conn = self.conn.take();
+        if let Some(c) = &conn {
+            self.c.bytes_discarded += c.rx.len() as u64;
+        }
+        if matches!(
+            self.state,
+            State::Connecting | State::Connected | State::Ready
+        ) {
+            // Best effort, within the linger.
+            if let Some(bytes) = conn.and_then(Connection::close_notify) {
+                self.actions.push_back(Action::Send(bytes));
+            }
+            self.actions.push_back(Action::Disconnect);
+        }
+        // Written, not confirmed: the peer may have them.
+        let unconfirmed = self
+            .window
+            .take_all()
+            .into_iter()
+            .map(|s| s.frame)
+            .collect();
+        self.abandon_all(unconfirmed, AbandonReason::Unconfirmed);
+        self.window.reset();
+        let frames = self.outbox.drain();
+        self.abandon_all(frames, AbandonReason::Shutdown);
+        self.requests.shutdown();
+        self.answer_requests();
+        self.timers.clear();
+        self.dial.set_retry_delay(None);
+        self.transition(now, State::Closed, Cause::Closed);
+        self.actions.push_back(Action::Stop);
+    }
+
+    // ----- the snapshot -------------------------------------------------------------------------
+
+    /// A consistent snapshot at `now`, for [`Metrics`].
+    pub(crate) fn metrics(&self, now: Instant) -> Metrics {
+        let next_retry_in = match self.state {
+            State::Backoff | State::Cooldown => self
+                .timers
+                .at(Timer::Retry)
+                .map(|t| t.saturating_duration_since(now)),
+            _ => None,
+        };
+        let queued = self.outbox.len();
+        let queued_bytes = self.outbox.bytes();
+        Metrics {
+            state: self.state,
+            time_in_state: now.saturating_duration_since(self.since),
+            attempt: self.dial.attempt(),
+            native_redials: self.dial.native_used(),
+            consecutive_failures: self.dial.failures(),
+            connects: self.c.connects,
+            reconnects: self.c.reconnects,
+            last_outage: self.outage.last(),
+            next_retry_in,
+            peer_addr: self.dial.addr(),
+            frames_submitted: self.c.submitted,
+            frames_sent: self.c.sent,
+            bytes_sent: self.c.bytes_sent,
+            frames_rejected: self.c.rejected,
+            abandoned: self.c.abandoned,
+            outbox_frames: queued as u64,
+            outbox_bytes: queued_bytes as u64,
+            frames_received: self.c.received,
+            bytes_received: self.c.bytes_received,
+            frames_cut: self.c.frames_cut,
+            bytes_cut: self.c.bytes_cut,
+            // The IO side's (`Sources::compose`).
+            frames_unread: 0,
+            bytes_unread: 0,
+            bytes_discarded: self.c.bytes_discarded,
+            heartbeats_sent: self.c.heartbeats_sent,
+            heartbeats_missed: self.c.heartbeats_missed,
+            last_rtt: self.last_rtt,
+            reading_paused: self.read_paused,
+            events_dropped: 0,
+            ignored_inputs: self.c.ignored,
+            callback_panics: self.c.callback_panics,
+            requests_submitted: self.c.requests_submitted,
+            requests_late_held: (self.requests.len() - self.requests.waiting()) as u64,
+            barriers_sent: self.c.barriers,
+            handshakes_refused: self.c.handshakes_refused,
+            frames_answered: self.c.answered_by_link,
+            requests_answered: self.requests.answered,
+            requests_failed: self.requests.failed,
+            requests_outstanding: self.requests.waiting() as u64,
+            requests_written: self.requests.written() as u64,
+            replies_late: self.requests.late,
+            slow_callbacks: self.c.slow_callbacks,
+            slowest_callback: self.c.slowest_callback,
+            verdicts_deferred: self.c.verdicts_deferred,
+            down_for: self.outage.down_for(now),
+            tls_rejected: self.c.tls_rejected,
+            frames_confirmed: self.c.confirmed,
+            frames_unconfirmed: self.window.len() as u64,
+            frames_resent: self.c.resent,
+            oldest_unconfirmed: self
+                .window
+                .oldest()
+                .map(|t| now.saturating_duration_since(t)),
+            frames_recovered: 0,
+            spool_bytes_cut: 0,
+        }
+    }
 }
 
-mod close;
+mod callbacks;
 mod connection;
 mod dial;
-mod intake;
-mod metrics;
+mod flushes;
+mod outage;
 mod receive;
-mod served;
 #[cfg(test)]
 mod tests;
 mod tls;

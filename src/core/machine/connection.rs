@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 
-use super::{Ev, Machine, Timer, OUTAGE_WARN_FIRST};
+use super::{Ev, Machine, Timer};
 use crate::core::confirm::{Answers, Control, Turn, Turns};
 use crate::core::framing::BoxedFraming;
 use crate::core::guard::{guarded, timed, Panicked, Stopwatch};
@@ -102,7 +102,7 @@ impl Machine {
     /// The connection carries application bytes (TCP is up, and the TLS handshake has
     /// completed): heartbeat, hello, and the connect as proof of life.
     pub(super) fn link_up(&mut self, now: Instant) {
-        let (framing, watch) = (&mut self.framing, &*self.watch);
+        let (framing, watch) = (&mut self.framing, self.callbacks.watch());
         let (reset, took) = timed(watch, Callback::Decode, || framing.reset());
         self.took(now, Callback::Decode, took);
         let Some(conn) = self.conn.as_mut() else {
@@ -125,7 +125,8 @@ impl Machine {
                 Err(p) => return self.step(now, Ev::CallbackPanicked(p)),
             };
             for f in &opening.frames {
-                let (encoded, took) = encode(&mut self.framing, &*self.watch, &self.cfg.name, f);
+                let (encoded, took) =
+                    encode(&mut self.framing, self.callbacks.watch(), &self.cfg.name, f);
                 slowest = slowest.max(took);
                 match encoded {
                     Ok(Some(buf)) => conn.control.push_back((Control::Hello, buf)),
@@ -159,17 +160,9 @@ impl Machine {
     /// The proof of life came: the connection is Ready, and an outage it ends is recorded.
     pub(super) fn ready(&mut self, now: Instant) {
         self.timers.disarm(Timer::Handshake);
-        if let Some(since) = self.failing_since.take() {
-            let d = now.saturating_duration_since(since);
-            if d >= OUTAGE_WARN_FIRST {
-                log::warn!(
-                    "relink[{}]: connected again after {}s without a connection",
-                    self.cfg.name,
-                    d.as_secs()
-                );
-            }
+        if self.outage.ended(now, &self.cfg.name) {
+            self.c.reconnects += 1;
         }
-        self.next_outage_warn = OUTAGE_WARN_FIRST;
         if let Some(conn) = &mut self.conn {
             conn.handshake_pending = false;
             if conn.heartbeat.is_none() {
@@ -180,15 +173,8 @@ impl Machine {
                     .map(|hb| HeartbeatState::start(hb, now, self.read_paused));
             }
         }
-        if let Some(since) = self.outage_since.take() {
-            self.last_outage = Some(now.saturating_duration_since(since));
-            self.c.reconnects += 1;
-        }
         if self.cfg.min_stable.is_zero() {
-            self.failures = 0;
-            self.attempt = 0;
-            self.native_used = 0;
-            self.backoff.reset();
+            self.dial.stable();
         } else {
             self.timers.arm(Timer::Stable, now + self.cfg.min_stable);
         }
@@ -261,7 +247,7 @@ impl Machine {
         let covered = conn.turns.last_ping_end().max(self.window.read_to());
         let by_bytes = newest.saturating_sub(covered) >= self.cfg.confirm.barrier_bytes;
         let by_age = self.barrier_at().is_some_and(|t| t <= now);
-        if by_bytes || by_age || self.flush_waits() {
+        if by_bytes || by_age || self.flushes.waits() {
             self.c.barriers += 1;
             self.queue_ping(now, false);
         }
@@ -271,14 +257,21 @@ impl Machine {
     pub(super) fn encoded_ping(&mut self, now: Instant) -> Result<Vec<u8>, Panicked> {
         if let Some(protocol) = self.protocol.as_ref() {
             if let Some(f) = guarded(Callback::Protocol, || protocol.ping())? {
-                let (ping, took) = encode(&mut self.framing, &*self.watch, &self.cfg.name, &f);
+                let (ping, took) = encode(
+                    &mut self.framing,
+                    self.callbacks.watch(),
+                    &self.cfg.name,
+                    &f,
+                );
                 self.took(now, Callback::Encode, took);
                 return Ok(ping?.unwrap_or_default());
             }
         }
         let (ping, took) = match self.cfg.heartbeat.as_ref().map(|h| &h.ping) {
             Some(Ping::Raw(b)) => return Ok(b.clone()),
-            Some(Ping::Frame(f)) => encode(&mut self.framing, &*self.watch, &self.cfg.name, f),
+            Some(Ping::Frame(f)) => {
+                encode(&mut self.framing, self.callbacks.watch(), &self.cfg.name, f)
+            }
             None => return Ok(Vec::new()),
         };
         self.took(now, Callback::Encode, took);

@@ -34,7 +34,7 @@ impl Machine {
             self.step(now, Ev::Alive);
         }
         while let Some(conn) = self.conn.as_mut() {
-            let (framing, rx, watch) = (&mut self.framing, &mut conn.rx, &*self.watch);
+            let (framing, rx, watch) = (&mut self.framing, &mut conn.rx, self.callbacks.watch());
             let (decoded, took) = timed(watch, Callback::Decode, || framing.decode(rx));
             let buffered = rx.len();
             self.took(now, Callback::Decode, took);
@@ -97,7 +97,7 @@ impl Machine {
             return;
         }
         if let Some(reply) = self.cfg.heartbeat.as_ref().and_then(|h| h.reply.as_ref()) {
-            let (is_reply, took) = timed(&*self.watch, Callback::HeartbeatReply, || {
+            let (is_reply, took) = timed(self.callbacks.watch(), Callback::HeartbeatReply, || {
                 reply.test(&frame)
             });
             self.took(now, Callback::HeartbeatReply, took);
@@ -129,7 +129,9 @@ impl Machine {
         let Some(protocol) = self.protocol.as_mut() else {
             return false;
         };
-        let (verdict, took) = timed(&*self.watch, Callback::Protocol, || protocol.verdict(frame));
+        let (verdict, took) = timed(self.callbacks.watch(), Callback::Protocol, || {
+            protocol.verdict(frame)
+        });
         self.took(now, Callback::Protocol, took);
         match verdict {
             Ok(Opened::Ready) => self.step(now, Ev::Alive),
@@ -222,14 +224,18 @@ impl Machine {
     /// Whether the heartbeat's `reply` (or the protocol) accepts `frame` as a pong, timed.
     fn is_pong(&mut self, now: Instant, frame: &[u8]) -> Result<bool, Panicked> {
         if let Some(protocol) = self.protocol.as_ref().filter(|p| p.ping().is_some()) {
-            let (is, took) = timed(&*self.watch, Callback::Protocol, || protocol.is_pong(frame));
+            let (is, took) = timed(self.callbacks.watch(), Callback::Protocol, || {
+                protocol.is_pong(frame)
+            });
             self.took(now, Callback::Protocol, took);
             return is;
         }
         let Some(reply) = self.cfg.heartbeat.as_ref().and_then(|h| h.reply.as_ref()) else {
             return Ok(false);
         };
-        let (is, took) = timed(&*self.watch, Callback::HeartbeatReply, || reply.test(frame));
+        let (is, took) = timed(self.callbacks.watch(), Callback::HeartbeatReply, || {
+            reply.test(frame)
+        });
         self.took(now, Callback::HeartbeatReply, took);
         is
     }
@@ -260,7 +266,9 @@ impl Machine {
         let Some(protocol) = self.protocol.as_mut() else {
             return true;
         };
-        let (reaction, took) = timed(&*self.watch, Callback::Protocol, || protocol.react(frame));
+        let (reaction, took) = timed(self.callbacks.watch(), Callback::Protocol, || {
+            protocol.react(frame)
+        });
         self.took(now, Callback::Protocol, took);
         let (answer, deliver) = match reaction {
             Ok(Reaction::Deliver) => return true,
@@ -271,8 +279,12 @@ impl Machine {
                 return false;
             }
         };
-        let (encoded, took) =
-            encode_control(&mut self.framing, &*self.watch, &self.cfg.name, &answer);
+        let (encoded, took) = encode_control(
+            &mut self.framing,
+            self.callbacks.watch(),
+            &self.cfg.name,
+            &answer,
+        );
         self.took(now, Callback::Encode, took);
         match encoded {
             Ok(Some(bytes)) => {

@@ -160,7 +160,7 @@ impl Sim {
 
     /// The peer's TCP acknowledged `bytes` bytes of the current connection.
     fn ack(&mut self, bytes: u64) {
-        let generation = self.m.generation;
+        let generation = self.m.dial.generation();
         self.input(Input::Acked {
             generation,
             bytes: Some(bytes),

@@ -102,7 +102,7 @@ impl Machine {
 
     /// The TLS settings of the endpoint in use, when the link speaks TLS.
     pub(super) fn tls_settings(&self) -> Option<&TlsSettings> {
-        let (idx, _) = self.current?;
+        let idx = self.dial.endpoint()?;
         self.cfg.tls.as_ref().map(|list| &list[idx])
     }
 

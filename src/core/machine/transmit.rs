@@ -110,7 +110,7 @@ impl Machine {
             let mut filled = Filled::default();
             // One reading for the whole batch: timing each frame would cost more than
             // encoding a small one.
-            let took = self.watch.time(Callback::Encode, &mut || {
+            let took = self.callbacks.watch().time(Callback::Encode, &mut || {
                 filled = fill_batch(outbox, framing, name, buf, bounds, ends);
             });
             if answers == Answers::EveryFrame {
@@ -189,7 +189,7 @@ impl Machine {
             }
             TxResult::WouldBlock if self.speaks_tls() => {
                 // Sealed records lost: the session cannot go on without them.
-                let g = self.generation;
+                let g = self.dial.generation();
                 self.fail_reason = Some("tls records refused by the socket".into());
                 self.for_current(now, g, Ev::Unreachable);
             }
@@ -198,7 +198,7 @@ impl Machine {
                 if result == TxResult::WouldBlock {
                     self.timers.arm(Timer::SendRetry, now + SEND_RETRY);
                 } else {
-                    let g = self.generation;
+                    let g = self.dial.generation();
                     self.for_current(now, g, Ev::Unreachable);
                 }
             }
@@ -353,7 +353,7 @@ impl Machine {
             w => (w as u64 / 4).min(PRESSED_BYTES),
         };
         self.closing
-            || self.flush_waits()
+            || self.flushes.waits()
             || unacked >= window
             || self.window.len() >= PRESSED_FRAMES
     }

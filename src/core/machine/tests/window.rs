@@ -198,7 +198,7 @@ fn a_resent_frame_whose_deadline_passed_expires() {
 #[test]
 fn a_count_from_an_earlier_connection_confirms_nothing() {
     let mut s = quiet(Sim::builder());
-    let old = s.m.generation;
+    let old = s.m.dial.generation();
     s.submit(b"a");
     s.transmit();
     s.tcp_down();
@@ -217,7 +217,7 @@ fn a_connection_whose_acknowledgements_cannot_be_read_confirms_frames_as_written
     let mut s = quiet(Sim::builder());
     s.submit(b"a");
     s.transmit();
-    let generation = s.m.generation;
+    let generation = s.m.dial.generation();
     s.input(Input::AcksUnavailable { generation });
     assert_eq!(sent_frames(&s), (1, 1, 0));
     s.submit(b"b");
