@@ -22,20 +22,32 @@ use rand::rngs::StdRng;
 use rand::SeedableRng;
 
 use self::callbacks::Callbacks;
-use self::connection::Connection;
+use self::connection::{encode, Connection};
 use self::dial::{Dialer, Next};
 use self::flushes::Flushes;
 use self::outage::Outage;
+use self::transmit::{
+    fill_batch, Bounds, Filled, PRESSED_BYTES, PRESSED_FRAMES, QUIET, SEND_RETRY,
+};
 use super::backoff::Backoff;
+use super::confirm::{Answers, Control, Turn};
 use super::counters::Counters;
 use super::endpoints::{fmt_addr, Endpoints};
 use super::framing::BoxedFraming;
+use super::guard::{guarded, timed};
 use super::guard::{Panicked, Stopwatch};
+use super::heartbeat::{HeartbeatState, Ping, Reply};
 use super::outbox::Outbox;
+use super::outbox::Written;
 use super::protocol::BoxedProtocol;
+use super::protocol::{Reaction, Verdict as Opened};
+use super::requests::{Matched, Matching, Verdict};
 use super::requests::{Outcome, Requests, Token};
+use super::settings::ProofOfLife;
 use super::settings::Settings;
 use super::timers::{Timer, Timers};
+use super::tls::{TlsSession, TlsSettings, RECORD_PLAINTEXT};
+use super::window::Redelivery;
 use super::window::{Losses, Window};
 use crate::batch::Batch;
 use crate::error::{Callback, DecodeError, FlushError, LinkError, RequestError, TlsError};
@@ -996,6 +1008,1095 @@ impl Machine {
         self.actions.push_back(Action::Stop);
     }
 
+    // ----- the connection coming up, and its heartbeat ------------------------------------
+
+    /// The connection carries application bytes (TCP is up, and the TLS handshake has
+    /// completed): heartbeat, hello, and the connect as proof of life.
+    fn link_up(&mut self, now: Instant) {
+        let (framing, watch) = (&mut self.framing, self.callbacks.watch());
+        let (reset, took) = timed(watch, Callback::Decode, || framing.reset());
+        self.took(now, Callback::Decode, took);
+        let Some(conn) = self.conn.as_mut() else {
+            return;
+        };
+        // With a protocol the heartbeat waits for Ready: no ping before the peer accepted the
+        // link (MQTT's PINGREQ before its CONNACK).
+        conn.heartbeat = self
+            .cfg
+            .heartbeat
+            .as_ref()
+            .filter(|_| self.protocol.is_none())
+            .map(|hb| HeartbeatState::start(hb, now, self.read_paused));
+        conn.handshake_pending = false;
+        let mut panicked = reset.err();
+        let mut slowest = Duration::ZERO;
+        if let Some(protocol) = self.protocol.as_mut() {
+            let opening = match guarded(Callback::Protocol, || protocol.open()) {
+                Ok(o) => o,
+                Err(p) => return self.step(now, Ev::CallbackPanicked(p)),
+            };
+            for f in &opening.frames {
+                let (encoded, took) =
+                    encode(&mut self.framing, self.callbacks.watch(), &self.cfg.name, f);
+                slowest = slowest.max(took);
+                match encoded {
+                    Ok(Some(buf)) => conn.control.push_back((Control::Hello, buf)),
+                    Ok(None) => {}
+                    Err(p) => {
+                        panicked = Some(p);
+                        break;
+                    }
+                }
+            }
+            conn.handshake_pending = opening.wait;
+            self.took(now, Callback::Encode, slowest);
+            if let Some(p) = panicked {
+                return self.step(now, Ev::CallbackPanicked(p));
+            }
+            if opening.wait {
+                self.timers
+                    .arm(Timer::Handshake, now + self.cfg.handshake_timeout);
+            } else {
+                self.ready(now);
+            }
+            return;
+        }
+        if let Some(p) = panicked {
+            self.step(now, Ev::CallbackPanicked(p));
+        } else if matches!(self.cfg.proof, ProofOfLife::Connect) {
+            self.ready(now);
+        }
+    }
+
+    /// The proof of life came: the connection is Ready, and an outage it ends is recorded.
+    fn ready(&mut self, now: Instant) {
+        self.timers.disarm(Timer::Handshake);
+        if self.outage.ended(now, &self.cfg.name) {
+            self.c.reconnects += 1;
+        }
+        if let Some(conn) = &mut self.conn {
+            conn.handshake_pending = false;
+            if conn.heartbeat.is_none() {
+                conn.heartbeat = self
+                    .cfg
+                    .heartbeat
+                    .as_ref()
+                    .map(|hb| HeartbeatState::start(hb, now, self.read_paused));
+            }
+        }
+        if self.cfg.min_stable.is_zero() {
+            self.dial.stable();
+        } else {
+            self.timers.arm(Timer::Stable, now + self.cfg.min_stable);
+        }
+        self.transition(now, State::Ready, Cause::Alive);
+    }
+
+    /// The heartbeat's deadlines at `now`: a verdict on a silent peer, or the next ping.
+    fn heartbeat_due(&mut self, now: Instant) {
+        let Some(hb) = self.conn.as_mut().and_then(|c| c.heartbeat.as_mut()) else {
+            return;
+        };
+        if hb.death_at().is_some_and(|t| t <= now) {
+            // The interval that ends in the verdict was silent too.
+            self.c.heartbeats_missed += 1;
+            self.step(now, Ev::HeartbeatDead);
+        } else if hb.next_ping() <= now {
+            let missed = hb.on_ping(now);
+            if missed {
+                self.c.heartbeats_missed += 1;
+            }
+            self.c.heartbeats_sent += 1;
+            self.queue_ping(now, true);
+        }
+        self.barrier_due(now);
+    }
+
+    /// Queues the ping ahead of the outbox: the heartbeat's, or (`heartbeat` false) a barrier
+    /// whose answer confirms the frames written before it.
+    fn queue_ping(&mut self, now: Instant, heartbeat: bool) {
+        match self.encoded_ping(now) {
+            Ok(ping) if ping.is_empty() => {}
+            Ok(ping) => {
+                if let Some(conn) = &mut self.conn {
+                    conn.control.push_back((Control::Ping { heartbeat }, ping));
+                    conn.uncovered_since = None;
+                }
+            }
+            Err(p) => self.step(now, Ev::CallbackPanicked(p)),
+        }
+    }
+
+    /// When a barrier is due: frames confirmed by reply under `Answers::Pings`, written with
+    /// no ping after them, for the barrier's age.
+    fn barrier_at(&self) -> Option<Instant> {
+        if !self.window.by_reply() || self.cfg.answers != Answers::Pings {
+            return None;
+        }
+        let since = self.conn.as_ref()?.uncovered_since?;
+        Some(since + self.cfg.confirm.barrier_age)
+    }
+
+    /// Writes a barrier ping when frames confirmed by reply have waited with no ping after
+    /// them for the barrier's age, when their bytes pass its bound, or when a flush waits.
+    fn barrier_due(&mut self, now: Instant) {
+        if self.state != State::Ready || !self.window.by_reply() {
+            return;
+        }
+        if self.cfg.answers != Answers::Pings {
+            return;
+        }
+        let Some(conn) = self.conn.as_ref() else {
+            return;
+        };
+        let Some(newest) = self.window.newest_end() else {
+            return;
+        };
+        if conn.turns.ping_after(newest) || conn.control.iter().any(|(c, _)| *c != Control::Hello) {
+            return;
+        }
+        let covered = conn.turns.last_ping_end().max(self.window.read_to());
+        let by_bytes = newest.saturating_sub(covered) >= self.cfg.confirm.barrier_bytes;
+        let by_age = self.barrier_at().is_some_and(|t| t <= now);
+        if by_bytes || by_age || self.flushes.waits() {
+            self.c.barriers += 1;
+            self.queue_ping(now, false);
+        }
+    }
+
+    /// The ping's bytes; empty when there is none, or when the framing refused it.
+    fn encoded_ping(&mut self, now: Instant) -> Result<Vec<u8>, Panicked> {
+        if let Some(protocol) = self.protocol.as_ref() {
+            if let Some(f) = guarded(Callback::Protocol, || protocol.ping())? {
+                let (ping, took) = encode(
+                    &mut self.framing,
+                    self.callbacks.watch(),
+                    &self.cfg.name,
+                    &f,
+                );
+                self.took(now, Callback::Encode, took);
+                return Ok(ping?.unwrap_or_default());
+            }
+        }
+        let (ping, took) = match self.cfg.heartbeat.as_ref().map(|h| &h.ping) {
+            Some(Ping::Raw(b)) => return Ok(b.clone()),
+            Some(Ping::Frame(f)) => {
+                encode(&mut self.framing, self.callbacks.watch(), &self.cfg.name, f)
+            }
+            None => return Ok(Vec::new()),
+        };
+        self.took(now, Callback::Encode, took);
+        Ok(ping?.unwrap_or_default())
+    }
+
+    // ----- TLS: the session between the socket's bytes and the framing --------------------
+
+    /// Socket bytes through the TLS session: handshake records advance it (its completion
+    /// brings the connection up), application records come out as plaintext, appended to the
+    /// receive buffer by the session itself.
+    fn tls_data(&mut self, now: Instant, bytes: &[u8]) {
+        let Some(conn) = self.conn.as_mut() else {
+            return;
+        };
+        let Some(tls) = conn.tls.as_mut() else {
+            return;
+        };
+        let was_handshaking = tls.is_handshaking();
+        let before = conn.rx.len();
+        let fed = tls.feed(bytes, &mut conn.rx);
+        let established = was_handshaking && !tls.is_handshaking() && fed.is_ok();
+        if tls.peer_closed() {
+            log::debug!("relink[{}]: the peer sent tls close_notify", self.cfg.name);
+        }
+        if established {
+            self.tls_established(now);
+        }
+        // Bringing the connection up can fail it: then nothing of these bytes is received.
+        let received = self
+            .conn
+            .as_ref()
+            .map_or(0, |c| c.rx.len().saturating_sub(before));
+        if received > 0 && matches!(self.state, State::Connected | State::Ready) {
+            self.on_received(now, received);
+        } else if let Some(conn) = self.conn.as_mut() {
+            conn.rx.truncate(before);
+        }
+        if let Err(e) = fed {
+            self.step(now, Ev::Tls(e));
+        }
+    }
+
+    /// `poll_transmit`'s bytes with TLS: the records of the next plaintext batch, while
+    /// handshaking only the handshake's own records, and after EAGAIN the refused records
+    /// again as they are.
+    fn poll_sealed(&mut self, now: Instant, buf: &mut Vec<u8>) -> bool {
+        buf.clear();
+        if !matches!(self.state, State::Connected | State::Ready) {
+            return false;
+        }
+        if self.timers.at(Timer::SendRetry).is_some_and(|t| t > now) {
+            return false;
+        }
+        let Some(conn) = self.conn.as_mut() else {
+            return false;
+        };
+        if let Some(retry) = conn.tls_retry.take() {
+            // The same records: the frames in flight end where they did.
+            *buf = retry;
+            return true;
+        }
+        let handshaking = conn.tls.as_ref().is_some_and(TlsSession::is_handshaking);
+        let mut plain = std::mem::take(&mut conn.plain_out);
+        // No hello, ping or frame before the server is verified: only handshake records.
+        let batch = !handshaking && self.poll_batch(now, &mut plain);
+        let Some(conn) = self.conn.as_mut() else {
+            // Encoding the batch failed the connection (a framing that panicked): its
+            // session is gone, and so is the batch.
+            buf.clear();
+            return false;
+        };
+        let Some(tls) = conn.tls.as_mut() else {
+            buf.clear();
+            return false;
+        };
+        conn.pending_records.clear();
+        let sealed = if batch {
+            tls.seal(&plain, buf, &mut conn.pending_records)
+        } else {
+            tls.take_ciphertext(buf);
+            Ok(())
+        };
+        plain.clear();
+        conn.plain_out = plain;
+        if let Err(e) = sealed {
+            self.requeue_in_flight();
+            self.step(now, Ev::Tls(e));
+            buf.clear();
+            return false;
+        }
+        !buf.is_empty()
+    }
+
+    /// Whether the current connection speaks TLS.
+    fn speaks_tls(&self) -> bool {
+        self.conn.as_ref().is_some_and(|c| c.tls.is_some())
+    }
+
+    /// The TLS settings of the endpoint in use, when the link speaks TLS.
+    fn tls_settings(&self) -> Option<&TlsSettings> {
+        let idx = self.dial.endpoint()?;
+        self.cfg.tls.as_ref().map(|list| &list[idx])
+    }
+
+    fn tls_handshaking(&self) -> bool {
+        self.conn
+            .as_ref()
+            .and_then(|c| c.tls.as_ref())
+            .is_some_and(TlsSession::is_handshaking)
+    }
+
+    /// The handshake bound of the endpoint in use.
+    fn tls_handshake_bound(&self) -> Duration {
+        self.tls_settings()
+            .map_or(Duration::ZERO, |t| t.handshake_timeout)
+    }
+
+    /// A session for a connection to the endpoint in use, with its handshake bound; `None`
+    /// without TLS. Credentials that were changed and refused are reported here (the last
+    /// good ones stay).
+    fn tls_session(&mut self) -> Option<(Result<TlsSession, TlsError>, Duration)> {
+        if let Some(t) = self.tls_settings().filter(|t| t.skip_verification) {
+            log::warn!(
+                "relink[{}]: TLS to {:?} without certificate verification (a test-only \
+                 setting): anyone on the path can read and change this connection",
+                self.cfg.name,
+                t.server_name.to_str()
+            );
+        }
+        let mut stale = None;
+        let session = self.tls_settings().map(|t| {
+            let (config, refused) = t.fresh_config();
+            stale = refused;
+            (TlsSession::with_config(t, config), t.handshake_timeout)
+        });
+        if let Some(e) = stale {
+            log::warn!(
+                "relink[{}]: new tls credentials refused, the last good ones stay: {e}",
+                self.cfg.name
+            );
+            self.emit(Event::Error(LinkError::TlsCredentials(e)));
+        }
+        session
+    }
+
+    fn tls_established(&mut self, now: Instant) {
+        self.timers.disarm(Timer::Handshake);
+        if let Some(tls) = self.conn.as_ref().and_then(|c| c.tls.as_ref()) {
+            log::debug!(
+                "relink[{}]: tls established with {}{}",
+                self.cfg.name,
+                self.endpoint_text().unwrap_or_default(),
+                tls.alpn_protocol()
+                    .map(|p| format!(" (alpn {})", String::from_utf8_lossy(p)))
+                    .unwrap_or_default()
+            );
+        }
+        self.link_up(now);
+    }
+
+    /// A TLS failure: its own cause, the reason in an error event and in the log line. One
+    /// that no retry can fix (the certificates) is `tls-rejected`, retried slowly.
+    fn tls_failed(&mut self, now: Instant, e: TlsError) {
+        let cause = if e.is_config() {
+            self.c.tls_rejected += 1;
+            Cause::TlsRejected
+        } else {
+            Cause::Tls
+        };
+        self.fail_reason = Some(e.to_string());
+        self.emit(Event::Error(LinkError::Tls(e)));
+        self.fail(now, cause);
+    }
+
+    // ----- the receive path: decoding, and where each inbound frame goes ------------------
+
+    /// Application bytes (without TLS) into the framing.
+    fn on_plaintext(&mut self, now: Instant, bytes: &[u8]) {
+        let Some(conn) = self.conn.as_mut() else {
+            return;
+        };
+        conn.rx.extend_from_slice(bytes);
+        self.on_received(now, bytes.len());
+    }
+
+    /// `received` application bytes were appended to the receive buffer: decodes the frames.
+    fn on_received(&mut self, now: Instant, received: usize) {
+        self.c.bytes_received += received as u64;
+        if self.state == State::Connected && matches!(self.cfg.proof, ProofOfLife::Inbound) {
+            self.step(now, Ev::Alive);
+        }
+        while let Some(conn) = self.conn.as_mut() {
+            let (framing, rx, watch) = (&mut self.framing, &mut conn.rx, self.callbacks.watch());
+            let (decoded, took) = timed(watch, Callback::Decode, || framing.decode(rx));
+            let buffered = rx.len();
+            self.took(now, Callback::Decode, took);
+            match decoded {
+                Ok(Ok(Some(frame))) => self.on_frame(now, frame),
+                Ok(Ok(None)) => {
+                    let max = self.framing.max_buffered();
+                    if buffered > max {
+                        let e = DecodeError::Overbuffered { buffered, max };
+                        self.step(now, Ev::ProtocolError(e));
+                    }
+                    break;
+                }
+                Ok(Err(e)) => {
+                    self.step(now, Ev::ProtocolError(e));
+                    break;
+                }
+                Err(p) => {
+                    self.step(now, Ev::CallbackPanicked(p));
+                    break;
+                }
+            }
+            if !matches!(self.state, State::Connected | State::Ready) {
+                break;
+            }
+        }
+    }
+
+    /// The peer closed the connection: bytes left undecoded in the receive buffer are the
+    /// start of a frame its end will never follow. Reported with their length (never
+    /// delivered), counted, and taken out of the buffer.
+    fn report_cut_frame(&mut self) {
+        let Some(conn) = self.conn.as_mut() else {
+            return;
+        };
+        let bytes = conn.rx.len();
+        if bytes == 0 {
+            return;
+        }
+        conn.rx.clear();
+        self.c.frames_cut += 1;
+        self.c.bytes_cut += bytes as u64;
+        log::warn!(
+            "relink[{}]: the peer closed in the middle of a frame ({bytes} bytes of it came)",
+            self.cfg.name
+        );
+        self.emit(Event::Error(LinkError::CutFrame { bytes }));
+    }
+
+    /// `len` bytes that arrived from a connection the machine already let go: discarded.
+    pub(crate) fn stale_data(&mut self, len: usize) {
+        self.c.bytes_discarded += len as u64;
+    }
+
+    fn on_frame(&mut self, now: Instant, frame: Bytes) {
+        if self.cfg.answers != Answers::Unknown {
+            return self.on_answer(now, frame);
+        }
+        if self.handshake_reply(now, &frame) {
+            return;
+        }
+        if let Some(reply) = self.cfg.heartbeat.as_ref().and_then(|h| h.reply.as_ref()) {
+            let (is_reply, took) = timed(self.callbacks.watch(), Callback::HeartbeatReply, || {
+                reply.test(&frame)
+            });
+            self.took(now, Callback::HeartbeatReply, took);
+            let is_reply = match is_reply {
+                Ok(r) => r,
+                Err(p) => return self.step(now, Ev::CallbackPanicked(p)),
+            };
+            if is_reply {
+                // Only the replies to our own pings are swallowed: an application that sends
+                // the same command as the ping still gets its answers.
+                let heartbeat = self.conn.as_mut().and_then(|c| c.heartbeat.as_mut());
+                if let Some(reply) = heartbeat.and_then(|h| h.on_reply(now)) {
+                    if let Reply::Rtt(rtt) = reply {
+                        self.last_rtt = Some(rtt);
+                    }
+                    return;
+                }
+            }
+        }
+        self.deliver(now, frame);
+    }
+
+    /// While the handshake's reply is awaited: whether `frame` is it (the link is then Ready,
+    /// or failed if the predicate panicked). A frame it does not accept goes on its way.
+    fn handshake_reply(&mut self, now: Instant, frame: &[u8]) -> bool {
+        if !self.conn.as_ref().is_some_and(|c| c.handshake_pending) {
+            return false;
+        }
+        let Some(protocol) = self.protocol.as_mut() else {
+            return false;
+        };
+        let (verdict, took) = timed(self.callbacks.watch(), Callback::Protocol, || {
+            protocol.verdict(frame)
+        });
+        self.took(now, Callback::Protocol, took);
+        match verdict {
+            Ok(Opened::Ready) => self.step(now, Ev::Alive),
+            Ok(Opened::NotYet) => return false,
+            Ok(Opened::Continue) => {}
+            Ok(Opened::Refused(reason)) => self.step(now, Ev::Rejected(reason)),
+            Err(p) => self.step(now, Ev::CallbackPanicked(p)),
+        }
+        true
+    }
+
+    /// A frame of a link that knows what its peer answers: the answer to the turn it comes
+    /// in, or a frame of the peer's own. An answer confirms what was written up to the end of
+    /// what it answers.
+    fn on_answer(&mut self, now: Instant, frame: Bytes) {
+        let every = self.cfg.answers == Answers::EveryFrame;
+        // Under `Pings` the hello takes no turn: its reply is told by the handshake's
+        // predicate, ahead of any ping written meanwhile.
+        if !every && self.handshake_reply(now, &frame) {
+            return;
+        }
+        let Some(front) = self.conn.as_ref().map(|c| c.turns.front()) else {
+            return;
+        };
+        let takes_turn = match front {
+            None => Ok(false),
+            // Under `Pings`, only a frame the heartbeat's `reply` accepts answers a ping.
+            Some(Turn::Ping { .. }) if !every => self.is_pong(now, &frame),
+            // Any other turn takes the next frame, unless it is one of the peer's own.
+            Some(_) => self.unsolicited(&frame).map(|u| !u),
+        };
+        let turn = match takes_turn {
+            Ok(true) => front,
+            Ok(false) => None,
+            Err(p) => return self.step(now, Ev::CallbackPanicked(p)),
+        };
+        let Some(turn) = turn else {
+            if every && self.handshake_reply(now, &frame) {
+                return;
+            }
+            return self.deliver_unsolicited(now, frame);
+        };
+        let Some((_, end)) = self.conn.as_mut().and_then(|c| c.turns.pop()) else {
+            return;
+        };
+        let c = &mut self.c;
+        self.window.answered(end, |n, len| c.confirmed(n, len));
+        match turn {
+            Turn::Ping { heartbeat } => {
+                let hb = self.conn.as_mut().and_then(|c| c.heartbeat.as_mut());
+                if let Some(Reply::Rtt(rtt)) =
+                    hb.filter(|_| heartbeat).and_then(|h| h.on_reply(now))
+                {
+                    self.last_rtt = Some(rtt);
+                }
+            }
+            Turn::Hello => {
+                if !self.handshake_reply(now, &frame) {
+                    self.emit_frame(frame);
+                }
+            }
+            Turn::Frame => self.emit_frame(frame),
+            Turn::Request => {
+                self.c.received += 1;
+                match self.requests.on_frame(frame, Verdict::Reply) {
+                    Matched::Answer(_) => self.answer_requests(),
+                    Matched::Late => log::debug!("relink[{}]: a late reply dropped", self.cfg.name),
+                    Matched::Unsolicited(frame) => self.emit(Event::Frame(frame)),
+                }
+            }
+        }
+        self.check_flushed(now);
+    }
+
+    /// Whether the in-order correlation calls `frame` the peer's own, guarded.
+    fn unsolicited(&self, frame: &[u8]) -> Result<bool, Panicked> {
+        if self.protocol_unsolicited(frame)? {
+            return Ok(true);
+        }
+        guarded(Callback::Correlation, || {
+            match &self.cfg.requests.correlation.0 {
+                Matching::InOrder {
+                    unsolicited: Some(p),
+                } => p.test(frame),
+                _ => false,
+            }
+        })
+    }
+
+    /// Whether the heartbeat's `reply` (or the protocol) accepts `frame` as a pong, timed.
+    fn is_pong(&mut self, now: Instant, frame: &[u8]) -> Result<bool, Panicked> {
+        if let Some(protocol) = self.protocol.as_ref().filter(|p| p.ping().is_some()) {
+            let (is, took) = timed(self.callbacks.watch(), Callback::Protocol, || {
+                protocol.is_pong(frame)
+            });
+            self.took(now, Callback::Protocol, took);
+            return is;
+        }
+        let Some(reply) = self.cfg.heartbeat.as_ref().and_then(|h| h.reply.as_ref()) else {
+            return Ok(false);
+        };
+        let (is, took) = timed(self.callbacks.watch(), Callback::HeartbeatReply, || {
+            reply.test(frame)
+        });
+        self.took(now, Callback::HeartbeatReply, took);
+        is
+    }
+
+    /// A frame no turn waits for: the protocol's reaction first, then the application's, or
+    /// (by id) a request's reply.
+    fn deliver_unsolicited(&mut self, now: Instant, frame: Bytes) {
+        if self.requests.by_id() {
+            return self.deliver(now, frame);
+        }
+        self.deliver_own(now, frame);
+    }
+
+    /// A frame for the application, as an event.
+    fn emit_frame(&mut self, frame: Bytes) {
+        self.c.received += 1;
+        log::trace!(
+            "relink[{}]: frame of {} bytes received",
+            self.cfg.name,
+            frame.len()
+        );
+        self.emit(Event::Frame(frame));
+    }
+
+    /// The protocol's reaction to a frame of the peer's own: an answer written at once, ahead
+    /// of the outbox. Returns whether the frame goes on to the application.
+    fn react(&mut self, now: Instant, frame: &[u8]) -> bool {
+        let Some(protocol) = self.protocol.as_mut() else {
+            return true;
+        };
+        let (reaction, took) = timed(self.callbacks.watch(), Callback::Protocol, || {
+            protocol.react(frame)
+        });
+        self.took(now, Callback::Protocol, took);
+        let (answer, deliver) = match reaction {
+            Ok(Reaction::Deliver) => return true,
+            Ok(Reaction::Answer(a)) => (a, false),
+            Ok(Reaction::AnswerAndDeliver(a)) => (a, true),
+            Err(p) => {
+                self.step(now, Ev::CallbackPanicked(p));
+                return false;
+            }
+        };
+        let (encoded, took) = encode(
+            &mut self.framing,
+            self.callbacks.watch(),
+            &self.cfg.name,
+            &answer,
+        );
+        self.took(now, Callback::Encode, took);
+        match encoded {
+            Ok(Some(bytes)) => {
+                if let Some(conn) = self.conn.as_mut() {
+                    conn.control.push_back((Control::Answer, bytes));
+                    self.c.answered_by_link += 1;
+                }
+            }
+            Ok(None) => {}
+            Err(p) => {
+                self.step(now, Ev::CallbackPanicked(p));
+                return false;
+            }
+        }
+        deliver
+    }
+
+    /// A frame that is neither the handshake's nor a pong: a request's reply or the
+    /// application's.
+    fn deliver(&mut self, now: Instant, frame: Bytes) {
+        if self.requests.is_empty() {
+            return self.deliver_own(now, frame);
+        }
+        let verdict = match self.verdict(&frame) {
+            Ok(v) => v,
+            Err(p) => return self.step(now, Ev::CallbackPanicked(p)),
+        };
+        match self.requests.on_frame(frame, verdict) {
+            Matched::Answer(_) => {
+                self.c.received += 1;
+                self.answer_requests();
+            }
+            Matched::Late => {
+                self.c.received += 1;
+                log::debug!("relink[{}]: a late reply dropped", self.cfg.name);
+            }
+            // Only a frame that answers no request is the peer's own: the protocol reacts.
+            Matched::Unsolicited(frame) => self.deliver_own(now, frame),
+        }
+    }
+
+    /// A frame of the peer's own: the protocol's reaction, then the application, unless the
+    /// reaction keeps it.
+    fn deliver_own(&mut self, now: Instant, frame: Bytes) {
+        if self.react(now, &frame) {
+            self.emit_frame(frame);
+        }
+    }
+
+    /// What the correlation's code says of an inbound frame, guarded.
+    fn verdict(&self, frame: &[u8]) -> Result<Verdict, Panicked> {
+        if self.protocol_unsolicited(frame)? {
+            return Ok(Verdict::Unsolicited);
+        }
+        guarded(Callback::Correlation, || {
+            match &self.cfg.requests.correlation.0 {
+                Matching::InOrder {
+                    unsolicited: Some(p),
+                } if p.test(frame) => Verdict::Unsolicited,
+                Matching::InOrder { .. } => Verdict::Reply,
+                Matching::ById { reply_id, .. } => match reply_id.read(frame) {
+                    Some(id) => Verdict::Id(id),
+                    None => Verdict::Unsolicited,
+                },
+            }
+        })
+    }
+
+    /// Whether the protocol calls `frame` the peer's own by its content, guarded.
+    fn protocol_unsolicited(&self, frame: &[u8]) -> Result<bool, Panicked> {
+        match self.protocol.as_ref() {
+            Some(p) => guarded(Callback::Protocol, || p.is_unsolicited(frame)),
+            None => Ok(false),
+        }
+    }
+
+    // ----- the transmit path: batches, the socket's answer, the window, redelivery --------
+
+    /// Fills `buf` with the next bytes to write: control frames first, then queued frames
+    /// while Ready, up to `batch_bytes` (one frame at least); with TLS, the session's records
+    /// of that batch, and while handshaking only the handshake's own records. Returns false
+    /// when there is nothing to write now. Every call must be answered with
+    /// [`Machine::transmit_done`] (after [`Machine::transmit_unsent`] when the socket gave
+    /// the bytes back).
+    pub(crate) fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> bool {
+        let more = if self.speaks_tls() {
+            self.poll_sealed(now, buf)
+        } else {
+            self.poll_batch(now, buf)
+        };
+        if let Some(conn) = &mut self.conn {
+            conn.pending_len = buf.len();
+        }
+        more
+    }
+
+    /// The bytes of the last `poll_transmit` that the socket did not take (EAGAIN), given
+    /// back before `transmit_done`. With TLS they are sent again as they are; without, the
+    /// frames behind them are encoded again.
+    pub(crate) fn transmit_unsent(&mut self, bytes: Vec<u8>) {
+        if let Some(conn) = self.conn.as_mut().filter(|c| c.tls.is_some()) {
+            conn.tls_retry = Some(bytes);
+        }
+    }
+
+    /// The plaintext batch: control frames, then queued frames while Ready.
+    fn poll_batch(&mut self, now: Instant, buf: &mut Vec<u8>) -> bool {
+        buf.clear();
+        if !matches!(self.state, State::Connected | State::Ready)
+            || self.outbox.in_flight() > 0
+            || self.requests.in_flight() > 0
+        {
+            return false;
+        }
+        if self.timers.at(Timer::SendRetry).is_some_and(|t| t > now) {
+            return false;
+        }
+        let limit = self.cfg.batch_bytes;
+        let Some(conn) = self.conn.as_mut() else {
+            return false;
+        };
+        conn.pending_ends.clear();
+        conn.pending_turns.clear();
+        let answers = self.cfg.answers;
+        while let Some((kind, c)) = conn.control.pop_front() {
+            buf.extend_from_slice(&c);
+            let turn = (answers != Answers::Unknown)
+                .then(|| kind.turn(answers == Answers::EveryFrame))
+                .flatten();
+            if let Some(turn) = turn {
+                conn.pending_turns.push((turn, buf.len()));
+            }
+            conn.in_flight_control.push((kind, c));
+        }
+        if self.state == State::Ready {
+            // A batch holds one frame at least, and no more frames once the payloads would
+            // pass the limit (the framing's own bytes are not counted). The window holds back
+            // frames while too many written bytes are unacknowledged (one batch at least when
+            // none are).
+            let window = match self.cfg.window {
+                0 => u64::MAX,
+                _ if self.window.is_blind() => u64::MAX,
+                w => w as u64,
+            };
+            let bounds = Bounds {
+                limit,
+                window,
+                unacked: self.window.unacked(),
+            };
+            let (outbox, framing, name) = (&mut self.outbox, &mut self.framing, &self.cfg.name);
+            let ends = &mut conn.pending_ends;
+            let first = ends.len();
+            let mut filled = Filled::default();
+            // One reading for the whole batch: timing each frame would cost more than
+            // encoding a small one.
+            let took = self.callbacks.watch().time(Callback::Encode, &mut || {
+                filled = fill_batch(outbox, framing, name, buf, bounds, ends);
+            });
+            if answers == Answers::EveryFrame {
+                let turns = ends[first..].iter().map(|&e| (Turn::Frame, e));
+                conn.pending_turns.extend(turns);
+            }
+            self.took(now, Callback::Encode, took);
+            self.abandon_all(filled.refused, AbandonReason::Unencodable);
+            if let Some(p) = filled.panicked {
+                // The frame stays first in line (not in flight): it is never lost without a
+                // word, and its deadline (if any) or a close still ends it.
+                return self.encode_panicked(now, buf, p);
+            }
+            if let Err(p) = self.batch_requests(buf) {
+                return self.encode_panicked(now, buf, p);
+            }
+        }
+        !buf.is_empty()
+    }
+
+    /// The framing panicked while a batch was being built: nothing of it is written, the frames
+    /// taken for it go back to the outbox and the connection fails.
+    fn encode_panicked(&mut self, now: Instant, buf: &mut Vec<u8>, p: Panicked) -> bool {
+        buf.clear();
+        self.requeue_in_flight();
+        self.step(now, Ev::CallbackPanicked(p));
+        false
+    }
+
+    /// Adds the requests waiting to be written to the batch, while it has room.
+    fn batch_requests(&mut self, buf: &mut Vec<u8>) -> Result<(), Panicked> {
+        let limit = self.cfg.batch_bytes;
+        while let Some(frame) = self.requests.next_unsent() {
+            if !buf.is_empty() && buf.len().saturating_add(frame.len()) > limit {
+                break;
+            }
+            let mark = buf.len();
+            let framing = &mut self.framing;
+            match guarded(Callback::Encode, || framing.encode(frame, buf))? {
+                Ok(()) => {
+                    self.requests.advance();
+                    let in_order = self.cfg.answers != Answers::Unknown && !self.requests.by_id();
+                    if let Some(conn) = self.conn.as_mut().filter(|_| in_order) {
+                        conn.pending_turns.push((Turn::Request, buf.len()));
+                    }
+                }
+                Err(e) => {
+                    buf.truncate(mark);
+                    self.requests
+                        .refuse_next(|frame| RequestError::Invalid(frame, e));
+                    self.answer_requests();
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// What became of the batch from the last `poll_transmit`.
+    pub(crate) fn transmit_done(&mut self, now: Instant, result: TxResult) {
+        let retry_waits = self.conn.as_ref().is_some_and(|c| c.tls_retry.is_some());
+        match result {
+            TxResult::Sent => {
+                self.written(now);
+                self.barrier_due(now);
+                self.requests.confirm();
+                if let Some(conn) = &mut self.conn {
+                    conn.in_flight_control.clear();
+                    if let Some(hb) = &mut conn.heartbeat {
+                        hb.on_outbound(now);
+                    }
+                }
+            }
+            TxResult::WouldBlock if retry_waits => {
+                // Sealed records wait as they are; their frames stay in flight.
+                self.timers.arm(Timer::SendRetry, now + SEND_RETRY);
+            }
+            TxResult::WouldBlock if self.speaks_tls() => {
+                // Sealed records lost: the session cannot go on without them.
+                let g = self.dial.generation();
+                self.fail_reason = Some("tls records refused by the socket".into());
+                self.for_current(now, g, Ev::Unreachable);
+            }
+            TxResult::WouldBlock | TxResult::Unreachable => {
+                self.requeue_in_flight();
+                if result == TxResult::WouldBlock {
+                    self.timers.arm(Timer::SendRetry, now + SEND_RETRY);
+                } else {
+                    let g = self.dial.generation();
+                    self.for_current(now, g, Ev::Unreachable);
+                }
+            }
+        }
+        self.trim();
+        self.check_flushed(now);
+    }
+
+    /// The bytes of the last `poll_transmit` went out: its frames wait in the window for
+    /// their confirmation, each at the stream offset where it ends.
+    fn written(&mut self, now: Instant) {
+        let (len, ends, records) = match &self.conn {
+            Some(conn) => (
+                conn.pending_len,
+                &conn.pending_ends[..],
+                conn.tls.is_some().then_some(&conn.pending_records[..]),
+            ),
+            None => (0, &[][..], None),
+        };
+        let base = self.window.written();
+        self.window.wrote(now, len);
+        let (c, window) = (&mut self.c, &mut self.window);
+        let blind = window.is_blind() && !window.by_reply();
+        // With TLS a frame can be read once the record that carries its last byte has
+        // arrived: it is confirmed with the end of that record.
+        let mut k = 0;
+        self.outbox.take_written(|run| {
+            let (frames, bytes) = (run.ends.len(), run.bytes());
+            c.sent(frames, bytes);
+            if blind {
+                c.confirmed(frames, bytes);
+                return;
+            }
+            let Written {
+                data,
+                start,
+                ends: run_ends,
+                deadline,
+            } = run;
+            let frames = run_ends.iter().map(|&at| {
+                let end = match (ends.get(k), records) {
+                    (Some(&e), None) => e,
+                    (Some(&e), Some(records)) => records
+                        .get(e.saturating_sub(1) / RECORD_PLAINTEXT)
+                        .map_or(len, |&r| r),
+                    (None, _) => len,
+                };
+                let end = base + end as u64;
+                k += 1;
+                (at, end)
+            });
+            window.push_run(data, start, frames, now, deadline);
+        });
+        // The turns of the batch, at their ends in the stream (with TLS, the ends of their
+        // records, as for frames).
+        if let Some(conn) = &mut self.conn {
+            let Connection {
+                turns,
+                pending_turns,
+                pending_records,
+                tls,
+                uncovered_since,
+                ..
+            } = conn;
+            for &(turn, e) in pending_turns.iter() {
+                let end = match tls {
+                    None => e,
+                    Some(_) => pending_records
+                        .get(e.saturating_sub(1) / RECORD_PLAINTEXT)
+                        .map_or(len, |&r| r),
+                };
+                turns.push(turn, base + end as u64);
+            }
+            pending_turns.clear();
+            if k > 0
+                && uncovered_since.is_none()
+                && !turns.ping_after(self.window.newest_end().unwrap_or(0))
+            {
+                *uncovered_since = Some(now);
+            }
+        }
+    }
+
+    /// A reading of the acknowledged bytes: the frames it covers are confirmed.
+    fn acked(&mut self, now: Instant, generation: u64, bytes: Option<u64>) {
+        if !self.is_current(generation) || !matches!(self.state, State::Connected | State::Ready) {
+            self.c.ignored += 1;
+            return;
+        }
+        let Some(bytes) = bytes else {
+            self.window.no_reading(now);
+            return;
+        };
+        let c = &mut self.c;
+        if !self.window.acked(now, bytes, |n, len| c.confirmed(n, len)) {
+            log::debug!("relink: an acknowledged count that cannot be this connection's ignored");
+        }
+        self.check_flushed(now);
+    }
+
+    /// The acknowledgements of the connection of dial `generation` cannot be read: its frames
+    /// count as confirmed when written.
+    fn acks_unavailable(&mut self, generation: u64) {
+        if self.is_current(generation) && !self.window.is_blind() {
+            log::warn!(
+                "relink: the acknowledgements of the connection to {} cannot be read: \
+                 its frames count as confirmed when written",
+                self.endpoint_text().unwrap_or_default()
+            );
+            let c = &mut self.c;
+            self.window.go_blind(|n, len| c.confirmed(n, len));
+        }
+    }
+
+    /// Whether frames wait for the acknowledged bytes of the current connection (the IO side
+    /// keeps what it reads them from only while they do).
+    pub(crate) fn wants_acks(&self) -> bool {
+        !self.window.is_empty()
+    }
+
+    /// Whether the IO side should read the acknowledged bytes at `now`: the window's reading
+    /// is due ([`Machine::reading_at`]), or something waits on the confirmations (a flush, a
+    /// close, a window that holds frames back or fills up).
+    pub(crate) fn reading_due(&self, now: Instant) -> bool {
+        !self.window.is_empty()
+            && (self.reading_pressed() || self.reading_at().is_some_and(|t| t <= now))
+    }
+
+    /// When the window's next reading is due: its own schedule, but no sooner than
+    /// [`QUIET`] after the oldest waiting frame was written, while nothing waits on the
+    /// confirmations. A link that writes a frame now and then takes one reading for the
+    /// frames of [`QUIET`], not one per frame (each costs the IO thread a wake-up and a few
+    /// system calls, more than the frame).
+    fn reading_at(&self) -> Option<Instant> {
+        let at = self.window.poll_at()?;
+        if self.reading_pressed() {
+            return Some(at);
+        }
+        Some(
+            self.window
+                .oldest()
+                .map_or(at, |oldest| at.max(oldest + QUIET)),
+        )
+    }
+
+    /// Something waits on the confirmations: a flush, a close, frames held back or about to
+    /// be (a quarter of the window), or more frames than [`PRESSED_FRAMES`] unconfirmed.
+    fn reading_pressed(&self) -> bool {
+        let unacked = self.window.unacked();
+        let window = match self.cfg.window {
+            0 => PRESSED_BYTES,
+            w => (w as u64 / 4).min(PRESSED_BYTES),
+        };
+        self.closing
+            || self.flushes.waits()
+            || unacked >= window
+            || self.window.len() >= PRESSED_FRAMES
+    }
+
+    /// The frames of a lost connection that were written and not confirmed, by the policy:
+    /// first in line again (resend), or each given back (report).
+    fn redeliver(&mut self) {
+        let frames = self.window.take_all();
+        self.window.reset();
+        match self.cfg.redelivery {
+            Redelivery::Resend => {
+                let (frames, poison) = self.losses.count(frames, self.cfg.max_losses);
+                if let Some(poison) = poison {
+                    log::warn!(
+                        "relink[{}]: a frame of {} bytes, the oldest unconfirmed at {} \
+                         connection losses in a row, abandoned as poison",
+                        self.cfg.name,
+                        poison.len(),
+                        self.cfg.max_losses
+                    );
+                    self.abandon_all(vec![poison], AbandonReason::Poison);
+                }
+                self.c.resent += frames.len() as u64;
+                for s in frames.into_iter().rev() {
+                    let frame = match self.marked_for_resend(&s.frame) {
+                        Ok(Some(marked)) => marked.into(),
+                        Ok(None) => s.frame,
+                        Err(p) => {
+                            // Reported here: the connection is already down.
+                            self.report_panic(&p);
+                            s.frame
+                        }
+                    };
+                    self.outbox.push_front(frame, s.deadline);
+                }
+            }
+            Redelivery::Report => {
+                self.losses.clear();
+                let frames = frames.into_iter().map(|s| s.frame).collect();
+                self.abandon_all(frames, AbandonReason::Unconfirmed);
+            }
+        }
+    }
+
+    /// The protocol's mark on a frame written again (MQTT's DUP), guarded.
+    fn marked_for_resend(&self, frame: &[u8]) -> Result<Option<Vec<u8>>, Panicked> {
+        match self.protocol.as_ref() {
+            Some(p) => guarded(Callback::Protocol, || p.resend(frame)),
+            None => Ok(None),
+        }
+    }
+
+    /// The frames, requests and control frames of the last `poll_transmit` go first in line
+    /// again.
+    fn requeue_in_flight(&mut self) {
+        self.outbox.requeue();
+        self.requests.requeue();
+        if let Some(conn) = &mut self.conn {
+            conn.requeue_control();
+        }
+    }
+
+    /// Drops the oldest frames (`Overflow`) while the outbox is over its limits; the last
+    /// frame stays even if it alone is over. Frames in flight are confirmed or put back first.
+    fn trim(&mut self) {
+        while self.outbox.in_flight() == 0 && self.outbox.over_limit() && self.outbox.len() > 1 {
+            let frame = self.outbox.pop_front().expect("non-empty");
+            self.abandon_all(vec![frame], AbandonReason::Overflow);
+        }
+    }
+
     // ----- the snapshot -------------------------------------------------------------------------
 
     /// A consistent snapshot at `now`, for [`Metrics`].
@@ -1075,8 +2176,6 @@ mod connection;
 mod dial;
 mod flushes;
 mod outage;
-mod receive;
 #[cfg(test)]
 mod tests;
-mod tls;
 mod transmit;
