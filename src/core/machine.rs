@@ -26,8 +26,9 @@ use self::connection::{encode, Connection};
 use self::dial::{Dialer, Next};
 use self::flushes::Flushes;
 use self::outage::Outage;
+use self::receive::{unsolicited, verdict};
 use self::transmit::{
-    fill_batch, Bounds, Filled, PRESSED_BYTES, PRESSED_FRAMES, QUIET, SEND_RETRY,
+    fill_batch, into_window, Bounds, Filled, PRESSED_BYTES, PRESSED_FRAMES, QUIET, SEND_RETRY,
 };
 use super::backoff::Backoff;
 use super::confirm::{Answers, Control, Turn};
@@ -36,17 +37,16 @@ use super::endpoints::{fmt_addr, Endpoints};
 use super::framing::BoxedFraming;
 use super::guard::{guarded, timed};
 use super::guard::{Panicked, Stopwatch};
-use super::heartbeat::{HeartbeatState, Ping, Reply};
+use super::heartbeat::{Ping, Reply};
 use super::outbox::Outbox;
-use super::outbox::Written;
 use super::protocol::BoxedProtocol;
 use super::protocol::{Reaction, Verdict as Opened};
-use super::requests::{Matched, Matching, Verdict};
+use super::requests::{Matched, Verdict};
 use super::requests::{Outcome, Requests, Token};
 use super::settings::ProofOfLife;
 use super::settings::Settings;
 use super::timers::{Timer, Timers};
-use super::tls::{TlsSession, TlsSettings, RECORD_PLAINTEXT};
+use super::tls::{TlsSession, TlsSettings};
 use super::window::Redelivery;
 use super::window::{Losses, Window};
 use crate::batch::Batch;
@@ -1021,12 +1021,12 @@ impl Machine {
         };
         // With a protocol the heartbeat waits for Ready: no ping before the peer accepted the
         // link (MQTT's PINGREQ before its CONNACK).
-        conn.heartbeat = self
-            .cfg
-            .heartbeat
-            .as_ref()
-            .filter(|_| self.protocol.is_none())
-            .map(|hb| HeartbeatState::start(hb, now, self.read_paused));
+        let heartbeat = self.cfg.heartbeat.as_ref();
+        conn.start_heartbeat(
+            heartbeat.filter(|_| self.protocol.is_none()),
+            now,
+            self.read_paused,
+        );
         conn.handshake_pending = false;
         let mut panicked = reset.err();
         let mut slowest = Duration::ZERO;
@@ -1040,7 +1040,7 @@ impl Machine {
                     encode(&mut self.framing, self.callbacks.watch(), &self.cfg.name, f);
                 slowest = slowest.max(took);
                 match encoded {
-                    Ok(Some(buf)) => conn.control.push_back((Control::Hello, buf)),
+                    Ok(Some(buf)) => conn.queue_control(Control::Hello, buf),
                     Ok(None) => {}
                     Err(p) => {
                         panicked = Some(p);
@@ -1076,13 +1076,7 @@ impl Machine {
         }
         if let Some(conn) = &mut self.conn {
             conn.handshake_pending = false;
-            if conn.heartbeat.is_none() {
-                conn.heartbeat = self
-                    .cfg
-                    .heartbeat
-                    .as_ref()
-                    .map(|hb| HeartbeatState::start(hb, now, self.read_paused));
-            }
+            conn.start_heartbeat(self.cfg.heartbeat.as_ref(), now, self.read_paused);
         }
         if self.cfg.min_stable.is_zero() {
             self.dial.stable();
@@ -1119,8 +1113,7 @@ impl Machine {
             Ok(ping) if ping.is_empty() => {}
             Ok(ping) => {
                 if let Some(conn) = &mut self.conn {
-                    conn.control.push_back((Control::Ping { heartbeat }, ping));
-                    conn.uncovered_since = None;
+                    conn.queue_control(Control::Ping { heartbeat }, ping);
                 }
             }
             Err(p) => self.step(now, Ev::CallbackPanicked(p)),
@@ -1133,8 +1126,7 @@ impl Machine {
         if !self.window.by_reply() || self.cfg.answers != Answers::Pings {
             return None;
         }
-        let since = self.conn.as_ref()?.uncovered_since?;
-        Some(since + self.cfg.confirm.barrier_age)
+        self.conn.as_ref()?.barrier_at(self.cfg.confirm.barrier_age)
     }
 
     /// Writes a barrier ping when frames confirmed by reply have waited with no ping after
@@ -1152,11 +1144,10 @@ impl Machine {
         let Some(newest) = self.window.newest_end() else {
             return;
         };
-        if conn.turns.ping_after(newest) || conn.control.iter().any(|(c, _)| *c != Control::Hello) {
+        let Some(uncovered) = conn.uncovered(newest, self.window.read_to()) else {
             return;
-        }
-        let covered = conn.turns.last_ping_end().max(self.window.read_to());
-        let by_bytes = newest.saturating_sub(covered) >= self.cfg.confirm.barrier_bytes;
+        };
+        let by_bytes = uncovered >= self.cfg.confirm.barrier_bytes;
         let by_age = self.barrier_at().is_some_and(|t| t <= now);
         if by_bytes || by_age || self.flushes.waits() {
             self.c.barriers += 1;
@@ -1195,20 +1186,14 @@ impl Machine {
     /// brings the connection up), application records come out as plaintext, appended to the
     /// receive buffer by the session itself.
     fn tls_data(&mut self, now: Instant, bytes: &[u8]) {
-        let Some(conn) = self.conn.as_mut() else {
+        let Some(fed) = self.conn.as_mut().and_then(|c| c.feed(bytes)) else {
             return;
         };
-        let Some(tls) = conn.tls.as_mut() else {
-            return;
-        };
-        let was_handshaking = tls.is_handshaking();
-        let before = conn.rx.len();
-        let fed = tls.feed(bytes, &mut conn.rx);
-        let established = was_handshaking && !tls.is_handshaking() && fed.is_ok();
-        if tls.peer_closed() {
+        let before = fed.before;
+        if fed.peer_closed {
             log::debug!("relink[{}]: the peer sent tls close_notify", self.cfg.name);
         }
-        if established {
+        if fed.established {
             self.tls_established(now);
         }
         // Bringing the connection up can fail it: then nothing of these bytes is received.
@@ -1221,7 +1206,7 @@ impl Machine {
         } else if let Some(conn) = self.conn.as_mut() {
             conn.rx.truncate(before);
         }
-        if let Err(e) = fed {
+        if let Err(e) = fed.result {
             self.step(now, Ev::Tls(e));
         }
     }
@@ -1240,13 +1225,13 @@ impl Machine {
         let Some(conn) = self.conn.as_mut() else {
             return false;
         };
-        if let Some(retry) = conn.tls_retry.take() {
+        if let Some(retry) = conn.take_retry() {
             // The same records: the frames in flight end where they did.
             *buf = retry;
             return true;
         }
-        let handshaking = conn.tls.as_ref().is_some_and(TlsSession::is_handshaking);
-        let mut plain = std::mem::take(&mut conn.plain_out);
+        let handshaking = conn.tls_handshaking();
+        let mut plain = conn.take_plain();
         // No hello, ping or frame before the server is verified: only handshake records.
         let batch = !handshaking && self.poll_batch(now, &mut plain);
         let Some(conn) = self.conn.as_mut() else {
@@ -1255,19 +1240,10 @@ impl Machine {
             buf.clear();
             return false;
         };
-        let Some(tls) = conn.tls.as_mut() else {
+        let Some(sealed) = conn.seal(plain, batch, buf) else {
             buf.clear();
             return false;
         };
-        conn.pending_records.clear();
-        let sealed = if batch {
-            tls.seal(&plain, buf, &mut conn.pending_records)
-        } else {
-            tls.take_ciphertext(buf);
-            Ok(())
-        };
-        plain.clear();
-        conn.plain_out = plain;
         if let Err(e) = sealed {
             self.requeue_in_flight();
             self.step(now, Ev::Tls(e));
@@ -1279,7 +1255,7 @@ impl Machine {
 
     /// Whether the current connection speaks TLS.
     fn speaks_tls(&self) -> bool {
-        self.conn.as_ref().is_some_and(|c| c.tls.is_some())
+        self.conn.as_ref().is_some_and(Connection::speaks_tls)
     }
 
     /// The TLS settings of the endpoint in use, when the link speaks TLS.
@@ -1288,11 +1264,9 @@ impl Machine {
         self.cfg.tls.as_ref().map(|list| &list[idx])
     }
 
+    /// Whether the TLS handshake of the current connection is under way.
     fn tls_handshaking(&self) -> bool {
-        self.conn
-            .as_ref()
-            .and_then(|c| c.tls.as_ref())
-            .is_some_and(TlsSession::is_handshaking)
+        self.conn.as_ref().is_some_and(Connection::tls_handshaking)
     }
 
     /// The handshake bound of the endpoint in use.
@@ -1409,14 +1383,10 @@ impl Machine {
     /// start of a frame its end will never follow. Reported with their length (never
     /// delivered), counted, and taken out of the buffer.
     fn report_cut_frame(&mut self) {
-        let Some(conn) = self.conn.as_mut() else {
-            return;
-        };
-        let bytes = conn.rx.len();
+        let bytes = self.conn.as_mut().map_or(0, Connection::take_cut);
         if bytes == 0 {
             return;
         }
-        conn.rx.clear();
         self.c.frames_cut += 1;
         self.c.bytes_cut += bytes as u64;
         log::warn!(
@@ -1503,7 +1473,12 @@ impl Machine {
             // Under `Pings`, only a frame the heartbeat's `reply` accepts answers a ping.
             Some(Turn::Ping { .. }) if !every => self.is_pong(now, &frame),
             // Any other turn takes the next frame, unless it is one of the peer's own.
-            Some(_) => self.unsolicited(&frame).map(|u| !u),
+            Some(_) => unsolicited(
+                self.protocol.as_ref(),
+                &self.cfg.requests.correlation.0,
+                &frame,
+            )
+            .map(|u| !u),
         };
         let turn = match takes_turn {
             Ok(true) => front,
@@ -1546,21 +1521,6 @@ impl Machine {
             }
         }
         self.check_flushed(now);
-    }
-
-    /// Whether the in-order correlation calls `frame` the peer's own, guarded.
-    fn unsolicited(&self, frame: &[u8]) -> Result<bool, Panicked> {
-        if self.protocol_unsolicited(frame)? {
-            return Ok(true);
-        }
-        guarded(Callback::Correlation, || {
-            match &self.cfg.requests.correlation.0 {
-                Matching::InOrder {
-                    unsolicited: Some(p),
-                } => p.test(frame),
-                _ => false,
-            }
-        })
     }
 
     /// Whether the heartbeat's `reply` (or the protocol) accepts `frame` as a pong, timed.
@@ -1631,7 +1591,7 @@ impl Machine {
         match encoded {
             Ok(Some(bytes)) => {
                 if let Some(conn) = self.conn.as_mut() {
-                    conn.control.push_back((Control::Answer, bytes));
+                    conn.queue_control(Control::Answer, bytes);
                     self.c.answered_by_link += 1;
                 }
             }
@@ -1650,7 +1610,11 @@ impl Machine {
         if self.requests.is_empty() {
             return self.deliver_own(now, frame);
         }
-        let verdict = match self.verdict(&frame) {
+        let verdict = match verdict(
+            self.protocol.as_ref(),
+            &self.cfg.requests.correlation.0,
+            &frame,
+        ) {
             Ok(v) => v,
             Err(p) => return self.step(now, Ev::CallbackPanicked(p)),
         };
@@ -1673,33 +1637,6 @@ impl Machine {
     fn deliver_own(&mut self, now: Instant, frame: Bytes) {
         if self.react(now, &frame) {
             self.emit_frame(frame);
-        }
-    }
-
-    /// What the correlation's code says of an inbound frame, guarded.
-    fn verdict(&self, frame: &[u8]) -> Result<Verdict, Panicked> {
-        if self.protocol_unsolicited(frame)? {
-            return Ok(Verdict::Unsolicited);
-        }
-        guarded(Callback::Correlation, || {
-            match &self.cfg.requests.correlation.0 {
-                Matching::InOrder {
-                    unsolicited: Some(p),
-                } if p.test(frame) => Verdict::Unsolicited,
-                Matching::InOrder { .. } => Verdict::Reply,
-                Matching::ById { reply_id, .. } => match reply_id.read(frame) {
-                    Some(id) => Verdict::Id(id),
-                    None => Verdict::Unsolicited,
-                },
-            }
-        })
-    }
-
-    /// Whether the protocol calls `frame` the peer's own by its content, guarded.
-    fn protocol_unsolicited(&self, frame: &[u8]) -> Result<bool, Panicked> {
-        match self.protocol.as_ref() {
-            Some(p) => guarded(Callback::Protocol, || p.is_unsolicited(frame)),
-            None => Ok(false),
         }
     }
 
@@ -1748,19 +1685,8 @@ impl Machine {
         let Some(conn) = self.conn.as_mut() else {
             return false;
         };
-        conn.pending_ends.clear();
-        conn.pending_turns.clear();
         let answers = self.cfg.answers;
-        while let Some((kind, c)) = conn.control.pop_front() {
-            buf.extend_from_slice(&c);
-            let turn = (answers != Answers::Unknown)
-                .then(|| kind.turn(answers == Answers::EveryFrame))
-                .flatten();
-            if let Some(turn) = turn {
-                conn.pending_turns.push((turn, buf.len()));
-            }
-            conn.in_flight_control.push((kind, c));
-        }
+        conn.take_control(answers, buf);
         if self.state == State::Ready {
             // A batch holds one frame at least, and no more frames once the payloads would
             // pass the limit (the framing's own bytes are not counted). The window holds back
@@ -1849,10 +1775,7 @@ impl Machine {
                 self.barrier_due(now);
                 self.requests.confirm();
                 if let Some(conn) = &mut self.conn {
-                    conn.in_flight_control.clear();
-                    if let Some(hb) = &mut conn.heartbeat {
-                        hb.on_outbound(now);
-                    }
+                    conn.sent(now);
                 }
             }
             TxResult::WouldBlock if retry_waits => {
@@ -1882,75 +1805,26 @@ impl Machine {
     /// The bytes of the last `poll_transmit` went out: its frames wait in the window for
     /// their confirmation, each at the stream offset where it ends.
     fn written(&mut self, now: Instant) {
-        let (len, ends, records) = match &self.conn {
-            Some(conn) => (
-                conn.pending_len,
-                &conn.pending_ends[..],
-                conn.tls.is_some().then_some(&conn.pending_records[..]),
-            ),
-            None => (0, &[][..], None),
-        };
+        let conn = self.conn.as_ref();
+        let len = conn.map_or(0, |c| c.pending_len);
         let base = self.window.written();
         self.window.wrote(now, len);
-        let (c, window) = (&mut self.c, &mut self.window);
-        let blind = window.is_blind() && !window.by_reply();
         // With TLS a frame can be read once the record that carries its last byte has
         // arrived: it is confirmed with the end of that record.
-        let mut k = 0;
-        self.outbox.take_written(|run| {
-            let (frames, bytes) = (run.ends.len(), run.bytes());
-            c.sent(frames, bytes);
-            if blind {
-                c.confirmed(frames, bytes);
-                return;
-            }
-            let Written {
-                data,
-                start,
-                ends: run_ends,
-                deadline,
-            } = run;
-            let frames = run_ends.iter().map(|&at| {
-                let end = match (ends.get(k), records) {
-                    (Some(&e), None) => e,
-                    (Some(&e), Some(records)) => records
-                        .get(e.saturating_sub(1) / RECORD_PLAINTEXT)
-                        .map_or(len, |&r| r),
-                    (None, _) => len,
-                };
-                let end = base + end as u64;
-                k += 1;
-                (at, end)
-            });
-            window.push_run(data, start, frames, now, deadline);
-        });
+        let end_of = |k: usize| {
+            conn.map_or(0, |c| {
+                c.pending_ends
+                    .get(k)
+                    .map_or(c.pending_len, |&e| c.readable_end(e))
+            })
+        };
+        let (outbox, window, c) = (&mut self.outbox, &mut self.window, &mut self.c);
+        let frames = into_window(outbox, window, c, now, base, end_of);
         // The turns of the batch, at their ends in the stream (with TLS, the ends of their
         // records, as for frames).
+        let newest = self.window.newest_end().unwrap_or(0);
         if let Some(conn) = &mut self.conn {
-            let Connection {
-                turns,
-                pending_turns,
-                pending_records,
-                tls,
-                uncovered_since,
-                ..
-            } = conn;
-            for &(turn, e) in pending_turns.iter() {
-                let end = match tls {
-                    None => e,
-                    Some(_) => pending_records
-                        .get(e.saturating_sub(1) / RECORD_PLAINTEXT)
-                        .map_or(len, |&r| r),
-                };
-                turns.push(turn, base + end as u64);
-            }
-            pending_turns.clear();
-            if k > 0
-                && uncovered_since.is_none()
-                && !turns.ping_after(self.window.newest_end().unwrap_or(0))
-            {
-                *uncovered_since = Some(now);
-            }
+            conn.turns_written(base, now, frames > 0, newest);
         }
     }
 
@@ -2176,6 +2050,7 @@ mod connection;
 mod dial;
 mod flushes;
 mod outage;
+mod receive;
 #[cfg(test)]
 mod tests;
 mod transmit;

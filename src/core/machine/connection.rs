@@ -20,12 +20,12 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 
-use crate::core::confirm::{Control, Turn, Turns};
+use crate::core::confirm::{Answers, Control, Turn, Turns};
 use crate::core::framing::BoxedFraming;
 use crate::core::guard::{timed, Panicked, Stopwatch};
-use crate::core::heartbeat::HeartbeatState;
-use crate::core::tls::TlsSession;
-use crate::error::Callback;
+use crate::core::heartbeat::{Heartbeat, HeartbeatState};
+use crate::core::tls::{TlsSession, RECORD_PLAINTEXT};
+use crate::error::{Callback, TlsError};
 
 /// The per-connection state of a link: made at the TCP connect, dropped with the connection.
 #[derive(Debug, Default)]
@@ -74,6 +74,158 @@ impl Connection {
         }
     }
 
+    /// Whether the connection speaks TLS.
+    pub(super) fn speaks_tls(&self) -> bool {
+        self.tls.is_some()
+    }
+
+    /// Whether its TLS handshake is under way.
+    pub(super) fn tls_handshaking(&self) -> bool {
+        self.tls.as_ref().is_some_and(TlsSession::is_handshaking)
+    }
+
+    /// The heartbeat `hb`, from `now`, unless one runs already (`paused`: the IO side is not
+    /// reading).
+    pub(super) fn start_heartbeat(&mut self, hb: Option<&Heartbeat>, now: Instant, paused: bool) {
+        if self.heartbeat.is_none() {
+            self.heartbeat = hb.map(|hb| HeartbeatState::start(hb, now, paused));
+        }
+    }
+
+    /// Queues a control frame ahead of the outbox; a ping covers the frames written before
+    /// it.
+    pub(super) fn queue_control(&mut self, kind: Control, bytes: Vec<u8>) {
+        if matches!(kind, Control::Ping { .. }) {
+            self.uncovered_since = None;
+        }
+        self.control.push_back((kind, bytes));
+    }
+
+    /// When a barrier is due: `age` after frames were first written with no ping after them.
+    pub(super) fn barrier_at(&self, age: Duration) -> Option<Instant> {
+        Some(self.uncovered_since? + age)
+    }
+
+    /// The bytes up to `newest` (the end of the newest frame written) that no ping covers,
+    /// when a barrier would cover them: none is written after it nor queued. Read up to
+    /// `read_to`, the peer has answered for them already.
+    pub(super) fn uncovered(&self, newest: u64, read_to: u64) -> Option<u64> {
+        if self.turns.ping_after(newest) || self.control.iter().any(|(c, _)| *c != Control::Hello) {
+            return None;
+        }
+        let covered = self.turns.last_ping_end().max(read_to);
+        Some(newest.saturating_sub(covered))
+    }
+
+    /// Begins a batch in `buf` with the control frames queued, each in flight until the batch
+    /// is answered, and with the turns they take when the peer's answers are known.
+    pub(super) fn take_control(&mut self, answers: Answers, buf: &mut Vec<u8>) {
+        self.pending_ends.clear();
+        self.pending_turns.clear();
+        while let Some((kind, c)) = self.control.pop_front() {
+            buf.extend_from_slice(&c);
+            let turn = (answers != Answers::Unknown)
+                .then(|| kind.turn(answers == Answers::EveryFrame))
+                .flatten();
+            if let Some(turn) = turn {
+                self.pending_turns.push((turn, buf.len()));
+            }
+            self.in_flight_control.push((kind, c));
+        }
+    }
+
+    /// The batch of the last `poll_transmit` went out at `now`.
+    pub(super) fn sent(&mut self, now: Instant) {
+        self.in_flight_control.clear();
+        if let Some(hb) = &mut self.heartbeat {
+            hb.on_outbound(now);
+        }
+    }
+
+    /// Where the peer can read up to plaintext byte `end` of the last batch (the end of a
+    /// frame or a turn in it), as an offset in the batch's bytes: with TLS, the end of the
+    /// record that carries that byte.
+    pub(super) fn readable_end(&self, end: usize) -> usize {
+        match self.tls {
+            None => end,
+            Some(_) => self
+                .pending_records
+                .get(end.saturating_sub(1) / RECORD_PLAINTEXT)
+                .map_or(self.pending_len, |&r| r),
+        }
+    }
+
+    /// The last batch was written at stream offset `base`: each of its turns waits for its
+    /// answer at its end in the stream. When it held frames (`frames`) and no ping after them
+    /// covers `newest`, they are uncovered from `now`.
+    pub(super) fn turns_written(&mut self, base: u64, now: Instant, frames: bool, newest: u64) {
+        let mut pending = std::mem::take(&mut self.pending_turns);
+        for &(turn, e) in &pending {
+            let end = self.readable_end(e);
+            self.turns.push(turn, base + end as u64);
+        }
+        pending.clear();
+        self.pending_turns = pending;
+        if frames && self.uncovered_since.is_none() && !self.turns.ping_after(newest) {
+            self.uncovered_since = Some(now);
+        }
+    }
+
+    /// Bytes left undecoded, taken out of the receive buffer (the start of a frame whose end
+    /// will never come): how many.
+    pub(super) fn take_cut(&mut self) -> usize {
+        let bytes = self.rx.len();
+        self.rx.clear();
+        bytes
+    }
+
+    /// Socket bytes through the TLS session: handshake records advance it, application
+    /// records come out as plaintext appended to `rx`. `None` without TLS.
+    pub(super) fn feed(&mut self, bytes: &[u8]) -> Option<Fed> {
+        let tls = self.tls.as_mut()?;
+        let was_handshaking = tls.is_handshaking();
+        let before = self.rx.len();
+        let result = tls.feed(bytes, &mut self.rx);
+        Some(Fed {
+            before,
+            established: was_handshaking && !tls.is_handshaking() && result.is_ok(),
+            peer_closed: tls.peer_closed(),
+            result,
+        })
+    }
+
+    /// The records to write, after EAGAIN: the ones the socket refused, as they are.
+    pub(super) fn take_retry(&mut self) -> Option<Vec<u8>> {
+        self.tls_retry.take()
+    }
+
+    /// The scratch a plaintext batch is built in before it is sealed.
+    pub(super) fn take_plain(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.plain_out)
+    }
+
+    /// Seals the plaintext batch `plain` (or with `batch` false, only the session's own
+    /// records, as while handshaking) into `buf`, noting where each record ends; `plain` is
+    /// kept as the scratch of the next batch. `None` without TLS.
+    pub(super) fn seal(
+        &mut self,
+        mut plain: Vec<u8>,
+        batch: bool,
+        buf: &mut Vec<u8>,
+    ) -> Option<Result<(), TlsError>> {
+        let tls = self.tls.as_mut()?;
+        self.pending_records.clear();
+        let sealed = if batch {
+            tls.seal(&plain, buf, &mut self.pending_records)
+        } else {
+            tls.take_ciphertext(buf);
+            Ok(())
+        };
+        plain.clear();
+        self.plain_out = plain;
+        Some(sealed)
+    }
+
     /// The control frames of the last `poll_transmit` go first in line again.
     pub(super) fn requeue_control(&mut self) {
         for c in self.in_flight_control.drain(..).rev() {
@@ -93,6 +245,19 @@ impl Connection {
         tls.take_ciphertext(&mut bytes);
         (!bytes.is_empty()).then_some(bytes)
     }
+}
+
+/// What the TLS session made of socket bytes.
+#[derive(Debug)]
+pub(super) struct Fed {
+    /// The length of the receive buffer before: its plaintext comes after.
+    pub(super) before: usize,
+    /// The handshake completed with these bytes.
+    pub(super) established: bool,
+    /// The peer has sent its close_notify.
+    pub(super) peer_closed: bool,
+    /// A failure of the session.
+    pub(super) result: Result<(), TlsError>,
 }
 
 /// One control frame (a hello frame, the ping) through the framing, guarded: the framing may
