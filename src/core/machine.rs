@@ -23,13 +23,11 @@ use rand::SeedableRng;
 
 use self::callbacks::Callbacks;
 use self::connection::{encode, Connection};
+use self::delivery::Delivery;
 use self::dial::{Dialer, Next};
-use self::flushes::Flushes;
 use self::outage::Outage;
 use self::receive::{unsolicited, verdict};
-use self::transmit::{
-    fill_batch, into_window, Bounds, Filled, PRESSED_BYTES, PRESSED_FRAMES, QUIET, SEND_RETRY,
-};
+use self::transmit::{fill_batch, Bounds, Filled, SEND_RETRY};
 use super::backoff::Backoff;
 use super::confirm::{Answers, Control, Turn};
 use super::counters::Counters;
@@ -38,17 +36,14 @@ use super::framing::BoxedFraming;
 use super::guard::{guarded, timed};
 use super::guard::{Panicked, Stopwatch};
 use super::heartbeat::{Ping, Reply};
-use super::outbox::Outbox;
 use super::protocol::BoxedProtocol;
 use super::protocol::{Reaction, Verdict as Opened};
 use super::requests::{Matched, Verdict};
-use super::requests::{Outcome, Requests, Token};
+use super::requests::{Outcome, Token};
 use super::settings::ProofOfLife;
 use super::settings::Settings;
 use super::timers::{Timer, Timers};
 use super::tls::{TlsSession, TlsSettings};
-use super::window::Redelivery;
-use super::window::{Losses, Window};
 use crate::batch::Batch;
 use crate::error::{Callback, DecodeError, FlushError, LinkError, RequestError, TlsError};
 use crate::event::{AbandonReason, Cause, Event, State, Transition};
@@ -225,7 +220,6 @@ pub(crate) struct Machine {
     /// exactly while Connected or Ready.
     conn: Option<Connection>,
     timers: Timers,
-    outbox: Outbox,
     /// The link's framing: decodes the connection's `rx`, encodes control frames and the
     /// outbox's frames.
     framing: BoxedFraming,
@@ -240,16 +234,10 @@ pub(crate) struct Machine {
     /// The stopwatch of calls into application code, and the slow ones' reports.
     callbacks: Callbacks,
     c: Counters,
-    /// Requests outstanding and their replies.
-    requests: Requests,
-    /// Frames written and not yet confirmed; a lost connection's are resent or reported.
-    window: Window,
+    /// The frames and requests held across connections: outbox, window, requests, flushes.
+    delivery: Delivery,
     /// What the protocol does at the edges of a connection (taken from the settings).
     protocol: Option<BoxedProtocol>,
-    /// How many losses in a row the oldest unconfirmed frame has been in flight at.
-    losses: Losses,
-    /// Flushes waiting for the frames submitted before them.
-    flushes: Flushes,
 }
 
 impl Machine {
@@ -259,10 +247,8 @@ impl Machine {
         let endpoints = Endpoints::new(std::mem::take(&mut cfg.endpoints), &mut rng);
         let framing = cfg.framing.clone();
         let protocol = cfg.protocol.take();
-        let outbox = Outbox::new(cfg.outbox_frames, cfg.outbox_bytes);
         let backoff = Backoff::new(cfg.backoff.clone());
-        let requests = Requests::new(&cfg.requests, cfg.max_losses);
-        let window = Window::new(cfg.confirm.by_reply);
+        let delivery = Delivery::new(&cfg);
         Machine {
             cfg,
             state: State::Idle,
@@ -270,7 +256,6 @@ impl Machine {
             dial: Dialer::new(endpoints, backoff, rng, now),
             conn: None,
             timers: Timers::default(),
-            outbox,
             framing,
             actions: VecDeque::new(),
             closing: false,
@@ -280,11 +265,8 @@ impl Machine {
             fail_reason: None,
             callbacks: Callbacks::default(),
             c: Counters::default(),
-            requests,
-            window,
+            delivery,
             protocol,
-            losses: Losses::default(),
-            flushes: Flushes::default(),
         }
     }
 
@@ -421,13 +403,13 @@ impl Machine {
         if self.timers.take(Timer::DnsRefresh, now) {
             self.refresh_dns();
         }
-        let expired = self.outbox.expire(now);
+        let expired = self.delivery.outbox.expire(now);
         self.abandon_all(expired, AbandonReason::Expired);
-        self.requests.expire(now);
+        self.delivery.requests.expire(now);
         self.answer_requests();
         // The IO side reads the acknowledgements in this pass.
         if self.reading_at().is_some_and(|t| t <= now) {
-            self.window.poll_due(now);
+            self.delivery.window.poll_due(now);
         }
         self.heartbeat_due(now);
         self.check_flushed(now);
@@ -441,10 +423,8 @@ impl Machine {
                 next = Some(next.map_or(t, |n: Instant| n.min(t)));
             }
         };
-        consider(self.outbox.next_deadline());
-        consider(self.requests.next_deadline());
+        consider(self.delivery.next_deadline());
         consider(self.reading_at());
-        consider(self.flushes.deadline());
         consider(self.barrier_at());
         if let Some(hb) = self.conn.as_ref().and_then(|c| c.heartbeat.as_ref()) {
             consider(hb.death_at());
@@ -568,7 +548,7 @@ impl Machine {
         // Requests written again carry the protocol's mark, as frames do (a panic there keeps
         // the request as it was: the connection is already down).
         let protocol = self.protocol.as_ref();
-        self.requests.connection_lost(|frame| {
+        self.delivery.requests.connection_lost(|frame| {
             let p = protocol?;
             crate::core::guard::guarded(Callback::Protocol, || p.resend(frame))
                 .ok()
@@ -576,7 +556,7 @@ impl Machine {
         });
         self.answer_requests();
         if self.cfg.abandon_on_disconnect && matches!(was, State::Connected | State::Ready) {
-            let frames = self.outbox.drain();
+            let frames = self.delivery.outbox.drain();
             self.abandon_all(frames, AbandonReason::ConnectionLost);
         }
         log::debug!(
@@ -878,7 +858,7 @@ impl Machine {
             self.abandon_all(vec![frame], AbandonReason::Expired);
             return;
         }
-        self.outbox.push(frame, deadline);
+        self.delivery.outbox.push(frame, deadline);
         self.trim();
     }
 
@@ -893,7 +873,7 @@ impl Machine {
             self.abandon_all(batch.into_shared_frames(), AbandonReason::Expired);
             return;
         }
-        self.outbox.push_batch(batch, deadline);
+        self.delivery.outbox.push_batch(batch, deadline);
         self.trim();
     }
 
@@ -910,15 +890,18 @@ impl Machine {
         self.c.requests_submitted += 1;
         if self.state == State::Closed {
             return self
+                .delivery
                 .requests
                 .answer(token, Err(RequestError::Closed(frame)));
         }
-        self.requests.submit(now, token, frame, id, deadline);
+        self.delivery
+            .requests
+            .submit(now, token, frame, id, deadline);
     }
 
     /// Hands every outcome reached to its caller.
     fn answer_requests(&mut self) {
-        while let Some((token, outcome)) = self.requests.poll_outcome() {
+        while let Some((token, outcome)) = self.delivery.requests.poll_outcome() {
             self.actions.push_back(Action::Answer(token, outcome));
         }
     }
@@ -936,26 +919,25 @@ impl Machine {
     /// A flush: answered once every frame submitted before it has its outcome, or at
     /// `deadline`.
     fn flush(&mut self, now: Instant, token: Token, deadline: Instant) {
-        self.flushes
-            .push(token, self.c.submitted, self.c.abandoned.total(), deadline);
+        self.delivery
+            .flush(token, self.c.submitted, self.c.abandoned.total(), deadline);
         self.barrier_due(now);
         self.settle_flushes(now);
     }
 
     /// Answers the flushes whose frames all have their outcome, or whose deadline passed.
     fn settle_flushes(&mut self, now: Instant) {
-        let waiting = (self.outbox.len() + self.window.len()) as u64;
         let (submitted, abandoned) = (self.c.submitted, self.c.abandoned.total());
         let actions = &mut self.actions;
-        self.flushes
-            .settle(now, waiting, submitted, abandoned, |token, outcome| {
+        self.delivery
+            .settle_flushes(now, submitted, abandoned, |token, outcome| {
                 actions.push_back(Action::Flushed(token, outcome))
             });
     }
 
     /// Flushes answered, and a close that waits for nothing more: the flushed row.
     fn check_flushed(&mut self, now: Instant) {
-        if self.flushes.waits() {
+        if self.delivery.flushes.waits() {
             self.settle_flushes(now);
         }
         if self.closing && self.state != State::Closed && self.drained() {
@@ -965,7 +947,7 @@ impl Machine {
 
     /// Nothing left to write, to confirm or to answer.
     fn drained(&self) -> bool {
-        self.outbox.is_empty() && self.window.is_empty() && self.requests.waiting() == 0
+        self.delivery.drained()
     }
 
     /// The end: the connection closed (with TLS, close_notify first, best effort within
@@ -991,16 +973,17 @@ impl Machine {
         }
         // Written, not confirmed: the peer may have them.
         let unconfirmed = self
+            .delivery
             .window
             .take_all()
             .into_iter()
             .map(|s| s.frame)
             .collect();
         self.abandon_all(unconfirmed, AbandonReason::Unconfirmed);
-        self.window.reset();
-        let frames = self.outbox.drain();
+        self.delivery.window.reset();
+        let frames = self.delivery.outbox.drain();
         self.abandon_all(frames, AbandonReason::Shutdown);
-        self.requests.shutdown();
+        self.delivery.requests.shutdown();
         self.answer_requests();
         self.timers.clear();
         self.dial.set_retry_delay(None);
@@ -1123,7 +1106,7 @@ impl Machine {
     /// When a barrier is due: frames confirmed by reply under `Answers::Pings`, written with
     /// no ping after them, for the barrier's age.
     fn barrier_at(&self) -> Option<Instant> {
-        if !self.window.by_reply() || self.cfg.answers != Answers::Pings {
+        if !self.delivery.window.by_reply() || self.cfg.answers != Answers::Pings {
             return None;
         }
         self.conn.as_ref()?.barrier_at(self.cfg.confirm.barrier_age)
@@ -1132,7 +1115,7 @@ impl Machine {
     /// Writes a barrier ping when frames confirmed by reply have waited with no ping after
     /// them for the barrier's age, when their bytes pass its bound, or when a flush waits.
     fn barrier_due(&mut self, now: Instant) {
-        if self.state != State::Ready || !self.window.by_reply() {
+        if self.state != State::Ready || !self.delivery.window.by_reply() {
             return;
         }
         if self.cfg.answers != Answers::Pings {
@@ -1141,15 +1124,15 @@ impl Machine {
         let Some(conn) = self.conn.as_ref() else {
             return;
         };
-        let Some(newest) = self.window.newest_end() else {
+        let Some(newest) = self.delivery.window.newest_end() else {
             return;
         };
-        let Some(uncovered) = conn.uncovered(newest, self.window.read_to()) else {
+        let Some(uncovered) = conn.uncovered(newest, self.delivery.window.read_to()) else {
             return;
         };
         let by_bytes = uncovered >= self.cfg.confirm.barrier_bytes;
         let by_age = self.barrier_at().is_some_and(|t| t <= now);
-        if by_bytes || by_age || self.flushes.waits() {
+        if by_bytes || by_age || self.delivery.flushes.waits() {
             self.c.barriers += 1;
             self.queue_ping(now, false);
         }
@@ -1495,7 +1478,9 @@ impl Machine {
             return;
         };
         let c = &mut self.c;
-        self.window.answered(end, |n, len| c.confirmed(n, len));
+        self.delivery
+            .window
+            .answered(end, |n, len| c.confirmed(n, len));
         match turn {
             Turn::Ping { heartbeat } => {
                 let hb = self.conn.as_mut().and_then(|c| c.heartbeat.as_mut());
@@ -1513,7 +1498,7 @@ impl Machine {
             Turn::Frame => self.emit_frame(frame),
             Turn::Request => {
                 self.c.received += 1;
-                match self.requests.on_frame(frame, Verdict::Reply) {
+                match self.delivery.requests.on_frame(frame, Verdict::Reply) {
                     Matched::Answer(_) => self.answer_requests(),
                     Matched::Late => log::debug!("relink[{}]: a late reply dropped", self.cfg.name),
                     Matched::Unsolicited(frame) => self.emit(Event::Frame(frame)),
@@ -1545,7 +1530,7 @@ impl Machine {
     /// A frame no turn waits for: the protocol's reaction first, then the application's, or
     /// (by id) a request's reply.
     fn deliver_unsolicited(&mut self, now: Instant, frame: Bytes) {
-        if self.requests.by_id() {
+        if self.delivery.requests.by_id() {
             return self.deliver(now, frame);
         }
         self.deliver_own(now, frame);
@@ -1607,7 +1592,7 @@ impl Machine {
     /// A frame that is neither the handshake's nor a pong: a request's reply or the
     /// application's.
     fn deliver(&mut self, now: Instant, frame: Bytes) {
-        if self.requests.is_empty() {
+        if self.delivery.requests.is_empty() {
             return self.deliver_own(now, frame);
         }
         let verdict = match verdict(
@@ -1618,7 +1603,7 @@ impl Machine {
             Ok(v) => v,
             Err(p) => return self.step(now, Ev::CallbackPanicked(p)),
         };
-        match self.requests.on_frame(frame, verdict) {
+        match self.delivery.requests.on_frame(frame, verdict) {
             Matched::Answer(_) => {
                 self.c.received += 1;
                 self.answer_requests();
@@ -1673,8 +1658,8 @@ impl Machine {
     fn poll_batch(&mut self, now: Instant, buf: &mut Vec<u8>) -> bool {
         buf.clear();
         if !matches!(self.state, State::Connected | State::Ready)
-            || self.outbox.in_flight() > 0
-            || self.requests.in_flight() > 0
+            || self.delivery.outbox.in_flight() > 0
+            || self.delivery.requests.in_flight() > 0
         {
             return false;
         }
@@ -1694,15 +1679,16 @@ impl Machine {
             // none are).
             let window = match self.cfg.window {
                 0 => u64::MAX,
-                _ if self.window.is_blind() => u64::MAX,
+                _ if self.delivery.window.is_blind() => u64::MAX,
                 w => w as u64,
             };
             let bounds = Bounds {
                 limit,
                 window,
-                unacked: self.window.unacked(),
+                unacked: self.delivery.window.unacked(),
             };
-            let (outbox, framing, name) = (&mut self.outbox, &mut self.framing, &self.cfg.name);
+            let (outbox, framing, name) =
+                (&mut self.delivery.outbox, &mut self.framing, &self.cfg.name);
             let ends = &mut conn.pending_ends;
             let first = ends.len();
             let mut filled = Filled::default();
@@ -1741,7 +1727,7 @@ impl Machine {
     /// Adds the requests waiting to be written to the batch, while it has room.
     fn batch_requests(&mut self, buf: &mut Vec<u8>) -> Result<(), Panicked> {
         let limit = self.cfg.batch_bytes;
-        while let Some(frame) = self.requests.next_unsent() {
+        while let Some(frame) = self.delivery.requests.next_unsent() {
             if !buf.is_empty() && buf.len().saturating_add(frame.len()) > limit {
                 break;
             }
@@ -1749,15 +1735,17 @@ impl Machine {
             let framing = &mut self.framing;
             match guarded(Callback::Encode, || framing.encode(frame, buf))? {
                 Ok(()) => {
-                    self.requests.advance();
-                    let in_order = self.cfg.answers != Answers::Unknown && !self.requests.by_id();
+                    self.delivery.requests.advance();
+                    let in_order =
+                        self.cfg.answers != Answers::Unknown && !self.delivery.requests.by_id();
                     if let Some(conn) = self.conn.as_mut().filter(|_| in_order) {
                         conn.pending_turns.push((Turn::Request, buf.len()));
                     }
                 }
                 Err(e) => {
                     buf.truncate(mark);
-                    self.requests
+                    self.delivery
+                        .requests
                         .refuse_next(|frame| RequestError::Invalid(frame, e));
                     self.answer_requests();
                 }
@@ -1773,7 +1761,7 @@ impl Machine {
             TxResult::Sent => {
                 self.written(now);
                 self.barrier_due(now);
-                self.requests.confirm();
+                self.delivery.requests.confirm();
                 if let Some(conn) = &mut self.conn {
                     conn.sent(now);
                 }
@@ -1807,8 +1795,8 @@ impl Machine {
     fn written(&mut self, now: Instant) {
         let conn = self.conn.as_ref();
         let len = conn.map_or(0, |c| c.pending_len);
-        let base = self.window.written();
-        self.window.wrote(now, len);
+        let base = self.delivery.window.written();
+        self.delivery.window.wrote(now, len);
         // With TLS a frame can be read once the record that carries its last byte has
         // arrived: it is confirmed with the end of that record.
         let end_of = |k: usize| {
@@ -1818,11 +1806,10 @@ impl Machine {
                     .map_or(c.pending_len, |&e| c.readable_end(e))
             })
         };
-        let (outbox, window, c) = (&mut self.outbox, &mut self.window, &mut self.c);
-        let frames = into_window(outbox, window, c, now, base, end_of);
+        let frames = self.delivery.written(now, base, &mut self.c, end_of);
         // The turns of the batch, at their ends in the stream (with TLS, the ends of their
         // records, as for frames).
-        let newest = self.window.newest_end().unwrap_or(0);
+        let newest = self.delivery.window.newest_end().unwrap_or(0);
         if let Some(conn) = &mut self.conn {
             conn.turns_written(base, now, frames > 0, newest);
         }
@@ -1835,11 +1822,15 @@ impl Machine {
             return;
         }
         let Some(bytes) = bytes else {
-            self.window.no_reading(now);
+            self.delivery.window.no_reading(now);
             return;
         };
         let c = &mut self.c;
-        if !self.window.acked(now, bytes, |n, len| c.confirmed(n, len)) {
+        if !self
+            .delivery
+            .window
+            .acked(now, bytes, |n, len| c.confirmed(n, len))
+        {
             log::debug!("relink: an acknowledged count that cannot be this connection's ignored");
         }
         self.check_flushed(now);
@@ -1848,115 +1839,66 @@ impl Machine {
     /// The acknowledgements of the connection of dial `generation` cannot be read: its frames
     /// count as confirmed when written.
     fn acks_unavailable(&mut self, generation: u64) {
-        if self.is_current(generation) && !self.window.is_blind() {
+        if self.is_current(generation) && !self.delivery.window.is_blind() {
             log::warn!(
                 "relink: the acknowledgements of the connection to {} cannot be read: \
                  its frames count as confirmed when written",
                 self.endpoint_text().unwrap_or_default()
             );
             let c = &mut self.c;
-            self.window.go_blind(|n, len| c.confirmed(n, len));
+            self.delivery.window.go_blind(|n, len| c.confirmed(n, len));
         }
     }
 
     /// Whether frames wait for the acknowledged bytes of the current connection (the IO side
     /// keeps what it reads them from only while they do).
     pub(crate) fn wants_acks(&self) -> bool {
-        !self.window.is_empty()
+        !self.delivery.window.is_empty()
     }
 
     /// Whether the IO side should read the acknowledged bytes at `now`: the window's reading
     /// is due ([`Machine::reading_at`]), or something waits on the confirmations (a flush, a
     /// close, a window that holds frames back or fills up).
     pub(crate) fn reading_due(&self, now: Instant) -> bool {
-        !self.window.is_empty()
-            && (self.reading_pressed() || self.reading_at().is_some_and(|t| t <= now))
+        self.delivery
+            .reading_due(now, self.cfg.window, self.closing)
     }
 
-    /// When the window's next reading is due: its own schedule, but no sooner than
-    /// [`QUIET`] after the oldest waiting frame was written, while nothing waits on the
-    /// confirmations. A link that writes a frame now and then takes one reading for the
-    /// frames of [`QUIET`], not one per frame (each costs the IO thread a wake-up and a few
-    /// system calls, more than the frame).
+    /// When the window's next reading is due ([`Delivery::reading_at`]).
     fn reading_at(&self) -> Option<Instant> {
-        let at = self.window.poll_at()?;
-        if self.reading_pressed() {
-            return Some(at);
-        }
-        Some(
-            self.window
-                .oldest()
-                .map_or(at, |oldest| at.max(oldest + QUIET)),
-        )
-    }
-
-    /// Something waits on the confirmations: a flush, a close, frames held back or about to
-    /// be (a quarter of the window), or more frames than [`PRESSED_FRAMES`] unconfirmed.
-    fn reading_pressed(&self) -> bool {
-        let unacked = self.window.unacked();
-        let window = match self.cfg.window {
-            0 => PRESSED_BYTES,
-            w => (w as u64 / 4).min(PRESSED_BYTES),
-        };
-        self.closing
-            || self.flushes.waits()
-            || unacked >= window
-            || self.window.len() >= PRESSED_FRAMES
+        self.delivery.reading_at(self.cfg.window, self.closing)
     }
 
     /// The frames of a lost connection that were written and not confirmed, by the policy:
     /// first in line again (resend), or each given back (report).
     fn redeliver(&mut self) {
-        let frames = self.window.take_all();
-        self.window.reset();
-        match self.cfg.redelivery {
-            Redelivery::Resend => {
-                let (frames, poison) = self.losses.count(frames, self.cfg.max_losses);
-                if let Some(poison) = poison {
-                    log::warn!(
-                        "relink[{}]: a frame of {} bytes, the oldest unconfirmed at {} \
-                         connection losses in a row, abandoned as poison",
-                        self.cfg.name,
-                        poison.len(),
-                        self.cfg.max_losses
-                    );
-                    self.abandon_all(vec![poison], AbandonReason::Poison);
-                }
-                self.c.resent += frames.len() as u64;
-                for s in frames.into_iter().rev() {
-                    let frame = match self.marked_for_resend(&s.frame) {
-                        Ok(Some(marked)) => marked.into(),
-                        Ok(None) => s.frame,
-                        Err(p) => {
-                            // Reported here: the connection is already down.
-                            self.report_panic(&p);
-                            s.frame
-                        }
-                    };
-                    self.outbox.push_front(frame, s.deadline);
-                }
-            }
-            Redelivery::Report => {
-                self.losses.clear();
-                let frames = frames.into_iter().map(|s| s.frame).collect();
-                self.abandon_all(frames, AbandonReason::Unconfirmed);
-            }
-        }
-    }
-
-    /// The protocol's mark on a frame written again (MQTT's DUP), guarded.
-    fn marked_for_resend(&self, frame: &[u8]) -> Result<Option<Vec<u8>>, Panicked> {
-        match self.protocol.as_ref() {
+        let protocol = self.protocol.as_ref();
+        let mark = |frame: &[u8]| match protocol {
             Some(p) => guarded(Callback::Protocol, || p.resend(frame)),
             None => Ok(None),
+        };
+        let (policy, max) = (self.cfg.redelivery, self.cfg.max_losses);
+        let lost = self.delivery.redeliver(policy, max, &mut self.c, mark);
+        if let Some(poison) = lost.poison {
+            log::warn!(
+                "relink[{}]: a frame of {} bytes, the oldest unconfirmed at {max} \
+                 connection losses in a row, abandoned as poison",
+                self.cfg.name,
+                poison.len(),
+            );
+            self.abandon_all(vec![poison], AbandonReason::Poison);
         }
+        for p in &lost.panics {
+            // Reported here: the connection is already down.
+            self.report_panic(p);
+        }
+        self.abandon_all(lost.unconfirmed, AbandonReason::Unconfirmed);
     }
 
     /// The frames, requests and control frames of the last `poll_transmit` go first in line
     /// again.
     fn requeue_in_flight(&mut self) {
-        self.outbox.requeue();
-        self.requests.requeue();
+        self.delivery.requeue();
         if let Some(conn) = &mut self.conn {
             conn.requeue_control();
         }
@@ -1965,10 +1907,8 @@ impl Machine {
     /// Drops the oldest frames (`Overflow`) while the outbox is over its limits; the last
     /// frame stays even if it alone is over. Frames in flight are confirmed or put back first.
     fn trim(&mut self) {
-        while self.outbox.in_flight() == 0 && self.outbox.over_limit() && self.outbox.len() > 1 {
-            let frame = self.outbox.pop_front().expect("non-empty");
-            self.abandon_all(vec![frame], AbandonReason::Overflow);
-        }
+        let dropped = self.delivery.overflow();
+        self.abandon_all(dropped, AbandonReason::Overflow);
     }
 
     // ----- the snapshot -------------------------------------------------------------------------
@@ -1982,8 +1922,8 @@ impl Machine {
                 .map(|t| t.saturating_duration_since(now)),
             _ => None,
         };
-        let queued = self.outbox.len();
-        let queued_bytes = self.outbox.bytes();
+        let queued = self.delivery.outbox.len();
+        let queued_bytes = self.delivery.outbox.bytes();
         Metrics {
             state: self.state,
             time_in_state: now.saturating_duration_since(self.since),
@@ -2018,24 +1958,26 @@ impl Machine {
             ignored_inputs: self.c.ignored,
             callback_panics: self.c.callback_panics,
             requests_submitted: self.c.requests_submitted,
-            requests_late_held: (self.requests.len() - self.requests.waiting()) as u64,
+            requests_late_held: (self.delivery.requests.len() - self.delivery.requests.waiting())
+                as u64,
             barriers_sent: self.c.barriers,
             handshakes_refused: self.c.handshakes_refused,
             frames_answered: self.c.answered_by_link,
-            requests_answered: self.requests.answered,
-            requests_failed: self.requests.failed,
-            requests_outstanding: self.requests.waiting() as u64,
-            requests_written: self.requests.written() as u64,
-            replies_late: self.requests.late,
+            requests_answered: self.delivery.requests.answered,
+            requests_failed: self.delivery.requests.failed,
+            requests_outstanding: self.delivery.requests.waiting() as u64,
+            requests_written: self.delivery.requests.written() as u64,
+            replies_late: self.delivery.requests.late,
             slow_callbacks: self.c.slow_callbacks,
             slowest_callback: self.c.slowest_callback,
             verdicts_deferred: self.c.verdicts_deferred,
             down_for: self.outage.down_for(now),
             tls_rejected: self.c.tls_rejected,
             frames_confirmed: self.c.confirmed,
-            frames_unconfirmed: self.window.len() as u64,
+            frames_unconfirmed: self.delivery.window.len() as u64,
             frames_resent: self.c.resent,
             oldest_unconfirmed: self
+                .delivery
                 .window
                 .oldest()
                 .map(|t| now.saturating_duration_since(t)),
@@ -2047,6 +1989,7 @@ impl Machine {
 
 mod callbacks;
 mod connection;
+mod delivery;
 mod dial;
 mod flushes;
 mod outage;

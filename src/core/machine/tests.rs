@@ -153,7 +153,7 @@ impl Sim {
             self.m.transmit_done(self.now, TxResult::Sent);
             self.drain();
             if self.auto_ack {
-                self.ack(self.m.window.written());
+                self.ack(self.m.delivery.window.written());
             }
         }
     }

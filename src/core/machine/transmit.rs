@@ -1,70 +1,18 @@
-//! The machine's transmit path: batches built from control frames, the outbox and the
-//! requests; what became of them at the socket; the window of frames written and not yet
-//! confirmed, and what becomes of it when a connection is lost.
+//! The filling of a batch: the outbox's frames through the framing, within the batch's and
+//! the window's bounds (the built-in framings called directly, not through the box).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 
-use crate::core::counters::Counters;
 use crate::core::framing::BoxedFraming;
 use crate::core::framing::{Framing, LengthDelimited, Lines};
 use crate::core::guard::{guarded, Panicked};
-use crate::core::outbox::{Outbox, Unsent, Written};
-use crate::core::window::Window;
+use crate::core::outbox::{Outbox, Unsent};
 use crate::error::{Callback, EncodeError};
-
-/// How long after the oldest waiting frame was written the first reading of the
-/// acknowledged bytes comes, while nothing waits on the confirmations (`Machine::reading_at`).
-pub(crate) const QUIET: Duration = Duration::from_millis(10);
-
-/// Unconfirmed frames at which every pass reads the acknowledged bytes.
-pub(super) const PRESSED_FRAMES: usize = 64;
-
-/// Unconfirmed bytes at which every pass reads the acknowledged bytes (or a quarter of a
-/// smaller window).
-pub(super) const PRESSED_BYTES: u64 = 64 * 1024;
 
 /// How long to wait before offering the socket a batch again after EAGAIN.
 pub(super) const SEND_RETRY: Duration = Duration::from_millis(1);
-
-/// The frames of the last batch went out at `now`, `base` bytes into the connection's
-/// stream: counted as sent in `c`, and each waits in the window at the stream offset where
-/// the peer can read its last byte (`base` plus `end_of` the k-th frame of the batch). A
-/// window that sees no acknowledgements and no answers confirms them at once. Returns how
-/// many went into the window.
-pub(super) fn into_window(
-    outbox: &mut Outbox,
-    window: &mut Window,
-    c: &mut Counters,
-    now: Instant,
-    base: u64,
-    end_of: impl Fn(usize) -> usize,
-) -> usize {
-    let blind = window.is_blind() && !window.by_reply();
-    let mut k = 0;
-    outbox.take_written(|run| {
-        let (frames, bytes) = (run.ends.len(), run.bytes());
-        c.sent(frames, bytes);
-        if blind {
-            c.confirmed(frames, bytes);
-            return;
-        }
-        let Written {
-            data,
-            start,
-            ends,
-            deadline,
-        } = run;
-        let frames = ends.iter().map(|&at| {
-            let end = base + end_of(k) as u64;
-            k += 1;
-            (at, end)
-        });
-        window.push_run(data, start, frames, now, deadline);
-    });
-    k
-}
 
 /// How filling a batch ended: frames the framing refused now (taken out of the outbox), and
 /// the panic that ended it, if any.

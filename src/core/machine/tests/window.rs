@@ -2,7 +2,7 @@
 //! acknowledges their last byte (the count enters as an input), the window holds frames back,
 //! and a drop resends or reports what was not confirmed.
 
-use super::super::transmit::QUIET;
+use super::super::delivery::QUIET;
 use super::*;
 use crate::Redelivery;
 
@@ -36,7 +36,7 @@ fn a_frame_is_confirmed_once_the_peer_acknowledges_its_last_byte() {
     assert_eq!(sent_frames(&s), (2, 2, 0));
     assert_eq!(s.metrics().unaccounted(), 0);
     assert_eq!(
-        s.m.window.poll_at(),
+        s.m.delivery.window.poll_at(),
         None,
         "no reading wanted once all is confirmed"
     );
