@@ -4,12 +4,22 @@
 //! deadline leaves as [`Machine::poll_timeout`], effects leave as [`Action`]s drained with
 //! [`Machine::poll_action`], and bytes to write are pulled with [`Machine::poll_transmit`].
 //!
-//! This file holds the types, the [`Machine`] (what outlives a connection), the inputs, the
-//! transition table and the glue that needs several parts at once: the dial, `fail`,
-//! `teardown`, the close, and the snapshot. The child modules hold the parts as types that
-//! own their fields: `dial` ([`Dialer`]), `outage` ([`Outage`]), `callbacks` ([`Callbacks`]),
-//! `flushes` ([`Flushes`]) and `connection` ([`Connection`]); `tls`, `receive` and `transmit`
-//! are the byte paths.
+//! Every method of [`Machine`] is in this file: its inputs and actions, the transition
+//! table, and the glue that needs several parts at once (the dial and its failure, the
+//! connection coming up, TLS, the receive and transmit paths, the close, the snapshot). The
+//! parts are types of their own in the child modules, each owning its fields and methods:
+//!
+//! - `dial`: [`Dialer`], the dial's bookkeeping (generation, attempt, failures, native
+//!   redials, backoff and its generator, the endpoints and the one in use);
+//! - `connection`: [`Connection`], one TCP connection's state (TLS session, receive buffer,
+//!   heartbeat, control frames and their turns, the last batch's bookkeeping);
+//! - `delivery`: [`Delivery`], what is held across connections (outbox, window and losses,
+//!   requests, flushes), with the reading schedule of the acknowledgements and redelivery;
+//! - `flushes`: [`Flushes`], the flushes that wait and their settling;
+//! - `outage`: [`Outage`], the outage record and its warn lines;
+//! - `callbacks`: [`Callbacks`], the stopwatch of application code and the slow-call reports;
+//! - `receive`: what the protocol and the correlation say of an inbound frame;
+//! - `transmit`: the filling of a batch through the framing.
 //!
 #![doc = include_str!("../../docs/transitions.md")]
 
@@ -205,10 +215,10 @@ enum Ev {
 ///
 /// It holds what outlives a connection, each part a type of its own: the settings and the
 /// state, the [`Dialer`] (which dial is current, attempts and failures, backoff, endpoints),
-/// the timers, the outbox, the requests and the window (frames written and not yet confirmed,
-/// resent or reported when their connection is lost), the [`Flushes`], the counters, the
-/// [`Outage`] record and the [`Callbacks`]' stopwatch and slow reports. What belongs to one
-/// TCP connection is in [`Connection`], made when it comes up and dropped with it.
+/// the timers, the [`Delivery`] (outbox, window, requests, flushes: their frames are resent or
+/// reported after a loss), the counters, the [`Outage`] record and the [`Callbacks`]'
+/// stopwatch and slow reports. What belongs to one TCP connection is in [`Connection`], made
+/// when it comes up and dropped with it.
 #[derive(Debug)]
 pub(crate) struct Machine {
     cfg: Settings,

@@ -1,19 +1,20 @@
-//! The state of one TCP connection, and how it comes up.
+//! The state of one TCP connection, and what it does with it.
 //!
 //! A [`Connection`] is made when the TCP connection of a dial comes up (`tcp_connected`) and
 //! dropped when it goes (`teardown`, `finish`): the machine holds it as `Option<Connection>`,
 //! `Some` exactly while the state is Connected or Ready. Nothing in it is reset by hand; the
 //! next connection starts from a fresh one.
 //!
-//! What lives here is meaningless on another connection: the TLS session and the records the
-//! socket refused, bytes received and not yet decoded, control frames (hello, pings) encoded
-//! for this peer, the heartbeat's clock, whether the handshake reply is awaited, and the
-//! bookkeeping of the last `poll_transmit`. What outlives a connection stays on the
-//! [`Machine`]: the outbox, the requests and the window (their frames are resent or reported
-//! after a loss), the counters, the backoff and its attempt count, the endpoints and the one
-//! in use (dialled before a connection exists, named in the failure's log line after it is
-//! gone), the timers, and whether the IO side paused reading (a property of the application,
-//! not of the peer).
+//! What lives here is meaningless on another connection: the TLS session (feeding it the
+//! socket's bytes, sealing a batch) and the records the socket refused, bytes received and not
+//! yet decoded, control frames (hello, pings, answers) encoded for this peer and the turns
+//! they take, the heartbeat's clock, whether the handshake reply is awaited, and the
+//! bookkeeping of the last `poll_transmit`. What outlives a connection is elsewhere on the
+//! [`Machine`](super::Machine): the [`Delivery`](super::delivery::Delivery) (its frames are
+//! resent or reported after a loss), the counters, the [`Dialer`](super::dial::Dialer) (the
+//! backoff, the endpoints and the one in use, dialled before a connection exists and named in
+//! the failure's log line after it is gone), the timers, and whether the IO side paused
+//! reading (a property of the application, not of the peer).
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
