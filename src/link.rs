@@ -474,7 +474,7 @@ impl Link {
         shared.final_metrics()
     }
 
-    // ----- sending: every `send*` call, one submission through the intake -----------------
+    // ----- sending: every `send*` call, one submission through the intake ------------------------
 
     /// Queues a frame, applying the overflow policy at the outbox limit. Never waits on the
     /// network: with `RejectNew` (the default) and `DropOldest` it returns at once; with
@@ -1164,7 +1164,7 @@ impl Link {
         Ok(())
     }
 
-    // ----- request and reply --------------------------------------------------------------
+    // ----- request and reply ---------------------------------------------------------------------
 
     /// Sends `frame` as a request and waits for its reply, within the builder's
     /// [`request_timeout`](crate::Builder::request_timeout) counted from now (time queued
@@ -1295,7 +1295,7 @@ impl Link {
         }
     }
 
-    // ----- flush: a wait for the frames sent before it ------------------------------------
+    // ----- flush: a wait for the frames sent before it -------------------------------------------
 
     /// Blocks until every frame sent before the call (through this handle, its clones, a
     /// [`Writer`](crate::Writer) flushed before, or a [`Producer`](crate::Producer)) is confirmed,
@@ -1359,7 +1359,7 @@ impl Link {
         }
     }
 
-    // ----- the buffered writer ------------------------------------------------------------
+    // ----- the buffered writer -------------------------------------------------------------------
 
     /// A buffered writer on this link (see [`Writer`]), for one producer.
     ///
@@ -1369,7 +1369,7 @@ impl Link {
         Writer::new(self.clone())
     }
 
-    // ----- a producer thread's way in -----------------------------------------------------
+    // ----- a producer thread's way in ------------------------------------------------------------
 
     /// A producer on this link for one producer (see [`Producer`]).
     ///

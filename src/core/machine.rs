@@ -448,7 +448,7 @@ impl Machine {
         self.actions.pop_front()
     }
 
-    // ----- the transition table -------------------------------------------------------------
+    // ----- the transition table ------------------------------------------------------------------
 
     fn step(&mut self, now: Instant, ev: Ev) {
         use State::*;
@@ -536,7 +536,7 @@ impl Machine {
         }
     }
 
-    // ----- effects ----------------------------------------------------------------------------
+    // ----- effects -------------------------------------------------------------------------------
 
     /// Tells the application that its code panicked, and counts it.
     fn report_panic(&mut self, p: &Panicked) {
@@ -694,7 +694,7 @@ impl Machine {
         }
     }
 
-    // ----- the dial ---------------------------------------------------------------------------
+    // ----- the dial ------------------------------------------------------------------------------
 
     fn dial(&mut self, now: Instant, cause: Cause) {
         self.timers.disarm(Timer::Retry);
@@ -783,7 +783,7 @@ impl Machine {
         }
     }
 
-    // ----- served time and slow callbacks -----------------------------------------------------
+    // ----- served time and slow callbacks --------------------------------------------------------
 
     /// After a gap in which the link was not served, a verdict on the peer that was due, or
     /// about to be, gets a fresh chance: the heartbeat a ping at once and a full bound, the
@@ -854,7 +854,7 @@ impl Machine {
         }
     }
 
-    // ----- frames and requests handed in, frames given back -----------------------------------
+    // ----- frames and requests handed in, frames given back --------------------------------------
 
     /// A frame accepted by the handle: queued, or given back at once when the link is
     /// closed or its deadline has passed.
@@ -924,7 +924,7 @@ impl Machine {
         }
     }
 
-    // ----- flushes and the close ----------------------------------------------------------------
+    // ----- flushes and the close -----------------------------------------------------------------
 
     /// A flush: answered once every frame submitted before it has its outcome, or at
     /// `deadline`.
@@ -1001,7 +1001,7 @@ impl Machine {
         self.actions.push_back(Action::Stop);
     }
 
-    // ----- the connection coming up, and its heartbeat ------------------------------------
+    // ----- the connection coming up, and its heartbeat -------------------------------------------
 
     /// The connection carries application bytes (TCP is up, and the TLS handshake has
     /// completed): heartbeat, hello, and the connect as proof of life.
@@ -1173,7 +1173,7 @@ impl Machine {
         Ok(ping?.unwrap_or_default())
     }
 
-    // ----- TLS: the session between the socket's bytes and the framing --------------------
+    // ----- TLS: the session between the socket's bytes and the framing ---------------------------
 
     /// Socket bytes through the TLS session: handshake records advance it (its completion
     /// brings the connection up), application records come out as plaintext, appended to the
@@ -1325,7 +1325,7 @@ impl Machine {
         self.fail(now, cause);
     }
 
-    // ----- the receive path: decoding, and where each inbound frame goes ------------------
+    // ----- the receive path: decoding, and where each inbound frame goes -------------------------
 
     /// Application bytes (without TLS) into the framing.
     fn on_plaintext(&mut self, now: Instant, bytes: &[u8]) {
@@ -1635,7 +1635,7 @@ impl Machine {
         }
     }
 
-    // ----- the transmit path: batches, the socket's answer, the window, redelivery --------
+    // ----- the transmit path: batches, the socket's answer, the window, redelivery ---------------
 
     /// Fills `buf` with the next bytes to write: control frames first, then queued frames
     /// while Ready, up to `batch_bytes` (one frame at least); with TLS, the session's records
@@ -1921,7 +1921,7 @@ impl Machine {
         self.abandon_all(dropped, AbandonReason::Overflow);
     }
 
-    // ----- the snapshot -------------------------------------------------------------------------
+    // ----- the snapshot --------------------------------------------------------------------------
 
     /// A consistent snapshot at `now`, for [`Metrics`].
     pub(crate) fn metrics(&self, now: Instant) -> Metrics {
