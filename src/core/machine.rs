@@ -37,7 +37,7 @@ use self::delivery::Delivery;
 use self::dial::{Dialer, Next};
 use self::outage::Outage;
 use self::receive::{unsolicited, verdict};
-use self::transmit::{fill_batch, Bounds, Filled, SEND_RETRY};
+use self::transmit::{fill_batch, Filled, SEND_RETRY};
 use super::backoff::Backoff;
 use super::confirm::{Answers, Control, Turn};
 use super::counters::Counters;
@@ -1683,20 +1683,7 @@ impl Machine {
         let answers = self.cfg.answers;
         conn.take_control(answers, buf);
         if self.state == State::Ready {
-            // A batch holds one frame at least, and no more frames once the payloads would
-            // pass the limit (the framing's own bytes are not counted). The window holds back
-            // frames while too many written bytes are unacknowledged (one batch at least when
-            // none are).
-            let window = match self.cfg.window {
-                0 => u64::MAX,
-                _ if self.delivery.window.is_blind() => u64::MAX,
-                w => w as u64,
-            };
-            let bounds = Bounds {
-                limit,
-                window,
-                unacked: self.delivery.window.unacked(),
-            };
+            let bounds = self.delivery.bounds(limit, self.cfg.window);
             let (outbox, framing, name) =
                 (&mut self.delivery.outbox, &mut self.framing, &self.cfg.name);
             let ends = &mut conn.pending_ends;
@@ -1734,34 +1721,18 @@ impl Machine {
         false
     }
 
-    /// Adds the requests waiting to be written to the batch, while it has room.
+    /// Adds the requests waiting to be written to the batch, while it has room; one the
+    /// framing refuses is answered at once.
     fn batch_requests(&mut self, buf: &mut Vec<u8>) -> Result<(), Panicked> {
-        let limit = self.cfg.batch_bytes;
-        while let Some(frame) = self.delivery.requests.next_unsent() {
-            if !buf.is_empty() && buf.len().saturating_add(frame.len()) > limit {
-                break;
-            }
-            let mark = buf.len();
-            let framing = &mut self.framing;
-            match guarded(Callback::Encode, || framing.encode(frame, buf))? {
-                Ok(()) => {
-                    self.delivery.requests.advance();
-                    let in_order =
-                        self.cfg.answers != Answers::Unknown && !self.delivery.requests.by_id();
-                    if let Some(conn) = self.conn.as_mut().filter(|_| in_order) {
-                        conn.pending_turns.push((Turn::Request, buf.len()));
-                    }
-                }
-                Err(e) => {
-                    buf.truncate(mark);
-                    self.delivery
-                        .requests
-                        .refuse_next(|frame| RequestError::Invalid(frame, e));
-                    self.answer_requests();
-                }
-            }
-        }
-        Ok(())
+        let in_order = self.cfg.answers != Answers::Unknown && !self.delivery.requests.by_id();
+        let turns = match self.conn.as_mut() {
+            Some(conn) if in_order => Some(&mut conn.pending_turns),
+            _ => None,
+        };
+        let (framing, limit) = (&mut self.framing, self.cfg.batch_bytes);
+        let batched = self.delivery.batch_requests(framing, limit, buf, turns);
+        self.answer_requests();
+        batched
     }
 
     /// What became of the batch from the last `poll_transmit`.

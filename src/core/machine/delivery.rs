@@ -9,13 +9,16 @@ use std::time::Instant;
 use bytes::Bytes;
 
 use super::flushes::Flushes;
+use super::transmit::Bounds;
+use crate::core::confirm::Turn;
 use crate::core::counters::Counters;
-use crate::core::guard::Panicked;
+use crate::core::framing::BoxedFraming;
+use crate::core::guard::{guarded, Panicked};
 use crate::core::outbox::{Outbox, Written};
 use crate::core::requests::{Requests, Token};
 use crate::core::settings::Settings;
 use crate::core::window::{Losses, Redelivery, Window};
-use crate::error::FlushError;
+use crate::error::{Callback, FlushError, RequestError};
 
 /// How long after the oldest waiting frame was written the first reading of the
 /// acknowledged bytes comes, while nothing waits on the confirmations
@@ -200,6 +203,56 @@ impl Delivery {
             window.push_run(data, start, frames, now, deadline);
         });
         k
+    }
+
+    /// How much the next batch may hold: `limit` payload bytes (one frame at least), and
+    /// while the window sees acknowledgements, `window_limit` bytes written and not yet
+    /// acknowledged (0: no bound; one batch at least when none are).
+    pub(super) fn bounds(&self, limit: usize, window_limit: usize) -> Bounds {
+        // The framing's own bytes are not counted.
+        let window = match window_limit {
+            0 => u64::MAX,
+            _ if self.window.is_blind() => u64::MAX,
+            w => w as u64,
+        };
+        Bounds {
+            limit,
+            window,
+            unacked: self.window.unacked(),
+        }
+    }
+
+    /// Adds the requests waiting to be written to the batch in `buf`, while it holds fewer
+    /// than `limit` bytes (one request at least), each with its turn in `turns` when the peer
+    /// answers in order. One the framing refuses is answered with
+    /// [`RequestError::Invalid`]; a panic of the framing ends the batch.
+    pub(super) fn batch_requests(
+        &mut self,
+        framing: &mut BoxedFraming,
+        limit: usize,
+        buf: &mut Vec<u8>,
+        mut turns: Option<&mut Vec<(Turn, usize)>>,
+    ) -> Result<(), Panicked> {
+        while let Some(frame) = self.requests.next_unsent() {
+            if !buf.is_empty() && buf.len().saturating_add(frame.len()) > limit {
+                break;
+            }
+            let mark = buf.len();
+            match guarded(Callback::Encode, || framing.encode(frame, buf))? {
+                Ok(()) => {
+                    self.requests.advance();
+                    if let Some(turns) = turns.as_deref_mut() {
+                        turns.push((Turn::Request, buf.len()));
+                    }
+                }
+                Err(e) => {
+                    buf.truncate(mark);
+                    self.requests
+                        .refuse_next(|frame| RequestError::Invalid(frame, e));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The frames of a lost connection that were written and not confirmed, by `policy`:
