@@ -14,7 +14,8 @@
 //! - `connection`: [`Connection`], one TCP connection's state (TLS session, receive buffer,
 //!   heartbeat, control frames and their turns, the last batch's bookkeeping);
 //! - `delivery`: [`Delivery`], what is held across connections (outbox, window and losses,
-//!   requests, flushes), with the reading schedule of the acknowledgements and redelivery;
+//!   requests, flushes): a batch's bounds and its requests, written frames, the reading
+//!   schedule of the acknowledgements, redelivery;
 //! - `flushes`: [`Flushes`], the flushes that wait and their settling;
 //! - `outage`: [`Outage`], the outage record and its warn lines;
 //! - `callbacks`: [`Callbacks`], the stopwatch of application code and the slow-call reports;
