@@ -1,5 +1,5 @@
-//! The builder and every setting with its default; the checks `build()` makes are in
-//! `check.rs`.
+//! The builder and every setting with its default: every method of [`Builder`] but `build()`
+//! is in this file; the checks `build()` makes are functions in `check.rs`.
 //!
 //! `build()` itself lives with the handle it builds, in `link.rs`. The checked [`Config`] is
 //! split there: the core gets its [`Settings`], the IO thread its socket options.
@@ -15,6 +15,7 @@ use crate::core::protocol::{BoxedProtocol, Protocol};
 use crate::core::requests::{Correlation, RequestSettings};
 use crate::core::settings::{ProofOfLife, Settings, HANDSHAKE_TIMEOUT};
 use crate::core::window::Redelivery;
+use crate::error::ConfigError;
 use crate::io::{self, Context, IoPool, Keepalive, Resolver};
 use crate::tls::Tls;
 
@@ -1053,6 +1054,28 @@ impl Builder {
     pub fn config_failure_retry(mut self, wait: Duration) -> Builder {
         self.config.core.config_retry = Some(wait);
         self
+    }
+
+    /// Checks every setting (check.rs); no libzmq object is made.
+    pub(crate) fn into_config(self) -> Result<Config, ConfigError> {
+        check::config(self)
+    }
+
+    /// The checked configuration, with the context and the IO pool the link starts on (the
+    /// global ones unless the builder names its own).
+    pub(crate) fn validate(self) -> Result<(Config, Context, IoPool), ConfigError> {
+        let context = self.context.clone();
+        let pool = self.io_pool.clone();
+        let config = self.into_config()?;
+        let context = match context {
+            Some(ctx) => ctx,
+            None => Context::global()?,
+        };
+        let pool = match pool {
+            Some(pool) => pool,
+            None => IoPool::global()?,
+        };
+        Ok((config, context, pool))
     }
 }
 

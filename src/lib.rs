@@ -279,7 +279,7 @@
 //! `core`, and nothing in `core` names the IO side:
 //! ```text
 //! src/lib.rs       crate docs and re-exports
-//! src/link.rs      the handle (Link) and Builder::build; link/send.rs its send path
+//! src/link.rs      the handle (Link): every method of it, and Builder::build
 //! src/events.rs    the receiving end of a link's events (Events)
 //! src/builder.rs   the builder and its defaults (builder/check.rs: the checks of build());
 //!                  the core's settings kept apart
@@ -314,7 +314,6 @@ mod event;
 mod events;
 #[cfg(feature = "metrics")]
 mod export;
-mod flush;
 mod io;
 mod link;
 mod metrics;

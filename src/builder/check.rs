@@ -11,221 +11,203 @@ use crate::core::heartbeat::Ping;
 use crate::core::requests::Matching;
 use crate::core::tls::TlsSettings;
 use crate::error::ConfigError;
-use crate::io::{Context, IoPool};
 
-impl Builder {
-    pub(crate) fn validate(self) -> Result<(Config, Context, IoPool), ConfigError> {
-        let context = self.context.clone();
-        let pool = self.io_pool.clone();
-        let config = self.into_config()?;
-        let context = match context {
-            Some(ctx) => ctx,
-            None => Context::global()?,
-        };
-        let pool = match pool {
-            Some(pool) => pool,
-            None => IoPool::global()?,
-        };
-        Ok((config, context, pool))
+/// Checks every setting; no libzmq object is made.
+pub(super) fn config(builder: Builder) -> Result<Config, ConfigError> {
+    let mut c = builder.config;
+    if builder.endpoints.is_empty() {
+        return Err(ConfigError::NoEndpoint);
     }
-
-    /// Checks every setting; no libzmq object is made.
-    pub(crate) fn into_config(self) -> Result<Config, ConfigError> {
-        let mut c = self.config;
-        if self.endpoints.is_empty() {
-            return Err(ConfigError::NoEndpoint);
+    c.core.endpoints = builder
+        .endpoints
+        .iter()
+        .map(|e| Endpoint::parse(e))
+        .collect::<Result<_, _>>()?;
+    c.core.name = Arc::from(builder.name.as_deref().unwrap_or(&builder.endpoints[0]));
+    let b = &c.core.backoff;
+    positive("backoff base", b.base)?;
+    if b.max < b.base {
+        return Err(ConfigError::MaxBelowBase {
+            base: b.base,
+            max: b.max,
+        });
+    }
+    if b.floor > b.max {
+        return Err(ConfigError::FloorAboveMax {
+            floor: b.floor,
+            max: b.max,
+        });
+    }
+    if !(b.factor.is_finite() && b.factor >= 1.0) {
+        return Err(ConfigError::BadFactor(b.factor));
+    }
+    if let Jitter::Proportional(x) = b.jitter {
+        if !(x.is_finite() && x > 0.0 && x <= 1.0) {
+            return Err(ConfigError::JitterOutOfRange(x));
         }
-        c.core.endpoints = self
+    }
+    if c.core.max_attempts == Some(0) {
+        return Err(ConfigError::ZeroLimit {
+            name: "max_attempts",
+        });
+    }
+    positive("cooldown", c.core.cooldown)?;
+    if let Some(d) = c.core.config_retry {
+        positive("config_failure_retry", d)?;
+    }
+    let s = &c.socket;
+    positive("connect_timeout", s.connect_timeout)?;
+    positive("reconnect_ivl", s.reconnect_ivl)?;
+    positive("linger", s.linger)?;
+    for (name, d) in [
+        ("connect_timeout", s.connect_timeout),
+        ("reconnect_ivl", s.reconnect_ivl),
+        ("reconnect_ivl_max", s.reconnect_ivl_max),
+        ("linger", s.linger),
+    ] {
+        fits_zmq_ms(name, d)?;
+    }
+    if s.reconnect_ivl_max > Duration::ZERO && s.reconnect_ivl_max < s.reconnect_ivl {
+        return Err(ConfigError::MaxBelowBase {
+            base: s.reconnect_ivl,
+            max: s.reconnect_ivl_max,
+        });
+    }
+    if s.sndhwm <= 0 {
+        return Err(ConfigError::ZeroLimit { name: "sndhwm" });
+    }
+    if s.rcvhwm <= 0 {
+        return Err(ConfigError::ZeroLimit { name: "rcvhwm" });
+    }
+    if let Some(k) = s.keepalive {
+        positive("keepalive idle", k.idle)?;
+        positive("keepalive interval", k.interval)?;
+        if k.count == 0 {
+            return Err(ConfigError::ZeroLimit {
+                name: "keepalive count",
+            });
+        }
+        for (name, d) in [
+            ("keepalive idle", k.idle),
+            ("keepalive interval", k.interval),
+        ] {
+            if d.as_secs() as u128 > MAX_ZMQ_MS / 1000 {
+                return Err(ConfigError::TooLarge {
+                    name,
+                    value: d.as_secs() as u128,
+                    max: MAX_ZMQ_MS / 1000,
+                });
+            }
+        }
+        if k.count > i32::MAX as u32 {
+            return Err(ConfigError::TooLarge {
+                name: "keepalive count",
+                value: k.count as u128,
+                max: i32::MAX as u128,
+            });
+        }
+    }
+    if let Some(d) = s.tcp_maxrt {
+        positive("tcp_maxrt", d)?;
+        fits_zmq_ms("tcp_maxrt", d)?;
+    }
+    let framing = &c.core.framing;
+    let needs_framing = |what| ConfigError::ReplyNeedsFraming {
+        what,
+        framing: framing.name().to_string(),
+    };
+    if let Some(protocol) = &c.core.protocol {
+        if !framing.delimits_frames() {
+            return Err(needs_framing("protocol"));
+        }
+        // A clone's opening and ping stand for every connection's: a frame the framing
+        // cannot write is refused here, not found at the first connect.
+        let mut probe = protocol.clone();
+        let unencodable = |what| move |source| ConfigError::Unencodable { what, source };
+        for f in &probe.open().frames {
+            framing.check(f).map_err(unencodable("opening frame"))?;
+        }
+        if let Some(ping) = probe.ping() {
+            framing.check(&ping).map_err(unencodable("protocol ping"))?;
+        }
+    }
+    let protocol_ping = c.core.protocol.as_ref().is_some_and(|p| p.ping().is_some());
+    if let Some(hb) = &c.core.heartbeat {
+        positive("heartbeat interval", hb.interval)?;
+        if hb.reply.is_some() && !framing.delimits_frames() {
+            return Err(needs_framing("heartbeat reply"));
+        }
+        match &hb.ping {
+            // The protocol's ping is written in its place.
+            Ping::Raw(p) if p.is_empty() && protocol_ping => {}
+            Ping::Raw(p) if p.is_empty() => return Err(ConfigError::EmptyPing),
+            Ping::Raw(_) => {}
+            Ping::Frame(p) => framing
+                .check(p)
+                .map_err(|source| ConfigError::Unencodable {
+                    what: "heartbeat ping",
+                    source,
+                })?,
+        }
+    }
+    if c.core.outbox_frames == 0 {
+        return Err(ConfigError::ZeroLimit {
+            name: "outbox frames",
+        });
+    }
+    if c.core.outbox_bytes == 0 {
+        return Err(ConfigError::ZeroLimit {
+            name: "outbox bytes",
+        });
+    }
+    if let Overflow::Block(d) = c.overflow {
+        positive("overflow block timeout", d)?;
+    }
+    if let Some(ttl) = c.frame_ttl {
+        positive("frame_ttl", ttl)?;
+    }
+    if c.events_capacity == 0 {
+        return Err(ConfigError::ZeroLimit {
+            name: "events_capacity",
+        });
+    }
+    positive("close_timeout", c.close_timeout)?;
+    positive("slow_callback", c.core.slow_callback)?;
+    positive("dns_refresh", c.core.dns_refresh)?;
+    if c.core.batch_bytes == 0 {
+        return Err(ConfigError::ZeroLimit {
+            name: "batch_bytes",
+        });
+    }
+    // The core's dial bounds, computed once. libzmq's own redial waits up to two reconnect
+    // intervals before dialling again.
+    c.core.connect_timeout = c.socket.connect_timeout;
+    c.core.dial_bound = c.socket.connect_timeout + c.socket.reconnect_ivl * 2;
+    if let Some(tls) = &builder.tls {
+        positive("tls handshake timeout", tls.handshake_bound())?;
+        // One rustls configuration for the link (every PEM read and checked here); one
+        // server name per endpoint.
+        let (config, source) = tls.credentials(&c.core.name)?;
+        let sessions = c
+            .core
             .endpoints
             .iter()
-            .map(|e| Endpoint::parse(e))
-            .collect::<Result<_, _>>()?;
-        c.core.name = Arc::from(self.name.as_deref().unwrap_or(&self.endpoints[0]));
-        let b = &c.core.backoff;
-        positive("backoff base", b.base)?;
-        if b.max < b.base {
-            return Err(ConfigError::MaxBelowBase {
-                base: b.base,
-                max: b.max,
-            });
-        }
-        if b.floor > b.max {
-            return Err(ConfigError::FloorAboveMax {
-                floor: b.floor,
-                max: b.max,
-            });
-        }
-        if !(b.factor.is_finite() && b.factor >= 1.0) {
-            return Err(ConfigError::BadFactor(b.factor));
-        }
-        if let Jitter::Proportional(x) = b.jitter {
-            if !(x.is_finite() && x > 0.0 && x <= 1.0) {
-                return Err(ConfigError::JitterOutOfRange(x));
-            }
-        }
-        if c.core.max_attempts == Some(0) {
-            return Err(ConfigError::ZeroLimit {
-                name: "max_attempts",
-            });
-        }
-        positive("cooldown", c.core.cooldown)?;
-        if let Some(d) = c.core.config_retry {
-            positive("config_failure_retry", d)?;
-        }
-        let s = &c.socket;
-        positive("connect_timeout", s.connect_timeout)?;
-        positive("reconnect_ivl", s.reconnect_ivl)?;
-        positive("linger", s.linger)?;
-        for (name, d) in [
-            ("connect_timeout", s.connect_timeout),
-            ("reconnect_ivl", s.reconnect_ivl),
-            ("reconnect_ivl_max", s.reconnect_ivl_max),
-            ("linger", s.linger),
-        ] {
-            fits_zmq_ms(name, d)?;
-        }
-        if s.reconnect_ivl_max > Duration::ZERO && s.reconnect_ivl_max < s.reconnect_ivl {
-            return Err(ConfigError::MaxBelowBase {
-                base: s.reconnect_ivl,
-                max: s.reconnect_ivl_max,
-            });
-        }
-        if s.sndhwm <= 0 {
-            return Err(ConfigError::ZeroLimit { name: "sndhwm" });
-        }
-        if s.rcvhwm <= 0 {
-            return Err(ConfigError::ZeroLimit { name: "rcvhwm" });
-        }
-        if let Some(k) = s.keepalive {
-            positive("keepalive idle", k.idle)?;
-            positive("keepalive interval", k.interval)?;
-            if k.count == 0 {
-                return Err(ConfigError::ZeroLimit {
-                    name: "keepalive count",
-                });
-            }
-            for (name, d) in [
-                ("keepalive idle", k.idle),
-                ("keepalive interval", k.interval),
-            ] {
-                if d.as_secs() as u128 > MAX_ZMQ_MS / 1000 {
-                    return Err(ConfigError::TooLarge {
-                        name,
-                        value: d.as_secs() as u128,
-                        max: MAX_ZMQ_MS / 1000,
-                    });
-                }
-            }
-            if k.count > i32::MAX as u32 {
-                return Err(ConfigError::TooLarge {
-                    name: "keepalive count",
-                    value: k.count as u128,
-                    max: i32::MAX as u128,
-                });
-            }
-        }
-        if let Some(d) = s.tcp_maxrt {
-            positive("tcp_maxrt", d)?;
-            fits_zmq_ms("tcp_maxrt", d)?;
-        }
-        let framing = &c.core.framing;
-        let needs_framing = |what| ConfigError::ReplyNeedsFraming {
-            what,
-            framing: framing.name().to_string(),
-        };
-        if let Some(protocol) = &c.core.protocol {
-            if !framing.delimits_frames() {
-                return Err(needs_framing("protocol"));
-            }
-            // A clone's opening and ping stand for every connection's: a frame the framing
-            // cannot write is refused here, not found at the first connect.
-            let mut probe = protocol.clone();
-            let unencodable = |what| move |source| ConfigError::Unencodable { what, source };
-            for f in &probe.open().frames {
-                framing.check(f).map_err(unencodable("opening frame"))?;
-            }
-            if let Some(ping) = probe.ping() {
-                framing.check(&ping).map_err(unencodable("protocol ping"))?;
-            }
-        }
-        let protocol_ping = c.core.protocol.as_ref().is_some_and(|p| p.ping().is_some());
-        if let Some(hb) = &c.core.heartbeat {
-            positive("heartbeat interval", hb.interval)?;
-            if hb.reply.is_some() && !framing.delimits_frames() {
-                return Err(needs_framing("heartbeat reply"));
-            }
-            match &hb.ping {
-                // The protocol's ping is written in its place.
-                Ping::Raw(p) if p.is_empty() && protocol_ping => {}
-                Ping::Raw(p) if p.is_empty() => return Err(ConfigError::EmptyPing),
-                Ping::Raw(_) => {}
-                Ping::Frame(p) => framing
-                    .check(p)
-                    .map_err(|source| ConfigError::Unencodable {
-                        what: "heartbeat ping",
-                        source,
-                    })?,
-            }
-        }
-        if c.core.outbox_frames == 0 {
-            return Err(ConfigError::ZeroLimit {
-                name: "outbox frames",
-            });
-        }
-        if c.core.outbox_bytes == 0 {
-            return Err(ConfigError::ZeroLimit {
-                name: "outbox bytes",
-            });
-        }
-        if let Overflow::Block(d) = c.overflow {
-            positive("overflow block timeout", d)?;
-        }
-        if let Some(ttl) = c.frame_ttl {
-            positive("frame_ttl", ttl)?;
-        }
-        if c.events_capacity == 0 {
-            return Err(ConfigError::ZeroLimit {
-                name: "events_capacity",
-            });
-        }
-        positive("close_timeout", c.close_timeout)?;
-        positive("slow_callback", c.core.slow_callback)?;
-        positive("dns_refresh", c.core.dns_refresh)?;
-        if c.core.batch_bytes == 0 {
-            return Err(ConfigError::ZeroLimit {
-                name: "batch_bytes",
-            });
-        }
-        // The core's dial bounds, computed once. libzmq's own redial waits up to two reconnect
-        // intervals before dialling again.
-        c.core.connect_timeout = c.socket.connect_timeout;
-        c.core.dial_bound = c.socket.connect_timeout + c.socket.reconnect_ivl * 2;
-        if let Some(tls) = &self.tls {
-            positive("tls handshake timeout", tls.handshake_bound())?;
-            // One rustls configuration for the link (every PEM read and checked here); one
-            // server name per endpoint.
-            let (config, source) = tls.credentials(&c.core.name)?;
-            let sessions = c
-                .core
-                .endpoints
-                .iter()
-                .map(|e| match &e.host {
-                    Host::Ip(ip) => tls.settings(config.clone(), &ip.to_string(), true),
-                    Host::Name(name) => tls.settings(config.clone(), name, false),
+            .map(|e| match &e.host {
+                Host::Ip(ip) => tls.settings(config.clone(), &ip.to_string(), true),
+                Host::Name(name) => tls.settings(config.clone(), name, false),
+            })
+            .map(|s| {
+                s.map(|s| TlsSettings {
+                    source: source.clone(),
+                    ..s
                 })
-                .map(|s| {
-                    s.map(|s| TlsSettings {
-                        source: source.clone(),
-                        ..s
-                    })
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            c.core.tls = Some(sessions);
-        }
-        check_requests(&mut c)?;
-        check_answers(&mut c, self.requests_said)?;
-        Ok(c)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        c.core.tls = Some(sessions);
     }
+    check_requests(&mut c)?;
+    check_answers(&mut c, builder.requests_said)?;
+    Ok(c)
 }
 
 /// What the peer answers, what confirms a frame, and whether every inbound frame has one

@@ -4,10 +4,23 @@
 //! deadline leaves as [`Machine::poll_timeout`], effects leave as [`Action`]s drained with
 //! [`Machine::poll_action`], and bytes to write are pulled with [`Machine::poll_transmit`].
 //!
-//! This file holds the types, the [`Machine`] (what outlives a connection), the inputs, the
-//! transition table, `fail` and `teardown`. The child modules are `impl Machine` blocks, one
-//! concern each: `connection` (one TCP connection's state, and its coming up), `dial`, `tls`,
-//! `receive`, `transmit`, `intake`, `close`, `metrics` and `served`.
+//! Every method of [`Machine`] is in this file: its inputs and actions, the transition
+//! table, and the glue that needs several parts at once (the dial and its failure, the
+//! connection coming up, TLS, the receive and transmit paths, the close, the snapshot). The
+//! parts are types of their own in the child modules, each owning its fields and methods:
+//!
+//! - `dial`: [`Dialer`], the dial's bookkeeping (generation, attempt, failures, native
+//!   redials, backoff and its generator, the endpoints and the one in use);
+//! - `connection`: [`Connection`], one TCP connection's state (TLS session, receive buffer,
+//!   heartbeat, control frames and their turns, the last batch's bookkeeping);
+//! - `delivery`: [`Delivery`], what is held across connections (outbox, window and losses,
+//!   requests, flushes): a batch's bounds and its requests, written frames, the reading
+//!   schedule of the acknowledgements, redelivery;
+//! - `flushes`: [`Flushes`], the flushes that wait and their settling;
+//! - `outage`: [`Outage`], the outage record and its warn lines;
+//! - `callbacks`: [`Callbacks`], the stopwatch of application code and the slow-call reports;
+//! - `receive`: what the protocol and the correlation say of an inbound frame;
+//! - `transmit`: the filling of a batch through the framing.
 //!
 #![doc = include_str!("../../docs/transitions.md")]
 
@@ -19,21 +32,33 @@ use bytes::Bytes;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 
-use self::connection::Connection;
+use self::callbacks::Callbacks;
+use self::connection::{encode, Connection};
+use self::delivery::Delivery;
+use self::dial::{Dialer, Next};
+use self::outage::Outage;
+use self::receive::{unsolicited, verdict};
+use self::transmit::{fill_batch, Filled, SEND_RETRY};
 use super::backoff::Backoff;
+use super::confirm::{Answers, Control, Turn};
 use super::counters::Counters;
 use super::endpoints::{fmt_addr, Endpoints};
 use super::framing::BoxedFraming;
-use super::guard::{Panicked, Stopwatch, Untimed};
-use super::outbox::Outbox;
+use super::guard::{guarded, timed};
+use super::guard::{Panicked, Stopwatch};
+use super::heartbeat::{Ping, Reply};
 use super::protocol::BoxedProtocol;
-use super::requests::{Outcome, Requests, Token};
+use super::protocol::{Reaction, Verdict as Opened};
+use super::requests::{Matched, Verdict};
+use super::requests::{Outcome, Token};
+use super::settings::ProofOfLife;
 use super::settings::Settings;
 use super::timers::{Timer, Timers};
-use super::window::{Losses, Window};
+use super::tls::{TlsSession, TlsSettings};
 use crate::batch::Batch;
-use crate::error::{Callback, DecodeError, FlushError, LinkError, TlsError};
+use crate::error::{Callback, DecodeError, FlushError, LinkError, RequestError, TlsError};
 use crate::event::{AbandonReason, Cause, Event, State, Transition};
+use crate::metrics::Metrics;
 
 /// What the IO side tells the machine.
 #[derive(Debug)]
@@ -187,92 +212,43 @@ enum Ev {
     CloseDeadline,
 }
 
-/// An outage is first reported at warn level after this long, then each time it doubles.
-const OUTAGE_WARN_FIRST: Duration = Duration::from_secs(10);
-
 /// The state machine of one link.
 ///
-/// It holds what outlives a connection: the settings and the state, the dial's bookkeeping
-/// (generation, attempt, failures, native redials, backoff, the endpoints and the one in use),
-/// the timers, the outbox, the requests and the window (frames written and not yet confirmed,
-/// resent or reported when their connection is lost), the counters and the outage record.
-/// What belongs to one TCP connection is in [`Connection`], made when it comes up and dropped
-/// with it.
+/// It holds what outlives a connection, each part a type of its own: the settings and the
+/// state, the [`Dialer`] (which dial is current, attempts and failures, backoff, endpoints),
+/// the timers, the [`Delivery`] (outbox, window, requests, flushes: their frames are resent or
+/// reported after a loss), the counters, the [`Outage`] record and the [`Callbacks`]'
+/// stopwatch and slow reports. What belongs to one TCP connection is in [`Connection`], made
+/// when it comes up and dropped with it.
 #[derive(Debug)]
 pub(crate) struct Machine {
     cfg: Settings,
     state: State,
     since: Instant,
-    /// The dial in progress; inputs of another one are stale.
-    generation: u64,
+    /// The dial's bookkeeping: generation, attempt, failures, backoff, endpoints.
+    dial: Dialer,
     /// The connection of the current dial, from its TCP connect to its teardown: `Some`
     /// exactly while Connected or Ready.
     conn: Option<Connection>,
-    /// Failed dials and lost connections in a row, libzmq's own redials included.
-    failures: u32,
-    /// The attempt: the ordinal of the latest dial relink made since the last stable connection
-    /// (0 when none was made since). The backoff grows with it and `max_attempts` counts it.
-    attempt: u32,
-    native_left: u32,
-    /// Native redials used since the last stable connection (they are the fast path for the
-    /// first failures of an outage, not for every dial).
-    native_used: u32,
-    /// When the current dial (or the native redial of it) began.
-    dial_started: Instant,
-    backoff: Backoff,
-    rng: StdRng,
     timers: Timers,
-    retry_delay: Option<Duration>,
-    outbox: Outbox,
     /// The link's framing: decodes the connection's `rx`, encodes control frames and the
     /// outbox's frames.
     framing: BoxedFraming,
     actions: VecDeque<Action>,
     closing: bool,
-    endpoints: Endpoints,
-    /// The endpoint and address of the current dial (kept after a failure: its log line,
-    /// the metrics and the next dial's choice name it).
-    current: Option<(usize, SocketAddr)>,
-    /// The endpoint whose answer is awaited.
-    resolving: Option<usize>,
-    outage_since: Option<Instant>,
-    last_outage: Option<Duration>,
-    /// Since when attempts have been failing without a Ready in between.
-    failing_since: Option<Instant>,
-    /// The outage length at which the next warn line is due.
-    next_outage_warn: Duration,
+    outage: Outage,
     last_rtt: Option<Duration>,
     /// The IO side stopped reading because the application is slow (whatever the connection).
     read_paused: bool,
     /// Why the current failure happened, for the transition's log line.
     fail_reason: Option<String>,
-    /// Times every call into application code (the IO side's clock; none in unit tests).
-    watch: Box<dyn Stopwatch>,
-    /// When a slow callback was last reported, and how many came since without a report.
-    slow_reported: Option<Instant>,
-    slow_unreported: u64,
+    /// The stopwatch of calls into application code, and the slow ones' reports.
+    callbacks: Callbacks,
     c: Counters,
-    /// Requests outstanding and their replies.
-    requests: Requests,
-    /// Frames written and not yet confirmed; a lost connection's are resent or reported.
-    window: Window,
+    /// The frames and requests held across connections: outbox, window, requests, flushes.
+    delivery: Delivery,
     /// What the protocol does at the edges of a connection (taken from the settings).
     protocol: Option<BoxedProtocol>,
-    /// How many losses in a row the oldest unconfirmed frame has been in flight at.
-    losses: Losses,
-    /// Flushes waiting for the frames submitted before them.
-    flushes: Vec<Flush>,
-}
-
-/// A flush: waits until the frames submitted before it have their outcome.
-#[derive(Debug)]
-struct Flush {
-    token: Token,
-    /// Frames submitted before it.
-    mark: u64,
-    /// Frames abandoned before it.
-    abandoned: u64,
-    deadline: Instant,
 }
 
 impl Machine {
@@ -282,54 +258,32 @@ impl Machine {
         let endpoints = Endpoints::new(std::mem::take(&mut cfg.endpoints), &mut rng);
         let framing = cfg.framing.clone();
         let protocol = cfg.protocol.take();
-        let outbox = Outbox::new(cfg.outbox_frames, cfg.outbox_bytes);
         let backoff = Backoff::new(cfg.backoff.clone());
-        let requests = Requests::new(&cfg.requests, cfg.max_losses);
-        let window = Window::new(cfg.confirm.by_reply);
+        let delivery = Delivery::new(&cfg);
         Machine {
             cfg,
             state: State::Idle,
             since: now,
-            generation: 0,
+            dial: Dialer::new(endpoints, backoff, rng, now),
             conn: None,
-            failures: 0,
-            attempt: 0,
-            native_left: 0,
-            native_used: 0,
-            dial_started: now,
-            backoff,
-            rng,
             timers: Timers::default(),
-            retry_delay: None,
-            outbox,
             framing,
             actions: VecDeque::new(),
             closing: false,
-            endpoints,
-            current: None,
-            resolving: None,
-            outage_since: None,
-            last_outage: None,
-            failing_since: None,
-            next_outage_warn: OUTAGE_WARN_FIRST,
+            outage: Outage::default(),
             last_rtt: None,
             read_paused: false,
             fail_reason: None,
-            watch: Box::new(Untimed),
-            slow_reported: None,
-            slow_unreported: 0,
+            callbacks: Callbacks::default(),
             c: Counters::default(),
-            requests,
-            window,
+            delivery,
             protocol,
-            losses: Losses::default(),
-            flushes: Vec::new(),
         }
     }
 
     /// Times every call into application code from now on with `watch`.
     pub(crate) fn set_stopwatch(&mut self, watch: Box<dyn Stopwatch>) {
-        self.watch = watch;
+        self.callbacks.set_watch(watch);
     }
 
     pub(crate) fn state(&self) -> State {
@@ -460,13 +414,13 @@ impl Machine {
         if self.timers.take(Timer::DnsRefresh, now) {
             self.refresh_dns();
         }
-        let expired = self.outbox.expire(now);
+        let expired = self.delivery.outbox.expire(now);
         self.abandon_all(expired, AbandonReason::Expired);
-        self.requests.expire(now);
+        self.delivery.requests.expire(now);
         self.answer_requests();
         // The IO side reads the acknowledgements in this pass.
         if self.reading_at().is_some_and(|t| t <= now) {
-            self.window.poll_due(now);
+            self.delivery.window.poll_due(now);
         }
         self.heartbeat_due(now);
         self.check_flushed(now);
@@ -480,10 +434,8 @@ impl Machine {
                 next = Some(next.map_or(t, |n: Instant| n.min(t)));
             }
         };
-        consider(self.outbox.next_deadline());
-        consider(self.requests.next_deadline());
+        consider(self.delivery.next_deadline());
         consider(self.reading_at());
-        consider(self.flush_deadline());
         consider(self.barrier_at());
         if let Some(hb) = self.conn.as_ref().and_then(|c| c.heartbeat.as_ref()) {
             consider(hb.death_at());
@@ -497,7 +449,7 @@ impl Machine {
         self.actions.pop_front()
     }
 
-    // ----- the transition table -------------------------------------------------------------
+    // ----- the transition table ------------------------------------------------------------------
 
     fn step(&mut self, now: Instant, ev: Ev) {
         use State::*;
@@ -514,25 +466,19 @@ impl Machine {
                 self.fail(now, Cause::CallbackPanic)
             }
             (Connecting, Ev::TcpConnected) => self.tcp_connected(now),
-            (Connecting, Ev::ConnectFailed) if self.native_left > 0 => {
-                self.dial_started = now;
-                self.native_left -= 1;
-                self.native_used = self.native_used.saturating_add(1);
-                self.failures = self.failures.saturating_add(1);
-                self.note_address_failed();
+            (Connecting, Ev::ConnectFailed) if self.dial.native_left() > 0 => {
+                let left = self.dial.native_redial(now);
                 log::debug!(
-                    "relink[{}]: dial {} failed (refused); the socket redials ({} native retries left)",
+                    "relink[{}]: dial {} failed (refused); the socket redials ({left} native retries left)",
                     self.cfg.name,
                     self.endpoint_text().unwrap_or_default(),
-                    self.native_left
                 );
                 self.timers.arm(Timer::Dial, now + self.cfg.dial_bound);
             }
             (Connecting, Ev::ConnectFailed) => {
                 // A dial the socket gave up on after its connect timeout is reported the same
                 // way as a refused one; the time it took tells them apart.
-                let took = now.saturating_duration_since(self.dial_started);
-                if took >= self.cfg.connect_timeout {
+                if self.dial.took(now) >= self.cfg.connect_timeout {
                     self.fail(now, Cause::ConnectTimeout)
                 } else {
                     self.fail(now, Cause::Refused)
@@ -569,12 +515,7 @@ impl Machine {
                 self.report_panic(&p);
                 self.fail(now, Cause::CallbackPanic)
             }
-            (Ready, Ev::Stable) => {
-                self.failures = 0;
-                self.attempt = 0;
-                self.native_used = 0;
-                self.backoff.reset();
-            }
+            (Ready, Ev::Stable) => self.dial.stable(),
             (Backoff, Ev::RetryTimer) => self.dial(now, Cause::RetryTimer),
             (Cooldown, Ev::RetryTimer) => self.dial(now, Cause::CooldownOver),
             (Backoff | Cooldown, Ev::ReconnectNow) => self.dial(now, Cause::ReconnectNow),
@@ -596,7 +537,7 @@ impl Machine {
         }
     }
 
-    // ----- effects ----------------------------------------------------------------------------
+    // ----- effects -------------------------------------------------------------------------------
 
     /// Tells the application that its code panicked, and counts it.
     fn report_panic(&mut self, p: &Panicked) {
@@ -609,20 +550,16 @@ impl Machine {
     fn fail(&mut self, now: Instant, cause: Cause) {
         let was = self.state;
         self.teardown();
-        if was == State::Ready && self.outage_since.is_none() {
-            self.outage_since = Some(now);
+        if was == State::Ready {
+            self.outage.lost(now);
         }
-        self.failures = self.failures.saturating_add(1);
-        if was == State::Connecting {
-            // A dial that failed makes the cached answer suspect: ask again. A connection that
-            // was up and dropped says nothing against the address.
-            self.note_address_failed();
-        }
+        // A dial that failed makes the cached answer suspect: ask again.
+        self.dial.failed(was == State::Connecting);
         self.redeliver();
         // Requests written again carry the protocol's mark, as frames do (a panic there keeps
         // the request as it was: the connection is already down).
         let protocol = self.protocol.as_ref();
-        self.requests.connection_lost(|frame| {
+        self.delivery.requests.connection_lost(|frame| {
             let p = protocol?;
             crate::core::guard::guarded(Callback::Protocol, || p.resend(frame))
                 .ok()
@@ -630,30 +567,19 @@ impl Machine {
         });
         self.answer_requests();
         if self.cfg.abandon_on_disconnect && matches!(was, State::Connected | State::Ready) {
-            let frames = self.outbox.drain();
+            let frames = self.delivery.outbox.drain();
             self.abandon_all(frames, AbandonReason::ConnectionLost);
         }
         log::debug!(
             "relink[{}]: attempt failed ({cause}) on {}: attempt={} failures={}",
             self.cfg.name,
             self.endpoint_text().unwrap_or_else(|| "-".into()),
-            self.attempt,
-            self.failures
+            self.dial.attempt(),
+            self.dial.failures()
         );
-        let failing_since = *self.failing_since.get_or_insert(now);
-        let failing_for = now.saturating_duration_since(failing_since);
-        if failing_for >= self.next_outage_warn {
-            log::warn!(
-                "relink[{}]: no connection for {}s ({} failures in a row, last: {cause}); still retrying",
-                self.cfg.name,
-                failing_for.as_secs(),
-                self.failures
-            );
-            while self.next_outage_warn <= failing_for {
-                self.next_outage_warn = self.next_outage_warn.saturating_mul(2);
-            }
-        }
-        let exhausted = self.cfg.max_attempts.is_some_and(|m| self.attempt >= m);
+        self.outage
+            .failed(now, &self.cfg.name, self.dial.failures(), cause);
+        let exhausted = self.dial.exhausted(self.cfg.max_attempts);
         let (to, delay) = if exhausted {
             (State::Cooldown, self.cfg.cooldown)
         } else if matches!(cause, Cause::TlsRejected | Cause::Rejected) {
@@ -668,14 +594,10 @@ impl Machine {
             );
             (State::Backoff, wait)
         } else {
-            (
-                State::Backoff,
-                // A connection that was stable and dropped is followed by attempt 1's delay.
-                self.backoff.delay(self.attempt.max(1), &mut self.rng),
-            )
+            (State::Backoff, self.dial.backoff_delay())
         };
         self.timers.arm(Timer::Retry, now + delay);
-        self.retry_delay = Some(delay);
+        self.dial.set_retry_delay(Some(delay));
         self.transition(now, to, cause);
         if self.closing && self.drained() {
             self.finish(now);
@@ -702,7 +624,7 @@ impl Machine {
         // the next connection comes up.
         self.conn = None;
         // Any later input of this dial is stale.
-        self.generation += 1;
+        self.dial.end();
     }
 
     fn transition(&mut self, now: Instant, to: State, cause: Cause) {
@@ -713,7 +635,7 @@ impl Machine {
         self.state = to;
         self.since = now;
         let next_retry = match to {
-            State::Backoff | State::Cooldown => self.retry_delay,
+            State::Backoff | State::Cooldown => self.dial.retry_delay(),
             _ => None,
         };
         let endpoint = self.endpoint_text();
@@ -725,14 +647,14 @@ impl Machine {
             (State::Cooldown, Some(d)) => log::warn!(
                 "relink[{}]: attempt {} failed on {} (last: {why}); cooling down for {:?}",
                 self.cfg.name,
-                self.attempt,
+                self.dial.attempt(),
                 endpoint.as_deref().unwrap_or("-"),
                 d
             ),
             _ => log::info!(
                 "relink[{}]: {from} -> {to} ({why}) attempt={} next_retry={}",
                 self.cfg.name,
-                self.attempt,
+                self.dial.attempt(),
                 next_retry.map_or("-".to_string(), |d| format!("{d:?}"))
             ),
         }
@@ -743,19 +665,14 @@ impl Machine {
             from,
             to,
             cause,
-            attempt: self.attempt,
+            attempt: self.dial.attempt(),
             next_retry,
             endpoint,
         }));
     }
 
     fn endpoint_text(&self) -> Option<String> {
-        match self.current {
-            Some((_, addr)) => Some(fmt_addr(addr)),
-            None => self
-                .resolving
-                .map(|idx| self.endpoints.get(idx).to_string()),
-        }
+        self.dial.endpoint_text()
     }
 
     fn emit(&mut self, ev: Event) {
@@ -763,7 +680,7 @@ impl Machine {
     }
 
     fn is_current(&self, generation: u64) -> bool {
-        generation == self.generation
+        self.dial.is_current(generation)
     }
 
     fn for_current(&mut self, now: Instant, generation: u64, ev: Ev) {
@@ -777,16 +694,1288 @@ impl Machine {
             );
         }
     }
+
+    // ----- the dial ------------------------------------------------------------------------------
+
+    fn dial(&mut self, now: Instant, cause: Cause) {
+        self.timers.disarm(Timer::Retry);
+        let next = self
+            .dial
+            .begin(now, self.cfg.native_retries, self.cfg.dns_refresh);
+        self.timers.arm(Timer::Dial, now + self.cfg.dial_bound);
+        self.transition(now, State::Connecting, cause);
+        match next {
+            Next::Connect(addr) => self.connect(addr),
+            Next::Resolve { host, port } => self.actions.push_back(Action::Resolve {
+                generation: self.dial.generation(),
+                host,
+                port,
+            }),
+        }
+    }
+
+    fn resolved(&mut self, now: Instant, addrs: Vec<SocketAddr>) {
+        match self.dial.resolved(now, addrs) {
+            Err(()) => self.c.ignored += 1,
+            Ok(None) => self.fail(now, Cause::Dns),
+            Ok(Some(addr)) => {
+                self.timers
+                    .arm(Timer::DnsRefresh, now + self.cfg.dns_refresh);
+                self.connect(addr);
+            }
+        }
+    }
+
+    /// Asks for a fresh answer for the endpoint in use, in the background: the next dial then
+    /// finds it in the cache.
+    fn refresh_dns(&mut self) {
+        if let Some((endpoint, host, port)) = self.dial.refresh() {
+            self.actions.push_back(Action::Refresh {
+                endpoint,
+                host,
+                port,
+            });
+        }
+    }
+
+    /// A background answer: replaces the cached one (a failure keeps the old answer), and the
+    /// next refresh is armed. No state changes.
+    /// A resolver that panicked in the background is reported; the connection in use is not
+    /// touched.
+    fn refreshed(&mut self, now: Instant, idx: usize, result: Result<Vec<SocketAddr>, Unresolved>) {
+        if let Err(Unresolved::Panicked(p)) = &result {
+            self.report_panic(p);
+        }
+        if self.state == State::Closed || !self.dial.has_endpoint(idx) {
+            self.c.ignored += 1;
+            return;
+        }
+        self.dial.refreshed(now, &self.cfg.name, idx, result.ok());
+        self.timers
+            .arm(Timer::DnsRefresh, now + self.cfg.dns_refresh);
+    }
+
+    fn connect(&mut self, addr: SocketAddr) {
+        log::debug!("relink[{}]: dialling {}", self.cfg.name, fmt_addr(addr));
+        self.actions.push_back(Action::Connect {
+            generation: self.dial.generation(),
+            addr,
+        });
+    }
+
+    /// The TCP connection of the current dial came up: a fresh [`Connection`] for it, and
+    /// with TLS its handshake begins.
+    fn tcp_connected(&mut self, now: Instant) {
+        self.timers.disarm(Timer::Dial);
+        self.timers.disarm(Timer::SendRetry);
+        self.c.connects += 1;
+        let (tls, handshake) = match self.tls_session() {
+            None => (None, Ok(None)),
+            Some((Ok(session), bound)) => (Some(session), Ok(Some(bound))),
+            Some((Err(e), _)) => (None, Err(e)),
+        };
+        self.conn = Some(Connection::new(tls));
+        self.transition(now, State::Connected, Cause::TcpConnected);
+        match handshake {
+            Ok(None) => self.link_up(now),
+            // The ClientHello is ready in the session; poll_transmit sends it.
+            Ok(Some(bound)) => self.timers.arm(Timer::Handshake, now + bound),
+            Err(e) => self.tls_failed(now, e),
+        }
+    }
+
+    // ----- served time and slow callbacks --------------------------------------------------------
+
+    /// After a gap in which the link was not served, a verdict on the peer that was due, or
+    /// about to be, gets a fresh chance: the heartbeat a ping at once and a full bound, the
+    /// handshake, TLS handshake and dial bounds their full length again from `now`. Frame
+    /// deadlines, the backoff and the close deadline stay as they were.
+    fn resumed(&mut self, now: Instant, unserved: Duration) {
+        let mut deferred = 0;
+        if let Some(hb) = self.conn.as_mut().and_then(|c| c.heartbeat.as_mut()) {
+            deferred += u64::from(hb.resumed(now, unserved));
+        }
+        for t in [Timer::Dial, Timer::Handshake] {
+            let Some(at) = self.timers.at(t) else {
+                continue;
+            };
+            // Due, or due sooner than the gap was long: the answer may still be on its way
+            // (the socket's own IO thread was stopped too, and hands it over a little later).
+            if at <= now + unserved {
+                let bound = self.verdict_bound(t);
+                self.timers.arm(t, now + bound);
+                deferred += 1;
+            }
+        }
+        if deferred > 0 {
+            self.c.verdicts_deferred += deferred;
+            log::debug!(
+                "relink: {} not served for {unserved:?}: the peer gets a fresh chance",
+                self.endpoint_text().unwrap_or_else(|| "-".into())
+            );
+        }
+    }
+
+    /// A verdict timer `t` due within its own bound from `now` (or past due) is armed again a
+    /// full bound from `now`, counted in `verdicts_deferred`: reading was paused (the
+    /// application's pace), so what the peer sent may not have been read yet.
+    fn defer_verdict(&mut self, now: Instant, t: Timer) {
+        let Some(at) = self.timers.at(t) else {
+            return;
+        };
+        let bound = self.verdict_bound(t);
+        if at < now + bound {
+            self.timers.arm(t, now + bound);
+            if at <= now {
+                self.c.verdicts_deferred += 1;
+            }
+        }
+    }
+
+    /// The full length of a verdict timer, as it was armed.
+    fn verdict_bound(&self, t: Timer) -> Duration {
+        match t {
+            Timer::Dial => self.cfg.dial_bound,
+            _ if self.tls_handshaking() => self.tls_handshake_bound(),
+            Timer::Handshake => self.cfg.handshake_timeout,
+            _ => Duration::ZERO,
+        }
+    }
+
+    /// Application code `callback` took `took`: counted and reported when it is slow (at
+    /// most one warn line and one error event per link per period).
+    fn took(&mut self, now: Instant, callback: Callback, took: Duration) {
+        let (c, dial) = (&mut self.c, &self.dial);
+        let threshold = self.cfg.slow_callback;
+        let slow = self
+            .callbacks
+            .took(now, callback, took, threshold, c, || dial.endpoint_text());
+        if let Some(e) = slow {
+            self.emit(Event::Error(e));
+        }
+    }
+
+    // ----- frames and requests handed in, frames given back --------------------------------------
+
+    /// A frame accepted by the handle: queued, or given back at once when the link is
+    /// closed or its deadline has passed.
+    fn submit(&mut self, now: Instant, frame: Bytes, deadline: Option<Instant>) {
+        self.c.submitted += 1;
+        if self.state == State::Closed {
+            self.abandon_all(vec![frame], AbandonReason::Shutdown);
+            return;
+        }
+        if deadline.is_some_and(|d| d <= now) {
+            self.abandon_all(vec![frame], AbandonReason::Expired);
+            return;
+        }
+        self.delivery.outbox.push(frame, deadline);
+        self.trim();
+    }
+
+    /// Frames accepted by the handle in one call, as `submit` takes one.
+    fn submit_batch(&mut self, now: Instant, batch: Batch, deadline: Option<Instant>) {
+        self.c.submitted += batch.len() as u64;
+        if self.state == State::Closed {
+            self.abandon_all(batch.into_shared_frames(), AbandonReason::Shutdown);
+            return;
+        }
+        if deadline.is_some_and(|d| d <= now) {
+            self.abandon_all(batch.into_shared_frames(), AbandonReason::Expired);
+            return;
+        }
+        self.delivery.outbox.push_batch(batch, deadline);
+        self.trim();
+    }
+
+    /// A request accepted by the handle: waits for its turn, or is answered at once when the
+    /// link is closed.
+    fn request(
+        &mut self,
+        now: Instant,
+        token: Token,
+        frame: Bytes,
+        id: Option<Vec<u8>>,
+        deadline: Instant,
+    ) {
+        self.c.requests_submitted += 1;
+        if self.state == State::Closed {
+            return self
+                .delivery
+                .requests
+                .answer(token, Err(RequestError::Closed(frame)));
+        }
+        self.delivery
+            .requests
+            .submit(now, token, frame, id, deadline);
+    }
+
+    /// Hands every outcome reached to its caller.
+    fn answer_requests(&mut self) {
+        while let Some((token, outcome)) = self.delivery.requests.poll_outcome() {
+            self.actions.push_back(Action::Answer(token, outcome));
+        }
+    }
+
+    /// Gives each frame back to the application (`Event::Abandoned`), counted.
+    fn abandon_all(&mut self, frames: Vec<Bytes>, reason: AbandonReason) {
+        for frame in frames {
+            self.c.abandon(reason, frame.len());
+            self.emit(Event::Abandoned { frame, reason });
+        }
+    }
+
+    // ----- flushes and the close -----------------------------------------------------------------
+
+    /// A flush: answered once every frame submitted before it has its outcome, or at
+    /// `deadline`.
+    fn flush(&mut self, now: Instant, token: Token, deadline: Instant) {
+        self.delivery
+            .flush(token, self.c.submitted, self.c.abandoned.total(), deadline);
+        self.barrier_due(now);
+        self.settle_flushes(now);
+    }
+
+    /// Answers the flushes whose frames all have their outcome, or whose deadline passed.
+    fn settle_flushes(&mut self, now: Instant) {
+        let (submitted, abandoned) = (self.c.submitted, self.c.abandoned.total());
+        let actions = &mut self.actions;
+        self.delivery
+            .settle_flushes(now, submitted, abandoned, |token, outcome| {
+                actions.push_back(Action::Flushed(token, outcome))
+            });
+    }
+
+    /// Flushes answered, and a close that waits for nothing more: the flushed row.
+    fn check_flushed(&mut self, now: Instant) {
+        if self.delivery.flushes.waits() {
+            self.settle_flushes(now);
+        }
+        if self.closing && self.state != State::Closed && self.drained() {
+            self.step(now, Ev::Flushed);
+        }
+    }
+
+    /// Nothing left to write, to confirm or to answer.
+    fn drained(&self) -> bool {
+        self.delivery.drained()
+    }
+
+    /// The end: the connection closed (with TLS, close_notify first, best effort within
+    /// the linger), every frame and request still held given back, the socket released.
+    fn finish(&mut self, now: Instant) {
+        if self.state == State::Closed {
+            return;
+        }
+        self.requeue_in_flight();
+        let conn = self.conn.take();
+        if let Some(c) = &conn {
+            self.c.bytes_discarded += c.rx.len() as u64;
+        }
+        if matches!(
+            self.state,
+            State::Connecting | State::Connected | State::Ready
+        ) {
+            // Best effort, within the linger.
+            if let Some(bytes) = conn.and_then(Connection::close_notify) {
+                self.actions.push_back(Action::Send(bytes));
+            }
+            self.actions.push_back(Action::Disconnect);
+        }
+        // Written, not confirmed: the peer may have them.
+        let unconfirmed = self
+            .delivery
+            .window
+            .take_all()
+            .into_iter()
+            .map(|s| s.frame)
+            .collect();
+        self.abandon_all(unconfirmed, AbandonReason::Unconfirmed);
+        self.delivery.window.reset();
+        let frames = self.delivery.outbox.drain();
+        self.abandon_all(frames, AbandonReason::Shutdown);
+        self.delivery.requests.shutdown();
+        self.answer_requests();
+        self.timers.clear();
+        self.dial.set_retry_delay(None);
+        self.transition(now, State::Closed, Cause::Closed);
+        self.actions.push_back(Action::Stop);
+    }
+
+    // ----- the connection coming up, and its heartbeat -------------------------------------------
+
+    /// The connection carries application bytes (TCP is up, and the TLS handshake has
+    /// completed): heartbeat, hello, and the connect as proof of life.
+    fn link_up(&mut self, now: Instant) {
+        let (framing, watch) = (&mut self.framing, self.callbacks.watch());
+        let (reset, took) = timed(watch, Callback::Decode, || framing.reset());
+        self.took(now, Callback::Decode, took);
+        let Some(conn) = self.conn.as_mut() else {
+            return;
+        };
+        // With a protocol the heartbeat waits for Ready: no ping before the peer accepted the
+        // link (MQTT's PINGREQ before its CONNACK).
+        let heartbeat = self.cfg.heartbeat.as_ref();
+        conn.start_heartbeat(
+            heartbeat.filter(|_| self.protocol.is_none()),
+            now,
+            self.read_paused,
+        );
+        conn.handshake_pending = false;
+        let mut panicked = reset.err();
+        let mut slowest = Duration::ZERO;
+        if let Some(protocol) = self.protocol.as_mut() {
+            let opening = match guarded(Callback::Protocol, || protocol.open()) {
+                Ok(o) => o,
+                Err(p) => return self.step(now, Ev::CallbackPanicked(p)),
+            };
+            for f in &opening.frames {
+                let (encoded, took) =
+                    encode(&mut self.framing, self.callbacks.watch(), &self.cfg.name, f);
+                slowest = slowest.max(took);
+                match encoded {
+                    Ok(Some(buf)) => conn.queue_control(Control::Hello, buf),
+                    Ok(None) => {}
+                    Err(p) => {
+                        panicked = Some(p);
+                        break;
+                    }
+                }
+            }
+            conn.handshake_pending = opening.wait;
+            self.took(now, Callback::Encode, slowest);
+            if let Some(p) = panicked {
+                return self.step(now, Ev::CallbackPanicked(p));
+            }
+            if opening.wait {
+                self.timers
+                    .arm(Timer::Handshake, now + self.cfg.handshake_timeout);
+            } else {
+                self.ready(now);
+            }
+            return;
+        }
+        if let Some(p) = panicked {
+            self.step(now, Ev::CallbackPanicked(p));
+        } else if matches!(self.cfg.proof, ProofOfLife::Connect) {
+            self.ready(now);
+        }
+    }
+
+    /// The proof of life came: the connection is Ready, and an outage it ends is recorded.
+    fn ready(&mut self, now: Instant) {
+        self.timers.disarm(Timer::Handshake);
+        if self.outage.ended(now, &self.cfg.name) {
+            self.c.reconnects += 1;
+        }
+        if let Some(conn) = &mut self.conn {
+            conn.handshake_pending = false;
+            conn.start_heartbeat(self.cfg.heartbeat.as_ref(), now, self.read_paused);
+        }
+        if self.cfg.min_stable.is_zero() {
+            self.dial.stable();
+        } else {
+            self.timers.arm(Timer::Stable, now + self.cfg.min_stable);
+        }
+        self.transition(now, State::Ready, Cause::Alive);
+    }
+
+    /// The heartbeat's deadlines at `now`: a verdict on a silent peer, or the next ping.
+    fn heartbeat_due(&mut self, now: Instant) {
+        let Some(hb) = self.conn.as_mut().and_then(|c| c.heartbeat.as_mut()) else {
+            return;
+        };
+        if hb.death_at().is_some_and(|t| t <= now) {
+            // The interval that ends in the verdict was silent too.
+            self.c.heartbeats_missed += 1;
+            self.step(now, Ev::HeartbeatDead);
+        } else if hb.next_ping() <= now {
+            let missed = hb.on_ping(now);
+            if missed {
+                self.c.heartbeats_missed += 1;
+            }
+            self.c.heartbeats_sent += 1;
+            self.queue_ping(now, true);
+        }
+        self.barrier_due(now);
+    }
+
+    /// Queues the ping ahead of the outbox: the heartbeat's, or (`heartbeat` false) a barrier
+    /// whose answer confirms the frames written before it.
+    fn queue_ping(&mut self, now: Instant, heartbeat: bool) {
+        match self.encoded_ping(now) {
+            Ok(ping) if ping.is_empty() => {}
+            Ok(ping) => {
+                if let Some(conn) = &mut self.conn {
+                    conn.queue_control(Control::Ping { heartbeat }, ping);
+                }
+            }
+            Err(p) => self.step(now, Ev::CallbackPanicked(p)),
+        }
+    }
+
+    /// When a barrier is due: frames confirmed by reply under `Answers::Pings`, written with
+    /// no ping after them, for the barrier's age.
+    fn barrier_at(&self) -> Option<Instant> {
+        if !self.delivery.window.by_reply() || self.cfg.answers != Answers::Pings {
+            return None;
+        }
+        self.conn.as_ref()?.barrier_at(self.cfg.confirm.barrier_age)
+    }
+
+    /// Writes a barrier ping when frames confirmed by reply have waited with no ping after
+    /// them for the barrier's age, when their bytes pass its bound, or when a flush waits.
+    fn barrier_due(&mut self, now: Instant) {
+        if self.state != State::Ready || !self.delivery.window.by_reply() {
+            return;
+        }
+        if self.cfg.answers != Answers::Pings {
+            return;
+        }
+        let Some(conn) = self.conn.as_ref() else {
+            return;
+        };
+        let Some(newest) = self.delivery.window.newest_end() else {
+            return;
+        };
+        let Some(uncovered) = conn.uncovered(newest, self.delivery.window.read_to()) else {
+            return;
+        };
+        let by_bytes = uncovered >= self.cfg.confirm.barrier_bytes;
+        let by_age = self.barrier_at().is_some_and(|t| t <= now);
+        if by_bytes || by_age || self.delivery.flushes.waits() {
+            self.c.barriers += 1;
+            self.queue_ping(now, false);
+        }
+    }
+
+    /// The ping's bytes; empty when there is none, or when the framing refused it.
+    fn encoded_ping(&mut self, now: Instant) -> Result<Vec<u8>, Panicked> {
+        if let Some(protocol) = self.protocol.as_ref() {
+            if let Some(f) = guarded(Callback::Protocol, || protocol.ping())? {
+                let (ping, took) = encode(
+                    &mut self.framing,
+                    self.callbacks.watch(),
+                    &self.cfg.name,
+                    &f,
+                );
+                self.took(now, Callback::Encode, took);
+                return Ok(ping?.unwrap_or_default());
+            }
+        }
+        let (ping, took) = match self.cfg.heartbeat.as_ref().map(|h| &h.ping) {
+            Some(Ping::Raw(b)) => return Ok(b.clone()),
+            Some(Ping::Frame(f)) => {
+                encode(&mut self.framing, self.callbacks.watch(), &self.cfg.name, f)
+            }
+            None => return Ok(Vec::new()),
+        };
+        self.took(now, Callback::Encode, took);
+        Ok(ping?.unwrap_or_default())
+    }
+
+    // ----- TLS: the session between the socket's bytes and the framing ---------------------------
+
+    /// Socket bytes through the TLS session: handshake records advance it (its completion
+    /// brings the connection up), application records come out as plaintext, appended to the
+    /// receive buffer by the session itself.
+    fn tls_data(&mut self, now: Instant, bytes: &[u8]) {
+        let Some(fed) = self.conn.as_mut().and_then(|c| c.feed(bytes)) else {
+            return;
+        };
+        let before = fed.before;
+        if fed.peer_closed {
+            log::debug!("relink[{}]: the peer sent tls close_notify", self.cfg.name);
+        }
+        if fed.established {
+            self.tls_established(now);
+        }
+        // Bringing the connection up can fail it: then nothing of these bytes is received.
+        let received = self
+            .conn
+            .as_ref()
+            .map_or(0, |c| c.rx.len().saturating_sub(before));
+        if received > 0 && matches!(self.state, State::Connected | State::Ready) {
+            self.on_received(now, received);
+        } else if let Some(conn) = self.conn.as_mut() {
+            conn.rx.truncate(before);
+        }
+        if let Err(e) = fed.result {
+            self.step(now, Ev::Tls(e));
+        }
+    }
+
+    /// `poll_transmit`'s bytes with TLS: the records of the next plaintext batch, while
+    /// handshaking only the handshake's own records, and after EAGAIN the refused records
+    /// again as they are.
+    fn poll_sealed(&mut self, now: Instant, buf: &mut Vec<u8>) -> bool {
+        buf.clear();
+        if !matches!(self.state, State::Connected | State::Ready) {
+            return false;
+        }
+        if self.timers.at(Timer::SendRetry).is_some_and(|t| t > now) {
+            return false;
+        }
+        let Some(conn) = self.conn.as_mut() else {
+            return false;
+        };
+        if let Some(retry) = conn.take_retry() {
+            // The same records: the frames in flight end where they did.
+            *buf = retry;
+            return true;
+        }
+        let handshaking = conn.tls_handshaking();
+        let mut plain = conn.take_plain();
+        // No hello, ping or frame before the server is verified: only handshake records.
+        let batch = !handshaking && self.poll_batch(now, &mut plain);
+        let Some(conn) = self.conn.as_mut() else {
+            // Encoding the batch failed the connection (a framing that panicked): its
+            // session is gone, and so is the batch.
+            buf.clear();
+            return false;
+        };
+        let Some(sealed) = conn.seal(plain, batch, buf) else {
+            buf.clear();
+            return false;
+        };
+        if let Err(e) = sealed {
+            self.requeue_in_flight();
+            self.step(now, Ev::Tls(e));
+            buf.clear();
+            return false;
+        }
+        !buf.is_empty()
+    }
+
+    /// Whether the current connection speaks TLS.
+    fn speaks_tls(&self) -> bool {
+        self.conn.as_ref().is_some_and(Connection::speaks_tls)
+    }
+
+    /// The TLS settings of the endpoint in use, when the link speaks TLS.
+    fn tls_settings(&self) -> Option<&TlsSettings> {
+        let idx = self.dial.endpoint()?;
+        self.cfg.tls.as_ref().map(|list| &list[idx])
+    }
+
+    /// Whether the TLS handshake of the current connection is under way.
+    fn tls_handshaking(&self) -> bool {
+        self.conn.as_ref().is_some_and(Connection::tls_handshaking)
+    }
+
+    /// The handshake bound of the endpoint in use.
+    fn tls_handshake_bound(&self) -> Duration {
+        self.tls_settings()
+            .map_or(Duration::ZERO, |t| t.handshake_timeout)
+    }
+
+    /// A session for a connection to the endpoint in use, with its handshake bound; `None`
+    /// without TLS. Credentials that were changed and refused are reported here (the last
+    /// good ones stay).
+    fn tls_session(&mut self) -> Option<(Result<TlsSession, TlsError>, Duration)> {
+        if let Some(t) = self.tls_settings().filter(|t| t.skip_verification) {
+            log::warn!(
+                "relink[{}]: TLS to {:?} without certificate verification (a test-only \
+                 setting): anyone on the path can read and change this connection",
+                self.cfg.name,
+                t.server_name.to_str()
+            );
+        }
+        let mut stale = None;
+        let session = self.tls_settings().map(|t| {
+            let (config, refused) = t.fresh_config();
+            stale = refused;
+            (TlsSession::with_config(t, config), t.handshake_timeout)
+        });
+        if let Some(e) = stale {
+            log::warn!(
+                "relink[{}]: new tls credentials refused, the last good ones stay: {e}",
+                self.cfg.name
+            );
+            self.emit(Event::Error(LinkError::TlsCredentials(e)));
+        }
+        session
+    }
+
+    fn tls_established(&mut self, now: Instant) {
+        self.timers.disarm(Timer::Handshake);
+        if let Some(tls) = self.conn.as_ref().and_then(|c| c.tls.as_ref()) {
+            log::debug!(
+                "relink[{}]: tls established with {}{}",
+                self.cfg.name,
+                self.endpoint_text().unwrap_or_default(),
+                tls.alpn_protocol()
+                    .map(|p| format!(" (alpn {})", String::from_utf8_lossy(p)))
+                    .unwrap_or_default()
+            );
+        }
+        self.link_up(now);
+    }
+
+    /// A TLS failure: its own cause, the reason in an error event and in the log line. One
+    /// that no retry can fix (the certificates) is `tls-rejected`, retried slowly.
+    fn tls_failed(&mut self, now: Instant, e: TlsError) {
+        let cause = if e.is_config() {
+            self.c.tls_rejected += 1;
+            Cause::TlsRejected
+        } else {
+            Cause::Tls
+        };
+        self.fail_reason = Some(e.to_string());
+        self.emit(Event::Error(LinkError::Tls(e)));
+        self.fail(now, cause);
+    }
+
+    // ----- the receive path: decoding, and where each inbound frame goes -------------------------
+
+    /// Application bytes (without TLS) into the framing.
+    fn on_plaintext(&mut self, now: Instant, bytes: &[u8]) {
+        let Some(conn) = self.conn.as_mut() else {
+            return;
+        };
+        conn.rx.extend_from_slice(bytes);
+        self.on_received(now, bytes.len());
+    }
+
+    /// `received` application bytes were appended to the receive buffer: decodes the frames.
+    fn on_received(&mut self, now: Instant, received: usize) {
+        self.c.bytes_received += received as u64;
+        if self.state == State::Connected && matches!(self.cfg.proof, ProofOfLife::Inbound) {
+            self.step(now, Ev::Alive);
+        }
+        while let Some(conn) = self.conn.as_mut() {
+            let (framing, rx, watch) = (&mut self.framing, &mut conn.rx, self.callbacks.watch());
+            let (decoded, took) = timed(watch, Callback::Decode, || framing.decode(rx));
+            let buffered = rx.len();
+            self.took(now, Callback::Decode, took);
+            match decoded {
+                Ok(Ok(Some(frame))) => self.on_frame(now, frame),
+                Ok(Ok(None)) => {
+                    let max = self.framing.max_buffered();
+                    if buffered > max {
+                        let e = DecodeError::Overbuffered { buffered, max };
+                        self.step(now, Ev::ProtocolError(e));
+                    }
+                    break;
+                }
+                Ok(Err(e)) => {
+                    self.step(now, Ev::ProtocolError(e));
+                    break;
+                }
+                Err(p) => {
+                    self.step(now, Ev::CallbackPanicked(p));
+                    break;
+                }
+            }
+            if !matches!(self.state, State::Connected | State::Ready) {
+                break;
+            }
+        }
+    }
+
+    /// The peer closed the connection: bytes left undecoded in the receive buffer are the
+    /// start of a frame its end will never follow. Reported with their length (never
+    /// delivered), counted, and taken out of the buffer.
+    fn report_cut_frame(&mut self) {
+        let bytes = self.conn.as_mut().map_or(0, Connection::take_cut);
+        if bytes == 0 {
+            return;
+        }
+        self.c.frames_cut += 1;
+        self.c.bytes_cut += bytes as u64;
+        log::warn!(
+            "relink[{}]: the peer closed in the middle of a frame ({bytes} bytes of it came)",
+            self.cfg.name
+        );
+        self.emit(Event::Error(LinkError::CutFrame { bytes }));
+    }
+
+    /// `len` bytes that arrived from a connection the machine already let go: discarded.
+    pub(crate) fn stale_data(&mut self, len: usize) {
+        self.c.bytes_discarded += len as u64;
+    }
+
+    fn on_frame(&mut self, now: Instant, frame: Bytes) {
+        if self.cfg.answers != Answers::Unknown {
+            return self.on_answer(now, frame);
+        }
+        if self.handshake_reply(now, &frame) {
+            return;
+        }
+        if let Some(reply) = self.cfg.heartbeat.as_ref().and_then(|h| h.reply.as_ref()) {
+            let (is_reply, took) = timed(self.callbacks.watch(), Callback::HeartbeatReply, || {
+                reply.test(&frame)
+            });
+            self.took(now, Callback::HeartbeatReply, took);
+            let is_reply = match is_reply {
+                Ok(r) => r,
+                Err(p) => return self.step(now, Ev::CallbackPanicked(p)),
+            };
+            if is_reply {
+                // Only the replies to our own pings are swallowed: an application that sends
+                // the same command as the ping still gets its answers.
+                let heartbeat = self.conn.as_mut().and_then(|c| c.heartbeat.as_mut());
+                if let Some(reply) = heartbeat.and_then(|h| h.on_reply(now)) {
+                    if let Reply::Rtt(rtt) = reply {
+                        self.last_rtt = Some(rtt);
+                    }
+                    return;
+                }
+            }
+        }
+        self.deliver(now, frame);
+    }
+
+    /// While the handshake's reply is awaited: whether `frame` is it (the link is then Ready,
+    /// or failed if the predicate panicked). A frame it does not accept goes on its way.
+    fn handshake_reply(&mut self, now: Instant, frame: &[u8]) -> bool {
+        if !self.conn.as_ref().is_some_and(|c| c.handshake_pending) {
+            return false;
+        }
+        let Some(protocol) = self.protocol.as_mut() else {
+            return false;
+        };
+        let (verdict, took) = timed(self.callbacks.watch(), Callback::Protocol, || {
+            protocol.verdict(frame)
+        });
+        self.took(now, Callback::Protocol, took);
+        match verdict {
+            Ok(Opened::Ready) => self.step(now, Ev::Alive),
+            Ok(Opened::NotYet) => return false,
+            Ok(Opened::Continue) => {}
+            Ok(Opened::Refused(reason)) => self.step(now, Ev::Rejected(reason)),
+            Err(p) => self.step(now, Ev::CallbackPanicked(p)),
+        }
+        true
+    }
+
+    /// A frame of a link that knows what its peer answers: the answer to the turn it comes
+    /// in, or a frame of the peer's own. An answer confirms what was written up to the end of
+    /// what it answers.
+    fn on_answer(&mut self, now: Instant, frame: Bytes) {
+        let every = self.cfg.answers == Answers::EveryFrame;
+        // Under `Pings` the hello takes no turn: its reply is told by the handshake's
+        // predicate, ahead of any ping written meanwhile.
+        if !every && self.handshake_reply(now, &frame) {
+            return;
+        }
+        let Some(front) = self.conn.as_ref().map(|c| c.turns.front()) else {
+            return;
+        };
+        let takes_turn = match front {
+            None => Ok(false),
+            // Under `Pings`, only a frame the heartbeat's `reply` accepts answers a ping.
+            Some(Turn::Ping { .. }) if !every => self.is_pong(now, &frame),
+            // Any other turn takes the next frame, unless it is one of the peer's own.
+            Some(_) => unsolicited(
+                self.protocol.as_ref(),
+                &self.cfg.requests.correlation.0,
+                &frame,
+            )
+            .map(|u| !u),
+        };
+        let turn = match takes_turn {
+            Ok(true) => front,
+            Ok(false) => None,
+            Err(p) => return self.step(now, Ev::CallbackPanicked(p)),
+        };
+        let Some(turn) = turn else {
+            if every && self.handshake_reply(now, &frame) {
+                return;
+            }
+            return self.deliver_unsolicited(now, frame);
+        };
+        let Some((_, end)) = self.conn.as_mut().and_then(|c| c.turns.pop()) else {
+            return;
+        };
+        let c = &mut self.c;
+        self.delivery
+            .window
+            .answered(end, |n, len| c.confirmed(n, len));
+        match turn {
+            Turn::Ping { heartbeat } => {
+                let hb = self.conn.as_mut().and_then(|c| c.heartbeat.as_mut());
+                if let Some(Reply::Rtt(rtt)) =
+                    hb.filter(|_| heartbeat).and_then(|h| h.on_reply(now))
+                {
+                    self.last_rtt = Some(rtt);
+                }
+            }
+            Turn::Hello => {
+                if !self.handshake_reply(now, &frame) {
+                    self.emit_frame(frame);
+                }
+            }
+            Turn::Frame => self.emit_frame(frame),
+            Turn::Request => {
+                self.c.received += 1;
+                match self.delivery.requests.on_frame(frame, Verdict::Reply) {
+                    Matched::Answer(_) => self.answer_requests(),
+                    Matched::Late => log::debug!("relink[{}]: a late reply dropped", self.cfg.name),
+                    Matched::Unsolicited(frame) => self.emit(Event::Frame(frame)),
+                }
+            }
+        }
+        self.check_flushed(now);
+    }
+
+    /// Whether the heartbeat's `reply` (or the protocol) accepts `frame` as a pong, timed.
+    fn is_pong(&mut self, now: Instant, frame: &[u8]) -> Result<bool, Panicked> {
+        if let Some(protocol) = self.protocol.as_ref().filter(|p| p.ping().is_some()) {
+            let (is, took) = timed(self.callbacks.watch(), Callback::Protocol, || {
+                protocol.is_pong(frame)
+            });
+            self.took(now, Callback::Protocol, took);
+            return is;
+        }
+        let Some(reply) = self.cfg.heartbeat.as_ref().and_then(|h| h.reply.as_ref()) else {
+            return Ok(false);
+        };
+        let (is, took) = timed(self.callbacks.watch(), Callback::HeartbeatReply, || {
+            reply.test(frame)
+        });
+        self.took(now, Callback::HeartbeatReply, took);
+        is
+    }
+
+    /// A frame no turn waits for: the protocol's reaction first, then the application's, or
+    /// (by id) a request's reply.
+    fn deliver_unsolicited(&mut self, now: Instant, frame: Bytes) {
+        if self.delivery.requests.by_id() {
+            return self.deliver(now, frame);
+        }
+        self.deliver_own(now, frame);
+    }
+
+    /// A frame for the application, as an event.
+    fn emit_frame(&mut self, frame: Bytes) {
+        self.c.received += 1;
+        log::trace!(
+            "relink[{}]: frame of {} bytes received",
+            self.cfg.name,
+            frame.len()
+        );
+        self.emit(Event::Frame(frame));
+    }
+
+    /// The protocol's reaction to a frame of the peer's own: an answer written at once, ahead
+    /// of the outbox. Returns whether the frame goes on to the application.
+    fn react(&mut self, now: Instant, frame: &[u8]) -> bool {
+        let Some(protocol) = self.protocol.as_mut() else {
+            return true;
+        };
+        let (reaction, took) = timed(self.callbacks.watch(), Callback::Protocol, || {
+            protocol.react(frame)
+        });
+        self.took(now, Callback::Protocol, took);
+        let (answer, deliver) = match reaction {
+            Ok(Reaction::Deliver) => return true,
+            Ok(Reaction::Answer(a)) => (a, false),
+            Ok(Reaction::AnswerAndDeliver(a)) => (a, true),
+            Err(p) => {
+                self.step(now, Ev::CallbackPanicked(p));
+                return false;
+            }
+        };
+        let (encoded, took) = encode(
+            &mut self.framing,
+            self.callbacks.watch(),
+            &self.cfg.name,
+            &answer,
+        );
+        self.took(now, Callback::Encode, took);
+        match encoded {
+            Ok(Some(bytes)) => {
+                if let Some(conn) = self.conn.as_mut() {
+                    conn.queue_control(Control::Answer, bytes);
+                    self.c.answered_by_link += 1;
+                }
+            }
+            Ok(None) => {}
+            Err(p) => {
+                self.step(now, Ev::CallbackPanicked(p));
+                return false;
+            }
+        }
+        deliver
+    }
+
+    /// A frame that is neither the handshake's nor a pong: a request's reply or the
+    /// application's.
+    fn deliver(&mut self, now: Instant, frame: Bytes) {
+        if self.delivery.requests.is_empty() {
+            return self.deliver_own(now, frame);
+        }
+        let verdict = match verdict(
+            self.protocol.as_ref(),
+            &self.cfg.requests.correlation.0,
+            &frame,
+        ) {
+            Ok(v) => v,
+            Err(p) => return self.step(now, Ev::CallbackPanicked(p)),
+        };
+        match self.delivery.requests.on_frame(frame, verdict) {
+            Matched::Answer(_) => {
+                self.c.received += 1;
+                self.answer_requests();
+            }
+            Matched::Late => {
+                self.c.received += 1;
+                log::debug!("relink[{}]: a late reply dropped", self.cfg.name);
+            }
+            // Only a frame that answers no request is the peer's own: the protocol reacts.
+            Matched::Unsolicited(frame) => self.deliver_own(now, frame),
+        }
+    }
+
+    /// A frame of the peer's own: the protocol's reaction, then the application, unless the
+    /// reaction keeps it.
+    fn deliver_own(&mut self, now: Instant, frame: Bytes) {
+        if self.react(now, &frame) {
+            self.emit_frame(frame);
+        }
+    }
+
+    // ----- the transmit path: batches, the socket's answer, the window, redelivery ---------------
+
+    /// Fills `buf` with the next bytes to write: control frames first, then queued frames
+    /// while Ready, up to `batch_bytes` (one frame at least); with TLS, the session's records
+    /// of that batch, and while handshaking only the handshake's own records. Returns false
+    /// when there is nothing to write now. Every call must be answered with
+    /// [`Machine::transmit_done`] (after [`Machine::transmit_unsent`] when the socket gave
+    /// the bytes back).
+    pub(crate) fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> bool {
+        let more = if self.speaks_tls() {
+            self.poll_sealed(now, buf)
+        } else {
+            self.poll_batch(now, buf)
+        };
+        if let Some(conn) = &mut self.conn {
+            conn.pending_len = buf.len();
+        }
+        more
+    }
+
+    /// The bytes of the last `poll_transmit` that the socket did not take (EAGAIN), given
+    /// back before `transmit_done`. With TLS they are sent again as they are; without, the
+    /// frames behind them are encoded again.
+    pub(crate) fn transmit_unsent(&mut self, bytes: Vec<u8>) {
+        if let Some(conn) = self.conn.as_mut().filter(|c| c.tls.is_some()) {
+            conn.tls_retry = Some(bytes);
+        }
+    }
+
+    /// The plaintext batch: control frames, then queued frames while Ready.
+    fn poll_batch(&mut self, now: Instant, buf: &mut Vec<u8>) -> bool {
+        buf.clear();
+        if !matches!(self.state, State::Connected | State::Ready)
+            || self.delivery.outbox.in_flight() > 0
+            || self.delivery.requests.in_flight() > 0
+        {
+            return false;
+        }
+        if self.timers.at(Timer::SendRetry).is_some_and(|t| t > now) {
+            return false;
+        }
+        let limit = self.cfg.batch_bytes;
+        let Some(conn) = self.conn.as_mut() else {
+            return false;
+        };
+        let answers = self.cfg.answers;
+        conn.take_control(answers, buf);
+        if self.state == State::Ready {
+            let bounds = self.delivery.bounds(limit, self.cfg.window);
+            let (outbox, framing, name) =
+                (&mut self.delivery.outbox, &mut self.framing, &self.cfg.name);
+            let ends = &mut conn.pending_ends;
+            let first = ends.len();
+            let mut filled = Filled::default();
+            // One reading for the whole batch: timing each frame would cost more than
+            // encoding a small one.
+            let took = self.callbacks.watch().time(Callback::Encode, &mut || {
+                filled = fill_batch(outbox, framing, name, buf, bounds, ends);
+            });
+            if answers == Answers::EveryFrame {
+                let turns = ends[first..].iter().map(|&e| (Turn::Frame, e));
+                conn.pending_turns.extend(turns);
+            }
+            self.took(now, Callback::Encode, took);
+            self.abandon_all(filled.refused, AbandonReason::Unencodable);
+            if let Some(p) = filled.panicked {
+                // The frame stays first in line (not in flight): it is never lost without a
+                // word, and its deadline (if any) or a close still ends it.
+                return self.encode_panicked(now, buf, p);
+            }
+            if let Err(p) = self.batch_requests(buf) {
+                return self.encode_panicked(now, buf, p);
+            }
+        }
+        !buf.is_empty()
+    }
+
+    /// The framing panicked while a batch was being built: nothing of it is written, the frames
+    /// taken for it go back to the outbox and the connection fails.
+    fn encode_panicked(&mut self, now: Instant, buf: &mut Vec<u8>, p: Panicked) -> bool {
+        buf.clear();
+        self.requeue_in_flight();
+        self.step(now, Ev::CallbackPanicked(p));
+        false
+    }
+
+    /// Adds the requests waiting to be written to the batch, while it has room; one the
+    /// framing refuses is answered at once.
+    fn batch_requests(&mut self, buf: &mut Vec<u8>) -> Result<(), Panicked> {
+        let in_order = self.cfg.answers != Answers::Unknown && !self.delivery.requests.by_id();
+        let turns = match self.conn.as_mut() {
+            Some(conn) if in_order => Some(&mut conn.pending_turns),
+            _ => None,
+        };
+        let (framing, limit) = (&mut self.framing, self.cfg.batch_bytes);
+        let batched = self.delivery.batch_requests(framing, limit, buf, turns);
+        self.answer_requests();
+        batched
+    }
+
+    /// What became of the batch from the last `poll_transmit`.
+    pub(crate) fn transmit_done(&mut self, now: Instant, result: TxResult) {
+        let retry_waits = self.conn.as_ref().is_some_and(|c| c.tls_retry.is_some());
+        match result {
+            TxResult::Sent => {
+                self.written(now);
+                self.barrier_due(now);
+                self.delivery.requests.confirm();
+                if let Some(conn) = &mut self.conn {
+                    conn.sent(now);
+                }
+            }
+            TxResult::WouldBlock if retry_waits => {
+                // Sealed records wait as they are; their frames stay in flight.
+                self.timers.arm(Timer::SendRetry, now + SEND_RETRY);
+            }
+            TxResult::WouldBlock if self.speaks_tls() => {
+                // Sealed records lost: the session cannot go on without them.
+                let g = self.dial.generation();
+                self.fail_reason = Some("tls records refused by the socket".into());
+                self.for_current(now, g, Ev::Unreachable);
+            }
+            TxResult::WouldBlock | TxResult::Unreachable => {
+                self.requeue_in_flight();
+                if result == TxResult::WouldBlock {
+                    self.timers.arm(Timer::SendRetry, now + SEND_RETRY);
+                } else {
+                    let g = self.dial.generation();
+                    self.for_current(now, g, Ev::Unreachable);
+                }
+            }
+        }
+        self.trim();
+        self.check_flushed(now);
+    }
+
+    /// The bytes of the last `poll_transmit` went out: its frames wait in the window for
+    /// their confirmation, each at the stream offset where it ends.
+    fn written(&mut self, now: Instant) {
+        let conn = self.conn.as_ref();
+        let len = conn.map_or(0, |c| c.pending_len);
+        let base = self.delivery.window.written();
+        self.delivery.window.wrote(now, len);
+        // With TLS a frame can be read once the record that carries its last byte has
+        // arrived: it is confirmed with the end of that record.
+        let end_of = |k: usize| {
+            conn.map_or(0, |c| {
+                c.pending_ends
+                    .get(k)
+                    .map_or(c.pending_len, |&e| c.readable_end(e))
+            })
+        };
+        let frames = self.delivery.written(now, base, &mut self.c, end_of);
+        // The turns of the batch, at their ends in the stream (with TLS, the ends of their
+        // records, as for frames).
+        let newest = self.delivery.window.newest_end().unwrap_or(0);
+        if let Some(conn) = &mut self.conn {
+            conn.turns_written(base, now, frames > 0, newest);
+        }
+    }
+
+    /// A reading of the acknowledged bytes: the frames it covers are confirmed.
+    fn acked(&mut self, now: Instant, generation: u64, bytes: Option<u64>) {
+        if !self.is_current(generation) || !matches!(self.state, State::Connected | State::Ready) {
+            self.c.ignored += 1;
+            return;
+        }
+        let Some(bytes) = bytes else {
+            self.delivery.window.no_reading(now);
+            return;
+        };
+        let c = &mut self.c;
+        if !self
+            .delivery
+            .window
+            .acked(now, bytes, |n, len| c.confirmed(n, len))
+        {
+            log::debug!("relink: an acknowledged count that cannot be this connection's ignored");
+        }
+        self.check_flushed(now);
+    }
+
+    /// The acknowledgements of the connection of dial `generation` cannot be read: its frames
+    /// count as confirmed when written.
+    fn acks_unavailable(&mut self, generation: u64) {
+        if self.is_current(generation) && !self.delivery.window.is_blind() {
+            log::warn!(
+                "relink: the acknowledgements of the connection to {} cannot be read: \
+                 its frames count as confirmed when written",
+                self.endpoint_text().unwrap_or_default()
+            );
+            let c = &mut self.c;
+            self.delivery.window.go_blind(|n, len| c.confirmed(n, len));
+        }
+    }
+
+    /// Whether frames wait for the acknowledged bytes of the current connection (the IO side
+    /// keeps what it reads them from only while they do).
+    pub(crate) fn wants_acks(&self) -> bool {
+        !self.delivery.window.is_empty()
+    }
+
+    /// Whether the IO side should read the acknowledged bytes at `now`: the window's reading
+    /// is due ([`Machine::reading_at`]), or something waits on the confirmations (a flush, a
+    /// close, a window that holds frames back or fills up).
+    pub(crate) fn reading_due(&self, now: Instant) -> bool {
+        self.delivery
+            .reading_due(now, self.cfg.window, self.closing)
+    }
+
+    /// When the window's next reading is due ([`Delivery::reading_at`]).
+    fn reading_at(&self) -> Option<Instant> {
+        self.delivery.reading_at(self.cfg.window, self.closing)
+    }
+
+    /// The frames of a lost connection that were written and not confirmed, by the policy:
+    /// first in line again (resend), or each given back (report).
+    fn redeliver(&mut self) {
+        let protocol = self.protocol.as_ref();
+        let mark = |frame: &[u8]| match protocol {
+            Some(p) => guarded(Callback::Protocol, || p.resend(frame)),
+            None => Ok(None),
+        };
+        let (policy, max) = (self.cfg.redelivery, self.cfg.max_losses);
+        let lost = self.delivery.redeliver(policy, max, &mut self.c, mark);
+        if let Some(poison) = lost.poison {
+            log::warn!(
+                "relink[{}]: a frame of {} bytes, the oldest unconfirmed at {max} \
+                 connection losses in a row, abandoned as poison",
+                self.cfg.name,
+                poison.len(),
+            );
+            self.abandon_all(vec![poison], AbandonReason::Poison);
+        }
+        for p in &lost.panics {
+            // Reported here: the connection is already down.
+            self.report_panic(p);
+        }
+        self.abandon_all(lost.unconfirmed, AbandonReason::Unconfirmed);
+    }
+
+    /// The frames, requests and control frames of the last `poll_transmit` go first in line
+    /// again.
+    fn requeue_in_flight(&mut self) {
+        self.delivery.requeue();
+        if let Some(conn) = &mut self.conn {
+            conn.requeue_control();
+        }
+    }
+
+    /// Drops the oldest frames (`Overflow`) while the outbox is over its limits; the last
+    /// frame stays even if it alone is over. Frames in flight are confirmed or put back first.
+    fn trim(&mut self) {
+        let dropped = self.delivery.overflow();
+        self.abandon_all(dropped, AbandonReason::Overflow);
+    }
+
+    // ----- the snapshot --------------------------------------------------------------------------
+
+    /// A consistent snapshot at `now`, for [`Metrics`].
+    pub(crate) fn metrics(&self, now: Instant) -> Metrics {
+        let next_retry_in = match self.state {
+            State::Backoff | State::Cooldown => self
+                .timers
+                .at(Timer::Retry)
+                .map(|t| t.saturating_duration_since(now)),
+            _ => None,
+        };
+        let queued = self.delivery.outbox.len();
+        let queued_bytes = self.delivery.outbox.bytes();
+        Metrics {
+            state: self.state,
+            time_in_state: now.saturating_duration_since(self.since),
+            attempt: self.dial.attempt(),
+            native_redials: self.dial.native_used(),
+            consecutive_failures: self.dial.failures(),
+            connects: self.c.connects,
+            reconnects: self.c.reconnects,
+            last_outage: self.outage.last(),
+            next_retry_in,
+            peer_addr: self.dial.addr(),
+            frames_submitted: self.c.submitted,
+            frames_sent: self.c.sent,
+            bytes_sent: self.c.bytes_sent,
+            frames_rejected: self.c.rejected,
+            abandoned: self.c.abandoned,
+            outbox_frames: queued as u64,
+            outbox_bytes: queued_bytes as u64,
+            frames_received: self.c.received,
+            bytes_received: self.c.bytes_received,
+            frames_cut: self.c.frames_cut,
+            bytes_cut: self.c.bytes_cut,
+            // The IO side's (`Sources::compose`).
+            frames_unread: 0,
+            bytes_unread: 0,
+            bytes_discarded: self.c.bytes_discarded,
+            heartbeats_sent: self.c.heartbeats_sent,
+            heartbeats_missed: self.c.heartbeats_missed,
+            last_rtt: self.last_rtt,
+            reading_paused: self.read_paused,
+            events_dropped: 0,
+            ignored_inputs: self.c.ignored,
+            callback_panics: self.c.callback_panics,
+            requests_submitted: self.c.requests_submitted,
+            requests_late_held: (self.delivery.requests.len() - self.delivery.requests.waiting())
+                as u64,
+            barriers_sent: self.c.barriers,
+            handshakes_refused: self.c.handshakes_refused,
+            frames_answered: self.c.answered_by_link,
+            requests_answered: self.delivery.requests.answered,
+            requests_failed: self.delivery.requests.failed,
+            requests_outstanding: self.delivery.requests.waiting() as u64,
+            requests_written: self.delivery.requests.written() as u64,
+            replies_late: self.delivery.requests.late,
+            slow_callbacks: self.c.slow_callbacks,
+            slowest_callback: self.c.slowest_callback,
+            verdicts_deferred: self.c.verdicts_deferred,
+            down_for: self.outage.down_for(now),
+            tls_rejected: self.c.tls_rejected,
+            frames_confirmed: self.c.confirmed,
+            frames_unconfirmed: self.delivery.window.len() as u64,
+            frames_resent: self.c.resent,
+            oldest_unconfirmed: self
+                .delivery
+                .window
+                .oldest()
+                .map(|t| now.saturating_duration_since(t)),
+            frames_recovered: 0,
+            spool_bytes_cut: 0,
+        }
+    }
 }
 
-mod close;
+mod callbacks;
 mod connection;
+mod delivery;
 mod dial;
-mod intake;
-mod metrics;
+mod flushes;
+mod outage;
 mod receive;
-mod served;
 #[cfg(test)]
 mod tests;
-mod tls;
 mod transmit;

@@ -109,24 +109,20 @@ pub struct Producer {
     credit: (usize, usize),
 }
 
-impl Link {
-    /// A producer on this link for one producer (see [`Producer`]).
-    ///
-    /// # Examples
-    /// See [`Producer`].
-    pub fn producer(&self) -> Producer {
+impl Producer {
+    /// A producer on `link`, with a lane of its own.
+    pub(super) fn new(link: Link) -> Producer {
         let (lane, end) = lane::lane(RING);
-        self.inner.shared.lanes.add(end);
+        link.inner.shared.lanes.add(end);
+        let plan = link.plan(SendOptions::new());
         Producer {
-            link: self.clone(),
+            link,
             lane,
-            plan: self.plan(SendOptions::new()),
+            plan,
             credit: (0, 0),
         }
     }
-}
 
-impl Producer {
     /// Sends with these options (how long to wait for room in the outbox, how long a frame
     /// may wait to be sent), as [`Link::send_with`] does.
     ///

@@ -64,23 +64,18 @@ pub struct Writer {
     bytes: usize,
 }
 
-impl Link {
-    /// A buffered writer on this link (see [`Writer`]), for one producer.
-    ///
-    /// # Examples
-    /// See [`Writer`].
-    pub fn writer(&self) -> Writer {
+impl Writer {
+    /// An empty writer on `link`, with the default thresholds.
+    pub(super) fn new(link: Link) -> Writer {
         Writer {
-            link: self.clone(),
+            link,
             batch: Batch::new(),
             options: SendOptions::new(),
             frames: FRAMES,
             bytes: BYTES,
         }
     }
-}
 
-impl Writer {
     /// Hands the frames over once the writer holds `frames` frames or `bytes` bytes (at least
     /// one frame; a frame larger than `bytes` is handed over as soon as it is written).
     ///

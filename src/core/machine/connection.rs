@@ -1,34 +1,32 @@
-//! The state of one TCP connection, and how it comes up.
+//! The state of one TCP connection, and what it does with it.
 //!
 //! A [`Connection`] is made when the TCP connection of a dial comes up (`tcp_connected`) and
 //! dropped when it goes (`teardown`, `finish`): the machine holds it as `Option<Connection>`,
 //! `Some` exactly while the state is Connected or Ready. Nothing in it is reset by hand; the
 //! next connection starts from a fresh one.
 //!
-//! What lives here is meaningless on another connection: the TLS session and the records the
-//! socket refused, bytes received and not yet decoded, control frames (hello, pings) encoded
-//! for this peer, the heartbeat's clock, whether the handshake reply is awaited, and the
-//! bookkeeping of the last `poll_transmit`. What outlives a connection stays on the
-//! [`Machine`]: the outbox, the requests and the window (their frames are resent or reported
-//! after a loss), the counters, the backoff and its attempt count, the endpoints and the one
-//! in use (dialled before a connection exists, named in the failure's log line after it is
-//! gone), the timers, and whether the IO side paused reading (a property of the application,
-//! not of the peer).
+//! What lives here is meaningless on another connection: the TLS session (feeding it the
+//! socket's bytes, sealing a batch) and the records the socket refused, bytes received and not
+//! yet decoded, control frames (hello, pings, answers) encoded for this peer and the turns
+//! they take, the heartbeat's clock, whether the handshake reply is awaited, and the
+//! bookkeeping of the last `poll_transmit`. What outlives a connection is elsewhere on the
+//! [`Machine`](super::Machine): the [`Delivery`](super::delivery::Delivery) (its frames are
+//! resent or reported after a loss), the counters, the [`Dialer`](super::dial::Dialer) (the
+//! backoff, the endpoints and the one in use, dialled before a connection exists and named in
+//! the failure's log line after it is gone), the timers, and whether the IO side paused
+//! reading (a property of the application, not of the peer).
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 
-use super::{Ev, Machine, Timer, OUTAGE_WARN_FIRST};
 use crate::core::confirm::{Answers, Control, Turn, Turns};
 use crate::core::framing::BoxedFraming;
-use crate::core::guard::{guarded, timed, Panicked, Stopwatch};
-use crate::core::heartbeat::{HeartbeatState, Ping};
-use crate::core::settings::ProofOfLife;
-use crate::core::tls::TlsSession;
-use crate::error::Callback;
-use crate::event::{Cause, State};
+use crate::core::guard::{timed, Panicked, Stopwatch};
+use crate::core::heartbeat::{Heartbeat, HeartbeatState};
+use crate::core::tls::{TlsSession, RECORD_PLAINTEXT};
+use crate::error::{Callback, TlsError};
 
 /// The per-connection state of a link: made at the TCP connect, dropped with the connection.
 #[derive(Debug, Default)]
@@ -77,6 +75,158 @@ impl Connection {
         }
     }
 
+    /// Whether the connection speaks TLS.
+    pub(super) fn speaks_tls(&self) -> bool {
+        self.tls.is_some()
+    }
+
+    /// Whether its TLS handshake is under way.
+    pub(super) fn tls_handshaking(&self) -> bool {
+        self.tls.as_ref().is_some_and(TlsSession::is_handshaking)
+    }
+
+    /// The heartbeat `hb`, from `now`, unless one runs already (`paused`: the IO side is not
+    /// reading).
+    pub(super) fn start_heartbeat(&mut self, hb: Option<&Heartbeat>, now: Instant, paused: bool) {
+        if self.heartbeat.is_none() {
+            self.heartbeat = hb.map(|hb| HeartbeatState::start(hb, now, paused));
+        }
+    }
+
+    /// Queues a control frame ahead of the outbox; a ping covers the frames written before
+    /// it.
+    pub(super) fn queue_control(&mut self, kind: Control, bytes: Vec<u8>) {
+        if matches!(kind, Control::Ping { .. }) {
+            self.uncovered_since = None;
+        }
+        self.control.push_back((kind, bytes));
+    }
+
+    /// When a barrier is due: `age` after frames were first written with no ping after them.
+    pub(super) fn barrier_at(&self, age: Duration) -> Option<Instant> {
+        Some(self.uncovered_since? + age)
+    }
+
+    /// The bytes up to `newest` (the end of the newest frame written) that no ping covers,
+    /// when a barrier would cover them: none is written after it nor queued. Read up to
+    /// `read_to`, the peer has answered for them already.
+    pub(super) fn uncovered(&self, newest: u64, read_to: u64) -> Option<u64> {
+        if self.turns.ping_after(newest) || self.control.iter().any(|(c, _)| *c != Control::Hello) {
+            return None;
+        }
+        let covered = self.turns.last_ping_end().max(read_to);
+        Some(newest.saturating_sub(covered))
+    }
+
+    /// Begins a batch in `buf` with the control frames queued, each in flight until the batch
+    /// is answered, and with the turns they take when the peer's answers are known.
+    pub(super) fn take_control(&mut self, answers: Answers, buf: &mut Vec<u8>) {
+        self.pending_ends.clear();
+        self.pending_turns.clear();
+        while let Some((kind, c)) = self.control.pop_front() {
+            buf.extend_from_slice(&c);
+            let turn = (answers != Answers::Unknown)
+                .then(|| kind.turn(answers == Answers::EveryFrame))
+                .flatten();
+            if let Some(turn) = turn {
+                self.pending_turns.push((turn, buf.len()));
+            }
+            self.in_flight_control.push((kind, c));
+        }
+    }
+
+    /// The batch of the last `poll_transmit` went out at `now`.
+    pub(super) fn sent(&mut self, now: Instant) {
+        self.in_flight_control.clear();
+        if let Some(hb) = &mut self.heartbeat {
+            hb.on_outbound(now);
+        }
+    }
+
+    /// Where the peer can read up to plaintext byte `end` of the last batch (the end of a
+    /// frame or a turn in it), as an offset in the batch's bytes: with TLS, the end of the
+    /// record that carries that byte.
+    pub(super) fn readable_end(&self, end: usize) -> usize {
+        match self.tls {
+            None => end,
+            Some(_) => self
+                .pending_records
+                .get(end.saturating_sub(1) / RECORD_PLAINTEXT)
+                .map_or(self.pending_len, |&r| r),
+        }
+    }
+
+    /// The last batch was written at stream offset `base`: each of its turns waits for its
+    /// answer at its end in the stream. When it held frames (`frames`) and no ping after them
+    /// covers `newest`, they are uncovered from `now`.
+    pub(super) fn turns_written(&mut self, base: u64, now: Instant, frames: bool, newest: u64) {
+        let mut pending = std::mem::take(&mut self.pending_turns);
+        for &(turn, e) in &pending {
+            let end = self.readable_end(e);
+            self.turns.push(turn, base + end as u64);
+        }
+        pending.clear();
+        self.pending_turns = pending;
+        if frames && self.uncovered_since.is_none() && !self.turns.ping_after(newest) {
+            self.uncovered_since = Some(now);
+        }
+    }
+
+    /// Bytes left undecoded, taken out of the receive buffer (the start of a frame whose end
+    /// will never come): how many.
+    pub(super) fn take_cut(&mut self) -> usize {
+        let bytes = self.rx.len();
+        self.rx.clear();
+        bytes
+    }
+
+    /// Socket bytes through the TLS session: handshake records advance it, application
+    /// records come out as plaintext appended to `rx`. `None` without TLS.
+    pub(super) fn feed(&mut self, bytes: &[u8]) -> Option<Fed> {
+        let tls = self.tls.as_mut()?;
+        let was_handshaking = tls.is_handshaking();
+        let before = self.rx.len();
+        let result = tls.feed(bytes, &mut self.rx);
+        Some(Fed {
+            before,
+            established: was_handshaking && !tls.is_handshaking() && result.is_ok(),
+            peer_closed: tls.peer_closed(),
+            result,
+        })
+    }
+
+    /// The records to write, after EAGAIN: the ones the socket refused, as they are.
+    pub(super) fn take_retry(&mut self) -> Option<Vec<u8>> {
+        self.tls_retry.take()
+    }
+
+    /// The scratch a plaintext batch is built in before it is sealed.
+    pub(super) fn take_plain(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.plain_out)
+    }
+
+    /// Seals the plaintext batch `plain` (or with `batch` false, only the session's own
+    /// records, as while handshaking) into `buf`, noting where each record ends; `plain` is
+    /// kept as the scratch of the next batch. `None` without TLS.
+    pub(super) fn seal(
+        &mut self,
+        mut plain: Vec<u8>,
+        batch: bool,
+        buf: &mut Vec<u8>,
+    ) -> Option<Result<(), TlsError>> {
+        let tls = self.tls.as_mut()?;
+        self.pending_records.clear();
+        let sealed = if batch {
+            tls.seal(&plain, buf, &mut self.pending_records)
+        } else {
+            tls.take_ciphertext(buf);
+            Ok(())
+        };
+        plain.clear();
+        self.plain_out = plain;
+        Some(sealed)
+    }
+
     /// The control frames of the last `poll_transmit` go first in line again.
     pub(super) fn requeue_control(&mut self) {
         for c in self.in_flight_control.drain(..).rev() {
@@ -98,192 +248,17 @@ impl Connection {
     }
 }
 
-impl Machine {
-    /// The connection carries application bytes (TCP is up, and the TLS handshake has
-    /// completed): heartbeat, hello, and the connect as proof of life.
-    pub(super) fn link_up(&mut self, now: Instant) {
-        let (framing, watch) = (&mut self.framing, &*self.watch);
-        let (reset, took) = timed(watch, Callback::Decode, || framing.reset());
-        self.took(now, Callback::Decode, took);
-        let Some(conn) = self.conn.as_mut() else {
-            return;
-        };
-        // With a protocol the heartbeat waits for Ready: no ping before the peer accepted the
-        // link (MQTT's PINGREQ before its CONNACK).
-        conn.heartbeat = self
-            .cfg
-            .heartbeat
-            .as_ref()
-            .filter(|_| self.protocol.is_none())
-            .map(|hb| HeartbeatState::start(hb, now, self.read_paused));
-        conn.handshake_pending = false;
-        let mut panicked = reset.err();
-        let mut slowest = Duration::ZERO;
-        if let Some(protocol) = self.protocol.as_mut() {
-            let opening = match guarded(Callback::Protocol, || protocol.open()) {
-                Ok(o) => o,
-                Err(p) => return self.step(now, Ev::CallbackPanicked(p)),
-            };
-            for f in &opening.frames {
-                let (encoded, took) = encode(&mut self.framing, &*self.watch, &self.cfg.name, f);
-                slowest = slowest.max(took);
-                match encoded {
-                    Ok(Some(buf)) => conn.control.push_back((Control::Hello, buf)),
-                    Ok(None) => {}
-                    Err(p) => {
-                        panicked = Some(p);
-                        break;
-                    }
-                }
-            }
-            conn.handshake_pending = opening.wait;
-            self.took(now, Callback::Encode, slowest);
-            if let Some(p) = panicked {
-                return self.step(now, Ev::CallbackPanicked(p));
-            }
-            if opening.wait {
-                self.timers
-                    .arm(Timer::Handshake, now + self.cfg.handshake_timeout);
-            } else {
-                self.ready(now);
-            }
-            return;
-        }
-        if let Some(p) = panicked {
-            self.step(now, Ev::CallbackPanicked(p));
-        } else if matches!(self.cfg.proof, ProofOfLife::Connect) {
-            self.ready(now);
-        }
-    }
-
-    /// The proof of life came: the connection is Ready, and an outage it ends is recorded.
-    pub(super) fn ready(&mut self, now: Instant) {
-        self.timers.disarm(Timer::Handshake);
-        if let Some(since) = self.failing_since.take() {
-            let d = now.saturating_duration_since(since);
-            if d >= OUTAGE_WARN_FIRST {
-                log::warn!(
-                    "relink[{}]: connected again after {}s without a connection",
-                    self.cfg.name,
-                    d.as_secs()
-                );
-            }
-        }
-        self.next_outage_warn = OUTAGE_WARN_FIRST;
-        if let Some(conn) = &mut self.conn {
-            conn.handshake_pending = false;
-            if conn.heartbeat.is_none() {
-                conn.heartbeat = self
-                    .cfg
-                    .heartbeat
-                    .as_ref()
-                    .map(|hb| HeartbeatState::start(hb, now, self.read_paused));
-            }
-        }
-        if let Some(since) = self.outage_since.take() {
-            self.last_outage = Some(now.saturating_duration_since(since));
-            self.c.reconnects += 1;
-        }
-        if self.cfg.min_stable.is_zero() {
-            self.failures = 0;
-            self.attempt = 0;
-            self.native_used = 0;
-            self.backoff.reset();
-        } else {
-            self.timers.arm(Timer::Stable, now + self.cfg.min_stable);
-        }
-        self.transition(now, State::Ready, Cause::Alive);
-    }
-
-    /// The heartbeat's deadlines at `now`: a verdict on a silent peer, or the next ping.
-    pub(super) fn heartbeat_due(&mut self, now: Instant) {
-        let Some(hb) = self.conn.as_mut().and_then(|c| c.heartbeat.as_mut()) else {
-            return;
-        };
-        if hb.death_at().is_some_and(|t| t <= now) {
-            // The interval that ends in the verdict was silent too.
-            self.c.heartbeats_missed += 1;
-            self.step(now, Ev::HeartbeatDead);
-        } else if hb.next_ping() <= now {
-            let missed = hb.on_ping(now);
-            if missed {
-                self.c.heartbeats_missed += 1;
-            }
-            self.c.heartbeats_sent += 1;
-            self.queue_ping(now, true);
-        }
-        self.barrier_due(now);
-    }
-
-    /// Queues the ping ahead of the outbox: the heartbeat's, or (`heartbeat` false) a barrier
-    /// whose answer confirms the frames written before it.
-    pub(super) fn queue_ping(&mut self, now: Instant, heartbeat: bool) {
-        match self.encoded_ping(now) {
-            Ok(ping) if ping.is_empty() => {}
-            Ok(ping) => {
-                if let Some(conn) = &mut self.conn {
-                    conn.control.push_back((Control::Ping { heartbeat }, ping));
-                    conn.uncovered_since = None;
-                }
-            }
-            Err(p) => self.step(now, Ev::CallbackPanicked(p)),
-        }
-    }
-
-    /// When a barrier is due: frames confirmed by reply under `Answers::Pings`, written with
-    /// no ping after them, for the barrier's age.
-    pub(super) fn barrier_at(&self) -> Option<Instant> {
-        if !self.window.by_reply() || self.cfg.answers != Answers::Pings {
-            return None;
-        }
-        let since = self.conn.as_ref()?.uncovered_since?;
-        Some(since + self.cfg.confirm.barrier_age)
-    }
-
-    /// Writes a barrier ping when frames confirmed by reply have waited with no ping after
-    /// them for the barrier's age, when their bytes pass its bound, or when a flush waits.
-    pub(super) fn barrier_due(&mut self, now: Instant) {
-        if self.state != State::Ready || !self.window.by_reply() {
-            return;
-        }
-        if self.cfg.answers != Answers::Pings {
-            return;
-        }
-        let Some(conn) = self.conn.as_ref() else {
-            return;
-        };
-        let Some(newest) = self.window.newest_end() else {
-            return;
-        };
-        if conn.turns.ping_after(newest) || conn.control.iter().any(|(c, _)| *c != Control::Hello) {
-            return;
-        }
-        let covered = conn.turns.last_ping_end().max(self.window.read_to());
-        let by_bytes = newest.saturating_sub(covered) >= self.cfg.confirm.barrier_bytes;
-        let by_age = self.barrier_at().is_some_and(|t| t <= now);
-        if by_bytes || by_age || self.flush_waits() {
-            self.c.barriers += 1;
-            self.queue_ping(now, false);
-        }
-    }
-
-    /// The ping's bytes; empty when there is none, or when the framing refused it.
-    pub(super) fn encoded_ping(&mut self, now: Instant) -> Result<Vec<u8>, Panicked> {
-        if let Some(protocol) = self.protocol.as_ref() {
-            if let Some(f) = guarded(Callback::Protocol, || protocol.ping())? {
-                let (ping, took) = encode(&mut self.framing, &*self.watch, &self.cfg.name, &f);
-                self.took(now, Callback::Encode, took);
-                return Ok(ping?.unwrap_or_default());
-            }
-        }
-        let (ping, took) = match self.cfg.heartbeat.as_ref().map(|h| &h.ping) {
-            Some(Ping::Raw(b)) => return Ok(b.clone()),
-            Some(Ping::Frame(f)) => encode(&mut self.framing, &*self.watch, &self.cfg.name, f),
-            None => return Ok(Vec::new()),
-        };
-        self.took(now, Callback::Encode, took);
-        Ok(ping?.unwrap_or_default())
-    }
+/// What the TLS session made of socket bytes.
+#[derive(Debug)]
+pub(super) struct Fed {
+    /// The length of the receive buffer before: its plaintext comes after.
+    pub(super) before: usize,
+    /// The handshake completed with these bytes.
+    pub(super) established: bool,
+    /// The peer has sent its close_notify.
+    pub(super) peer_closed: bool,
+    /// A failure of the session.
+    pub(super) result: Result<(), TlsError>,
 }
 
 /// One control frame (a hello frame, the ping) through the framing, guarded: the framing may

@@ -153,14 +153,14 @@ impl Sim {
             self.m.transmit_done(self.now, TxResult::Sent);
             self.drain();
             if self.auto_ack {
-                self.ack(self.m.window.written());
+                self.ack(self.m.delivery.window.written());
             }
         }
     }
 
     /// The peer's TCP acknowledged `bytes` bytes of the current connection.
     fn ack(&mut self, bytes: u64) {
-        let generation = self.m.generation;
+        let generation = self.m.dial.generation();
         self.input(Input::Acked {
             generation,
             bytes: Some(bytes),

@@ -65,7 +65,7 @@ fn bytes_left_undecoded_when_relink_ends_the_connection_are_counted_as_discarded
     let m = s.metrics();
     assert_eq!((m.bytes_discarded, m.frames_cut), (9, 0));
     // Bytes of the connection let go, read after it: discarded too.
-    let stale = s.m.generation - 1;
+    let stale = s.m.dial.generation() - 1;
     s.m.handle_data(s.now, stale, b"late\n");
     assert_eq!(s.metrics().bytes_discarded, 14);
     assert!(s.frames().is_empty());

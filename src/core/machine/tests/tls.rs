@@ -401,10 +401,10 @@ fn with_tls_a_frame_is_confirmed_when_the_records_written_with_it_are_acknowledg
     let mut peer = Peer::new(&pki.server);
     peer.pump(&mut s);
     assert_eq!(s.m.state(), Ready);
-    let before = s.m.window.written();
+    let before = s.m.delivery.window.written();
     s.submit(b"frame");
     s.transmit();
-    let after = s.m.window.written();
+    let after = s.m.delivery.window.written();
     assert!(after > before + 6, "a record is larger than its plaintext");
     s.ack(after - 1);
     assert_eq!(s.metrics().frames_confirmed, 0);

@@ -2,7 +2,7 @@
 //! acknowledges their last byte (the count enters as an input), the window holds frames back,
 //! and a drop resends or reports what was not confirmed.
 
-use super::super::transmit::QUIET;
+use super::super::delivery::QUIET;
 use super::*;
 use crate::Redelivery;
 
@@ -36,7 +36,7 @@ fn a_frame_is_confirmed_once_the_peer_acknowledges_its_last_byte() {
     assert_eq!(sent_frames(&s), (2, 2, 0));
     assert_eq!(s.metrics().unaccounted(), 0);
     assert_eq!(
-        s.m.window.poll_at(),
+        s.m.delivery.window.poll_at(),
         None,
         "no reading wanted once all is confirmed"
     );
@@ -198,7 +198,7 @@ fn a_resent_frame_whose_deadline_passed_expires() {
 #[test]
 fn a_count_from_an_earlier_connection_confirms_nothing() {
     let mut s = quiet(Sim::builder());
-    let old = s.m.generation;
+    let old = s.m.dial.generation();
     s.submit(b"a");
     s.transmit();
     s.tcp_down();
@@ -217,7 +217,7 @@ fn a_connection_whose_acknowledgements_cannot_be_read_confirms_frames_as_written
     let mut s = quiet(Sim::builder());
     s.submit(b"a");
     s.transmit();
-    let generation = s.m.generation;
+    let generation = s.m.dial.generation();
     s.input(Input::AcksUnavailable { generation });
     assert_eq!(sent_frames(&s), (1, 1, 0));
     s.submit(b"b");
