@@ -6,21 +6,26 @@
 //! Who does what:
 //! - the caller of `send` appends the frame's record under the writer's lock and, by the
 //!   sync policy, writes and `fdatasync`s it ([`Durability::EveryFrame`]), writes it
-//!   ([`Durability::OsWriteBack`]) or leaves it in the writer's buffer
-//!   ([`Durability::Group`]); then it offers the frame to the intake, and takes the record
-//!   back if the intake refuses it (its number is then not used), so numbers follow the
-//!   intake's order;
+//!   ([`Durability::OsWriteBack`]) or copies it into the shared mapping of the segment's tail
+//!   ([`Durability::Group`], see [`window`]): by either of the last two it is in the kernel's
+//!   page cache when the call returns, and outlives the process. Then it offers the frame to
+//!   the intake, and takes the record back if the intake refuses it (its number is then not
+//!   used), so numbers follow the intake's order;
 //! - the IO thread never touches the disk: its [`Ledger`] gives each frame it takes from the
 //!   intake the next number (those recovered at open first), learns which frames left, and
 //!   hands their numbers to `left`;
-//! - the spool's own thread (the flusher), every tick, writes and syncs the group's buffer,
-//!   appends what left to the acks log, and deletes segments whose frames all left.
+//! - the spool's own thread (the flusher), every tick, syncs the group's records
+//!   (`fdatasync` of the segment, which writes back the pages the callers filled through the
+//!   mapping), appends what left to the acks log, and deletes segments whose frames all left.
 //!
 //! At open, the segments are read in order; each record is checked by its CRC-32C, and a
-//! segment is cut at its first record that fails (a torn tail): what is cut is counted.
+//! segment is cut at its first record that fails (a torn tail): what is cut is counted, but
+//! not the zeros of space a window reserved and no record reached
+//! ([`record::torn_end`]).
 
 mod ledger;
 pub(crate) mod record;
+mod window;
 
 use std::collections::VecDeque;
 use std::fs::{self, File, OpenOptions};
@@ -35,15 +40,13 @@ use fs4::fs_std::FileExt as _;
 
 pub(crate) use ledger::Ledger;
 use record::Ranges;
+use window::Window;
 
 use crate::batch::Batch;
 use crate::spool::{Durability, Spool};
 
 /// The format this relink writes and reads.
 pub(crate) const VERSION: u32 = 1;
-
-/// A group's buffer is written out by the caller once it holds this much.
-const GROUP_WRITE: usize = 256 * 1024;
 
 /// The acks log is written again, compacted, once it is this large.
 const ACKS_COMPACT: u64 = 64 * 1024;
@@ -108,10 +111,12 @@ struct Writer {
     file: Arc<File>,
     /// The first sequence number of the current segment.
     first: u64,
-    /// Bytes written to the current segment's file.
+    /// Where the records end in the current segment's file.
     pos: u64,
-    /// Records not yet written (a group's).
+    /// The records of a call, before they are written (`EveryFrame`, `OsWriteBack`).
     buf: Vec<u8>,
+    /// Under `Group`, the mapped tail of the current segment the records are copied into.
+    window: Option<Window>,
     next_seq: u64,
     /// Numbers below this are reserved on disk (the `numbers` file).
     reserved: u64,
@@ -123,7 +128,8 @@ struct Writer {
     unsynced: Vec<Arc<File>>,
     /// A segment was made and the directory not synced since.
     dir_dirty: bool,
-    /// Records were written since the last sync of the spool's thread.
+    /// Records were written (or copied into the window) since the last sync of the spool's
+    /// thread.
     written: bool,
     /// The spool's thread was told of the records appended since its last flush.
     told: bool,
@@ -239,11 +245,15 @@ impl Store {
             let data = Bytes::from(fs::read(&path).map_err(|e| io_err("cannot read", &path, e))?);
             let (records, good) = record::decode_all(&data);
             if good < data.len() {
-                let cut = (data.len() - good) as u64;
-                log::warn!(
-                    "relink: spool segment {} cut at byte {good} ({cut} bytes failed their check)",
-                    path.display()
-                );
+                // Reserved space a crash left past the records is zeros, not cut bytes.
+                let cut = (record::torn_end(&data, good) - good) as u64;
+                if cut > 0 {
+                    log::warn!(
+                        "relink: spool segment {} cut at byte {good} ({cut} bytes failed their \
+                         check)",
+                        path.display()
+                    );
+                }
                 recovered.cut_bytes += cut;
                 let f = OpenOptions::new()
                     .write(true)
@@ -267,12 +277,7 @@ impl Store {
         next_seq = next_seq.max(Core::read_reserved(&dir)?);
         // A new segment for this run; the old ones stay while they hold frames.
         let path = dir.join(segment_name(next_seq));
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .write(true)
-            .open(&path)
-            .map_err(|e| io_err("cannot make", &path, e))?;
+        let file = Core::new_segment(&path)?;
         let mut closed = VecDeque::new();
         for (first, old, pending) in kept {
             if old == path {
@@ -294,15 +299,19 @@ impl Store {
             .map_err(|e| io_err("cannot read", &acks_path, e))?
             .len();
         let wake = (Mutex::new(Wake::default()), Condvar::new());
+        let durability = spool.get_durability();
+        let segment_bytes = spool.get_segment_bytes().max(record::HEADER as u64);
         let core = Arc::new(Core {
             dir,
-            durability: spool.get_durability(),
-            segment_bytes: spool.get_segment_bytes().max(record::HEADER as u64),
+            durability,
+            segment_bytes,
             w: Mutex::new(Writer {
                 file: Arc::new(file),
                 first: next_seq,
                 pos: 0,
                 buf: Vec::new(),
+                window: matches!(durability, Durability::Group(_))
+                    .then(|| Window::new(segment_bytes)),
                 next_seq,
                 reserved: next_seq,
                 failed: None,
@@ -338,6 +347,17 @@ impl Store {
 }
 
 impl Core {
+    /// Makes a segment file (empty), open for reading too: a window maps it.
+    fn new_segment(path: &Path) -> Result<File, String> {
+        OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(|e| io_err("cannot make", path, e))
+    }
+
     /// Refuses a directory written in another format, or holding files of something else.
     fn check_version(dir: &Path) -> Result<(), String> {
         let path = dir.join("VERSION");
@@ -449,12 +469,19 @@ impl Core {
         if let Err(e) = self.reserve(&mut w, seq + 1) {
             return Err((frame, e));
         }
-        let mark = w.pos + w.buf.len() as u64;
         if frame.len() > record::MAX_FRAME {
             return Err((frame, "frame too large for the spool".into()));
         }
-        record::encode(&mut w.buf, seq, deadline_ms, &frame);
-        if let Err(e) = self.persist(&mut w) {
+        let mark = w.pos + w.buf.len() as u64;
+        if let Err(e) = w
+            .append(
+                seq,
+                deadline_ms,
+                std::iter::once(&frame[..]),
+                &mut Vec::new(),
+            )
+            .and_then(|()| self.persist(&mut w))
+        {
             w.rollback(mark);
             return Err((frame, format!("cannot write to the spool: {e}")));
         }
@@ -470,15 +497,14 @@ impl Core {
         }
     }
 
-    /// Makes what was appended as durable as the policy says before the call returns.
+    /// Makes what was appended as durable as the policy says before the call returns. Under
+    /// `Group` the records are in the page cache already (copied into the window): the spool's
+    /// thread is told there is a group to sync.
     fn persist(&self, w: &mut Writer) -> io::Result<()> {
         match self.durability {
             Durability::EveryFrame => w.write().and_then(|()| w.file.sync_data()),
             Durability::OsWriteBack => w.write(),
             Durability::Group(_) => {
-                if w.buf.len() >= GROUP_WRITE {
-                    w.write()?;
-                }
                 if !w.told {
                     w.told = true;
                     self.nudge();
@@ -507,19 +533,16 @@ impl Core {
         self.roll_if_full(&mut w)?;
         let first = w.next_seq;
         self.reserve(&mut w, first + frames.len() as u64)?;
+        if frames.iter().any(|f| f.len() > record::MAX_FRAME) {
+            return Err("frame too large for the spool".into());
+        }
         let mark = w.pos + w.buf.len() as u64;
         let mut ends = Vec::new();
-        for (i, frame) in frames.iter().enumerate() {
-            if frame.len() > record::MAX_FRAME {
-                w.rollback(mark);
-                return Err("frame too large for the spool".into());
-            }
-            record::encode(&mut w.buf, first + i as u64, deadline_ms, frame);
-            let end = w.pos + w.buf.len() as u64;
-            ends.push(end);
-        }
-        let n = ends.len();
-        if let Err(e) = self.persist(&mut w) {
+        let n = frames.len();
+        if let Err(e) = w
+            .append(first, deadline_ms, frames.iter(), &mut ends)
+            .and_then(|()| self.persist(&mut w))
+        {
             w.rollback(mark);
             return Err(format!("cannot write to the spool: {e}"));
         }
@@ -545,13 +568,10 @@ impl Core {
         }
         w.write()
             .map_err(|e| format!("cannot write to the spool: {e}"))?;
+        w.trim()
+            .map_err(|e| format!("cannot trim the spool's segment: {e}"))?;
         let path = self.dir.join(segment_name(w.next_seq));
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .write(true)
-            .open(&path)
-            .map_err(|e| io_err("cannot make", &path, e))?;
+        let file = Core::new_segment(&path)?;
         if self.durability == Durability::EveryFrame {
             sync_dir(&self.dir).map_err(|e| io_err("cannot sync", &self.dir, e))?;
         } else {
@@ -686,6 +706,44 @@ impl Core {
 }
 
 impl Writer {
+    /// Appends the records of `frames`, numbered from `first`, and notes where each ends in
+    /// `ends`: under `Group` into the window (room made for all of them first: `Err` when the
+    /// disk has none, and nothing is appended), else into the call's buffer.
+    fn append<'a>(
+        &mut self,
+        first: u64,
+        deadline_ms: u64,
+        frames: impl Iterator<Item = &'a [u8]> + Clone,
+        ends: &mut Vec<u64>,
+    ) -> io::Result<()> {
+        let Some(window) = self.window.as_mut() else {
+            for (i, frame) in frames.enumerate() {
+                record::encode(&mut self.buf, first + i as u64, deadline_ms, frame);
+                ends.push(self.pos + self.buf.len() as u64);
+            }
+            return Ok(());
+        };
+        let need: usize = frames.clone().map(record::size).sum();
+        let room = window.room(&self.file, self.pos, need as u64)?;
+        let mut at = 0;
+        for (i, frame) in frames.enumerate() {
+            at += record::encode_into(&mut room[at..], first + i as u64, deadline_ms, frame);
+            ends.push(self.pos + at as u64);
+        }
+        self.pos += at as u64;
+        self.written = true;
+        Ok(())
+    }
+
+    /// Under `Group`, drops the window and cuts the space it reserved off the current
+    /// segment, which then ends at its last record.
+    fn trim(&mut self) -> io::Result<()> {
+        match self.window.as_mut() {
+            Some(window) => window.trim(&self.file, self.pos),
+            None => Ok(()),
+        }
+    }
+
     /// Writes the buffer to the current segment.
     fn write(&mut self) -> io::Result<()> {
         if self.buf.is_empty() {
@@ -702,9 +760,13 @@ impl Writer {
         Ok(())
     }
 
-    /// Takes back every record past `to` (a position in the segment, written or not).
+    /// Takes back every record past `to` (a position in the segment, written or not); in the
+    /// window, their bytes become zeros.
     fn rollback(&mut self, to: u64) {
-        if to >= self.pos {
+        if let Some(window) = self.window.as_mut() {
+            window.zero(to, self.pos);
+            self.pos = self.pos.min(to);
+        } else if to >= self.pos {
             self.buf.truncate((to - self.pos) as usize);
         } else {
             self.buf.clear();
@@ -725,6 +787,9 @@ impl Drop for Store {
             let _ = t.join();
         }
         self.core.flush();
+        if let Err(e) = lock(&self.core.w).trim() {
+            log::error!("relink: cannot trim the spool's segment: {e}");
+        }
     }
 }
 

@@ -19,16 +19,33 @@ pub(crate) const ACK: usize = 20;
 /// The largest frame a record holds.
 pub(crate) const MAX_FRAME: usize = u32::MAX as usize;
 
+/// A segment whose length is a whole number of these may end in space reserved for records
+/// and never written (zeros): see [`torn_end`].
+pub(crate) const GRAIN: u64 = 4096;
+
+/// The size of a frame's record.
+pub(crate) fn size(frame: &[u8]) -> usize {
+    HEADER + frame.len()
+}
+
 /// Appends the record of one frame to `out`.
 pub(crate) fn encode(out: &mut Vec<u8>, seq: u64, deadline_ms: u64, frame: &[u8]) {
     let start = out.len();
-    out.extend_from_slice(&(frame.len() as u32).to_le_bytes());
-    out.extend_from_slice(&[0; 4]);
-    out.extend_from_slice(&seq.to_le_bytes());
-    out.extend_from_slice(&deadline_ms.to_le_bytes());
-    out.extend_from_slice(frame);
-    let crc = crc32c::crc32c(&out[start + 8..]);
-    out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
+    out.resize(start + size(frame), 0);
+    encode_into(&mut out[start..], seq, deadline_ms, frame);
+}
+
+/// Writes the record of one frame at the start of `out` (at least [`size`] bytes); gives its
+/// size.
+pub(crate) fn encode_into(out: &mut [u8], seq: u64, deadline_ms: u64, frame: &[u8]) -> usize {
+    let end = size(frame);
+    out[0..4].copy_from_slice(&(frame.len() as u32).to_le_bytes());
+    out[8..16].copy_from_slice(&seq.to_le_bytes());
+    out[16..24].copy_from_slice(&deadline_ms.to_le_bytes());
+    out[HEADER..end].copy_from_slice(frame);
+    let crc = crc32c::crc32c(&out[8..end]);
+    out[4..8].copy_from_slice(&crc.to_le_bytes());
+    end
 }
 
 /// One record read back.
@@ -63,6 +80,21 @@ pub(crate) fn decode_all(data: &Bytes) -> (Vec<Record>, usize) {
         at = end;
     }
     (out, at)
+}
+
+/// Where the bytes past a segment's good prefix (`good`, from [`decode_all`]) that count as
+/// cut end. A segment whose length is a whole number of [`GRAIN`]s may end in reserved space
+/// that was never written: its trailing zeros are not records, torn or whole, and are not
+/// counted (a torn record's bytes up to its last one that is not zero are). In any other
+/// segment every byte past the good prefix counts.
+pub(crate) fn torn_end(data: &[u8], good: usize) -> usize {
+    if data.len() as u64 % GRAIN != 0 {
+        return data.len();
+    }
+    data[good..]
+        .iter()
+        .rposition(|&b| b != 0)
+        .map_or(good, |i| good + i + 1)
 }
 
 /// Appends an acks record for `lo..hi`.
@@ -221,6 +253,29 @@ mod tests {
         buf[first + HEADER + 1] ^= 1;
         let (records, at) = decode_all(&Bytes::from(buf));
         assert_eq!((records.len(), at), (1, first));
+    }
+
+    #[test]
+    fn reserved_zeros_are_not_cut_and_a_torn_record_before_them_is() {
+        let mut seg = Vec::new();
+        encode(&mut seg, 1, 0, b"whole");
+        let good = seg.len();
+        seg.resize(GRAIN as usize, 0);
+        assert_eq!(
+            torn_end(&seg, good),
+            good,
+            "only reserved space past the records"
+        );
+        let mut torn = Vec::new();
+        encode(&mut torn, 2, 0, b"torn by the power cut");
+        torn[HEADER + 4..].fill(0);
+        seg[good..good + torn.len()].copy_from_slice(&torn);
+        let (records, at) = decode_all(&Bytes::from(seg.clone()));
+        assert_eq!((records.len(), at), (1, good));
+        assert_eq!(torn_end(&seg, at), good + HEADER + 4);
+        // A segment cut at any other length: every byte past the records counts.
+        seg.truncate(good + 30);
+        assert_eq!(torn_end(&seg, good), good + 30);
     }
 
     #[test]

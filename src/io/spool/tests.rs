@@ -1,10 +1,11 @@
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 
 use super::*;
+use crate::batch::Batch;
 
 /// A directory of its own under the system's temporary one, removed at the end.
 struct Dir(PathBuf);
@@ -36,6 +37,38 @@ fn settle(store: Arc<Store>) {
     drop(store);
 }
 
+const POLICIES: [Durability; 3] = [
+    Durability::EveryFrame,
+    Durability::OsWriteBack,
+    Durability::Group(Duration::from_secs(60)),
+];
+
+fn segments(dir: &Path) -> Vec<PathBuf> {
+    let mut segs: Vec<PathBuf> = fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| Some(e.ok()?.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "seg"))
+        .collect();
+    segs.sort();
+    segs
+}
+
+/// The records a segment holds now, as a process that died this moment would leave them.
+fn records_in(path: &Path) -> Vec<record::Record> {
+    record::decode_all(&Bytes::from(fs::read(path).unwrap())).0
+}
+
+/// The spool's files as they are this moment (what a SIGKILL of this process would leave,
+/// the page cache included), copied to `to`.
+fn crash_copy(from: &Path, to: &Path) {
+    fs::create_dir_all(to).unwrap();
+    for e in fs::read_dir(from).unwrap().filter_map(|e| e.ok()) {
+        if e.file_name() != "LOCK" {
+            fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
+    }
+}
+
 #[test]
 fn frames_not_left_are_recovered_in_order_with_their_numbers() {
     let dir = Dir::new("recover");
@@ -62,7 +95,7 @@ fn a_number_handed_out_before_a_crash_is_never_handed_out_again() {
     let (store, _) = Store::open(&spool).unwrap();
     let handed: Vec<u64> = [b"a", b"b", b"c"].iter().map(|f| put(&store, *f)).collect();
     settle(store);
-    // The crash took the group's buffer: none of the three reached the segment.
+    // A power cut before the group was synced: none of the three reached the disk.
     for seg in fs::read_dir(&dir.0).unwrap().filter_map(|e| e.ok()) {
         if seg.file_name().to_string_lossy().ends_with(".seg") {
             OpenOptions::new()
@@ -84,15 +117,104 @@ fn a_number_handed_out_before_a_crash_is_never_handed_out_again() {
 
 #[test]
 fn a_refused_frame_leaves_nothing_in_the_spool() {
-    let dir = Dir::new("refused");
-    let spool = Spool::new(&dir.0);
+    for policy in POLICIES {
+        let dir = Dir::new("refused");
+        let spool = Spool::new(&dir.0).durability(policy);
+        let (store, _) = Store::open(&spool).unwrap();
+        let r = store.admit_one(|_| Bytes::from_static(b"no"), 0, |_| Err::<(), _>("full"));
+        assert!(matches!(r, Ok(Err((_, "full")))));
+        assert!(records_in(&segments(&dir.0)[0]).is_empty(), "{policy:?}");
+        assert_eq!(put(&store, b"yes"), 0, "the refused frame took no number");
+        settle(store);
+        let (_store, rec) = Store::open(&spool).unwrap();
+        assert_eq!(rec.frames.len(), 1, "{policy:?}");
+    }
+}
+
+#[test]
+fn the_frames_a_batch_refused_leave_nothing_in_the_spool() {
+    for policy in POLICIES {
+        let dir = Dir::new("batch");
+        let spool = Spool::new(&dir.0).durability(policy);
+        let (store, _) = Store::open(&spool).unwrap();
+        let mut batch: Batch = ["0", "1", "2", "3"].into_iter().collect();
+        let r = store.admit(&mut batch, 0, |_| Ok::<_, ()>((2, ())));
+        assert!(matches!(r, Ok(Ok((0, 2, ())))), "{policy:?}");
+        let seqs: Vec<u64> = records_in(&segments(&dir.0)[0])
+            .iter()
+            .map(|r| r.seq)
+            .collect();
+        assert_eq!(seqs, [0, 1], "{policy:?}");
+        assert_eq!(put(&store, b"next"), 2, "{policy:?}");
+    }
+}
+
+#[test]
+fn a_group_record_is_in_the_file_when_the_call_returns() {
+    let dir = Dir::new("group");
+    let spool = Spool::new(&dir.0).durability(Durability::Group(Duration::from_secs(60)));
     let (store, _) = Store::open(&spool).unwrap();
-    let r = store.admit_one(|_| Bytes::from_static(b"no"), 0, |_| Err::<(), _>("full"));
-    assert!(matches!(r, Ok(Err((_, "full")))));
-    assert_eq!(put(&store, b"yes"), 0, "the refused frame took no number");
+    put(&store, b"in the page cache");
+    let got = records_in(&dir.0.join(segment_name(0)));
+    assert_eq!(got.len(), 1);
+    assert_eq!(&got[0].frame[..], b"in the page cache");
+    let reserved = fs::metadata(dir.0.join(segment_name(0))).unwrap().len();
+    assert_eq!(reserved, window::WINDOW, "a window's space is reserved");
     settle(store);
-    let (_store, rec) = Store::open(&spool).unwrap();
+    let trimmed = fs::metadata(dir.0.join(segment_name(0))).unwrap().len();
+    assert_eq!(
+        trimmed,
+        (record::HEADER + 17) as u64,
+        "a close trims the segment"
+    );
+}
+
+#[test]
+fn a_process_crash_under_group_loses_nothing_and_its_reserved_tail_is_not_cut() {
+    let dir = Dir::new("group-crash");
+    let crashed = Dir::new("group-crashed");
+    let spool = Spool::new(&dir.0).durability(Durability::Group(Duration::from_secs(60)));
+    let (store, _) = Store::open(&spool).unwrap();
+    for f in [&b"a"[..], b"b", b"c"] {
+        let r = store.admit_one(|_| Bytes::copy_from_slice(f), 0, |_| Ok::<(), ()>(()));
+        assert!(matches!(r, Ok(Ok(_))));
+    }
+    // Never synced (the interval is a minute): the records are in the page cache only.
+    crash_copy(&dir.0, &crashed.0);
+    settle(store);
+    let seg = crashed.0.join(segment_name(0));
+    assert_eq!(fs::metadata(&seg).unwrap().len(), window::WINDOW);
+    let (store, rec) = Store::open(&Spool::new(&crashed.0)).unwrap();
+    let got: Vec<&[u8]> = rec.frames.iter().map(|f| &f.2[..]).collect();
+    assert_eq!(got, [&b"a"[..], b"b", b"c"]);
+    assert_eq!(rec.cut_bytes, 0, "reserved space is not a torn record");
+    assert_eq!(
+        fs::metadata(&seg).unwrap().len(),
+        3 * (record::HEADER + 1) as u64,
+        "cut to its records"
+    );
+    settle(store);
+}
+
+#[test]
+fn a_torn_record_in_reserved_space_is_cut_and_counted() {
+    let dir = Dir::new("group-torn");
+    let crashed = Dir::new("group-torn-crashed");
+    let spool = Spool::new(&dir.0).durability(Durability::Group(Duration::from_secs(60)));
+    let (store, _) = Store::open(&spool).unwrap();
+    put(&store, b"whole");
+    put(&store, b"torn by a power cut");
+    crash_copy(&dir.0, &crashed.0);
+    settle(store);
+    // The power cut wrote back the torn record's first 30 bytes, not the rest.
+    let seg = crashed.0.join(segment_name(0));
+    let mut data = fs::read(&seg).unwrap();
+    let second = record::HEADER + 5;
+    data[second + 30..].fill(0);
+    fs::write(&seg, &data).unwrap();
+    let (_store, rec) = Store::open(&Spool::new(&crashed.0)).unwrap();
     assert_eq!(rec.frames.len(), 1);
+    assert_eq!(rec.cut_bytes, 30);
 }
 
 #[test]
@@ -143,47 +265,31 @@ fn another_format_is_refused_clearly() {
 
 #[test]
 fn segments_whose_frames_all_left_are_deleted() {
-    let dir = Dir::new("reclaim");
-    let spool = Spool::new(&dir.0)
-        .durability(Durability::OsWriteBack)
-        .segment_bytes(64);
-    let (store, _) = Store::open(&spool).unwrap();
-    for _ in 0..10 {
-        put(&store, b"0123456789012345678901234567890123456789");
+    for policy in POLICIES {
+        let dir = Dir::new("reclaim");
+        let spool = Spool::new(&dir.0).durability(policy).segment_bytes(64);
+        let (store, _) = Store::open(&spool).unwrap();
+        let frame = b"0123456789012345678901234567890123456789";
+        for _ in 0..10 {
+            put(&store, frame);
+        }
+        let segs = segments(&dir.0);
+        assert!(segs.len() >= 5, "{policy:?}");
+        for closed in &segs[..segs.len() - 1] {
+            let len = fs::metadata(closed).unwrap().len();
+            assert_eq!(
+                len % record::size(frame) as u64,
+                0,
+                "ends at its last record"
+            );
+        }
+        store.left(&mut (0..10).collect());
+        store.flush();
+        assert_eq!(segments(&dir.0).len(), 1, "only the current segment stays");
+        settle(store);
+        let (store, rec) = Store::open(&spool).unwrap();
+        assert!(rec.frames.is_empty());
+        assert_eq!(rec.cut_bytes, 0);
+        assert!(put(&store, b"next") >= 10, "no number is used twice");
     }
-    let segs = || {
-        fs::read_dir(&dir.0)
-            .unwrap()
-            .filter(|e| {
-                e.as_ref()
-                    .unwrap()
-                    .file_name()
-                    .to_string_lossy()
-                    .ends_with(".seg")
-            })
-            .count()
-    };
-    assert!(segs() >= 5);
-    store.left(&mut (0..10).collect());
-    store.flush();
-    assert_eq!(segs(), 1, "only the current segment stays");
-    settle(store);
-    let (store, rec) = Store::open(&spool).unwrap();
-    assert!(rec.frames.is_empty());
-    assert!(put(&store, b"next") >= 10, "no number is used twice");
-}
-
-#[test]
-fn group_commit_writes_on_the_spools_thread() {
-    let dir = Dir::new("group");
-    let spool = Spool::new(&dir.0).durability(Durability::Group(Duration::from_millis(2)));
-    let (store, _) = Store::open(&spool).unwrap();
-    put(&store, b"soon on disk");
-    let seg = dir.0.join(segment_name(0));
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while fs::metadata(&seg).unwrap().len() == 0 {
-        assert!(Instant::now() < deadline, "the group was never written");
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    settle(store);
 }
