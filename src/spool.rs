@@ -27,10 +27,19 @@ pub enum Durability {
     /// frames a second. The default.
     #[default]
     EveryFrame,
-    /// Group commit: `send` appends the frame to a buffer in memory and returns; a thread of
-    /// the spool writes and `fdatasync`s the buffer every interval. At a crash or a power cut
-    /// at most the last interval's frames are lost; the next start cannot count them (they
-    /// never reached the disk), the application can, from the sequence numbers it was given.
+    /// Group commit: `send` copies the frame's record into a shared mapping of the spool's
+    /// current file and returns (a system call only when the mapping moves on, every 4 MiB);
+    /// a thread of the spool `fdatasync`s the file every interval. The record is in the
+    /// operating system's page cache when `send` returns, so nothing is lost when the process
+    /// dies (a kill, an abort, the OOM killer). A power cut or a kernel crash loses at most
+    /// the frames of the last interval: a record it tore is cut and counted at the next start
+    /// ([`Event::Recovered`](crate::Event::Recovered)'s `cut_bytes`), but one never written
+    /// back leaves no trace, so the next start cannot count it; the application can, from the
+    /// sequence numbers it was given.
+    ///
+    /// The mapping's space is reserved on disk before it is mapped, so a full disk is a
+    /// [`SendError::Spool`](crate::error::SendError::Spool) at the call, as under the other
+    /// policies.
     Group(Duration),
     /// Each frame is written to the operating system (its page cache) before `send` returns,
     /// never `fdatasync`ed by relink: nothing is lost when the process dies, and what the
