@@ -37,11 +37,18 @@ fn settle(store: Arc<Store>) {
     drop(store);
 }
 
-const POLICIES: [Durability; 3] = [
-    Durability::EveryFrame,
-    Durability::OsWriteBack,
-    Durability::Group(Duration::from_secs(60)),
-];
+/// A spool of its own in a new directory, opened.
+fn open(name: &str, policy: Durability) -> (Dir, Spool, Arc<Store>) {
+    let dir = Dir::new(name);
+    let spool = Spool::new(&dir.0).durability(policy);
+    let (store, _) = Store::open(&spool).unwrap();
+    (dir, spool, store)
+}
+
+/// Under `Group`, with an interval longer than any test: nothing is synced.
+const UNSYNCED: Durability = Durability::Group(Duration::from_secs(60));
+
+const POLICIES: [Durability; 3] = [Durability::EveryFrame, Durability::OsWriteBack, UNSYNCED];
 
 fn segments(dir: &Path) -> Vec<PathBuf> {
     let mut segs: Vec<PathBuf> = fs::read_dir(dir)
@@ -118,9 +125,7 @@ fn a_number_handed_out_before_a_crash_is_never_handed_out_again() {
 #[test]
 fn a_refused_frame_leaves_nothing_in_the_spool() {
     for policy in POLICIES {
-        let dir = Dir::new("refused");
-        let spool = Spool::new(&dir.0).durability(policy);
-        let (store, _) = Store::open(&spool).unwrap();
+        let (dir, spool, store) = open("refused", policy);
         let r = store.admit_one(|_| Bytes::from_static(b"no"), 0, |_| Err::<(), _>("full"));
         assert!(matches!(r, Ok(Err((_, "full")))));
         assert!(records_in(&segments(&dir.0)[0]).is_empty(), "{policy:?}");
@@ -134,9 +139,7 @@ fn a_refused_frame_leaves_nothing_in_the_spool() {
 #[test]
 fn the_frames_a_batch_refused_leave_nothing_in_the_spool() {
     for policy in POLICIES {
-        let dir = Dir::new("batch");
-        let spool = Spool::new(&dir.0).durability(policy);
-        let (store, _) = Store::open(&spool).unwrap();
+        let (dir, _, store) = open("batch", policy);
         let mut batch: Batch = ["0", "1", "2", "3"].into_iter().collect();
         let r = store.admit(&mut batch, 0, |_| Ok::<_, ()>((2, ())));
         assert!(matches!(r, Ok(Ok((0, 2, ())))), "{policy:?}");
@@ -151,9 +154,7 @@ fn the_frames_a_batch_refused_leave_nothing_in_the_spool() {
 
 #[test]
 fn a_group_record_is_in_the_file_when_the_call_returns() {
-    let dir = Dir::new("group");
-    let spool = Spool::new(&dir.0).durability(Durability::Group(Duration::from_secs(60)));
-    let (store, _) = Store::open(&spool).unwrap();
+    let (dir, _, store) = open("group", UNSYNCED);
     put(&store, b"in the page cache");
     let got = records_in(&dir.0.join(segment_name(0)));
     assert_eq!(got.len(), 1);
@@ -171,10 +172,8 @@ fn a_group_record_is_in_the_file_when_the_call_returns() {
 
 #[test]
 fn a_process_crash_under_group_loses_nothing_and_its_reserved_tail_is_not_cut() {
-    let dir = Dir::new("group-crash");
+    let (dir, _, store) = open("group-crash", UNSYNCED);
     let crashed = Dir::new("group-crashed");
-    let spool = Spool::new(&dir.0).durability(Durability::Group(Duration::from_secs(60)));
-    let (store, _) = Store::open(&spool).unwrap();
     for f in [&b"a"[..], b"b", b"c"] {
         let r = store.admit_one(|_| Bytes::copy_from_slice(f), 0, |_| Ok::<(), ()>(()));
         assert!(matches!(r, Ok(Ok(_))));
@@ -198,10 +197,8 @@ fn a_process_crash_under_group_loses_nothing_and_its_reserved_tail_is_not_cut() 
 
 #[test]
 fn a_torn_record_in_reserved_space_is_cut_and_counted() {
-    let dir = Dir::new("group-torn");
+    let (dir, _, store) = open("group-torn", UNSYNCED);
     let crashed = Dir::new("group-torn-crashed");
-    let spool = Spool::new(&dir.0).durability(Durability::Group(Duration::from_secs(60)));
-    let (store, _) = Store::open(&spool).unwrap();
     put(&store, b"whole");
     put(&store, b"torn by a power cut");
     crash_copy(&dir.0, &crashed.0);
