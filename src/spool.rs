@@ -41,10 +41,11 @@ pub enum Durability {
     /// [`SendError::Spool`](crate::error::SendError::Spool) at the call, as under the other
     /// policies.
     Group(Duration),
-    /// Each frame is written to the operating system (its page cache) before `send` returns,
-    /// never `fdatasync`ed by relink: nothing is lost when the process dies, and what the
-    /// kernel had not written back yet (about 30 s on Linux by default) is lost at a power
-    /// cut or a kernel crash.
+    /// Each frame's record is copied into a shared mapping of the spool's current file (the
+    /// operating system's page cache) before `send` returns, as under `Group`, and never
+    /// `fdatasync`ed by relink: nothing is lost when the process dies, and what the kernel had
+    /// not written back yet (about 30 s on Linux by default) is lost at a power cut or a
+    /// kernel crash.
     OsWriteBack,
 }
 

@@ -5,10 +5,10 @@
 //!
 //! Who does what:
 //! - the caller of `send` appends the frame's record under the writer's lock and, by the
-//!   sync policy, writes and `fdatasync`s it ([`Durability::EveryFrame`]), writes it
-//!   ([`Durability::OsWriteBack`]) or copies it into the shared mapping of the segment's tail
-//!   ([`Durability::Group`], see [`window`]): by either of the last two it is in the kernel's
-//!   page cache when the call returns, and outlives the process. Then it offers the frame to
+//!   sync policy, writes and `fdatasync`s it ([`Durability::EveryFrame`]) or copies it into
+//!   the shared mapping of the segment's tail ([`Durability::OsWriteBack`],
+//!   [`Durability::Group`], see [`window`]): there it is in the kernel's page cache when the
+//!   call returns, and outlives the process. Then it offers the frame to
 //!   the intake, and takes the record back if the intake refuses it (its number is then not
 //!   used), so numbers follow the intake's order;
 //! - the IO thread never touches the disk: its [`Ledger`] gives each frame it takes from the
@@ -113,9 +113,10 @@ struct Writer {
     first: u64,
     /// Where the records end in the current segment's file.
     pos: u64,
-    /// The records of a call, before they are written (`EveryFrame`, `OsWriteBack`).
+    /// The records of a call, before they are written (`EveryFrame`).
     buf: Vec<u8>,
-    /// Under `Group`, the mapped tail of the current segment the records are copied into.
+    /// Under `OsWriteBack` and `Group`, the mapped tail of the current segment the records are
+    /// copied into.
     window: Option<Window>,
     next_seq: u64,
     /// Numbers below this are reserved on disk (the `numbers` file).
@@ -310,8 +311,7 @@ impl Store {
                 first: next_seq,
                 pos: 0,
                 buf: Vec::new(),
-                window: matches!(durability, Durability::Group(_))
-                    .then(|| Window::new(segment_bytes)),
+                window: (durability != Durability::EveryFrame).then(|| Window::new(segment_bytes)),
                 next_seq,
                 reserved: next_seq,
                 failed: None,
@@ -498,12 +498,12 @@ impl Core {
     }
 
     /// Makes what was appended as durable as the policy says before the call returns. Under
-    /// `Group` the records are in the page cache already (copied into the window): the spool's
-    /// thread is told there is a group to sync.
+    /// `OsWriteBack` and `Group` the records are in the page cache already (copied into the
+    /// window); under `Group` the spool's thread is told there is a group to sync.
     fn persist(&self, w: &mut Writer) -> io::Result<()> {
         match self.durability {
             Durability::EveryFrame => w.write().and_then(|()| w.file.sync_data()),
-            Durability::OsWriteBack => w.write(),
+            Durability::OsWriteBack => Ok(()),
             Durability::Group(_) => {
                 if !w.told {
                     w.told = true;
@@ -707,8 +707,8 @@ impl Core {
 
 impl Writer {
     /// Appends the records of `frames`, numbered from `first`, and notes where each ends in
-    /// `ends`: under `Group` into the window (room made for all of them first: `Err` when the
-    /// disk has none, and nothing is appended), else into the call's buffer.
+    /// `ends`: into the window (`OsWriteBack`, `Group`; room made for all of them first: `Err`
+    /// when the disk has none, and nothing is appended), else into the call's buffer.
     fn append<'a>(
         &mut self,
         first: u64,
@@ -735,7 +735,7 @@ impl Writer {
         Ok(())
     }
 
-    /// Under `Group`, drops the window and cuts the space it reserved off the current
+    /// With a window, drops it and cuts the space it reserved off the current
     /// segment, which then ends at its last record.
     fn trim(&mut self) -> io::Result<()> {
         match self.window.as_mut() {

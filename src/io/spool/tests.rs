@@ -154,7 +154,16 @@ fn the_frames_a_batch_refused_leave_nothing_in_the_spool() {
 
 #[test]
 fn a_group_record_is_in_the_file_when_the_call_returns() {
-    let (dir, _, store) = open("group", UNSYNCED);
+    a_record_is_in_the_file_when_the_call_returns(UNSYNCED);
+}
+
+#[test]
+fn an_os_write_back_record_is_in_the_file_when_the_call_returns() {
+    a_record_is_in_the_file_when_the_call_returns(Durability::OsWriteBack);
+}
+
+fn a_record_is_in_the_file_when_the_call_returns(policy: Durability) {
+    let (dir, _, store) = open(&format!("in-file-{policy:?}"), policy);
     put(&store, b"in the page cache");
     let got = records_in(&dir.0.join(segment_name(0)));
     assert_eq!(got.len(), 1);

@@ -1,7 +1,9 @@
-//! Under [`Durability::Group`](crate::Durability::Group), the part of the current segment the
-//! callers write their records into: a shared mapping of the file, so a record is in the
-//! kernel's page cache (and outlives this process) the moment it is copied there, and the
-//! spool's thread makes it durable with the file's `fdatasync`.
+//! Under [`Durability::OsWriteBack`](crate::Durability::OsWriteBack) and
+//! [`Durability::Group`](crate::Durability::Group), the part of the current segment the callers
+//! write their records into: a shared mapping of the file, so a record is in the kernel's page
+//! cache (and outlives this process) the moment it is copied there; under `Group` the spool's
+//! thread makes it durable with the file's `fdatasync`, under `OsWriteBack` the kernel writes
+//! it back in its own time.
 //!
 //! The file's space is reserved before it is mapped: `fallocate` (through `fs4`) sets the length
 //! and reserves the blocks of the whole window, so a full disk is an error at the call that
