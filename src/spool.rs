@@ -28,7 +28,7 @@ pub enum Durability {
     #[default]
     EveryFrame,
     /// Group commit: `send` copies the frame's record into a shared mapping of the spool's
-    /// current file and returns (a system call only when the mapping moves on, every 4 MiB);
+    /// current file and returns (a system call only when the mapping moves on, every 16 MiB);
     /// a thread of the spool `fdatasync`s the file every interval. The record is in the
     /// operating system's page cache when `send` returns, so nothing is lost when the process
     /// dies (a kill, an abort, the OOM killer). A power cut or a kernel crash loses at most

@@ -25,7 +25,7 @@ use super::record::GRAIN;
 use crate::io::ffi;
 
 /// The bytes a window maps (and reserves on disk) when the disk has room.
-pub(crate) const WINDOW: u64 = 4 * 1024 * 1024;
+pub(crate) const WINDOW: u64 = 16 * 1024 * 1024;
 
 /// The mapped tail of a segment: the mapping, if one is made, and where it begins in the file.
 #[derive(Debug)]
