@@ -121,8 +121,6 @@ struct Writer {
     next_seq: u64,
     /// Numbers below this are reserved on disk (the `numbers` file).
     reserved: u64,
-    /// The flusher's last write failed: the calls fail until one succeeds.
-    failed: Option<String>,
     /// Closed segments, oldest first: first sequence number, path.
     closed: VecDeque<(u64, PathBuf)>,
     /// Closed segments the flusher has not synced yet.
@@ -314,7 +312,6 @@ impl Store {
                 window: (durability != Durability::EveryFrame).then(|| Window::new(segment_bytes)),
                 next_seq,
                 reserved: next_seq,
-                failed: None,
                 closed,
                 unsynced: Vec::new(),
                 dir_dirty: false,
@@ -460,9 +457,6 @@ impl Core {
         let mut w = lock(&self.w);
         let seq = w.next_seq;
         let mut frame = make(seq);
-        if let Some(e) = &w.failed {
-            return Err((frame, e.clone()));
-        }
         if let Err(e) = self.roll_if_full(&mut w) {
             return Err((frame, e));
         }
@@ -527,9 +521,6 @@ impl Core {
         offer: impl FnOnce(&mut Batch) -> Result<(usize, R), E>,
     ) -> Result<Result<(u64, usize, R), E>, String> {
         let mut w = lock(&self.w);
-        if let Some(e) = &w.failed {
-            return Err(e.clone());
-        }
         self.roll_if_full(&mut w)?;
         let first = w.next_seq;
         self.reserve(&mut w, first + frames.len() as u64)?;
@@ -618,9 +609,9 @@ impl Core {
         }
     }
 
-    /// The flusher's work, and the last of it at the end: the group's records written and
-    /// synced, the numbers that left in the acks log, segments whose frames all left
-    /// deleted.
+    /// The flusher's work, and the last of it at the end: the group's records synced (a
+    /// failed `fdatasync` is logged; the records stay in the page cache), the numbers that
+    /// left in the acks log, segments whose frames all left deleted.
     ///
     /// The acks log is not synced: a record of it lost at a power cut makes a frame that had
     /// left be sent once more, never a frame lost.
@@ -628,15 +619,6 @@ impl Core {
         let (file, unsynced, dir_dirty, sync) = {
             let mut w = lock(&self.w);
             w.told = false;
-            if let Err(e) = w.write() {
-                let msg = format!("cannot write to the spool: {e}");
-                if w.failed.is_none() {
-                    log::error!("relink: {msg}");
-                }
-                w.failed = Some(msg);
-            } else {
-                w.failed = None;
-            }
             let group = matches!(self.durability, Durability::Group(_));
             (
                 w.file.clone(),
