@@ -382,8 +382,8 @@ fn a_full_disk_is_an_error_at_the_call_with_the_frame_given_back() {
 #[test]
 #[ignore = "needs root (mounts a small tmpfs)"]
 fn a_full_disk_under_group_commit_is_an_error_at_the_call_never_a_crash() {
-    // The mapped window's space is reserved before it is mapped: a write into it cannot meet
-    // a full disk (SIGBUS).
+    // The stage's space is reserved when the spool opens: a copy into its mapping cannot meet
+    // a full disk (SIGBUS); the write of the stage to a segment meets it, at a call.
     full_disk(Durability::Group(Duration::from_millis(5)));
 }
 
@@ -435,7 +435,7 @@ fn full_disk(durability: Durability) {
     let peer = Peer::start(Behaviour::Sink);
     let again = wait_for(BOUND, || {
         Link::builder(peer.endpoint())
-            .spool(Spool::new(&spool_dir))
+            .spool(Spool::new(&spool_dir).durability(durability))
             .build()
             .ok()
     })

@@ -1,7 +1,7 @@
 //! The only `unsafe` code of the crate: the libzmq calls rust-zmq 0.9 does not wrap (among
 //! them a send whose buffer comes back to relink when libzmq frees it), libc's
 //! `srand`, the eventfd that wakes an IO thread and the epoll set it waits on, and the shared
-//! mapping of a spool segment's tail.
+//! mapping of a spool's stage file.
 //!
 //! Each block says why it is sound. Nothing here holds policy; the IO module decides what to call.
 
@@ -12,20 +12,20 @@ use std::sync::Once;
 /// A shared, writable mapping of `len` bytes of `file` from `offset`: what the caller writes
 /// there is in the kernel's page cache at once, so it outlives this process.
 ///
-/// For a spool segment only: the caller holds the spool directory's `LOCK` (`flock`), has
-/// already set the file's length past `offset + len` and reserved its blocks, and is the only
-/// code that changes the file's length while the mapping lives.
-pub(super) fn map_segment(
+/// For a spool's `stage` file only: the caller holds the spool directory's `LOCK` (`flock`),
+/// has already set the file's length to at least `offset + len` and reserved its blocks, and
+/// never changes the file's length.
+pub(super) fn map_file(
     file: &std::fs::File,
     offset: u64,
     len: usize,
 ) -> std::io::Result<memmap2::MmapMut> {
     // SAFETY: the mapping stays valid while it lives (no access past the file's end, no
-    // SIGBUS) because nothing shrinks the file under it: the file is a segment of a spool
-    // directory held with the LOCK file's flock, so no other relink process opens it for
-    // writing; in this process only the spool's writer, under its lock, changes the file's
-    // length, and it drops the mapping first; the length covers `offset + len` before the
-    // call. The bytes are plain data read and written through the `MmapMut` only.
+    // SIGBUS) because nothing shrinks the file under it: the file is the stage of a spool
+    // directory held with the LOCK file's flock, so no other relink process opens it, and this
+    // process never changes its length after reserving `offset + len` bytes of it (before the
+    // call, so a write into the mapping never needs a block the disk lacks). The bytes are
+    // plain data read and written through the `MmapMut` only.
     unsafe {
         memmap2::MmapOptions::new()
             .offset(offset)

@@ -1,31 +1,33 @@
 //! The spool on disk: a log of segment files holding every frame admitted by `send` until it
 //! leaves (confirmed, or abandoned and reported), an acks log of the sequence numbers that
-//! left, a `LOCK` file held with `flock` while a link uses the directory, and a `VERSION`
-//! file.
+//! left, a `stage` file where records wait for their write to a segment (under
+//! [`Durability::OsWriteBack`] and [`Durability::Group`]), a `LOCK` file held with `flock`
+//! while a link uses the directory, and a `VERSION` file.
 //!
 //! Who does what:
 //! - the caller of `send` appends the frame's record under the writer's lock and, by the
 //!   sync policy, writes and `fdatasync`s it ([`Durability::EveryFrame`]) or copies it into
-//!   the shared mapping of the segment's tail ([`Durability::OsWriteBack`],
-//!   [`Durability::Group`], see [`window`]): there it is in the kernel's page cache when the
-//!   call returns, and outlives the process. Then it offers the frame to
-//!   the intake, and takes the record back if the intake refuses it (its number is then not
-//!   used), so numbers follow the intake's order;
+//!   the stage, a shared mapping of the `stage` file ([`Durability::OsWriteBack`],
+//!   [`Durability::Group`], see [`stage`]): there it is in the kernel's page cache when the
+//!   call returns, and outlives the process. A caller that finds the stage full writes it to
+//!   the segment first. Then it offers the frame to the intake, and takes the record back if
+//!   the intake refuses it (its number is then not used), so numbers follow the intake's
+//!   order;
 //! - the IO thread never touches the disk: its [`Ledger`] gives each frame it takes from the
 //!   intake the next number (those recovered at open first), learns which frames left, and
 //!   hands their numbers to `left`;
-//! - the spool's own thread (the flusher), every tick, syncs the group's records
-//!   (`fdatasync` of the segment, which writes back the pages the callers filled through the
-//!   mapping), appends what left to the acks log, and deletes segments whose frames all left.
+//! - the spool's own thread (the flusher), every tick, writes the stage to the segment and,
+//!   under `Group`, `fdatasync`s the segment, appends what left to the acks log, and deletes
+//!   segments whose frames all left.
 //!
 //! At open, the segments are read in order; each record is checked by its CRC-32C, and a
-//! segment is cut at its first record that fails (a torn tail): what is cut is counted, but
-//! not the zeros of space a window reserved and no record reached
-//! ([`record::torn_end`]).
+//! segment is cut at its first record that fails (a torn tail): what is cut is counted. Then
+//! the stage's records with numbers past the segments' are recovered too; they stay staged,
+//! and the run's new segment begins with them.
 
 mod ledger;
 pub(crate) mod record;
-mod window;
+mod stage;
 
 use std::collections::VecDeque;
 use std::fs::{self, File, OpenOptions};
@@ -40,7 +42,7 @@ use fs4::fs_std::FileExt as _;
 
 pub(crate) use ledger::Ledger;
 use record::Ranges;
-use window::Window;
+use stage::Stage;
 
 use crate::batch::Batch;
 use crate::spool::{Durability, Spool};
@@ -113,11 +115,12 @@ struct Writer {
     first: u64,
     /// Where the records end in the current segment's file.
     pos: u64,
-    /// The records of a call, before they are written (`EveryFrame`).
+    /// The records of a call before they are written: under `EveryFrame`, or those of a
+    /// call that need more than the stage holds.
     buf: Vec<u8>,
-    /// Under `OsWriteBack` and `Group`, the mapped tail of the current segment the records are
-    /// copied into.
-    window: Option<Window>,
+    /// Under `OsWriteBack` and `Group`, where the records wait for the next write to the
+    /// segment, in the page cache.
+    stage: Option<Stage>,
     next_seq: u64,
     /// Numbers below this are reserved on disk (the `numbers` file).
     reserved: u64,
@@ -127,8 +130,7 @@ struct Writer {
     unsynced: Vec<Arc<File>>,
     /// A segment was made and the directory not synced since.
     dir_dirty: bool,
-    /// Records were written (or copied into the window) since the last sync of the spool's
-    /// thread.
+    /// Records were written since the last sync of the spool's thread.
     written: bool,
     /// The spool's thread was told of the records appended since its last flush.
     told: bool,
@@ -238,21 +240,18 @@ impl Store {
             .collect();
         segments.sort();
         let mut next_seq = done.end();
+        let mut last_seq = None;
         let mut kept = VecDeque::new();
         for (first, path) in segments {
             next_seq = next_seq.max(first);
             let data = Bytes::from(fs::read(&path).map_err(|e| io_err("cannot read", &path, e))?);
             let (records, good) = record::decode_all(&data);
             if good < data.len() {
-                // Reserved space a crash left past the records is zeros, not cut bytes.
-                let cut = (record::torn_end(&data, good) - good) as u64;
-                if cut > 0 {
-                    log::warn!(
-                        "relink: spool segment {} cut at byte {good} ({cut} bytes failed their \
-                         check)",
-                        path.display()
-                    );
-                }
+                let cut = (data.len() - good) as u64;
+                log::warn!(
+                    "relink: spool segment {} cut at byte {good} ({cut} bytes failed their check)",
+                    path.display()
+                );
                 recovered.cut_bytes += cut;
                 let f = OpenOptions::new()
                     .write(true)
@@ -264,6 +263,7 @@ impl Store {
             }
             let mut pending = false;
             for r in records {
+                last_seq = last_seq.max(Some(r.seq));
                 next_seq = next_seq.max(r.seq + 1);
                 if !done.contains(r.seq) {
                     pending = true;
@@ -272,10 +272,28 @@ impl Store {
             }
             kept.push_back((first, path, pending));
         }
+        // Records staged and not yet written to a segment when the last process ended: they
+        // stay staged, and the new segment begins with them.
+        let durability = spool.get_durability();
+        let mut stage = Stage::open(&dir, durability != Durability::EveryFrame)?;
+        let mut first = None;
+        if let Some((stage, staged)) = stage.as_mut() {
+            if let Some(last) = last_seq {
+                stage.keep_after(last, staged);
+            }
+            for r in staged.drain(..).filter(|r| last_seq < Some(r.seq)) {
+                first.get_or_insert(r.seq);
+                next_seq = next_seq.max(r.seq + 1);
+                if !done.contains(r.seq) {
+                    recovered.frames.push((r.seq, r.deadline_ms, r.frame));
+                }
+            }
+        }
         // Numbers handed out before a crash and never written stay used.
         next_seq = next_seq.max(Core::read_reserved(&dir)?);
         // A new segment for this run; the old ones stay while they hold frames.
-        let path = dir.join(segment_name(next_seq));
+        let first = first.unwrap_or(next_seq);
+        let path = dir.join(segment_name(first));
         let file = Core::new_segment(&path)?;
         let mut closed = VecDeque::new();
         for (first, old, pending) in kept {
@@ -298,7 +316,6 @@ impl Store {
             .map_err(|e| io_err("cannot read", &acks_path, e))?
             .len();
         let wake = (Mutex::new(Wake::default()), Condvar::new());
-        let durability = spool.get_durability();
         let segment_bytes = spool.get_segment_bytes().max(record::HEADER as u64);
         let core = Arc::new(Core {
             dir,
@@ -306,10 +323,10 @@ impl Store {
             segment_bytes,
             w: Mutex::new(Writer {
                 file: Arc::new(file),
-                first: next_seq,
+                first,
                 pos: 0,
                 buf: Vec::new(),
-                window: (durability != Durability::EveryFrame).then(|| Window::new(segment_bytes)),
+                stage: stage.map(|(stage, _)| stage),
                 next_seq,
                 reserved: next_seq,
                 closed,
@@ -329,6 +346,9 @@ impl Store {
             wake,
             _lock: lock_file,
         });
+        if durability == Durability::EveryFrame {
+            core.unstage()?;
+        }
         let tick = spool.tick();
         let theirs = core.clone();
         let flusher = std::thread::Builder::new()
@@ -344,15 +364,29 @@ impl Store {
 }
 
 impl Core {
-    /// Makes a segment file (empty), open for reading too: a window maps it.
+    /// Makes a segment file (empty).
     fn new_segment(path: &Path) -> Result<File, String> {
         OpenOptions::new()
             .create(true)
             .truncate(true)
-            .read(true)
             .write(true)
             .open(path)
             .map_err(|e| io_err("cannot make", path, e))
+    }
+
+    /// Under `EveryFrame`, a stage left by a run under another policy: its records are
+    /// written to the segment and synced, and the stage is removed.
+    fn unstage(&self) -> Result<(), String> {
+        let mut w = lock(&self.w);
+        if w.stage.is_some() {
+            w.write()
+                .and_then(|()| w.file.sync_data())
+                .map_err(|e| format!("cannot write to the spool: {e}"))?;
+            w.stage = None;
+            let path = self.dir.join("stage");
+            fs::remove_file(&path).map_err(|e| io_err("cannot remove", &path, e))?;
+        }
+        Ok(())
     }
 
     /// Refuses a directory written in another format, or holding files of something else.
@@ -466,7 +500,7 @@ impl Core {
         if frame.len() > record::MAX_FRAME {
             return Err((frame, "frame too large for the spool".into()));
         }
-        let mark = w.pos + w.buf.len() as u64;
+        let mark = w.pos + w.unwritten();
         if let Err(e) = w
             .append(
                 seq,
@@ -492,8 +526,8 @@ impl Core {
     }
 
     /// Makes what was appended as durable as the policy says before the call returns. Under
-    /// `OsWriteBack` and `Group` the records are in the page cache already (copied into the
-    /// window); under `Group` the spool's thread is told there is a group to sync.
+    /// `OsWriteBack` and `Group` the records are in the page cache already (in the stage);
+    /// under `Group` the spool's thread is told there is a group to write and sync.
     fn persist(&self, w: &mut Writer) -> io::Result<()> {
         match self.durability {
             Durability::EveryFrame => w.write().and_then(|()| w.file.sync_data()),
@@ -527,7 +561,7 @@ impl Core {
         if frames.iter().any(|f| f.len() > record::MAX_FRAME) {
             return Err("frame too large for the spool".into());
         }
-        let mark = w.pos + w.buf.len() as u64;
+        let mark = w.pos + w.unwritten();
         let mut ends = Vec::new();
         let n = frames.len();
         if let Err(e) = w
@@ -554,13 +588,11 @@ impl Core {
 
     /// Closes the current segment once it is full and begins the next.
     fn roll_if_full(&self, w: &mut Writer) -> Result<(), String> {
-        if w.pos + (w.buf.len() as u64) < self.segment_bytes {
+        if w.pos + w.unwritten() < self.segment_bytes {
             return Ok(());
         }
         w.write()
             .map_err(|e| format!("cannot write to the spool: {e}"))?;
-        w.trim()
-            .map_err(|e| format!("cannot trim the spool's segment: {e}"))?;
         let path = self.dir.join(segment_name(w.next_seq));
         let file = Core::new_segment(&path)?;
         if self.durability == Durability::EveryFrame {
@@ -609,9 +641,10 @@ impl Core {
         }
     }
 
-    /// The flusher's work, and the last of it at the end: the group's records synced (a
-    /// failed `fdatasync` is logged; the records stay in the page cache), the numbers that
-    /// left in the acks log, segments whose frames all left deleted.
+    /// The flusher's work, and the last of it at the end: the staged records written (a
+    /// failed write is logged, and the records stay staged: a call that finds the stage full
+    /// meets the error) and, under `Group`, synced, the numbers that left in the acks log,
+    /// segments whose frames all left deleted.
     ///
     /// The acks log is not synced: a record of it lost at a power cut makes a frame that had
     /// left be sent once more, never a frame lost.
@@ -619,6 +652,9 @@ impl Core {
         let (file, unsynced, dir_dirty, sync) = {
             let mut w = lock(&self.w);
             w.told = false;
+            if let Err(e) = w.write() {
+                log::error!("relink: cannot write to the spool: {e}");
+            }
             let group = matches!(self.durability, Durability::Group(_));
             (
                 w.file.clone(),
@@ -689,8 +725,9 @@ impl Core {
 
 impl Writer {
     /// Appends the records of `frames`, numbered from `first`, and notes where each ends in
-    /// `ends`: into the window (`OsWriteBack`, `Group`; room made for all of them first: `Err`
-    /// when the disk has none, and nothing is appended), else into the call's buffer.
+    /// `ends`: into the stage (`OsWriteBack`, `Group`; written to the segment first when it
+    /// has no room for all of them), else, or when they need more than the whole stage, into
+    /// the call's buffer, which is then written at once. `Err` is that write's error.
     fn append<'a>(
         &mut self,
         first: u64,
@@ -698,36 +735,53 @@ impl Writer {
         frames: impl Iterator<Item = &'a [u8]> + Clone,
         ends: &mut Vec<u64>,
     ) -> io::Result<()> {
-        let Some(window) = self.window.as_mut() else {
-            for (i, frame) in frames.enumerate() {
-                record::encode(&mut self.buf, first + i as u64, deadline_ms, frame);
-                ends.push(self.pos + self.buf.len() as u64);
-            }
-            return Ok(());
-        };
         let need: usize = frames.clone().map(record::size).sum();
-        let room = window.room(&self.file, self.pos, need as u64)?;
-        let mut at = 0;
-        for (i, frame) in frames.enumerate() {
-            at += record::encode_into(&mut room[at..], first + i as u64, deadline_ms, frame);
-            ends.push(self.pos + at as u64);
+        if self.stage.as_mut().is_some_and(|s| s.room(need).is_none()) {
+            self.write()?;
         }
-        self.pos += at as u64;
-        self.written = true;
+        let base = self.pos;
+        if let Some(stage) = self.stage.as_mut() {
+            let staged = stage.len();
+            if let Some(room) = stage.room(need) {
+                let mut at = 0;
+                for (i, frame) in frames.enumerate() {
+                    at +=
+                        record::encode_into(&mut room[at..], first + i as u64, deadline_ms, frame);
+                    ends.push(base + (staged + at) as u64);
+                }
+                stage.grow(at);
+                return Ok(());
+            }
+        }
+        for (i, frame) in frames.enumerate() {
+            record::encode(&mut self.buf, first + i as u64, deadline_ms, frame);
+            ends.push(base + self.buf.len() as u64);
+        }
+        if self.stage.is_some() {
+            self.write()?;
+        }
         Ok(())
     }
 
-    /// With a window, drops it and cuts the space it reserved off the current
-    /// segment, which then ends at its last record.
-    fn trim(&mut self) -> io::Result<()> {
-        match self.window.as_mut() {
-            Some(window) => window.trim(&self.file, self.pos),
-            None => Ok(()),
-        }
+    /// Bytes of records not yet written to the segment.
+    fn unwritten(&self) -> u64 {
+        (self.stage.as_ref().map_or(0, Stage::len) + self.buf.len()) as u64
     }
 
-    /// Writes the buffer to the current segment.
+    /// Writes the staged records, then the buffer, to the current segment.
     fn write(&mut self) -> io::Result<()> {
+        if let Some(stage) = self.stage.as_mut() {
+            if stage.len() > 0 {
+                if let Err(e) = self.file.write_all_at(stage.staged(), self.pos) {
+                    // A part may be on the file: the stage stays the truth.
+                    let _ = self.file.set_len(self.pos);
+                    return Err(e);
+                }
+                self.pos += stage.len() as u64;
+                stage.clear();
+                self.written = true;
+            }
+        }
         if self.buf.is_empty() {
             return Ok(());
         }
@@ -742,15 +796,20 @@ impl Writer {
         Ok(())
     }
 
-    /// Takes back every record past `to` (a position in the segment, written or not); in the
-    /// window, their bytes become zeros.
+    /// Takes back every record past `to` (a position in the segment, written or not); staged
+    /// ones become zeros in the stage.
     fn rollback(&mut self, to: u64) {
-        if let Some(window) = self.window.as_mut() {
-            window.zero(to, self.pos);
-            self.pos = self.pos.min(to);
-        } else if to >= self.pos {
-            self.buf.truncate((to - self.pos) as usize);
+        if to >= self.pos {
+            let keep = (to - self.pos) as usize;
+            let staged = self.stage.as_ref().map_or(0, Stage::len);
+            if let Some(stage) = self.stage.as_mut() {
+                stage.truncate(keep.min(staged));
+            }
+            self.buf.truncate(keep.saturating_sub(staged));
         } else {
+            if let Some(stage) = self.stage.as_mut() {
+                stage.truncate(0);
+            }
             self.buf.clear();
             let _ = self.file.set_len(to);
             self.pos = to;
@@ -769,9 +828,6 @@ impl Drop for Store {
             let _ = t.join();
         }
         self.core.flush();
-        if let Err(e) = lock(&self.core.w).trim() {
-            log::error!("relink: cannot trim the spool's segment: {e}");
-        }
     }
 }
 

@@ -19,10 +19,6 @@ pub(crate) const ACK: usize = 20;
 /// The largest frame a record holds.
 pub(crate) const MAX_FRAME: usize = u32::MAX as usize;
 
-/// A segment whose length is a whole number of these may end in space reserved for records
-/// and never written (zeros): see [`torn_end`].
-pub(crate) const GRAIN: u64 = 4096;
-
 /// The size of a frame's record.
 pub(crate) fn size(frame: &[u8]) -> usize {
     HEADER + frame.len()
@@ -82,19 +78,17 @@ pub(crate) fn decode_all(data: &Bytes) -> (Vec<Record>, usize) {
     (out, at)
 }
 
-/// Where the bytes past a segment's good prefix (`good`, from [`decode_all`]) that count as
-/// cut end. A segment whose length is a whole number of [`GRAIN`]s may end in reserved space
-/// that was never written: its trailing zeros are not records, torn or whole, and are not
-/// counted (a torn record's bytes up to its last one that is not zero are). In any other
-/// segment every byte past the good prefix counts.
-pub(crate) fn torn_end(data: &[u8], good: usize) -> usize {
-    if data.len() as u64 % GRAIN != 0 {
-        return data.len();
-    }
-    data[good..]
-        .iter()
-        .rposition(|&b| b != 0)
-        .map_or(good, |i| good + i + 1)
+/// Reads the records of a stage in order, for as long as each passes its check and has a
+/// greater number than the one before. Gives the records and where the last ends.
+pub(crate) fn decode_rising(data: &Bytes) -> (Vec<Record>, usize) {
+    let (mut records, _) = decode_all(data);
+    let rising = records
+        .windows(2)
+        .position(|w| w[1].seq <= w[0].seq)
+        .map_or(records.len(), |i| i + 1);
+    records.truncate(rising);
+    let end = records.iter().map(|r| size(&r.frame)).sum();
+    (records, end)
 }
 
 /// Appends an acks record for `lo..hi`.
@@ -256,26 +250,26 @@ mod tests {
     }
 
     #[test]
-    fn reserved_zeros_are_not_cut_and_a_torn_record_before_them_is() {
-        let mut seg = Vec::new();
-        encode(&mut seg, 1, 0, b"whole");
-        let good = seg.len();
-        seg.resize(GRAIN as usize, 0);
-        assert_eq!(
-            torn_end(&seg, good),
-            good,
-            "only reserved space past the records"
-        );
-        let mut torn = Vec::new();
-        encode(&mut torn, 2, 0, b"torn by the power cut");
-        torn[HEADER + 4..].fill(0);
-        seg[good..good + torn.len()].copy_from_slice(&torn);
-        let (records, at) = decode_all(&Bytes::from(seg.clone()));
-        assert_eq!((records.len(), at), (1, good));
-        assert_eq!(torn_end(&seg, at), good + HEADER + 4);
-        // A segment cut at any other length: every byte past the records counts.
-        seg.truncate(good + 30);
-        assert_eq!(torn_end(&seg, good), good + 30);
+    fn a_stage_is_read_while_its_numbers_rise() {
+        let mut old = Vec::new();
+        for seq in 1..=4 {
+            encode(&mut old, seq, 0, b"older, written out");
+        }
+        let mut stage = Vec::new();
+        encode(&mut stage, 9, 0, b"new");
+        encode(&mut stage, 10, 0, b"newer");
+        let end = stage.len();
+        // What follows the new records is what the stage held before it began again.
+        stage.extend_from_slice(&old[end..]);
+        let (records, at) = decode_rising(&Bytes::from(stage));
+        let seqs: Vec<u64> = records.iter().map(|r| r.seq).collect();
+        assert_eq!((seqs, at), (vec![9, 10], end));
+        // An older record that happens to start right after them is not read either.
+        let mut aligned = Vec::new();
+        encode(&mut aligned, 9, 0, b"n");
+        aligned.extend_from_slice(&old);
+        let (records, _) = decode_rising(&Bytes::from(aligned));
+        assert_eq!(records.len(), 1);
     }
 
     #[test]

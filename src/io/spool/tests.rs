@@ -60,9 +60,20 @@ fn segments(dir: &Path) -> Vec<PathBuf> {
     segs
 }
 
-/// The records a segment holds now, as a process that died this moment would leave them.
-fn records_in(path: &Path) -> Vec<record::Record> {
-    record::decode_all(&Bytes::from(fs::read(path).unwrap())).0
+/// The numbers of the records the spool's files hold now (segments, then the stage), as a
+/// process that died this moment would leave them.
+fn on_disk(dir: &Path) -> Vec<u64> {
+    let read = |p: &Path| Bytes::from(fs::read(p).unwrap());
+    let mut seqs: Vec<u64> = segments(dir)
+        .iter()
+        .flat_map(|p| record::decode_all(&read(p)).0)
+        .map(|r| r.seq)
+        .collect();
+    let stage = dir.join("stage");
+    if stage.exists() {
+        seqs.extend(record::decode_rising(&read(&stage)).0.iter().map(|r| r.seq));
+    }
+    seqs
 }
 
 /// The spool's files as they are this moment (what a SIGKILL of this process would leave,
@@ -128,7 +139,7 @@ fn a_refused_frame_leaves_nothing_in_the_spool() {
         let (dir, spool, store) = open("refused", policy);
         let r = store.admit_one(|_| Bytes::from_static(b"no"), 0, |_| Err::<(), _>("full"));
         assert!(matches!(r, Ok(Err((_, "full")))));
-        assert!(records_in(&segments(&dir.0)[0]).is_empty(), "{policy:?}");
+        assert!(on_disk(&dir.0).is_empty(), "{policy:?}");
         assert_eq!(put(&store, b"yes"), 0, "the refused frame took no number");
         settle(store);
         let (_store, rec) = Store::open(&spool).unwrap();
@@ -143,84 +154,82 @@ fn the_frames_a_batch_refused_leave_nothing_in_the_spool() {
         let mut batch: Batch = ["0", "1", "2", "3"].into_iter().collect();
         let r = store.admit(&mut batch, 0, |_| Ok::<_, ()>((2, ())));
         assert!(matches!(r, Ok(Ok((0, 2, ())))), "{policy:?}");
-        let seqs: Vec<u64> = records_in(&segments(&dir.0)[0])
-            .iter()
-            .map(|r| r.seq)
-            .collect();
-        assert_eq!(seqs, [0, 1], "{policy:?}");
+        assert_eq!(on_disk(&dir.0), [0, 1], "{policy:?}");
         assert_eq!(put(&store, b"next"), 2, "{policy:?}");
     }
 }
 
 #[test]
-fn a_group_record_is_in_the_file_when_the_call_returns() {
-    a_record_is_in_the_file_when_the_call_returns(UNSYNCED);
+fn a_group_record_is_in_the_stage_when_the_call_returns() {
+    a_record_is_in_the_stage_when_the_call_returns(UNSYNCED);
 }
 
 #[test]
-fn an_os_write_back_record_is_in_the_file_when_the_call_returns() {
-    a_record_is_in_the_file_when_the_call_returns(Durability::OsWriteBack);
+fn an_os_write_back_record_is_in_the_stage_when_the_call_returns() {
+    a_record_is_in_the_stage_when_the_call_returns(Durability::OsWriteBack);
 }
 
-fn a_record_is_in_the_file_when_the_call_returns(policy: Durability) {
-    let (dir, _, store) = open(&format!("in-file-{policy:?}"), policy);
+fn a_record_is_in_the_stage_when_the_call_returns(policy: Durability) {
+    let (dir, _, store) = open(&format!("in-stage-{policy:?}"), policy);
     put(&store, b"in the page cache");
-    let got = records_in(&dir.0.join(segment_name(0)));
+    let stage = Bytes::from(fs::read(dir.0.join("stage")).unwrap());
+    let got = record::decode_rising(&stage).0;
     assert_eq!(got.len(), 1);
     assert_eq!(&got[0].frame[..], b"in the page cache");
-    let reserved = fs::metadata(dir.0.join(segment_name(0))).unwrap().len();
-    assert_eq!(reserved, window::WINDOW, "a window's space is reserved");
     settle(store);
-    let trimmed = fs::metadata(dir.0.join(segment_name(0))).unwrap().len();
     assert_eq!(
-        trimmed,
-        (record::HEADER + 17) as u64,
-        "a close trims the segment"
+        on_disk(&dir.0),
+        [0],
+        "written to the segment once, at the close"
     );
 }
 
 #[test]
-fn a_process_crash_under_group_loses_nothing_and_its_reserved_tail_is_not_cut() {
+fn a_process_crash_loses_no_staged_record_and_repeats_none_written_out() {
     let (dir, _, store) = open("group-crash", UNSYNCED);
     let crashed = Dir::new("group-crashed");
-    for f in [&b"a"[..], b"b", b"c"] {
-        let r = store.admit_one(|_| Bytes::copy_from_slice(f), 0, |_| Ok::<(), ()>(()));
+    let admit = |f: &'static [u8]| {
+        let r = store.admit_one(|_| Bytes::from_static(f), 0, |_| Ok::<(), ()>(()));
         assert!(matches!(r, Ok(Ok(_))));
-    }
-    // Never synced (the interval is a minute): the records are in the page cache only.
+    };
+    admit(b"a");
+    admit(b"b");
+    // Written to the segment, not synced; the stage begins again.
+    store.flush();
+    admit(b"c");
+    // What a SIGKILL now leaves: a and b in the segment, c in the stage, nothing synced.
     crash_copy(&dir.0, &crashed.0);
     settle(store);
-    let seg = crashed.0.join(segment_name(0));
-    assert_eq!(fs::metadata(&seg).unwrap().len(), window::WINDOW);
-    let (store, rec) = Store::open(&Spool::new(&crashed.0)).unwrap();
+    let spool = Spool::new(&crashed.0).durability(UNSYNCED);
+    let (store, rec) = Store::open(&spool).unwrap();
     let got: Vec<&[u8]> = rec.frames.iter().map(|f| &f.2[..]).collect();
     assert_eq!(got, [&b"a"[..], b"b", b"c"]);
-    assert_eq!(rec.cut_bytes, 0, "reserved space is not a torn record");
-    assert_eq!(
-        fs::metadata(&seg).unwrap().len(),
-        3 * (record::HEADER + 1) as u64,
-        "cut to its records"
-    );
+    assert_eq!(rec.cut_bytes, 0);
+    let d = put(&store, b"d");
+    assert!(d > 2, "numbers go on: {d}");
+    // A second crash before the stage was written out: c is still staged, d after it.
+    crash_copy(&crashed.0, &dir.0.join("again"));
     settle(store);
+    let (_store, rec) = Store::open(&Spool::new(dir.0.join("again"))).unwrap();
+    let seqs: Vec<u64> = rec.frames.iter().map(|f| f.0).collect();
+    assert_eq!(seqs, [0, 1, 2, d]);
 }
 
 #[test]
-fn a_torn_record_in_reserved_space_is_cut_and_counted() {
-    let (dir, _, store) = open("group-torn", UNSYNCED);
-    let crashed = Dir::new("group-torn-crashed");
-    put(&store, b"whole");
-    put(&store, b"torn by a power cut");
+fn a_stage_left_by_another_policy_is_written_out_under_every_frame() {
+    let (dir, _, store) = open("unstage", UNSYNCED);
+    put(&store, b"staged");
+    let crashed = Dir::new("unstage-crashed");
     crash_copy(&dir.0, &crashed.0);
     settle(store);
-    // The power cut wrote back the torn record's first 30 bytes, not the rest.
-    let seg = crashed.0.join(segment_name(0));
-    let mut data = fs::read(&seg).unwrap();
-    let second = record::HEADER + 5;
-    data[second + 30..].fill(0);
-    fs::write(&seg, &data).unwrap();
-    let (_store, rec) = Store::open(&Spool::new(&crashed.0)).unwrap();
+    let (store, rec) = Store::open(&Spool::new(&crashed.0)).unwrap();
     assert_eq!(rec.frames.len(), 1);
-    assert_eq!(rec.cut_bytes, 30);
+    assert!(
+        !crashed.0.join("stage").exists(),
+        "EveryFrame keeps no stage"
+    );
+    assert_eq!(on_disk(&crashed.0), [0]);
+    settle(store);
 }
 
 #[test]
