@@ -47,8 +47,10 @@ use stage::Stage;
 use crate::batch::Batch;
 use crate::spool::{Durability, Spool};
 
-/// The format this relink writes and reads.
-pub(crate) const VERSION: u32 = 1;
+/// The format this relink writes and reads. Format 1 has no stage; a directory at format 1 is
+/// read and marked 2, so that a relink that reads format 1 only refuses it once it may hold
+/// staged records.
+pub(crate) const VERSION: u32 = 2;
 
 /// The acks log is written again, compacted, once it is this large.
 const ACKS_COMPACT: u64 = 64 * 1024;
@@ -395,8 +397,10 @@ impl Core {
         match fs::read_to_string(&path) {
             Ok(s) => match s.trim().parse::<u32>() {
                 Ok(VERSION) => Ok(()),
+                Ok(1) => Core::write_version(dir),
                 Ok(v) => Err(format!(
-                    "{} holds a spool of format {v}; this relink reads format {VERSION} only",
+                    "{} holds a spool of format {v}; this relink reads formats 1 and {VERSION} \
+                     only",
                     dir.display()
                 )),
                 Err(_) => Err(format!("{} has an unreadable VERSION file", dir.display())),
@@ -405,20 +409,28 @@ impl Core {
                 let foreign = fs::read_dir(dir)
                     .map_err(|e| io_err("cannot read", dir, e))?
                     .filter_map(|e| e.ok())
-                    .any(|e| e.file_name() != "LOCK");
+                    .any(|e| e.file_name() != "LOCK" && e.file_name() != "VERSION.tmp");
                 if foreign {
                     return Err(format!(
                         "{} is not empty and holds no relink spool (no VERSION file)",
                         dir.display()
                     ));
                 }
-                let mut f = File::create(&path).map_err(|e| io_err("cannot make", &path, e))?;
-                f.write_all(format!("{VERSION}\n").as_bytes())
-                    .and_then(|()| f.sync_all())
-                    .map_err(|e| io_err("cannot write", &path, e))
+                Core::write_version(dir)
             }
             Err(e) => Err(io_err("cannot read", &path, e)),
         }
+    }
+
+    /// Writes the `VERSION` file (through a file renamed over it) and syncs it.
+    fn write_version(dir: &Path) -> Result<(), String> {
+        let tmp = dir.join("VERSION.tmp");
+        let mut f = File::create(&tmp).map_err(|e| io_err("cannot make", &tmp, e))?;
+        f.write_all(format!("{VERSION}\n").as_bytes())
+            .and_then(|()| f.sync_all())
+            .map_err(|e| io_err("cannot write", &tmp, e))?;
+        fs::rename(&tmp, dir.join("VERSION")).map_err(|e| io_err("cannot rename", &tmp, e))?;
+        sync_dir(dir).map_err(|e| io_err("cannot sync", dir, e))
     }
 
     /// The bound the `numbers` file holds: every number handed out so far is below it. Zero

@@ -265,6 +265,19 @@ fn a_second_open_is_refused_while_the_first_holds_the_lock() {
 }
 
 #[test]
+fn a_spool_of_format_1_is_read_and_marked_2() {
+    let dir = Dir::new("format-1");
+    let spool = Spool::new(&dir.0).durability(Durability::OsWriteBack);
+    let (store, _) = Store::open(&spool).unwrap();
+    put(&store, b"kept");
+    settle(store);
+    fs::write(dir.0.join("VERSION"), "1\n").unwrap();
+    let (_store, rec) = Store::open(&spool).unwrap();
+    assert_eq!(rec.frames.len(), 1);
+    assert_eq!(fs::read_to_string(dir.0.join("VERSION")).unwrap(), "2\n");
+}
+
+#[test]
 fn another_format_is_refused_clearly() {
     let dir = Dir::new("version");
     fs::create_dir_all(&dir.0).unwrap();
