@@ -9,9 +9,10 @@
 //! last returns (every frame confirmed, so every frame has also left the spool's ledger), the
 //! spool in the system's temporary directory:
 //! - `memory`: no spool;
-//! - `os`: `Durability::OsWriteBack` (a `write` per frame);
-//! - `group`: `Durability::Group(5 ms)` (frames buffered, written and synced every 5 ms by
-//!   the spool's thread);
+//! - `os`: `Durability::OsWriteBack` (each record copied into the spool's mapped stage file,
+//!   written to the segment when the stage fills or the spool's thread runs, never synced);
+//! - `group`: `Durability::Group(5 ms)` (each record copied into the stage, written and
+//!   synced every 5 ms by the spool's thread);
 //! - `every`: `Durability::EveryFrame` (a `write` and an `fdatasync` per frame; fewer frames).
 //!
 //! Rounds run the four back to back; each row is the median over the rounds:

@@ -27,12 +27,23 @@ pub enum Durability {
     /// frames a second. The default.
     #[default]
     EveryFrame,
-    /// Group commit: `send` appends the frame to a buffer in memory and returns; a thread of
-    /// the spool writes and `fdatasync`s the buffer every interval. At a crash or a power cut
-    /// at most the last interval's frames are lost; the next start cannot count them (they
-    /// never reached the disk), the application can, from the sequence numbers it was given.
+    /// Group commit: `send` copies the frame's record into the spool's stage, a shared
+    /// mapping of a small file (64 KiB), and returns, with no system call; a thread of the
+    /// spool writes the stage to the spool's segment and `fdatasync`s it every interval (a
+    /// caller that finds the stage full writes it itself). The record is in the operating
+    /// system's page cache when `send` returns, so nothing is lost when the process dies (a
+    /// kill, an abort, the OOM killer): the next start reads the stage. A power cut or a
+    /// kernel crash loses at most the frames of the last interval: a torn record in a segment
+    /// is cut and counted at the next start ([`Event::Recovered`](crate::Event::Recovered)'s
+    /// `cut_bytes`), but a frame never written back leaves no trace, so the next start cannot
+    /// count it; the application can, from the sequence numbers it was given.
+    ///
+    /// The stage's space is reserved on disk when the spool opens, so a full disk is a
+    /// [`SendError::Spool`](crate::error::SendError::Spool) at the call that writes the stage,
+    /// as under the other policies.
     Group(Duration),
-    /// Each frame is written to the operating system (its page cache) before `send` returns,
+    /// Each frame's record is copied into the spool's stage before `send` returns, as under
+    /// `Group`, and written to the segment when the stage fills or the spool's thread runs,
     /// never `fdatasync`ed by relink: nothing is lost when the process dies, and what the
     /// kernel had not written back yet (about 30 s on Linux by default) is lost at a power
     /// cut or a kernel crash.

@@ -181,16 +181,12 @@ fn os_write_back_loses_nothing_when_only_the_process_dies() {
 }
 
 #[test]
-fn group_commit_loses_at_most_the_frames_of_its_last_interval() {
-    // The interval, and the time between the frames' `Ok` and the kill that the child's last
-    // line does not show (the pipe, the scheduler on two shared cores).
-    let slack_us = 5_000 + 50_000;
+fn group_commit_loses_nothing_when_only_the_process_dies() {
+    // The records are in the page cache when `send` returns; the interval bounds only what a
+    // power cut can take.
     for t in crash_trials("group:5", Durability::Group(Duration::from_millis(5)), 30) {
-        assert!(
-            t.lost_span_us <= slack_us,
-            "frames lost from {} µs before the kill ({t:?})",
-            t.lost_span_us
-        );
+        assert!(t.lost.is_empty(), "lost {:?} ({t:?})", t.lost);
+        assert!(t.duplicate_span_us <= DUPLICATES_WITHIN_US, "{t:?}");
     }
 }
 
@@ -380,6 +376,19 @@ fn a_sender_is_refused_on_a_spooled_link() {
 #[test]
 #[ignore = "needs root (mounts a small tmpfs)"]
 fn a_full_disk_is_an_error_at_the_call_with_the_frame_given_back() {
+    full_disk(Durability::EveryFrame);
+}
+
+#[test]
+#[ignore = "needs root (mounts a small tmpfs)"]
+fn a_full_disk_under_group_commit_is_an_error_at_the_call_never_a_crash() {
+    // The stage's space is reserved when the spool opens: a copy into its mapping cannot meet
+    // a full disk (SIGBUS); the write of the stage to a segment meets it, at a call.
+    full_disk(Durability::Group(Duration::from_millis(5)));
+}
+
+/// Frames of 4000 B sent through a spool on a 256 KiB tmpfs until one is refused.
+fn full_disk(durability: Durability) {
     let dir = ScratchDir::new("spool-full");
     fs::create_dir_all(dir.path()).unwrap();
     let mounted = std::process::Command::new("mount")
@@ -399,7 +408,7 @@ fn a_full_disk_is_an_error_at_the_call_with_the_frame_given_back() {
     let _unmount = Unmount(&dir);
     let spool_dir = dir.path().join("spool");
     let link = Link::builder(refused_endpoint())
-        .spool(Spool::new(&spool_dir))
+        .spool(Spool::new(&spool_dir).durability(durability))
         .outbox_limits(100_000, 64 << 20)
         .build()
         .unwrap();
@@ -415,7 +424,7 @@ fn a_full_disk_is_an_error_at_the_call_with_the_frame_given_back() {
             "a 256 KiB disk took {accepted} frames of 4000 B"
         );
     };
-    eprintln!("full disk: {accepted} frames accepted, then: {err}");
+    eprintln!("full disk ({durability:?}): {accepted} frames accepted, then: {err}");
     assert!(
         matches!(&err, SendError::Spool(f, _) if f.len() == 4000),
         "{err:?}"
@@ -426,7 +435,7 @@ fn a_full_disk_is_an_error_at_the_call_with_the_frame_given_back() {
     let peer = Peer::start(Behaviour::Sink);
     let again = wait_for(BOUND, || {
         Link::builder(peer.endpoint())
-            .spool(Spool::new(&spool_dir))
+            .spool(Spool::new(&spool_dir).durability(durability))
             .build()
             .ok()
     })

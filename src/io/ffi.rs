@@ -1,12 +1,38 @@
 //! The only `unsafe` code of the crate: the libzmq calls rust-zmq 0.9 does not wrap (among
 //! them a send whose buffer comes back to relink when libzmq frees it), libc's
-//! `srand`, the eventfd that wakes an IO thread and the epoll set it waits on.
+//! `srand`, the eventfd that wakes an IO thread and the epoll set it waits on, and the shared
+//! mapping of a spool's stage file.
 //!
 //! Each block says why it is sound. Nothing here holds policy; the IO module decides what to call.
 
 use std::mem::{ManuallyDrop, MaybeUninit};
 use std::os::raw::{c_int, c_void};
 use std::sync::Once;
+
+/// A shared, writable mapping of `len` bytes of `file` from `offset`: what the caller writes
+/// there is in the kernel's page cache at once, so it outlives this process.
+///
+/// For a spool's `stage` file only: the caller holds the spool directory's `LOCK` (`flock`),
+/// has already set the file's length to at least `offset + len` and reserved its blocks, and
+/// never changes the file's length.
+pub(super) fn map_file(
+    file: &std::fs::File,
+    offset: u64,
+    len: usize,
+) -> std::io::Result<memmap2::MmapMut> {
+    // SAFETY: the mapping stays valid while it lives (no access past the file's end, no
+    // SIGBUS) because nothing shrinks the file under it: the file is the stage of a spool
+    // directory held with the LOCK file's flock, so no other relink process opens it, and this
+    // process never changes its length after reserving `offset + len` bytes of it (before the
+    // call, so a write into the mapping never needs a block the disk lacks). The bytes are
+    // plain data read and written through the `MmapMut` only.
+    unsafe {
+        memmap2::MmapOptions::new()
+            .offset(offset)
+            .len(len)
+            .map_mut(file)
+    }
+}
 
 /// A raw libzmq context: rust-zmq 0.9's `Context` hides its pointer, and relink needs it to raise
 /// `ZMQ_MAX_SOCKETS` (a thousand monitored links need three thousand sockets).

@@ -1,26 +1,33 @@
 //! The spool on disk: a log of segment files holding every frame admitted by `send` until it
 //! leaves (confirmed, or abandoned and reported), an acks log of the sequence numbers that
-//! left, a `LOCK` file held with `flock` while a link uses the directory, and a `VERSION`
-//! file.
+//! left, a `stage` file where records wait for their write to a segment (under
+//! [`Durability::OsWriteBack`] and [`Durability::Group`]), a `LOCK` file held with `flock`
+//! while a link uses the directory, and a `VERSION` file.
 //!
 //! Who does what:
 //! - the caller of `send` appends the frame's record under the writer's lock and, by the
-//!   sync policy, writes and `fdatasync`s it ([`Durability::EveryFrame`]), writes it
-//!   ([`Durability::OsWriteBack`]) or leaves it in the writer's buffer
-//!   ([`Durability::Group`]); then it offers the frame to the intake, and takes the record
-//!   back if the intake refuses it (its number is then not used), so numbers follow the
-//!   intake's order;
+//!   sync policy, writes and `fdatasync`s it ([`Durability::EveryFrame`]) or copies it into
+//!   the stage, a shared mapping of the `stage` file ([`Durability::OsWriteBack`],
+//!   [`Durability::Group`], see [`stage`]): there it is in the kernel's page cache when the
+//!   call returns, and outlives the process. A caller that finds the stage full writes it to
+//!   the segment first. Then it offers the frame to the intake, and takes the record back if
+//!   the intake refuses it (its number is then not used), so numbers follow the intake's
+//!   order;
 //! - the IO thread never touches the disk: its [`Ledger`] gives each frame it takes from the
 //!   intake the next number (those recovered at open first), learns which frames left, and
 //!   hands their numbers to `left`;
-//! - the spool's own thread (the flusher), every tick, writes and syncs the group's buffer,
-//!   appends what left to the acks log, and deletes segments whose frames all left.
+//! - the spool's own thread (the flusher), every tick, writes the stage to the segment and,
+//!   under `Group`, `fdatasync`s the segment, appends what left to the acks log, and deletes
+//!   segments whose frames all left.
 //!
 //! At open, the segments are read in order; each record is checked by its CRC-32C, and a
-//! segment is cut at its first record that fails (a torn tail): what is cut is counted.
+//! segment is cut at its first record that fails (a torn tail): what is cut is counted. Then
+//! the stage's records with numbers past the segments' are recovered too; they stay staged,
+//! and the run's new segment begins with them.
 
 mod ledger;
 pub(crate) mod record;
+mod stage;
 
 use std::collections::VecDeque;
 use std::fs::{self, File, OpenOptions};
@@ -35,15 +42,15 @@ use fs4::fs_std::FileExt as _;
 
 pub(crate) use ledger::Ledger;
 use record::Ranges;
+use stage::Stage;
 
 use crate::batch::Batch;
 use crate::spool::{Durability, Spool};
 
-/// The format this relink writes and reads.
-pub(crate) const VERSION: u32 = 1;
-
-/// A group's buffer is written out by the caller once it holds this much.
-const GROUP_WRITE: usize = 256 * 1024;
+/// The format this relink writes and reads. Format 1 has no stage; a directory at format 1 is
+/// read and marked 2, so that a relink that reads format 1 only refuses it once it may hold
+/// staged records.
+pub(crate) const VERSION: u32 = 2;
 
 /// The acks log is written again, compacted, once it is this large.
 const ACKS_COMPACT: u64 = 64 * 1024;
@@ -108,15 +115,17 @@ struct Writer {
     file: Arc<File>,
     /// The first sequence number of the current segment.
     first: u64,
-    /// Bytes written to the current segment's file.
+    /// Where the records end in the current segment's file.
     pos: u64,
-    /// Records not yet written (a group's).
+    /// The records of a call before they are written: under `EveryFrame`, or those of a
+    /// call that need more than the stage holds.
     buf: Vec<u8>,
+    /// Under `OsWriteBack` and `Group`, where the records wait for the next write to the
+    /// segment, in the page cache.
+    stage: Option<Stage>,
     next_seq: u64,
     /// Numbers below this are reserved on disk (the `numbers` file).
     reserved: u64,
-    /// The flusher's last write failed: the calls fail until one succeeds.
-    failed: Option<String>,
     /// Closed segments, oldest first: first sequence number, path.
     closed: VecDeque<(u64, PathBuf)>,
     /// Closed segments the flusher has not synced yet.
@@ -233,6 +242,7 @@ impl Store {
             .collect();
         segments.sort();
         let mut next_seq = done.end();
+        let mut last_seq = None;
         let mut kept = VecDeque::new();
         for (first, path) in segments {
             next_seq = next_seq.max(first);
@@ -255,6 +265,7 @@ impl Store {
             }
             let mut pending = false;
             for r in records {
+                last_seq = last_seq.max(Some(r.seq));
                 next_seq = next_seq.max(r.seq + 1);
                 if !done.contains(r.seq) {
                     pending = true;
@@ -263,16 +274,29 @@ impl Store {
             }
             kept.push_back((first, path, pending));
         }
+        // Records staged and not yet written to a segment when the last process ended: they
+        // stay staged, and the new segment begins with them.
+        let durability = spool.get_durability();
+        let mut stage = Stage::open(&dir, durability != Durability::EveryFrame)?;
+        let mut first = None;
+        if let Some((stage, staged)) = stage.as_mut() {
+            if let Some(last) = last_seq {
+                stage.keep_after(last, staged);
+            }
+            for r in staged.drain(..).filter(|r| last_seq < Some(r.seq)) {
+                first.get_or_insert(r.seq);
+                next_seq = next_seq.max(r.seq + 1);
+                if !done.contains(r.seq) {
+                    recovered.frames.push((r.seq, r.deadline_ms, r.frame));
+                }
+            }
+        }
         // Numbers handed out before a crash and never written stay used.
         next_seq = next_seq.max(Core::read_reserved(&dir)?);
         // A new segment for this run; the old ones stay while they hold frames.
-        let path = dir.join(segment_name(next_seq));
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .write(true)
-            .open(&path)
-            .map_err(|e| io_err("cannot make", &path, e))?;
+        let first = first.unwrap_or(next_seq);
+        let path = dir.join(segment_name(first));
+        let file = Core::new_segment(&path)?;
         let mut closed = VecDeque::new();
         for (first, old, pending) in kept {
             if old == path {
@@ -294,18 +318,19 @@ impl Store {
             .map_err(|e| io_err("cannot read", &acks_path, e))?
             .len();
         let wake = (Mutex::new(Wake::default()), Condvar::new());
+        let segment_bytes = spool.get_segment_bytes().max(record::HEADER as u64);
         let core = Arc::new(Core {
             dir,
-            durability: spool.get_durability(),
-            segment_bytes: spool.get_segment_bytes().max(record::HEADER as u64),
+            durability,
+            segment_bytes,
             w: Mutex::new(Writer {
                 file: Arc::new(file),
-                first: next_seq,
+                first,
                 pos: 0,
                 buf: Vec::new(),
+                stage: stage.map(|(stage, _)| stage),
                 next_seq,
                 reserved: next_seq,
-                failed: None,
                 closed,
                 unsynced: Vec::new(),
                 dir_dirty: false,
@@ -323,6 +348,9 @@ impl Store {
             wake,
             _lock: lock_file,
         });
+        if durability == Durability::EveryFrame {
+            core.unstage()?;
+        }
         let tick = spool.tick();
         let theirs = core.clone();
         let flusher = std::thread::Builder::new()
@@ -338,14 +366,41 @@ impl Store {
 }
 
 impl Core {
+    /// Makes a segment file (empty).
+    fn new_segment(path: &Path) -> Result<File, String> {
+        OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .open(path)
+            .map_err(|e| io_err("cannot make", path, e))
+    }
+
+    /// Under `EveryFrame`, a stage left by a run under another policy: its records are
+    /// written to the segment and synced, and the stage is removed.
+    fn unstage(&self) -> Result<(), String> {
+        let mut w = lock(&self.w);
+        if w.stage.is_some() {
+            w.write()
+                .and_then(|()| w.file.sync_data())
+                .map_err(|e| format!("cannot write to the spool: {e}"))?;
+            w.stage = None;
+            let path = self.dir.join("stage");
+            fs::remove_file(&path).map_err(|e| io_err("cannot remove", &path, e))?;
+        }
+        Ok(())
+    }
+
     /// Refuses a directory written in another format, or holding files of something else.
     fn check_version(dir: &Path) -> Result<(), String> {
         let path = dir.join("VERSION");
         match fs::read_to_string(&path) {
             Ok(s) => match s.trim().parse::<u32>() {
                 Ok(VERSION) => Ok(()),
+                Ok(1) => Core::write_version(dir),
                 Ok(v) => Err(format!(
-                    "{} holds a spool of format {v}; this relink reads format {VERSION} only",
+                    "{} holds a spool of format {v}; this relink reads formats 1 and {VERSION} \
+                     only",
                     dir.display()
                 )),
                 Err(_) => Err(format!("{} has an unreadable VERSION file", dir.display())),
@@ -354,20 +409,28 @@ impl Core {
                 let foreign = fs::read_dir(dir)
                     .map_err(|e| io_err("cannot read", dir, e))?
                     .filter_map(|e| e.ok())
-                    .any(|e| e.file_name() != "LOCK");
+                    .any(|e| e.file_name() != "LOCK" && e.file_name() != "VERSION.tmp");
                 if foreign {
                     return Err(format!(
                         "{} is not empty and holds no relink spool (no VERSION file)",
                         dir.display()
                     ));
                 }
-                let mut f = File::create(&path).map_err(|e| io_err("cannot make", &path, e))?;
-                f.write_all(format!("{VERSION}\n").as_bytes())
-                    .and_then(|()| f.sync_all())
-                    .map_err(|e| io_err("cannot write", &path, e))
+                Core::write_version(dir)
             }
             Err(e) => Err(io_err("cannot read", &path, e)),
         }
+    }
+
+    /// Writes the `VERSION` file (through a file renamed over it) and syncs it.
+    fn write_version(dir: &Path) -> Result<(), String> {
+        let tmp = dir.join("VERSION.tmp");
+        let mut f = File::create(&tmp).map_err(|e| io_err("cannot make", &tmp, e))?;
+        f.write_all(format!("{VERSION}\n").as_bytes())
+            .and_then(|()| f.sync_all())
+            .map_err(|e| io_err("cannot write", &tmp, e))?;
+        fs::rename(&tmp, dir.join("VERSION")).map_err(|e| io_err("cannot rename", &tmp, e))?;
+        sync_dir(dir).map_err(|e| io_err("cannot sync", dir, e))
     }
 
     /// The bound the `numbers` file holds: every number handed out so far is below it. Zero
@@ -440,21 +503,25 @@ impl Core {
         let mut w = lock(&self.w);
         let seq = w.next_seq;
         let mut frame = make(seq);
-        if let Some(e) = &w.failed {
-            return Err((frame, e.clone()));
-        }
         if let Err(e) = self.roll_if_full(&mut w) {
             return Err((frame, e));
         }
         if let Err(e) = self.reserve(&mut w, seq + 1) {
             return Err((frame, e));
         }
-        let mark = w.pos + w.buf.len() as u64;
         if frame.len() > record::MAX_FRAME {
             return Err((frame, "frame too large for the spool".into()));
         }
-        record::encode(&mut w.buf, seq, deadline_ms, &frame);
-        if let Err(e) = self.persist(&mut w) {
+        let mark = w.pos + w.unwritten();
+        if let Err(e) = w
+            .append(
+                seq,
+                deadline_ms,
+                std::iter::once(&frame[..]),
+                &mut Vec::new(),
+            )
+            .and_then(|()| self.persist(&mut w))
+        {
             w.rollback(mark);
             return Err((frame, format!("cannot write to the spool: {e}")));
         }
@@ -470,15 +537,14 @@ impl Core {
         }
     }
 
-    /// Makes what was appended as durable as the policy says before the call returns.
+    /// Makes what was appended as durable as the policy says before the call returns. Under
+    /// `OsWriteBack` and `Group` the records are in the page cache already (in the stage);
+    /// under `Group` the spool's thread is told there is a group to write and sync.
     fn persist(&self, w: &mut Writer) -> io::Result<()> {
         match self.durability {
             Durability::EveryFrame => w.write().and_then(|()| w.file.sync_data()),
-            Durability::OsWriteBack => w.write(),
+            Durability::OsWriteBack => Ok(()),
             Durability::Group(_) => {
-                if w.buf.len() >= GROUP_WRITE {
-                    w.write()?;
-                }
                 if !w.told {
                     w.told = true;
                     self.nudge();
@@ -501,25 +567,19 @@ impl Core {
         offer: impl FnOnce(&mut Batch) -> Result<(usize, R), E>,
     ) -> Result<Result<(u64, usize, R), E>, String> {
         let mut w = lock(&self.w);
-        if let Some(e) = &w.failed {
-            return Err(e.clone());
-        }
         self.roll_if_full(&mut w)?;
         let first = w.next_seq;
         self.reserve(&mut w, first + frames.len() as u64)?;
-        let mark = w.pos + w.buf.len() as u64;
-        let mut ends = Vec::new();
-        for (i, frame) in frames.iter().enumerate() {
-            if frame.len() > record::MAX_FRAME {
-                w.rollback(mark);
-                return Err("frame too large for the spool".into());
-            }
-            record::encode(&mut w.buf, first + i as u64, deadline_ms, frame);
-            let end = w.pos + w.buf.len() as u64;
-            ends.push(end);
+        if frames.iter().any(|f| f.len() > record::MAX_FRAME) {
+            return Err("frame too large for the spool".into());
         }
-        let n = ends.len();
-        if let Err(e) = self.persist(&mut w) {
+        let mark = w.pos + w.unwritten();
+        let mut ends = Vec::new();
+        let n = frames.len();
+        if let Err(e) = w
+            .append(first, deadline_ms, frames.iter(), &mut ends)
+            .and_then(|()| self.persist(&mut w))
+        {
             w.rollback(mark);
             return Err(format!("cannot write to the spool: {e}"));
         }
@@ -540,18 +600,13 @@ impl Core {
 
     /// Closes the current segment once it is full and begins the next.
     fn roll_if_full(&self, w: &mut Writer) -> Result<(), String> {
-        if w.pos + (w.buf.len() as u64) < self.segment_bytes {
+        if w.pos + w.unwritten() < self.segment_bytes {
             return Ok(());
         }
         w.write()
             .map_err(|e| format!("cannot write to the spool: {e}"))?;
         let path = self.dir.join(segment_name(w.next_seq));
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .write(true)
-            .open(&path)
-            .map_err(|e| io_err("cannot make", &path, e))?;
+        let file = Core::new_segment(&path)?;
         if self.durability == Durability::EveryFrame {
             sync_dir(&self.dir).map_err(|e| io_err("cannot sync", &self.dir, e))?;
         } else {
@@ -598,9 +653,10 @@ impl Core {
         }
     }
 
-    /// The flusher's work, and the last of it at the end: the group's records written and
-    /// synced, the numbers that left in the acks log, segments whose frames all left
-    /// deleted.
+    /// The flusher's work, and the last of it at the end: the staged records written (a
+    /// failed write is logged, and the records stay staged: a call that finds the stage full
+    /// meets the error) and, under `Group`, synced, the numbers that left in the acks log,
+    /// segments whose frames all left deleted.
     ///
     /// The acks log is not synced: a record of it lost at a power cut makes a frame that had
     /// left be sent once more, never a frame lost.
@@ -609,13 +665,7 @@ impl Core {
             let mut w = lock(&self.w);
             w.told = false;
             if let Err(e) = w.write() {
-                let msg = format!("cannot write to the spool: {e}");
-                if w.failed.is_none() {
-                    log::error!("relink: {msg}");
-                }
-                w.failed = Some(msg);
-            } else {
-                w.failed = None;
+                log::error!("relink: cannot write to the spool: {e}");
             }
             let group = matches!(self.durability, Durability::Group(_));
             (
@@ -686,8 +736,64 @@ impl Core {
 }
 
 impl Writer {
-    /// Writes the buffer to the current segment.
+    /// Appends the records of `frames`, numbered from `first`, and notes where each ends in
+    /// `ends`: into the stage (`OsWriteBack`, `Group`; written to the segment first when it
+    /// has no room for all of them), else, or when they need more than the whole stage, into
+    /// the call's buffer, which is then written at once. `Err` is that write's error.
+    fn append<'a>(
+        &mut self,
+        first: u64,
+        deadline_ms: u64,
+        frames: impl Iterator<Item = &'a [u8]> + Clone,
+        ends: &mut Vec<u64>,
+    ) -> io::Result<()> {
+        let need: usize = frames.clone().map(record::size).sum();
+        if self.stage.as_mut().is_some_and(|s| s.room(need).is_none()) {
+            self.write()?;
+        }
+        let base = self.pos;
+        if let Some(stage) = self.stage.as_mut() {
+            let staged = stage.len();
+            if let Some(room) = stage.room(need) {
+                let mut at = 0;
+                for (i, frame) in frames.enumerate() {
+                    at +=
+                        record::encode_into(&mut room[at..], first + i as u64, deadline_ms, frame);
+                    ends.push(base + (staged + at) as u64);
+                }
+                stage.grow(at);
+                return Ok(());
+            }
+        }
+        for (i, frame) in frames.enumerate() {
+            record::encode(&mut self.buf, first + i as u64, deadline_ms, frame);
+            ends.push(base + self.buf.len() as u64);
+        }
+        if self.stage.is_some() {
+            self.write()?;
+        }
+        Ok(())
+    }
+
+    /// Bytes of records not yet written to the segment.
+    fn unwritten(&self) -> u64 {
+        (self.stage.as_ref().map_or(0, Stage::len) + self.buf.len()) as u64
+    }
+
+    /// Writes the staged records, then the buffer, to the current segment.
     fn write(&mut self) -> io::Result<()> {
+        if let Some(stage) = self.stage.as_mut() {
+            if stage.len() > 0 {
+                if let Err(e) = self.file.write_all_at(stage.staged(), self.pos) {
+                    // A part may be on the file: the stage stays the truth.
+                    let _ = self.file.set_len(self.pos);
+                    return Err(e);
+                }
+                self.pos += stage.len() as u64;
+                stage.clear();
+                self.written = true;
+            }
+        }
         if self.buf.is_empty() {
             return Ok(());
         }
@@ -702,11 +808,20 @@ impl Writer {
         Ok(())
     }
 
-    /// Takes back every record past `to` (a position in the segment, written or not).
+    /// Takes back every record past `to` (a position in the segment, written or not); staged
+    /// ones become zeros in the stage.
     fn rollback(&mut self, to: u64) {
         if to >= self.pos {
-            self.buf.truncate((to - self.pos) as usize);
+            let keep = (to - self.pos) as usize;
+            let staged = self.stage.as_ref().map_or(0, Stage::len);
+            if let Some(stage) = self.stage.as_mut() {
+                stage.truncate(keep.min(staged));
+            }
+            self.buf.truncate(keep.saturating_sub(staged));
         } else {
+            if let Some(stage) = self.stage.as_mut() {
+                stage.truncate(0);
+            }
             self.buf.clear();
             let _ = self.file.set_len(to);
             self.pos = to;

@@ -19,16 +19,29 @@ pub(crate) const ACK: usize = 20;
 /// The largest frame a record holds.
 pub(crate) const MAX_FRAME: usize = u32::MAX as usize;
 
+/// The size of a frame's record.
+pub(crate) fn size(frame: &[u8]) -> usize {
+    HEADER + frame.len()
+}
+
 /// Appends the record of one frame to `out`.
 pub(crate) fn encode(out: &mut Vec<u8>, seq: u64, deadline_ms: u64, frame: &[u8]) {
     let start = out.len();
-    out.extend_from_slice(&(frame.len() as u32).to_le_bytes());
-    out.extend_from_slice(&[0; 4]);
-    out.extend_from_slice(&seq.to_le_bytes());
-    out.extend_from_slice(&deadline_ms.to_le_bytes());
-    out.extend_from_slice(frame);
-    let crc = crc32c::crc32c(&out[start + 8..]);
-    out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
+    out.resize(start + size(frame), 0);
+    encode_into(&mut out[start..], seq, deadline_ms, frame);
+}
+
+/// Writes the record of one frame at the start of `out` (at least [`size`] bytes); gives its
+/// size.
+pub(crate) fn encode_into(out: &mut [u8], seq: u64, deadline_ms: u64, frame: &[u8]) -> usize {
+    let end = size(frame);
+    out[0..4].copy_from_slice(&(frame.len() as u32).to_le_bytes());
+    out[8..16].copy_from_slice(&seq.to_le_bytes());
+    out[16..24].copy_from_slice(&deadline_ms.to_le_bytes());
+    out[HEADER..end].copy_from_slice(frame);
+    let crc = crc32c::crc32c(&out[8..end]);
+    out[4..8].copy_from_slice(&crc.to_le_bytes());
+    end
 }
 
 /// One record read back.
@@ -63,6 +76,19 @@ pub(crate) fn decode_all(data: &Bytes) -> (Vec<Record>, usize) {
         at = end;
     }
     (out, at)
+}
+
+/// Reads the records of a stage in order, for as long as each passes its check and has a
+/// greater number than the one before. Gives the records and where the last ends.
+pub(crate) fn decode_rising(data: &Bytes) -> (Vec<Record>, usize) {
+    let (mut records, _) = decode_all(data);
+    let rising = records
+        .windows(2)
+        .position(|w| w[1].seq <= w[0].seq)
+        .map_or(records.len(), |i| i + 1);
+    records.truncate(rising);
+    let end = records.iter().map(|r| size(&r.frame)).sum();
+    (records, end)
 }
 
 /// Appends an acks record for `lo..hi`.
@@ -221,6 +247,29 @@ mod tests {
         buf[first + HEADER + 1] ^= 1;
         let (records, at) = decode_all(&Bytes::from(buf));
         assert_eq!((records.len(), at), (1, first));
+    }
+
+    #[test]
+    fn a_stage_is_read_while_its_numbers_rise() {
+        let mut old = Vec::new();
+        for seq in 1..=4 {
+            encode(&mut old, seq, 0, b"older, written out");
+        }
+        let mut stage = Vec::new();
+        encode(&mut stage, 9, 0, b"new");
+        encode(&mut stage, 10, 0, b"newer");
+        let end = stage.len();
+        // What follows the new records is what the stage held before it began again.
+        stage.extend_from_slice(&old[end..]);
+        let (records, at) = decode_rising(&Bytes::from(stage));
+        let seqs: Vec<u64> = records.iter().map(|r| r.seq).collect();
+        assert_eq!((seqs, at), (vec![9, 10], end));
+        // An older record that happens to start right after them is not read either.
+        let mut aligned = Vec::new();
+        encode(&mut aligned, 9, 0, b"n");
+        aligned.extend_from_slice(&old);
+        let (records, _) = decode_rising(&Bytes::from(aligned));
+        assert_eq!(records.len(), 1);
     }
 
     #[test]

@@ -1,10 +1,11 @@
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 
 use super::*;
+use crate::batch::Batch;
 
 /// A directory of its own under the system's temporary one, removed at the end.
 struct Dir(PathBuf);
@@ -36,6 +37,56 @@ fn settle(store: Arc<Store>) {
     drop(store);
 }
 
+/// A spool of its own in a new directory, opened.
+fn open(name: &str, policy: Durability) -> (Dir, Spool, Arc<Store>) {
+    let dir = Dir::new(name);
+    let spool = Spool::new(&dir.0).durability(policy);
+    let (store, _) = Store::open(&spool).unwrap();
+    (dir, spool, store)
+}
+
+/// Under `Group`, with an interval longer than any test: nothing is synced.
+const UNSYNCED: Durability = Durability::Group(Duration::from_secs(60));
+
+const POLICIES: [Durability; 3] = [Durability::EveryFrame, Durability::OsWriteBack, UNSYNCED];
+
+fn segments(dir: &Path) -> Vec<PathBuf> {
+    let mut segs: Vec<PathBuf> = fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| Some(e.ok()?.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "seg"))
+        .collect();
+    segs.sort();
+    segs
+}
+
+/// The numbers of the records the spool's files hold now (segments, then the stage), as a
+/// process that died this moment would leave them.
+fn on_disk(dir: &Path) -> Vec<u64> {
+    let read = |p: &Path| Bytes::from(fs::read(p).unwrap());
+    let mut seqs: Vec<u64> = segments(dir)
+        .iter()
+        .flat_map(|p| record::decode_all(&read(p)).0)
+        .map(|r| r.seq)
+        .collect();
+    let stage = dir.join("stage");
+    if stage.exists() {
+        seqs.extend(record::decode_rising(&read(&stage)).0.iter().map(|r| r.seq));
+    }
+    seqs
+}
+
+/// The spool's files as they are this moment (what a SIGKILL of this process would leave,
+/// the page cache included), copied to `to`.
+fn crash_copy(from: &Path, to: &Path) {
+    fs::create_dir_all(to).unwrap();
+    for e in fs::read_dir(from).unwrap().filter_map(|e| e.ok()) {
+        if e.file_name() != "LOCK" {
+            fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
+    }
+}
+
 #[test]
 fn frames_not_left_are_recovered_in_order_with_their_numbers() {
     let dir = Dir::new("recover");
@@ -62,7 +113,7 @@ fn a_number_handed_out_before_a_crash_is_never_handed_out_again() {
     let (store, _) = Store::open(&spool).unwrap();
     let handed: Vec<u64> = [b"a", b"b", b"c"].iter().map(|f| put(&store, *f)).collect();
     settle(store);
-    // The crash took the group's buffer: none of the three reached the segment.
+    // A power cut before the group was synced: none of the three reached the disk.
     for seg in fs::read_dir(&dir.0).unwrap().filter_map(|e| e.ok()) {
         if seg.file_name().to_string_lossy().ends_with(".seg") {
             OpenOptions::new()
@@ -84,15 +135,101 @@ fn a_number_handed_out_before_a_crash_is_never_handed_out_again() {
 
 #[test]
 fn a_refused_frame_leaves_nothing_in_the_spool() {
-    let dir = Dir::new("refused");
-    let spool = Spool::new(&dir.0);
-    let (store, _) = Store::open(&spool).unwrap();
-    let r = store.admit_one(|_| Bytes::from_static(b"no"), 0, |_| Err::<(), _>("full"));
-    assert!(matches!(r, Ok(Err((_, "full")))));
-    assert_eq!(put(&store, b"yes"), 0, "the refused frame took no number");
+    for policy in POLICIES {
+        let (dir, spool, store) = open("refused", policy);
+        let r = store.admit_one(|_| Bytes::from_static(b"no"), 0, |_| Err::<(), _>("full"));
+        assert!(matches!(r, Ok(Err((_, "full")))));
+        assert!(on_disk(&dir.0).is_empty(), "{policy:?}");
+        assert_eq!(put(&store, b"yes"), 0, "the refused frame took no number");
+        settle(store);
+        let (_store, rec) = Store::open(&spool).unwrap();
+        assert_eq!(rec.frames.len(), 1, "{policy:?}");
+    }
+}
+
+#[test]
+fn the_frames_a_batch_refused_leave_nothing_in_the_spool() {
+    for policy in POLICIES {
+        let (dir, _, store) = open("batch", policy);
+        let mut batch: Batch = ["0", "1", "2", "3"].into_iter().collect();
+        let r = store.admit(&mut batch, 0, |_| Ok::<_, ()>((2, ())));
+        assert!(matches!(r, Ok(Ok((0, 2, ())))), "{policy:?}");
+        assert_eq!(on_disk(&dir.0), [0, 1], "{policy:?}");
+        assert_eq!(put(&store, b"next"), 2, "{policy:?}");
+    }
+}
+
+#[test]
+fn a_group_record_is_in_the_stage_when_the_call_returns() {
+    a_record_is_in_the_stage_when_the_call_returns(UNSYNCED);
+}
+
+#[test]
+fn an_os_write_back_record_is_in_the_stage_when_the_call_returns() {
+    a_record_is_in_the_stage_when_the_call_returns(Durability::OsWriteBack);
+}
+
+fn a_record_is_in_the_stage_when_the_call_returns(policy: Durability) {
+    let (dir, _, store) = open(&format!("in-stage-{policy:?}"), policy);
+    put(&store, b"in the page cache");
+    let stage = Bytes::from(fs::read(dir.0.join("stage")).unwrap());
+    let got = record::decode_rising(&stage).0;
+    assert_eq!(got.len(), 1);
+    assert_eq!(&got[0].frame[..], b"in the page cache");
     settle(store);
-    let (_store, rec) = Store::open(&spool).unwrap();
+    assert_eq!(
+        on_disk(&dir.0),
+        [0],
+        "written to the segment once, at the close"
+    );
+}
+
+#[test]
+fn a_process_crash_loses_no_staged_record_and_repeats_none_written_out() {
+    let (dir, _, store) = open("group-crash", UNSYNCED);
+    let crashed = Dir::new("group-crashed");
+    let admit = |f: &'static [u8]| {
+        let r = store.admit_one(|_| Bytes::from_static(f), 0, |_| Ok::<(), ()>(()));
+        assert!(matches!(r, Ok(Ok(_))));
+    };
+    admit(b"a");
+    admit(b"b");
+    // Written to the segment, not synced; the stage begins again.
+    store.flush();
+    admit(b"c");
+    // What a SIGKILL now leaves: a and b in the segment, c in the stage, nothing synced.
+    crash_copy(&dir.0, &crashed.0);
+    settle(store);
+    let spool = Spool::new(&crashed.0).durability(UNSYNCED);
+    let (store, rec) = Store::open(&spool).unwrap();
+    let got: Vec<&[u8]> = rec.frames.iter().map(|f| &f.2[..]).collect();
+    assert_eq!(got, [&b"a"[..], b"b", b"c"]);
+    assert_eq!(rec.cut_bytes, 0);
+    let d = put(&store, b"d");
+    assert!(d > 2, "numbers go on: {d}");
+    // A second crash before the stage was written out: c is still staged, d after it.
+    crash_copy(&crashed.0, &dir.0.join("again"));
+    settle(store);
+    let (_store, rec) = Store::open(&Spool::new(dir.0.join("again"))).unwrap();
+    let seqs: Vec<u64> = rec.frames.iter().map(|f| f.0).collect();
+    assert_eq!(seqs, [0, 1, 2, d]);
+}
+
+#[test]
+fn a_stage_left_by_another_policy_is_written_out_under_every_frame() {
+    let (dir, _, store) = open("unstage", UNSYNCED);
+    put(&store, b"staged");
+    let crashed = Dir::new("unstage-crashed");
+    crash_copy(&dir.0, &crashed.0);
+    settle(store);
+    let (store, rec) = Store::open(&Spool::new(&crashed.0)).unwrap();
     assert_eq!(rec.frames.len(), 1);
+    assert!(
+        !crashed.0.join("stage").exists(),
+        "EveryFrame keeps no stage"
+    );
+    assert_eq!(on_disk(&crashed.0), [0]);
+    settle(store);
 }
 
 #[test]
@@ -128,6 +265,19 @@ fn a_second_open_is_refused_while_the_first_holds_the_lock() {
 }
 
 #[test]
+fn a_spool_of_format_1_is_read_and_marked_2() {
+    let dir = Dir::new("format-1");
+    let spool = Spool::new(&dir.0).durability(Durability::OsWriteBack);
+    let (store, _) = Store::open(&spool).unwrap();
+    put(&store, b"kept");
+    settle(store);
+    fs::write(dir.0.join("VERSION"), "1\n").unwrap();
+    let (_store, rec) = Store::open(&spool).unwrap();
+    assert_eq!(rec.frames.len(), 1);
+    assert_eq!(fs::read_to_string(dir.0.join("VERSION")).unwrap(), "2\n");
+}
+
+#[test]
 fn another_format_is_refused_clearly() {
     let dir = Dir::new("version");
     fs::create_dir_all(&dir.0).unwrap();
@@ -143,47 +293,31 @@ fn another_format_is_refused_clearly() {
 
 #[test]
 fn segments_whose_frames_all_left_are_deleted() {
-    let dir = Dir::new("reclaim");
-    let spool = Spool::new(&dir.0)
-        .durability(Durability::OsWriteBack)
-        .segment_bytes(64);
-    let (store, _) = Store::open(&spool).unwrap();
-    for _ in 0..10 {
-        put(&store, b"0123456789012345678901234567890123456789");
+    for policy in POLICIES {
+        let dir = Dir::new("reclaim");
+        let spool = Spool::new(&dir.0).durability(policy).segment_bytes(64);
+        let (store, _) = Store::open(&spool).unwrap();
+        let frame = b"0123456789012345678901234567890123456789";
+        for _ in 0..10 {
+            put(&store, frame);
+        }
+        let segs = segments(&dir.0);
+        assert!(segs.len() >= 5, "{policy:?}");
+        for closed in &segs[..segs.len() - 1] {
+            let len = fs::metadata(closed).unwrap().len();
+            assert_eq!(
+                len % record::size(frame) as u64,
+                0,
+                "ends at its last record"
+            );
+        }
+        store.left(&mut (0..10).collect());
+        store.flush();
+        assert_eq!(segments(&dir.0).len(), 1, "only the current segment stays");
+        settle(store);
+        let (store, rec) = Store::open(&spool).unwrap();
+        assert!(rec.frames.is_empty());
+        assert_eq!(rec.cut_bytes, 0);
+        assert!(put(&store, b"next") >= 10, "no number is used twice");
     }
-    let segs = || {
-        fs::read_dir(&dir.0)
-            .unwrap()
-            .filter(|e| {
-                e.as_ref()
-                    .unwrap()
-                    .file_name()
-                    .to_string_lossy()
-                    .ends_with(".seg")
-            })
-            .count()
-    };
-    assert!(segs() >= 5);
-    store.left(&mut (0..10).collect());
-    store.flush();
-    assert_eq!(segs(), 1, "only the current segment stays");
-    settle(store);
-    let (store, rec) = Store::open(&spool).unwrap();
-    assert!(rec.frames.is_empty());
-    assert!(put(&store, b"next") >= 10, "no number is used twice");
-}
-
-#[test]
-fn group_commit_writes_on_the_spools_thread() {
-    let dir = Dir::new("group");
-    let spool = Spool::new(&dir.0).durability(Durability::Group(Duration::from_millis(2)));
-    let (store, _) = Store::open(&spool).unwrap();
-    put(&store, b"soon on disk");
-    let seg = dir.0.join(segment_name(0));
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while fs::metadata(&seg).unwrap().len() == 0 {
-        assert!(Instant::now() < deadline, "the group was never written");
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    settle(store);
 }
