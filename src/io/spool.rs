@@ -243,6 +243,8 @@ impl Store {
         segments.sort();
         let mut next_seq = done.end();
         let mut last_seq = None;
+        // Every number a record on disk holds, in order (segments, then the stage).
+        let mut held: Vec<u64> = Vec::new();
         let mut kept = VecDeque::new();
         for (first, path) in segments {
             next_seq = next_seq.max(first);
@@ -265,6 +267,7 @@ impl Store {
             }
             let mut pending = false;
             for r in records {
+                held.push(r.seq);
                 last_seq = last_seq.max(Some(r.seq));
                 next_seq = next_seq.max(r.seq + 1);
                 if !done.contains(r.seq) {
@@ -284,6 +287,7 @@ impl Store {
                 stage.keep_after(last, staged);
             }
             for r in staged.drain(..).filter(|r| last_seq < Some(r.seq)) {
+                held.push(r.seq);
                 first.get_or_insert(r.seq);
                 next_seq = next_seq.max(r.seq + 1);
                 if !done.contains(r.seq) {
@@ -293,6 +297,10 @@ impl Store {
         }
         // Numbers handed out before a crash and never written stay used.
         next_seq = next_seq.max(Core::read_reserved(&dir)?);
+        // A number below it that no record holds will never leave (reserved and not handed
+        // out, or lost with the page cache at a power cut): it counts as left, so that the
+        // segment around it can go once its own frames have.
+        Core::gaps_left(&mut held, next_seq, &mut done);
         // A new segment for this run; the old ones stay while they hold frames.
         let first = first.unwrap_or(next_seq);
         let path = dir.join(segment_name(first));
@@ -431,6 +439,24 @@ impl Core {
             .map_err(|e| io_err("cannot write", &tmp, e))?;
         fs::rename(&tmp, dir.join("VERSION")).map_err(|e| io_err("cannot rename", &tmp, e))?;
         sync_dir(dir).map_err(|e| io_err("cannot sync", dir, e))
+    }
+
+    /// Marks as left every number from the oldest held up to `end` that no record holds.
+    fn gaps_left(held: &mut [u64], end: u64, done: &mut Ranges) {
+        held.sort_unstable();
+        let Some(&oldest) = held.first() else {
+            return;
+        };
+        let mut at = oldest;
+        for &seq in held.iter() {
+            if seq > at {
+                done.insert(at, seq);
+            }
+            at = at.max(seq + 1);
+        }
+        if end > at {
+            done.insert(at, end);
+        }
     }
 
     /// The bound the `numbers` file holds: every number handed out so far is below it. Zero

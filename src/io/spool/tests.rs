@@ -321,3 +321,32 @@ fn segments_whose_frames_all_left_are_deleted() {
         assert!(put(&store, b"next") >= 10, "no number is used twice");
     }
 }
+
+#[test]
+fn a_segment_of_an_earlier_run_is_deleted_once_its_recovered_frames_left() {
+    for policy in POLICIES {
+        let (dir, spool, store) = open("earlier-run", policy);
+        let sent: Vec<u64> = [b"a", b"b", b"c"].iter().map(|f| put(&store, *f)).collect();
+        store.left(&mut vec![sent[1]]);
+        settle(store);
+        let (store, rec) = Store::open(&spool).unwrap();
+        let mut recovered: Vec<u64> = rec.frames.iter().map(|f| f.0).collect();
+        assert_eq!(recovered, [sent[0], sent[2]], "{policy:?}");
+        // A frame of the new run, numbered past the reserved bound: the numbers between the
+        // two runs were never handed out, and no ack will ever name them.
+        let new = put(&store, b"d");
+        assert!(new > sent[2] + 1, "{policy:?}: {new}");
+        let before = segments(&dir.0);
+        store.left(&mut recovered);
+        store.flush();
+        let after = segments(&dir.0);
+        assert!(
+            after.len() < before.len(),
+            "{policy:?}: the earlier run's segment stays: {before:?} -> {after:?}"
+        );
+        settle(store);
+        let (_store, rec) = Store::open(&spool).unwrap();
+        let left: Vec<u64> = rec.frames.iter().map(|f| f.0).collect();
+        assert_eq!(left, [new], "{policy:?}");
+    }
+}
