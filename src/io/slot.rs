@@ -30,7 +30,7 @@ use super::resolver::{self, Resolver};
 use super::shared::{Command, Lookup, Shared};
 use super::sink::Sink;
 use super::snapshot::Sources;
-use super::socket::{apply_options, ms, send_batch, SocketOptions};
+use super::socket::{apply_options, ms, send_batch, SocketOptions, COPIED_MAX};
 use super::spool::Ledger;
 use super::stopwatch::CallClock;
 use crate::core::fmt_addr;
@@ -74,9 +74,11 @@ pub(crate) struct Slot {
     /// The monitor's ZMQ_FD signalled since its events were last read (true at first): the
     /// monitor is read only then, until it has nothing more.
     pub(super) monitor_signalled: bool,
+    /// The STREAM socket's ZMQ_FD signalled since the socket was last read (true at first).
+    pub(super) socket_signalled: bool,
     /// The last call into the STREAM socket was a read that found nothing: libzmq processed
-    /// every pending command then, so ZMQ_FD signals anything new and ZMQ_EVENTS need not be
-    /// asked.
+    /// every pending command then, so ZMQ_FD signals anything new, and neither a read nor
+    /// ZMQ_EVENTS is needed until it does.
     socket_quiet: bool,
     /// The acknowledgements were read in this pass (or nothing waited for them).
     acks_read: bool,
@@ -224,6 +226,7 @@ impl Slot {
             socket_fd,
             monitor_fd,
             monitor_signalled: true,
+            socket_signalled: true,
             socket_quiet: false,
             acks_read: false,
             sink: Sink::new(events, shared.clone(), io.events_capacity, max_pending),
@@ -287,7 +290,12 @@ impl Slot {
             // are confirmed before anything the reply causes.
             self.read_acks(now, due);
             read = due;
-            more |= self.read_socket(now);
+            // A quiet socket whose ZMQ_FD did not signal holds nothing (a pass for a timer, a
+            // command): the read, a mailbox check in libzmq (`getpid` and `poll`), is skipped.
+            let signalled = std::mem::take(&mut self.socket_signalled);
+            if signalled || !self.socket_quiet {
+                more |= self.read_socket(now);
+            }
         }
         self.machine.handle_timeout(now);
         self.carry_out(now);
@@ -574,17 +582,33 @@ impl Slot {
                 Some((rid, _)) => {
                     // The batch moves into the zmq message without a copy; the next one
                     // starts with room for a whole batch, in a buffer libzmq gave back if
-                    // there is one (the thread's one buffer: an idle link holds none).
-                    let mut data = std::mem::replace(buf, buffers::take(self.batch_cap));
+                    // there is one (the thread's one buffer: an idle link holds none). A
+                    // small batch is copied instead and the thread's buffer kept
+                    // (`socket::COPIED_MAX`).
+                    let small = buf.len() <= COPIED_MAX;
+                    let mut data = if small {
+                        std::mem::take(buf)
+                    } else {
+                        std::mem::replace(buf, buffers::take(self.batch_cap))
+                    };
                     // Frames will wait for acknowledgement: the duplicate descriptor is open
-                    // before libzmq can write them, so a drop still gets its last reading.
-                    if let Some(conn) = &mut self.conn {
-                        conn.hold();
+                    // before libzmq can write them, so a drop still gets its last reading. A
+                    // batch of control frames alone (a heartbeat's ping) waits for nothing and
+                    // takes no duplicate (four system calls: two addresses, a dup, a close).
+                    if self.holds_frames() {
+                        if let Some(conn) = &mut self.conn {
+                            conn.hold();
+                        }
                     }
                     self.socket_quiet = false;
                     let result = send_batch(&mut self.socket, rid, &mut data);
                     if !data.is_empty() {
                         self.machine.transmit_unsent(data);
+                        if small {
+                            *buf = buffers::take(self.batch_cap);
+                        }
+                    } else if small {
+                        *buf = data;
                     }
                     result
                 }
@@ -596,6 +620,20 @@ impl Slot {
             }
         }
         true
+    }
+
+    /// Whether the machine holds application frames not yet released (queued, in the batch
+    /// being written, or waiting in the window for their confirmation): frames submitted
+    /// (`traffic` less those sent and received) against those released (confirmed or
+    /// abandoned). False means a batch can hold control frames alone.
+    fn holds_frames(&self) -> bool {
+        let (sent, received) = self.machine.sent_received();
+        let submitted = self
+            .machine
+            .traffic()
+            .wrapping_sub(sent)
+            .wrapping_sub(received);
+        submitted != self.machine.released().0
     }
 
     pub(super) fn deliver(&mut self, ev: Event) {

@@ -246,9 +246,11 @@ impl Worker {
                 if token == WAKE_TOKEN {
                     self.wake.drained();
                 } else {
-                    if token % 2 == 1 {
-                        if let Some(slot) = self.slots.get_mut(&(token / 2)) {
+                    if let Some(slot) = self.slots.get_mut(&(token / 2)) {
+                        if token % 2 == 1 {
                             slot.monitor_signalled = true;
+                        } else {
+                            slot.socket_signalled = true;
                         }
                     }
                     self.enqueue(token / 2);
