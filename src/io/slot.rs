@@ -82,11 +82,16 @@ pub(crate) struct Slot {
     socket_quiet: bool,
     /// The acknowledgements were read in this pass (or nothing waited for them).
     acks_read: bool,
+    /// The values this thread last stored in `Shared::reader_waiting` and `Shared::state` (it
+    /// alone writes them while the slot lives): a pass stores only a change, and does not
+    /// touch the application's cache lines when nothing changed.
+    reader_waiting: bool,
+    published_state: u8,
     sink: Sink,
     closed_frames_wait: Duration,
     pub(super) shared: Arc<Shared>,
     /// Routing id and generation of the current dial.
-    rid: Option<(Vec<u8>, u64)>,
+    rid: Option<(Rid, u64)>,
     /// The address of the current dial.
     dialed: Option<SocketAddr>,
     /// The TCP connection of the current dial, as the monitor reported it: its
@@ -229,6 +234,8 @@ impl Slot {
             socket_signalled: true,
             socket_quiet: false,
             acks_read: false,
+            reader_waiting: false,
+            published_state: State::Idle as u8,
             sink: Sink::new(events, shared.clone(), io.events_capacity, max_pending),
             closed_frames_wait: io.closed_frames_wait,
             shared,
@@ -517,9 +524,9 @@ impl Slot {
         self.disconnect_with(true);
         self.socket_quiet = false;
         // A fresh routing id per dial, never reused (reuse can abort libzmq).
-        let mut rid = Vec::with_capacity(9);
-        rid.push(b'R');
-        rid.extend_from_slice(&generation.to_be_bytes());
+        let mut id = [b'R'; 9];
+        id[1..].copy_from_slice(&generation.to_be_bytes());
+        let rid = Rid::new(&id);
         let endpoint = fmt_addr(addr);
         let result = ffi::set_bytes_option(&mut self.socket, zmq_sys::ZMQ_CONNECT_ROUTING_ID, &rid)
             .and_then(|_| self.socket.connect(&endpoint));
@@ -639,6 +646,7 @@ impl Slot {
     pub(super) fn deliver(&mut self, ev: Event) {
         if let Event::State(t) = &ev {
             // Published before the event can be seen: `state()` is never older than it.
+            self.published_state = t.to as u8;
             self.shared.state.store(t.to as u8, Ordering::Release);
         }
         if let (Some(l), Event::Abandoned { frame, reason }) = (&mut self.ledger, &ev) {
@@ -656,8 +664,9 @@ impl Slot {
     }
 
     fn set_reader_waiting(&mut self, waiting: bool) {
-        let was = self.shared.reader_waiting.swap(waiting, Ordering::SeqCst);
-        if was != waiting {
+        if self.reader_waiting != waiting {
+            self.reader_waiting = waiting;
+            self.shared.reader_waiting.store(waiting, Ordering::SeqCst);
             self.machine
                 .handle_input(Instant::now(), Input::ReadPaused(waiting));
             if waiting {
@@ -670,9 +679,11 @@ impl Slot {
     }
 
     fn publish(&mut self) {
-        self.shared
-            .state
-            .store(self.machine.state() as u8, Ordering::Release);
+        let state = self.machine.state() as u8;
+        if state != self.published_state {
+            self.published_state = state;
+            self.shared.state.store(state, Ordering::Release);
+        }
         let (frames, bytes) = self.machine.released();
         let df = (frames - self.released.0) as usize;
         let db = (bytes - self.released.1) as usize;
@@ -768,6 +779,46 @@ impl Slot {
     }
 }
 
+/// A connection's routing id, held inside the slot when it is short (relink's own are 9
+/// bytes, those libzmq makes 5): reading a message's id or sending one reads no allocation of
+/// its own, which on a quiet link is a cache line fetched from memory.
+#[derive(Clone, Debug)]
+enum Rid {
+    Inline { len: u8, bytes: [u8; RID_INLINE] },
+    Heap(Vec<u8>),
+}
+
+/// The longest routing id [`Rid`] holds inline.
+const RID_INLINE: usize = 22;
+
+impl Rid {
+    fn new(id: &[u8]) -> Rid {
+        match u8::try_from(id.len()) {
+            Ok(len) if id.len() <= RID_INLINE => {
+                let mut bytes = [0; RID_INLINE];
+                bytes[..id.len()].copy_from_slice(id);
+                Rid::Inline { len, bytes }
+            }
+            _ => Rid::Heap(id.to_vec()),
+        }
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            Rid::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            Rid::Heap(id) => id,
+        }
+    }
+}
+
+impl std::ops::Deref for Rid {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        self.as_slice()
+    }
+}
+
 /// Leaves the shared state Closed when the link's slot goes, however it goes: new frames
 /// refused, `state()` Closed, a final snapshot that says Closed, and every sender blocked on
 /// room woken. (The events channel closes with the slot's `Sink`, which holds its sender.)
@@ -799,5 +850,20 @@ impl Drop for StopGuard {
         // The events channel is closed (the sink went first) and the final snapshot's sources
         // are kept: async closers and receivers can finish.
         shared.finish();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Rid;
+
+    #[test]
+    fn a_routing_id_reads_back_as_it_was_made_whatever_its_length() {
+        for len in [0, 5, 9, 22, 23, 255] {
+            let id: Vec<u8> = (0..len).map(|i| i as u8).collect();
+            let rid = Rid::new(&id);
+            assert_eq!(rid.as_slice(), &id[..], "length {len}");
+            assert_eq!(matches!(rid, Rid::Inline { .. }), len <= 22, "length {len}");
+        }
     }
 }
