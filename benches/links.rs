@@ -16,6 +16,14 @@
 //! links n=<n> ready_s=<t> threads=<process threads> fds_per_link=<f> rss_kib_per_link=<r> idle_cpu_pct=<c> heartbeats=<sent> missed=<m> not_ready=<k>
 //! ```
 //!
+//! then where the window's CPU went, thread by thread, per heartbeat round (one a link a
+//! second: CPU µs and voluntary context switches, each a sleep and so a wake-up; `/proc/self/task`,
+//! as `--bench paced` prints them; `app` is the main thread, asleep):
+//!
+//! ```text
+//! links threads n=<n> <thread>_us=<..> <thread>_wakes=<..> ... all_us=<..> all_wakes=<..>
+//! ```
+//!
 //! `threads` counts the whole process (main thread, relink's IO and resolver threads, libzmq's
 //! IO and reaper threads). `fds_per_link` and `rss_kib_per_link` are the growth from before the
 //! first link to all Ready, divided by the number of links. `idle_cpu_pct` is this process's
@@ -246,11 +254,13 @@ fn child(n: usize) {
     let rss = support::rss_kib().saturating_sub(rss0);
     let hb0: u64 = links.iter().map(|l| l.metrics().heartbeats_sent).sum();
     let missed0: u64 = links.iter().map(|l| l.metrics().heartbeats_missed).sum();
+    let threads0 = support::threads::Threads::read();
     let cpu0 = support::cpu_time();
     let t0 = Instant::now();
     thread::sleep(window);
     let cpu = support::cpu_time() - cpu0;
     let wall = t0.elapsed();
+    let by_thread = support::threads::Threads::read().since(&threads0);
     let hb: u64 = links
         .iter()
         .map(|l| l.metrics().heartbeats_sent)
@@ -270,6 +280,9 @@ fn child(n: usize) {
         rss as f64 / n as f64,
         100.0 * cpu.as_secs_f64() / wall.as_secs_f64(),
     );
+    // A heartbeat round (a ping written, its pong read) per link per second of the window.
+    let rounds = n as f64 * wall.as_secs_f64();
+    println!("links threads n={n}{}", by_thread.per_frame(rounds));
     pool_view_row(n, &pool, &links);
     #[cfg(feature = "metrics")]
     export_row(n, &pool);

@@ -17,6 +17,7 @@ pub mod peer;
 pub mod proc;
 #[path = "../../tests/util/redis.rs"]
 pub mod redis;
+pub mod threads;
 pub mod tls;
 pub mod tokio_client;
 #[path = "../../tests/util/wait.rs"]

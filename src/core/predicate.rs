@@ -44,6 +44,15 @@ impl Predicate {
     /// A predicate that accepts frames starting with `prefix`.
     pub fn starts_with(prefix: impl Into<Vec<u8>>) -> Predicate {
         let prefix = prefix.into();
+        // A short prefix (a heartbeat's `+PONG`) is kept inside the closure, so that a test
+        // reads one allocation, not two.
+        const INLINE: usize = 24;
+        if prefix.len() <= INLINE {
+            let len = prefix.len();
+            let mut inline = [0u8; INLINE];
+            inline[..len].copy_from_slice(&prefix);
+            return Predicate::new(move |frame| frame.starts_with(&inline[..len]));
+        }
         Predicate::new(move |frame| frame.starts_with(&prefix))
     }
 
@@ -61,5 +70,30 @@ impl<F: Fn(&[u8]) -> bool + Send + Sync + 'static> From<F> for Predicate {
 impl fmt::Debug for Predicate {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("Predicate(..)")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Predicate;
+
+    #[test]
+    fn starts_with_tests_short_and_long_prefixes_alike() {
+        let short = Predicate::starts_with(&b"+PONG"[..]);
+        assert!(short.test(b"+PONG"));
+        assert!(short.test(b"+PONG\r\n"));
+        assert!(!short.test(b"+PON"));
+        assert!(!short.test(b"-ERR"));
+        let empty = Predicate::starts_with(Vec::new());
+        assert!(empty.test(b""));
+        assert!(empty.test(b"anything"));
+        let long = vec![b'x'; 40];
+        let p = Predicate::starts_with(long.clone());
+        assert!(p.test(&[long.as_slice(), b"tail"].concat()));
+        assert!(!p.test(&long[..39]));
+        let edge = vec![b'y'; 24];
+        let p = Predicate::starts_with(edge.clone());
+        assert!(p.test(&edge));
+        assert!(!p.test(&edge[..23]));
     }
 }

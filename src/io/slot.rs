@@ -30,7 +30,7 @@ use super::resolver::{self, Resolver};
 use super::shared::{Command, Lookup, Shared};
 use super::sink::Sink;
 use super::snapshot::Sources;
-use super::socket::{apply_options, ms, send_batch, SocketOptions};
+use super::socket::{apply_options, ms, send_batch, SocketOptions, COPIED_MAX};
 use super::spool::Ledger;
 use super::stopwatch::CallClock;
 use crate::core::fmt_addr;
@@ -74,17 +74,24 @@ pub(crate) struct Slot {
     /// The monitor's ZMQ_FD signalled since its events were last read (true at first): the
     /// monitor is read only then, until it has nothing more.
     pub(super) monitor_signalled: bool,
+    /// The STREAM socket's ZMQ_FD signalled since the socket was last read (true at first).
+    pub(super) socket_signalled: bool,
     /// The last call into the STREAM socket was a read that found nothing: libzmq processed
-    /// every pending command then, so ZMQ_FD signals anything new and ZMQ_EVENTS need not be
-    /// asked.
+    /// every pending command then, so ZMQ_FD signals anything new, and neither a read nor
+    /// ZMQ_EVENTS is needed until it does.
     socket_quiet: bool,
     /// The acknowledgements were read in this pass (or nothing waited for them).
     acks_read: bool,
+    /// The values this thread last stored in `Shared::reader_waiting` and `Shared::state` (it
+    /// alone writes them while the slot lives): a pass stores only a change, and does not
+    /// touch the application's cache lines when nothing changed.
+    reader_waiting: bool,
+    published_state: u8,
     sink: Sink,
     closed_frames_wait: Duration,
     pub(super) shared: Arc<Shared>,
     /// Routing id and generation of the current dial.
-    rid: Option<(Vec<u8>, u64)>,
+    rid: Option<(Rid, u64)>,
     /// The address of the current dial.
     dialed: Option<SocketAddr>,
     /// The TCP connection of the current dial, as the monitor reported it: its
@@ -224,8 +231,11 @@ impl Slot {
             socket_fd,
             monitor_fd,
             monitor_signalled: true,
+            socket_signalled: true,
             socket_quiet: false,
             acks_read: false,
+            reader_waiting: false,
+            published_state: State::Idle as u8,
             sink: Sink::new(events, shared.clone(), io.events_capacity, max_pending),
             closed_frames_wait: io.closed_frames_wait,
             shared,
@@ -287,7 +297,12 @@ impl Slot {
             // are confirmed before anything the reply causes.
             self.read_acks(now, due);
             read = due;
-            more |= self.read_socket(now);
+            // A quiet socket whose ZMQ_FD did not signal holds nothing (a pass for a timer, a
+            // command): the read, a mailbox check in libzmq (`getpid` and `poll`), is skipped.
+            let signalled = std::mem::take(&mut self.socket_signalled);
+            if signalled || !self.socket_quiet {
+                more |= self.read_socket(now);
+            }
         }
         self.machine.handle_timeout(now);
         self.carry_out(now);
@@ -515,9 +530,9 @@ impl Slot {
         self.disconnect_with(true);
         self.socket_quiet = false;
         // A fresh routing id per dial, never reused (reuse can abort libzmq).
-        let mut rid = Vec::with_capacity(9);
-        rid.push(b'R');
-        rid.extend_from_slice(&generation.to_be_bytes());
+        let mut id = [b'R'; 9];
+        id[1..].copy_from_slice(&generation.to_be_bytes());
+        let rid = Rid::new(&id);
         let endpoint = fmt_addr(addr);
         let result = ffi::set_bytes_option(&mut self.socket, zmq_sys::ZMQ_CONNECT_ROUTING_ID, &rid)
             .and_then(|_| self.socket.connect(&endpoint));
@@ -580,17 +595,33 @@ impl Slot {
                 Some((rid, _)) => {
                     // The batch moves into the zmq message without a copy; the next one
                     // starts with room for a whole batch, in a buffer libzmq gave back if
-                    // there is one (the thread's one buffer: an idle link holds none).
-                    let mut data = std::mem::replace(buf, buffers::take(self.batch_cap));
+                    // there is one (the thread's one buffer: an idle link holds none). A
+                    // small batch is copied instead and the thread's buffer kept
+                    // (`socket::COPIED_MAX`).
+                    let small = buf.len() <= COPIED_MAX;
+                    let mut data = if small {
+                        std::mem::take(buf)
+                    } else {
+                        std::mem::replace(buf, buffers::take(self.batch_cap))
+                    };
                     // Frames will wait for acknowledgement: the duplicate descriptor is open
-                    // before libzmq can write them, so a drop still gets its last reading.
-                    if let Some(conn) = &mut self.conn {
-                        conn.hold();
+                    // before libzmq can write them, so a drop still gets its last reading. A
+                    // batch of control frames alone (a heartbeat's ping) waits for nothing and
+                    // takes no duplicate (four system calls: two addresses, a dup, a close).
+                    if self.holds_frames() {
+                        if let Some(conn) = &mut self.conn {
+                            conn.hold();
+                        }
                     }
                     self.socket_quiet = false;
                     let result = send_batch(&mut self.socket, rid, &mut data);
                     if !data.is_empty() {
                         self.machine.transmit_unsent(data);
+                        if small {
+                            *buf = buffers::take(self.batch_cap);
+                        }
+                    } else if small {
+                        *buf = data;
                     }
                     result
                 }
@@ -604,9 +635,24 @@ impl Slot {
         true
     }
 
+    /// Whether the machine holds application frames not yet released (queued, in the batch
+    /// being written, or waiting in the window for their confirmation): frames submitted
+    /// (`traffic` less those sent and received) against those released (confirmed or
+    /// abandoned). False means a batch can hold control frames alone.
+    fn holds_frames(&self) -> bool {
+        let (sent, received) = self.machine.sent_received();
+        let submitted = self
+            .machine
+            .traffic()
+            .wrapping_sub(sent)
+            .wrapping_sub(received);
+        submitted != self.machine.released().0
+    }
+
     pub(super) fn deliver(&mut self, ev: Event) {
         if let Event::State(t) = &ev {
             // Published before the event can be seen: `state()` is never older than it.
+            self.published_state = t.to as u8;
             self.shared.state.store(t.to as u8, Ordering::Release);
         }
         if let (Some(l), Event::Abandoned { frame, reason }) = (&mut self.ledger, &ev) {
@@ -624,8 +670,9 @@ impl Slot {
     }
 
     fn set_reader_waiting(&mut self, waiting: bool) {
-        let was = self.shared.reader_waiting.swap(waiting, Ordering::SeqCst);
-        if was != waiting {
+        if self.reader_waiting != waiting {
+            self.reader_waiting = waiting;
+            self.shared.reader_waiting.store(waiting, Ordering::SeqCst);
             self.machine
                 .handle_input(Instant::now(), Input::ReadPaused(waiting));
             if waiting {
@@ -638,9 +685,11 @@ impl Slot {
     }
 
     fn publish(&mut self) {
-        self.shared
-            .state
-            .store(self.machine.state() as u8, Ordering::Release);
+        let state = self.machine.state() as u8;
+        if state != self.published_state {
+            self.published_state = state;
+            self.shared.state.store(state, Ordering::Release);
+        }
         let (frames, bytes) = self.machine.released();
         let df = (frames - self.released.0) as usize;
         let db = (bytes - self.released.1) as usize;
@@ -736,6 +785,46 @@ impl Slot {
     }
 }
 
+/// A connection's routing id, held inside the slot when it is short (relink's own are 9
+/// bytes, those libzmq makes 5): reading a message's id or sending one reads no allocation of
+/// its own, which on a quiet link is a cache line fetched from memory.
+#[derive(Clone, Debug)]
+enum Rid {
+    Inline { len: u8, bytes: [u8; RID_INLINE] },
+    Heap(Vec<u8>),
+}
+
+/// The longest routing id [`Rid`] holds inline.
+const RID_INLINE: usize = 22;
+
+impl Rid {
+    fn new(id: &[u8]) -> Rid {
+        match u8::try_from(id.len()) {
+            Ok(len) if id.len() <= RID_INLINE => {
+                let mut bytes = [0; RID_INLINE];
+                bytes[..id.len()].copy_from_slice(id);
+                Rid::Inline { len, bytes }
+            }
+            _ => Rid::Heap(id.to_vec()),
+        }
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            Rid::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            Rid::Heap(id) => id,
+        }
+    }
+}
+
+impl std::ops::Deref for Rid {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        self.as_slice()
+    }
+}
+
 /// Leaves the shared state Closed when the link's slot goes, however it goes: new frames
 /// refused, `state()` Closed, a final snapshot that says Closed, and every sender blocked on
 /// room woken. (The events channel closes with the slot's `Sink`, which holds its sender.)
@@ -767,5 +856,20 @@ impl Drop for StopGuard {
         // The events channel is closed (the sink went first) and the final snapshot's sources
         // are kept: async closers and receivers can finish.
         shared.finish();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Rid;
+
+    #[test]
+    fn a_routing_id_reads_back_as_it_was_made_whatever_its_length() {
+        for len in [0, 5, 9, 22, 23, 255] {
+            let id: Vec<u8> = (0..len).map(|i| i as u8).collect();
+            let rid = Rid::new(&id);
+            assert_eq!(rid.as_slice(), &id[..], "length {len}");
+            assert_eq!(matches!(rid, Rid::Inline { .. }), len <= 22, "length {len}");
+        }
     }
 }

@@ -74,7 +74,8 @@ pub(crate) struct SocketOptions {
     pub tcp_maxrt: Option<Duration>,
 }
 
-/// Sends `[rid, data]` without waiting. The data is taken when it is sent; when the socket
+/// Sends `[rid, data]` without waiting. The data is taken when it is sent (`data` is left empty,
+/// and keeps its capacity when the batch was copied: [`COPIED_MAX`]); when the socket
 /// refuses the message at its routing id (EAGAIN, EHOSTUNREACH) `data` is left as it was, so
 /// that bytes which cannot be made again (TLS records) can be offered again.
 pub(super) fn send_batch(socket: &mut zmq::Socket, rid: &[u8], data: &mut Vec<u8>) -> TxResult {
@@ -92,12 +93,26 @@ pub(super) fn send_batch(socket: &mut zmq::Socket, rid: &[u8], data: &mut Vec<u8
     }
     // Once the routing id is queued the data frame goes with it (libzmq checks the
     // high-water mark on a message's first frame); if it fails all the same, it is lost.
-    // Without a copy; the buffer comes back for a next batch when libzmq is done with it.
-    match super::ffi::send_owned(socket, std::mem::take(data), zmq::DONTWAIT) {
+    let sent = if data.len() <= COPIED_MAX {
+        // Copied into the message itself, and the buffer kept for the next batch.
+        let sent = socket.send(&data[..], zmq::DONTWAIT);
+        data.clear();
+        sent
+    } else {
+        // Without a copy; the buffer comes back for a next batch when libzmq is done with it.
+        super::ffi::send_owned(socket, std::mem::take(data), zmq::DONTWAIT)
+    };
+    match sent {
         Ok(()) => TxResult::Sent,
         Err(e) => classify(e),
     }
 }
+
+/// Batches of up to this many bytes (a heartbeat's ping, a short request) are copied into
+/// their zmq message, where libzmq keeps them inside the message itself (its "very small
+/// message", up to 33 bytes on a 64-bit target): no allocation, no buffer handed to libzmq's IO
+/// thread and given back from it (`buffers`), and the link's buffer is written again next.
+pub(super) const COPIED_MAX: usize = 33;
 
 pub(super) fn ms(d: Duration) -> i32 {
     d.as_millis().min(i32::MAX as u128) as i32

@@ -132,7 +132,9 @@ pub(crate) struct Worker {
     epoll: Epoll,
     wake: Arc<Wake>,
     commands: Receiver<Msg>,
-    slots: HashMap<u64, Slot, ById>,
+    /// Each slot in a box of its own (a few KiB): the table's entries stay small, so finding
+    /// a link touches its entry's cache line and then only the lines of the slot it uses.
+    slots: HashMap<u64, Box<Slot>, ById>,
     /// Links to serve in the next pass (each at most once: `Slot::queued`).
     queue: Vec<u64>,
     /// Links whose reader is behind: looked at every pass (taking an event wakes the thread).
@@ -246,9 +248,11 @@ impl Worker {
                 if token == WAKE_TOKEN {
                     self.wake.drained();
                 } else {
-                    if token % 2 == 1 {
-                        if let Some(slot) = self.slots.get_mut(&(token / 2)) {
+                    if let Some(slot) = self.slots.get_mut(&(token / 2)) {
+                        if token % 2 == 1 {
                             slot.monitor_signalled = true;
+                        } else {
+                            slot.socket_signalled = true;
                         }
                     }
                     self.enqueue(token / 2);
@@ -446,7 +450,7 @@ impl Worker {
 
     fn dispatch(&mut self, now: Instant, msg: Msg) {
         match msg {
-            Msg::Register(slot) => self.register(now, *slot),
+            Msg::Register(slot) => self.register(now, slot),
             Msg::View { top, reply } => {
                 let links = self
                     .slots
@@ -505,12 +509,12 @@ impl Worker {
                 Err(_) => break,
             }
         }
-        stop(slot, move |slot| slot.stop_after_panic(now, message, late));
+        stop(*slot, move |slot| slot.stop_after_panic(now, message, late));
     }
 
     /// Takes link `id` off the thread's books: its slot, its place in the queues, its
     /// sockets in the wait set.
-    fn unregister(&mut self, id: u64) -> Option<Slot> {
+    fn unregister(&mut self, id: u64) -> Option<Box<Slot>> {
         let slot = self.slots.remove(&id)?;
         self.behind.remove(&id);
         self.queue.retain(|q| *q != id);
@@ -519,7 +523,7 @@ impl Worker {
         Some(slot)
     }
 
-    fn register(&mut self, now: Instant, mut slot: Slot) {
+    fn register(&mut self, now: Instant, mut slot: Box<Slot>) {
         let id = slot.id;
         let added = self
             .epoll
@@ -600,7 +604,7 @@ impl Worker {
         let Some(slot) = self.unregister(id) else {
             return;
         };
-        stop(slot, move |slot| slot.shutdown(now));
+        stop(*slot, move |slot| slot.shutdown(now));
         self.wake.links.fetch_sub(1, Ordering::SeqCst);
     }
 

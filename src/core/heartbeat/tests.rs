@@ -102,3 +102,25 @@ fn a_dead_peer_is_still_found_one_bound_after_the_gap() {
     );
     assert_eq!(h.death_at(), Some(resume + 3 * s));
 }
+
+#[test]
+fn replies_match_the_oldest_of_the_last_eight_pings_in_order() {
+    let t0 = Instant::now();
+    let mut h = HeartbeatState::start(&hb(false), t0, false);
+    let at = |i: u64| t0 + Duration::from_secs(i);
+    // Ten pings unanswered: the two oldest are forgotten.
+    for i in 1..=10 {
+        h.on_ping(at(i));
+    }
+    let now = at(20);
+    for i in 3..=10 {
+        assert_eq!(h.on_reply(now), Some(Reply::Rtt(now - at(i))), "ping {i}");
+    }
+    assert_eq!(h.on_reply(now), None, "no ping left unanswered");
+    // The ring carries on around its end.
+    h.on_ping(at(21));
+    h.on_ping(at(22));
+    assert_eq!(h.on_reply(at(23)), Some(Reply::Rtt(Duration::from_secs(2))));
+    assert_eq!(h.on_reply(at(23)), Some(Reply::Rtt(Duration::from_secs(1))));
+    assert_eq!(h.on_reply(at(23)), None);
+}

@@ -220,7 +220,7 @@ impl Slot {
             let generation = match &mut self.rid {
                 Some((r, g)) if r.as_slice() == &rid[..] => *g,
                 Some((r, g)) if learn => {
-                    *r = rid.to_vec();
+                    *r = super::Rid::new(&rid);
                     self.learnt_rid = Some(rid.to_vec());
                     *g
                 }
