@@ -297,10 +297,6 @@ impl Store {
         }
         // Numbers handed out before a crash and never written stay used.
         next_seq = next_seq.max(Core::read_reserved(&dir)?);
-        // A number below it that no record holds will never leave (reserved and not handed
-        // out, or lost with the page cache at a power cut): it counts as left, so that the
-        // segment around it can go once its own frames have.
-        Core::gaps_left(&mut held, next_seq, &mut done);
         // A new segment for this run; the old ones stay while they hold frames.
         let first = first.unwrap_or(next_seq);
         let path = dir.join(segment_name(first));
@@ -320,6 +316,12 @@ impl Store {
         let floor = closed.front().map_or(next_seq, |(f, _)| *f);
         done.prune(floor);
         let acks = Core::write_acks(&dir, &done)?;
+        // A number below the run's first that no record holds will never leave (reserved
+        // and not handed out, or lost with the page cache at a power cut): it counts as left,
+        // so that the segment around it can go once its own frames have. Kept in memory only
+        // (the next start finds the same gaps), so that a start on a full disk writes no more
+        // than the acks it read.
+        Core::gaps_left(&mut held, next_seq, &mut done);
         sync_dir(&dir).map_err(|e| io_err("cannot sync", &dir, e))?;
         let len = acks
             .metadata()
