@@ -306,6 +306,12 @@ impl Machine {
         (self.c.sent, self.c.received)
     }
 
+    /// Whether application frames are in the outbox (queued, or in the batch being written):
+    /// false means a batch holds control frames alone.
+    pub(crate) fn holds_frames(&self) -> bool {
+        !self.delivery.outbox.is_empty()
+    }
+
     /// Frames and bytes that left the outbox for good (sent or abandoned), since the start.
     pub(crate) fn released(&self) -> (u64, u64) {
         (self.c.released_frames, self.c.released_bytes)

@@ -608,7 +608,7 @@ impl Slot {
                     // before libzmq can write them, so a drop still gets its last reading. A
                     // batch of control frames alone (a heartbeat's ping) waits for nothing and
                     // takes no duplicate (four system calls: two addresses, a dup, a close).
-                    if self.holds_frames() {
+                    if self.machine.holds_frames() {
                         if let Some(conn) = &mut self.conn {
                             conn.hold();
                         }
@@ -633,20 +633,6 @@ impl Slot {
             }
         }
         true
-    }
-
-    /// Whether the machine holds application frames not yet released (queued, in the batch
-    /// being written, or waiting in the window for their confirmation): frames submitted
-    /// (`traffic` less those sent and received) against those released (confirmed or
-    /// abandoned). False means a batch can hold control frames alone.
-    fn holds_frames(&self) -> bool {
-        let (sent, received) = self.machine.sent_received();
-        let submitted = self
-            .machine
-            .traffic()
-            .wrapping_sub(sent)
-            .wrapping_sub(received);
-        submitted != self.machine.released().0
     }
 
     pub(super) fn deliver(&mut self, ev: Event) {
