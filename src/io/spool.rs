@@ -542,12 +542,7 @@ impl Core {
         }
         let mark = w.pos + w.unwritten();
         if let Err(e) = w
-            .append(
-                seq,
-                deadline_ms,
-                std::iter::once(&frame[..]),
-                &mut Vec::new(),
-            )
+            .append(seq, deadline_ms, std::iter::once(&frame[..]), None)
             .and_then(|()| self.persist(&mut w))
         {
             w.rollback(mark);
@@ -605,7 +600,7 @@ impl Core {
         let mut ends = Vec::new();
         let n = frames.len();
         if let Err(e) = w
-            .append(first, deadline_ms, frames.iter(), &mut ends)
+            .append(first, deadline_ms, frames.iter(), Some(&mut ends))
             .and_then(|()| self.persist(&mut w))
         {
             w.rollback(mark);
@@ -765,15 +760,15 @@ impl Core {
 
 impl Writer {
     /// Appends the records of `frames`, numbered from `first`, and notes where each ends in
-    /// `ends`: into the stage (`OsWriteBack`, `Group`; written to the segment first when it
-    /// has no room for all of them), else, or when they need more than the whole stage, into
+    /// `ends` when given (a single frame needs no note): into the stage (`OsWriteBack`,
+    /// `Group`; written to the segment first when it has no room for all of them), else, or when they need more than the whole stage, into
     /// the call's buffer, which is then written at once. `Err` is that write's error.
     fn append<'a>(
         &mut self,
         first: u64,
         deadline_ms: u64,
         frames: impl Iterator<Item = &'a [u8]> + Clone,
-        ends: &mut Vec<u64>,
+        mut ends: Option<&mut Vec<u64>>,
     ) -> io::Result<()> {
         let need: usize = frames.clone().map(record::size).sum();
         if self.stage.as_mut().is_some_and(|s| s.room(need).is_none()) {
@@ -787,7 +782,9 @@ impl Writer {
                 for (i, frame) in frames.enumerate() {
                     at +=
                         record::encode_into(&mut room[at..], first + i as u64, deadline_ms, frame);
-                    ends.push(base + (staged + at) as u64);
+                    if let Some(ends) = ends.as_deref_mut() {
+                        ends.push(base + (staged + at) as u64);
+                    }
                 }
                 stage.grow(at);
                 return Ok(());
@@ -795,7 +792,9 @@ impl Writer {
         }
         for (i, frame) in frames.enumerate() {
             record::encode(&mut self.buf, first + i as u64, deadline_ms, frame);
-            ends.push(base + self.buf.len() as u64);
+            if let Some(ends) = ends.as_deref_mut() {
+                ends.push(base + self.buf.len() as u64);
+            }
         }
         if self.stage.is_some() {
             self.write()?;
