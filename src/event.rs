@@ -339,5 +339,18 @@ pub enum Event {
         /// From the first recovered frame's sequence number to one past the last (frames
         /// that left before the restart leave gaps).
         seqs: std::ops::Range<u64>,
+        /// When the machine went down while the spool's last run held it (a power cut, a
+        /// kernel crash: told from a process's death by the boot's id, and never after a clean
+        /// close): at most this many frames that run numbered were lost with the page cache,
+        /// their records never synced. Under [`Durability::Group`](crate::Durability::Group)
+        /// they are the frames of about the last interval (the count is a bound: it holds
+        /// numbers never handed out too, up to four times an interval's frames, at least 256);
+        /// under [`Durability::OsWriteBack`](crate::Durability::OsWriteBack) up to the
+        /// 65 536 numbers reserved at a time; under
+        /// [`Durability::EveryFrame`](crate::Durability::EveryFrame) none (0).
+        lost_at_most: u64,
+        /// The numbers those frames had, from the first to one past the last: a receiver
+        /// that saw a number in it had its frame (0..0 when `lost_at_most` is 0).
+        lost_seqs: std::ops::Range<u64>,
     },
 }

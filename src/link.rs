@@ -167,13 +167,15 @@ impl Link {
         let shared = Arc::new(Shared::new(worker.wake.clone(), intake).with_spool(store.clone()));
         let report = recovered.as_ref().and_then(|r| {
             let frames = r.frames.len() as u64;
-            (frames > 0 || r.cut_bytes > 0).then(|| Event::Recovered {
+            (frames > 0 || r.cut_bytes > 0 || r.lost.0 > 0).then(|| Event::Recovered {
                 frames,
                 cut_bytes: r.cut_bytes,
                 seqs: match (r.frames.first(), r.frames.last()) {
                     (Some(a), Some(b)) => a.0..b.0 + 1,
                     _ => 0..0,
                 },
+                lost_at_most: r.lost.0,
+                lost_seqs: r.lost.1.clone(),
             })
         });
         let route = Route {
@@ -205,7 +207,9 @@ impl Link {
         // What the spool held goes first, before any frame the link is given.
         let mut restored = false;
         if let Some(recovered) = recovered {
-            shared.intake.spool_cut(recovered.cut_bytes);
+            shared
+                .intake
+                .spool_cut(recovered.cut_bytes, recovered.lost.0);
             let now = Instant::now();
             for (_, deadline, frame) in recovered.frames {
                 let _ = shared

@@ -33,10 +33,11 @@ pub enum Durability {
     /// caller that finds the stage full writes it itself). The record is in the operating
     /// system's page cache when `send` returns, so nothing is lost when the process dies (a
     /// kill, an abort, the OOM killer): the next start reads the stage. A power cut or a
-    /// kernel crash loses at most the frames of the last interval: a torn record in a segment
-    /// is cut and counted at the next start ([`Event::Recovered`](crate::Event::Recovered)'s
-    /// `cut_bytes`), but a frame never written back leaves no trace, so the next start cannot
-    /// count it; the application can, from the sequence numbers it was given.
+    /// kernel crash loses at most the frames of about the last interval, and the next start
+    /// reports them: a torn record in a segment is cut and counted
+    /// ([`Event::Recovered`](crate::Event::Recovered)'s `cut_bytes`), and the numbers the
+    /// lost frames can have had are bounded by the spool's last marker, synced after each
+    /// group (`lost_at_most`, `lost_seqs`); a receiver that saw a number there had its frame.
     ///
     /// The stage's space is reserved on disk when the spool opens, so a full disk is a
     /// [`SendError::Spool`](crate::error::SendError::Spool) at the call that writes the stage,
@@ -44,9 +45,10 @@ pub enum Durability {
     Group(Duration),
     /// Each frame's record is copied into the spool's stage before `send` returns, as under
     /// `Group`, and written to the segment when the stage fills or the spool's thread runs,
-    /// never `fdatasync`ed by relink: nothing is lost when the process dies, and what the
-    /// kernel had not written back yet (about 30 s on Linux by default) is lost at a power
-    /// cut or a kernel crash.
+    /// never `fdatasync`ed by relink while the link lives (a clean close syncs it): nothing is
+    /// lost when the process dies, and what the kernel had not written back yet (about 30 s
+    /// on Linux by default) is lost at a power cut or a kernel crash, reported at the next
+    /// start as a range of up to 65 536 numbers (`Event::Recovered`'s `lost_seqs`).
     OsWriteBack,
 }
 

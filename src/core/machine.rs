@@ -1971,6 +1971,7 @@ impl Machine {
                 .map(|t| now.saturating_duration_since(t)),
             frames_recovered: 0,
             spool_bytes_cut: 0,
+            spool_frames_lost_at_most: 0,
         }
     }
 }

@@ -77,7 +77,7 @@ pub(crate) struct Intake {
     /// Frames a sender's lane took after the IO thread's last take (see `io::lane`).
     late: AtomicU64,
     /// Frames restored from the link's spool at its start, and the bytes its start cut.
-    recovered: (AtomicU64, AtomicU64),
+    recovered: (AtomicU64, AtomicU64, AtomicU64),
     max_frames: usize,
     max_bytes: usize,
 }
@@ -184,7 +184,7 @@ impl Intake {
             room_freed: Notify::new(),
             rejected: AtomicU64::new(0),
             late: AtomicU64::new(0),
-            recovered: (AtomicU64::new(0), AtomicU64::new(0)),
+            recovered: (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)),
             max_frames,
             max_bytes,
         }
@@ -276,16 +276,20 @@ impl Intake {
         Ok(q.tell())
     }
 
-    /// The bytes the start of the link's spool cut from its files.
-    pub(crate) fn spool_cut(&self, bytes: u64) {
+    /// The bytes the start of the link's spool cut from its files, and how many frames at
+    /// most the machine's going down took.
+    pub(crate) fn spool_cut(&self, bytes: u64, lost_at_most: u64) {
         self.recovered.1.store(bytes, Ordering::Relaxed);
+        self.recovered.2.store(lost_at_most, Ordering::Relaxed);
     }
 
-    /// Frames restored from the spool, and the bytes its start cut.
-    pub(crate) fn recovered(&self) -> (u64, u64) {
+    /// Frames restored from the spool, the bytes its start cut, and the frames at most it
+    /// reported lost with the machine.
+    pub(crate) fn recovered(&self) -> (u64, u64, u64) {
         (
             self.recovered.0.load(Ordering::Relaxed),
             self.recovered.1.load(Ordering::Relaxed),
+            self.recovered.2.load(Ordering::Relaxed),
         )
     }
 

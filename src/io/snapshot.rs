@@ -53,7 +53,11 @@ impl Sources {
         let rejected = intake.rejected_total();
         m.frames_submitted += rejected;
         m.frames_rejected += rejected;
-        (m.frames_recovered, m.spool_bytes_cut) = intake.recovered();
+        (
+            m.frames_recovered,
+            m.spool_bytes_cut,
+            m.spool_frames_lost_at_most,
+        ) = intake.recovered();
         m
     }
 }

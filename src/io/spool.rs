@@ -26,6 +26,7 @@
 //! and the run's new segment begins with them.
 
 mod ledger;
+mod marks;
 pub(crate) mod record;
 mod stage;
 
@@ -41,16 +42,17 @@ use bytes::Bytes;
 use fs4::fs_std::FileExt as _;
 
 pub(crate) use ledger::Ledger;
-use record::Ranges;
+use marks::{Marks, MarksFile};
+use record::{Marker, Ranges};
 use stage::Stage;
 
 use crate::batch::Batch;
 use crate::spool::{Durability, Spool};
 
-/// The format this relink writes and reads. Format 1 has no stage; a directory at format 1 is
-/// read and marked 2, so that a relink that reads format 1 only refuses it once it may hold
-/// staged records.
-pub(crate) const VERSION: u32 = 2;
+/// The format this relink writes and reads. Format 1 has no stage, format 2 no markers; a
+/// directory at either is read and marked 3, so that a relink that reads an older format only
+/// refuses it once it may hold what that format has not.
+pub(crate) const VERSION: u32 = 3;
 
 /// The acks log is written again, compacted, once it is this large.
 const ACKS_COMPACT: u64 = 64 * 1024;
@@ -61,6 +63,20 @@ const ACKS_COMPACT: u64 = 64 * 1024;
 /// crash (a frame a peer may have seen, whose record never reached the disk) is never handed
 /// out again for another frame.
 const RESERVE: u64 = 1 << 16;
+
+/// The id of the boot this process runs in: a start that finds another in the last run's
+/// marker knows the machine went down since (empty where the kernel does not say).
+fn boot_id() -> Vec<u8> {
+    fs::read("/proc/sys/kernel/random/boot_id")
+        .map(|mut b| {
+            while b.last().is_some_and(u8::is_ascii_whitespace) {
+                b.pop();
+            }
+            b.truncate(marks::BOOT_MAX);
+            b
+        })
+        .unwrap_or_default()
+}
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -78,6 +94,11 @@ pub(crate) struct Recovered {
     pub frames: Vec<(u64, u64, Bytes)>,
     /// Bytes cut from torn or corrupt tails.
     pub cut_bytes: u64,
+    /// When the machine went down while the last run held the spool (a power cut, a kernel
+    /// crash: its last marker is of another boot and not of a clean close), the numbers that
+    /// run may have handed out of which no record survived: how many at most, and from the
+    /// first to one past the last.
+    pub lost: (u64, std::ops::Range<u64>),
 }
 
 /// What [`Core::admit_one`] gives: the frame's number and what the offer gave; or the frame
@@ -126,6 +147,13 @@ struct Writer {
     next_seq: u64,
     /// Numbers below this are reserved on disk (the `numbers` file).
     reserved: u64,
+    /// The markers written and synced, and what they let the callers hand out.
+    marks: Marks,
+    /// What every marker of this run says besides its bound.
+    run: Marker,
+    /// A marker of this run is on disk (a start that could not write one writes one before
+    /// it hands out a number).
+    marked: bool,
     /// Closed segments, oldest first: first sequence number, path.
     closed: VecDeque<(u64, PathBuf)>,
     /// Closed segments the flusher has not synced yet.
@@ -187,6 +215,9 @@ pub(crate) struct Core {
     /// Numbers of frames that left for good, not yet in the acks log.
     left: Mutex<Vec<u64>>,
     acks: Mutex<Acks>,
+    /// The `marks` file: written by the spool's thread and by a caller, one at a time (a
+    /// caller takes it while it holds the writer's lock, the spool's thread never so).
+    marks: Mutex<MarksFile>,
     /// The spool's thread sleeps on this until there is work (or the store goes).
     wake: (Mutex<Wake>, Condvar),
     /// Held (`flock`) while the store lives.
@@ -205,6 +236,12 @@ impl Store {
     /// Opens (or makes) the spool: takes its lock, checks its version, reads what it holds
     /// (cutting torn tails) and starts its thread.
     pub(crate) fn open(spool: &Spool) -> Result<(Arc<Store>, Recovered), String> {
+        Store::open_in_boot(spool, boot_id())
+    }
+
+    /// [`Store::open`], in the boot `boot` (another than the last run's tells that the
+    /// machine went down since).
+    fn open_in_boot(spool: &Spool, boot: Vec<u8>) -> Result<(Arc<Store>, Recovered), String> {
         let dir = spool.dir().to_path_buf();
         fs::create_dir_all(&dir).map_err(|e| io_err("cannot make", &dir, e))?;
         let lock_path = dir.join("LOCK");
@@ -246,6 +283,9 @@ impl Store {
         // Every number a record on disk holds, in order (segments, then the stage).
         let mut held: Vec<u64> = Vec::new();
         let mut kept = VecDeque::new();
+        // The last run's last marker.
+        let (marks_file, marker) =
+            MarksFile::open(&dir).map_err(|e| io_err("cannot open", &dir.join("marks"), e))?;
         for (first, path) in segments {
             next_seq = next_seq.max(first);
             let data = Bytes::from(fs::read(&path).map_err(|e| io_err("cannot read", &path, e))?);
@@ -296,11 +336,51 @@ impl Store {
             }
         }
         // Numbers handed out before a crash and never written stay used.
-        next_seq = next_seq.max(Core::read_reserved(&dir)?);
+        let reserved = Core::read_reserved(&dir)?;
+        next_seq = next_seq.max(reserved);
+        recovered.lost = Core::lost(marker.as_ref(), &boot, reserved, &held, &done);
+        if recovered.lost.0 > 0 {
+            log::warn!(
+                "relink: spool {}: the machine went down while its last run held it; at most {} \
+                 frames it numbered {:?} were lost with it",
+                dir.display(),
+                recovered.lost.0,
+                recovered.lost.1
+            );
+        }
         // A new segment for this run; the old ones stay while they hold frames.
         let first = first.unwrap_or(next_seq);
         let path = dir.join(segment_name(first));
         let file = Core::new_segment(&path)?;
+        // The run's marker, on disk before any number is handed out.
+        let run = Marker {
+            id: 0,
+            bound: next_seq,
+            first: next_seq,
+            boot,
+            closed: false,
+            group: matches!(durability, Durability::Group(_)),
+            every_frame: durability == Durability::EveryFrame,
+        };
+        let mut marks = Marks::new(marker.as_ref().map_or(0, |m| m.id), next_seq);
+        let (id, bound) = marks.tick(next_seq);
+        let mut marks_file = marks_file;
+        // On a full disk the spool still opens, so that its frames can be sent and leave; the
+        // first number is then handed out after a marker (`Core::mark_for`).
+        let marked = match marks_file.write(&Marker {
+            id,
+            bound,
+            ..run.clone()
+        }) {
+            Ok(()) => {
+                marks.synced(id, bound);
+                true
+            }
+            Err(e) => {
+                log::warn!("relink: cannot write to the spool {}: {e}", dir.display());
+                false
+            }
+        };
         let mut closed = VecDeque::new();
         for (first, old, pending) in kept {
             if old == path {
@@ -341,6 +421,9 @@ impl Store {
                 stage: stage.map(|(stage, _)| stage),
                 next_seq,
                 reserved: next_seq,
+                marks,
+                marked,
+                run,
                 closed,
                 unsynced: Vec::new(),
                 dir_dirty: false,
@@ -350,6 +433,7 @@ impl Store {
             recovered: Mutex::new(recovered.frames.iter().map(|f| f.0).collect()),
             first_new: next_seq,
             left: Mutex::new(Vec::new()),
+            marks: Mutex::new(marks_file),
             acks: Mutex::new(Acks {
                 done,
                 file: acks,
@@ -407,9 +491,9 @@ impl Core {
         match fs::read_to_string(&path) {
             Ok(s) => match s.trim().parse::<u32>() {
                 Ok(VERSION) => Ok(()),
-                Ok(1) => Core::write_version(dir),
+                Ok(1 | 2) => Core::write_version(dir),
                 Ok(v) => Err(format!(
-                    "{} holds a spool of format {v}; this relink reads formats 1 and {VERSION} \
+                    "{} holds a spool of format {v}; this relink reads formats 1 to {VERSION} \
                      only",
                     dir.display()
                 )),
@@ -441,6 +525,33 @@ impl Core {
             .map_err(|e| io_err("cannot write", &tmp, e))?;
         fs::rename(&tmp, dir.join("VERSION")).map_err(|e| io_err("cannot rename", &tmp, e))?;
         sync_dir(dir).map_err(|e| io_err("cannot sync", dir, e))
+    }
+
+    /// The numbers the last run may have lost with the machine (see [`Recovered::lost`]), from
+    /// its last marker, the `numbers` file's bound, the numbers records hold and those that
+    /// left: none after a clean close, in the same boot (the page cache outlived the process)
+    /// or under `EveryFrame` (a number is handed out once its record is synced); else every
+    /// number from the run's first below the bound, under `Group` the marker's, that no record
+    /// holds and that did not leave.
+    fn lost(
+        marker: Option<&Marker>,
+        boot: &[u8],
+        reserved: u64,
+        held: &[u64],
+        done: &Ranges,
+    ) -> (u64, std::ops::Range<u64>) {
+        let down = |m: &&Marker| boot.is_empty() || m.boot != boot;
+        let Some(m) = marker.filter(|m| !m.closed && !m.every_frame && down(m)) else {
+            return (0, 0..0);
+        };
+        let end = if m.group {
+            reserved.min(m.bound)
+        } else {
+            reserved
+        };
+        let mut known = done.clone();
+        known.extend(&mut held.to_vec());
+        known.absent(m.first, end)
     }
 
     /// Marks as left every number from the oldest held up to `end` that no record holds.
@@ -497,6 +608,57 @@ impl Core {
         Ok(())
     }
 
+    /// Before the numbers up to `end` (exclusive) are handed out: under `Group`, when they
+    /// reach the bound of a marker that can be the last on disk ([`Marks::limit`]), and under
+    /// any policy when the start could not write the run's marker, a marker with room past
+    /// `end` is written and synced by the caller: rare under `Group`, since the spool's
+    /// thread's marker leaves room for twice the frames of its last interval, and cheap (one
+    /// small block of the `marks` file).
+    fn mark_for(&self, w: &mut Writer, end: u64) -> Result<(), String> {
+        let group = matches!(self.durability, Durability::Group(_));
+        if w.marked && (!group || end <= w.marks.limit()) {
+            return Ok(());
+        }
+        let (id, bound) = w.marks.ahead(end);
+        let marker = Marker {
+            id,
+            bound,
+            ..w.run.clone()
+        };
+        lock(&self.marks)
+            .write(&marker)
+            .map_err(|e| format!("cannot write to the spool: {e}"))?;
+        w.marks.synced(id, bound);
+        w.marked = true;
+        Ok(())
+    }
+
+    /// At a clean close: every record written and synced (under `OsWriteBack` the segments'
+    /// too), then a marker saying so, so that the next start finds nothing lost even after a
+    /// power cut.
+    fn close(&self) -> io::Result<()> {
+        let mut w = lock(&self.w);
+        w.write()?;
+        if self.durability == Durability::OsWriteBack {
+            for (_, path) in &w.closed {
+                File::open(path)?.sync_data()?;
+            }
+        }
+        w.file.sync_data()?;
+        sync_dir(&self.dir)?;
+        let next = w.next_seq;
+        let id = w.marks.id();
+        let marker = Marker {
+            id,
+            bound: next,
+            closed: true,
+            ..w.run.clone()
+        };
+        lock(&self.marks).write(&marker)?;
+        w.marks.synced(id, next);
+        Ok(())
+    }
+
     /// Writes the acks log anew with `done` (through a file renamed over it) and opens it
     /// for appending.
     fn write_acks(dir: &Path, done: &Ranges) -> Result<File, String> {
@@ -534,7 +696,10 @@ impl Core {
         if let Err(e) = self.roll_if_full(&mut w) {
             return Err((frame, e));
         }
-        if let Err(e) = self.reserve(&mut w, seq + 1) {
+        if let Err(e) = self
+            .reserve(&mut w, seq + 1)
+            .and_then(|()| self.mark_for(&mut w, seq + 1))
+        {
             return Err((frame, e));
         }
         if frame.len() > record::MAX_FRAME {
@@ -593,6 +758,7 @@ impl Core {
         self.roll_if_full(&mut w)?;
         let first = w.next_seq;
         self.reserve(&mut w, first + frames.len() as u64)?;
+        self.mark_for(&mut w, first + frames.len() as u64)?;
         if frames.iter().any(|f| f.len() > record::MAX_FRAME) {
             return Err("frame too large for the spool".into());
         }
@@ -684,29 +850,63 @@ impl Core {
     /// The acks log is not synced: a record of it lost at a power cut makes a frame that had
     /// left be sent once more, never a frame lost.
     fn flush(&self) {
-        let (file, unsynced, dir_dirty, sync) = {
+        let (file, unsynced, dir_dirty, sync, mark) = {
             let mut w = lock(&self.w);
             w.told = false;
             if let Err(e) = w.write() {
                 log::error!("relink: cannot write to the spool: {e}");
             }
             let group = matches!(self.durability, Durability::Group(_));
+            let sync = std::mem::replace(&mut w.written, false) && group;
+            // Under `Group`, a marker with room for the next interval, written after the
+            // group's sync; the callers stay below its bound from now.
+            let mark = sync.then(|| {
+                let next = w.next_seq;
+                let (id, bound) = w.marks.tick(next);
+                w.marks.pending = Some((id, bound));
+                Marker {
+                    id,
+                    bound,
+                    ..w.run.clone()
+                }
+            });
             (
                 w.file.clone(),
                 std::mem::take(&mut w.unsynced),
                 std::mem::replace(&mut w.dir_dirty, false) && group,
-                std::mem::replace(&mut w.written, false) && group,
+                sync,
+                mark,
             )
         };
+        let mut synced = true;
         if sync || !unsynced.is_empty() {
             for f in unsynced.iter().chain(std::iter::once(&file)) {
                 if let Err(e) = f.sync_data() {
                     log::error!("relink: cannot sync the spool: {e}");
+                    synced = false;
                 }
             }
         }
-        if dir_dirty {
-            let _ = sync_dir(&self.dir);
+        if dir_dirty && sync_dir(&self.dir).is_err() {
+            lock(&self.w).dir_dirty = true;
+            synced = false;
+        }
+        if let Some(marker) = mark {
+            let written = synced
+                && lock(&self.marks)
+                    .write(&marker)
+                    .map_err(|e| log::error!("relink: cannot write to the spool: {e}"))
+                    .is_ok();
+            let mut w = lock(&self.w);
+            if written {
+                w.marks.synced(marker.id, marker.bound);
+            } else if w.marks.pending.is_some_and(|(id, _)| id == marker.id) {
+                // Not known on disk: the callers stay below the lower of the two bounds
+                // until a marker is.
+                let bound = w.marks.limit();
+                w.marks.pending = None;
+                w.marks.synced.1 = bound;
+            }
         }
         let mut left = std::mem::take(&mut *lock(&self.left));
         let mut acks = lock(&self.acks);
@@ -867,6 +1067,9 @@ impl Drop for Store {
             let _ = t.join();
         }
         self.core.flush();
+        if let Err(e) = self.core.close() {
+            log::error!("relink: cannot close the spool: {e}");
+        }
     }
 }
 

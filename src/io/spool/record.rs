@@ -3,8 +3,9 @@
 //!
 //! A frame's record (little-endian): `len: u32`, `crc: u32`, `seq: u64`, `deadline: u64`
 //! (milliseconds since the Unix epoch, 0 for none), then `len` bytes of the frame. The CRC
-//! covers everything after itself. An acks record: `lo: u64`, `hi: u64` (the sequence
-//! numbers `lo..hi` left), `crc: u32` over the two.
+//! covers everything after itself. A marker (see [`Marker`], kept in the `marks` file) is a
+//! record whose deadline has its top bit set (a deadline in milliseconds never has), its own
+//! fields in the rest. An acks record: `lo: u64`, `hi: u64` (the sequence numbers `lo..hi` left), `crc: u32` over the two.
 
 use std::collections::BTreeMap;
 
@@ -50,6 +51,72 @@ pub(crate) struct Record {
     pub seq: u64,
     pub deadline_ms: u64,
     pub frame: Bytes,
+}
+
+/// A marker's deadline field: this bit, then the marker's flags.
+const MARKER: u64 = 1 << 63;
+/// The marker was written at a clean close, everything before it synced.
+const CLOSED: u64 = 1;
+/// The run wrote under `Group`: the marker's bound holds its numbers.
+const GROUP: u64 = 2;
+/// The run wrote under `EveryFrame`: every number it handed out has its record on disk.
+const EVERY_FRAME: u64 = 4;
+
+/// What a run of the spool says of itself (in the `marks` file, see `super::marks`), for the
+/// next start to tell a process's death (the page cache kept everything) from the machine's
+/// (the records not yet synced are gone), and which numbers the lost records can have had.
+/// Written at the run's start, under `Group` after each group commit, and at a clean close.
+///
+/// Its record: `seq` holds `bound`, the deadline field [`MARKER`] and the flags, the frame
+/// `first` and `id` (8 bytes each, little-endian), then the boot's id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Marker {
+    /// The markers of a spool are numbered, across its runs: the last one written has the
+    /// greatest.
+    pub id: u64,
+    /// Under `Group`, every number the run handed out is below this (the callers stay below
+    /// the bound of every marker that can be the last one on disk).
+    pub bound: u64,
+    /// The first number the run handed out.
+    pub first: u64,
+    /// The id of the boot the run ran in (`/proc/sys/kernel/random/boot_id`).
+    pub boot: Vec<u8>,
+    /// Written at a clean close: nothing of the run can be lost any more.
+    pub closed: bool,
+    /// The run's policy, as far as the next start needs it.
+    pub group: bool,
+    pub every_frame: bool,
+}
+
+impl Marker {
+    /// The marker's record, appended to `out`.
+    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
+        let mut frame = Vec::with_capacity(16 + self.boot.len());
+        frame.extend_from_slice(&self.first.to_le_bytes());
+        frame.extend_from_slice(&self.id.to_le_bytes());
+        frame.extend_from_slice(&self.boot);
+        let flags = MARKER
+            | if self.closed { CLOSED } else { 0 }
+            | if self.group { GROUP } else { 0 }
+            | if self.every_frame { EVERY_FRAME } else { 0 };
+        encode(out, self.bound, flags, &frame);
+    }
+
+    /// The marker a record is, if it is one.
+    pub(crate) fn of(r: &Record) -> Option<Marker> {
+        if r.deadline_ms & MARKER == 0 || r.frame.len() < 16 {
+            return None;
+        }
+        Some(Marker {
+            id: u64::from_le_bytes(r.frame[8..16].try_into().ok()?),
+            bound: r.seq,
+            first: u64::from_le_bytes(r.frame[..8].try_into().ok()?),
+            boot: r.frame[16..].to_vec(),
+            closed: r.deadline_ms & CLOSED != 0,
+            group: r.deadline_ms & GROUP != 0,
+            every_frame: r.deadline_ms & EVERY_FRAME != 0,
+        })
+    }
 }
 
 /// Reads the records of a segment in order; stops at the first that is torn or fails its
@@ -213,6 +280,25 @@ impl Ranges {
         }
     }
 
+    /// The numbers of `lo..hi` not in the set: how many, and from the first to one past the
+    /// last (empty when there is none).
+    pub(crate) fn absent(&self, lo: u64, hi: u64) -> (u64, std::ops::Range<u64>) {
+        let (mut count, mut first, mut end) = (0, None, lo);
+        let mut at = lo;
+        while at < hi {
+            let next = self.first_absent(at);
+            if next >= hi {
+                break;
+            }
+            let upto = self.0.range(next..hi).next().map_or(hi, |(&l, _)| l);
+            count += upto - next;
+            first.get_or_insert(next);
+            end = upto;
+            at = upto;
+        }
+        (count, first.map_or(0..0, |f| f..end))
+    }
+
     /// The ranges, in order.
     pub(crate) fn iter(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
         self.0.iter().map(|(&l, &h)| (l, h))
@@ -273,6 +359,31 @@ mod tests {
     }
 
     #[test]
+    fn a_marker_reads_back_as_itself_and_a_frame_is_no_marker() {
+        let m = Marker {
+            id: 3,
+            bound: 1 << 40,
+            first: 7,
+            boot: b"4c5cf402-a978-4459-b4f8-e8557485a9c4".to_vec(),
+            closed: false,
+            group: true,
+            every_frame: false,
+        };
+        let mut buf = Vec::new();
+        encode(
+            &mut buf,
+            7,
+            u64::MAX >> 1,
+            b"a frame with the latest deadline there is",
+        );
+        m.encode(&mut buf);
+        let (records, at) = decode_all(&Bytes::from(buf.clone()));
+        assert_eq!(at, buf.len());
+        assert_eq!(Marker::of(&records[0]), None);
+        assert_eq!(Marker::of(&records[1]), Some(m));
+    }
+
+    #[test]
     fn ranges_merge_and_answer() {
         let mut r = Ranges::default();
         r.extend(&mut [5, 3, 4, 9, 10, 0]);
@@ -283,6 +394,9 @@ mod tests {
         r.insert(6, 9);
         assert_eq!(r.first_absent(3), 11);
         assert_eq!(r.end(), 11);
+        assert_eq!(r.absent(0, 20), (11, 1..20));
+        assert_eq!(r.absent(3, 11), (0, 0..0));
+        assert_eq!(r.absent(2, 4), (1, 2..3));
         r.prune(11);
         assert_eq!(r.end(), 11);
         let mut acks = Vec::new();

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
+use super::marks::{MarksFile, AHEAD, HEADROOM_MIN};
 use super::*;
 use crate::batch::Batch;
 
@@ -85,6 +86,144 @@ fn crash_copy(from: &Path, to: &Path) {
             fs::copy(e.path(), to.join(e.file_name())).unwrap();
         }
     }
+}
+
+/// The spool's files as a power cut this moment would leave them, copied to `to`, when only
+/// the stage holds what was not synced (the tests below sync or write nothing else unsynced
+/// by then): the stage's pages never written back.
+fn power_cut_copy(from: &Path, to: &Path) {
+    crash_copy(from, to);
+    let stage = to.join("stage");
+    if stage.exists() {
+        let len = fs::metadata(&stage).unwrap().len() as usize;
+        fs::write(&stage, vec![0u8; len]).unwrap();
+    }
+}
+
+/// Opens `dir` as a start after the machine went down would (another boot).
+fn open_after_reboot(dir: &Path, policy: Durability) -> (Arc<Store>, Recovered) {
+    Store::open_in_boot(
+        &Spool::new(dir).durability(policy),
+        b"another boot".to_vec(),
+    )
+    .unwrap()
+}
+
+fn seqs(rec: &Recovered) -> Vec<u64> {
+    rec.frames.iter().map(|f| f.0).collect()
+}
+
+#[test]
+fn a_power_cut_under_group_reports_the_numbers_after_the_last_group_at_most() {
+    let (dir, _, store) = open("cut-group", UNSYNCED);
+    let cut = Dir::new("cut-group-after");
+    for _ in 0..3 {
+        put(&store, b"synced");
+    }
+    store.flush();
+    let unsynced: Vec<u64> = (0..5).map(|_| put(&store, b"staged")).collect();
+    power_cut_copy(&dir.0, &cut.0);
+    settle(store);
+    let (_store, rec) = open_after_reboot(&cut.0, UNSYNCED);
+    assert_eq!(seqs(&rec), [0, 1, 2], "the group synced is recovered");
+    let (at_most, numbers) = rec.lost.clone();
+    assert!(
+        unsynced.iter().all(|n| numbers.contains(n)),
+        "{unsynced:?} lost, {numbers:?} reported"
+    );
+    assert_eq!(numbers.start, 3, "no number recovered is reported");
+    assert_eq!(
+        at_most, HEADROOM_MIN,
+        "bounded by the marker of the last group: {numbers:?}"
+    );
+}
+
+#[test]
+fn a_process_death_in_the_same_boot_reports_nothing_lost() {
+    let (dir, spool, store) = open("death", UNSYNCED);
+    let crashed = Dir::new("death-after");
+    store.flush();
+    for _ in 0..5 {
+        put(&store, b"staged");
+    }
+    crash_copy(&dir.0, &crashed.0);
+    settle(store);
+    let (_store, rec) = Store::open(&Spool::new(&crashed.0).durability(UNSYNCED)).unwrap();
+    assert_eq!(seqs(&rec), [0, 1, 2, 3, 4]);
+    assert_eq!(rec.lost, (0, 0..0));
+    drop(spool);
+}
+
+#[test]
+fn a_clean_close_reports_nothing_lost_after_a_reboot() {
+    for policy in POLICIES {
+        let (dir, _, store) = open("closed", policy);
+        for _ in 0..5 {
+            put(&store, b"kept");
+        }
+        settle(store);
+        let cut = Dir::new("closed-after");
+        // A power cut after the close: what the close synced is all there is.
+        power_cut_copy(&dir.0, &cut.0);
+        let (_store, rec) = open_after_reboot(&cut.0, policy);
+        assert_eq!(seqs(&rec), [0, 1, 2, 3, 4], "{policy:?}");
+        assert_eq!(rec.lost, (0, 0..0), "{policy:?}");
+    }
+}
+
+#[test]
+fn every_frame_reports_nothing_lost_after_a_reboot() {
+    let (dir, _, store) = open("cut-every", Durability::EveryFrame);
+    let cut = Dir::new("cut-every-after");
+    for _ in 0..3 {
+        put(&store, b"synced");
+    }
+    power_cut_copy(&dir.0, &cut.0);
+    settle(store);
+    let (_store, rec) = open_after_reboot(&cut.0, Durability::EveryFrame);
+    assert_eq!(seqs(&rec), [0, 1, 2]);
+    assert_eq!(rec.lost, (0, 0..0));
+}
+
+#[test]
+fn a_power_cut_under_os_write_back_reports_up_to_the_reserved_numbers() {
+    let (dir, _, store) = open("cut-os", Durability::OsWriteBack);
+    let cut = Dir::new("cut-os-after");
+    for _ in 0..3 {
+        put(&store, b"staged");
+    }
+    power_cut_copy(&dir.0, &cut.0);
+    settle(store);
+    let (_store, rec) = open_after_reboot(&cut.0, Durability::OsWriteBack);
+    assert!(rec.frames.is_empty(), "nothing was written back");
+    assert_eq!(rec.lost, (1 + RESERVE, 0..1 + RESERVE));
+}
+
+#[test]
+fn a_burst_past_the_markers_bound_writes_a_marker_in_the_caller() {
+    let (dir, _, store) = open("burst", UNSYNCED);
+    let cut = Dir::new("burst-after");
+    let burst = HEADROOM_MIN + 50;
+    for _ in 0..burst {
+        put(&store, b"burst");
+    }
+    // The spool's thread has not run (its interval is a minute): the caller that reached the
+    // opening marker's bound wrote one itself, with room for the burst.
+    let (_, last) = MarksFile::open(&dir.0).unwrap();
+    let last = last.expect("a marker");
+    assert!(last.bound >= burst, "{last:?}");
+    power_cut_copy(&dir.0, &cut.0);
+    settle(store);
+    let (_store, rec) = open_after_reboot(&cut.0, UNSYNCED);
+    assert!(rec.frames.is_empty(), "nothing was synced");
+    let (at_most, numbers) = rec.lost;
+    assert_eq!((numbers.start, numbers.end), (0, last.bound));
+    // A marker of the spool's thread would have come within the interval; the caller's
+    // lets the burst go on to (1 + AHEAD) times what it handed out.
+    assert!(
+        at_most >= burst && at_most <= (1 + AHEAD) * (burst + 1),
+        "{at_most} reported for {burst} lost"
+    );
 }
 
 #[test]
@@ -265,16 +404,18 @@ fn a_second_open_is_refused_while_the_first_holds_the_lock() {
 }
 
 #[test]
-fn a_spool_of_format_1_is_read_and_marked_2() {
-    let dir = Dir::new("format-1");
-    let spool = Spool::new(&dir.0).durability(Durability::OsWriteBack);
-    let (store, _) = Store::open(&spool).unwrap();
-    put(&store, b"kept");
-    settle(store);
-    fs::write(dir.0.join("VERSION"), "1\n").unwrap();
-    let (_store, rec) = Store::open(&spool).unwrap();
-    assert_eq!(rec.frames.len(), 1);
-    assert_eq!(fs::read_to_string(dir.0.join("VERSION")).unwrap(), "2\n");
+fn a_spool_of_format_1_or_2_is_read_and_marked_3() {
+    for old in ["1", "2"] {
+        let dir = Dir::new("format-old");
+        let spool = Spool::new(&dir.0).durability(Durability::OsWriteBack);
+        let (store, _) = Store::open(&spool).unwrap();
+        put(&store, b"kept");
+        settle(store);
+        fs::write(dir.0.join("VERSION"), format!("{old}\n")).unwrap();
+        let (_store, rec) = Store::open(&spool).unwrap();
+        assert_eq!(rec.frames.len(), 1, "format {old}");
+        assert_eq!(fs::read_to_string(dir.0.join("VERSION")).unwrap(), "3\n");
+    }
 }
 
 #[test]
