@@ -362,17 +362,16 @@ impl Store {
             group: matches!(durability, Durability::Group(_)),
             every_frame: durability == Durability::EveryFrame,
         };
-        let mut marks = Marks::new(marker.as_ref().map_or(0, |m| m.id), next_seq);
-        let (id, bound) = marks.tick(next_seq);
+        let mut marks = Marks::new(next_seq);
+        let bound = marks.tick(next_seq);
         let mut marks_file = marks_file;
         // On a full disk the spool still opens, so that its frames can be sent and leave; the
         // first number is then handed out after a marker (`Core::mark_for`).
         let marked = match marks_file.write(&Marker {
-            id,
             bound,
             ..run.clone()
         }) {
-            Ok(()) => {
+            Ok(id) => {
                 marks.synced(id, bound);
                 true
             }
@@ -619,13 +618,12 @@ impl Core {
         if w.marked && (!group || end <= w.marks.limit()) {
             return Ok(());
         }
-        let (id, bound) = w.marks.ahead(end);
+        let bound = w.marks.ahead(end);
         let marker = Marker {
-            id,
             bound,
             ..w.run.clone()
         };
-        lock(&self.marks)
+        let id = lock(&self.marks)
             .write(&marker)
             .map_err(|e| format!("cannot write to the spool: {e}"))?;
         w.marks.synced(id, bound);
@@ -647,14 +645,12 @@ impl Core {
         w.file.sync_data()?;
         sync_dir(&self.dir)?;
         let next = w.next_seq;
-        let id = w.marks.id();
         let marker = Marker {
-            id,
             bound: next,
             closed: true,
             ..w.run.clone()
         };
-        lock(&self.marks).write(&marker)?;
+        let id = lock(&self.marks).write(&marker)?;
         w.marks.synced(id, next);
         Ok(())
     }
@@ -862,10 +858,9 @@ impl Core {
             // group's sync; the callers stay below its bound from now.
             let mark = sync.then(|| {
                 let next = w.next_seq;
-                let (id, bound) = w.marks.tick(next);
-                w.marks.pending = Some((id, bound));
+                let bound = w.marks.tick(next);
+                w.marks.pending = Some(bound);
                 Marker {
-                    id,
                     bound,
                     ..w.run.clone()
                 }
@@ -892,21 +887,21 @@ impl Core {
             synced = false;
         }
         if let Some(marker) = mark {
-            let written = synced
-                && lock(&self.marks)
+            let written = if synced {
+                lock(&self.marks)
                     .write(&marker)
                     .map_err(|e| log::error!("relink: cannot write to the spool: {e}"))
-                    .is_ok();
+            } else {
+                Err(())
+            };
             let mut w = lock(&self.w);
-            if written {
-                w.marks.synced(marker.id, marker.bound);
-            } else if w.marks.pending.is_some_and(|(id, _)| id == marker.id) {
-                // Not known on disk: the callers stay below the lower of the two bounds
-                // until a marker is.
-                let bound = w.marks.limit();
-                w.marks.pending = None;
-                w.marks.synced.1 = bound;
+            match written {
+                Ok(id) => w.marks.synced(id, marker.bound),
+                // A failed write may be on disk, whole: the callers stay below its bound
+                // too, until a later marker is synced.
+                Err(()) => w.marks.synced.1 = w.marks.limit(),
             }
+            w.marks.pending = None;
         }
         let mut left = std::mem::take(&mut *lock(&self.left));
         let mut acks = lock(&self.acks);

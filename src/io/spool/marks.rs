@@ -37,6 +37,10 @@ pub(super) const AHEAD: u64 = 4;
 #[derive(Debug)]
 pub(super) struct MarksFile {
     file: File,
+    /// The last marker's id: markers are numbered in the order they are written, each synced
+    /// before the next is begun, so the last one on disk at a power cut is the last synced or
+    /// the one being written.
+    last: u64,
 }
 
 impl MarksFile {
@@ -61,16 +65,21 @@ impl MarksFile {
             })
             .max_by_key(|m| m.id);
         file.allocate(2 * SLOT as u64)?;
-        Ok((MarksFile { file }, last))
+        let id = last.as_ref().map_or(0, |m| m.id);
+        Ok((MarksFile { file, last: id }, last))
     }
 
-    /// Writes `m` to its slot and syncs it.
-    pub(super) fn write(&mut self, m: &Marker) -> io::Result<()> {
+    /// Writes `m`, numbered after the last marker, to its slot and syncs it; gives its id.
+    pub(super) fn write(&mut self, m: &Marker) -> io::Result<u64> {
+        let id = self.last + 1;
         let mut buf = Vec::with_capacity(SLOT);
-        m.encode(&mut buf);
+        Marker { id, ..m.clone() }.encode(&mut buf);
         buf.resize(SLOT, 0);
-        self.file.write_all_at(&buf, (m.id % 2) * SLOT as u64)?;
-        self.file.sync_data()
+        // The id is used once the write began: a torn one may be on disk.
+        self.last = id;
+        self.file.write_all_at(&buf, (id % 2) * SLOT as u64)?;
+        self.file.sync_data()?;
+        Ok(id)
     }
 }
 
@@ -79,20 +88,18 @@ impl MarksFile {
 pub(super) struct Marks {
     /// The last marker known synced: its id and bound.
     pub synced: (u64, u64),
-    /// The marker being written, not yet known synced: its id and bound. Markers are written
-    /// one at a time (the file's lock), so there is at most one.
-    pub pending: Option<(u64, u64)>,
-    /// The last id given.
-    pub last: u64,
-    /// The next number when the spool's thread's last marker was given an id.
+    /// The bound of the spool's thread's next marker, once it is decided and until it is
+    /// synced (it can then be the last on disk; a caller's marker is written and synced
+    /// under the writer's lock, so it is never pending).
+    pub pending: Option<u64>,
+    /// The next number when the spool's thread's last marker was decided.
     from: u64,
 }
 
 impl Marks {
-    /// Bookkeeping for a run whose first marker is `id` and whose first number is `first`.
-    pub(super) fn new(id: u64, first: u64) -> Marks {
+    /// Bookkeeping for a run whose first number is `first`.
+    pub(super) fn new(first: u64) -> Marks {
         Marks {
-            last: id,
             from: first,
             ..Marks::default()
         }
@@ -100,46 +107,31 @@ impl Marks {
 
     /// Under `Group`, the first number a caller may not hand out without writing a marker:
     /// every number handed out is below the bound of each marker that can be the last on
-    /// disk at a power cut (the last synced, and the one being written).
+    /// disk at a power cut (the last synced, and the spool's thread's next).
     pub(super) fn limit(&self) -> u64 {
-        match self.pending {
-            Some((id, bound)) if id > self.synced.0 => bound.min(self.synced.1),
-            _ => self.synced.1,
-        }
+        self.pending.map_or(self.synced.1, |p| p.min(self.synced.1))
     }
 
-    /// The id and bound of the spool's thread's marker after a group (and of the run's
-    /// first), written when the next number is `next`: room for [`AHEAD`] times the numbers
-    /// handed out since its last marker, and at least [`HEADROOM_MIN`].
-    pub(super) fn tick(&mut self, next: u64) -> (u64, u64) {
+    /// The bound of the spool's thread's marker after a group (and of the run's first),
+    /// written when the next number is `next`: room for [`AHEAD`] times the numbers handed out
+    /// since its last marker, and at least [`HEADROOM_MIN`].
+    pub(super) fn tick(&mut self, next: u64) -> u64 {
         let bound = next + (AHEAD * next.saturating_sub(self.from)).max(HEADROOM_MIN);
         self.from = next;
-        self.last += 1;
-        (self.last, bound)
+        bound
     }
 
-    /// The id and bound of a caller's marker, when numbers up to `end` are to be handed out
-    /// past the limit: room past `end` for [`AHEAD`] times the numbers to be handed out
-    /// since the spool's thread's last marker, so that a burst writes few.
-    pub(super) fn ahead(&mut self, end: u64) -> (u64, u64) {
-        let bound = end + (AHEAD * end.saturating_sub(self.from)).max(HEADROOM_MIN);
-        self.last += 1;
-        (self.last, bound)
-    }
-
-    /// The id of a marker whose bound is given (a clean close's).
-    pub(super) fn id(&mut self) -> u64 {
-        self.last += 1;
-        self.last
+    /// The bound of a caller's marker, when numbers up to `end` are to be handed out past the
+    /// limit: room past `end` for [`AHEAD`] times the numbers to be handed out since the
+    /// spool's thread's last marker, so that a burst writes few.
+    pub(super) fn ahead(&self, end: u64) -> u64 {
+        end + (AHEAD * end.saturating_sub(self.from)).max(HEADROOM_MIN)
     }
 
     /// Notes that marker `id` with `bound` is on disk.
     pub(super) fn synced(&mut self, id: u64, bound: u64) {
         if id > self.synced.0 {
             self.synced = (id, bound);
-        }
-        if self.pending.is_some_and(|(p, _)| p <= id) {
-            self.pending = None;
         }
     }
 }
@@ -149,27 +141,34 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_limit_is_the_lower_of_the_last_synced_and_the_one_being_written() {
-        let mut m = Marks::new(1, 0);
+    fn the_limit_is_the_lower_of_the_last_synced_and_the_spool_threads_next() {
+        let mut m = Marks::new(0);
         m.synced(1, 300);
         assert_eq!(m.limit(), 300);
-        let (id, bound) = m.tick(10);
+        let bound = m.tick(10);
         assert_eq!(bound, 10 + HEADROOM_MIN);
-        m.pending = Some((id, bound));
-        assert_eq!(m.limit(), bound, "a lower bound counts from its write");
-        m.synced(id, bound);
-        assert_eq!((m.limit(), m.pending), (bound, None));
+        m.pending = Some(bound);
+        assert_eq!(m.limit(), bound, "a lower bound counts from its decision");
+        m.synced(2, bound);
+        m.pending = None;
+        assert_eq!(m.limit(), bound);
         // A higher bound counts only once synced.
-        let (id, bound) = m.tick(1000);
-        assert_eq!(bound, 1000 + AHEAD * 990);
-        m.pending = Some((id, bound));
+        let high = m.tick(1000);
+        assert_eq!(high, 1000 + AHEAD * 990);
+        m.pending = Some(high);
         assert_eq!(m.limit(), 10 + HEADROOM_MIN);
-        // A caller's marker written and synced after it supersedes it.
-        let (later, b) = m.ahead(1001);
+        // A caller's marker written meanwhile: the spool thread's, written after it, can
+        // still be the last on disk.
+        let b = m.ahead(1001);
         assert_eq!(b, 1001 + HEADROOM_MIN);
-        m.synced(later, b);
-        m.synced(id, bound);
-        assert_eq!((m.synced, m.pending), ((later, b), None));
+        m.synced(3, b);
+        assert_eq!(m.limit(), b.min(high));
+        m.synced(4, high);
+        m.pending = None;
+        assert_eq!(m.limit(), high);
+        // An older id never replaces a newer.
+        m.synced(3, b);
+        assert_eq!(m.synced, (4, high));
     }
 
     #[test]
@@ -187,7 +186,7 @@ mod tests {
         };
         let (mut f, last) = MarksFile::open(&dir).unwrap();
         assert_eq!(last, None);
-        f.write(&marker(1)).unwrap();
+        assert_eq!(f.write(&marker(0)).unwrap(), 1, "numbered as written");
         f.write(&marker(2)).unwrap();
         assert_eq!(MarksFile::open(&dir).unwrap().1, Some(marker(2)));
         f.write(&marker(3)).unwrap();
