@@ -139,6 +139,46 @@ fn a_power_cut_under_group_reports_the_numbers_after_the_last_group_at_most() {
 }
 
 #[test]
+fn a_power_cut_after_random_groups_reports_every_unsynced_number_and_no_synced_one() {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(40);
+    for trial in 0..30 {
+        let (dir, _, store) = open("cut-random", UNSYNCED);
+        let cut = Dir::new("cut-random-after");
+        // Groups synced by the spool's thread (`flush`), then frames never synced; fewer than
+        // the stage holds, so that nothing unsynced reaches a segment.
+        let (mut synced, mut group) = (0u64, 0u64);
+        for _ in 0..rng.random_range(0..4) {
+            group = rng.random_range(0..600);
+            for _ in 0..group {
+                put(&store, b"x");
+            }
+            synced += group;
+            store.flush();
+        }
+        let unsynced = rng.random_range(0..800);
+        for _ in 0..unsynced {
+            put(&store, b"x");
+        }
+        power_cut_copy(&dir.0, &cut.0);
+        settle(store);
+        let (_store, rec) = open_after_reboot(&cut.0, UNSYNCED);
+        let why = format!("trial {trial}: {synced} synced, last group {group}, {unsynced} not");
+        assert_eq!(seqs(&rec), (0..synced).collect::<Vec<_>>(), "{why}");
+        let (at_most, numbers) = rec.lost;
+        assert!(
+            numbers.start == synced && numbers.end >= synced + unsynced,
+            "{why}: {numbers:?}"
+        );
+        assert_eq!(at_most, numbers.end - numbers.start, "{why}");
+        assert!(
+            at_most <= HEADROOM_MIN + AHEAD * group.max(unsynced) + unsynced,
+            "{why}: {at_most}"
+        );
+    }
+}
+
+#[test]
 fn a_process_death_in_the_same_boot_reports_nothing_lost() {
     let (dir, spool, store) = open("death", UNSYNCED);
     let crashed = Dir::new("death-after");
