@@ -352,34 +352,19 @@ impl Store {
         let first = first.unwrap_or(next_seq);
         let path = dir.join(segment_name(first));
         let file = Core::new_segment(&path)?;
-        // The run's marker, on disk before any number is handed out.
+        // What the run's markers say of it (the first written by `Core::mark_start`, before
+        // any number is handed out). Its first number is the first staged record's when the
+        // last run's stage is carried over and cannot be synced (`Core::carry`).
         let run = Marker {
             id: 0,
             bound: next_seq,
-            first: next_seq,
+            first,
             boot,
             closed: false,
             group: matches!(durability, Durability::Group(_)),
             every_frame: durability == Durability::EveryFrame,
         };
-        let mut marks = Marks::new(next_seq);
-        let bound = marks.tick(next_seq);
-        let mut marks_file = marks_file;
-        // On a full disk the spool still opens, so that its frames can be sent and leave; the
-        // first number is then handed out after a marker (`Core::mark_for`).
-        let marked = match marks_file.write(&Marker {
-            bound,
-            ..run.clone()
-        }) {
-            Ok(id) => {
-                marks.synced(id, bound);
-                true
-            }
-            Err(e) => {
-                log::warn!("relink: cannot write to the spool {}: {e}", dir.display());
-                false
-            }
-        };
+        let marks = Marks::new(next_seq);
         let mut closed = VecDeque::new();
         for (first, old, pending) in kept {
             if old == path {
@@ -389,6 +374,16 @@ impl Store {
                 closed.push_back((first, old));
             } else {
                 let _ = fs::remove_file(&old);
+            }
+        }
+        // After a run that did not close cleanly, its segments may hold records the kernel
+        // has not written back: synced now, so that what a power cut in this run can take is
+        // only this run's own.
+        if !matches!(marker, Some(Marker { closed: true, .. })) {
+            for (_, old) in &closed {
+                if let Err(e) = File::open(old).and_then(|f| f.sync_data()) {
+                    log::warn!("relink: cannot sync {}: {e}", old.display());
+                }
             }
         }
         // The acks log, compacted: what is below the oldest kept frame need not be said.
@@ -421,7 +416,7 @@ impl Store {
                 next_seq,
                 reserved: next_seq,
                 marks,
-                marked,
+                marked: false,
                 run,
                 closed,
                 unsynced: Vec::new(),
@@ -443,7 +438,10 @@ impl Store {
         });
         if durability == Durability::EveryFrame {
             core.unstage()?;
+        } else {
+            core.carry();
         }
+        core.mark_start();
         let tick = spool.tick();
         let theirs = core.clone();
         let flusher = std::thread::Builder::new()
@@ -482,6 +480,47 @@ impl Core {
             fs::remove_file(&path).map_err(|e| io_err("cannot remove", &path, e))?;
         }
         Ok(())
+    }
+
+    /// Under `OsWriteBack` and `Group`, records the last run staged and this one keeps: written
+    /// to the new segment and synced before this run hands out a number, so that what a power
+    /// cut in this run can take is only its own. When they cannot be (a full disk), they stay
+    /// staged, and the run's marker counts them as its own (its first number theirs).
+    fn carry(&self) {
+        let mut w = lock(&self.w);
+        if w.unwritten() == 0 {
+            return;
+        }
+        match w.write().and_then(|()| w.file.sync_data()) {
+            Ok(()) => w.run.first = self.first_new,
+            Err(e) => log::warn!(
+                "relink: cannot write to the spool {}: {e}",
+                self.dir.display()
+            ),
+        }
+    }
+
+    /// Writes the run's first marker, before it hands out a number. On a full disk the spool
+    /// still opens, so that its frames can be sent and leave; the first number is then handed
+    /// out after a marker (`Core::mark_for`).
+    fn mark_start(&self) {
+        let mut w = lock(&self.w);
+        let next = w.next_seq;
+        let bound = w.marks.tick(next);
+        let marker = Marker {
+            bound,
+            ..w.run.clone()
+        };
+        match lock(&self.marks).write(&marker) {
+            Ok(id) => {
+                w.marks.synced(id, bound);
+                w.marked = true;
+            }
+            Err(e) => log::warn!(
+                "relink: cannot write to the spool {}: {e}",
+                self.dir.display()
+            ),
+        }
     }
 
     /// Refuses a directory written in another format, or holding files of something else.

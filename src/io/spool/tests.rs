@@ -179,6 +179,31 @@ fn a_power_cut_after_random_groups_reports_every_unsynced_number_and_no_synced_o
 }
 
 #[test]
+fn records_a_dead_process_left_unsynced_outlive_a_power_cut_in_the_next_run() {
+    for policy in [UNSYNCED, Durability::OsWriteBack] {
+        let (dir, _, store) = open("carried", policy);
+        let crashed = Dir::new("carried-dead");
+        let cut = Dir::new("carried-cut");
+        put(&store, b"a");
+        store.flush();
+        put(&store, b"b");
+        // The process dies: a in the segment, b in the stage, neither synced under
+        // `OsWriteBack`, b not under `Group`.
+        crash_copy(&dir.0, &crashed.0);
+        settle(store);
+        let spool = Spool::new(&crashed.0).durability(policy);
+        let (store, rec) = Store::open(&spool).unwrap();
+        assert_eq!(seqs(&rec), [0, 1], "{policy:?}");
+        // The next run is cut before it syncs anything of its own.
+        power_cut_copy(&crashed.0, &cut.0);
+        settle(store);
+        let (_store, rec) = open_after_reboot(&cut.0, policy);
+        assert_eq!(seqs(&rec), [0, 1], "{policy:?}: synced at the start");
+        assert!(!rec.lost.1.contains(&0) && !rec.lost.1.contains(&1), "{policy:?}");
+    }
+}
+
+#[test]
 fn a_process_death_in_the_same_boot_reports_nothing_lost() {
     let (dir, spool, store) = open("death", UNSYNCED);
     let crashed = Dir::new("death-after");
