@@ -650,8 +650,8 @@ impl Core {
     /// reach the bound of a marker that can be the last on disk ([`Marks::limit`]), and under
     /// any policy when the start could not write the run's marker, a marker with room past
     /// `end` is written and synced by the caller: rare under `Group`, since the spool's
-    /// thread's marker leaves room for twice the frames of its last interval, and cheap (one
-    /// small block of the `marks` file).
+    /// thread's marker leaves room for four times the frames of its last interval
+    /// (`marks::AHEAD`), and cheap (one small block of the `marks` file).
     fn mark_for(&self, w: &mut Writer, end: u64) -> Result<(), String> {
         let group = matches!(self.durability, Durability::Group(_));
         if w.marked && (!group || end <= w.marks.limit()) {
