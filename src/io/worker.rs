@@ -21,8 +21,7 @@
 //! so (`Input::Resumed`) before anything is read or any timer fires, and the core gives the
 //! peers a fresh chance instead of a verdict.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
@@ -30,6 +29,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 
+use super::deadlines::Deadlines;
 use super::ffi::{self, Epoll, Ready};
 use super::ids::ById;
 use super::look::LookSpan;
@@ -140,7 +140,7 @@ pub(crate) struct Worker {
     /// Links whose reader is behind: looked at every pass (taking an event wakes the thread).
     behind: HashSet<u64, ById>,
     /// (deadline, link): stale entries (the link's `timer_at` differs) are skipped.
-    timers: BinaryHeap<Reverse<(Instant, u64)>>,
+    timers: Deadlines,
     /// The batch being written; it moves into the zmq message, so only one per thread.
     buf: Vec<u8>,
     reports: Vec<Ready>,
@@ -166,7 +166,7 @@ impl Worker {
             slots: HashMap::default(),
             queue: Vec::new(),
             behind: HashSet::default(),
-            timers: BinaryHeap::new(),
+            timers: Deadlines::default(),
             buf: Vec::new(),
             reports: vec![ffi::BLANK; REPORTS],
             look: LookSpan::reply(),
@@ -259,7 +259,7 @@ impl Worker {
                 }
             }
             self.take_commands(now);
-            while let Some(Reverse((at, id))) = self.timers.peek().copied() {
+            while let Some((at, id)) = self.timers.peek() {
                 if at > now {
                     break;
                 }
@@ -267,7 +267,10 @@ impl Worker {
                 if let Some(slot) = self.slots.get_mut(&id) {
                     if slot.timer_at == Some(at) {
                         slot.timer_at = None;
-                        self.enqueue(id);
+                        if !slot.queued {
+                            slot.queued = true;
+                            self.queue.push(id);
+                        }
                     }
                 }
             }
@@ -380,12 +383,12 @@ impl Worker {
         }
         match self.timers.peek() {
             None => -1,
-            Some(Reverse((t, _))) => {
-                if *t <= now {
+            Some((t, _)) => {
+                if t <= now {
                     0
                 } else {
                     // Round up: waking early only costs another pass.
-                    let d = *t - now;
+                    let d = t - now;
                     d.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32
                 }
             }
@@ -574,7 +577,7 @@ impl Worker {
             // current entry fires early (one spare pass).
             if slot.timer_at.map_or(true, |at| t < at) {
                 slot.timer_at = Some(t);
-                self.timers.push(Reverse((t, id)));
+                self.timers.push((t, id));
             }
         }
         if more {
@@ -613,11 +616,11 @@ impl Worker {
         if self.timers.len() <= 2 * self.slots.len() + 64 {
             return;
         }
-        self.timers = self
-            .slots
-            .iter()
-            .filter_map(|(id, s)| s.timer_at.map(|t| Reverse((t, *id))))
-            .collect();
+        self.timers.rebuild(
+            self.slots
+                .iter()
+                .filter_map(|(id, s)| s.timer_at.map(|t| (t, *id))),
+        );
     }
 }
 
