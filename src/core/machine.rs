@@ -1687,52 +1687,36 @@ impl Machine {
         let Some(conn) = self.conn.as_mut() else {
             return false;
         };
-        conn.take_control(self.cfg.answers, buf);
-        // An empty outbox encodes nothing: no timed call into the framing (two clock readings
-        // and the callback's books, on every pass of an idle link).
+        let answers = self.cfg.answers;
+        conn.take_control(answers, buf);
         if self.state == State::Ready {
-            if self.delivery.outbox.unsent().is_some() {
-                if let Some(p) = self.fill_from_outbox(now, buf, limit) {
-                    // The frame stays first in line (not in flight): it is never lost without
-                    // a word, and its deadline (if any) or a close still ends it.
-                    return self.encode_panicked(now, buf, p);
-                }
+            let bounds = self.delivery.bounds(limit, self.cfg.window);
+            let (outbox, framing, name) =
+                (&mut self.delivery.outbox, &mut self.framing, &self.cfg.name);
+            let ends = &mut conn.pending_ends;
+            let first = ends.len();
+            let mut filled = Filled::default();
+            // One reading for the whole batch: timing each frame would cost more than
+            // encoding a small one.
+            let took = self.callbacks.watch().time(Callback::Encode, &mut || {
+                filled = fill_batch(outbox, framing, name, buf, bounds, ends);
+            });
+            if answers == Answers::EveryFrame {
+                let turns = ends[first..].iter().map(|&e| (Turn::Frame, e));
+                conn.pending_turns.extend(turns);
+            }
+            self.took(now, Callback::Encode, took);
+            self.abandon_all(filled.refused, AbandonReason::Unencodable);
+            if let Some(p) = filled.panicked {
+                // The frame stays first in line (not in flight): it is never lost without a
+                // word, and its deadline (if any) or a close still ends it.
+                return self.encode_panicked(now, buf, p);
             }
             if let Err(p) = self.batch_requests(buf) {
                 return self.encode_panicked(now, buf, p);
             }
         }
         !buf.is_empty()
-    }
-
-    /// Encodes the outbox's next frames into the batch (timed as one call into the framing);
-    /// the framing's panic, if it panicked.
-    fn fill_from_outbox(
-        &mut self,
-        now: Instant,
-        buf: &mut Vec<u8>,
-        limit: usize,
-    ) -> Option<Panicked> {
-        let answers = self.cfg.answers;
-        let conn = self.conn.as_mut()?;
-        let bounds = self.delivery.bounds(limit, self.cfg.window);
-        let (outbox, framing, name) =
-            (&mut self.delivery.outbox, &mut self.framing, &self.cfg.name);
-        let ends = &mut conn.pending_ends;
-        let first = ends.len();
-        let mut filled = Filled::default();
-        // One reading for the whole batch: timing each frame would cost more than encoding a
-        // small one.
-        let took = self.callbacks.watch().time(Callback::Encode, &mut || {
-            filled = fill_batch(outbox, framing, name, buf, bounds, ends);
-        });
-        if answers == Answers::EveryFrame {
-            let turns = ends[first..].iter().map(|&e| (Turn::Frame, e));
-            conn.pending_turns.extend(turns);
-        }
-        self.took(now, Callback::Encode, took);
-        self.abandon_all(filled.refused, AbandonReason::Unencodable);
-        filled.panicked
     }
 
     /// The framing panicked while a batch was being built: nothing of it is written, the frames

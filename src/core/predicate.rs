@@ -31,47 +31,33 @@ use std::sync::Arc;
 /// ```
 /// [`Builder::ready_when`](crate::Builder::ready_when) shows predicates at work on a live link.
 #[derive(Clone)]
-pub struct Predicate(Test);
+pub struct Predicate(pub(crate) Arc<PredicateFn>);
 
 type PredicateFn = dyn Fn(&[u8]) -> bool + Send + Sync;
-
-/// How a predicate tests a frame.
-#[derive(Clone)]
-enum Test {
-    /// A short prefix (a heartbeat's `+PONG`), held inside the predicate: a test reads no
-    /// allocation of its own, which on a quiet link is a cache line fetched from memory.
-    Prefix { len: u8, bytes: [u8; PREFIX_INLINE] },
-    /// Any other test.
-    Fn(Arc<PredicateFn>),
-}
-
-/// The longest prefix [`Test::Prefix`] holds.
-const PREFIX_INLINE: usize = 24;
 
 impl Predicate {
     /// Wraps a closure.
     pub fn new(f: impl Fn(&[u8]) -> bool + Send + Sync + 'static) -> Predicate {
-        Predicate(Test::Fn(Arc::new(f)))
+        Predicate(Arc::new(f))
     }
 
     /// A predicate that accepts frames starting with `prefix`.
     pub fn starts_with(prefix: impl Into<Vec<u8>>) -> Predicate {
         let prefix = prefix.into();
-        match u8::try_from(prefix.len()) {
-            Ok(len) if prefix.len() <= PREFIX_INLINE => {
-                let mut bytes = [0u8; PREFIX_INLINE];
-                bytes[..prefix.len()].copy_from_slice(&prefix);
-                Predicate(Test::Prefix { len, bytes })
-            }
-            _ => Predicate::new(move |frame| frame.starts_with(&prefix)),
+        // A short prefix (a heartbeat's `+PONG`) is kept inside the closure, so that a test
+        // reads one allocation, not two.
+        const INLINE: usize = 24;
+        if prefix.len() <= INLINE {
+            let len = prefix.len();
+            let mut inline = [0u8; INLINE];
+            inline[..len].copy_from_slice(&prefix);
+            return Predicate::new(move |frame| frame.starts_with(&inline[..len]));
         }
+        Predicate::new(move |frame| frame.starts_with(&prefix))
     }
 
     pub(crate) fn test(&self, frame: &[u8]) -> bool {
-        match &self.0 {
-            Test::Prefix { len, bytes } => frame.starts_with(&bytes[..usize::from(*len)]),
-            Test::Fn(f) => f(frame),
-        }
+        (self.0)(frame)
     }
 }
 

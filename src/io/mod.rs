@@ -4,7 +4,6 @@
 //! - [`answer`]: the one-shot cell a request's outcome goes into.
 //! - [`worker`]: an IO thread's loop over its links: wait, decide which links to serve, serve
 //!   them; the messages of the thread's channel and a link's way to it (`Route`).
-//! - [`deadlines`]: an IO thread's deadlines, earliest first.
 //! - [`slot`]: one link as its IO thread holds it: translate what arrived into core inputs,
 //!   carry out the core's actions.
 //! - [`sink`]: a link's events on their way to the application, and what is dropped when it
@@ -29,7 +28,6 @@
 pub(crate) mod answer;
 mod buffers;
 mod context;
-mod deadlines;
 #[allow(unsafe_code)]
 mod ffi;
 pub(crate) mod ids;

@@ -21,7 +21,8 @@
 //! so (`Input::Resumed`) before anything is read or any timer fires, and the core gives the
 //! peers a fresh chance instead of a verdict.
 
-use std::collections::{HashMap, HashSet};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
@@ -29,7 +30,6 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 
-use super::deadlines::Deadlines;
 use super::ffi::{self, Epoll, Ready};
 use super::ids::ById;
 use super::look::LookSpan;
@@ -140,7 +140,7 @@ pub(crate) struct Worker {
     /// Links whose reader is behind: looked at every pass (taking an event wakes the thread).
     behind: HashSet<u64, ById>,
     /// (deadline, link): stale entries (the link's `timer_at` differs) are skipped.
-    timers: Deadlines,
+    timers: BinaryHeap<Reverse<(Instant, u64)>>,
     /// The batch being written; it moves into the zmq message, so only one per thread.
     buf: Vec<u8>,
     reports: Vec<Ready>,
@@ -166,7 +166,7 @@ impl Worker {
             slots: HashMap::default(),
             queue: Vec::new(),
             behind: HashSet::default(),
-            timers: Deadlines::default(),
+            timers: BinaryHeap::new(),
             buf: Vec::new(),
             reports: vec![ffi::BLANK; REPORTS],
             look: LookSpan::reply(),
@@ -259,7 +259,7 @@ impl Worker {
                 }
             }
             self.take_commands(now);
-            while let Some((at, id)) = self.timers.peek() {
+            while let Some(Reverse((at, id))) = self.timers.peek().copied() {
                 if at > now {
                     break;
                 }
@@ -267,10 +267,7 @@ impl Worker {
                 if let Some(slot) = self.slots.get_mut(&id) {
                     if slot.timer_at == Some(at) {
                         slot.timer_at = None;
-                        if !slot.queued {
-                            slot.queued = true;
-                            self.queue.push(id);
-                        }
+                        self.enqueue(id);
                     }
                 }
             }
@@ -383,12 +380,12 @@ impl Worker {
         }
         match self.timers.peek() {
             None => -1,
-            Some((t, _)) => {
-                if t <= now {
+            Some(Reverse((t, _))) => {
+                if *t <= now {
                     0
                 } else {
                     // Round up: waking early only costs another pass.
-                    let d = t - now;
+                    let d = *t - now;
                     d.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32
                 }
             }
@@ -577,7 +574,7 @@ impl Worker {
             // current entry fires early (one spare pass).
             if slot.timer_at.map_or(true, |at| t < at) {
                 slot.timer_at = Some(t);
-                self.timers.push((t, id));
+                self.timers.push(Reverse((t, id)));
             }
         }
         if more {
@@ -616,11 +613,11 @@ impl Worker {
         if self.timers.len() <= 2 * self.slots.len() + 64 {
             return;
         }
-        self.timers.rebuild(
-            self.slots
-                .iter()
-                .filter_map(|(id, s)| s.timer_at.map(|t| (t, *id))),
-        );
+        self.timers = self
+            .slots
+            .iter()
+            .filter_map(|(id, s)| s.timer_at.map(|t| Reverse((t, *id))))
+            .collect();
     }
 }
 
