@@ -3,6 +3,9 @@
 //!
 //! Run with `cargo bench --bench spool` (about a minute) or
 //! `cargo bench --bench spool -- --smoke` (seconds, small counts: it shows the program runs).
+//! `-- --rates` runs the throughput rows only, `--size <bytes>` one payload size, `--rounds <n>`
+//! that many rounds (default 5), `--frames <n>` that many frames a run (default 200 000),
+//! `--only <memory,os,group,every>` those columns only (the others read 0).
 //!
 //! Throughput, 64 B and 1 KiB payloads (length-prefixed, one producer, `Overflow::Block`), to a
 //! local sink that reads and discards, timed from the first `send` until a `flush` after the
@@ -360,25 +363,43 @@ fn crash_trials(kills: usize) {
 fn main() {
     stream_if_child();
     let smoke = support::smoke();
-    let rounds = if smoke { 1 } else { 5 };
+    let rounds = support::arg("rounds")
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(if smoke { 1 } else { 5 });
+    let sizes: Vec<usize> = match support::arg("size") {
+        Some(s) => vec![s.parse().expect("--size <bytes>")],
+        None => vec![64, 1024],
+    };
+    let only = support::arg("only").unwrap_or_else(|| "memory,os,group,every".into());
+    let runs = |policy: &str| only.split(',').any(|p| p == policy);
     let peer = sink();
     let scratch = Scratch::new("rate");
-    for size in [64usize, 1024] {
-        let frames: u64 = if smoke { 5_000 } else { 200_000 };
+    for size in sizes {
+        let frames: u64 = support::arg("frames")
+            .map(|n| n.parse().expect("--frames <n>"))
+            .unwrap_or(if smoke { 5_000 } else { 200_000 });
         let every_frames: u64 = if smoke { 100 } else { 2_000 };
         let (mut m, mut o, mut g, mut e) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for _ in 0..rounds {
             let fps = |t: f64, n: u64| n as f64 / t;
-            m.push(fps(run(&peer, None, size, frames), frames));
-            let os = Some((scratch.0.as_path(), Durability::OsWriteBack));
-            o.push(fps(run(&peer, os, size, frames), frames));
-            let group = Durability::Group(Duration::from_millis(5));
-            g.push(fps(
-                run(&peer, Some((&scratch.0, group)), size, frames),
-                frames,
-            ));
-            let every = Some((scratch.0.as_path(), Durability::EveryFrame));
-            e.push(fps(run(&peer, every, size, every_frames), every_frames));
+            if runs("memory") {
+                m.push(fps(run(&peer, None, size, frames), frames));
+            }
+            if runs("os") {
+                let os = Some((scratch.0.as_path(), Durability::OsWriteBack));
+                o.push(fps(run(&peer, os, size, frames), frames));
+            }
+            if runs("group") {
+                let group = Durability::Group(Duration::from_millis(5));
+                g.push(fps(
+                    run(&peer, Some((&scratch.0, group)), size, frames),
+                    frames,
+                ));
+            }
+            if runs("every") {
+                let every = Some((scratch.0.as_path(), Durability::EveryFrame));
+                e.push(fps(run(&peer, every, size, every_frames), every_frames));
+            }
         }
         let (m, o, g, e) = (
             median(&mut m),
@@ -393,6 +414,9 @@ fn main() {
             g / m,
             e / m
         );
+        if !runs("every") {
+            continue;
+        }
         let raw = raw_fsync(&scratch.0.join("raw"), size, every_frames as usize);
         println!(
             "spool_fsync size={size} every_us={:.0} raw_us={raw:.0}",
@@ -400,6 +424,10 @@ fn main() {
         );
     }
     let _ = std::io::stdout().flush();
+    if support::flag("rates") {
+        peer.stop();
+        return;
+    }
     recover(if smoke { 20_000 } else { 1_000_000 });
     peer.stop();
     crash_trials(if smoke { 3 } else { 300 });
