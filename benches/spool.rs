@@ -23,6 +23,10 @@
 //! `spool size=<bytes> rounds=<n> memory_fps=<m> os_fps=<o> group_fps=<g> every_fps=<e>
 //! ratio_os=<o/m> ratio_group=<g/m> ratio_every=<e/m>`
 //!
+//! `spool_cpu size=<bytes> memory_ns=<m> os_ns=<o> group_ns=<g> every_ns=<e>`: the CPU time
+//! of the whole process (the caller, the link's and libzmq's threads, the spool's, the sink)
+//! per frame, in nanoseconds, the median over the rounds.
+//!
 //! `spool_fsync size=<bytes> every_us=<µs per frame through the link>
 //! raw_us=<µs per write + fdatasync of the same record on a plain file>`
 //!
@@ -103,8 +107,10 @@ fn build(b: impl Fn() -> relink::Builder) -> Link {
     }
 }
 
-/// Seconds to send `frames` frames of `size` bytes and have them all confirmed.
-fn run(peer: &Peer, spool: Option<(&Path, Durability)>, size: usize, frames: u64) -> f64 {
+/// Seconds to send `frames` frames of `size` bytes and have them all confirmed, and the CPU
+/// seconds this process used meanwhile (every thread: the caller, the link's, libzmq's, the
+/// spool's and the sink's).
+fn run(peer: &Peer, spool: Option<(&Path, Durability)>, size: usize, frames: u64) -> (f64, f64) {
     let _ = spool.map(|(dir, _)| fs::remove_dir_all(dir));
     let make = || {
         let b = Link::builder(peer.endpoint())
@@ -122,14 +128,16 @@ fn run(peer: &Peer, spool: Option<(&Path, Durability)>, size: usize, frames: u64
         Instant::now() + Duration::from_secs(10),
     );
     let payload = Bytes::from(vec![7u8; size]);
+    let cpu = support::cpu_time();
     let start = Instant::now();
     for _ in 0..frames {
         link.send(payload.clone()).expect("send");
     }
     link.flush(Duration::from_secs(120)).expect("flush");
     let took = start.elapsed().as_secs_f64();
+    let cpu = (support::cpu_time() - cpu).as_secs_f64();
     link.close(Duration::from_secs(5));
-    took
+    (took, cpu)
 }
 
 /// Microseconds per `write` + `fdatasync` of one record of `size` bytes on a plain file.
@@ -379,40 +387,40 @@ fn main() {
             .map(|n| n.parse().expect("--frames <n>"))
             .unwrap_or(if smoke { 5_000 } else { 200_000 });
         let every_frames: u64 = if smoke { 100 } else { 2_000 };
-        let (mut m, mut o, mut g, mut e) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        // Per policy: frames per second, and CPU nanoseconds per frame, of each round.
+        let mut rates: [(Vec<f64>, Vec<f64>); 4] = Default::default();
         for _ in 0..rounds {
-            let fps = |t: f64, n: u64| n as f64 / t;
-            if runs("memory") {
-                m.push(fps(run(&peer, None, size, frames), frames));
-            }
-            if runs("os") {
-                let os = Some((scratch.0.as_path(), Durability::OsWriteBack));
-                o.push(fps(run(&peer, os, size, frames), frames));
-            }
-            if runs("group") {
-                let group = Durability::Group(Duration::from_millis(5));
-                g.push(fps(
-                    run(&peer, Some((&scratch.0, group)), size, frames),
+            let policies = [
+                ("memory", None, frames),
+                ("os", Some(Durability::OsWriteBack), frames),
+                (
+                    "group",
+                    Some(Durability::Group(Duration::from_millis(5))),
                     frames,
-                ));
-            }
-            if runs("every") {
-                let every = Some((scratch.0.as_path(), Durability::EveryFrame));
-                e.push(fps(run(&peer, every, size, every_frames), every_frames));
+                ),
+                ("every", Some(Durability::EveryFrame), every_frames),
+            ];
+            for (i, (name, durability, n)) in policies.into_iter().enumerate() {
+                if runs(name) {
+                    let spool = durability.map(|d| (scratch.0.as_path(), d));
+                    let (took, cpu) = run(&peer, spool, size, n);
+                    rates[i].0.push(n as f64 / took);
+                    rates[i].1.push(cpu * 1e9 / n as f64);
+                }
             }
         }
-        let (m, o, g, e) = (
-            median(&mut m),
-            median(&mut o),
-            median(&mut g),
-            median(&mut e),
-        );
+        let [(m, mc), (o, oc), (g, gc), (e, ec)] =
+            rates.map(|(mut fps, mut cpu)| (median(&mut fps), median(&mut cpu)));
         println!(
             "spool size={size} rounds={rounds} memory_fps={m:.0} os_fps={o:.0} group_fps={g:.0} \
              every_fps={e:.0} ratio_os={:.2} ratio_group={:.2} ratio_every={:.4}",
             o / m,
             g / m,
             e / m
+        );
+        println!(
+            "spool_cpu size={size} memory_ns={mc:.0} os_ns={oc:.0} group_ns={gc:.0} \
+             every_ns={ec:.0}"
         );
         if !runs("every") {
             continue;
