@@ -23,9 +23,10 @@
 //! `spool size=<bytes> rounds=<n> memory_fps=<m> os_fps=<o> group_fps=<g> every_fps=<e>
 //! ratio_os=<o/m> ratio_group=<g/m> ratio_every=<e/m>`
 //!
-//! `spool_cpu size=<bytes> memory_ns=<m> os_ns=<o> group_ns=<g> every_ns=<e>`: the CPU time
-//! of the whole process (the caller, the link's and libzmq's threads, the spool's, the sink)
-//! per frame, in nanoseconds, the median over the rounds.
+//! `spool_cpu size=<bytes> memory_ns=<m> os_ns=<o> group_ns=<g> every_ns=<e>
+//! memory_caller_ns=<m> os_caller_ns=<o> group_caller_ns=<g> every_caller_ns=<e>`: the CPU time
+//! per frame, in nanoseconds, of the whole process (the caller, the link's and libzmq's
+//! threads, the spool's, the sink), then of the calling thread alone; medians over the rounds.
 //!
 //! `spool_fsync size=<bytes> every_us=<µs per frame through the link>
 //! raw_us=<µs per write + fdatasync of the same record on a plain file>`
@@ -107,10 +108,15 @@ fn build(b: impl Fn() -> relink::Builder) -> Link {
     }
 }
 
-/// Seconds to send `frames` frames of `size` bytes and have them all confirmed, and the CPU
+/// Seconds to send `frames` frames of `size` bytes and have them all confirmed, the CPU
 /// seconds this process used meanwhile (every thread: the caller, the link's, libzmq's, the
-/// spool's and the sink's).
-fn run(peer: &Peer, spool: Option<(&Path, Durability)>, size: usize, frames: u64) -> (f64, f64) {
+/// spool's and the sink's), and those of the calling thread.
+fn run(
+    peer: &Peer,
+    spool: Option<(&Path, Durability)>,
+    size: usize,
+    frames: u64,
+) -> (f64, f64, f64) {
     let _ = spool.map(|(dir, _)| fs::remove_dir_all(dir));
     let make = || {
         let b = Link::builder(peer.endpoint())
@@ -129,6 +135,7 @@ fn run(peer: &Peer, spool: Option<(&Path, Durability)>, size: usize, frames: u64
     );
     let payload = Bytes::from(vec![7u8; size]);
     let cpu = support::cpu_time();
+    let caller = support::thread_cpu_time();
     let start = Instant::now();
     for _ in 0..frames {
         link.send(payload.clone()).expect("send");
@@ -136,8 +143,9 @@ fn run(peer: &Peer, spool: Option<(&Path, Durability)>, size: usize, frames: u64
     link.flush(Duration::from_secs(120)).expect("flush");
     let took = start.elapsed().as_secs_f64();
     let cpu = (support::cpu_time() - cpu).as_secs_f64();
+    let caller = (support::thread_cpu_time() - caller).as_secs_f64();
     link.close(Duration::from_secs(5));
-    (took, cpu)
+    (took, cpu, caller)
 }
 
 /// Microseconds per `write` + `fdatasync` of one record of `size` bytes on a plain file.
@@ -387,8 +395,9 @@ fn main() {
             .map(|n| n.parse().expect("--frames <n>"))
             .unwrap_or(if smoke { 5_000 } else { 200_000 });
         let every_frames: u64 = if smoke { 100 } else { 2_000 };
-        // Per policy: frames per second, and CPU nanoseconds per frame, of each round.
-        let mut rates: [(Vec<f64>, Vec<f64>); 4] = Default::default();
+        // Per policy: frames per second, and CPU nanoseconds per frame (the process's, the
+        // caller's), of each round.
+        let mut rates: [(Vec<f64>, Vec<f64>, Vec<f64>); 4] = Default::default();
         for _ in 0..rounds {
             let policies = [
                 ("memory", None, frames),
@@ -403,14 +412,17 @@ fn main() {
             for (i, (name, durability, n)) in policies.into_iter().enumerate() {
                 if runs(name) {
                     let spool = durability.map(|d| (scratch.0.as_path(), d));
-                    let (took, cpu) = run(&peer, spool, size, n);
+                    let (took, cpu, caller) = run(&peer, spool, size, n);
                     rates[i].0.push(n as f64 / took);
                     rates[i].1.push(cpu * 1e9 / n as f64);
+                    rates[i].2.push(caller * 1e9 / n as f64);
                 }
             }
         }
-        let [(m, mc), (o, oc), (g, gc), (e, ec)] =
-            rates.map(|(mut fps, mut cpu)| (median(&mut fps), median(&mut cpu)));
+        let [(m, mc, mk), (o, oc, ok), (g, gc, gk), (e, ec, ek)] =
+            rates.map(|(mut fps, mut cpu, mut caller)| {
+                (median(&mut fps), median(&mut cpu), median(&mut caller))
+            });
         println!(
             "spool size={size} rounds={rounds} memory_fps={m:.0} os_fps={o:.0} group_fps={g:.0} \
              every_fps={e:.0} ratio_os={:.2} ratio_group={:.2} ratio_every={:.4}",
@@ -420,7 +432,8 @@ fn main() {
         );
         println!(
             "spool_cpu size={size} memory_ns={mc:.0} os_ns={oc:.0} group_ns={gc:.0} \
-             every_ns={ec:.0}"
+             every_ns={ec:.0} memory_caller_ns={mk:.0} os_caller_ns={ok:.0} \
+             group_caller_ns={gk:.0} every_caller_ns={ek:.0}"
         );
         if !runs("every") {
             continue;
