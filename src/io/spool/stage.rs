@@ -24,9 +24,9 @@ use crate::io::ffi;
 
 /// The stage's size: records of a call that need more are written to the segment at once.
 /// Large, so that each write of the stage to a segment is large: the kernel fills a segment's
-/// page cache in large folios and spends less per byte on it (against 64 KiB, the spool's
-/// bench measures about a quarter less CPU per 1 KiB frame under `Group`, a third less in the
-/// caller; docs/benchmarks.md, "Spool").
+/// page cache in larger folios and spends less per byte on it (against 64 KiB, the spool's
+/// bench measures about a quarter less CPU per 1 KiB frame under `Group`, in the process and in
+/// the caller alike; docs/benchmarks.md, "Spool").
 pub(crate) const STAGE: usize = 1024 * 1024;
 
 /// The mapped `stage` file and how much of it holds records not yet written to a segment.
