@@ -3,6 +3,9 @@
 //!
 //! Run with `cargo bench --bench spool` (about a minute) or
 //! `cargo bench --bench spool -- --smoke` (seconds, small counts: it shows the program runs).
+//! `-- --rates` runs the throughput rows only, `--size <bytes>` one payload size, `--rounds <n>`
+//! that many rounds (default 5), `--frames <n>` that many frames a run (default 200 000),
+//! `--only <memory,os,group,every>` those columns only (the others read 0).
 //!
 //! Throughput, 64 B and 1 KiB payloads (length-prefixed, one producer, `Overflow::Block`), to a
 //! local sink that reads and discards, timed from the first `send` until a `flush` after the
@@ -19,6 +22,11 @@
 //!
 //! `spool size=<bytes> rounds=<n> memory_fps=<m> os_fps=<o> group_fps=<g> every_fps=<e>
 //! ratio_os=<o/m> ratio_group=<g/m> ratio_every=<e/m>`
+//!
+//! `spool_cpu size=<bytes> memory_ns=<m> os_ns=<o> group_ns=<g> every_ns=<e>
+//! memory_caller_ns=<m> os_caller_ns=<o> group_caller_ns=<g> every_caller_ns=<e>`: the CPU time
+//! per frame, in nanoseconds, of the whole process (the caller, the link's and libzmq's
+//! threads, the spool's, the sink), then of the calling thread alone; medians over the rounds.
 //!
 //! `spool_fsync size=<bytes> every_us=<µs per frame through the link>
 //! raw_us=<µs per write + fdatasync of the same record on a plain file>`
@@ -100,8 +108,15 @@ fn build(b: impl Fn() -> relink::Builder) -> Link {
     }
 }
 
-/// Seconds to send `frames` frames of `size` bytes and have them all confirmed.
-fn run(peer: &Peer, spool: Option<(&Path, Durability)>, size: usize, frames: u64) -> f64 {
+/// Seconds to send `frames` frames of `size` bytes and have them all confirmed, the CPU
+/// seconds this process used meanwhile (every thread: the caller, the link's, libzmq's, the
+/// spool's and the sink's), and those of the calling thread.
+fn run(
+    peer: &Peer,
+    spool: Option<(&Path, Durability)>,
+    size: usize,
+    frames: u64,
+) -> (f64, f64, f64) {
     let _ = spool.map(|(dir, _)| fs::remove_dir_all(dir));
     let make = || {
         let b = Link::builder(peer.endpoint())
@@ -119,14 +134,18 @@ fn run(peer: &Peer, spool: Option<(&Path, Durability)>, size: usize, frames: u64
         Instant::now() + Duration::from_secs(10),
     );
     let payload = Bytes::from(vec![7u8; size]);
+    let cpu = support::cpu_time();
+    let caller = support::thread_cpu_time();
     let start = Instant::now();
     for _ in 0..frames {
         link.send(payload.clone()).expect("send");
     }
     link.flush(Duration::from_secs(120)).expect("flush");
     let took = start.elapsed().as_secs_f64();
+    let cpu = (support::cpu_time() - cpu).as_secs_f64();
+    let caller = (support::thread_cpu_time() - caller).as_secs_f64();
     link.close(Duration::from_secs(5));
-    took
+    (took, cpu, caller)
 }
 
 /// Microseconds per `write` + `fdatasync` of one record of `size` bytes on a plain file.
@@ -360,32 +379,50 @@ fn crash_trials(kills: usize) {
 fn main() {
     stream_if_child();
     let smoke = support::smoke();
-    let rounds = if smoke { 1 } else { 5 };
+    let rounds = support::arg("rounds")
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(if smoke { 1 } else { 5 });
+    let sizes: Vec<usize> = match support::arg("size") {
+        Some(s) => vec![s.parse().expect("--size <bytes>")],
+        None => vec![64, 1024],
+    };
+    let only = support::arg("only").unwrap_or_else(|| "memory,os,group,every".into());
+    let runs = |policy: &str| only.split(',').any(|p| p == policy);
     let peer = sink();
     let scratch = Scratch::new("rate");
-    for size in [64usize, 1024] {
-        let frames: u64 = if smoke { 5_000 } else { 200_000 };
+    for size in sizes {
+        let frames: u64 = support::arg("frames")
+            .map(|n| n.parse().expect("--frames <n>"))
+            .unwrap_or(if smoke { 5_000 } else { 200_000 });
         let every_frames: u64 = if smoke { 100 } else { 2_000 };
-        let (mut m, mut o, mut g, mut e) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        // Per policy: frames per second, and CPU nanoseconds per frame (the process's, the
+        // caller's), of each round.
+        let mut rates: [(Vec<f64>, Vec<f64>, Vec<f64>); 4] = Default::default();
         for _ in 0..rounds {
-            let fps = |t: f64, n: u64| n as f64 / t;
-            m.push(fps(run(&peer, None, size, frames), frames));
-            let os = Some((scratch.0.as_path(), Durability::OsWriteBack));
-            o.push(fps(run(&peer, os, size, frames), frames));
-            let group = Durability::Group(Duration::from_millis(5));
-            g.push(fps(
-                run(&peer, Some((&scratch.0, group)), size, frames),
-                frames,
-            ));
-            let every = Some((scratch.0.as_path(), Durability::EveryFrame));
-            e.push(fps(run(&peer, every, size, every_frames), every_frames));
+            let policies = [
+                ("memory", None, frames),
+                ("os", Some(Durability::OsWriteBack), frames),
+                (
+                    "group",
+                    Some(Durability::Group(Duration::from_millis(5))),
+                    frames,
+                ),
+                ("every", Some(Durability::EveryFrame), every_frames),
+            ];
+            for (i, (name, durability, n)) in policies.into_iter().enumerate() {
+                if runs(name) {
+                    let spool = durability.map(|d| (scratch.0.as_path(), d));
+                    let (took, cpu, caller) = run(&peer, spool, size, n);
+                    rates[i].0.push(n as f64 / took);
+                    rates[i].1.push(cpu * 1e9 / n as f64);
+                    rates[i].2.push(caller * 1e9 / n as f64);
+                }
+            }
         }
-        let (m, o, g, e) = (
-            median(&mut m),
-            median(&mut o),
-            median(&mut g),
-            median(&mut e),
-        );
+        let [(m, mc, mk), (o, oc, ok), (g, gc, gk), (e, ec, ek)] =
+            rates.map(|(mut fps, mut cpu, mut caller)| {
+                (median(&mut fps), median(&mut cpu), median(&mut caller))
+            });
         println!(
             "spool size={size} rounds={rounds} memory_fps={m:.0} os_fps={o:.0} group_fps={g:.0} \
              every_fps={e:.0} ratio_os={:.2} ratio_group={:.2} ratio_every={:.4}",
@@ -393,6 +430,14 @@ fn main() {
             g / m,
             e / m
         );
+        println!(
+            "spool_cpu size={size} memory_ns={mc:.0} os_ns={oc:.0} group_ns={gc:.0} \
+             every_ns={ec:.0} memory_caller_ns={mk:.0} os_caller_ns={ok:.0} \
+             group_caller_ns={gk:.0} every_caller_ns={ek:.0}"
+        );
+        if !runs("every") {
+            continue;
+        }
         let raw = raw_fsync(&scratch.0.join("raw"), size, every_frames as usize);
         println!(
             "spool_fsync size={size} every_us={:.0} raw_us={raw:.0}",
@@ -400,6 +445,10 @@ fn main() {
         );
     }
     let _ = std::io::stdout().flush();
+    if support::flag("rates") {
+        peer.stop();
+        return;
+    }
     recover(if smoke { 20_000 } else { 1_000_000 });
     peer.stop();
     crash_trials(if smoke { 3 } else { 300 });

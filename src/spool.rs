@@ -28,7 +28,7 @@ pub enum Durability {
     #[default]
     EveryFrame,
     /// Group commit: `send` copies the frame's record into the spool's stage, a shared
-    /// mapping of a small file (64 KiB), and returns, with no system call; a thread of the
+    /// mapping of a small file (1 MiB), and returns, with no system call; a thread of the
     /// spool writes the stage to the spool's segment and `fdatasync`s it every interval (a
     /// caller that finds the stage full writes it itself). The record is in the operating
     /// system's page cache when `send` returns, so nothing is lost when the process dies (a

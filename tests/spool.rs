@@ -395,12 +395,13 @@ fn a_full_disk_under_group_commit_is_an_error_at_the_call_never_a_crash() {
     full_disk(Durability::Group(Duration::from_millis(5)));
 }
 
-/// Frames of 4000 B sent through a spool on a 256 KiB tmpfs until one is refused.
+/// Frames of 4000 B sent through a spool on a 1 280 KiB tmpfs (256 KiB past the 1 MiB stage
+/// `Group` reserves) until one is refused.
 fn full_disk(durability: Durability) {
     let dir = ScratchDir::new("spool-full");
     fs::create_dir_all(dir.path()).unwrap();
     let mounted = std::process::Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=256k", "tmpfs"])
+        .args(["-t", "tmpfs", "-o", "size=1280k", "tmpfs"])
         .arg(dir.path())
         .status()
         .expect("mount");
@@ -429,7 +430,7 @@ fn full_disk(durability: Durability) {
         }
         assert!(
             accepted < 1000,
-            "a 256 KiB disk took {accepted} frames of 4000 B"
+            "a 1 280 KiB disk took {accepted} frames of 4000 B"
         );
     };
     eprintln!("full disk ({durability:?}): {accepted} frames accepted, then: {err}");

@@ -23,7 +23,11 @@ use super::record::{self, Record};
 use crate::io::ffi;
 
 /// The stage's size: records of a call that need more are written to the segment at once.
-pub(crate) const STAGE: usize = 64 * 1024;
+/// Large, so that each write of the stage to a segment is large: the kernel fills a segment's
+/// page cache in larger folios and spends less per byte on it (against 64 KiB, the spool's
+/// bench measures about a quarter less CPU per 1 KiB frame under `Group`, in the process and in
+/// the caller alike; docs/benchmarks.md, "Spool").
+pub(crate) const STAGE: usize = 1024 * 1024;
 
 /// The mapped `stage` file and how much of it holds records not yet written to a segment.
 #[derive(Debug)]
