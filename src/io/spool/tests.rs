@@ -199,7 +199,10 @@ fn records_a_dead_process_left_unsynced_outlive_a_power_cut_in_the_next_run() {
         settle(store);
         let (_store, rec) = open_after_reboot(&cut.0, policy);
         assert_eq!(seqs(&rec), [0, 1], "{policy:?}: synced at the start");
-        assert!(!rec.lost.1.contains(&0) && !rec.lost.1.contains(&1), "{policy:?}");
+        assert!(
+            !rec.lost.1.contains(&0) && !rec.lost.1.contains(&1),
+            "{policy:?}"
+        );
     }
 }
 
