@@ -61,26 +61,25 @@ impl Ledger {
 
     /// A submission the IO thread hands the machine, before it does.
     pub(crate) fn taken(&mut self, input: &Input) {
-        let mut spans: Vec<(usize, usize)> = Vec::new();
         match input {
-            Input::Submit { frame, .. } => spans.push((frame.as_ptr() as usize, frame.len())),
-            Input::SubmitBatch { batch, .. } => {
-                spans.extend(batch.iter().map(|f| (f.as_ptr() as usize, f.len())))
-            }
-            _ => return,
+            Input::Submit { frame, .. } => self.hold(frame),
+            Input::SubmitBatch { batch, .. } => batch.iter().for_each(|f| self.hold(f)),
+            _ => {}
         }
-        for (at, len) in spans {
-            let seq = self.recovered.pop_front().unwrap_or_else(|| {
-                self.next += 1;
-                self.next - 1
-            });
-            self.held.push_back(Held {
-                seq,
-                at,
-                len,
-                abandoned: false,
-            });
-        }
+    }
+
+    /// Gives the next number to a frame the machine is to hold.
+    fn hold(&mut self, frame: &[u8]) {
+        let seq = self.recovered.pop_front().unwrap_or_else(|| {
+            self.next += 1;
+            self.next - 1
+        });
+        self.held.push_back(Held {
+            seq,
+            at: frame.as_ptr() as usize,
+            len: frame.len(),
+            abandoned: false,
+        });
     }
 
     /// A frame given back by the machine; `closed`: the machine had closed by then.
