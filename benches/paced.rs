@@ -5,7 +5,7 @@
 //! Run with `cargo bench --bench paced` (5 s per client, case and pace), `-- --quick` (2 s)
 //! or `--smoke` (or `RELINK_BENCH_SMOKE=1`: 0.3 s, to show that it runs to the end).
 //! `--gap-us N` runs one pace (a frame every N µs), `--case in|out|rr` one case, and
-//! `--client relink` relink alone (no ratios).
+//! `--client relink` (or `never`) that relink client alone (no ratios).
 //!
 //! Three cases, each a line-framed connection to a peer thread on 127.0.0.1:
 //! - `in`: the peer writes a line every gap; the client takes each one (relink:
@@ -16,22 +16,27 @@
 //! - `rr`: request and reply: every gap the client writes a line and waits for the peer's
 //!   echo of it.
 //!
+//! relink runs twice: as built by default (`Looks::Learnt`: a waiting thread looks for a
+//! reply before it sleeps) and with `Looks::Never` (every wait sleeps at once), the setting that
+//! trades the round trip for CPU.
+//!
 //! Every client paces itself the same way (`thread::sleep` to the next tick). What is
 //! measured is the client's CPU, user + system, over its run: this process's
 //! (`getrusage(RUSAGE_SELF)`) less the peer thread's own (`CLOCK_THREAD_CPUTIME_ID`), in per
 //! cent of one core. One line per case and pace, relink's CPU beside the baselines' and as
 //! ratios (above 1: relink uses more), and for `rr` the round trip's p50 and its ratio:
 //!
-//! `paced case=<in|out|rr> gap_us=<200|2000> relink_cpu_pct=<r> std_cpu_pct=<s>
-//! tokio_cpu_pct=<t> ratio_std=<r/s> ratio_tokio=<r/t>[ relink_p50_us=<..> std_p50_us=<..>
-//! tokio_p50_us=<..> rtt_ratio_tokio=<..>]`
+//! `paced case=<in|out|rr> gap_us=<200|2000> relink_cpu_pct=<r> never_cpu_pct=<n>
+//! std_cpu_pct=<s> tokio_cpu_pct=<t> ratio_std=<r/s> ratio_tokio=<r/t> never_ratio_tokio=<n/t>
+//! [ relink_p50_us=<..> never_p50_us=<..> std_p50_us=<..> tokio_p50_us=<..>
+//! rtt_ratio_tokio=<..> never_rtt_ratio_tokio=<..>]`
 //!
 //! Before it, where relink's CPU went, thread by thread (`/proc/self/task`: CPU µs and
 //! voluntary context switches, each a sleep and so a wake-up, per frame; `app` is the
 //! pacing thread, `relink-io` relink's IO thread, `ZMQbg-IO-0` libzmq's):
 //!
-//! `paced threads case=<..> gap_us=<..> <thread>_us=<..> <thread>_wakes=<..> ...
-//! all_us=<..> all_wakes=<..>`
+//! `paced threads looks=<learnt|never> case=<..> gap_us=<..> <thread>_us=<..>
+//! <thread>_wakes=<..> ... all_us=<..> all_wakes=<..>`
 
 mod support;
 
@@ -43,7 +48,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::{SinkExt, StreamExt};
 use relink::framing::Lines;
-use relink::{Event, Link, State};
+use relink::{Event, Link, Looks, State};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio_util::codec::{FramedRead, FramedWrite, LinesCodec};
 
@@ -75,7 +80,7 @@ impl Case {
 
 #[derive(Clone, Copy)]
 enum Client {
-    Relink,
+    Relink(Looks),
     Std,
     Tokio,
 }
@@ -150,7 +155,7 @@ fn run(case: Case, client: Client, gap: Duration, window: Duration) -> Run {
     let peer = peer(case, gap, window, tx);
     let before = cpu_time();
     let p50_us = match client {
-        Client::Relink => relink(case, &peer.endpoint(), gap, window),
+        Client::Relink(looks) => relink(case, looks, &peer.endpoint(), gap, window),
         Client::Std => std_client(case, peer.port(), gap, window),
         Client::Tokio => tokio_client(case, peer.port(), gap, window),
     };
@@ -212,9 +217,10 @@ impl LineClient for Link {
     }
 }
 
-fn relink(case: Case, endpoint: &str, gap: Duration, window: Duration) -> f64 {
+fn relink(case: Case, looks: Looks, endpoint: &str, gap: Duration, window: Duration) -> f64 {
     let mut link = Link::builder(endpoint)
         .framing(Lines::new())
+        .looks(looks)
         .build()
         .expect("build the link");
     support::wait_state(&link, State::Ready, Instant::now() + BOUND);
@@ -223,7 +229,12 @@ fn relink(case: Case, endpoint: &str, gap: Duration, window: Duration) -> f64 {
     let after = threads::Threads::read();
     let frames = (window.as_micros() / gap.as_micros()).max(1) as f64;
     println!(
-        "paced threads case={} gap_us={}{}",
+        "paced threads looks={} case={} gap_us={}{}",
+        if looks == Looks::Never {
+            "never"
+        } else {
+            "learnt"
+        },
         case.name(),
         gap.as_micros(),
         after.since(&before).per_frame(frames)
@@ -304,8 +315,8 @@ fn tokio_client(case: Case, port: u16, gap: Duration, window: Duration) -> f64 {
 }
 
 fn main() {
-    // `cargo bench` adds `--bench`; every argument but `--quick`, `--smoke`, `--gap-us` and
-    // `--case` is ignored.
+    // `cargo bench` adds `--bench`; every argument but `--quick`, `--smoke`, `--gap-us`,
+    // `--case` and `--client` is ignored.
     let smoke = support::smoke();
     let window = Duration::from_millis(if smoke {
         300
@@ -326,9 +337,15 @@ fn main() {
         Some(other) => panic!("--case takes in, out or rr, not {other}"),
     };
     let clients: Vec<Client> = match support::arg("client").as_deref() {
-        None => vec![Client::Relink, Client::Std, Client::Tokio],
-        Some("relink") => vec![Client::Relink],
-        Some(other) => panic!("--client takes relink, not {other}"),
+        None => vec![
+            Client::Relink(Looks::Learnt),
+            Client::Relink(Looks::Never),
+            Client::Std,
+            Client::Tokio,
+        ],
+        Some("relink") => vec![Client::Relink(Looks::Learnt)],
+        Some("never") => vec![Client::Relink(Looks::Never)],
+        Some(other) => panic!("--client takes relink or never, not {other}"),
     };
     for gap_us in gaps {
         let gap = Duration::from_micros(gap_us);
@@ -341,8 +358,8 @@ fn main() {
                 .iter()
                 .map(|&client| run(case, client, gap, window))
                 .collect();
-            let [relink, std, tokio] = match runs.as_slice() {
-                [relink, std, tokio] => [relink, std, tokio],
+            let [relink, never, std, tokio] = match runs.as_slice() {
+                [relink, never, std, tokio] => [relink, never, std, tokio],
                 [relink] => {
                     println!(
                         "paced case={} gap_us={gap_us} relink_cpu_pct={:.1} relink_p50_us={:.1}",
@@ -352,28 +369,34 @@ fn main() {
                     );
                     continue;
                 }
-                _ => unreachable!("one client or three"),
+                _ => unreachable!("one client or four"),
             };
             let round_trip = if case == Case::Rr {
                 format!(
-                    " relink_p50_us={:.1} std_p50_us={:.1} tokio_p50_us={:.1} rtt_ratio_tokio={:.2}",
+                    " relink_p50_us={:.1} never_p50_us={:.1} std_p50_us={:.1} tokio_p50_us={:.1} \
+                     rtt_ratio_tokio={:.2} never_rtt_ratio_tokio={:.2}",
                     relink.p50_us,
+                    never.p50_us,
                     std.p50_us,
                     tokio.p50_us,
-                    relink.p50_us / tokio.p50_us.max(0.01)
+                    relink.p50_us / tokio.p50_us.max(0.01),
+                    never.p50_us / tokio.p50_us.max(0.01)
                 )
             } else {
                 String::new()
             };
             println!(
-                "paced case={} gap_us={gap_us} relink_cpu_pct={:.1} std_cpu_pct={:.1} \
-                 tokio_cpu_pct={:.1} ratio_std={:.2} ratio_tokio={:.2}{round_trip}",
+                "paced case={} gap_us={gap_us} relink_cpu_pct={:.1} never_cpu_pct={:.1} \
+                 std_cpu_pct={:.1} tokio_cpu_pct={:.1} ratio_std={:.2} ratio_tokio={:.2} \
+                 never_ratio_tokio={:.2}{round_trip}",
                 case.name(),
                 relink.cpu_pct,
+                never.cpu_pct,
                 std.cpu_pct,
                 tokio.cpu_pct,
                 relink.cpu_pct / std.cpu_pct.max(0.01),
                 relink.cpu_pct / tokio.cpu_pct.max(0.01),
+                never.cpu_pct / tokio.cpu_pct.max(0.01),
             );
         }
     }

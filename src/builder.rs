@@ -16,7 +16,7 @@ use crate::core::requests::{Correlation, RequestSettings};
 use crate::core::settings::{ProofOfLife, Settings, HANDSHAKE_TIMEOUT};
 use crate::core::window::Redelivery;
 use crate::error::ConfigError;
-use crate::io::{self, Context, IoPool, Keepalive, Resolver};
+use crate::io::{self, Context, IoPool, Keepalive, Looks, Resolver};
 use crate::tls::Tls;
 
 mod check;
@@ -97,6 +97,7 @@ pub(crate) struct Config {
     pub close_timeout: Duration,
     pub resolver: Option<Resolver>,
     pub spool: Option<crate::spool::Spool>,
+    pub looks: Looks,
 }
 
 /// Builds a [`Link`](crate::Link). Made by [`Link::builder`](crate::Link::builder); every
@@ -113,7 +114,7 @@ pub(crate) struct Config {
 /// | requests | [`requests`](Builder::requests) ([`Requests`]) | [`correlation`](Builder::correlation), [`request_timeout`](Builder::request_timeout), [`request_limits`](Builder::request_limits), [`request_redelivery`](Builder::request_redelivery) |
 /// | receiving | | [`events_capacity`](Builder::events_capacity), [`closed_frames_wait`](Builder::closed_frames_wait) |
 /// | libzmq's socket | [`socket`](Builder::socket) ([`SocketOptions`]) | [`connect_timeout`](Builder::connect_timeout), [`immediate`](Builder::immediate), [`reconnect_ivl`](Builder::reconnect_ivl), [`reconnect_ivl_max`](Builder::reconnect_ivl_max), [`linger`](Builder::linger), [`hwm`](Builder::hwm), [`tcp_keepalive`](Builder::tcp_keepalive), [`tcp_maxrt`](Builder::tcp_maxrt) |
-/// | threads and the process | | [`context`](Builder::context), [`io_pool`](Builder::io_pool), [`slow_callback`](Builder::slow_callback), [`close_timeout`](Builder::close_timeout) |
+/// | threads and the process | | [`context`](Builder::context), [`io_pool`](Builder::io_pool), [`looks`](Builder::looks), [`slow_callback`](Builder::slow_callback), [`close_timeout`](Builder::close_timeout) |
 ///
 /// # Examples
 /// A link to a line-based service, with a heartbeat, a bounded outbox and a give-up point:
@@ -237,6 +238,7 @@ impl Builder {
                 closed_frames_wait: defaults::CLOSED_FRAMES_WAIT,
                 close_timeout: defaults::CLOSE_TIMEOUT,
                 resolver: None,
+                looks: Looks::Learnt,
             },
         }
     }
@@ -800,6 +802,18 @@ impl Builder {
     /// See the example on [`Builder::events_capacity`].
     pub fn closed_frames_wait(mut self, d: Duration) -> Builder {
         self.config.closed_frames_wait = d;
+        self
+    }
+
+    /// How the threads that wait on the link wait: look for a while before sleeping
+    /// ([`Looks::Learnt`], the default: the shortest round trip) or sleep at once
+    /// ([`Looks::Never`]: less CPU per request and reply, a longer round trip). It applies to
+    /// the application's blocking receives and requests on this link, and to the IO thread's
+    /// looks after this link's passes.
+    ///
+    /// See the example on [`Looks`].
+    pub fn looks(mut self, looks: Looks) -> Builder {
+        self.config.looks = looks;
         self
     }
 

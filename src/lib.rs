@@ -341,7 +341,7 @@ pub use builder::{defaults, Builder, Delivery, Overflow, Reconnect, Requests, So
 pub use bytes;
 pub use event::{AbandonReason, Cause, Event, State, Transition};
 pub use events::Events;
-pub use io::{IoPool, Keepalive};
+pub use io::{IoPool, Keepalive, Looks};
 pub use link::{Link, Producer, Writer};
 pub use metrics::{Abandoned, Metrics};
 pub use request::Pending;

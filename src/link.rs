@@ -25,7 +25,7 @@ use crate::events::Events;
 use crate::io::answer::Answer;
 use crate::io::ids::next_link_id;
 use crate::io::intake::{Asked, Intake, Refused, Tell};
-use crate::io::look::LookSpan;
+use crate::io::look::{LookSpan, Looks};
 use crate::io::pool::WorkerRef;
 use crate::io::shared::{Command, Shared};
 use crate::io::slot::{IoSettings, Slot, Wiring};
@@ -164,7 +164,11 @@ impl Link {
             }
             None => (None, None),
         };
-        let shared = Arc::new(Shared::new(worker.wake.clone(), intake).with_spool(store.clone()));
+        let shared = Arc::new(
+            Shared::new(worker.wake.clone(), intake)
+                .with_looks(config.looks)
+                .with_spool(store.clone()),
+        );
         let report = recovered.as_ref().and_then(|r| {
             let frames = r.frames.len() as u64;
             (frames > 0 || r.cut_bytes > 0 || r.lost.0 > 0).then(|| Event::Recovered {
@@ -192,6 +196,7 @@ impl Link {
             resolver: config.resolver.clone(),
             events_capacity: config.events_capacity,
             closed_frames_wait: config.closed_frames_wait,
+            looks: config.looks == Looks::Learnt,
         };
         let wiring = Wiring {
             context,

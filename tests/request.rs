@@ -13,8 +13,8 @@ use relink::bytes::Bytes;
 use relink::error::RequestError;
 use relink::framing::{Lines, Resp};
 use relink::{
-    AbandonReason, Correlation, Event, Handshake, Link, Overflow, Pending, Predicate, Redelivery,
-    State,
+    AbandonReason, Correlation, Event, Handshake, Link, Looks, Overflow, Pending, Predicate,
+    Redelivery, State,
 };
 use util::*;
 
@@ -172,6 +172,36 @@ fn frames_and_requests_called_together_each_keep_the_order_of_their_calls() {
         got.into_iter().partition(|l| l.starts_with('r'));
     assert_eq!(got_frames, frames);
     assert_eq!(got_requests, requests);
+    link.close(T);
+}
+
+#[test]
+fn a_link_that_never_looks_answers_each_request_and_delivers_each_push_in_turn() {
+    let peer = Peer::start(Behaviour::script(|c| {
+        while let Ok(line) = c.read_line(T) {
+            let out = format!("{}\n>push\n", String::from_utf8_lossy(&line));
+            if c.write_all(out.as_bytes()).is_err() {
+                return;
+            }
+        }
+    }));
+    let link = lines_link(&peer)
+        .correlation(Correlation::in_order_except(|f| f.starts_with(b">")))
+        .looks(Looks::Never)
+        .build()
+        .unwrap();
+    // One at a time: every wait finds nothing at first and sleeps, so each reply and each push
+    // reaches a caller only through a wake-up.
+    for i in 0..200 {
+        let reply = link.request_within(format!("q{i}"), T).unwrap();
+        assert_eq!(reply, format!("q{i}").into_bytes(), "request {i}");
+        let push = loop {
+            if let Event::Frame(f) = link.events().recv_timeout(T).unwrap() {
+                break f;
+            }
+        };
+        assert_eq!(push, &b">push"[..], "push {i}");
+    }
     link.close(T);
 }
 

@@ -22,6 +22,46 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+/// Whether the threads that wait on a link look for what they wait for before they sleep: a
+/// reply, an event, room for the next frame's batch. Given to
+/// [`Builder::looks`](crate::Builder::looks).
+///
+/// Each frame passes three threads: the application's, relink's IO thread and libzmq's. A
+/// thread that sleeps and is woken costs tens of microseconds of CPU on a virtual machine,
+/// more than a round trip on loopback. [`Looks::Learnt`] spends CPU to save the wake-ups
+/// where a reply is due soon; [`Looks::Never`] saves the CPU and pays the wake-ups. Streams
+/// coming in or going out at a steady pace cost the same under both: their looks shrink to
+/// none.
+///
+/// `cargo bench --bench paced -- --quick`, a request and its reply every 200 µs on the 2-core
+/// machine of docs/benchmarks.md: `Never` takes about 0.65 × the CPU of `Learnt` for a round
+/// trip about 40 µs longer (docs/design.md, "CPU at a steady pace").
+///
+/// # Examples
+/// ```
+/// use std::time::Duration;
+/// use relink::{Link, Looks};
+///
+/// // A device polled every few seconds: its round trip matters less than the core.
+/// let link = Link::builder("tcp://127.0.0.1:7000").looks(Looks::Never).build()?;
+/// # link.close(Duration::ZERO);
+/// # Ok::<(), relink::error::ConfigError>(())
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Looks {
+    /// Look before sleeping, for as long as the link's traffic says it wins: a thread about to
+    /// sleep until a reply comes looks for it first, yielding its core between looks, for
+    /// 30–250 µs learnt from how soon replies come; a thread waiting on a stream looks for at
+    /// most 30 µs, and not at all once frames come further apart. The default: the shortest
+    /// round trip.
+    #[default]
+    Learnt,
+    /// Never look: every wait that finds nothing sleeps at once and costs a wake-up, and no
+    /// CPU is spent looking.
+    Never,
+}
+
 /// The longest look on a stream, and the shortest for a reply; the first of both.
 pub(crate) const LOOK: Duration = Duration::from_micros(30);
 
@@ -55,12 +95,34 @@ impl LookSpan {
         LookSpan::between(0, LOOK.as_micros() as u64)
     }
 
+    /// No look at all ([`Looks::Never`]).
+    pub(crate) const fn none() -> LookSpan {
+        LookSpan {
+            micros: AtomicU64::new(0),
+            min: 0,
+            max: 0,
+        }
+    }
+
+    /// A reply's and a stream's looks for a link that waits so.
+    pub(crate) const fn for_looks(looks: Looks) -> (LookSpan, LookSpan) {
+        match looks {
+            Looks::Learnt => (LookSpan::reply(), LookSpan::stream()),
+            Looks::Never => (LookSpan::none(), LookSpan::none()),
+        }
+    }
+
     const fn between(min: u64, max: u64) -> LookSpan {
         LookSpan {
             micros: AtomicU64::new(LOOK.as_micros() as u64),
             min,
             max,
         }
+    }
+
+    /// Whether the span never looks.
+    pub(crate) fn never(&self) -> bool {
+        self.max == 0
     }
 
     /// How long to look now.
@@ -136,7 +198,8 @@ impl Default for LookSpan {
 ///
 /// `find` is called at least twice, before and after one yield, however long the yield
 /// takes: on a loaded machine a yield can outlast the whole bound, and the look after it is
-/// the one that sees what the other thread handed over meanwhile.
+/// the one that sees what the other thread handed over meanwhile. A span that never looks
+/// ([`Looks::Never`]) calls it once.
 pub(crate) fn look<T>(
     window: &LookSpan,
     deadline: Option<Instant>,
@@ -144,6 +207,9 @@ pub(crate) fn look<T>(
 ) -> Option<T> {
     if let Some(found) = find() {
         return Some(found);
+    }
+    if window.never() {
+        return None;
     }
     let start = Instant::now();
     let bound = start + window.get();
@@ -191,6 +257,31 @@ mod tests {
             calls, 2,
             "a deadline already past ends the look after one yield"
         );
+    }
+
+    #[test]
+    fn a_span_that_never_looks_asks_once_and_learns_nothing() {
+        let (reply, stream) = LookSpan::for_looks(Looks::Never);
+        for span in [&reply, &stream] {
+            let mut calls = 0;
+            assert_eq!(
+                look(span, None, || {
+                    calls += 1;
+                    None::<()>
+                }),
+                None
+            );
+            assert_eq!(calls, 1, "no yield, no second call");
+            span.waited(Duration::from_micros(10), true);
+            assert_eq!(span.get(), Duration::ZERO, "a wait does not make it look");
+        }
+        let (reply, _) = LookSpan::for_looks(Looks::Learnt);
+        let mut calls = 0;
+        look(&reply, None, || {
+            calls += 1;
+            None::<()>
+        });
+        assert!(calls >= 2, "the learnt span looks");
     }
 
     #[test]

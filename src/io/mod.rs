@@ -48,6 +48,7 @@ pub(crate) mod timer;
 pub(crate) mod worker;
 
 pub use context::{Context, MAX_SOCKETS};
+pub use look::Looks;
 pub use pool::IoPool;
 pub(crate) use resolver::Resolver;
 pub use socket::Keepalive;

@@ -16,7 +16,7 @@ use super::answer::Promise;
 use super::ffi::EventFd;
 use super::intake::{Intake, Taken};
 use super::lane::Lanes;
-use super::look::LookSpan;
+use super::look::{LookSpan, Looks};
 use super::padded::Padded;
 use super::snapshot::Sources;
 use super::spool::Store;
@@ -174,6 +174,14 @@ impl Shared {
             replying: AtomicBool::new(false),
             spool: None,
         }
+    }
+
+    /// The same, looking as `looks` says ([`Looks`]).
+    pub(crate) fn with_looks(mut self, looks: Looks) -> Shared {
+        let (look, stream_look) = LookSpan::for_looks(looks);
+        self.look = Arc::new(look);
+        self.stream_look = stream_look;
+        self
     }
 
     /// The same, with a spool.

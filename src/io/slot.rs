@@ -51,6 +51,9 @@ pub(crate) struct IoSettings {
     pub events_capacity: usize,
     /// How long the frames of a connection the peer closed may wait for the application.
     pub closed_frames_wait: Duration,
+    /// Whether the IO thread looks for what comes next after this link's passes
+    /// ([`Looks`](super::look::Looks)).
+    pub looks: bool,
 }
 
 /// Batches written for one link per pass.
@@ -114,6 +117,8 @@ pub(crate) struct Slot {
     traffic: (u64, u64),
     replies: Replies,
     awaiting: bool,
+    /// The IO thread looks for what comes next after this link's passes (`Looks::Learnt`).
+    pub(super) looks: bool,
     released: (u64, u64),
     /// The machine stopped (when, for the bound on waiting for senders).
     pub(super) stopped: Option<Instant>,
@@ -250,6 +255,7 @@ impl Slot {
             traffic: (0, 0),
             replies: Replies::default(),
             awaiting: false,
+            looks: io.looks,
             released: (0, 0),
             stopped: None,
             monitor_mismatch: 0,

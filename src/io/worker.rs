@@ -553,7 +553,10 @@ impl Worker {
         slot.queued = false;
         let before = slot.machine.traffic();
         let more = slot.pass(now, &mut self.buf);
-        let busy = if slot.awaits_reply() {
+        let busy = if !slot.looks {
+            // `Looks::Never`: nothing this link moved is looked for.
+            Moved::Nothing
+        } else if slot.awaits_reply() {
             Moved::AwaitingReply
         } else if slot.machine.traffic() != before {
             Moved::Data
