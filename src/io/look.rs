@@ -120,11 +120,6 @@ impl LookSpan {
         }
     }
 
-    /// Whether the span never looks.
-    pub(crate) fn never(&self) -> bool {
-        self.max == 0
-    }
-
     /// How long to look now.
     pub(crate) fn get(&self) -> Duration {
         Duration::from_micros(self.micros.load(Ordering::Relaxed))
@@ -198,8 +193,9 @@ impl Default for LookSpan {
 ///
 /// `find` is called at least twice, before and after one yield, however long the yield
 /// takes: on a loaded machine a yield can outlast the whole bound, and the look after it is
-/// the one that sees what the other thread handed over meanwhile. A span that never looks
-/// ([`Looks::Never`]) calls it once.
+/// the one that sees what the other thread handed over meanwhile. A span at zero (a stream's
+/// whose frames come further apart than its most, or [`Looks::Never`]) calls it once: no
+/// look, no yield.
 pub(crate) fn look<T>(
     window: &LookSpan,
     deadline: Option<Instant>,
@@ -208,11 +204,12 @@ pub(crate) fn look<T>(
     if let Some(found) = find() {
         return Some(found);
     }
-    if window.never() {
+    let span = window.get();
+    if span.is_zero() {
         return None;
     }
     let start = Instant::now();
-    let bound = start + window.get();
+    let bound = start + span;
     let until = deadline.map_or(bound, |d| d.min(bound));
     loop {
         std::thread::yield_now();
@@ -282,6 +279,21 @@ mod tests {
             None::<()>
         });
         assert!(calls >= 2, "the learnt span looks");
+        // A stream whose frames come further apart than its most stops looking, and yields
+        // no more; one that comes soon after a look makes it look again.
+        let stream = LookSpan::stream();
+        for _ in 0..4 {
+            stream.waited(Duration::from_micros(2_000), true);
+        }
+        assert_eq!(stream.get(), Duration::ZERO);
+        let mut calls = 0;
+        look(&stream, None, || {
+            calls += 1;
+            None::<()>
+        });
+        assert_eq!(calls, 1, "a stream's look at zero asks once");
+        stream.waited(Duration::from_micros(10), true);
+        assert_eq!(stream.get(), Duration::from_micros(LOOK_STEP));
     }
 
     #[test]
