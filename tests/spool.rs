@@ -19,17 +19,27 @@ use util::*;
 
 const BOUND: Duration = Duration::from_secs(20);
 
-/// Not a test of its own: the child of the crash trials. It streams numbered lines through a
-/// spooled link to the port it is given, a burst each millisecond, and prints `ok SEQ MICROS`
-/// for each frame whose `send` returned `Ok`, until it is killed (or 30 s).
+/// The child of the crash trials: it streams numbered lines through a spooled link to the
+/// port it is given, a burst each millisecond, and prints `ok SEQ MICROS` for each frame whose
+/// `send` returned `Ok`, until it is killed (or 30 s). Run on its own, it checks that role: it
+/// starts itself as such a child against a local sink, kills it, and expects the numbers it
+/// printed one apart, in order and each once.
 #[test]
-#[ignore = "the crash trials' child process; does nothing on its own"]
+#[ignore = "starts a child process; the crash trials rely on it"]
 fn spool_child_helper_streams_numbered_frames_until_killed() {
     let (Ok(dir), Ok(policy), Ok(port)) = (
         std::env::var(SPOOL_DIR_VAR),
         std::env::var(SPOOL_POLICY_VAR),
         std::env::var(SPOOL_PORT_VAR),
     ) else {
+        let dir = ScratchDir::new("spool-child-alone");
+        let sink = Peer::start(Behaviour::Sink);
+        let mut child = SpoolChild::start(dir.path(), "group:5", sink.port());
+        assert!(child.running(), "the child died by itself");
+        let acked: Vec<u64> = child.kill9().into_iter().map(|(seq, _)| seq).collect();
+        let first = acked[0];
+        let expected: Vec<u64> = (first..first + acked.len() as u64).collect();
+        assert_eq!(acked, expected, "numbers one apart, in order, each once");
         return;
     };
     let link = Link::builder(endpoint_for(port.parse().expect("port")))

@@ -34,8 +34,9 @@ use std::time::{Duration, Instant};
 /// none.
 ///
 /// `cargo bench --bench paced -- --quick`, a request and its reply every 200 µs on the 2-core
-/// machine of docs/benchmarks.md: `Never` takes about 0.65 × the CPU of `Learnt` for a round
-/// trip about 40 µs longer (docs/design.md, "CPU at a steady pace").
+/// machine of docs/benchmarks.md: `Never` takes 0.68–0.77 × the CPU of `Learnt` for a round
+/// trip 35–55 µs longer; at one every 2 ms, 0.72–0.88 × (docs/benchmarks.md, "Paced
+/// traffic").
 ///
 /// # Examples
 /// ```
