@@ -23,8 +23,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// Whether the threads that wait on a link look for what they wait for before they sleep: a
-/// reply, an event, room for the next frame's batch. Given to
-/// [`Builder::looks`](crate::Builder::looks).
+/// request's reply, the link's next event, the IO thread's next input after a write. Given to
+/// [`Builder::looks`](crate::Builder::looks). A `send` waiting for room is not one of them.
 ///
 /// Each frame passes three threads: the application's, relink's IO thread and libzmq's. A
 /// thread that sleeps and is woken costs tens of microseconds of CPU on a virtual machine,
@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 ///
 /// `cargo bench --bench paced -- --quick`, a request and its reply every 200 µs on the 2-core
 /// machine of docs/benchmarks.md: `Never` takes 0.68–0.77 × the CPU of `Learnt` for a round
-/// trip 35–55 µs longer; at one every 2 ms, 0.72–0.88 × (docs/benchmarks.md, "Paced
+/// trip 34–55 µs longer; at one every 2 ms, 0.72–0.88 × (docs/benchmarks.md, "Paced
 /// traffic").
 ///
 /// # Examples
