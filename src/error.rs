@@ -783,6 +783,13 @@ pub enum RequestError {
     /// back.
     #[error("request has no id")]
     NoId(bytes::Bytes),
+    /// Refused: the protocol says the peer answers this frame with other than one reply in
+    /// its turn ([`Replies::Pushed`](crate::Replies::Pushed) or
+    /// [`Replies::Many`](crate::Replies::Many): redis' `SUBSCRIBE`), so no reply can be
+    /// matched to it. Send it with `send` and read its answers as events. The frame is given
+    /// back.
+    #[error("the peer answers this frame with no single reply (a push or several answers): send it and read the events")]
+    NoReply(bytes::Bytes),
 }
 
 impl RequestError {

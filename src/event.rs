@@ -327,6 +327,20 @@ pub enum Event {
     },
     /// Something went wrong that the application should know of.
     Error(LinkError),
+    /// The peer answered a frame given to `send` with an error, and this is the frame
+    /// ([`ReplyKind::Error`](crate::ReplyKind::Error): confirmed, the peer read it; or
+    /// [`ReplyKind::Refused`](crate::ReplyKind::Refused) under
+    /// [`Redelivery::Report`](crate::Redelivery::Report): followed by its
+    /// [`Event::Abandoned`] with reason [`Refused`](AbandonReason::Refused)). Told only
+    /// while the frame waits for its answer, so under confirmation by reply
+    /// ([`Confirm::reply`](crate::Confirm::reply)); under confirmation by TCP the reply is an
+    /// [`Event::Frame`].
+    ErrorReply {
+        /// The frame the peer answered, as given to `send`.
+        frame: Bytes,
+        /// The peer's answer.
+        reply: Bytes,
+    },
     /// The link's spool held frames at its start (a spooled link's first event, when it held
     /// any or cut a torn tail): they are sent first, in their order, each then confirmed or
     /// abandoned like any frame.

@@ -43,6 +43,8 @@ pub struct Abandoned {
     pub unconfirmed: u64,
     /// In flight at `max_losses` connection losses in a row.
     pub poison: u64,
+    /// Answered with a refusal (not run), with `Redelivery::Report`.
+    pub refused: u64,
 }
 
 impl Abandoned {
@@ -73,6 +75,7 @@ impl Abandoned {
             AbandonReason::Unencodable => &self.unencodable,
             AbandonReason::Unconfirmed => &self.unconfirmed,
             AbandonReason::Poison => &self.poison,
+            AbandonReason::Refused => &self.refused,
         }
     }
 
@@ -85,6 +88,7 @@ impl Abandoned {
             AbandonReason::Unencodable => &mut self.unencodable,
             AbandonReason::Unconfirmed => &mut self.unconfirmed,
             AbandonReason::Poison => &mut self.poison,
+            AbandonReason::Refused => &mut self.refused,
         }
     }
 
@@ -292,6 +296,13 @@ pub struct Metrics {
     /// dropped before they were confirmed (`Redelivery::Resend`); each counts again in
     /// `frames_sent` when it is written (a deadline may still end it first).
     pub frames_resent: u64,
+    /// Answers in their turn that refused a frame ([`ReplyKind::Refused`](crate::ReplyKind):
+    /// not run, to be written again): each refused frame is resent after a pause or reported,
+    /// never confirmed.
+    pub frames_refused: u64,
+    /// Answers dropped because the frame they answered had been taken back for writing again
+    /// after an earlier refusal on the same connection.
+    pub replies_dropped: u64,
     /// How long ago the oldest unconfirmed frame was handed to the socket.
     pub oldest_unconfirmed: Option<Duration>,
     /// Frames the link's [`Spool`](crate::Spool) held at its start, sent again (each also
@@ -369,6 +380,8 @@ impl Metrics {
             frames_confirmed: 0,
             frames_unconfirmed: 0,
             frames_resent: 0,
+            frames_refused: 0,
+            replies_dropped: 0,
             oldest_unconfirmed: None,
             frames_recovered: 0,
             spool_bytes_cut: 0,

@@ -39,11 +39,16 @@ pub enum AbandonReason {
     /// enough to take it) is given back instead of being written forever, and what waits
     /// behind it moves on.
     Poison,
+    /// The peer answered it with a refusal (it did not run it and will later: redis'
+    /// `-LOADING`; [`ReplyKind::Refused`](crate::ReplyKind::Refused)), with
+    /// [`Redelivery::Report`](crate::Redelivery::Report). The reply came just before, in an
+    /// [`Event::ErrorReply`](crate::Event::ErrorReply).
+    Refused,
 }
 
 impl AbandonReason {
     /// Every reason, in the order the metrics list them.
-    pub const ALL: [AbandonReason; 7] = [
+    pub const ALL: [AbandonReason; 8] = [
         AbandonReason::Expired,
         AbandonReason::Overflow,
         AbandonReason::Shutdown,
@@ -51,6 +56,7 @@ impl AbandonReason {
         AbandonReason::Unencodable,
         AbandonReason::Unconfirmed,
         AbandonReason::Poison,
+        AbandonReason::Refused,
     ];
 
     /// The one-word form.
@@ -63,6 +69,7 @@ impl AbandonReason {
             AbandonReason::Unencodable => "unencodable",
             AbandonReason::Unconfirmed => "unconfirmed",
             AbandonReason::Poison => "poison",
+            AbandonReason::Refused => "refused",
         }
     }
 }

@@ -146,6 +146,9 @@ pub(crate) enum Turn {
     Frame,
     /// A request: its answer goes to the request matcher.
     Request,
+    /// The frame it waited for was taken back after a refusal, to be written again: its
+    /// answer is dropped.
+    Void,
 }
 
 /// The kind of a control frame written ahead of the outbox.
@@ -171,31 +174,47 @@ impl Control {
     }
 }
 
-/// The turns of one connection, oldest first, each with the stream offset just past its last
-/// byte.
+/// One turn: what it waits for, the stream offset just past its last byte, and how many
+/// frames of the connection's window were written up to it (a frame's own turn counts the
+/// frame): its answer confirms that many.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Waiting {
+    pub(crate) turn: Turn,
+    pub(crate) end: u64,
+    pub(crate) upto: u64,
+}
+
+/// The turns of one connection, oldest first.
 #[derive(Debug, Default)]
 pub(crate) struct Turns {
-    queue: VecDeque<(Turn, u64)>,
+    queue: VecDeque<Waiting>,
     /// The end of the newest ping written on the connection.
     last_ping_end: Option<u64>,
 }
 
 impl Turns {
-    pub(crate) fn push(&mut self, turn: Turn, end: u64) {
+    pub(crate) fn push(&mut self, turn: Turn, end: u64, upto: u64) {
         if let Turn::Ping { .. } = turn {
             self.last_ping_end = Some(end);
         }
-        self.queue.push_back((turn, end));
+        self.queue.push_back(Waiting { turn, end, upto });
     }
 
     /// The turn whose answer comes next.
     pub(crate) fn front(&self) -> Option<Turn> {
-        self.queue.front().map(|&(t, _)| t)
+        self.queue.front().map(|w| w.turn)
     }
 
-    /// Takes the next turn: what it was, and where it ends.
-    pub(crate) fn pop(&mut self) -> Option<(Turn, u64)> {
+    /// Takes the next turn.
+    pub(crate) fn pop(&mut self) -> Option<Waiting> {
         self.queue.pop_front()
+    }
+
+    /// Every turn of `kind` still waiting becomes [`Turn::Void`]: its answer will be dropped.
+    pub(crate) fn void(&mut self, kind: Turn) {
+        for w in self.queue.iter_mut().filter(|w| w.turn == kind) {
+            w.turn = Turn::Void;
+        }
     }
 
     /// Whether a ping was written after stream offset `end`.
@@ -216,15 +235,28 @@ mod tests {
     #[test]
     fn turns_come_back_in_the_order_they_were_written() {
         let mut t = Turns::default();
-        t.push(Turn::Frame, 4);
-        t.push(Turn::Ping { heartbeat: true }, 10);
-        t.push(Turn::Request, 15);
+        t.push(Turn::Frame, 4, 1);
+        t.push(Turn::Ping { heartbeat: true }, 10, 1);
+        t.push(Turn::Request, 15, 1);
         assert!(t.ping_after(4) && t.ping_after(10) && !t.ping_after(11));
-        assert_eq!(t.pop(), Some((Turn::Frame, 4)));
-        assert_eq!(t.pop(), Some((Turn::Ping { heartbeat: true }, 10)));
+        let w = |turn, end, upto| Some(Waiting { turn, end, upto });
+        assert_eq!(t.pop(), w(Turn::Frame, 4, 1));
+        assert_eq!(t.pop(), w(Turn::Ping { heartbeat: true }, 10, 1));
         assert_eq!(t.last_ping_end(), 10);
         assert_eq!(t.front(), Some(Turn::Request));
-        assert_eq!(t.pop(), Some((Turn::Request, 15)));
+        assert_eq!(t.pop(), w(Turn::Request, 15, 1));
         assert_eq!(t.pop(), None);
+    }
+
+    #[test]
+    fn voided_turns_keep_their_place_and_lose_their_kind() {
+        let mut t = Turns::default();
+        t.push(Turn::Frame, 4, 1);
+        t.push(Turn::Request, 8, 1);
+        t.push(Turn::Frame, 12, 2);
+        t.void(Turn::Frame);
+        assert_eq!(t.pop().map(|w| w.turn), Some(Turn::Void));
+        assert_eq!(t.pop().map(|w| w.turn), Some(Turn::Request));
+        assert_eq!(t.pop().map(|w| (w.turn, w.upto)), Some((Turn::Void, 2)));
     }
 }

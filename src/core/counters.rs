@@ -33,6 +33,8 @@ pub(super) struct Counters {
     pub(super) tls_rejected: u64,
     pub(super) confirmed: u64,
     pub(super) resent: u64,
+    pub(super) refused: u64,
+    pub(super) replies_dropped: u64,
     pub(super) barriers: u64,
     pub(super) handshakes_refused: u64,
     pub(super) answered_by_link: u64,

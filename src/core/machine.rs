@@ -38,9 +38,9 @@ use self::delivery::Delivery;
 use self::dial::{Dialer, Next};
 use self::outage::Outage;
 use self::receive::{unsolicited, verdict};
-use self::transmit::{fill_batch, Filled, SEND_RETRY};
+use self::transmit::{fill_batch, Bounds, Ends, Filled, SEND_RETRY};
 use super::backoff::Backoff;
-use super::confirm::{Answers, Control, Turn};
+use super::confirm::{Answers, Control, Turn, Waiting};
 use super::counters::Counters;
 use super::endpoints::{fmt_addr, Endpoints};
 use super::framing::BoxedFraming;
@@ -48,17 +48,26 @@ use super::guard::{guarded, timed};
 use super::guard::{Panicked, Stopwatch};
 use super::heartbeat::{Ping, Reply};
 use super::protocol::BoxedProtocol;
-use super::protocol::{Reaction, Verdict as Opened};
+use super::protocol::{Reaction, Replies, ReplyKind, Verdict as Opened};
 use super::requests::{Matched, Verdict};
 use super::requests::{Outcome, Token};
 use super::settings::ProofOfLife;
 use super::settings::Settings;
 use super::timers::{Timer, Timers};
+use super::window::Redelivery;
 use super::tls::{TlsSession, TlsSettings};
 use crate::batch::Batch;
 use crate::error::{Callback, DecodeError, FlushError, LinkError, RequestError, TlsError};
 use crate::event::{AbandonReason, Cause, Event, State, Transition};
 use crate::metrics::Metrics;
+
+/// The first pause after a refusal; it doubles while refusals go on, up to the most.
+const REFUSAL_PAUSE_FIRST: Duration = Duration::from_millis(10);
+const REFUSAL_PAUSE_MAX: Duration = Duration::from_secs(1);
+/// The first pause before an opening the peer said "not yet" to is written again; it doubles
+/// up to the most.
+const REOPEN_PAUSE_FIRST: Duration = Duration::from_millis(10);
+const REOPEN_PAUSE_MAX: Duration = Duration::from_millis(250);
 
 /// What the IO side tells the machine.
 #[derive(Debug)]
@@ -414,8 +423,11 @@ impl Machine {
                 self.step(now, ev);
             }
         }
-        if self.timers.take(Timer::SendRetry, now) {
-            // Nothing to do: poll_transmit offers the batch again.
+        // Nothing to do for these: poll_transmit offers the batch again.
+        self.timers.take(Timer::SendRetry, now);
+        self.timers.take(Timer::Pause, now);
+        if self.timers.take(Timer::Reopen, now) && self.state == State::Connected {
+            self.open(now);
         }
         if self.timers.take(Timer::DnsRefresh, now) {
             self.refresh_dns();
@@ -622,6 +634,8 @@ impl Machine {
             Timer::Handshake,
             Timer::Stable,
             Timer::SendRetry,
+            Timer::Pause,
+            Timer::Reopen,
         ] {
             self.timers.disarm(t);
         }
@@ -911,6 +925,21 @@ impl Machine {
                 .requests
                 .answer(token, Err(RequestError::Closed(frame)));
         }
+        // A frame the peer answers with pushes, or with several answers, has no reply of its
+        // own to give the caller.
+        let in_turn = self.cfg.answers == Answers::EveryFrame && !self.delivery.requests.by_id();
+        if let Some(p) = self.protocol.as_mut().filter(|_| in_turn) {
+            let (replies, took) = timed(self.callbacks.watch(), Callback::Protocol, || {
+                p.replies(&frame)
+            });
+            self.took(now, Callback::Protocol, took);
+            if !matches!(replies, Ok(Replies::One) | Err(_)) {
+                return self
+                    .delivery
+                    .requests
+                    .answer(token, Err(RequestError::NoReply(frame)));
+            }
+        }
         self.delivery
             .requests
             .submit(now, token, frame, id, deadline);
@@ -1028,43 +1057,53 @@ impl Machine {
             self.read_paused,
         );
         conn.handshake_pending = false;
-        let mut panicked = reset.err();
-        let mut slowest = Duration::ZERO;
-        if let Some(protocol) = self.protocol.as_mut() {
-            let opening = match guarded(Callback::Protocol, || protocol.open()) {
-                Ok(o) => o,
-                Err(p) => return self.step(now, Ev::CallbackPanicked(p)),
-            };
-            for f in &opening.frames {
-                let (encoded, took) =
-                    encode(&mut self.framing, self.callbacks.watch(), &self.cfg.name, f);
-                slowest = slowest.max(took);
-                match encoded {
-                    Ok(Some(buf)) => conn.queue_control(Control::Hello, buf),
-                    Ok(None) => {}
-                    Err(p) => {
-                        panicked = Some(p);
-                        break;
-                    }
-                }
-            }
-            conn.handshake_pending = opening.wait;
-            self.took(now, Callback::Encode, slowest);
+        let panicked = reset.err();
+        if self.protocol.is_some() {
             if let Some(p) = panicked {
                 return self.step(now, Ev::CallbackPanicked(p));
             }
-            if opening.wait {
-                self.timers
-                    .arm(Timer::Handshake, now + self.cfg.handshake_timeout);
-            } else {
-                self.ready(now);
-            }
-            return;
+            return self.open(now);
         }
         if let Some(p) = panicked {
             self.step(now, Ev::CallbackPanicked(p));
         } else if matches!(self.cfg.proof, ProofOfLife::Connect) {
             self.ready(now);
+        }
+    }
+
+    /// Writes the protocol's opening on the connection: Ready at once, or once the peer's
+    /// verdict says so (within the handshake timeout).
+    fn open(&mut self, now: Instant) {
+        let (Some(protocol), Some(conn)) = (self.protocol.as_mut(), self.conn.as_mut()) else {
+            return;
+        };
+        let opening = match guarded(Callback::Protocol, || protocol.open()) {
+            Ok(o) => o,
+            Err(p) => return self.step(now, Ev::CallbackPanicked(p)),
+        };
+        let (mut panicked, mut slowest) = (None, Duration::ZERO);
+        for f in &opening.frames {
+            let (encoded, took) = encode(&mut self.framing, self.callbacks.watch(), &self.cfg.name, f);
+            slowest = slowest.max(took);
+            match encoded {
+                Ok(Some(buf)) => conn.queue_control(Control::Hello, buf),
+                Ok(None) => {}
+                Err(p) => {
+                    panicked = Some(p);
+                    break;
+                }
+            }
+        }
+        conn.handshake_pending = opening.wait;
+        self.took(now, Callback::Encode, slowest);
+        if let Some(p) = panicked {
+            return self.step(now, Ev::CallbackPanicked(p));
+        }
+        if !opening.wait {
+            self.ready(now);
+        } else {
+            self.timers
+                .arm(Timer::Handshake, now + self.cfg.handshake_timeout);
         }
     }
 
@@ -1449,10 +1488,33 @@ impl Machine {
             Ok(Opened::Ready) => self.step(now, Ev::Alive),
             Ok(Opened::NotYet) => return false,
             Ok(Opened::Continue) => {}
+            Ok(Opened::Retry) => self.reopen_later(now),
             Ok(Opened::Refused(reason)) => self.step(now, Ev::Rejected(reason)),
             Err(p) => self.step(now, Ev::CallbackPanicked(p)),
         }
         true
+    }
+
+    /// The peer said "not yet" to the opening: the answers still due to it are dropped, and it
+    /// is written again after a pause that grows while the peer says so (with a fresh
+    /// handshake timeout then).
+    fn reopen_later(&mut self, now: Instant) {
+        let Some(conn) = self.conn.as_mut() else {
+            return;
+        };
+        conn.handshake_pending = false;
+        conn.turns.void(Turn::Hello);
+        conn.reopen_pause = match conn.reopen_pause {
+            Duration::ZERO => REOPEN_PAUSE_FIRST,
+            p => (p * 2).min(REOPEN_PAUSE_MAX),
+        };
+        let pause = conn.reopen_pause;
+        self.timers.disarm(Timer::Handshake);
+        self.timers.arm(Timer::Reopen, now + pause);
+        log::debug!(
+            "relink[{}]: the peer cannot take the link yet; opening again in {pause:?}",
+            self.cfg.name
+        );
     }
 
     /// A frame of a link that knows what its peer answers: the answer to the turn it comes
@@ -1491,15 +1553,14 @@ impl Machine {
             }
             return self.deliver_unsolicited(now, frame);
         };
-        let Some((_, end)) = self.conn.as_mut().and_then(|c| c.turns.pop()) else {
+        let Some(Waiting { end, upto, .. }) = self.conn.as_mut().and_then(|c| c.turns.pop())
+        else {
             return;
         };
-        let c = &mut self.c;
-        self.delivery
-            .window
-            .answered(end, |n, len| c.confirmed(n, len));
         match turn {
+            Turn::Void => self.c.replies_dropped += 1,
             Turn::Ping { heartbeat } => {
+                self.answered(end, upto);
                 let hb = self.conn.as_mut().and_then(|c| c.heartbeat.as_mut());
                 if let Some(Reply::Rtt(rtt)) =
                     hb.filter(|_| heartbeat).and_then(|h| h.on_reply(now))
@@ -1508,12 +1569,14 @@ impl Machine {
                 }
             }
             Turn::Hello => {
+                self.answered(end, upto);
                 if !self.handshake_reply(now, &frame) {
                     self.emit_frame(frame);
                 }
             }
-            Turn::Frame => self.emit_frame(frame),
+            Turn::Frame => self.frame_answered(now, frame, end, upto),
             Turn::Request => {
+                self.answered(end, upto);
                 self.c.received += 1;
                 match self.delivery.requests.on_frame(frame, Verdict::Reply) {
                     Matched::Answer(_) => self.answer_requests(),
@@ -1523,6 +1586,110 @@ impl Machine {
             }
         }
         self.check_flushed(now);
+    }
+
+    /// The peer's application answered in a turn that ends at stream offset `end`: the frames
+    /// numbered below `upto` are confirmed.
+    fn answered(&mut self, end: u64, upto: u64) {
+        let c = &mut self.c;
+        self.delivery
+            .window
+            .answered(end, upto, |n, len| c.confirmed(n, len));
+    }
+
+    /// The answer in its turn to a frame of the application's, numbered `upto - 1`: what the
+    /// protocol says of it decides whether the frame is confirmed, confirmed with an error
+    /// (given back beside it), or refused (not confirmed: written again, or reported).
+    fn frame_answered(&mut self, now: Instant, reply: Bytes, end: u64, upto: u64) {
+        let kind = match self.protocol.as_ref() {
+            Some(p) => {
+                let (kind, took) = timed(self.callbacks.watch(), Callback::Protocol, || {
+                    p.reply_kind(&reply)
+                });
+                self.took(now, Callback::Protocol, took);
+                match kind {
+                    Ok(k) => k,
+                    Err(p) => return self.step(now, Ev::CallbackPanicked(p)),
+                }
+            }
+            None => ReplyKind::Done,
+        };
+        // Only a frame still waiting can be named or refused: under confirmation by TCP it may
+        // have left already, and its answer is then an ordinary frame.
+        let number = upto.saturating_sub(1);
+        let waiting = match kind {
+            ReplyKind::Done => None,
+            _ => self.delivery.window.frame(number),
+        };
+        match (kind, waiting) {
+            (ReplyKind::Refused, Some(frame)) => self.refused(now, frame, reply, number),
+            (ReplyKind::Error, Some(frame)) => {
+                self.answered(end, upto);
+                self.c.received += 1;
+                self.emit(Event::ErrorReply { frame, reply });
+            }
+            (kind, _) => {
+                self.answered(end, upto);
+                if kind == ReplyKind::Done {
+                    if let Some(conn) = &mut self.conn {
+                        conn.refusal_pause = Duration::ZERO;
+                    }
+                }
+                self.emit_frame(reply);
+            }
+        }
+    }
+
+    /// The peer refused `frame`, numbered `number` (it did not run it): the frames before it
+    /// are confirmed; it and every frame written after it on this connection are taken back
+    /// (their turns' answers dropped) and, by the redelivery policy, written again after a
+    /// pause that grows while refusals go on, or reported.
+    fn refused(&mut self, now: Instant, frame: Bytes, reply: Bytes, number: u64) {
+        self.c.refused += 1;
+        let read = self.delivery.window.read_to();
+        self.answered(read, number);
+        let taken = self.delivery.window.take_all();
+        let Some(conn) = self.conn.as_mut() else {
+            return;
+        };
+        conn.turns.void(Turn::Frame);
+        conn.refusal_pause = match conn.refusal_pause {
+            Duration::ZERO => REFUSAL_PAUSE_FIRST,
+            p => (p * 2).min(REFUSAL_PAUSE_MAX),
+        };
+        let pause = conn.refusal_pause;
+        self.timers.arm(Timer::Pause, now + pause);
+        log::debug!(
+            "relink[{}]: frame refused ({}); {} frame(s) taken back, writing again in {pause:?}",
+            self.cfg.name,
+            String::from_utf8_lossy(reply.strip_suffix(b"\r\n").unwrap_or(&reply)),
+            taken.len()
+        );
+        match self.cfg.redelivery {
+            Redelivery::Resend => {
+                self.c.resent += taken.len() as u64;
+                let protocol = self.protocol.as_ref();
+                for s in taken.into_iter().rev() {
+                    let marked = protocol
+                        .and_then(|p| guarded(Callback::Protocol, || p.resend(&s.frame)).ok())
+                        .flatten();
+                    let frame = marked.map_or(s.frame, Bytes::from);
+                    self.delivery.outbox.push_front(frame, s.deadline);
+                }
+            }
+            _ => {
+                let mut taken = taken.into_iter().map(|s| s.frame);
+                if let Some(first) = taken.next() {
+                    debug_assert_eq!(first, frame);
+                    self.emit(Event::ErrorReply {
+                        frame: first.clone(),
+                        reply,
+                    });
+                    self.abandon_all(vec![first], AbandonReason::Refused);
+                }
+                self.abandon_all(taken.collect(), AbandonReason::Unconfirmed);
+            }
+        }
     }
 
     /// Whether the heartbeat's `reply` (or the protocol) accepts `frame` as a pong, timed.
@@ -1690,20 +1857,40 @@ impl Machine {
         let answers = self.cfg.answers;
         conn.take_control(answers, buf);
         if self.state == State::Ready {
-            let bounds = self.delivery.bounds(limit, self.cfg.window);
+            // After a refusal, frames wait out the pause (control frames and requests go on):
+            // a batch bound that takes no frame.
+            let paused = self.timers.at(Timer::Pause).is_some_and(|t| t > now);
+            let bounds = match paused {
+                true => Bounds::NONE,
+                false => self.delivery.bounds(limit, self.cfg.window),
+            };
             let (outbox, framing, name) =
                 (&mut self.delivery.outbox, &mut self.framing, &self.cfg.name);
-            let ends = &mut conn.pending_ends;
-            let first = ends.len();
+            let every = answers == Answers::EveryFrame;
+            conn.pending_counts.clear();
+            let mut ends = Ends {
+                ends: &mut conn.pending_ends,
+                replies: self
+                    .protocol
+                    .as_mut()
+                    .filter(|_| every)
+                    .map(|p| (p, &mut conn.pending_counts)),
+            };
             let mut filled = Filled::default();
             // One reading for the whole batch: timing each frame would cost more than
             // encoding a small one.
             let took = self.callbacks.watch().time(Callback::Encode, &mut || {
-                filled = fill_batch(outbox, framing, name, buf, bounds, ends);
+                filled = fill_batch(outbox, framing, name, buf, bounds, &mut ends);
             });
-            if answers == Answers::EveryFrame {
-                let turns = ends[first..].iter().map(|&e| (Turn::Frame, e));
-                conn.pending_turns.extend(turns);
+            if every {
+                // A frame takes as many turns as the peer gives it answers.
+                let counts = &conn.pending_counts;
+                for (k, &e) in conn.pending_ends.iter().enumerate() {
+                    let n = counts.get(k).copied().unwrap_or(1);
+                    for _ in 0..n {
+                        conn.pending_turns.push((Turn::Frame, e));
+                    }
+                }
             }
             self.took(now, Callback::Encode, took);
             self.abandon_all(filled.refused, AbandonReason::Unencodable);
@@ -1784,6 +1971,7 @@ impl Machine {
         let conn = self.conn.as_ref();
         let len = conn.map_or(0, |c| c.pending_len);
         let base = self.delivery.window.written();
+        let number = self.delivery.window.next_number();
         self.delivery.window.wrote(now, len);
         // With TLS a frame can be read once the record that carries its last byte has
         // arrived: it is confirmed with the end of that record.
@@ -1799,7 +1987,7 @@ impl Machine {
         // records, as for frames).
         let newest = self.delivery.window.newest_end().unwrap_or(0);
         if let Some(conn) = &mut self.conn {
-            conn.turns_written(base, now, frames > 0, newest);
+            conn.turns_written(base, number, now, frames > 0, newest);
         }
     }
 
@@ -1964,6 +2152,8 @@ impl Machine {
             frames_confirmed: self.c.confirmed,
             frames_unconfirmed: self.delivery.window.len() as u64,
             frames_resent: self.c.resent,
+            frames_refused: self.c.refused,
+            replies_dropped: self.c.replies_dropped,
             oldest_unconfirmed: self
                 .delivery
                 .window

@@ -63,6 +63,58 @@ pub enum Verdict {
     /// [`Event::Error`](crate::Event::Error), and the next attempt waits
     /// [`config_failure_retry`](crate::Builder::config_failure_retry).
     Refused(String),
+    /// The peer cannot take the link yet but will soon (redis' `-LOADING` while it reads its
+    /// data after a restart): the frame is consumed, the answers still due to this opening
+    /// are dropped, and the opening is written again on the same connection after a short
+    /// pause that grows (10 ms, doubling, at most 250 ms), each time with a fresh
+    /// [`handshake_timeout`](crate::Builder::handshake_timeout). The link becomes Ready within
+    /// a pause of the peer's recovery; no backoff, no cooldown.
+    Retry,
+}
+
+/// How many in-order answers the peer gives to a frame the link writes
+/// ([`Protocol::replies`], under [`Answers::EveryFrame`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Replies {
+    /// One answer, in its turn. The default.
+    One,
+    /// This many answers, in turn (redis' RESP2 `SUBSCRIBE a b`: one confirmation per
+    /// channel). The first confirms the frame; the others are delivered as
+    /// [`Event::Frame`](crate::Event::Frame)s.
+    Many(u32),
+    /// No answer in turn: the peer answers with frames of its own, told by
+    /// [`Protocol::is_unsolicited`] (redis' `SUBSCRIBE` in RESP3, answered by pushes). The
+    /// frame takes no turn, so no later answer is taken for its; it is confirmed by the next
+    /// answer to a frame written after it. A request whose frame gets other than
+    /// [`Replies::One`] is refused at the call
+    /// ([`RequestError::NoReply`](crate::error::RequestError::NoReply)).
+    Pushed,
+}
+
+/// What an answer in its turn says of the frame it answers ([`Protocol::reply_kind`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ReplyKind {
+    /// The peer ran the frame. The default.
+    Done,
+    /// The peer read the frame and answered with an error (a wrong type, a syntax error):
+    /// the frame is confirmed, and the error is the application's concern. A frame given to
+    /// `send` that is answered so comes back in an
+    /// [`Event::ErrorReply`](crate::Event::ErrorReply) beside its reply.
+    Error,
+    /// The peer did not run the frame and will later (redis' `-LOADING`, `-BUSY`,
+    /// `-TRYAGAIN`, `-MASTERDOWN`, `-CLUSTERDOWN`): the frame is not confirmed. With
+    /// [`Redelivery::Resend`](crate::Redelivery::Resend) it is written again after a pause
+    /// that grows while refusals go on (10 ms, doubling, at most 1 s), with every frame
+    /// written after it on that connection (their answers are dropped); with
+    /// [`Redelivery::Report`](crate::Redelivery::Report) it comes back in an
+    /// [`Event::ErrorReply`](crate::Event::ErrorReply) and an
+    /// [`Event::Abandoned`](crate::Event::Abandoned) with reason
+    /// [`Refused`](crate::AbandonReason::Refused), and the frames written after it with
+    /// reason [`Unconfirmed`](crate::AbandonReason::Unconfirmed). Either way
+    /// [`Metrics::frames_refused`](crate::Metrics::frames_refused) counts it.
+    Refused,
 }
 
 /// What the link does with a frame of the peer's own: one that answers nothing the link wrote
@@ -178,6 +230,24 @@ pub trait Protocol: Send + 'static {
         false
     }
 
+    /// How many in-order answers the peer gives to `frame`, a frame of the application's
+    /// about to be written (under [`Answers::EveryFrame`]; a request is asked when it is
+    /// accepted). Called once per frame each time it is written, in the order written, so a
+    /// protocol can follow the connection's mode (redis' subscriptions). Defaults to
+    /// [`Replies::One`].
+    fn replies(&mut self, frame: &[u8]) -> Replies {
+        let _ = frame;
+        Replies::One
+    }
+
+    /// What `reply`, the answer in its turn to a frame of the application's, says of that
+    /// frame: run, answered with an error, or refused for now. Defaults to
+    /// [`ReplyKind::Done`].
+    fn reply_kind(&self, reply: &[u8]) -> ReplyKind {
+        let _ = reply;
+        ReplyKind::Done
+    }
+
     /// A frame written again on a new connection after its connection dropped unconfirmed
     /// (under [`Redelivery::Resend`](crate::Redelivery::Resend)): the marked copy to write
     /// instead (MQTT sets DUP on a resent `PUBLISH`), or `None` to write it as it was.
@@ -217,6 +287,7 @@ pub trait Protocol: Send + 'static {
 pub struct Handshake {
     hello: Vec<Vec<u8>>,
     accept: Predicate,
+    retry: Option<Predicate>,
 }
 
 impl Handshake {
@@ -226,7 +297,26 @@ impl Handshake {
         Handshake {
             hello,
             accept: accept.into(),
+            retry: None,
         }
+    }
+
+    /// A frame `retry` takes says the peer cannot take the link yet (redis' `-LOADING` to a
+    /// `PING`): the hello is written again after a short pause ([`Verdict::Retry`]) instead
+    /// of the frame going to the application.
+    ///
+    /// # Examples
+    /// ```
+    /// use relink::{Handshake, Predicate};
+    ///
+    /// let ping = b"*1\r\n$4\r\nPING\r\n".to_vec();
+    /// let hello = Handshake::new(vec![ping], Predicate::new(|r| r == b"+PONG\r\n"))
+    ///     .retry_when(Predicate::starts_with("-LOADING"));
+    /// # let _ = hello;
+    /// ```
+    pub fn retry_when(mut self, retry: impl Into<Predicate>) -> Handshake {
+        self.retry = Some(retry.into());
+        self
     }
 }
 
@@ -246,6 +336,8 @@ impl Protocol for Handshake {
     fn verdict(&mut self, frame: &[u8]) -> Verdict {
         if self.accept.test(frame) {
             Verdict::Ready
+        } else if self.retry.as_ref().is_some_and(|r| r.test(frame)) {
+            Verdict::Retry
         } else {
             Verdict::NotYet
         }

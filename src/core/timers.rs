@@ -15,8 +15,12 @@ pub(super) enum Timer {
     Close,
     SendRetry,
     DnsRefresh,
+    /// After a refusal: frames wait until it (`ReplyKind::Refused`).
+    Pause,
+    /// After the peer said "not yet" to the opening: it is written again then.
+    Reopen,
 }
-const TIMERS: usize = 7;
+const TIMERS: usize = 9;
 
 /// The deadline of each timer, or none when it is not armed.
 #[derive(Debug, Default)]

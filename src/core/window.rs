@@ -139,6 +139,9 @@ pub(super) struct Window {
     by_reply: bool,
     /// The stream offset up to which the peer's application answered.
     read: u64,
+    /// The number of the oldest waiting frame: frames are numbered as they are written, from
+    /// 0, across connections.
+    first: u64,
 }
 
 impl Window {
@@ -154,6 +157,7 @@ impl Window {
             poll_at: None,
             poll_every: POLL_FIRST,
             blind: false,
+            first: 0,
         }
     }
 
@@ -161,7 +165,10 @@ impl Window {
     /// taken first.
     pub(super) fn reset(&mut self) {
         debug_assert!(self.marks.is_empty(), "window reset with frames in it");
+        // Numbers go on: a turn of the last connection can never confirm a frame of this one.
+        let first = self.first;
         *self = Window::new(self.by_reply);
+        self.first = first;
     }
 
     /// Frames waiting for confirmation.
@@ -238,6 +245,7 @@ impl Window {
     /// buffer, and whether it was the run's last.
     fn pop(&mut self) -> Option<(Mark, usize)> {
         let mark = self.marks.pop_front()?;
+        self.first += 1;
         let run = self.runs.front_mut().expect("a mark belongs to a run");
         let start = std::mem::replace(&mut run.first, mark.at);
         run.left -= 1;
@@ -263,6 +271,7 @@ impl Window {
             left -= n;
         }
         self.marks.drain(..k);
+        self.first += k as u64;
         bytes
     }
 
@@ -305,16 +314,46 @@ impl Window {
         }
     }
 
-    /// The peer's application answered what ends at stream offset `end`: it read every byte
-    /// before, so the frames ending there or earlier are confirmed (at either level: the
-    /// peer's TCP acknowledged them too).
-    pub(super) fn answered(&mut self, end: u64, confirmed: impl FnOnce(usize, usize)) {
+    /// The number the next frame written will have.
+    pub(super) fn next_number(&self) -> u64 {
+        self.first + self.marks.len() as u64
+    }
+
+    /// The peer's application answered what ends at stream offset `end`, after the frames
+    /// numbered below `upto`: it read them, so those still waiting are confirmed (at either
+    /// level: the peer's TCP acknowledged them too).
+    pub(super) fn answered(&mut self, end: u64, upto: u64, confirmed: impl FnOnce(usize, usize)) {
         self.read = self.read.max(end);
-        self.confirm_through(end, confirmed);
+        let k = upto.saturating_sub(self.first).min(self.marks.len() as u64) as usize;
+        if k > 0 {
+            let len = self.pop_many(k);
+            confirmed(k, len);
+        }
         if self.marks.is_empty() {
             self.poll_at = None;
             self.poll_every = POLL_FIRST;
         }
+    }
+
+    /// The frame numbered `number`, while it waits.
+    pub(super) fn frame(&self, number: u64) -> Option<Bytes> {
+        let i = usize::try_from(number.checked_sub(self.first)?).ok()?;
+        self.marks.get(i)?;
+        // The runs before the frame's own, and where it starts in its run.
+        let (mut left, mut start) = (i, None);
+        for run in &self.runs {
+            if left < run.left {
+                let begin = match left {
+                    0 => run.first,
+                    _ => self.marks[i - 1].at,
+                };
+                start = Some((run, begin));
+                break;
+            }
+            left -= run.left;
+        }
+        let (run, begin) = start?;
+        Some(run.data.slice(begin..self.marks[i].at))
     }
 
     /// The stream offset up to which the peer's application answered.
@@ -383,7 +422,8 @@ impl Window {
         confirmed(k, len);
     }
 
-    /// Takes every waiting frame, oldest first (the connection is gone).
+    /// Takes every waiting frame, oldest first (the connection is gone, or the peer refused
+    /// the oldest).
     pub(super) fn take_all(&mut self) -> Vec<Unconfirmed> {
         self.poll_at = None;
         let mut out = Vec::with_capacity(self.marks.len());
@@ -526,6 +566,28 @@ mod tests {
         let back = w.take_all();
         assert_eq!(back.len(), 1);
         assert_eq!(back[0].frame, Bytes::from_static(b"dd"));
+    }
+
+    #[test]
+    fn an_answer_confirms_the_frames_numbered_below_it_and_a_frame_is_found_by_its_number() {
+        let now = Instant::now();
+        let mut w = Window::new(true);
+        assert_eq!(w.next_number(), 0);
+        w.push_run(Bytes::from_static(b"aabbb"), 0, [(2, 2), (5, 5)], now, None);
+        w.push_run(Bytes::from_static(b"cccc"), 0, [(4, 9)], now, None);
+        assert_eq!(w.next_number(), 3);
+        assert_eq!(w.frame(1).as_deref(), Some(&b"bbb"[..]));
+        assert_eq!(w.frame(2).as_deref(), Some(&b"cccc"[..]));
+        let mut got = (0, 0);
+        w.answered(2, 1, |n, len| got = (n, len));
+        assert_eq!(got, (1, 2));
+        assert_eq!(w.frame(0), None);
+        assert_eq!(w.frame(1).as_deref(), Some(&b"bbb"[..]));
+        // An answer whose frames are confirmed already confirms nothing more.
+        w.answered(2, 1, |_, _| panic!("nothing left below 1"));
+        let rest = w.take_all();
+        assert_eq!(rest.len(), 2);
+        assert_eq!(w.next_number(), 3);
     }
 
     #[test]

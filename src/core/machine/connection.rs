@@ -58,6 +58,14 @@ pub(super) struct Connection {
     pub(super) uncovered_since: Option<Instant>,
     /// Where each frame of the last `poll_transmit` ends in its plaintext batch.
     pub(super) pending_ends: Vec<usize>,
+    /// How many answers each frame of the last `poll_transmit` gets, when the protocol says.
+    pub(super) pending_counts: Vec<u32>,
+    /// The pause before the opening is written again after the peer said "not yet"
+    /// (`Verdict::Retry`); zero until it first did.
+    pub(super) reopen_pause: Duration,
+    /// The pause frames wait after a refusal (`ReplyKind::Refused`); zero until the first, and
+    /// again once a frame is answered without one.
+    pub(super) refusal_pause: Duration,
     /// With TLS, where each record of the last `poll_transmit` ends in its ciphertext: the
     /// record that carries plaintext byte `p` of the batch ends at
     /// `pending_records[p / RECORD_PLAINTEXT]`.
@@ -156,14 +164,23 @@ impl Connection {
         }
     }
 
-    /// The last batch was written at stream offset `base`: each of its turns waits for its
-    /// answer at its end in the stream. When it held frames (`frames`) and no ping after them
-    /// covers `newest`, they are uncovered from `now`.
-    pub(super) fn turns_written(&mut self, base: u64, now: Instant, frames: bool, newest: u64) {
+    /// The last batch was written at stream offset `base`, its first frame numbered `number`
+    /// in the window: each of its turns waits for its answer at its end in the stream, after
+    /// the frames of the batch that end before it. When it held frames (`frames`) and no ping
+    /// after them covers `newest`, they are uncovered from `now`.
+    pub(super) fn turns_written(
+        &mut self,
+        base: u64,
+        number: u64,
+        now: Instant,
+        frames: bool,
+        newest: u64,
+    ) {
         let mut pending = std::mem::take(&mut self.pending_turns);
         for &(turn, e) in &pending {
             let end = self.readable_end(e);
-            self.turns.push(turn, base + end as u64);
+            let upto = number + self.pending_ends.partition_point(|&f| f <= e) as u64;
+            self.turns.push(turn, base + end as u64, upto);
         }
         pending.clear();
         self.pending_turns = pending;

@@ -9,6 +9,7 @@ use crate::core::framing::BoxedFraming;
 use crate::core::framing::{Framing, LengthDelimited, Lines};
 use crate::core::guard::{guarded, Panicked};
 use crate::core::outbox::{Outbox, Unsent};
+use crate::core::protocol::{BoxedProtocol, Replies};
 use crate::error::{Callback, EncodeError};
 
 /// How long to wait before offering the socket a batch again after EAGAIN.
@@ -31,6 +32,35 @@ pub(super) struct Bounds {
     pub(super) unacked: u64,
 }
 
+/// Where the frames of a batch end, and (`replies`: when the peer answers every frame) how
+/// many answers each gets, by the protocol's [`Replies`].
+pub(super) struct Ends<'a> {
+    pub(super) ends: &'a mut Vec<usize>,
+    pub(super) replies: Option<(&'a mut BoxedProtocol, &'a mut Vec<u32>)>,
+}
+
+impl Ends<'_> {
+    fn push(&mut self, end: usize, frame: &[u8]) {
+        self.ends.push(end);
+        if let Some((protocol, counts)) = &mut self.replies {
+            counts.push(match protocol.replies(frame) {
+                Replies::One => 1,
+                Replies::Many(n) => n,
+                Replies::Pushed => 0,
+            });
+        }
+    }
+}
+
+impl Bounds {
+    /// Bounds that take no frame.
+    pub(super) const NONE: Bounds = Bounds {
+        limit: 0,
+        window: 0,
+        unacked: 1,
+    };
+}
+
 /// Encodes queued frames into `buf` within `bounds`, noting where each ends in `ends`. The
 /// calls into the framing are guarded together, once per batch: a panic ends the batch where
 /// it happened, with the frames refused before it kept in `refused`.
@@ -40,14 +70,15 @@ pub(super) fn fill_batch(
     name: &str,
     buf: &mut Vec<u8>,
     bounds: Bounds,
-    ends: &mut Vec<usize>,
+    ends: &mut Ends<'_>,
 ) -> Filled {
     let mut refused = Vec::new();
     let encoded = guarded(Callback::Encode, || {
         // A run at a time: the frames of one submission are read off its buffer in order and
         // marked in flight together.
         while let Some(unsent) = outbox.unsent() {
-            let RunFill { taken, full, error } = fill_run(framing, unsent, buf, bounds, ends);
+            let RunFill { taken, full, error } =
+                fill_run(framing, unsent, buf, bounds, ends);
             outbox.advance(taken);
             if full {
                 break;
@@ -85,7 +116,7 @@ fn fill_run(
     unsent: Unsent<'_>,
     buf: &mut Vec<u8>,
     bounds: Bounds,
-    ends: &mut Vec<usize>,
+    ends: &mut Ends<'_>,
 ) -> RunFill {
     let any = framing.as_any_mut();
     if let Some(f) = any.downcast_mut::<LengthDelimited>() {
@@ -102,7 +133,7 @@ fn fill_run_with<F: Framing + ?Sized>(
     unsent: Unsent<'_>,
     buf: &mut Vec<u8>,
     bounds: Bounds,
-    ends: &mut Vec<usize>,
+    ends: &mut Ends<'_>,
 ) -> RunFill {
     let mut fill = RunFill {
         taken: 0,
@@ -123,7 +154,7 @@ fn fill_run_with<F: Framing + ?Sized>(
         match framing.encode(frame, buf) {
             Ok(()) => {
                 fill.taken += 1;
-                ends.push(buf.len());
+                ends.push(buf.len(), frame);
             }
             Err(e) => {
                 buf.truncate(mark);
