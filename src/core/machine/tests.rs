@@ -253,6 +253,7 @@ mod panics;
 mod pause;
 mod props;
 mod protocol;
+mod replies;
 mod requests;
 mod rules;
 mod tls;

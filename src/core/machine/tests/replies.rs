@@ -1,0 +1,249 @@
+//! Every reply to the frame it answers, in virtual time: commands answered by pushes take no
+//! turn, a refusal is not a confirmation, an error reply names its frame, and an opening the
+//! peer is not ready for is written again.
+
+use super::*;
+use crate::error::RequestError;
+use crate::framing::Resp;
+use crate::protocols::Redis;
+use crate::{Confirm, Redelivery};
+use bytes::Bytes;
+
+const SEC: Duration = Duration::from_secs(1);
+
+/// redis, confirmed by reply.
+fn redis(protocol: Redis) -> Builder {
+    Sim::builder()
+        .framing(Resp::new())
+        .protocol(protocol)
+        .confirm(Confirm::reply())
+}
+
+fn cmd(parts: &[&str]) -> Vec<u8> {
+    Resp::command(parts)
+}
+
+impl Sim {
+    fn request_cmd(&mut self, token: Token, parts: &[&str]) {
+        self.input(Input::Request {
+            token,
+            frame: Bytes::from(cmd(parts)),
+            id: None,
+            deadline: self.now + 10 * SEC,
+        });
+    }
+
+    fn reply_to(&self, token: Token) -> Option<&Outcome> {
+        self.answers.iter().find(|(t, _)| *t == token).map(|(_, o)| o)
+    }
+
+    fn error_replies(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
+        self.events
+            .iter()
+            .filter_map(|e| match e {
+                Event::ErrorReply { frame, reply } => Some((frame.to_vec(), reply.to_vec())),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+/// Ready on a redis link that opened with `HELLO 3` (its reply given).
+fn resp3() -> Sim {
+    let mut s = Sim::connecting(redis(Redis::new().open_with(["HELLO", "3"])));
+    s.tcp_up();
+    s.transmit();
+    s.data(b"%1\r\n+proto\r\n:3\r\n");
+    assert_eq!(s.m.state(), Ready);
+    s
+}
+
+#[test]
+fn resp3_a_subscribe_takes_no_turn_so_each_request_gets_its_own_reply_beside_pushes() {
+    let mut s = resp3();
+    s.submit(&cmd(&["SUBSCRIBE", "ch"]));
+    s.transmit();
+    s.request_cmd(1, &["GET", "a"]);
+    s.request_cmd(2, &["ECHO", "b"]);
+    s.transmit();
+    // The subscription's answer is a push, then a message pushed before the replies.
+    s.data(b">3\r\n$9\r\nsubscribe\r\n$2\r\nch\r\n:1\r\n");
+    s.data(b">3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$1\r\nx\r\n$3\r\nval\r\n$1\r\nb\r\n");
+    assert_eq!(s.reply_to(1), Some(&Ok(Bytes::from_static(b"$3\r\nval\r\n"))));
+    assert_eq!(s.reply_to(2), Some(&Ok(Bytes::from_static(b"$1\r\nb\r\n"))));
+    assert_eq!(s.frames().len(), 2, "both pushes are the application's");
+    // The subscription is confirmed by the reply to what was written after it.
+    assert_eq!(s.metrics().frames_confirmed, 1);
+}
+
+#[test]
+fn resp2_a_subscribe_takes_one_turn_per_channel_and_messages_are_pushes() {
+    let mut s = Sim::ready(redis(Redis::new()));
+    s.submit(&cmd(&["SUBSCRIBE", "a", "b"]));
+    s.request_cmd(1, &["PING"]);
+    s.transmit();
+    s.data(b"*3\r\n$9\r\nsubscribe\r\n$1\r\na\r\n:1\r\n");
+    s.data(b"*3\r\n$7\r\nmessage\r\n$1\r\na\r\n$1\r\nx\r\n");
+    s.data(b"*3\r\n$9\r\nsubscribe\r\n$1\r\nb\r\n:2\r\n");
+    s.data(b"*2\r\n$4\r\npong\r\n$0\r\n\r\n");
+    assert_eq!(
+        s.reply_to(1),
+        Some(&Ok(Bytes::from_static(b"*2\r\n$4\r\npong\r\n$0\r\n\r\n")))
+    );
+    assert_eq!(s.frames().len(), 3, "two confirmations and a message");
+}
+
+#[test]
+fn a_request_answered_by_pushes_is_refused_at_the_call() {
+    let mut s = resp3();
+    s.request_cmd(1, &["SUBSCRIBE", "ch"]);
+    assert!(matches!(s.reply_to(1), Some(Err(RequestError::NoReply(_)))));
+    let mut s2 = Sim::ready(redis(Redis::new()));
+    s2.request_cmd(1, &["SUBSCRIBE", "a", "b"]);
+    assert!(matches!(s2.reply_to(1), Some(Err(RequestError::NoReply(_)))));
+    s2.request_cmd(2, &["GET", "k"]);
+    s2.transmit();
+    assert_eq!(s2.written, cmd(&["GET", "k"]));
+}
+
+#[test]
+fn a_refused_frame_is_not_confirmed_and_is_written_again_after_a_pause_with_those_behind_it() {
+    let mut s = Sim::ready(redis(Redis::new()));
+    for k in ["a", "b", "c"] {
+        s.submit(&cmd(&["SET", k, "1"]));
+    }
+    s.transmit();
+    s.written.clear();
+    s.data(b"+OK\r\n-LOADING Redis is loading the dataset in memory\r\n+OK\r\n");
+    let m = s.metrics();
+    assert_eq!(m.frames_confirmed, 1, "only the first ran");
+    assert_eq!(m.frames_refused, 1);
+    assert_eq!(m.replies_dropped, 1, "c was taken back: its answer is dropped");
+    assert_eq!(
+        s.frames(),
+        [b"+OK\r\n".to_vec()],
+        "a's answer; b's and c's do not reach the application"
+    );
+    // Nothing is written during the pause.
+    s.transmit();
+    assert!(s.written.is_empty());
+    assert_eq!(s.next_timer(), Duration::from_millis(10));
+    s.transmit();
+    let mut again = cmd(&["SET", "b", "1"]);
+    again.extend(cmd(&["SET", "c", "1"]));
+    assert_eq!(s.written, again);
+    s.data(b"+OK\r\n+OK\r\n");
+    let m = s.metrics();
+    assert_eq!(m.frames_confirmed, 3);
+    assert_eq!(m.frames_resent, 2);
+    assert_eq!(m.frames_unconfirmed, 0);
+    assert_eq!(m.abandoned.total(), 0);
+}
+
+#[test]
+fn refusals_in_a_row_double_the_pause_and_an_answer_resets_it() {
+    let mut s = Sim::ready(redis(Redis::new()));
+    s.submit(&cmd(&["SET", "a", "1"]));
+    let mut pauses = Vec::new();
+    for _ in 0..4 {
+        s.transmit();
+        s.data(b"-BUSY script\r\n");
+        pauses.push(s.next_timer());
+    }
+    assert_eq!(
+        pauses,
+        [10, 20, 40, 80].map(Duration::from_millis),
+        "the pause grows"
+    );
+    s.transmit();
+    s.data(b"+OK\r\n");
+    s.submit(&cmd(&["SET", "b", "1"]));
+    s.transmit();
+    s.data(b"-BUSY script\r\n");
+    assert_eq!(s.next_timer(), Duration::from_millis(10));
+}
+
+#[test]
+fn under_report_a_refused_frame_comes_back_with_its_reply_and_those_behind_it_unconfirmed() {
+    let mut s = Sim::ready(redis(Redis::new()).redelivery(Redelivery::Report));
+    for k in ["a", "b"] {
+        s.submit(&cmd(&["SET", k, "1"]));
+    }
+    s.transmit();
+    s.data(b"-LOADING loading\r\n+OK\r\n");
+    assert_eq!(
+        s.error_replies(),
+        [(cmd(&["SET", "a", "1"]), b"-LOADING loading\r\n".to_vec())]
+    );
+    assert_eq!(
+        s.abandoned(),
+        [
+            (cmd(&["SET", "a", "1"]), AbandonReason::Refused),
+            (cmd(&["SET", "b", "1"]), AbandonReason::Unconfirmed)
+        ]
+    );
+    let m = s.metrics();
+    assert_eq!(m.abandoned.refused, 1);
+    assert_eq!(m.frames_submitted, m.frames_confirmed + m.abandoned.total());
+}
+
+#[test]
+fn an_error_reply_names_its_frame_and_confirms_it() {
+    let mut s = Sim::ready(redis(Redis::new()));
+    s.submit(&cmd(&["INCR", "s"]));
+    s.submit(&cmd(&["SET", "k", "v"]));
+    s.transmit();
+    s.data(b"-WRONGTYPE Operation against a key\r\n+OK\r\n");
+    assert_eq!(
+        s.error_replies(),
+        [(
+            cmd(&["INCR", "s"]),
+            b"-WRONGTYPE Operation against a key\r\n".to_vec()
+        )]
+    );
+    assert_eq!(s.frames(), [b"+OK\r\n".to_vec()]);
+    assert_eq!(s.metrics().frames_confirmed, 2);
+}
+
+#[test]
+fn an_opening_answered_loading_is_written_again_until_it_is_answered_and_never_backs_off() {
+    let mut s = Sim::connecting(redis(Redis::new().open_with(["PING"])).handshake_timeout(SEC));
+    s.tcp_up();
+    s.transmit();
+    assert_eq!(s.written, cmd(&["PING"]));
+    // Loading for five seconds: five times the handshake timeout.
+    let mut waited = Duration::ZERO;
+    while waited < 5 * SEC {
+        s.data(b"-LOADING Redis is loading the dataset in memory\r\n");
+        waited += s.next_timer();
+        s.written.clear();
+        s.transmit();
+        assert_eq!(s.written, cmd(&["PING"]), "the opening again");
+    }
+    assert_eq!(s.m.state(), Connected);
+    s.data(b"+PONG\r\n");
+    assert_eq!(s.m.state(), Ready);
+    assert!(s
+        .transitions()
+        .iter()
+        .all(|&(_, to, _)| !matches!(to, Backoff | Cooldown)));
+    assert_eq!(s.metrics().handshakes_refused, 0);
+}
+
+#[test]
+fn a_handshake_whose_reply_says_not_yet_sends_its_hello_again() {
+    let ping = b"PING".to_vec();
+    let hello = Handshake::new(vec![ping], Predicate::new(|r| r == b"PONG"))
+        .retry_when(Predicate::starts_with("LOADING"));
+    let mut s = Sim::connecting(Sim::builder().framing(Lines::new()).protocol(hello));
+    s.tcp_up();
+    s.transmit();
+    s.data(b"LOADING\n");
+    assert!(s.frames().is_empty());
+    s.next_timer();
+    s.written.clear();
+    s.transmit();
+    assert_eq!(s.written, b"PING\n");
+    s.data(b"PONG\n");
+    assert_eq!(s.m.state(), Ready);
+}
