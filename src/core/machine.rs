@@ -1551,6 +1551,25 @@ impl Machine {
             if every && self.handshake_reply(now, &frame) {
                 return;
             }
+            if every && front.is_none() {
+                // The peer answers every frame, none waits, and this is not one of its own:
+                // it answered more than the protocol said, so a later answer could be taken
+                // for another frame's. The connection is closed instead; its frames are
+                // resent or reported.
+                match unsolicited(
+                    self.protocol.as_ref(),
+                    &self.cfg.requests.correlation.0,
+                    &frame,
+                ) {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        return self.step(now, Ev::ProtocolError(DecodeError::Malformed(
+                            "an answer no frame waits for: the peer answered more than the protocol's `replies` said",
+                        )))
+                    }
+                    Err(p) => return self.step(now, Ev::CallbackPanicked(p)),
+                }
+            }
             return self.deliver_unsolicited(now, frame);
         };
         let Some(Waiting { end, upto, .. }) = self.conn.as_mut().and_then(|c| c.turns.pop())

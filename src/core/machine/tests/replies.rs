@@ -247,3 +247,15 @@ fn a_handshake_whose_reply_says_not_yet_sends_its_hello_again() {
     s.data(b"PONG\n");
     assert_eq!(s.m.state(), Ready);
 }
+
+#[test]
+fn an_answer_no_frame_waits_for_closes_the_connection_instead_of_shifting_the_replies() {
+    let mut s = Sim::ready(redis(Redis::new()));
+    s.request_cmd(1, &["GET", "a"]);
+    s.transmit();
+    // Two answers to one command: the second could only be taken for a later frame's.
+    s.data(b"$1\r\nx\r\n$1\r\ny\r\n");
+    assert_eq!(s.reply_to(1), Some(&Ok(Bytes::from_static(b"$1\r\nx\r\n"))));
+    assert_eq!(s.last_transition().cause, Cause::Protocol);
+    assert!(s.frames().is_empty());
+}
