@@ -328,7 +328,9 @@ pub use crate::core::confirm::{Answers, Confirm};
 pub use crate::core::framing;
 pub use crate::core::heartbeat::{Heartbeat, Ping};
 pub use crate::core::predicate::Predicate;
-pub use crate::core::protocol::{Handshake, Opening, Protocol, Reaction, Replies, ReplyKind, Verdict};
+pub use crate::core::protocol::{
+    Handshake, Opening, Protocol, Reaction, Replies, ReplyKind, Verdict,
+};
 pub use crate::core::protocols;
 pub use crate::core::requests::Correlation;
 pub use crate::core::settings::ProofOfLife;

@@ -54,8 +54,8 @@ use super::requests::{Outcome, Token};
 use super::settings::ProofOfLife;
 use super::settings::Settings;
 use super::timers::{Timer, Timers};
-use super::window::Redelivery;
 use super::tls::{TlsSession, TlsSettings};
+use super::window::Redelivery;
 use crate::batch::Batch;
 use crate::error::{Callback, DecodeError, FlushError, LinkError, RequestError, TlsError};
 use crate::event::{AbandonReason, Cause, Event, State, Transition};
@@ -1083,7 +1083,8 @@ impl Machine {
         };
         let (mut panicked, mut slowest) = (None, Duration::ZERO);
         for f in &opening.frames {
-            let (encoded, took) = encode(&mut self.framing, self.callbacks.watch(), &self.cfg.name, f);
+            let (encoded, took) =
+                encode(&mut self.framing, self.callbacks.watch(), &self.cfg.name, f);
             slowest = slowest.max(took);
             match encoded {
                 Ok(Some(buf)) => conn.queue_control(Control::Hello, buf),
@@ -1572,8 +1573,7 @@ impl Machine {
             }
             return self.deliver_unsolicited(now, frame);
         };
-        let Some(Waiting { end, upto, .. }) = self.conn.as_mut().and_then(|c| c.turns.pop())
-        else {
+        let Some(Waiting { end, upto, .. }) = self.conn.as_mut().and_then(|c| c.turns.pop()) else {
             return;
         };
         match turn {

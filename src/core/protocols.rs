@@ -138,7 +138,9 @@ impl<'a> Command<'a> {
     }
 
     fn is(&self, name: &[u8]) -> bool {
-        self.parts.first().is_some_and(|p| p.eq_ignore_ascii_case(name))
+        self.parts
+            .first()
+            .is_some_and(|p| p.eq_ignore_ascii_case(name))
     }
 
     fn arg(&self, i: usize) -> Option<&'a [u8]> {
@@ -354,9 +356,18 @@ mod tests {
         assert!(r2.is_unsolicited(b"*3\r\n$7\r\nmessage\r\n$1\r\na\r\n$1\r\nx\r\n"));
         assert!(!r2.is_unsolicited(b"*3\r\n$9\r\nsubscribe\r\n$1\r\na\r\n:1\r\n"));
         // An UNSUBSCRIBE of everything is answered once per channel held.
-        assert_eq!(r2.replies(&Resp::command(["UNSUBSCRIBE"])), Replies::Many(2));
-        assert_eq!(r2.replies(&Resp::command(["UNSUBSCRIBE"])), Replies::Many(1));
-        assert_eq!(r2.replies(&Resp::command(["psubscribe", "p*"])), Replies::Many(1));
+        assert_eq!(
+            r2.replies(&Resp::command(["UNSUBSCRIBE"])),
+            Replies::Many(2)
+        );
+        assert_eq!(
+            r2.replies(&Resp::command(["UNSUBSCRIBE"])),
+            Replies::Many(1)
+        );
+        assert_eq!(
+            r2.replies(&Resp::command(["psubscribe", "p*"])),
+            Replies::Many(1)
+        );
         // A new connection starts unsubscribed.
         r2.open();
         assert!(!r2.is_unsolicited(b"*3\r\n$7\r\nmessage\r\n$1\r\na\r\n$1\r\nx\r\n"));

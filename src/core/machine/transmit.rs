@@ -77,8 +77,7 @@ pub(super) fn fill_batch(
         // A run at a time: the frames of one submission are read off its buffer in order and
         // marked in flight together.
         while let Some(unsent) = outbox.unsent() {
-            let RunFill { taken, full, error } =
-                fill_run(framing, unsent, buf, bounds, ends);
+            let RunFill { taken, full, error } = fill_run(framing, unsent, buf, bounds, ends);
             outbox.advance(taken);
             if full {
                 break;

@@ -34,7 +34,10 @@ impl Sim {
     }
 
     fn reply_to(&self, token: Token) -> Option<&Outcome> {
-        self.answers.iter().find(|(t, _)| *t == token).map(|(_, o)| o)
+        self.answers
+            .iter()
+            .find(|(t, _)| *t == token)
+            .map(|(_, o)| o)
     }
 
     fn error_replies(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
@@ -69,7 +72,10 @@ fn resp3_a_subscribe_takes_no_turn_so_each_request_gets_its_own_reply_beside_pus
     // The subscription's answer is a push, then a message pushed before the replies.
     s.data(b">3\r\n$9\r\nsubscribe\r\n$2\r\nch\r\n:1\r\n");
     s.data(b">3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$1\r\nx\r\n$3\r\nval\r\n$1\r\nb\r\n");
-    assert_eq!(s.reply_to(1), Some(&Ok(Bytes::from_static(b"$3\r\nval\r\n"))));
+    assert_eq!(
+        s.reply_to(1),
+        Some(&Ok(Bytes::from_static(b"$3\r\nval\r\n")))
+    );
     assert_eq!(s.reply_to(2), Some(&Ok(Bytes::from_static(b"$1\r\nb\r\n"))));
     assert_eq!(s.frames().len(), 2, "both pushes are the application's");
     // The subscription is confirmed by the reply to what was written after it.
@@ -100,7 +106,10 @@ fn a_request_answered_by_pushes_is_refused_at_the_call() {
     assert!(matches!(s.reply_to(1), Some(Err(RequestError::NoReply(_)))));
     let mut s2 = Sim::ready(redis(Redis::new()));
     s2.request_cmd(1, &["SUBSCRIBE", "a", "b"]);
-    assert!(matches!(s2.reply_to(1), Some(Err(RequestError::NoReply(_)))));
+    assert!(matches!(
+        s2.reply_to(1),
+        Some(Err(RequestError::NoReply(_)))
+    ));
     s2.request_cmd(2, &["GET", "k"]);
     s2.transmit();
     assert_eq!(s2.written, cmd(&["GET", "k"]));
@@ -118,7 +127,10 @@ fn a_refused_frame_is_not_confirmed_and_is_written_again_after_a_pause_with_thos
     let m = s.metrics();
     assert_eq!(m.frames_confirmed, 1, "only the first ran");
     assert_eq!(m.frames_refused, 1);
-    assert_eq!(m.replies_dropped, 1, "c was taken back: its answer is dropped");
+    assert_eq!(
+        m.replies_dropped, 1,
+        "c was taken back: its answer is dropped"
+    );
     assert_eq!(
         s.frames(),
         [b"+OK\r\n".to_vec()],

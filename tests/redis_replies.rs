@@ -1,0 +1,371 @@
+//! Every reply to the frame it answers, against a real redis-server: requests beside
+//! subscriptions, client tracking and publishers each get their own reply (RESP2 and RESP3);
+//! writes a restarted server refuses while it loads its data are resent or reported, never
+//! counted as confirmed; an opening `PING` answered `-LOADING` makes the link Ready once the
+//! loading ends.
+//!
+//! Ignored in a bare `cargo test` (they need redis-server); `.ci/run` installs it and runs them.
+
+mod util;
+
+use std::collections::HashSet;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use relink::error::{FlushError, RequestError};
+use relink::framing::Resp;
+use relink::protocols::Redis;
+use relink::{AbandonReason, Cause, Confirm, Event, Heartbeat, Link, Overflow, Redelivery, State};
+use util::{RedisServer, Server};
+
+const T: Duration = Duration::from_secs(30);
+
+/// A plain client of the `redis` crate, for what the test itself asks of the server.
+fn client(redis: &RedisServer) -> redis::Connection {
+    redis::Client::open(format!("redis://{}/", redis.addr()))
+        .and_then(|c| c.get_connection())
+        .expect("a plain redis connection")
+}
+
+// ----- pushes and requests -----------------------------------------------------------------------
+
+/// A link that subscribed (and in RESP3 tracks keys) sends 1 000 requests in batches of 50
+/// while another client publishes to its channel and changes the keys it read: every request
+/// gets its own reply, and the pushes are events.
+fn requests_beside_pushes(resp3: bool) {
+    let redis = RedisServer::start().expect("this test needs redis-server");
+    let protocol = match resp3 {
+        true => Redis::new().open_with(["HELLO", "3"]),
+        false => Redis::new(),
+    };
+    let link = Link::builder(redis.endpoint())
+        .framing(Resp::new())
+        .protocol(protocol)
+        .heartbeat(Heartbeat::every(Duration::from_millis(50)))
+        .confirm(Confirm::reply())
+        .build()
+        .unwrap();
+    if resp3 {
+        link.send(Resp::command(["CLIENT", "TRACKING", "on"]))
+            .unwrap();
+    }
+    link.send(Resp::command(["SUBSCRIBE", "ch", "other"]))
+        .unwrap();
+    link.flush(T).expect("the subscription is answered");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let publisher = {
+        let (stop, mut c) = (stop.clone(), client(&redis));
+        thread::spawn(move || {
+            let mut n = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let _: i64 = redis::cmd("PUBLISH")
+                    .arg("ch")
+                    .arg(n)
+                    .query(&mut c)
+                    .unwrap();
+                // A key the link read: its tracking pushes an invalidation.
+                let _: () = redis::cmd("SET")
+                    .arg(format!("k{}", n % 50))
+                    .arg(n)
+                    .query(&mut c)
+                    .unwrap();
+                n += 1;
+            }
+            n
+        })
+    };
+    let (mut right, mut wrong) = (0, Vec::new());
+    for batch in 0..20 {
+        let pending: Vec<_> = (0..50)
+            .map(|i| {
+                let n = batch * 50 + i;
+                // A subscribed RESP2 connection runs only PING among the ordinary commands.
+                let frame = match (resp3, n % 2) {
+                    (true, 0) => Resp::command(["GET".to_string(), format!("k{}", n % 50)]),
+                    (true, _) => Resp::command(["ECHO".to_string(), format!("req-{n}")]),
+                    (false, _) => Resp::command(["PING".to_string(), format!("req-{n}")]),
+                };
+                (n, link.request_pending_within(frame, T))
+            })
+            .collect();
+        for (n, p) in pending {
+            let reply = p.wait().unwrap_or_else(|e| panic!("request {n}: {e}"));
+            let own = match (resp3, n % 2) {
+                // A GET's reply is a bulk string or a null, never another request's text.
+                (true, 0) => !reply.windows(4).any(|w| w == b"req-"),
+                _ => reply
+                    .windows(format!("req-{n}\r").len())
+                    .any(|w| w == format!("req-{n}\r").as_bytes()),
+            };
+            if own {
+                right += 1;
+            } else {
+                wrong.push((n, String::from_utf8_lossy(&reply).into_owned()));
+            }
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let published = publisher.join().unwrap();
+    let m = link.close(Duration::from_secs(1));
+    let pushes = std::iter::from_fn(|| link.events().try_recv().ok())
+        .filter(|e| matches!(e, Event::Frame(f) if f.starts_with(b">") || f.starts_with(b"*")))
+        .count();
+    eprintln!(
+        "resp3={resp3}: right={right} wrong={} ({published} published, {pushes} pushes as \
+         events, {} replies late)",
+        wrong.len(),
+        m.replies_late
+    );
+    assert!(
+        wrong.is_empty(),
+        "replies given to other requests: {:?}",
+        &wrong[..wrong.len().min(5)]
+    );
+    assert_eq!(right, 1_000);
+    assert!(pushes > 0, "the server pushed while the requests ran");
+}
+
+#[test]
+#[ignore = "needs redis-server"]
+fn resp2_requests_beside_a_subscription_and_a_publisher_each_get_their_own_reply() {
+    requests_beside_pushes(false);
+}
+
+#[test]
+#[ignore = "needs redis-server"]
+fn resp3_requests_beside_subscriptions_tracking_and_a_publisher_each_get_their_own_reply() {
+    requests_beside_pushes(true);
+}
+
+#[test]
+#[ignore = "needs redis-server"]
+fn a_subscribe_as_a_request_is_refused_at_the_call_and_the_next_request_is_answered() {
+    let redis = RedisServer::start().expect("this test needs redis-server");
+    let link = Link::builder(redis.endpoint())
+        .framing(Resp::new())
+        .protocol(Redis::new().open_with(["HELLO", "3"]))
+        .build()
+        .unwrap();
+    let refused = link.request_within(Resp::command(["SUBSCRIBE", "ch"]), T);
+    assert!(
+        matches!(refused, Err(RequestError::NoReply(_))),
+        "{refused:?}"
+    );
+    let echo = link
+        .request_within(Resp::command(["ECHO", "x"]), T)
+        .unwrap();
+    assert_eq!(&echo[..], b"$1\r\nx\r\n");
+    link.close(Duration::from_secs(1));
+}
+
+// ----- a server that loads its data after a restart ----------------------------------------------
+
+/// A persistent redis-server whose append-only file holds `keys` filler keys as commands, so
+/// that a restart answers `-LOADING` for a while (about a second per million keys here).
+fn loading_redis(keys: u64) -> RedisServer {
+    let redis = RedisServer::start_with(
+        true,
+        &[
+            "--aof-use-rdb-preamble",
+            "no",
+            "--enable-debug-command",
+            "yes",
+        ],
+    )
+    .expect("this test needs redis-server");
+    let mut c = client(&redis);
+    let _: () = redis::cmd("DEBUG")
+        .arg("POPULATE")
+        .arg(keys)
+        .arg("filler")
+        .arg(10)
+        .query(&mut c)
+        .unwrap();
+    let _: String = redis::cmd("BGREWRITEAOF").query(&mut c).unwrap();
+    let rewritten = util::wait_for(T, || {
+        let info: String = redis::cmd("INFO").arg("persistence").query(&mut c).ok()?;
+        (info.contains("aof_rewrite_in_progress:0") && info.contains("aof_rewrite_scheduled:0"))
+            .then_some(())
+    });
+    assert!(rewritten.is_some(), "the append-only file is rewritten");
+    redis
+}
+
+fn key_of(frame: &[u8]) -> Option<u64> {
+    let text = std::str::from_utf8(frame).ok()?;
+    let at = text.find("-key-")? + 5;
+    text[at..].split('\r').next()?.parse().ok()
+}
+
+/// One trial: `WRITES` `SET`s sent on a link confirmed by reply, the server killed twice
+/// while they flow and restarted (it loads its data, answering `-LOADING`). Returns the keys
+/// missing from redis, those reported (abandoned), the refusals counted and the resends.
+fn trial(
+    redis: &mut RedisServer,
+    n: u32,
+    policy: Redelivery,
+) -> (Vec<u64>, HashSet<u64>, u64, u64) {
+    const WRITES: u64 = 6_000;
+    let link = Link::builder(redis.endpoint())
+        .framing(Resp::new())
+        .protocol(Redis::new())
+        .heartbeat(Heartbeat::every(Duration::from_secs(1)))
+        .confirm(Confirm::reply())
+        .redelivery(policy)
+        .overflow(Overflow::Block(T))
+        .backoff(Duration::from_millis(20), Duration::from_millis(100))
+        .events_capacity(65_536)
+        .build()
+        .unwrap();
+    let collector = {
+        let events = link.events().clone();
+        thread::spawn(move || {
+            let mut reported = HashSet::new();
+            let deadline = Instant::now() + 3 * T;
+            while Instant::now() < deadline {
+                match events.recv_timeout(Duration::from_millis(100)) {
+                    Ok(Event::Abandoned { frame, reason }) => {
+                        assert!(
+                            matches!(reason, AbandonReason::Refused | AbandonReason::Unconfirmed),
+                            "{reason}"
+                        );
+                        reported.extend(key_of(&frame));
+                    }
+                    Ok(Event::State(t)) if t.to == State::Closed => break,
+                    Ok(_) | Err(relink::error::RecvTimeoutError::Timeout) => {}
+                    Err(_) => break,
+                }
+            }
+            reported
+        })
+    };
+    let producer = {
+        let link = link.clone();
+        thread::spawn(move || {
+            for k in 0..WRITES {
+                // Paced over about three seconds, so that writes go on while the restarted
+                // server loads.
+                if k % 10 == 0 {
+                    thread::sleep(Duration::from_millis(5));
+                }
+                let key = format!("t{n}-key-{k}");
+                link.send(Resp::command(["SET", key.as_str(), "v"]))
+                    .expect("accepted");
+            }
+        })
+    };
+    for kill in 1..=2u64 {
+        let settled = || {
+            let m = link.metrics();
+            m.frames_confirmed + m.abandoned.total()
+        };
+        let flowing = util::wait_for(T, || (settled() >= kill * WRITES / 3).then_some(()));
+        assert!(flowing.is_some(), "writes flow");
+        redis.kill();
+        redis.relaunch();
+    }
+    producer.join().unwrap();
+    match link.flush(T) {
+        Ok(()) | Err(FlushError::Abandoned { .. }) => {}
+        Err(e) => panic!("the writes settle: {e}"),
+    }
+    let m = link.close(Duration::from_secs(1));
+    assert_eq!(m.unaccounted(), 0, "{m:?}");
+    let reported = collector.join().unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("t{n}-key-*"))
+        .query(&mut client(redis))
+        .unwrap();
+    let present: HashSet<u64> = keys.iter().filter_map(|k| key_of(k.as_bytes())).collect();
+    let missing = (0..WRITES).filter(|k| !present.contains(k)).collect();
+    (missing, reported, m.frames_refused, m.frames_resent)
+}
+
+fn loading_trials(policy: Redelivery) {
+    let mut redis = loading_redis(400_000);
+    let (mut refused, mut reported_total) = (0, 0);
+    for n in 0..10 {
+        let (missing, reported, r, resent) = trial(&mut redis, n, policy);
+        let unreported: Vec<_> = missing.iter().filter(|k| !reported.contains(k)).collect();
+        eprintln!(
+            "trial {n} ({policy:?}): {} missing, {} reported, {r} refusals, {resent} resent: {} \
+             lost without a report",
+            missing.len(),
+            reported.len(),
+            unreported.len()
+        );
+        assert!(
+            unreported.is_empty(),
+            "writes lost without a report: {unreported:?}"
+        );
+        if policy == Redelivery::Resend {
+            assert!(
+                missing.is_empty() && reported.is_empty(),
+                "every write is in redis"
+            );
+        }
+        refused += r;
+        reported_total += reported.len();
+    }
+    eprintln!("{policy:?}: {refused} refusals over 10 trials, {reported_total} writes reported");
+    assert!(
+        refused > 0,
+        "the restarted server refused writes while it loaded"
+    );
+}
+
+#[test]
+#[ignore = "needs redis-server"]
+fn with_resend_every_set_refused_by_a_loading_redis_is_written_again_and_present() {
+    loading_trials(Redelivery::Resend);
+}
+
+#[test]
+#[ignore = "needs redis-server"]
+fn with_report_every_set_missing_after_a_loading_redis_refused_it_was_reported() {
+    loading_trials(Redelivery::Report);
+}
+
+#[test]
+#[ignore = "needs redis-server"]
+fn an_opening_ping_answered_loading_becomes_ready_within_a_second_of_the_loading_end() {
+    let mut redis = loading_redis(1_000_000);
+    let link = Link::builder(redis.endpoint())
+        .framing(Resp::new())
+        .protocol(Redis::new().open_with(["PING"]))
+        .backoff(Duration::from_millis(20), Duration::from_millis(100))
+        .build()
+        .unwrap();
+    let mut watch = util::Watch::new(&link);
+    watch.until_state(State::Ready, T);
+    redis.kill();
+    let killed = Instant::now();
+    // Returns once the server answers PING: its loading is over.
+    redis.relaunch();
+    let loaded = Instant::now();
+    let ready = watch.until_state(State::Ready, T);
+    let late = Instant::now().saturating_duration_since(loaded);
+    eprintln!(
+        "loading for {:?}; the link Ready {late:?} after it ({})",
+        loaded - killed,
+        ready.cause
+    );
+    assert!(
+        loaded - killed > Duration::from_millis(300),
+        "the server loaded for a while"
+    );
+    assert!(
+        late < Duration::from_secs(1),
+        "Ready {late:?} after the loading ended"
+    );
+    let m = link.close(Duration::from_secs(1));
+    assert_eq!(m.handshakes_refused, 0, "a loading server is no refusal");
+    assert!(
+        watch
+            .transitions
+            .iter()
+            .all(|(_, t)| t.cause != Cause::Rejected),
+        "{}",
+        watch.trace()
+    );
+}
