@@ -167,6 +167,17 @@ pub struct Builder {
     name: Option<String>,
     /// `requests` was called: the link means to make requests.
     requests_said: bool,
+    /// The settings given, which a protocol's own do not replace.
+    said: Said,
+}
+
+/// Which of the settings a protocol brings were given to the builder.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Said {
+    pub(crate) framing: bool,
+    pub(crate) heartbeat: bool,
+    pub(crate) confirm: bool,
+    pub(crate) correlation: bool,
 }
 
 const MAX_ZMQ_MS: u128 = i32::MAX as u128;
@@ -180,6 +191,7 @@ impl Builder {
             io_pool: None,
             name: None,
             requests_said: false,
+            said: Said::default(),
             config: Config {
                 core: Settings {
                     endpoints: Vec::new(),
@@ -279,6 +291,7 @@ impl Builder {
         core.window = d.window;
         core.redelivery = d.redelivery;
         core.confirm = d.confirm;
+        self.said.confirm = true;
         core.max_losses = d.max_losses;
         self.config.overflow = d.overflow;
         self.config.frame_ttl = d.frame_ttl;
@@ -356,6 +369,7 @@ impl Builder {
     /// [`Framing::check`] at `send`. Defaults to [`Raw`] chunks.
     pub fn framing<F: Framing + Clone>(mut self, framing: F) -> Builder {
         self.config.core.framing = BoxedFraming::new(framing);
+        self.said.framing = true;
         self
     }
 
@@ -543,6 +557,7 @@ impl Builder {
     /// See the example on [`Builder::ready_when`].
     pub fn heartbeat(mut self, hb: Heartbeat) -> Builder {
         self.config.core.heartbeat = Some(hb);
+        self.said.heartbeat = true;
         self
     }
 
@@ -914,6 +929,7 @@ impl Builder {
     /// `reply`, whose ping is then the barrier). See [`Confirm`].
     pub fn confirm(mut self, confirm: Confirm) -> Builder {
         self.config.core.confirm = confirm;
+        self.said.confirm = true;
         self
     }
 
@@ -1113,6 +1129,7 @@ impl Builder {
     pub fn correlation(mut self, correlation: Correlation) -> Builder {
         self.config.core.requests.correlation = correlation;
         self.requests_said = true;
+        self.said.correlation = true;
         self
     }
 

@@ -15,6 +15,22 @@ use crate::error::ConfigError;
 /// Checks every setting; no libzmq object is made.
 pub(super) fn config(builder: Builder) -> Result<Config, ConfigError> {
     let mut c = builder.config;
+    // What the protocol brings, unless the builder was given its own.
+    if let Some(p) = &c.core.protocol {
+        let said = builder.said;
+        if let Some(f) = p.framing().filter(|_| !said.framing) {
+            c.core.framing = f.0;
+        }
+        if !said.heartbeat {
+            c.core.heartbeat = p.heartbeat();
+        }
+        if !said.confirm {
+            c.core.confirm = p.confirm();
+        }
+        if let Some(r) = p.correlation().filter(|_| !said.correlation) {
+            c.core.requests.correlation = r;
+        }
+    }
     if builder.endpoints.is_empty() {
         return Err(ConfigError::NoEndpoint);
     }

@@ -9,7 +9,10 @@ use std::fmt;
 
 use super::predicate::Predicate;
 
-use super::confirm::Answers;
+use super::confirm::{Answers, Confirm};
+use super::framing::AnyFraming;
+use super::heartbeat::Heartbeat;
+use super::requests::Correlation;
 
 /// What the link writes when a connection opens, and whether it then waits for the peer.
 ///
@@ -254,6 +257,35 @@ pub trait Protocol: Send + 'static {
     /// Defaults to `None`.
     fn resend(&self, frame: &[u8]) -> Option<Vec<u8>> {
         let _ = frame;
+        None
+    }
+
+    /// The framing the peer speaks, unless the builder is given one
+    /// ([`Builder::framing`](crate::Builder::framing)). Defaults to none: the builder's
+    /// (raw chunks unless given).
+    fn framing(&self) -> Option<AnyFraming> {
+        None
+    }
+
+    /// The heartbeat the link runs, unless the builder is given one
+    /// ([`Builder::heartbeat`](crate::Builder::heartbeat)): [`Heartbeat::every`] an interval
+    /// writes the protocol's [`ping`](Protocol::ping). Defaults to none.
+    fn heartbeat(&self) -> Option<Heartbeat> {
+        None
+    }
+
+    /// What confirms a frame, unless the builder is given it
+    /// ([`Builder::confirm`](crate::Builder::confirm)): by reply where the peer answers in
+    /// order ([`Confirm::reply`]), else by TCP. Defaults to [`Confirm::tcp`].
+    fn confirm(&self) -> Confirm {
+        Confirm::tcp()
+    }
+
+    /// How replies match requests, unless the builder is given it
+    /// ([`Builder::correlation`](crate::Builder::correlation)). Defaults to none: in order,
+    /// with the frames [`is_unsolicited`](Protocol::is_unsolicited) calls the peer's own kept
+    /// apart.
+    fn correlation(&self) -> Option<Correlation> {
         None
     }
 

@@ -2,8 +2,11 @@
 //! [`Builder::protocol`](crate::Builder::protocol) as they are. A protocol of one's own
 //! implements the trait (see its page for a whole NATS client in one example).
 
-use super::confirm::Answers;
-use super::framing::Resp;
+use std::time::Duration;
+
+use super::confirm::{Answers, Confirm};
+use super::framing::{AnyFraming, Resp};
+use super::heartbeat::Heartbeat;
 use super::protocol::{Opening, Protocol, Replies, ReplyKind, Verdict};
 
 /// redis (RESP 2 or 3), on the [`Resp`] framing: every command answered in order
@@ -68,6 +71,9 @@ pub struct Redis {
     /// `MONITOR` was written on this connection: its lines are pushes.
     monitoring: bool,
 }
+
+/// The interval of the `PING` a redis link writes, unless told otherwise.
+const HEARTBEAT: Duration = Duration::from_secs(1);
 
 /// The errors by which redis says a command did not run and will later.
 const REFUSALS: [&[u8]; 5] = [
@@ -220,6 +226,18 @@ impl Protocol for Redis {
 
     fn ping(&self) -> Option<Vec<u8>> {
         Some(Resp::command(["PING"]))
+    }
+
+    fn framing(&self) -> Option<AnyFraming> {
+        Some(Resp::new().into())
+    }
+
+    fn heartbeat(&self) -> Option<Heartbeat> {
+        Some(Heartbeat::every(HEARTBEAT))
+    }
+
+    fn confirm(&self) -> Confirm {
+        Confirm::reply()
     }
 
     fn is_pong(&self, frame: &[u8]) -> bool {

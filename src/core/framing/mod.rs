@@ -198,6 +198,32 @@ impl<T: Framing + Clone> DynFraming for T {
     }
 }
 
+/// A framing of any type, as a [`Protocol`](crate::protocol::Protocol) gives its own
+/// ([`Protocol::framing`](crate::protocol::Protocol::framing)): any `Framing + Clone`, boxed.
+///
+/// # Examples
+/// ```
+/// use relink::framing::{AnyFraming, Resp};
+///
+/// let framing: AnyFraming = Resp::new().into();
+/// assert_eq!(framing.name(), "resp");
+/// ```
+#[derive(Clone, Debug)]
+pub struct AnyFraming(pub(crate) BoxedFraming);
+
+impl AnyFraming {
+    /// The framing's short name.
+    pub fn name(&self) -> &str {
+        self.0.name()
+    }
+}
+
+impl<F: Framing + Clone> From<F> for AnyFraming {
+    fn from(framing: F) -> AnyFraming {
+        AnyFraming(BoxedFraming::new(framing))
+    }
+}
+
 /// The framing of one link, boxed: what the builder stores, the core decodes and encodes
 /// with, and the handle checks frames with.
 pub(crate) struct BoxedFraming(pub(crate) Box<dyn DynFraming>);

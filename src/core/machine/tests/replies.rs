@@ -271,3 +271,41 @@ fn an_answer_no_frame_waits_for_closes_the_connection_instead_of_shifting_the_re
     assert_eq!(s.last_transition().cause, Cause::Protocol);
     assert!(s.frames().is_empty());
 }
+
+#[test]
+fn a_redis_protocol_alone_brings_its_framing_ping_and_confirmation_by_reply() {
+    let mut s = Sim::with(Sim::builder().protocol(Redis::new()));
+    s.auto_ack = false;
+    s.input(Input::Start);
+    s.tcp_up();
+    assert_eq!(s.m.state(), Ready);
+    s.submit(&cmd(&["SET", "a", "1"]));
+    s.transmit();
+    assert_eq!(s.written, cmd(&["SET", "a", "1"]), "written as RESP is");
+    assert_eq!(s.metrics().frames_confirmed, 0, "not by TCP");
+    s.data(b"+OK\r\n");
+    assert_eq!(s.metrics().frames_confirmed, 1, "by its reply");
+    s.written.clear();
+    s.advance(SEC);
+    s.transmit();
+    assert_eq!(s.written, cmd(&["PING"]), "its ping, every second");
+}
+
+#[test]
+fn what_the_builder_is_given_overrides_what_the_protocol_brings() {
+    let mut s = Sim::with(
+        Sim::builder()
+            .protocol(Redis::new())
+            .confirm(Confirm::tcp())
+            .heartbeat(Heartbeat::every(10 * SEC)),
+    );
+    s.input(Input::Start);
+    s.tcp_up();
+    s.submit(&cmd(&["SET", "a", "1"]));
+    s.transmit();
+    assert_eq!(s.metrics().frames_confirmed, 1, "by TCP");
+    s.written.clear();
+    s.advance(SEC);
+    s.transmit();
+    assert!(s.written.is_empty(), "no ping within the longer interval");
+}
