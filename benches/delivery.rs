@@ -48,7 +48,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use relink::framing::LengthDelimited;
-use relink::{Confirm, Heartbeat, Link, Overflow, Ping, State};
+use relink::protocol::Ping;
+use relink::{Confirm, Heartbeat, Link, Overflow, State};
 use support::peer::Peer;
 
 const BOUND: Duration = Duration::from_secs(120);
@@ -233,11 +234,14 @@ fn main() {
         let (mut ratio, mut ratio_std) = (Vec::new(), Vec::new());
         for round in 0..rounds {
             let (tw, tu) = if round % 2 == 0 {
-                let tw = run_relink(relink::defaults::WINDOW, size, frames);
+                let tw = run_relink(relink::config::defaults::WINDOW, size, frames);
                 (tw, run_relink(0, size, frames))
             } else {
                 let tu = run_relink(0, size, frames);
-                (run_relink(relink::defaults::WINDOW, size, frames), tu)
+                (
+                    run_relink(relink::config::defaults::WINDOW, size, frames),
+                    tu,
+                )
             };
             let ts = run_std(size, frames);
             // Rates in the same round: the ratio of rates is the inverse ratio of times.
@@ -322,7 +326,7 @@ fn main() {
         peer.stop();
     }
     let (peer, _) = sink();
-    let link = link(&peer.endpoint(), relink::defaults::WINDOW);
+    let link = link(&peer.endpoint(), relink::config::defaults::WINDOW);
     let n = if quick { 500 } else { 5000 };
     let mut lat = Vec::with_capacity(n);
     let mut rtt = Vec::with_capacity(n);

@@ -36,7 +36,8 @@ use clap::Parser;
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use rand::Rng;
 use relink::framing::Lines;
-use relink::{Event, Heartbeat, Link, Ping, Predicate};
+use relink::protocol::{Ping, Predicate};
+use relink::{Event, Heartbeat, Link};
 
 use support::netns::{self, mono_us, us_between, Report};
 use support::peer::Peer;

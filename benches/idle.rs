@@ -23,7 +23,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use relink::framing::LengthDelimited;
-use relink::{Heartbeat, Link, Ping, Predicate, State};
+use relink::protocol::{Ping, Predicate};
+use relink::{Heartbeat, Link, State};
 
 use support::cpu_time;
 use support::peer::ChildPeer;

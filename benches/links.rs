@@ -51,7 +51,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use relink::framing::Lines;
-use relink::{Heartbeat, IoPool, Link, Ping, State};
+use relink::protocol::Ping;
+use relink::{Heartbeat, IoPool, Link, State};
 
 /// Set in the child process that measures one count: the count.
 const CHILD_ENV: &str = "RELINK_BENCH_LINKS_CHILD";
@@ -231,7 +232,7 @@ fn child(n: usize) {
             .framing(Lines::new())
             .heartbeat(
                 Heartbeat::new(Duration::from_secs(1), Ping::Raw(b"PING\r\n".to_vec()))
-                    .reply(relink::Predicate::starts_with(&b"+PONG"[..])),
+                    .reply(relink::protocol::Predicate::starts_with(&b"+PONG"[..])),
             )
             .build();
         match link {

@@ -47,8 +47,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use futures_util::{SinkExt, StreamExt};
+use relink::config::Looks;
 use relink::framing::Lines;
-use relink::{Event, Link, Looks, State};
+use relink::{Event, Link, State};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio_util::codec::{FramedRead, FramedWrite, LinesCodec};
 

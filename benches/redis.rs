@@ -31,7 +31,8 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use relink::framing::Resp;
-use relink::{Correlation, Link, Pending, State};
+use relink::protocol::Correlation;
+use relink::{Link, Pending, State};
 use support::redis::RedisServer;
 
 /// Requests outstanding in the pipelined mode.

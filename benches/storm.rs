@@ -844,7 +844,7 @@ impl Fleet for RelinkFleet {
             // The first dial after the drop was refused (the server is down for seconds):
             // libzmq then spent its one redial of the outage.
             let redials = if t.dials > 1 {
-                relink::defaults::NATIVE_RETRIES
+                relink::config::defaults::NATIVE_RETRIES
             } else {
                 0
             };

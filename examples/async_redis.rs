@@ -17,7 +17,8 @@ use futures_util::StreamExt;
 use relink::bytes::Bytes;
 use relink::error::RequestError;
 use relink::framing::Lines;
-use relink::{Event, Handshake, Link, Metrics, Predicate, State};
+use relink::protocol::{Handshake, Predicate};
+use relink::{Event, Link, Metrics, State};
 use tokio::sync::mpsc;
 use tokio::time::timeout;
 

@@ -10,7 +10,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use relink::framing::Lines;
-use relink::{Event, Heartbeat, Link, Ping};
+use relink::protocol::Ping;
+use relink::{Event, Heartbeat, Link};
 
 #[path = "support/echo_peer.rs"]
 mod echo_peer;

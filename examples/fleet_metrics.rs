@@ -17,7 +17,8 @@ use echo_peer::EchoPeer;
 use metrics_exporter_prometheus::PrometheusBuilder;
 use relink::framing::Lines;
 use relink::pool::MetricsExport;
-use relink::{Heartbeat, IoPool, Link, Ping, State};
+use relink::protocol::Ping;
+use relink::{Heartbeat, IoPool, Link, State};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();

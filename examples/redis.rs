@@ -19,8 +19,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use relink::framing::{Resp, RespValue};
-use relink::protocols::Redis;
-use relink::{Correlation, Event, Heartbeat, Link, Pending, Redelivery};
+use relink::protocol::Correlation;
+use relink::protocol::Redis;
+use relink::{Event, Heartbeat, Link, Pending, Redelivery};
 
 /// Windows of pipelined commands.
 const WINDOWS: usize = 20;

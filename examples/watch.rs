@@ -20,7 +20,8 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use relink::framing::Lines;
-use relink::{Event, Heartbeat, Link, Metrics, Ping, State};
+use relink::protocol::Ping;
+use relink::{Event, Heartbeat, Link, Metrics, State};
 
 /// How often the status line is redrawn.
 const REFRESH: Duration = Duration::from_millis(200);

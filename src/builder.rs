@@ -120,7 +120,8 @@ pub(crate) struct Config {
 /// A link to a line-based service, with a heartbeat, a bounded outbox and a give-up point:
 /// ```
 /// use std::time::Duration;
-/// use relink::{Event, Heartbeat, Link, Overflow, Ping, Predicate};
+/// use relink::{Event, Heartbeat, Link, Overflow};
+/// use relink::protocol::{Ping, Predicate};
 /// use relink::framing::Lines;
 /// # use std::io::{Read, Write};
 /// # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
@@ -383,7 +384,8 @@ impl Builder {
     /// link waits between attempts, and when it rests:
     /// ```
     /// use std::time::Duration;
-    /// use relink::{Event, Jitter, Link, State};
+    /// use relink::{Event, Link, State};
+    /// use relink::config::Jitter;
     ///
     /// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     /// // Nobody listens on `port`: every dial is refused.
@@ -489,7 +491,8 @@ impl Builder {
     /// connection counts as alive, and when as dead:
     /// ```
     /// use std::time::Duration;
-    /// use relink::{Cause, Event, Handshake, Heartbeat, Link, Ping, Predicate, State};
+    /// use relink::{Cause, Event, Heartbeat, Link, State};
+    /// use relink::protocol::{Handshake, Ping, Predicate};
     /// use relink::framing::Lines;
     /// # use std::io::{Read, Write};
     /// # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
@@ -572,7 +575,8 @@ impl Builder {
     /// [`tcp_maxrt`](Builder::tcp_maxrt)) is handed to libzmq and the kernel:
     /// ```
     /// use std::time::Duration;
-    /// use relink::{Keepalive, Link, State};
+    /// use relink::{Link, State};
+    /// use relink::config::Keepalive;
     /// use relink::error::ConfigError;
     /// # use std::io::{Read, Write};
     /// # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
@@ -907,7 +911,7 @@ impl Builder {
     /// With a protocol, the heartbeat starts once the link is Ready. `build()` asks a clone of
     /// the protocol for its opening and its ping and refuses a frame the framing cannot write
     /// ([`ConfigError::Unencodable`](crate::error::ConfigError::Unencodable)), and a protocol
-    /// on a framing that does not cut frames. [`Handshake`](crate::Handshake)
+    /// on a framing that does not cut frames. [`Handshake`](crate::protocol::Handshake)
     /// is the simplest protocol that waits for the peer: hello frames and a predicate on the
     /// reply.
     pub fn protocol<P: Protocol + Clone>(mut self, protocol: P) -> Builder {
@@ -916,7 +920,7 @@ impl Builder {
     }
 
     /// How long the link waits for the [`Protocol`]'s verdict on a new connection
-    /// ([`Opening::wait`](crate::Opening::wait)) before it closes it with cause
+    /// ([`Opening::wait`](crate::protocol::Opening::wait)) before it closes it with cause
     /// `handshake-timeout`. Defaults to 5 s.
     pub fn handshake_timeout(mut self, timeout: Duration) -> Builder {
         self.config.core.handshake_timeout = timeout;
@@ -1117,7 +1121,8 @@ impl Builder {
     /// # Examples
     /// ```
     /// use relink::framing::Resp;
-    /// use relink::{Correlation, Link};
+    /// use relink::Link;
+    /// use relink::protocol::Correlation;
     ///
     /// let link = Link::builder("tcp://127.0.0.1:6379")
     ///     .framing(Resp::new())

@@ -403,8 +403,8 @@ pub enum LinkError {
     /// were dropped (their frames are still counted in the metrics).
     #[error("{0} events dropped: the application is not reading events")]
     EventsDropped(u64),
-    /// The peer refused the link when it opened (the [`Protocol`](crate::Protocol)'s verdict
-    /// [`Verdict::Refused`](crate::Verdict::Refused)): the attempt fails with
+    /// The peer refused the link when it opened (the [`Protocol`](crate::protocol::Protocol)'s verdict
+    /// [`Verdict::Refused`](crate::protocol::Verdict::Refused)): the attempt fails with
     /// [`Cause::Rejected`](crate::Cause::Rejected) and the next waits
     /// [`config_failure_retry`](crate::Builder::config_failure_retry).
     #[error("the peer refused the link: {reason}")]
@@ -498,9 +498,9 @@ pub enum Callback {
     /// The framing, encoding a frame (a queued frame, a hello frame or the heartbeat ping).
     Encode,
     /// The request correlation's code, telling replies apart
-    /// ([`Correlation`](crate::Correlation)).
+    /// ([`Correlation`](crate::protocol::Correlation)).
     Correlation,
-    /// The link's [`Protocol`](crate::Protocol): its opening, verdict, reaction, ping or
+    /// The link's [`Protocol`](crate::protocol::Protocol): its opening, verdict, reaction, ping or
     /// resend mark.
     Protocol,
 }
@@ -784,8 +784,8 @@ pub enum RequestError {
     #[error("request has no id")]
     NoId(bytes::Bytes),
     /// Refused: the protocol says the peer answers this frame with other than one reply in
-    /// its turn ([`Replies::Pushed`](crate::Replies::Pushed) or
-    /// [`Replies::Many`](crate::Replies::Many): redis' `SUBSCRIBE`), so no reply can be
+    /// its turn ([`Replies::Pushed`](crate::protocol::Replies::Pushed) or
+    /// [`Replies::Many`](crate::protocol::Replies::Many): redis' `SUBSCRIBE`), so no reply can be
     /// matched to it. Send it with `send` and read its answers as events. The frame is given
     /// back.
     #[error("the peer answers this frame with no single reply (a push or several answers): send it and read the events")]

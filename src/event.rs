@@ -156,8 +156,8 @@ pub enum Cause {
     /// [`Metrics::tls_rejected`](crate::Metrics::tls_rejected) counts it.
     TlsRejected,
     /// The peer refused the link when it opened, for a reason no retry at the usual pace can
-    /// fix (the [`Protocol`](crate::Protocol)'s verdict
-    /// [`Verdict::Refused`](crate::Verdict::Refused): bad credentials, say). The reason is in
+    /// fix (the [`Protocol`](crate::protocol::Protocol)'s verdict
+    /// [`Verdict::Refused`](crate::protocol::Verdict::Refused): bad credentials, say). The reason is in
     /// an [`Event::Error`] with [`LinkError::Refused`](crate::error::LinkError::Refused); the
     /// next attempt waits [`Builder::config_failure_retry`](crate::Builder::config_failure_retry),
     /// and [`Metrics::handshakes_refused`](crate::Metrics::handshakes_refused) counts it.
@@ -328,8 +328,8 @@ pub enum Event {
     /// Something went wrong that the application should know of.
     Error(LinkError),
     /// The peer answered a frame given to `send` with an error, and this is the frame
-    /// ([`ReplyKind::Error`](crate::ReplyKind::Error): confirmed, the peer read it; or
-    /// [`ReplyKind::Refused`](crate::ReplyKind::Refused) under
+    /// ([`ReplyKind::Error`](crate::protocol::ReplyKind::Error): confirmed, the peer read it; or
+    /// [`ReplyKind::Refused`](crate::protocol::ReplyKind::Refused) under
     /// [`Redelivery::Report`](crate::Redelivery::Report): followed by its
     /// [`Event::Abandoned`] with reason [`Refused`](AbandonReason::Refused)). Told only
     /// while the frame waits for its answer, so under confirmation by reply

@@ -91,7 +91,7 @@
 //!   over a batch at a time, as `BufWriter` writes. Dropping the last handle never waits.
 //! - Request and reply ([`Link::request`], [`Link::request_pending`] and [`Pending`],
 //!   [`Link::request_async`]): replies matched to requests in order or by id
-//!   ([`Correlation`]), a deadline per request counted from the call, every request ended in
+//!   ([`Correlation`](protocol::Correlation)), a deadline per request counted from the call, every request ended in
 //!   exactly one outcome ([`RequestError`](error::RequestError)), requests outstanding at a drop resent or failed
 //!   ([`Redelivery`]). See [Request and reply](#request-and-reply).
 //!
@@ -105,11 +105,11 @@
 //! The crate root holds what a program names in ordinary use: the link ([`Link`],
 //! [`Builder`], [`Events`], [`Event`] and the data it carries, [`Metrics`], [`Pending`],
 //! [`Producer`], [`Writer`]), what
-//! the builder takes ([`SendOptions`], [`Overflow`], [`Batch`], [`Heartbeat`], [`ProofOfLife`],
-//! [`Correlation`], [`Redelivery`], [`Tls`], [`Spool`], …) and [`IoPool`]. Every error type is in
+//! the builder takes ([`SendOptions`], [`Overflow`], [`Batch`], [`Heartbeat`], [`ProofOfLife`](config::ProofOfLife),
+//! [`Correlation`](protocol::Correlation), [`Redelivery`], [`Tls`], [`Spool`], …) and [`IoPool`]. Every error type is in
 //! [`error`]; the libzmq [`Context`](pool::Context) and a pool's view
 //! ([`PoolView`](pool::PoolView)) are in [`pool`]; the framing trait and the built-ins in
-//! [`framing`]; the builder's defaults in [`defaults`]. Callbacks are plain closures.
+//! [`framing`]; the builder's defaults in [`defaults`](config::defaults). Callbacks are plain closures.
 //!
 //! # Out of scope
 //! - Servers (relink only dials).
@@ -180,7 +180,7 @@
 //! ```
 //!
 //! # Application code that panics
-//! relink calls the application's code on its own threads: the [`Predicate`]s of a handshake
+//! relink calls the application's code on its own threads: the [`Predicate`](protocol::Predicate)s of a handshake
 //! and of the heartbeat reply on the IO thread, the resolver ([`Builder::resolver`]) on a resolver thread, and the
 //! [`Framing`](framing::Framing) on the IO thread. A panic there is caught where the
 //! code is called and treated as a failure of the connection: the application receives
@@ -203,7 +203,8 @@
 //! ```
 //! use std::time::Duration;
 //! use relink::framing::Lines;
-//! use relink::{Correlation, Link};
+//! use relink::Link;
+//! use relink::protocol::Correlation;
 //! use relink::error::RequestError;
 //! # use std::io::{BufRead, BufReader, Write};
 //! # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
@@ -232,8 +233,8 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //! In order, a request that timed out keeps its place until its late reply, which is consumed
-//! and counted ([`Metrics::replies_late`]); by id ([`Correlation::by_id`]), a reply whose id
-//! nobody waits for is. Frames that are no reply (RESP3 pushes with [`Correlation::resp`], a
+//! and counted ([`Metrics::replies_late`]); by id ([`Correlation::by_id`](protocol::Correlation::by_id)), a reply whose id
+//! nobody waits for is. Frames that are no reply (RESP3 pushes with [`Correlation::resp`](protocol::Correlation::resp), a
 //! greeting, anything while no request is outstanding) are [`Event::Frame`]s. The window of
 //! outstanding requests ([`Builder::request_limits`]) is the pipelining depth, under the
 //! link's [`Overflow`] policy. A connection lost with requests outstanding resends them first
@@ -323,33 +324,69 @@ mod spool;
 mod tls;
 mod view;
 
-pub use crate::core::backoff::Jitter;
-pub use crate::core::confirm::{Answers, Confirm};
+pub use crate::core::confirm::Confirm;
 pub use crate::core::framing;
-pub use crate::core::heartbeat::{Heartbeat, Ping};
-pub use crate::core::predicate::Predicate;
-pub use crate::core::protocol::{
-    Handshake, Opening, Protocol, Reaction, Replies, ReplyKind, Verdict,
-};
-pub use crate::core::protocols;
-pub use crate::core::requests::Correlation;
-pub use crate::core::settings::ProofOfLife;
+pub use crate::core::heartbeat::Heartbeat;
 pub use crate::core::window::Redelivery;
 pub use batch::Batch;
-pub use builder::{defaults, Builder, Delivery, Overflow, Reconnect, Requests, SocketOptions};
+pub use builder::{Builder, Overflow};
 /// The `bytes` crate, whose [`Bytes`](bytes::Bytes) carries received frames and whose
 /// [`BytesMut`](bytes::BytesMut) is the receive buffer a [`Framing`](framing::Framing)
 /// decodes from.
 pub use bytes;
 pub use event::{AbandonReason, Cause, Event, State, Transition};
 pub use events::Events;
-pub use io::{IoPool, Keepalive, Looks};
+pub use io::IoPool;
 pub use link::{Link, Producer, Writer};
 pub use metrics::{Abandoned, Metrics};
 pub use request::Pending;
 pub use send::SendOptions;
 pub use spool::{Durability, Spool};
 pub use tls::Tls;
+
+pub mod protocol {
+    //! The peer's language: a [`Protocol`] is one value that says how the peer frames its
+    //! bytes, what opens a connection, which frames the peer answers and how many answers
+    //! each gets, what an answer says of its frame, its ping and pong, how replies match
+    //! requests, and what confirms a frame. [`Redis`] is built in; a protocol of one's own
+    //! implements the trait ([`Handshake`] is the simplest that waits for the peer).
+    //!
+    //! # Examples
+    //! ```
+    //! use std::time::Duration;
+    //! use relink::protocol::Redis;
+    //! use relink::Link;
+    //!
+    //! // RESP framing, a PING every second, every write confirmed by its reply, requests
+    //! // matched in order with pushes kept apart: all from the one value.
+    //! let link = Link::builder("127.0.0.1:6379").protocol(Redis::new()).build()?;
+    //! # link.close(Duration::ZERO);
+    //! # Ok::<(), relink::error::ConfigError>(())
+    //! ```
+    pub use crate::core::confirm::Answers;
+    pub use crate::core::heartbeat::Ping;
+    pub use crate::core::predicate::Predicate;
+    pub use crate::core::protocol::{
+        Handshake, Opening, Protocol, Reaction, Replies, ReplyKind, Verdict,
+    };
+    pub use crate::core::redis::Redis;
+    pub use crate::core::requests::Correlation;
+}
+
+pub mod config {
+    //! The builder's groups of settings, each a value with one `Default` (the builder's
+    //! defaults), changed in place with its own setters:
+    //! [`Builder::reconnect`](crate::Builder::reconnect) ([`Reconnect`]),
+    //! [`Builder::delivery`](crate::Builder::delivery) ([`Delivery`]),
+    //! [`Builder::requests`](crate::Builder::requests) ([`Requests`]) and
+    //! [`Builder::socket`](crate::Builder::socket) ([`SocketOptions`]); the values their
+    //! fields take ([`Jitter`], [`Keepalive`], [`ProofOfLife`], [`Looks`]); and every default
+    //! as a constant ([`defaults`]).
+    pub use crate::builder::{defaults, Delivery, Reconnect, Requests, SocketOptions};
+    pub use crate::core::backoff::Jitter;
+    pub use crate::core::settings::ProofOfLife;
+    pub use crate::io::{Keepalive, Looks};
+}
 
 pub mod pool {
     //! The IO threads links share, the libzmq context under them, and what a pool says about

@@ -1317,7 +1317,7 @@ impl Link {
     /// Blocks until every frame sent before the call (through this handle, its clones, a
     /// [`Writer`](crate::Writer) flushed before, or a [`Producer`](crate::Producer)) is confirmed,
     /// or until `timeout`. Under [`Confirm::reply`](crate::Confirm::reply) with
-    /// [`Answers::Pings`](crate::Answers::Pings) the link writes a ping at once, whose
+    /// [`Answers::Pings`](crate::protocol::Answers::Pings) the link writes a ping at once, whose
     /// answer confirms them. Requests are not waited for: each has its own outcome.
     ///
     /// # Errors

@@ -259,13 +259,13 @@ pub struct Metrics {
     /// Late replies (to requests that had timed out) consumed and dropped.
     pub replies_late: u64,
     /// Times the peer refused the link when it opened (the protocol's verdict
-    /// [`Verdict::Refused`](crate::Verdict::Refused)).
+    /// [`Verdict::Refused`](crate::protocol::Verdict::Refused)).
     pub handshakes_refused: u64,
     /// Frames the link wrote to answer the peer's own frames (the protocol's
-    /// [`Reaction`](crate::Reaction): a `PONG` to a server's `PING`).
+    /// [`Reaction`](crate::protocol::Reaction): a `PONG` to a server's `PING`).
     pub frames_answered: u64,
     /// Barrier pings written to confirm frames by reply
-    /// ([`Confirm::reply`](crate::Confirm::reply) under [`Answers::Pings`](crate::Answers::Pings)).
+    /// ([`Confirm::reply`](crate::Confirm::reply) under [`Answers::Pings`](crate::protocol::Answers::Pings)).
     pub barriers_sent: u64,
     /// Calls into application code (framing, predicates, resolver) that took at least the
     /// [`slow_callback`](crate::Builder::slow_callback) threshold. The first of each period
@@ -296,7 +296,7 @@ pub struct Metrics {
     /// dropped before they were confirmed (`Redelivery::Resend`); each counts again in
     /// `frames_sent` when it is written (a deadline may still end it first).
     pub frames_resent: u64,
-    /// Answers in their turn that refused a frame ([`ReplyKind::Refused`](crate::ReplyKind):
+    /// Answers in their turn that refused a frame ([`ReplyKind::Refused`](crate::protocol::ReplyKind):
     /// not run, to be written again): each refused frame is resent after a pause or reported,
     /// never confirmed.
     pub frames_refused: u64,

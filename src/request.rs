@@ -1,5 +1,5 @@
 //! A request on its way, [`Pending`]: a request is a frame whose reply the link matches to it
-//! (by the builder's [`Correlation`](crate::Correlation)) and hands to its caller, or which
+//! (by the builder's [`Correlation`](crate::protocol::Correlation)) and hands to its caller, or which
 //! ends in exactly one [`RequestError`]. The calls that make one are on the handle
 //! ([`Link::request`](crate::Link::request) and its siblings, in src/link.rs).
 

@@ -265,7 +265,7 @@ impl Tls {
     /// attempt fails with [`Cause::Tls`](crate::Cause::Tls) and
     /// [`TlsError::HandshakeTimeout`](crate::error::TlsError::HandshakeTimeout).
     ///
-    /// Defaults to [`defaults::TLS_HANDSHAKE_TIMEOUT`](crate::defaults::TLS_HANDSHAKE_TIMEOUT)
+    /// Defaults to [`defaults::TLS_HANDSHAKE_TIMEOUT`](crate::config::defaults::TLS_HANDSHAKE_TIMEOUT)
     /// (10 s).
     pub fn handshake_timeout(mut self, timeout: Duration) -> Tls {
         self.handshake_timeout = Some(timeout);

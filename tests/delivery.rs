@@ -655,10 +655,10 @@ fn a_blackhole_mid_stream_loses_nothing_unreported_and_resends_what_was_not_conf
     let link = netns::build_in_namespace(&pair.a, move |ctx| {
         let hb = relink::Heartbeat::new(
             Duration::from_millis(200),
-            relink::Ping::Raw(b"ping\n".to_vec()),
+            relink::protocol::Ping::Raw(b"ping\n".to_vec()),
         )
         .max_missed(2)
-        .reply(relink::Predicate::new(|f| f == b"ping"));
+        .reply(relink::protocol::Predicate::new(|f| f == b"ping"));
         Link::builder(&endpoint)
             .context(ctx)
             .framing(Lines::new())

@@ -21,8 +21,9 @@ use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use relink::config::Jitter;
 use relink::framing::Lines;
-use relink::{Builder, Cause, Event, Jitter, Link, State};
+use relink::{Builder, Cause, Event, Link, State};
 use util::{free_port, refused_endpoint, wait_for, watched, Behaviour, Peer, Watch};
 
 /// Bound on any single wait for something that should happen at once on loopback.

@@ -20,8 +20,9 @@ mod util;
 
 use std::time::{Duration, Instant};
 
+use relink::config::{Jitter, ProofOfLife};
 use relink::framing::Lines;
-use relink::{AbandonReason, Cause, Jitter, Link, ProofOfLife, State};
+use relink::{AbandonReason, Cause, Link, State};
 use util::*;
 
 /// Bound on waits for things that take milliseconds when all is well.
@@ -68,7 +69,7 @@ fn close_in(link: &Link, w: &mut Watch, state: State, what: &str) -> Duration {
     );
     eprintln!(
         "measured: close in {state}: {took:?} (bound {:?})",
-        ms(300) + relink::defaults::LINGER + SLACK
+        ms(300) + relink::config::defaults::LINGER + SLACK
     );
     took
 }

@@ -18,8 +18,9 @@ mod util;
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
+use relink::config::Jitter;
 use relink::framing::Lines;
-use relink::{Cause, Jitter, Link, State, Transition};
+use relink::{Cause, Link, State, Transition};
 use util::*;
 
 /// Bound on waits for things that take milliseconds when all is well.
@@ -291,7 +292,7 @@ fn a_host_name_that_does_not_resolve_backs_off_with_cause_dns_while_another_link
     );
     send_seqs(&dns, 0..5);
     let (at, _) = wd.expect_step(
-        relink::defaults::CONNECT_TIMEOUT + SLACK,
+        relink::config::defaults::CONNECT_TIMEOUT + SLACK,
         |t| t.to == State::Backoff,
         (State::Connecting, State::Backoff, Cause::Dns),
     );
@@ -340,7 +341,7 @@ fn a_host_name_that_does_not_resolve_backs_off_with_cause_dns_while_another_link
         "measured: dns: Backoff(dns) {detect:?} after the start (bound {:?}); {dns_failures} \
          failures during {n} round trips of the other link: median {median:?}, max {max:?} \
          (bound 250 ms); close of the failing link {dns_close:?}",
-        relink::defaults::CONNECT_TIMEOUT + SLACK
+        relink::config::defaults::CONNECT_TIMEOUT + SLACK
     );
 }
 

@@ -272,6 +272,6 @@ fn a_peer_that_stops_reading_fills_the_outbox_then_sends_are_refused_with_the_fr
          socket) before the first refusal; slowest send {slowest:?} (bound 200 ms); close took \
          {took:?} (bound {:?})",
         m.frames_confirmed,
-        ms(300) + relink::defaults::LINGER + SLACK
+        ms(300) + relink::config::defaults::LINGER + SLACK
     );
 }

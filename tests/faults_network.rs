@@ -18,7 +18,8 @@ mod util;
 use std::time::{Duration, Instant};
 
 use relink::framing::Lines;
-use relink::{Cause, Heartbeat, Link, Ping, Predicate, State};
+use relink::protocol::{Ping, Predicate};
+use relink::{Cause, Heartbeat, Link, State};
 use util::*;
 
 /// Bound on waits for things that take milliseconds when all is well.
@@ -58,7 +59,7 @@ fn a_dial_whose_syn_is_never_answered_backs_off_with_connect_timeout_within_the_
     });
     let mut w = Watch::new(&link);
     send_seqs(&link, 0..3);
-    let bound = 2 * (connect_timeout + 2 * relink::defaults::RECONNECT_IVL) + SLACK;
+    let bound = 2 * (connect_timeout + 2 * relink::config::defaults::RECONNECT_IVL) + SLACK;
     let (at, _) = w.expect_step(
         bound + T,
         |t| t.to == State::Backoff,

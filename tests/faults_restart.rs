@@ -21,7 +21,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use relink::framing::{LengthDelimited, Lines};
-use relink::{Cause, Handshake, Heartbeat, Link, Overflow, Ping, Predicate, State, Transition};
+use relink::protocol::{Handshake, Ping, Predicate};
+use relink::{Cause, Heartbeat, Link, Overflow, State, Transition};
 use util::*;
 
 /// Bound on waits for things that take milliseconds when all is well.

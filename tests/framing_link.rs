@@ -15,7 +15,8 @@ use rand::{Rng, SeedableRng};
 use relink::bytes::{Buf, Bytes, BytesMut};
 use relink::error::{ConfigError, LinkError, SendError};
 use relink::framing::{DecodeError, EncodeError, Framing, Lines, Raw, Resp, RespValue};
-use relink::{Cause, Event, Handshake, Heartbeat, Link, Ping, Predicate, State};
+use relink::protocol::{Handshake, Ping, Predicate};
+use relink::{Cause, Event, Heartbeat, Link, State};
 use util::{Behaviour, Conn, Peer, RedisServer};
 
 /// Bound on any single wait for something that should happen at once on loopback.

@@ -11,7 +11,8 @@ use std::io::ErrorKind;
 use std::time::{Duration, Instant};
 
 use relink::framing::Lines;
-use relink::{Cause, Event, Handshake, Heartbeat, Link, Ping, Predicate, State, Transition};
+use relink::protocol::{Handshake, Ping, Predicate};
+use relink::{Cause, Event, Heartbeat, Link, State, Transition};
 use util::{lines_to, netns, show, watched, Behaviour, Peer, RedisServer, Server, Watch};
 
 /// Room for scheduling delays on a loaded two-core machine, on top of every time bound.

@@ -289,7 +289,8 @@ fn a_peer_that_resets_after_its_burst_loses_only_what_the_kernel_discards() {
 fn the_last_replies_before_the_peers_close_answer_their_requests() {
     use relink::error::RequestError;
     use relink::framing::Lines;
-    use relink::{Correlation, Redelivery};
+    use relink::protocol::Correlation;
+    use relink::Redelivery;
     const REQUESTS: usize = 500;
     const NOTES: usize = 4;
     // Reads every request, then answers them all in one write, each reply after NOTES

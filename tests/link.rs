@@ -10,11 +10,13 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use relink::config::Jitter;
 use relink::error::{ConfigError, LinkError, SendError};
 use relink::framing::{DecodeError, EncodeError, LengthDelimited, Lines, Raw};
+use relink::protocol::{Handshake, Ping, Predicate};
 use relink::{
-    AbandonReason, Builder, Cause, Event, Events, Handshake, Heartbeat, Jitter, Link, Overflow,
-    Ping, Predicate, SendOptions, State, Transition,
+    AbandonReason, Builder, Cause, Event, Events, Heartbeat, Link, Overflow, SendOptions, State,
+    Transition,
 };
 use util::{
     assert_accounted, decode_length_prefixed, decode_lines, duplicates, encode_length_prefixed,

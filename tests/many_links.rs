@@ -367,9 +367,9 @@ fn a_sigstopped_server_is_declared_dead_on_every_link_of_a_shared_thread_within_
     let redis = RedisServer::start().expect("this test needs redis-server on PATH");
     let pool = IoPool::new(1).expect("pool");
     let hb = || {
-        relink::Heartbeat::new(ms(200), relink::Ping::Raw(b"PING\r\n".to_vec()))
+        relink::Heartbeat::new(ms(200), relink::protocol::Ping::Raw(b"PING\r\n".to_vec()))
             .max_missed(2)
-            .reply(relink::Predicate::starts_with(&b"+PONG"[..]))
+            .reply(relink::protocol::Predicate::starts_with(&b"+PONG"[..]))
     };
     let bound = hb().bound();
     let links: Vec<Link> = (0..200)
@@ -378,9 +378,9 @@ fn a_sigstopped_server_is_declared_dead_on_every_link_of_a_shared_thread_within_
                 .io_pool(&pool)
                 .heartbeat(hb())
                 // A stopped server's kernel still completes a connect: Ready needs its answer.
-                .protocol(relink::Handshake::new(
+                .protocol(relink::protocol::Handshake::new(
                     vec![b"PING".to_vec()],
-                    relink::Predicate::starts_with(&b"+PONG"[..]),
+                    relink::protocol::Predicate::starts_with(&b"+PONG"[..]),
                 ))
                 .handshake_timeout(ms(500))
                 .backoff(ms(50), ms(400))

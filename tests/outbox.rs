@@ -13,9 +13,8 @@ use std::time::{Duration, Instant};
 
 use relink::error::SendError;
 use relink::framing::LengthDelimited;
-use relink::{
-    AbandonReason, Event, Events, Handshake, Link, Overflow, Predicate, Redelivery, SendOptions,
-};
+use relink::protocol::{Handshake, Predicate};
+use relink::{AbandonReason, Event, Events, Link, Overflow, Redelivery, SendOptions};
 use util::*;
 
 /// Bound on every wait for something that should happen within a few milliseconds.

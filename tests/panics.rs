@@ -18,10 +18,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use relink::config::Jitter;
 use relink::error::{Callback, LinkError, SendError};
-use relink::{
-    Cause, Event, Handshake, Heartbeat, Jitter, Link, Overflow, Ping, Predicate, State, Transition,
-};
+use relink::protocol::{Handshake, Ping, Predicate};
+use relink::{Cause, Event, Heartbeat, Link, Overflow, State, Transition};
 use util::{Behaviour, Peer};
 
 /// Bound on waits for things that take milliseconds when all is well.

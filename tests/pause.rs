@@ -18,7 +18,8 @@ use std::time::{Duration, Instant};
 
 use relink::error::{Callback, LinkError};
 use relink::framing::{DecodeError, EncodeError, Framing, Lines};
-use relink::{Event, Heartbeat, IoPool, Link, Ping, Predicate, State};
+use relink::protocol::{Ping, Predicate};
+use relink::{Event, Heartbeat, IoPool, Link, State};
 use util::netns::{self, mono_us, us_between, Process, Report};
 use util::{Behaviour, Peer, RedisServer, Server};
 

@@ -20,8 +20,9 @@ use std::time::{Duration, Instant};
 
 use relink::error::LinkError;
 use relink::framing::{Lines, Resp};
-use relink::protocols::Redis;
-use relink::{Cause, Event, Heartbeat, Link, Opening, Protocol, Redelivery, State};
+use relink::protocol::Redis;
+use relink::protocol::{Opening, Protocol};
+use relink::{Cause, Event, Heartbeat, Link, Redelivery, State};
 use util::{Behaviour, Mosquitto, NatsServer, Peer, RedisServer, Server, Watch};
 
 const T: Duration = Duration::from_secs(30);
@@ -316,7 +317,7 @@ fn a_wrong_redis_password_is_a_refusal_with_redis_words_retried_at_the_slow_pace
     );
     assert_eq!(
         t.next_retry,
-        Some(relink::defaults::COOLDOWN),
+        Some(relink::config::defaults::COOLDOWN),
         "the slow pace: config_failure_retry's default"
     );
     let reason = watch.errors.iter().find_map(|e| match e {

@@ -14,11 +14,9 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 use relink::error::{DecodeError, EncodeError, FlushError, RequestError};
 use relink::framing::{Framing, Lines, Resp};
-use relink::protocols::Redis;
-use relink::{
-    AbandonReason, Confirm, Correlation, Event, Handshake, Heartbeat, Link, Overflow, Ping,
-    Predicate, Redelivery, State,
-};
+use relink::protocol::Redis;
+use relink::protocol::{Correlation, Handshake, Ping, Predicate};
+use relink::{AbandonReason, Confirm, Event, Heartbeat, Link, Overflow, Redelivery, State};
 use util::{NatsServer, NatsSubscriber, RedisServer, Server, Watch};
 
 const T: Duration = Duration::from_secs(30);

@@ -8,8 +8,9 @@ mod util;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use relink::config::Jitter;
 use relink::framing::Lines;
-use relink::{Cause, Event, Jitter, Link, State, Transition};
+use relink::{Cause, Event, Link, State, Transition};
 use util::*;
 
 /// Bound on any single wait for something that should happen within a second or two.
@@ -101,7 +102,7 @@ fn trace_refused(link: &Link, n: usize, timeout: Duration) -> RefusedTrace {
 /// nominal]`.
 fn full_jitter_band(i: usize) -> (Duration, Duration) {
     let nominal = ms(50).saturating_mul(1 << i.min(16)).min(ms(2000));
-    (relink::defaults::BACKOFF_FLOOR, nominal)
+    (relink::config::defaults::BACKOFF_FLOOR, nominal)
 }
 
 #[test]

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use relink::error::{FlushError, RequestError};
 use relink::framing::Resp;
-use relink::protocols::Redis;
+use relink::protocol::Redis;
 use relink::{AbandonReason, Cause, Confirm, Event, Heartbeat, Link, Overflow, Redelivery, State};
 use util::{RedisServer, Server};
 

@@ -10,12 +10,11 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use relink::bytes::Bytes;
+use relink::config::Looks;
 use relink::error::RequestError;
 use relink::framing::{Lines, Resp};
-use relink::{
-    AbandonReason, Correlation, Event, Handshake, Link, Looks, Overflow, Pending, Predicate,
-    Redelivery, State,
-};
+use relink::protocol::{Correlation, Handshake, Predicate};
+use relink::{AbandonReason, Event, Link, Overflow, Pending, Redelivery, State};
 use util::*;
 
 /// Bound on waits for things that take milliseconds when all is well.

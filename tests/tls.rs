@@ -10,7 +10,8 @@ mod util;
 use std::time::{Duration, Instant};
 
 use relink::error::{LinkError, TlsError};
-use relink::{Builder, Cause, Heartbeat, Ping, Predicate, State, Tls, Transition};
+use relink::protocol::{Ping, Predicate};
+use relink::{Builder, Cause, Heartbeat, State, Tls, Transition};
 use util::peers::{Behaviour, Peer};
 use util::tls::{server_config, Serve, ServerCert, TlsKit, TlsRedis, TlsServer, SERVER_NAME};
 use util::{assert_accounted, lines_to, ms, show, wait_until, watched, Server, Watch};

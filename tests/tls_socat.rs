@@ -17,7 +17,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use relink::framing::LengthDelimited;
-use relink::{Cause, Event, Handshake, Link, Predicate, State};
+use relink::protocol::{Handshake, Predicate};
+use relink::{Cause, Event, Link, State};
 use util::{encode_length_prefixed, endpoint_for, free_port, wait_for, watched};
 
 /// Bound on any single wait for something that should happen at once on loopback.

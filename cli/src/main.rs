@@ -76,12 +76,11 @@ use std::time::{Duration, Instant};
 
 use clap::{Parser, ValueEnum};
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
+use relink::config::{Jitter, ProofOfLife};
 use relink::error::{BatchError, ConfigError, RecvTimeoutError, RequestError};
 use relink::framing::{Delimited, LengthDelimited, Lines, Raw, Resp};
-use relink::{
-    Correlation, Event, Heartbeat, Jitter, Link, Metrics, Overflow, Pending, Ping, Predicate,
-    ProofOfLife, State, Tls, Transition,
-};
+use relink::protocol::{Correlation, Ping, Predicate};
+use relink::{Event, Heartbeat, Link, Metrics, Overflow, Pending, State, Tls, Transition};
 
 /// Exit status for a bad option or a configuration the builder refuses.
 const EXIT_USAGE: u8 = 2;

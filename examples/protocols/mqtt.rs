@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use relink::bytes::{Bytes, BytesMut};
 use relink::error::{DecodeError, EncodeError};
 use relink::framing::Framing;
-use relink::{Correlation, Opening, Protocol, Reaction, Verdict};
+use relink::protocol::{Correlation, Opening, Protocol, Reaction, Verdict};
 
 /// MQTT's packets on the wire: a type byte, the remaining length (a varint), the rest.
 #[derive(Clone, Default)]
@@ -191,8 +191,8 @@ impl Protocol for Mqtt {
         frame == [0xd0, 0] // PINGRESP
     }
 
-    fn answers(&self) -> relink::Answers {
-        relink::Answers::Pings
+    fn answers(&self) -> relink::protocol::Answers {
+        relink::protocol::Answers::Pings
     }
 
     fn resend(&self, frame: &[u8]) -> Option<Vec<u8>> {

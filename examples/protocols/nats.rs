@@ -6,7 +6,7 @@
 use std::sync::{Arc, Mutex};
 
 use relink::framing::Counted;
-use relink::{Answers, Opening, Protocol, Reaction};
+use relink::protocol::{Answers, Opening, Protocol, Reaction};
 
 /// The NATS client protocol: what opens each connection, and the link's own replies.
 #[derive(Clone, Default)]

@@ -20,7 +20,8 @@ use crate::io::Keepalive;
 /// # Examples
 /// ```
 /// use std::time::Duration;
-/// use relink::{Jitter, Link, Reconnect};
+/// use relink::Link;
+/// use relink::config::{Jitter, Reconnect};
 ///
 /// // A fleet of thousands against one server: slower, spread, resting after 20 failures.
 /// let mut fleet = Reconnect::default();
@@ -93,7 +94,8 @@ impl Default for Reconnect {
 /// # Examples
 /// ```
 /// use std::time::Duration;
-/// use relink::{Confirm, Delivery, Link, Overflow, Redelivery};
+/// use relink::{Confirm, Link, Overflow, Redelivery};
+/// use relink::config::Delivery;
 ///
 /// // Readings that are worthless after a minute, and a peer that says it has read them.
 /// let mut readings = Delivery::default();
@@ -160,7 +162,9 @@ impl Default for Delivery {
 /// ```
 /// use std::time::Duration;
 /// use relink::framing::Resp;
-/// use relink::{Correlation, Link, Redelivery, Requests};
+/// use relink::{Link, Redelivery};
+/// use relink::config::Requests;
+/// use relink::protocol::Correlation;
 ///
 /// // redis, pipelined deep, each command written again after a drop.
 /// let mut redis = Requests::default();
@@ -210,7 +214,8 @@ impl Default for Requests {
 /// # Examples
 /// ```
 /// use std::time::Duration;
-/// use relink::{Keepalive, Link, SocketOptions};
+/// use relink::Link;
+/// use relink::config::{Keepalive, SocketOptions};
 ///
 /// let mut socket = SocketOptions::default();
 /// socket.connect_timeout = Duration::from_secs(2);

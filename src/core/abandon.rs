@@ -40,7 +40,7 @@ pub enum AbandonReason {
     /// behind it moves on.
     Poison,
     /// The peer answered it with a refusal (it did not run it and will later: redis'
-    /// `-LOADING`; [`ReplyKind::Refused`](crate::ReplyKind::Refused)), with
+    /// `-LOADING`; [`ReplyKind::Refused`](crate::protocol::ReplyKind::Refused)), with
     /// [`Redelivery::Report`](crate::Redelivery::Report). The reply came just before, in an
     /// [`Event::ErrorReply`](crate::Event::ErrorReply).
     Refused,

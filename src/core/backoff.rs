@@ -11,7 +11,8 @@ use rand::Rng;
 ///
 /// # Examples
 /// ```
-/// use relink::{Jitter, Link};
+/// use relink::Link;
+/// use relink::config::Jitter;
 /// use relink::error::ConfigError;
 ///
 /// // Full jitter, the default, spreads a fleet's reconnects the most.

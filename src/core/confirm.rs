@@ -18,7 +18,7 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 /// Which frames the peer's application answers, in the order it read them
-/// ([`Protocol::answers`](crate::Protocol::answers)).
+/// ([`Protocol::answers`](crate::protocol::Protocol::answers)).
 ///
 /// The link uses it to give each answer its turn: a ping's reply is told from a request's by
 /// its place, and (with [`Confirm::reply`]) an answer confirms every frame written before the
@@ -28,8 +28,9 @@ use std::time::Duration;
 /// ```
 /// use std::time::Duration;
 /// use relink::framing::Resp;
-/// use relink::protocols::Redis;
-/// use relink::{Answers, Confirm, Heartbeat, Link, Protocol};
+/// use relink::protocol::Redis;
+/// use relink::{Confirm, Heartbeat, Link};
+/// use relink::protocol::{Answers, Protocol};
 ///
 /// // redis answers every command in order: the k-th reply answers the k-th frame.
 /// assert_eq!(Redis::new().answers(), Answers::EveryFrame);

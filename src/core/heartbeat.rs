@@ -22,7 +22,8 @@ const MAX_OUTSTANDING: usize = 8;
 /// # Examples
 /// ```
 /// use std::time::Duration;
-/// use relink::{Heartbeat, Link, Ping};
+/// use relink::{Heartbeat, Link};
+/// use relink::protocol::Ping;
 /// use relink::error::ConfigError;
 /// use relink::framing::{Lines, Raw};
 ///
@@ -57,7 +58,8 @@ pub enum Ping {
 /// # Examples
 /// ```
 /// use std::time::Duration;
-/// use relink::{Heartbeat, Ping, Predicate};
+/// use relink::Heartbeat;
+/// use relink::protocol::{Ping, Predicate};
 /// let hb = Heartbeat::new(Duration::from_secs(1), Ping::Raw(b"PING\r\n".to_vec()))
 ///     .max_missed(2)
 ///     .reply(Predicate::starts_with(&b"+PONG"[..]));
@@ -85,8 +87,8 @@ impl Heartbeat {
         }
     }
 
-    /// A heartbeat every `interval` whose ping is the link's [`Protocol`](crate::Protocol)'s
-    /// ([`Protocol::ping`](crate::Protocol::ping)); `build()` refuses it without one.
+    /// A heartbeat every `interval` whose ping is the link's [`Protocol`](crate::protocol::Protocol)'s
+    /// ([`Protocol::ping`](crate::protocol::Protocol::ping)); `build()` refuses it without one.
     pub fn every(interval: Duration) -> Heartbeat {
         Heartbeat::new(interval, Ping::Raw(Vec::new()))
     }

@@ -18,8 +18,9 @@
 //!   bytes and the framing.
 //! - [`framing`]: the [`Framing`](framing::Framing) trait and the built-in framings.
 //! - [`endpoint`]: `tcp://host:port`, parsed.
-//! - [`protocol`]: the [`Protocol`](protocol::Protocol) trait: what a protocol does at the
-//!   edges of a connection.
+//! - [`protocol`]: the [`Protocol`](protocol::Protocol) trait: the peer's language (its
+//!   framing, opening, answers, ping, confirmation).
+//! - [`redis`]: the built-in redis protocol.
 //! - [`predicate`]: a shareable test on a frame (handshake and heartbeat replies).
 //! - [`settings`]: what the core is told, built once by the builder, and the proof of life.
 //! - [`requests`]: request and reply: which request an inbound frame answers.
@@ -42,7 +43,7 @@ mod outbox;
 pub(crate) mod overflow;
 pub(crate) mod predicate;
 pub(crate) mod protocol;
-pub mod protocols;
+pub(crate) mod redis;
 pub(crate) mod requests;
 pub(crate) mod settings;
 mod timers;

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-/// A shareable test on a frame (`Fn(&[u8]) -> bool`): what a [`Handshake`](crate::Handshake)'s
+/// A shareable test on a frame (`Fn(&[u8]) -> bool`): what a [`Handshake`](crate::protocol::Handshake)'s
 /// `accept` and [`Heartbeat::reply`](crate::Heartbeat::reply) take (any such closure converts
 /// into one).
 ///
@@ -17,7 +17,8 @@ use std::sync::Arc;
 /// ```
 /// use std::time::Duration;
 /// use relink::framing::Lines;
-/// use relink::{Handshake, Heartbeat, Link, Ping, Predicate};
+/// use relink::{Heartbeat, Link};
+/// use relink::protocol::{Handshake, Ping, Predicate};
 ///
 /// let ok = Predicate::new(|reply: &[u8]| reply == b"OK" || reply.starts_with(b"OK "));
 /// let pong = Predicate::starts_with("PONG");

@@ -18,7 +18,7 @@ use super::requests::Correlation;
 ///
 /// # Examples
 /// ```
-/// use relink::Opening;
+/// use relink::protocol::Opening;
 ///
 /// // A telemetry collector that answers nothing: a line, and Ready at once.
 /// let hello = Opening::ready(vec![b"HELLO sensor-7".to_vec()]);
@@ -96,6 +96,32 @@ pub enum Replies {
 }
 
 /// What an answer in its turn says of the frame it answers ([`Protocol::reply_kind`]).
+///
+/// # Examples
+/// A line protocol whose server answers `OK`, `ERR ...`, or `BUSY` for a command it will run
+/// later:
+/// ```
+/// use relink::protocol::{Answers, Protocol, ReplyKind};
+///
+/// #[derive(Clone)]
+/// struct Lines;
+///
+/// impl Protocol for Lines {
+///     fn answers(&self) -> Answers {
+///         Answers::EveryFrame
+///     }
+///
+///     fn reply_kind(&self, reply: &[u8]) -> ReplyKind {
+///         match reply {
+///             b"BUSY" => ReplyKind::Refused,
+///             r if r.starts_with(b"ERR") => ReplyKind::Error,
+///             _ => ReplyKind::Done,
+///         }
+///     }
+/// }
+/// assert_eq!(Lines.reply_kind(b"BUSY"), ReplyKind::Refused);
+/// assert_eq!(Lines.reply_kind(b"ERR no such key"), ReplyKind::Error);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ReplyKind {
@@ -148,7 +174,7 @@ pub enum Reaction {
 /// A NATS publisher and subscriber: `CONNECT` and the subscriptions on every connection, Ready
 /// at once; the server's `PING` answered by the link; the link's own `PING` answered `PONG`.
 /// ```
-/// use relink::{Answers, Opening, Protocol, Reaction};
+/// use relink::protocol::{Answers, Opening, Protocol, Reaction};
 ///
 /// #[derive(Clone)]
 /// struct Nats {
@@ -305,7 +331,8 @@ pub trait Protocol: Send + 'static {
 /// ```
 /// use std::time::Duration;
 /// use relink::framing::Lines;
-/// use relink::{Handshake, Link, Predicate};
+/// use relink::Link;
+/// use relink::protocol::{Handshake, Predicate};
 ///
 /// let link = Link::builder("tcp://127.0.0.1:7000")
 ///     .framing(Lines::new())
@@ -339,7 +366,7 @@ impl Handshake {
     ///
     /// # Examples
     /// ```
-    /// use relink::{Handshake, Predicate};
+    /// use relink::protocol::{Handshake, Predicate};
     ///
     /// let ping = b"*1\r\n$4\r\nPING\r\n".to_vec();
     /// let hello = Handshake::new(vec![ping], Predicate::new(|r| r == b"+PONG\r\n"))

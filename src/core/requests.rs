@@ -61,7 +61,7 @@ impl fmt::Debug for IdReader {
 /// # Examples
 /// A protocol whose requests and replies start with a 4-byte id, answered in any order:
 /// ```
-/// use relink::Correlation;
+/// use relink::protocol::Correlation;
 ///
 /// let id = |frame: &[u8]| frame.get(..4).map(<[u8]>::to_vec);
 /// let by_id = Correlation::by_id(id, id);

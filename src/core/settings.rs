@@ -76,7 +76,8 @@ pub(crate) struct Settings {
 /// A server that greets first (as SMTP and FTP servers do) is alive when its greeting comes:
 /// ```
 /// use std::time::Duration;
-/// use relink::{Event, Link, ProofOfLife, State};
+/// use relink::{Event, Link, State};
+/// use relink::config::ProofOfLife;
 /// use relink::framing::Lines;
 /// # use std::io::{Read, Write};
 /// # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
@@ -106,7 +107,7 @@ pub(crate) struct Settings {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 /// A connection that is Ready only on the peer's answer to a hello is said by a
-/// [`Protocol`](crate::Protocol) ([`Handshake`](crate::Handshake) is the simplest).
+/// [`Protocol`](crate::protocol::Protocol) ([`Handshake`](crate::protocol::Handshake) is the simplest).
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub enum ProofOfLife {

@@ -41,7 +41,8 @@ use std::time::{Duration, Instant};
 /// # Examples
 /// ```
 /// use std::time::Duration;
-/// use relink::{Link, Looks};
+/// use relink::Link;
+/// use relink::config::Looks;
 ///
 /// // A device polled every few seconds: its round trip matters less than the core.
 /// let link = Link::builder("tcp://127.0.0.1:7000").looks(Looks::Never).build()?;

@@ -14,7 +14,8 @@ use crate::core::machine::TxResult;
 /// # Examples
 /// ```
 /// use std::time::Duration;
-/// use relink::{Keepalive, Link};
+/// use relink::Link;
+/// use relink::config::Keepalive;
 ///
 /// // First probe after 30 s idle, then every 5 s; reset after 3 unanswered.
 /// let keepalive = Keepalive::new(Duration::from_secs(30))

@@ -123,7 +123,7 @@ pub fn assert_abandoned_match(m: &Metrics, abandoned: &[(Vec<u8>, AbandonReason)
 
 /// `close` with a measured duration, asserting it is within `timeout + linger + slack`.
 pub fn timed_close(link: &Link, timeout: Duration, what: &str) -> (Metrics, Duration) {
-    let linger = relink::defaults::LINGER;
+    let linger = relink::config::defaults::LINGER;
     let t0 = Instant::now();
     let m = link.close(timeout);
     let took = t0.elapsed();

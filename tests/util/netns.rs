@@ -585,7 +585,8 @@ pub fn wait_report(
 /// Prints reports on stdout until its stdin closes or `limit` passes.
 pub fn run_child_link(endpoint: &str, interval: Duration, max_missed: u32, limit: Duration) {
     use relink::framing::Lines;
-    use relink::{Event, Heartbeat, Link, Ping};
+    use relink::protocol::Ping;
+    use relink::{Event, Heartbeat, Link};
 
     let say = |what: String| println!("{PREFIX} t_us={} {what}", mono_us());
     let link = Link::builder(endpoint)

@@ -8,7 +8,7 @@ use crate::core::predicate::Predicate;
 use crate::core::settings::ProofOfLife;
 use crate::framing::{LengthDelimited, Lines};
 use crate::metrics::Metrics;
-use crate::Handshake;
+use crate::protocol::Handshake;
 use crate::{Builder, Overflow};
 
 const MS: Duration = Duration::from_millis(1);

@@ -3,7 +3,8 @@
 
 use super::*;
 use crate::error::{ConfigError, FlushError, RequestError};
-use crate::{Answers, Confirm, Correlation, Protocol, Redelivery};
+use crate::protocol::{Answers, Correlation, Protocol};
+use crate::{Confirm, Redelivery};
 use bytes::Bytes;
 
 const SEC: Duration = Duration::from_secs(1);

@@ -4,7 +4,8 @@
 
 use super::*;
 use crate::error::LinkError;
-use crate::{Answers, Opening, Protocol, Reaction, Redelivery, Verdict};
+use crate::protocol::{Answers, Opening, Protocol, Reaction, Verdict};
+use crate::Redelivery;
 
 const SEC: Duration = Duration::from_secs(1);
 
@@ -159,7 +160,7 @@ fn with_requests_by_id_the_peers_own_frame_is_answered_once_and_a_reply_not_at_a
     // Requests `REQ <id>` answered by `ACK <id>`; the peer's `MSG` gets the link's `ACK`.
     let id = |f: &[u8]| f.strip_prefix(b"REQ ").map(<[u8]>::to_vec);
     let reply = |f: &[u8]| f.strip_prefix(b"ACK ").map(<[u8]>::to_vec);
-    let b = lined(false).correlation(crate::Correlation::by_id(id, reply));
+    let b = lined(false).correlation(crate::protocol::Correlation::by_id(id, reply));
     let mut s = Sim::ready(b);
     s.transmit();
     s.input(Input::Request {

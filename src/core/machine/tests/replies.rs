@@ -5,7 +5,7 @@
 use super::*;
 use crate::error::RequestError;
 use crate::framing::Resp;
-use crate::protocols::Redis;
+use crate::protocol::Redis;
 use crate::{Confirm, Redelivery};
 use bytes::Bytes;
 

@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::error::RequestError;
-use crate::Correlation;
+use crate::protocol::Correlation;
 use crate::Redelivery;
 use bytes::Bytes;
 

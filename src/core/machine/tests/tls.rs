@@ -6,9 +6,10 @@ use std::io::{Read, Write};
 use rustls::ServerConnection;
 
 use super::*;
+use crate::config::ProofOfLife;
 use crate::core::tls::test_certs::{Pem, Pki, ServerSetup};
 use crate::error::{LinkError, TlsError};
-use crate::{ProofOfLife, Tls};
+use crate::Tls;
 
 fn tls_builder(pki: &Pki) -> Builder {
     Sim::builder()
@@ -291,7 +292,7 @@ fn tls_a_handshake_due_to_time_out_during_a_pause_gets_its_full_bound_again() {
         unserved: Duration::from_secs(30),
     });
     let waited = s.next_timer();
-    assert_eq!(waited, crate::defaults::TLS_HANDSHAKE_TIMEOUT);
+    assert_eq!(waited, crate::config::defaults::TLS_HANDSHAKE_TIMEOUT);
     assert_eq!(s.last_transition().cause, Cause::Tls);
 }
 

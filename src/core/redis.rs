@@ -43,8 +43,9 @@ use super::protocol::{Opening, Protocol, Replies, ReplyKind, Verdict};
 /// ```
 /// use std::time::Duration;
 /// use relink::framing::Resp;
-/// use relink::protocols::Redis;
-/// use relink::{Confirm, Correlation, Heartbeat, Link};
+/// use relink::protocol::Redis;
+/// use relink::{Confirm, Heartbeat, Link};
+/// use relink::protocol::Correlation;
 ///
 /// let link = Link::builder("127.0.0.1:6379")
 ///     .framing(Resp::new())
