@@ -114,7 +114,7 @@ fn peer(
 fn link(port: u16, pki: Option<&Pki>) -> Link {
     let mut b = Link::builder(format!("tcp://127.0.0.1:{port}"))
         .framing(LengthDelimited::len32())
-        .overflow(Overflow::Block(BOUND));
+        .delivery(|d| d.overflow = Overflow::Block(BOUND));
     if let Some(pki) = pki {
         b = b.tls(client(pki));
     }

@@ -106,7 +106,7 @@ fn pinged_sink() -> Peer {
 fn pinged_link(endpoint: &str, confirm: Confirm) -> Link {
     let link = Link::builder(endpoint)
         .framing(LengthDelimited::len32())
-        .overflow(Overflow::Block(BOUND))
+        .delivery(|d| d.overflow = Overflow::Block(BOUND))
         .heartbeat(
             Heartbeat::new(Duration::from_secs(1), Ping::Frame(b"PING".to_vec()))
                 .reply(|f: &[u8]| f == b"PONG"),
@@ -144,8 +144,10 @@ fn run_confirm(confirm: Confirm, size: usize, frames: u64) -> Duration {
 fn link(endpoint: &str, window: usize) -> Link {
     let link = Link::builder(endpoint)
         .framing(LengthDelimited::len32())
-        .overflow(Overflow::Block(BOUND))
-        .window(window)
+        .delivery(|d| {
+            d.overflow = Overflow::Block(BOUND);
+            d.window = window;
+        })
         .build()
         .expect("build");
     support::wait_state(

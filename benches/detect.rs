@@ -275,7 +275,10 @@ fn link_to(endpoint: &str, s: Settings, ping: &[u8], reply: &[u8]) -> Result<Lin
                 .max_missed(s.max_missed)
                 .reply(Predicate::starts_with(reply)),
         )
-        .backoff(Duration::from_millis(50), Duration::from_millis(500))
+        .reconnect(|r| {
+            r.backoff_base = Duration::from_millis(50);
+            r.backoff_max = Duration::from_millis(500);
+        })
         .build()
         .map_err(|e| format!("build the link: {e}"))
 }

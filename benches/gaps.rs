@@ -76,7 +76,10 @@ fn relink_gaps(fast: bool, n: usize) -> Result<Vec<Instant>, Box<dyn std::error:
     let (peer, accepts) = accept_then_close();
     let mut builder = Link::builder(peer.endpoint());
     if fast {
-        builder = builder.backoff(Duration::from_millis(50), Duration::from_secs(2));
+        builder = builder.reconnect(|r| {
+            r.backoff_base = Duration::from_millis(50);
+            r.backoff_max = Duration::from_secs(2);
+        });
     }
     let link = builder.build()?;
     let times = first_accepts(&accepts, n, Instant::now() + BOUND);

@@ -138,7 +138,10 @@ fn main() {
         .map(|_| {
             Link::builder(&endpoint)
                 .framing(LengthDelimited::len32())
-                .backoff(Duration::from_secs(1), Duration::from_secs(2))
+                .reconnect(|r| {
+                    r.backoff_base = Duration::from_secs(1);
+                    r.backoff_max = Duration::from_secs(2);
+                })
                 .build()
                 .expect("build a link")
         })

@@ -31,8 +31,11 @@ fn main() {
     let (limit_frames, limit_bytes) = (10_000, 16 << 20);
     let link = Link::builder(format!("tcp://127.0.0.1:{port}"))
         .framing(LengthDelimited::len32())
-        .outbox_limits(limit_frames, limit_bytes)
-        .overflow(policy)
+        .delivery(|d| {
+            d.outbox_frames = limit_frames;
+            d.outbox_bytes = limit_bytes;
+            d.overflow = policy;
+        })
         .build()
         .expect("link");
     // Abandoned frames come back as events: a reader takes them, as an application would.

@@ -68,8 +68,11 @@ impl Run {
 fn relink_link(server: &RedisServer) -> Link {
     let link = Link::builder(server.endpoint())
         .framing(Resp::new())
-        .correlation(Correlation::resp())
-        .request_limits(DEPTH * 2, 16 << 20)
+        .requests(|q| {
+            q.correlation = Some(Correlation::resp());
+            q.limit_frames = DEPTH * 2;
+            q.limit_bytes = 16 << 20;
+        })
         .build()
         .expect("build the link");
     support::wait_state(&link, State::Ready, Instant::now() + BOUND);

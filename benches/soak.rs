@@ -78,10 +78,16 @@ fn main() {
 
     let link = Link::builder(format!("tcp://127.0.0.1:{port}"))
         .framing(LengthDelimited::len32())
-        .backoff(Duration::from_millis(50), Duration::from_millis(500))
-        .overflow(Overflow::DropOldest)
-        .outbox_limits(20_000, 4 << 20)
-        .frame_ttl(Duration::from_secs(2))
+        .reconnect(|r| {
+            r.backoff_base = Duration::from_millis(50);
+            r.backoff_max = Duration::from_millis(500);
+        })
+        .delivery(|d| {
+            d.overflow = Overflow::DropOldest;
+            d.outbox_frames = 20_000;
+            d.outbox_bytes = 4 << 20;
+            d.frame_ttl = Some(Duration::from_secs(2));
+        })
         .build()
         .expect("link");
 

@@ -121,7 +121,7 @@ fn run(
     let make = || {
         let b = Link::builder(peer.endpoint())
             .framing(LengthDelimited::len32())
-            .overflow(Overflow::Block(Duration::from_secs(30)));
+            .delivery(|d| d.overflow = Overflow::Block(Duration::from_secs(30)));
         match spool {
             Some((dir, d)) => b.spool(Spool::new(dir).durability(d)),
             None => b,
@@ -181,7 +181,10 @@ fn recover(frames: u64) {
     let endpoint = support::peers::endpoint_for(support::free_port());
     let make = || {
         Link::builder(&endpoint)
-            .outbox_limits(frames as usize * 2, 1 << 30)
+            .delivery(|d| {
+                d.outbox_frames = frames as usize * 2;
+                d.outbox_bytes = 1 << 30;
+            })
             .spool(Spool::new(&dir).durability(Durability::OsWriteBack))
     };
     let link = build(make);

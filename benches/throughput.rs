@@ -292,7 +292,7 @@ fn run_relink(
         builder = builder.tls(support::tls::client(pki));
     }
     let link = builder
-        .overflow(Overflow::Block(RUN_BOUND))
+        .delivery(|d| d.overflow = Overflow::Block(RUN_BOUND))
         .build()
         .expect("build the link");
     support::wait_state(

@@ -37,7 +37,10 @@ fn main() {
     let stop = Arc::new(AtomicBool::new(false));
     let runs: [(&str, Tune); 2] = [
         ("50-200ms", |b| {
-            b.backoff(Duration::from_millis(50), Duration::from_millis(200))
+            b.reconnect(|r| {
+                r.backoff_base = Duration::from_millis(50);
+                r.backoff_max = Duration::from_millis(200);
+            })
         }),
         ("defaults", |b| b),
     ];

@@ -42,8 +42,11 @@ async fn main() -> Result<(), Box<dyn Error>> {
             vec![b"PING".to_vec()],
             Predicate::new(|r| r == b"+PONG"),
         ))
-        .request_timeout(BOUND)
-        .backoff(Duration::from_millis(50), Duration::from_millis(500))
+        .requests(|q| q.timeout = BOUND)
+        .reconnect(|r| {
+            r.backoff_base = Duration::from_millis(50);
+            r.backoff_max = Duration::from_millis(500);
+        })
         .build()?;
 
     // One task reads every event; the transitions to Ready go to main through a channel.

@@ -44,7 +44,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .name(format!("meter-{i}"))
                 .io_pool(&pool)
                 .framing(Lines::new())
-                .backoff(Duration::from_millis(100), Duration::from_secs(1))
+                .reconnect(|r| {
+                    r.backoff_base = Duration::from_millis(100);
+                    r.backoff_max = Duration::from_secs(1);
+                })
                 .heartbeat(
                     Heartbeat::new(Duration::from_millis(500), Ping::Frame(b"ping".to_vec()))
                         .reply(|f: &[u8]| f == b"PONG"),

@@ -101,11 +101,16 @@ fn main() -> ExitCode {
     let link = Link::builder(format!("tcp://127.0.0.1:{port}"))
         .framing(mqtt::Packets)
         .protocol(protocol.clone())
-        .correlation(mqtt::Mqtt::correlation())
-        .request_redelivery(Redelivery::Resend)
-        .request_timeout(Duration::from_secs(10))
+        .requests(|q| {
+            q.correlation = Some(mqtt::Mqtt::correlation());
+            q.redelivery = Redelivery::Resend;
+            q.timeout = Duration::from_secs(10);
+        })
         .heartbeat(Heartbeat::every(Duration::from_secs(5)))
-        .backoff(Duration::from_millis(100), Duration::from_secs(1))
+        .reconnect(|r| {
+            r.backoff_base = Duration::from_millis(100);
+            r.backoff_max = Duration::from_secs(1);
+        })
         .build()
         .expect("build");
     wait_ready(&link);

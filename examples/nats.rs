@@ -90,7 +90,10 @@ fn main() -> ExitCode {
         .framing(nats::framing())
         .protocol(protocol.clone())
         .heartbeat(Heartbeat::every(Duration::from_secs(2)))
-        .backoff(Duration::from_millis(100), Duration::from_secs(1))
+        .reconnect(|r| {
+            r.backoff_base = Duration::from_millis(100);
+            r.backoff_max = Duration::from_secs(1);
+        })
         .build()
         .expect("build");
     wait_ready(&link);

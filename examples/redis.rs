@@ -113,11 +113,16 @@ fn run() -> Result<bool, String> {
         .framing(Resp::new())
         // Every command answered in order, PING as the ping, RESP3 pushes the server's own.
         .protocol(Redis::new())
-        .correlation(Correlation::in_order())
-        .request_redelivery(Redelivery::Resend)
-        .request_timeout(Duration::from_secs(10))
+        .requests(|q| {
+            q.correlation = Some(Correlation::in_order());
+            q.redelivery = Redelivery::Resend;
+            q.timeout = Duration::from_secs(10);
+        })
         .heartbeat(Heartbeat::every(Duration::from_millis(100)).max_missed(4))
-        .backoff(Duration::from_millis(50), Duration::from_millis(400))
+        .reconnect(|r| {
+            r.backoff_base = Duration::from_millis(50);
+            r.backoff_max = Duration::from_millis(400);
+        })
         .build()
         .map_err(|e| format!("link: {e}"))?;
 

@@ -210,7 +210,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let link = Link::builder(format!("tcp://127.0.0.1:{port}"))
         .framing(Lines::new())
-        .backoff(Duration::from_millis(100), Duration::from_secs(2))
+        .reconnect(|r| {
+            r.backoff_base = Duration::from_millis(100);
+            r.backoff_max = Duration::from_secs(2);
+        })
         .heartbeat(
             Heartbeat::new(HEARTBEAT, Ping::Frame(b"ping".to_vec())).reply(|f: &[u8]| f == b"ping"),
         )

@@ -16,7 +16,7 @@ use crate::core::requests::{Correlation, RequestSettings};
 use crate::core::settings::{ProofOfLife, Settings, HANDSHAKE_TIMEOUT};
 use crate::core::window::Redelivery;
 use crate::error::ConfigError;
-use crate::io::{self, Context, IoPool, Keepalive, Looks, Resolver};
+use crate::io::{self, Context, IoPool, Looks, Resolver};
 use crate::tls::Tls;
 
 mod check;
@@ -42,16 +42,6 @@ pub mod defaults {
     pub const NATIVE_RETRIES: u32 = 1;
     /// Time a connection must last before the attempt counter resets.
     pub const MIN_STABLE: Duration = Duration::from_secs(1);
-    /// Bound on one TCP connect (libzmq's ZMQ_CONNECT_TIMEOUT and relink's own timer).
-    pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-    /// libzmq's ZMQ_RECONNECT_IVL.
-    pub const RECONNECT_IVL: Duration = Duration::from_millis(100);
-    /// libzmq's ZMQ_LINGER: how long a closed socket keeps trying to write.
-    pub const LINGER: Duration = Duration::from_millis(200);
-    /// libzmq's send high-water mark, in messages (each message is a batch of frames).
-    pub const SNDHWM: i32 = 64;
-    /// libzmq's receive high-water mark, in messages.
-    pub const RCVHWM: i32 = 64;
     /// Outbox limit in frames.
     pub const OUTBOX_FRAMES: usize = 100_000;
     /// Outbox limit in bytes.
@@ -72,7 +62,7 @@ pub mod defaults {
     /// Most bytes handed to the socket and not yet acknowledged by the peer's TCP, per link:
     /// Linux's largest send buffer by default (`net.ipv4.tcp_wmem`).
     pub const WINDOW: usize = 4 * 1024 * 1024;
-    pub use crate::io::MAX_SOCKETS;
+    pub use crate::io::{CONNECT_TIMEOUT, LINGER, MAX_SOCKETS, RCVHWM, RECONNECT_IVL, SNDHWM};
     /// A call into application code this long or longer is reported as slow.
     pub const SLOW_CALLBACK: Duration = Duration::from_millis(100);
     /// Connection losses in a row a frame or request may be in flight at before it is
@@ -101,20 +91,19 @@ pub(crate) struct Config {
 }
 
 /// Builds a [`Link`](crate::Link). Made by [`Link::builder`](crate::Link::builder); every
-/// setter says its default; [`build`](Builder::build) checks everything once.
+/// setter says its default; [`build`](crate::Builder::build) checks everything once.
 ///
-/// The settings, in groups:
+/// The settings:
 ///
-/// | group | whole | one at a time |
-/// |---|---|---|
-/// | where and what | | [`endpoint`](Builder::endpoint), [`framing`](Builder::framing), [`protocol`](Builder::protocol), [`tls`](Builder::tls), [`name`](Builder::name), [`resolver`](Builder::resolver) |
-/// | when a connection is alive | | [`heartbeat`](Builder::heartbeat), [`ready_when`](Builder::ready_when), [`handshake_timeout`](Builder::handshake_timeout) |
-/// | reconnecting | [`reconnect`](Builder::reconnect) ([`Reconnect`]) | [`backoff`](Builder::backoff), [`backoff_factor`](Builder::backoff_factor), [`backoff_floor`](Builder::backoff_floor), [`jitter`](Builder::jitter), [`max_attempts`](Builder::max_attempts), [`cooldown`](Builder::cooldown), [`native_retries`](Builder::native_retries), [`min_stable`](Builder::min_stable), [`config_failure_retry`](Builder::config_failure_retry), [`dns_refresh`](Builder::dns_refresh), [`rng_seed`](Builder::rng_seed) |
-/// | delivering frames | [`delivery`](Builder::delivery) ([`Delivery`]) | [`outbox_limits`](Builder::outbox_limits), [`overflow`](Builder::overflow), [`frame_ttl`](Builder::frame_ttl), [`abandon_on_disconnect`](Builder::abandon_on_disconnect), [`window`](Builder::window), [`redelivery`](Builder::redelivery), [`confirm`](Builder::confirm), [`max_losses`](Builder::max_losses), [`batch_bytes`](Builder::batch_bytes), [`spool`](Builder::spool) |
-/// | requests | [`requests`](Builder::requests) ([`Requests`]) | [`correlation`](Builder::correlation), [`request_timeout`](Builder::request_timeout), [`request_limits`](Builder::request_limits), [`request_redelivery`](Builder::request_redelivery) |
-/// | receiving | | [`events_capacity`](Builder::events_capacity), [`closed_frames_wait`](Builder::closed_frames_wait) |
-/// | libzmq's socket | [`socket`](Builder::socket) ([`SocketOptions`]) | [`connect_timeout`](Builder::connect_timeout), [`immediate`](Builder::immediate), [`reconnect_ivl`](Builder::reconnect_ivl), [`reconnect_ivl_max`](Builder::reconnect_ivl_max), [`linger`](Builder::linger), [`hwm`](Builder::hwm), [`tcp_keepalive`](Builder::tcp_keepalive), [`tcp_maxrt`](Builder::tcp_maxrt) |
-/// | threads and the process | | [`context`](Builder::context), [`io_pool`](Builder::io_pool), [`looks`](Builder::looks), [`slow_callback`](Builder::slow_callback), [`close_timeout`](Builder::close_timeout) |
+/// | what | methods |
+/// |---|---|
+/// | where | [`endpoint`](Builder::endpoint), [`name`](Builder::name), [`resolver`](Builder::resolver), [`tls`](Builder::tls) |
+/// | the peer's language | [`protocol`](Builder::protocol), which brings the rest of this row unless given: [`framing`](Builder::framing), [`heartbeat`](Builder::heartbeat), [`confirm`](Builder::confirm) |
+/// | when a connection is alive | [`ready_when`](Builder::ready_when), [`handshake_timeout`](Builder::handshake_timeout) |
+/// | groups, each changed in place | [`reconnect`](Builder::reconnect) ([`Reconnect`]), [`delivery`](Builder::delivery) ([`Delivery`]), [`requests`](Builder::requests) ([`Requests`]), [`socket`](Builder::socket) ([`SocketOptions`]) |
+/// | durability | [`spool`](Builder::spool) |
+/// | receiving | [`events_capacity`](Builder::events_capacity), [`closed_frames_wait`](Builder::closed_frames_wait) |
+/// | threads and the process | [`context`](Builder::context), [`io_pool`](Builder::io_pool), [`looks`](Builder::looks), [`slow_callback`](Builder::slow_callback), [`close_timeout`](Builder::close_timeout) |
 ///
 /// # Examples
 /// A link to a line-based service, with a heartbeat, a bounded outbox and a give-up point:
@@ -136,16 +125,22 @@ pub(crate) struct Config {
 ///
 /// let link = Link::builder(&format!("tcp://127.0.0.1:{port}")) // a local echo server
 ///     .framing(Lines::new())
-///     .backoff(Duration::from_millis(100), Duration::from_secs(5))
-///     .max_attempts(10)
-///     .cooldown(Duration::from_secs(30))
+///     .reconnect(|r| {
+///         r.backoff_base = Duration::from_millis(100);
+///         r.backoff_max = Duration::from_secs(5);
+///         r.max_attempts = Some(10);
+///         r.cooldown = Duration::from_secs(30);
+///     })
 ///     .heartbeat(
 ///         Heartbeat::new(Duration::from_secs(1), Ping::Frame(b"PING".to_vec()))
 ///             .reply(Predicate::starts_with("PING")),
 ///     )
-///     .outbox_limits(1_000, 1 << 20)
-///     .overflow(Overflow::Block(Duration::from_millis(100)))
-///     .frame_ttl(Duration::from_secs(10))
+///     .delivery(|d| {
+///         d.outbox_frames = 1_000;
+///         d.outbox_bytes = 1 << 20;
+///         d.overflow = Overflow::Block(Duration::from_millis(100));
+///         d.frame_ttl = Some(Duration::from_secs(10));
+///     })
 ///     .build()?;
 /// link.send("hello")?;
 /// let reply = loop {
@@ -170,6 +165,10 @@ pub struct Builder {
     requests_said: bool,
     /// The settings given, which a protocol's own do not replace.
     said: Said,
+    reconnect: Reconnect,
+    delivery: Delivery,
+    requests: Requests,
+    socket: SocketOptions,
 }
 
 /// Which of the settings a protocol brings were given to the builder.
@@ -185,7 +184,9 @@ const MAX_ZMQ_MS: u128 = i32::MAX as u128;
 
 impl Builder {
     pub(crate) fn new(endpoint: &str) -> Builder {
-        Builder {
+        // The groups' defaults are the builder's: `apply_groups` writes them into the
+        // configuration, over the zeros below.
+        let mut b = Builder {
             endpoints: vec![endpoint.to_string()],
             context: None,
             tls: None,
@@ -193,30 +194,34 @@ impl Builder {
             name: None,
             requests_said: false,
             said: Said::default(),
+            reconnect: Reconnect::default(),
+            delivery: Delivery::default(),
+            requests: Requests::default(),
+            socket: SocketOptions::default(),
             config: Config {
                 core: Settings {
                     endpoints: Vec::new(),
                     framing: BoxedFraming::new(Raw::new()),
                     backoff: BackoffConfig {
-                        base: defaults::BACKOFF_BASE,
-                        max: defaults::BACKOFF_MAX,
-                        factor: defaults::BACKOFF_FACTOR,
-                        floor: defaults::BACKOFF_FLOOR,
+                        base: Duration::ZERO,
+                        max: Duration::ZERO,
+                        factor: 1.0,
+                        floor: Duration::ZERO,
                         jitter: Jitter::Full,
                     },
                     max_attempts: None,
-                    cooldown: defaults::COOLDOWN,
-                    native_retries: defaults::NATIVE_RETRIES,
+                    cooldown: Duration::ZERO,
+                    native_retries: 0,
                     proof: ProofOfLife::Connect,
-                    min_stable: defaults::MIN_STABLE,
+                    min_stable: Duration::ZERO,
                     heartbeat: None,
-                    outbox_frames: defaults::OUTBOX_FRAMES,
-                    outbox_bytes: defaults::OUTBOX_BYTES,
+                    outbox_frames: 0,
+                    outbox_bytes: 0,
                     abandon_on_disconnect: false,
-                    dns_refresh: defaults::DNS_REFRESH,
-                    batch_bytes: defaults::BATCH_BYTES,
+                    dns_refresh: Duration::ZERO,
+                    batch_bytes: 0,
                     // Both follow the socket options; `into_config` sets them once checked.
-                    connect_timeout: defaults::CONNECT_TIMEOUT,
+                    connect_timeout: Duration::ZERO,
                     dial_bound: Duration::ZERO,
                     tls: None,
                     requests: RequestSettings::default(),
@@ -224,26 +229,16 @@ impl Builder {
                     // Set by `into_config`: the name given, or the first endpoint.
                     name: Arc::from(""),
                     config_retry: None,
-                    window: defaults::WINDOW,
+                    window: 0,
                     redelivery: Redelivery::Resend,
                     answers: Answers::Unknown,
                     confirm: Confirm::tcp(),
                     protocol: None,
                     handshake_timeout: HANDSHAKE_TIMEOUT,
-                    max_losses: defaults::MAX_LOSSES,
+                    max_losses: 0,
                 },
                 rng_seed: None,
-                socket: io::SocketOptions {
-                    reconnect_ivl: defaults::RECONNECT_IVL,
-                    reconnect_ivl_max: Duration::ZERO,
-                    immediate: false,
-                    connect_timeout: defaults::CONNECT_TIMEOUT,
-                    linger: defaults::LINGER,
-                    sndhwm: defaults::SNDHWM,
-                    rcvhwm: defaults::RCVHWM,
-                    keepalive: None,
-                    tcp_maxrt: None,
-                },
+                socket: SocketOptions::default(),
                 overflow: Overflow::RejectNew,
                 frame_ttl: None,
                 spool: None,
@@ -253,70 +248,82 @@ impl Builder {
                 resolver: None,
                 looks: Looks::Learnt,
             },
-        }
-    }
-
-    /// The whole reconnect policy at once: every field of [`Reconnect`] (its `Default` is the
-    /// builder's). The flat setters ([`backoff`](Builder::backoff),
-    /// [`cooldown`](Builder::cooldown), ...) change one field each; called after this, they
-    /// change it here.
-    ///
-    /// See the example on [`Reconnect`].
-    pub fn reconnect(mut self, r: Reconnect) -> Builder {
-        let core = &mut self.config.core;
-        core.backoff.base = r.backoff_base;
-        core.backoff.max = r.backoff_max;
-        core.backoff.factor = r.backoff_factor;
-        core.backoff.floor = r.backoff_floor;
-        core.backoff.jitter = r.jitter;
-        core.max_attempts = r.max_attempts;
-        core.cooldown = r.cooldown;
-        core.native_retries = r.native_retries;
-        core.min_stable = r.min_stable;
-        core.config_retry = r.config_failure_retry;
-        core.dns_refresh = r.dns_refresh;
-        self
-    }
-
-    /// The whole delivery of frames sent at once: every field of [`Delivery`] (its `Default`
-    /// is the builder's). The flat setters ([`outbox_limits`](Builder::outbox_limits),
-    /// [`overflow`](Builder::overflow), [`confirm`](Builder::confirm), ...) change one field
-    /// each; called after this, they change it here.
-    ///
-    /// See the example on [`Delivery`].
-    pub fn delivery(mut self, d: Delivery) -> Builder {
-        let core = &mut self.config.core;
-        core.outbox_frames = d.outbox_frames;
-        core.outbox_bytes = d.outbox_bytes;
-        core.abandon_on_disconnect = d.abandon_on_disconnect;
-        core.window = d.window;
-        core.redelivery = d.redelivery;
-        core.confirm = d.confirm;
-        self.said.confirm = true;
-        core.max_losses = d.max_losses;
-        self.config.overflow = d.overflow;
-        self.config.frame_ttl = d.frame_ttl;
-        self
-    }
-
-    /// All of libzmq's socket options at once: every field of [`SocketOptions`] (its
-    /// `Default` is the builder's). The flat setters ([`connect_timeout`](Builder::connect_timeout),
-    /// [`linger`](Builder::linger), ...) change one field each; called after this, they change
-    /// it here.
-    ///
-    /// See the example on [`SocketOptions`].
-    pub fn socket(mut self, o: SocketOptions) -> Builder {
-        self.config.socket = io::SocketOptions {
-            reconnect_ivl: o.reconnect_ivl,
-            reconnect_ivl_max: o.reconnect_ivl_max,
-            immediate: o.immediate,
-            connect_timeout: o.connect_timeout,
-            linger: o.linger,
-            sndhwm: o.sndhwm,
-            rcvhwm: o.rcvhwm,
-            keepalive: o.keepalive,
-            tcp_maxrt: o.tcp_maxrt,
         };
+        b.apply_groups();
+        b
+    }
+
+    /// Changes the reconnect policy ([`Reconnect`]: the backoff between attempts, when the
+    /// link rests, what counts as a stable connection) in place; each field says its default.
+    ///
+    /// # Examples
+    /// ```
+    /// use std::time::Duration;
+    /// use relink::Link;
+    /// use relink::config::Jitter;
+    ///
+    /// // A fleet of thousands against one server: slower, spread, resting after 20 failures.
+    /// let link = Link::builder("tcp://127.0.0.1:7000")
+    ///     .reconnect(|r| {
+    ///         r.backoff_base = Duration::from_secs(1);
+    ///         r.backoff_max = Duration::from_secs(60);
+    ///         r.jitter = Jitter::Full;
+    ///         r.max_attempts = Some(20);
+    ///     })
+    ///     .build()?;
+    /// # link.close(Duration::ZERO);
+    /// # Ok::<(), relink::error::ConfigError>(())
+    /// ```
+    pub fn reconnect(mut self, change: impl FnOnce(&mut Reconnect)) -> Builder {
+        change(&mut self.reconnect);
+        self
+    }
+
+    /// Changes the delivery of frames sent ([`Delivery`]: how many may wait, what happens at
+    /// the limit, how long they live, what a drop does to them) in place; each field says its
+    /// default.
+    ///
+    /// # Examples
+    /// ```
+    /// use std::time::Duration;
+    /// use relink::{Link, Overflow, Redelivery};
+    ///
+    /// // Readings that are worthless after a minute, never written twice.
+    /// let link = Link::builder("tcp://127.0.0.1:7000")
+    ///     .delivery(|d| {
+    ///         d.overflow = Overflow::DropOldest;
+    ///         d.frame_ttl = Some(Duration::from_secs(60));
+    ///         d.redelivery = Redelivery::Report;
+    ///     })
+    ///     .build()?;
+    /// # link.close(Duration::ZERO);
+    /// # Ok::<(), relink::error::ConfigError>(())
+    /// ```
+    pub fn delivery(mut self, change: impl FnOnce(&mut Delivery)) -> Builder {
+        change(&mut self.delivery);
+        self
+    }
+
+    /// Changes libzmq's own options on the link's socket ([`SocketOptions`]) in place; each
+    /// field says its default. Most links keep them.
+    ///
+    /// # Examples
+    /// ```
+    /// use std::time::Duration;
+    /// use relink::Link;
+    /// use relink::config::Keepalive;
+    ///
+    /// let link = Link::builder("tcp://127.0.0.1:7000")
+    ///     .socket(|s| {
+    ///         s.connect_timeout = Duration::from_secs(2);
+    ///         s.keepalive = Some(Keepalive::new(Duration::from_secs(30)));
+    ///     })
+    ///     .build()?;
+    /// # link.close(Duration::ZERO);
+    /// # Ok::<(), relink::error::ConfigError>(())
+    /// ```
+    pub fn socket(mut self, change: impl FnOnce(&mut SocketOptions)) -> Builder {
+        change(&mut self.socket);
         self
     }
 
@@ -325,8 +332,8 @@ impl Builder {
     /// endpoint given to `Link::builder`.
     ///
     /// # Examples
-    /// The endpoints group ([`endpoint`](Builder::endpoint), [`resolver`](Builder::resolver),
-    /// [`dns_refresh`](Builder::dns_refresh)): a link with a server that is down and one that is
+    /// The endpoints group ([`endpoint`](crate::Builder::endpoint), [`resolver`](crate::Builder::resolver),
+    /// [`Reconnect::dns_refresh`](crate::config::Reconnect::dns_refresh)): a link with a server that is down and one that is
     /// up ends up on the one that is up.
     /// ```
     /// use std::time::Duration;
@@ -345,8 +352,11 @@ impl Builder {
     /// let up = format!("tcp://127.0.0.1:{port}"); // a local echo server
     /// let link = Link::builder(&format!("tcp://127.0.0.1:{dead}")) // nobody listens here
     ///     .endpoint(&up)
-    ///     .native_retries(0)
-    ///     .backoff(Duration::from_millis(10), Duration::from_millis(100))
+    ///     .reconnect(|r| {
+    ///         r.native_retries = 0;
+    ///         r.backoff_base = Duration::from_millis(10);
+    ///         r.backoff_max = Duration::from_millis(100);
+    ///     })
     ///     .build()?;
     /// let ready = loop {
     ///     if let Event::State(t) = link.events().recv_timeout(Duration::from_secs(5))? {
@@ -374,120 +384,11 @@ impl Builder {
         self
     }
 
-    /// Backoff delays grow from `base` to `max` (before jitter). Defaults to 200 ms .. 8 s.
-    ///
-    /// # Examples
-    /// The backoff group ([`backoff`](Builder::backoff), [`backoff_factor`](Builder::backoff_factor),
-    /// [`backoff_floor`](Builder::backoff_floor), [`jitter`](Builder::jitter),
-    /// [`max_attempts`](Builder::max_attempts), [`cooldown`](Builder::cooldown),
-    /// [`native_retries`](Builder::native_retries), [`rng_seed`](Builder::rng_seed)) says how long a
-    /// link waits between attempts, and when it rests:
-    /// ```
-    /// use std::time::Duration;
-    /// use relink::{Event, Link, State};
-    /// use relink::config::Jitter;
-    ///
-    /// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    /// // Nobody listens on `port`: every dial is refused.
-    /// let link = Link::builder(&format!("tcp://127.0.0.1:{port}"))
-    ///     .backoff(Duration::from_millis(20), Duration::from_secs(2)) // 20 ms, 40 ms, 80 ms, ...
-    ///     .backoff_factor(2.0)
-    ///     .backoff_floor(Duration::from_millis(5))
-    ///     .jitter(Jitter::Proportional(0.2)) // each delay within ±20 %
-    ///     .max_attempts(3) // then rest in Cooldown
-    ///     .cooldown(Duration::from_secs(30))
-    ///     .native_retries(0) // every retry waits relink's delay
-    ///     .rng_seed(7) // the same delays on every run
-    ///     .build()?;
-    /// let mut waits = Vec::new();
-    /// while waits.last().map(|&(_, to, _)| to) != Some(State::Cooldown) {
-    ///     if let Event::State(t) = link.events().recv_timeout(Duration::from_secs(5))? {
-    ///         if let Some(d) = t.next_retry {
-    ///             waits.push((t.attempt, t.to, d));
-    ///         }
-    ///     }
-    /// }
-    /// let (first, to, d) = waits[0];
-    /// assert_eq!((first, to), (1, State::Backoff));
-    /// assert!(d >= Duration::from_millis(16) && d <= Duration::from_millis(24));
-    /// assert_eq!(waits[2], (3, State::Cooldown, Duration::from_secs(30)));
-    /// link.close(Duration::from_millis(100));
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn backoff(mut self, base: Duration, max: Duration) -> Builder {
-        self.config.core.backoff.base = base;
-        self.config.core.backoff.max = max;
-        self
-    }
-
-    /// Growth of the delay per attempt ([`Metrics::attempt`](crate::Metrics::attempt)).
-    /// Defaults to 2.
-    ///
-    /// See the example on [`Builder::backoff`].
-    pub fn backoff_factor(mut self, factor: f64) -> Builder {
-        self.config.core.backoff.factor = factor;
-        self
-    }
-
-    /// No delay is ever shorter than this. Defaults to 10 ms.
-    ///
-    /// See the example on [`Builder::backoff`].
-    pub fn backoff_floor(mut self, floor: Duration) -> Builder {
-        self.config.core.backoff.floor = floor;
-        self
-    }
-
-    /// How delays are randomised. Defaults to [`Jitter::Full`].
-    ///
-    /// See the example on [`Builder::backoff`].
-    pub fn jitter(mut self, jitter: Jitter) -> Builder {
-        self.config.core.backoff.jitter = jitter;
-        self
-    }
-
-    /// Attempts ([`Metrics::attempt`](crate::Metrics::attempt): relink's dials since the last
-    /// stable connection, libzmq's own redials not counted) that may fail before the link rests
-    /// in Cooldown; each probe after a Cooldown that fails rests again. Defaults to none
-    /// (never).
-    ///
-    /// See the example on [`Builder::backoff`].
-    pub fn max_attempts(mut self, n: u32) -> Builder {
-        self.config.core.max_attempts = Some(n);
-        self
-    }
-
-    /// How long Cooldown lasts before a probe. Defaults to 60 s.
-    ///
-    /// See the example on [`Builder::backoff`].
-    pub fn cooldown(mut self, period: Duration) -> Builder {
-        self.config.core.cooldown = period;
-        self
-    }
-
-    /// Failed connects of an outage left to libzmq's own redial (`reconnect_ivl`, the fast path
-    /// for a brief blip) before relink stops it and waits its own jittered delay between every
-    /// later attempt. Counted from the last stable connection. Defaults to 1; 0 gives every
-    /// retry to relink.
-    ///
-    /// See the example on [`Builder::backoff`].
-    pub fn native_retries(mut self, n: u32) -> Builder {
-        self.config.core.native_retries = n;
-        self
-    }
-
-    /// A fixed seed for the backoff's random draws, for tests. Defaults to OS entropy.
-    ///
-    /// See the example on [`Builder::backoff`].
-    pub fn rng_seed(mut self, seed: u64) -> Builder {
-        self.config.rng_seed = Some(seed);
-        self
-    }
-
     /// What makes a connection Ready. Defaults to [`ProofOfLife::Connect`].
     ///
     /// # Examples
-    /// The proof-of-life group ([`ready_when`](Builder::ready_when),
-    /// [`min_stable`](Builder::min_stable), [`heartbeat`](Builder::heartbeat)) says when a
+    /// The proof-of-life group ([`ready_when`](crate::Builder::ready_when),
+    /// [`Reconnect::min_stable`](crate::config::Reconnect::min_stable), [`heartbeat`](crate::Builder::heartbeat)) says when a
     /// connection counts as alive, and when as dead:
     /// ```
     /// use std::time::Duration;
@@ -509,7 +410,7 @@ impl Builder {
     ///     .framing(Lines::new())
     ///     // Ready once the peer answers HELLO; the reply is not delivered.
     ///     .protocol(Handshake::new(vec![b"HELLO".to_vec()], Predicate::new(|r| r == b"HELLO")))
-    ///     .min_stable(Duration::from_millis(500))
+    ///     .reconnect(|r| r.min_stable = Duration::from_millis(500))
     ///     .heartbeat(
     ///         Heartbeat::new(Duration::from_millis(50), Ping::Frame(b"PING".to_vec()))
     ///             .reply(Predicate::starts_with("PING")),
@@ -533,15 +434,6 @@ impl Builder {
         self
     }
 
-    /// How long a Ready connection must last before the attempt counter resets; a drop
-    /// sooner counts as a failure (flap guard). Defaults to 1 s. Zero resets on Ready.
-    ///
-    /// See the example on [`Builder::ready_when`].
-    pub fn min_stable(mut self, d: Duration) -> Builder {
-        self.config.core.min_stable = d;
-        self
-    }
-
     /// Speaks TLS on every connection: the server is verified against the trust roots of `tls`
     /// and the server name (the endpoint's host name unless
     /// [`Tls::server_name`](crate::Tls::server_name) is set; required for an IP endpoint).
@@ -557,187 +449,10 @@ impl Builder {
 
     /// The application heartbeat. Defaults to none.
     ///
-    /// See the example on [`Builder::ready_when`].
+    /// See the example on [`Builder::ready_when`](crate::Builder::ready_when).
     pub fn heartbeat(mut self, hb: Heartbeat) -> Builder {
         self.config.core.heartbeat = Some(hb);
         self.said.heartbeat = true;
-        self
-    }
-
-    /// Bound on a connection attempt, including name resolution (also given to libzmq as
-    /// ZMQ_CONNECT_TIMEOUT). Defaults to 5 s.
-    ///
-    /// # Examples
-    /// The socket group ([`connect_timeout`](Builder::connect_timeout),
-    /// [`immediate`](Builder::immediate), [`reconnect_ivl`](Builder::reconnect_ivl),
-    /// [`reconnect_ivl_max`](Builder::reconnect_ivl_max), [`linger`](Builder::linger),
-    /// [`hwm`](Builder::hwm), [`tcp_keepalive`](Builder::tcp_keepalive),
-    /// [`tcp_maxrt`](Builder::tcp_maxrt)) is handed to libzmq and the kernel:
-    /// ```
-    /// use std::time::Duration;
-    /// use relink::{Link, State};
-    /// use relink::config::Keepalive;
-    /// use relink::error::ConfigError;
-    /// # use std::io::{Read, Write};
-    /// # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-    /// # let port = listener.local_addr()?.port();
-    /// # std::thread::spawn(move || {
-    /// #     let (mut s, _) = listener.accept().unwrap();
-    /// #     let mut buf = [0u8; 1024];
-    /// #     while let Ok(n) = s.read(&mut buf) {
-    /// #         if n == 0 || s.write_all(&buf[..n]).is_err() { break; }
-    /// #     }
-    /// # });
-    ///
-    /// let link = Link::builder(&format!("tcp://127.0.0.1:{port}")) // a local echo server
-    ///     .connect_timeout(Duration::from_secs(2))
-    ///     .immediate(false)
-    ///     .reconnect_ivl(Duration::from_millis(100))
-    ///     .reconnect_ivl_max(Duration::from_secs(1))
-    ///     .linger(Duration::from_millis(100))
-    ///     .hwm(128, 128)
-    ///     .tcp_keepalive(Keepalive::new(Duration::from_secs(30)))
-    ///     .tcp_maxrt(Duration::from_secs(10))
-    ///     .build()?;
-    /// while link.state() != State::Ready {
-    ///     link.events().recv_timeout(Duration::from_secs(5))?;
-    /// }
-    /// link.close(Duration::from_millis(100));
-    ///
-    /// // Checked once, in build(): libzmq's redial gap must not shrink as it grows.
-    /// let bad = Link::builder("tcp://127.0.0.1:6379")
-    ///     .reconnect_ivl(Duration::from_secs(1))
-    ///     .reconnect_ivl_max(Duration::from_millis(100))
-    ///     .build();
-    /// assert!(matches!(bad, Err(ConfigError::MaxBelowBase { .. })));
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn connect_timeout(mut self, d: Duration) -> Builder {
-        self.config.socket.connect_timeout = d;
-        self
-    }
-
-    /// libzmq's ZMQ_IMMEDIATE. With `true`, libzmq never redials a STREAM endpoint after a
-    /// drop, so relink always does; and at the peer's close libzmq drops what it had received
-    /// and relink had not read yet (at most its receive queue, [`hwm`](Builder::hwm)'s
-    /// `rcvhwm` messages), uncounted: with `false` all of it is delivered. Defaults to false.
-    ///
-    /// See the example on [`Builder::connect_timeout`].
-    pub fn immediate(mut self, yes: bool) -> Builder {
-        self.config.socket.immediate = yes;
-        self
-    }
-
-    /// libzmq's ZMQ_RECONNECT_IVL: the gap of its own redial. Defaults to 100 ms.
-    ///
-    /// See the example on [`Builder::connect_timeout`].
-    pub fn reconnect_ivl(mut self, d: Duration) -> Builder {
-        self.config.socket.reconnect_ivl = d;
-        self
-    }
-
-    /// libzmq's ZMQ_RECONNECT_IVL_MAX (0: no growth). Defaults to 0.
-    ///
-    /// See the example on [`Builder::connect_timeout`].
-    pub fn reconnect_ivl_max(mut self, d: Duration) -> Builder {
-        self.config.socket.reconnect_ivl_max = d;
-        self
-    }
-
-    /// libzmq's ZMQ_LINGER, always bounded. Defaults to 200 ms.
-    ///
-    /// See the example on [`Builder::connect_timeout`].
-    pub fn linger(mut self, d: Duration) -> Builder {
-        self.config.socket.linger = d;
-        self
-    }
-
-    /// libzmq's send and receive high-water marks, in messages. Defaults to 64 and 64.
-    ///
-    /// See the example on [`Builder::connect_timeout`].
-    pub fn hwm(mut self, sndhwm: i32, rcvhwm: i32) -> Builder {
-        self.config.socket.sndhwm = sndhwm;
-        self.config.socket.rcvhwm = rcvhwm;
-        self
-    }
-
-    /// TCP keepalive (kernel backstop for idle links). Defaults to the system's (off).
-    ///
-    /// See the example on [`Builder::connect_timeout`].
-    pub fn tcp_keepalive(mut self, k: Keepalive) -> Builder {
-        self.config.socket.keepalive = Some(k);
-        self
-    }
-
-    /// TCP_USER_TIMEOUT (libzmq's ZMQ_TCP_MAXRT): unacknowledged data older than this resets
-    /// the connection (kernel backstop for links that send). Defaults to the system's.
-    ///
-    /// See the example on [`Builder::connect_timeout`].
-    pub fn tcp_maxrt(mut self, d: Duration) -> Builder {
-        self.config.socket.tcp_maxrt = Some(d);
-        self
-    }
-
-    /// Outbox limits: frames waiting to be sent or to be confirmed, in number and in bytes.
-    /// Defaults to 100 000 frames and 16 MiB. A frame counts until the peer's TCP has
-    /// acknowledged it, so the frame limit must cover what a fast link has on the wire and in
-    /// the window: at 64 B frames, 10 000 held one producer's `send` to 0.8 × the speed it
-    /// has at 30 000 or more (the throughput bench).
-    ///
-    /// # Examples
-    /// The outbox group ([`outbox_limits`](Builder::outbox_limits), [`overflow`](Builder::overflow),
-    /// [`frame_ttl`](Builder::frame_ttl), [`abandon_on_disconnect`](Builder::abandon_on_disconnect))
-    /// bounds what waits to be sent; every frame ends in one reported outcome:
-    /// ```
-    /// use std::time::Duration;
-    /// use relink::{AbandonReason, Event, Link, Overflow};
-    /// use relink::error::SendError;
-    ///
-    /// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    /// // Nobody listens on `port`: frames wait in the outbox.
-    /// let link = Link::builder(&format!("tcp://127.0.0.1:{port}"))
-    ///     .outbox_limits(2, 64 * 1024)
-    ///     .overflow(Overflow::RejectNew)
-    ///     .frame_ttl(Duration::from_secs(60))
-    ///     .abandon_on_disconnect(true)
-    ///     .build()?;
-    /// link.send("one")?;
-    /// link.send("two")?;
-    /// // At the limit the frame is refused and given back.
-    /// assert_eq!(link.send("three"), Err(SendError::Full(b"three"[..].into())));
-    /// // Closing abandons what is still queued; each frame comes back in an event.
-    /// let m = link.close(Duration::from_millis(50));
-    /// assert_eq!((m.frames_rejected, m.abandoned.shutdown), (1, 2));
-    /// let mut back = Vec::new();
-    /// while let Ok(ev) = link.events().try_recv() {
-    ///     if let Event::Abandoned { frame, reason: AbandonReason::Shutdown } = ev {
-    ///         back.push(frame);
-    ///     }
-    /// }
-    /// assert_eq!(back, [b"one".to_vec(), b"two".to_vec()]);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn outbox_limits(mut self, frames: usize, bytes: usize) -> Builder {
-        self.config.core.outbox_frames = frames;
-        self.config.core.outbox_bytes = bytes;
-        self
-    }
-
-    /// What `send` does at the outbox limit. Defaults to [`Overflow::RejectNew`].
-    ///
-    /// See the example on [`Builder::outbox_limits`]. and on [`Overflow`].
-    pub fn overflow(mut self, policy: Overflow) -> Builder {
-        self.config.overflow = policy;
-        self
-    }
-
-    /// Default lifetime of a queued frame; an unsent frame older than this is abandoned as
-    /// Expired. Defaults to none (frames wait until sent, closed or dropped).
-    ///
-    /// See the example on [`Builder::outbox_limits`]. and on [`Link::send_with`](crate::Link::send_with), whose
-    /// [`SendOptions::ttl`](crate::SendOptions::ttl) overrides it for one call.
-    pub fn frame_ttl(mut self, ttl: Duration) -> Builder {
-        self.config.frame_ttl = Some(ttl);
         self
     }
 
@@ -754,21 +469,12 @@ impl Builder {
         self
     }
 
-    /// Abandon queued frames (reason ConnectionLost) when a connection drops, instead of
-    /// keeping them for the next one. Defaults to false.
-    ///
-    /// See the example on [`Builder::outbox_limits`].
-    pub fn abandon_on_disconnect(mut self, yes: bool) -> Builder {
-        self.config.core.abandon_on_disconnect = yes;
-        self
-    }
-
     /// Capacity of the event channel; when it is full, the link stops reading the socket.
     /// Defaults to 1024.
     ///
     /// # Examples
-    /// The events group ([`events_capacity`](Builder::events_capacity),
-    /// [`close_timeout`](Builder::close_timeout)): dropping the last handle closes the link, and
+    /// The events group ([`events_capacity`](crate::Builder::events_capacity),
+    /// [`close_timeout`](crate::Builder::close_timeout)): dropping the last handle closes the link, and
     /// the event stream ends with the transition to Closed.
     /// ```
     /// use std::time::Duration;
@@ -809,7 +515,7 @@ impl Builder {
     /// take them. Defaults to 30 s.
     ///
     /// When the peer closes, the link reads what is left of the connection at once, whatever
-    /// the application's pace (at most libzmq's receive queue, [`hwm`](Builder::hwm)'s
+    /// the application's pace (at most libzmq's receive queue, [`SocketOptions::sndhwm`](crate::config::SocketOptions::sndhwm)'s
     /// `rcvhwm` messages of up to 8 KiB), and acts on the close behind its last frame. Frames
     /// that find the event channel full wait for room; those still waiting after this long
     /// are dropped, reported in one
@@ -818,7 +524,7 @@ impl Builder {
     /// an application that stops taking events while its peer keeps closing connections
     /// finite: at most what the closes of one such period read.
     ///
-    /// See the example on [`Builder::events_capacity`].
+    /// See the example on [`Builder::events_capacity`](crate::Builder::events_capacity).
     pub fn closed_frames_wait(mut self, d: Duration) -> Builder {
         self.config.closed_frames_wait = d;
         self
@@ -838,74 +544,16 @@ impl Builder {
 
     /// Bound on the close run when the last handle is dropped. Defaults to 1 s.
     ///
-    /// See the example on [`Builder::events_capacity`].
+    /// See the example on [`Builder::events_capacity`](crate::Builder::events_capacity).
     pub fn close_timeout(mut self, d: Duration) -> Builder {
         self.config.close_timeout = d;
-        self
-    }
-
-    /// How often the name in use is resolved again, in the background (the next dial finds
-    /// the fresh answer); a failed dial also asks again. Defaults to 60 s.
-    ///
-    /// See the example on [`Builder::resolver`].
-    pub fn dns_refresh(mut self, d: Duration) -> Builder {
-        self.config.core.dns_refresh = d;
-        self
-    }
-
-    /// Largest zmq message built by coalescing small frames. Defaults to 256 KiB: at 64 B
-    /// frames, a quarter as many messages as 64 KiB cost libzmq's thread a quarter of the
-    /// wake-ups and writes (one producer's `send` ran 1.15 × as fast in the throughput bench).
-    pub fn batch_bytes(mut self, n: usize) -> Builder {
-        self.config.core.batch_bytes = n;
-        self
-    }
-
-    /// Most bytes the link hands to the socket that the peer's TCP has not acknowledged yet;
-    /// frames beyond it wait in the outbox, counted, instead of in libzmq's pipe and the
-    /// kernel's buffer, where a drop would take them. At least one batch is always allowed.
-    /// `0` sets no bound (frames are still confirmed, resent or reported). Defaults to 4 MiB:
-    /// a window bounds a link's throughput at about `window` bytes per round trip of an
-    /// acknowledgement, and 1 MiB held `send_batch` of 64 B frames to 0.6 × the rate of no
-    /// bound on loopback.
-    ///
-    /// Frames stay in the outbox's count (and its limits) until they are confirmed, so
-    /// [`Overflow::Block`] pushes back on a producer faster than the peer's kernel takes the
-    /// bytes. See the example on [`Builder::redelivery`].
-    pub fn window(mut self, bytes: usize) -> Builder {
-        self.config.core.window = bytes;
-        self
-    }
-
-    /// What becomes of frames handed to the socket and not yet confirmed when their
-    /// connection drops: [`Redelivery::Resend`] (at-least-once) or [`Redelivery::Report`]
-    /// (at-most-once). Defaults to `Resend`.
-    ///
-    /// # Examples
-    /// ```
-    /// use std::time::Duration;
-    /// use relink::{Link, Redelivery};
-    ///
-    /// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    /// // Non-idempotent commands: a frame the peer may have taken comes back in an event.
-    /// let link = Link::builder(&format!("tcp://127.0.0.1:{port}"))
-    ///     .window(256 * 1024)
-    ///     .redelivery(Redelivery::Report)
-    ///     .build()?;
-    /// link.send("INCR hits\r\n")?;
-    /// let m = link.close(Duration::from_millis(50));
-    /// assert_eq!(m.unaccounted(), 0);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn redelivery(mut self, policy: Redelivery) -> Builder {
-        self.config.core.redelivery = policy;
         self
     }
 
     /// What the protocol does at the edges of each connection: the frames that open it and
     /// the verdict on the peer's first frames, the link's own answers to the peer's frames,
     /// the ping and its pong, which frames the peer answers, how a resent frame is marked. See
-    /// [`Protocol`]. Defaults to none: no opening (see [`ready_when`](Builder::ready_when)), the
+    /// [`Protocol`]. Defaults to none: no opening (see [`ready_when`](crate::Builder::ready_when)), the
     /// [`Heartbeat`](crate::Heartbeat)'s ping, every frame delivered.
     ///
     /// With a protocol, the heartbeat starts once the link is Ready. `build()` asks a clone of
@@ -934,15 +582,6 @@ impl Builder {
     pub fn confirm(mut self, confirm: Confirm) -> Builder {
         self.config.core.confirm = confirm;
         self.said.confirm = true;
-        self
-    }
-
-    /// A frame or request in flight at `n` connection losses in a row (a *poison* frame that
-    /// makes the peer drop the connection, or a peer that never lives long enough to take it)
-    /// is abandoned with [`AbandonReason::Poison`](crate::AbandonReason::Poison), and what
-    /// waits behind it moves on. Defaults to 5; at least 1.
-    pub fn max_losses(mut self, n: u32) -> Builder {
-        self.config.core.max_losses = n;
         self
     }
 
@@ -979,7 +618,7 @@ impl Builder {
     /// };
     /// let link = Link::builder(&format!("tcp://cache.internal:{port}")) // a local echo server
     ///     .resolver(registry)
-    ///     .dns_refresh(Duration::from_secs(10)) // ask the registry again every 10 s
+    ///     .reconnect(|r| r.dns_refresh = Duration::from_secs(10)) // ask the registry again every 10 s
     ///     .build()?;
     /// let ready = loop {
     ///     if let Event::State(t) = link.events().recv_timeout(Duration::from_secs(5))? {
@@ -1066,33 +705,49 @@ impl Builder {
         self
     }
 
-    /// The wait before the next attempt after a failure no retry can fix until a
-    /// configuration changes ([`Cause::TlsRejected`](crate::Cause::TlsRejected): the server's
-    /// certificate is not valid for the name or has an unknown issuer, or the server refused
-    /// ours), instead of the backoff meant for restarts: each attempt is a full handshake
-    /// against the server, and the answer will be the same. Defaults to the
-    /// [`cooldown`](Builder::cooldown) period (60 s by default).
-    ///
-    /// # Examples
-    /// ```
-    /// use std::time::Duration;
-    /// use relink::{Link, Tls};
-    ///
-    /// let link = Link::builder("tcp://gateway.example:6380")
-    ///     .tls(Tls::new())
-    ///     .backoff(Duration::from_millis(50), Duration::from_secs(2)) // for restarts
-    ///     .config_failure_retry(Duration::from_secs(300)) // for a wrong certificate
-    ///     .build()?;
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn config_failure_retry(mut self, wait: Duration) -> Builder {
-        self.config.core.config_retry = Some(wait);
-        self
+    /// Checks every setting (check.rs); no libzmq object is made.
+    pub(crate) fn into_config(mut self) -> Result<Config, ConfigError> {
+        self.apply_groups();
+        check::config(self)
     }
 
-    /// Checks every setting (check.rs); no libzmq object is made.
-    pub(crate) fn into_config(self) -> Result<Config, ConfigError> {
-        check::config(self)
+    /// Writes the groups into the configuration the checks read.
+    fn apply_groups(&mut self) {
+        let (r, d, q) = (&self.reconnect, &self.delivery, &self.requests);
+        let core = &mut self.config.core;
+        core.backoff = BackoffConfig {
+            base: r.backoff_base,
+            max: r.backoff_max,
+            factor: r.backoff_factor,
+            floor: r.backoff_floor,
+            jitter: r.jitter,
+        };
+        core.max_attempts = r.max_attempts;
+        core.cooldown = r.cooldown;
+        core.native_retries = r.native_retries;
+        core.min_stable = r.min_stable;
+        core.config_retry = r.config_failure_retry;
+        core.dns_refresh = r.dns_refresh;
+        core.outbox_frames = d.outbox_frames;
+        core.outbox_bytes = d.outbox_bytes;
+        core.abandon_on_disconnect = d.abandon_on_disconnect;
+        core.window = d.window;
+        core.redelivery = d.redelivery;
+        core.max_losses = d.max_losses;
+        core.batch_bytes = d.batch_bytes;
+        core.requests = RequestSettings {
+            correlation: q.correlation.clone().unwrap_or_else(Correlation::in_order),
+            redelivery: q.redelivery,
+            overflow: d.overflow,
+            max_frames: q.limit_frames,
+            max_bytes: q.limit_bytes,
+            timeout: q.timeout,
+        };
+        self.said.correlation = q.correlation.is_some();
+        self.config.overflow = d.overflow;
+        self.config.frame_ttl = d.frame_ttl;
+        self.config.rng_seed = r.rng_seed;
+        self.config.socket = self.socket.clone();
     }
 
     /// The checked configuration, with the context and the IO pool the link starts on (the
@@ -1115,70 +770,30 @@ impl Builder {
 
 /// Request and reply settings ([`Link::request`](crate::Link::request)).
 impl Builder {
-    /// How replies are matched to requests. Defaults to [`Correlation::in_order`] (every
-    /// inbound frame answers the oldest outstanding request); [`Correlation::resp`] for redis.
+    /// Changes the settings of requests ([`Requests`]: how a reply is matched, how long it may
+    /// take, how many may be outstanding, what a drop does to them) in place; each field says
+    /// its default.
     ///
     /// # Examples
     /// ```
-    /// use relink::framing::Resp;
-    /// use relink::Link;
-    /// use relink::protocol::Correlation;
+    /// use std::time::Duration;
+    /// use relink::protocol::Redis;
+    /// use relink::{Link, Redelivery};
     ///
-    /// let link = Link::builder("tcp://127.0.0.1:6379")
-    ///     .framing(Resp::new())
-    ///     .correlation(Correlation::resp())
+    /// // redis, pipelined deep, each command written again after a drop.
+    /// let link = Link::builder("127.0.0.1:6379")
+    ///     .protocol(Redis::new())
+    ///     .requests(|q| {
+    ///         q.limit_frames = 10_000;
+    ///         q.redelivery = Redelivery::Resend;
+    ///     })
     ///     .build()?;
-    /// # link.close(std::time::Duration::ZERO);
+    /// # link.close(Duration::ZERO);
     /// # Ok::<(), relink::error::ConfigError>(())
     /// ```
-    pub fn correlation(mut self, correlation: Correlation) -> Builder {
-        self.config.core.requests.correlation = correlation;
+    pub fn requests(mut self, change: impl FnOnce(&mut Requests)) -> Builder {
+        change(&mut self.requests);
         self.requests_said = true;
-        self.said.correlation = true;
-        self
-    }
-
-    /// Every request setting at once: every field of [`Requests`] (its `Default` is the
-    /// builder's). The flat setters ([`correlation`](Builder::correlation),
-    /// [`request_timeout`](Builder::request_timeout), ...) change one field each; called after
-    /// this, they change it here.
-    ///
-    /// See the example on [`Requests`].
-    pub fn requests(mut self, r: Requests) -> Builder {
-        let q = &mut self.config.core.requests;
-        q.correlation = r.correlation;
-        q.timeout = r.timeout;
-        q.max_frames = r.limit_frames;
-        q.max_bytes = r.limit_bytes;
-        q.redelivery = r.redelivery;
-        self.requests_said = true;
-        self
-    }
-
-    /// A request's deadline, counted from the call (time queued during an outage counts),
-    /// unless the call gives its own ([`Link::request_within`](crate::Link::request_within)).
-    /// Defaults to 5 s.
-    pub fn request_timeout(mut self, timeout: Duration) -> Builder {
-        self.config.core.requests.timeout = timeout;
-        self
-    }
-
-    /// The limits of outstanding requests (queued or written, not answered): the pipelining
-    /// depth, in requests and in their bytes (one request larger than `bytes` is admitted
-    /// alone). Past it, the [`Overflow`] policy applies: `RejectNew` refuses the request
-    /// ([`RequestError::Full`](crate::error::RequestError::Full)), `DropOldest` abandons the oldest
-    /// unsent one, `Block(t)` lets it wait up to `t` for room, in line in the IO thread (the
-    /// call itself never blocks). Defaults to 1024 requests, 4 MiB.
-    pub fn request_limits(mut self, requests: usize, bytes: usize) -> Builder {
-        self.config.core.requests.max_frames = requests;
-        self.config.core.requests.max_bytes = bytes;
-        self
-    }
-
-    /// What becomes of requests written on a connection that drops before their reply.
-    /// Defaults to [`Redelivery::Report`] (they fail as "may have been processed").
-    pub fn request_redelivery(mut self, policy: Redelivery) -> Builder {
-        self.config.core.requests.redelivery = policy;
         self
     }
 }

@@ -18,7 +18,10 @@ use crate::core::abandon::AbandonReason;
 /// use relink::error::ConfigError;
 ///
 /// let err = Link::builder("tcp://127.0.0.1:6379")
-///     .backoff(Duration::from_secs(5), Duration::from_secs(1))
+///     .reconnect(|r| {
+///         r.backoff_base = Duration::from_secs(5);
+///         r.backoff_max = Duration::from_secs(1);
+///     })
 ///     .build()
 ///     .unwrap_err();
 /// assert_eq!(err, ConfigError::MaxBelowBase {
@@ -30,7 +33,7 @@ use crate::core::abandon::AbandonReason;
 /// let err = Link::builder("udp://localhost:6379").build().unwrap_err();
 /// assert_eq!(err.to_string(), "bad endpoint \"udp://localhost:6379\": only tcp:// is supported");
 ///
-/// let err = Link::builder("tcp://127.0.0.1:6379").outbox_limits(0, 1024).build();
+/// let err = Link::builder("tcp://127.0.0.1:6379").delivery(|d| { d.outbox_frames = 0; d.outbox_bytes = 1024; }).build();
 /// assert_eq!(err.unwrap_err(), ConfigError::ZeroLimit { name: "outbox frames" });
 /// ```
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -233,7 +236,10 @@ pub enum DecodeError {
 /// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
 /// // Nobody listens on `port`: frames wait in the outbox.
 /// let link = Link::builder(&format!("tcp://127.0.0.1:{port}"))
-///     .outbox_limits(1, 1024)
+///     .delivery(|d| {
+///         d.outbox_frames = 1;
+///         d.outbox_bytes = 1024;
+///     })
 ///     .build()?;
 /// link.send("first")?;
 /// match link.send("second") {
@@ -406,7 +412,7 @@ pub enum LinkError {
     /// The peer refused the link when it opened (the [`Protocol`](crate::protocol::Protocol)'s verdict
     /// [`Verdict::Refused`](crate::protocol::Verdict::Refused)): the attempt fails with
     /// [`Cause::Rejected`](crate::Cause::Rejected) and the next waits
-    /// [`config_failure_retry`](crate::Builder::config_failure_retry).
+    /// [`Reconnect::config_failure_retry`](crate::config::Reconnect::config_failure_retry).
     #[error("the peer refused the link: {reason}")]
     Refused {
         /// The protocol's reason.
@@ -758,7 +764,7 @@ pub enum RequestError {
     #[error("request abandoned: {0}")]
     Abandoned(AbandonReason),
     /// Refused: the window of outstanding requests is full
-    /// ([`Builder::request_limits`](crate::Builder::request_limits)); the frame is given back.
+    /// ([`Requests::limit_frames`](crate::config::Requests::limit_frames)); the frame is given back.
     #[error("request limit reached")]
     Full(bytes::Bytes),
     /// Refused: the window of outstanding requests is full, and `late` of its places are held

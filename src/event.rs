@@ -151,7 +151,7 @@ pub enum Cause {
     /// as `certificate required`; see [`TlsError::is_config`](crate::error::TlsError::is_config)).
     /// The reason is in an [`Event::Error`] with [`LinkError::Tls`](crate::error::LinkError::Tls);
     /// the next attempt waits
-    /// [`Builder::config_failure_retry`](crate::Builder::config_failure_retry) (the cooldown
+    /// [`Reconnect::config_failure_retry`](crate::config::Reconnect::config_failure_retry) (the cooldown
     /// period by default), not the backoff, and
     /// [`Metrics::tls_rejected`](crate::Metrics::tls_rejected) counts it.
     TlsRejected,
@@ -159,7 +159,7 @@ pub enum Cause {
     /// fix (the [`Protocol`](crate::protocol::Protocol)'s verdict
     /// [`Verdict::Refused`](crate::protocol::Verdict::Refused): bad credentials, say). The reason is in
     /// an [`Event::Error`] with [`LinkError::Refused`](crate::error::LinkError::Refused); the
-    /// next attempt waits [`Builder::config_failure_retry`](crate::Builder::config_failure_retry),
+    /// next attempt waits [`Reconnect::config_failure_retry`](crate::config::Reconnect::config_failure_retry),
     /// and [`Metrics::handshakes_refused`](crate::Metrics::handshakes_refused) counts it.
     Rejected,
 }
@@ -226,7 +226,7 @@ impl fmt::Display for Cause {
 /// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
 /// // Nobody listens on `port`.
 /// let endpoint = format!("tcp://127.0.0.1:{port}");
-/// let link = Link::builder(&endpoint).native_retries(0).build()?;
+/// let link = Link::builder(&endpoint).reconnect(|r| r.native_retries = 0).build()?;
 /// let t = loop {
 ///     if let Event::State(t) = link.events().recv_timeout(Duration::from_secs(5))? {
 ///         if t.to == State::Backoff { break t; }

@@ -196,9 +196,11 @@ impl Events {
     /// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     /// // Nobody listens on `port`: one refused dial, then an hour of rest.
     /// let link = Link::builder(&format!("tcp://127.0.0.1:{port}"))
-    ///     .native_retries(0)
-    ///     .max_attempts(1)
-    ///     .cooldown(Duration::from_secs(3600))
+    ///     .reconnect(|r| {
+    ///         r.native_retries = 0;
+    ///         r.max_attempts = Some(1);
+    ///         r.cooldown = Duration::from_secs(3600);
+    ///     })
     ///     .build()?;
     /// loop {
     ///     if let Event::State(t) = link.events().recv_timeout(Duration::from_secs(5))? {

@@ -72,12 +72,12 @@
 //!   intake, between the frames, and is admitted by the requests' window in the IO thread; a
 //!   [`Producer`] has rings of its own that the IO thread drains beside the intake.
 //! - Names resolved off every IO thread; several endpoints tried in a per-link order.
-//! - TLS on the link itself ([`Builder::tls`], [`Tls`]): a rustls session per connection
+//! - TLS on the link itself ([`Builder::tls`](crate::Builder::tls), [`Tls`]): a rustls session per connection
 //!   between the socket's bytes and the framing, the server verified by default (trust roots,
 //!   server name, optional client certificate for mutual TLS, ALPN). A failed handshake is a
 //!   failed attempt with cause [`Cause::Tls`] and the reason in [`LinkError::Tls`](error::LinkError::Tls); there is
 //!   never a plaintext fallback. One no retry can fix (the certificates) is
-//!   [`Cause::TlsRejected`], retried at [`Builder::config_failure_retry`]'s slow pace.
+//!   [`Cause::TlsRejected`], retried at [`Reconnect::config_failure_retry`](crate::config::Reconnect::config_failure_retry)'s slow pace.
 //! - Many links per IO thread: by default every link runs on [`IoPool::global`] (a thread per
 //!   core); links given the same [`IoPool`] share its threads, and a link given
 //!   `IoPool::new(1)` has one of its own. A budget per link per pass keeps a busy link from
@@ -95,7 +95,7 @@
 //!   exactly one outcome ([`RequestError`](error::RequestError)), requests outstanding at a drop resent or failed
 //!   ([`Redelivery`]). See [Request and reply](#request-and-reply).
 //!
-//! - Fleets: a name per link in every log line ([`Builder::name`]), one call for a whole pool
+//! - Fleets: a name per link in every log line ([`Builder::name`](crate::Builder::name)), one call for a whole pool
 //!   ([`IoPool::view`]: links per state, summed counters, the worst links by name), PEM
 //!   credentials read again when their files change ([`Tls::client_auth_files`]), the
 //!   system's trust store ([`Tls::system_roots`]), and, with the cargo feature `metrics`, an
@@ -121,7 +121,7 @@
 //! A frame is *confirmed* once the peer's TCP has acknowledged its last byte: relink writes
 //! (and encrypts) every byte of a connection, so it knows where each frame ends in the stream,
 //! and reads the peer's acknowledged count (`TCP_INFO`, Linux 4.1 or newer) while frames wait.
-//! At most [`Builder::window`] bytes (4 MiB by default) are handed to the socket unconfirmed;
+//! At most [`Delivery::window`](crate::config::Delivery::window) bytes (4 MiB by default) are handed to the socket unconfirmed;
 //! the rest wait in the outbox, counted. When a connection drops, its unconfirmed frames are
 //! written again first on the next one ([`Redelivery::Resend`], the default: at-least-once), or
 //! each is handed back in an [`Event::Abandoned`] with [`AbandonReason::Unconfirmed`]
@@ -134,7 +134,7 @@
 //! peer's application read them (a peer killed with bytes unread in its kernel loses them), or
 //! acted on them; only a reply can show that.
 //!
-//! All of that holds while the process lives. A [`Spool`] ([`Builder::spool`], opt-in) keeps
+//! All of that holds while the process lives. A [`Spool`] ([`Builder::spool`](crate::Builder::spool), opt-in) keeps
 //! every frame on disk until it is confirmed, by a sync policy ([`Durability`]), and sends what
 //! it holds first at the next start ([`Event::Recovered`]): at-least-once across the process's
 //! own crash, each frame numbered ([`Link::send_numbered`]) so a receiver can drop a repeat.
@@ -161,9 +161,12 @@
 //! # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
 //! // Nobody listens on `port`: every dial is refused.
 //! let link = Link::builder(&format!("tcp://127.0.0.1:{port}"))
-//!     .native_retries(0)
-//!     .max_attempts(2)
-//!     .backoff(Duration::from_millis(10), Duration::from_millis(50))
+//!     .reconnect(|r| {
+//!         r.native_retries = 0;
+//!         r.max_attempts = Some(2);
+//!         r.backoff_base = Duration::from_millis(10);
+//!         r.backoff_max = Duration::from_millis(50);
+//!     })
 //!     .build()?;
 //! let mut seen = Vec::new();
 //! while let Event::State(t) = link.events().recv_timeout(Duration::from_secs(5))? {
@@ -181,7 +184,7 @@
 //!
 //! # Application code that panics
 //! relink calls the application's code on its own threads: the [`Predicate`](protocol::Predicate)s of a handshake
-//! and of the heartbeat reply on the IO thread, the resolver ([`Builder::resolver`]) on a resolver thread, and the
+//! and of the heartbeat reply on the IO thread, the resolver ([`Builder::resolver`](crate::Builder::resolver)) on a resolver thread, and the
 //! [`Framing`](framing::Framing) on the IO thread. A panic there is caught where the
 //! code is called and treated as a failure of the connection: the application receives
 //! [`Event::Error`] with [`LinkError::CallbackPanicked`](error::LinkError::CallbackPanicked) (`heartbeat reply predicate
@@ -221,7 +224,7 @@
 //! // The server on `port` answers each line `L` with `re L`, a `slow` one after 300 ms.
 //! let link = Link::builder(&format!("tcp://127.0.0.1:{port}"))
 //!     .framing(Lines::new())
-//!     .correlation(Correlation::in_order()) // the default
+//!     .requests(|q| q.correlation = Some(Correlation::in_order())) // the default
 //!     .build()?;
 //! assert_eq!(link.request("hello")?, &b"re hello"[..]); // connected, answered
 //! let slow = link.request_pending_within("slow", Duration::from_millis(50));
@@ -236,7 +239,7 @@
 //! and counted ([`Metrics::replies_late`]); by id ([`Correlation::by_id`](protocol::Correlation::by_id)), a reply whose id
 //! nobody waits for is. Frames that are no reply (RESP3 pushes with [`Correlation::resp`](protocol::Correlation::resp), a
 //! greeting, anything while no request is outstanding) are [`Event::Frame`]s. The window of
-//! outstanding requests ([`Builder::request_limits`]) is the pipelining depth, under the
+//! outstanding requests ([`Requests::limit_frames`](crate::config::Requests::limit_frames)) is the pipelining depth, under the
 //! link's [`Overflow`] policy. A connection lost with requests outstanding resends them first
 //! on the next one, after its hello ([`Redelivery::Resend`]), or fails them as "may have been
 //! processed" ([`Redelivery::Report`], the default). A close waits (until its timeout) for the
@@ -252,7 +255,7 @@
 //! interval, becomes a fresh chance: a ping at once and a full `interval × (max_missed + 1)`
 //! from the resume (the handshake, TLS handshake and connect bounds likewise get their full
 //! length again). So a pause condemns no healthy peer, and a dead one is still found within
-//! the pause plus one bound. Frame deadlines ([`SendOptions::ttl`], [`Builder::frame_ttl`])
+//! the pause plus one bound. Frame deadlines ([`SendOptions::ttl`], [`Delivery::frame_ttl`](crate::config::Delivery::frame_ttl))
 //! stay absolute: a frame that got stale in a pause is stale. [`Metrics::verdicts_deferred`]
 //! counts the fresh chances, and the thread says at warn how late it was and why (a named slow
 //! callback, or "the process got no CPU").
@@ -261,11 +264,11 @@
 //! every link of that thread while it runs: their pings are not sent and their replies not
 //! read. Their peers are not condemned for it (the gap gives them a fresh chance), but their
 //! frames wait as long. Every such call is timed (with the coarse monotonic clock, a few
-//! nanoseconds a reading; the encodes of one batch together); one that takes [`Builder::slow_callback`] (100 ms by default) or more
+//! nanoseconds a reading; the encodes of one batch together); one that takes [`Builder::slow_callback`](crate::Builder::slow_callback) (100 ms by default) or more
 //! is logged at warn with the link, the callback and the time, counted in
 //! [`Metrics::slow_callbacks`] and [`Metrics::slowest_callback`], and reported as
 //! [`Event::Error`] with [`LinkError::SlowCallback`](error::LinkError::SlowCallback) (the line and the event at most once per
-//! link per 10 s). A slow resolver ([`Builder::resolver`]) runs on a resolver thread and delays only its own
+//! link per 10 s). A slow resolver ([`Builder::resolver`](crate::Builder::resolver)) runs on a resolver thread and delays only its own
 //! link's dial; it is reported the same way.
 //!
 //! # Architecture

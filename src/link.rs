@@ -321,9 +321,11 @@ impl Link {
     /// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     /// // Nobody listens on `port` yet.
     /// let link = Link::builder(&format!("tcp://127.0.0.1:{port}"))
-    ///     .native_retries(0)
-    ///     .max_attempts(1)
-    ///     .cooldown(Duration::from_secs(3600))
+    ///     .reconnect(|r| {
+    ///         r.native_retries = 0;
+    ///         r.max_attempts = Some(1);
+    ///         r.cooldown = Duration::from_secs(3600);
+    ///     })
     ///     .build()?;
     /// loop {
     ///     if let Event::State(t) = link.events().recv_timeout(Duration::from_secs(5))? {
@@ -398,14 +400,14 @@ impl Link {
         })
     }
 
-    /// The link's name ([`Builder::name`]; by default the endpoint given to
+    /// The link's name ([`Builder::name`](crate::Builder::name); by default the endpoint given to
     /// [`Link::builder`]). Every log line about the link carries it.
     ///
     /// A [`Metrics`] snapshot stays `Copy` (plain numbers, cheap to take for thousands of
     /// links), so it does not carry the name: the handle does, and so do the events receiver
     /// ([`Events::name`]) and the pool's view ([`IoPool::view`](crate::IoPool::view)).
     ///
-    /// See the example on [`Builder::name`].
+    /// See the example on [`Builder::name`](crate::Builder::name).
     pub fn name(&self) -> &str {
         &self.inner.name
     }
@@ -565,7 +567,10 @@ impl Link {
     ///
     /// let link = Link::builder(&format!("tcp://127.0.0.1:{port}")) // a local echo server
     ///     .framing(Lines::new())
-    ///     .outbox_limits(1, 1024)
+    ///     .delivery(|d| {
+    ///         d.outbox_frames = 1;
+    ///         d.outbox_bytes = 1024;
+    ///     })
     ///     .build()?;
     /// for line in ["one", "two", "three"] {
     ///     link.send_timeout(line, Duration::from_secs(5))?;
@@ -662,8 +667,11 @@ impl Link {
     /// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     /// // Nobody listens on `port`: the outbox fills up and nothing leaves it.
     /// let link = Link::builder(&format!("tcp://127.0.0.1:{port}"))
-    ///     .outbox_limits(1, 1024)
-    ///     .overflow(Overflow::Block(Duration::from_millis(50)))
+    ///     .delivery(|d| {
+    ///         d.outbox_frames = 1;
+    ///         d.outbox_bytes = 1024;
+    ///         d.overflow = Overflow::Block(Duration::from_millis(50));
+    ///     })
     ///     .build()?;
     /// link.send_async("first").await?;
     /// // No room: the task waits (the thread does not), for the policy's 50 ms.
@@ -1144,7 +1152,10 @@ impl Link {
     /// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     /// // Nobody listens on `port`: room for 2 frames, and nothing leaves the outbox.
     /// let link = Link::builder(&format!("tcp://127.0.0.1:{port}"))
-    ///     .outbox_limits(2, 1024)
+    ///     .delivery(|d| {
+    ///         d.outbox_frames = 2;
+    ///         d.outbox_bytes = 1024;
+    ///     })
     ///     .build()?;
     /// let batch: Batch = ["a", "b", "c"].into_iter().collect();
     /// let options = SendOptions::new().wait(Duration::from_millis(20));
@@ -1188,7 +1199,7 @@ impl Link {
     // ----- request and reply ---------------------------------------------------------------------
 
     /// Sends `frame` as a request and waits for its reply, within the builder's
-    /// [`request_timeout`](crate::Builder::request_timeout) counted from now (time queued
+    /// [`Requests::timeout`](crate::config::Requests::timeout) counted from now (time queued
     /// while the link reconnects counts).
     ///
     /// # Errors
@@ -1248,7 +1259,7 @@ impl Link {
     }
 
     /// Sends `frame` as a request and returns at once: many requests can be outstanding
-    /// (pipelined, up to the builder's [`request_limits`](crate::Builder::request_limits)),
+    /// (pipelined, up to the builder's [`Requests::limit_frames`](crate::config::Requests::limit_frames)),
     /// each with its own outcome. The deadline is the builder's `request_timeout` from now.
     ///
     /// # Examples

@@ -5,7 +5,7 @@ use std::time::Duration;
 /// How one [`send_with`](crate::Link::send_with) call (or its async and batch twins) queues
 /// its frames: how long it may wait for room at the outbox limit, and how long its frames may
 /// wait to be sent. `SendOptions::new()` is the link's own settings: the builder's
-/// [`overflow`](crate::Builder::overflow) policy and its `frame_ttl`; `send` and
+/// [`Delivery::overflow`](crate::config::Delivery::overflow) policy and its `frame_ttl`; `send` and
 /// `send_timeout` are `send_with` with options of their own.
 ///
 /// # Examples

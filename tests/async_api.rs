@@ -145,8 +145,11 @@ fn send_async_with_block_waits_for_room_and_resumes_when_frames_leave() {
     // Nothing listens: frames stay queued until their ttl frees the room.
     let link = Link::builder(refused_endpoint())
         .framing(Lines::new())
-        .outbox_limits(2, 1 << 20)
-        .overflow(Overflow::Block(Duration::from_secs(60)))
+        .delivery(|d| {
+            d.outbox_frames = 2;
+            d.outbox_bytes = 1 << 20;
+            d.overflow = Overflow::Block(Duration::from_secs(60));
+        })
         .build()
         .expect("build");
     link.send_with(b"a".to_vec(), SendOptions::new().ttl(ms(300)))

@@ -22,7 +22,7 @@ fn numbered(range: std::ops::Range<u64>) -> Batch {
 fn sink_link(peer: &Peer) -> Link {
     Link::builder(peer.endpoint())
         .framing(LengthDelimited::len32())
-        .overflow(Overflow::Block(BOUND))
+        .delivery(|d| d.overflow = Overflow::Block(BOUND))
         .build()
         .expect("build")
 }
@@ -38,8 +38,11 @@ fn lines_link() -> Link {
 fn queued_link(limits: (usize, usize), overflow: Overflow) -> Link {
     Link::builder(refused_endpoint())
         .framing(LengthDelimited::len32())
-        .outbox_limits(limits.0, limits.1)
-        .overflow(overflow)
+        .delivery(|d| {
+            d.outbox_frames = limits.0;
+            d.outbox_bytes = limits.1;
+            d.overflow = overflow;
+        })
         .build()
         .expect("build")
 }
@@ -207,8 +210,11 @@ fn under_block_a_batch_larger_than_the_outbox_goes_in_as_room_frees() {
     let peer = Peer::start(Behaviour::Sink);
     let link = Link::builder(peer.endpoint())
         .framing(LengthDelimited::len32())
-        .outbox_limits(8, 1 << 20)
-        .overflow(Overflow::Block(BOUND))
+        .delivery(|d| {
+            d.outbox_frames = 8;
+            d.outbox_bytes = 1 << 20;
+            d.overflow = Overflow::Block(BOUND);
+        })
         .build()
         .expect("build");
     link.send_batch(numbered(0..100))

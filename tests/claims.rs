@@ -887,7 +887,7 @@ fn the_scanners_find_what_a_claim_looks_like() {
 fn the_builders_table_of_groups_names_every_setter_once() {
     let source = read(&root().join("src/builder.rs"));
     let start = source
-        .find("/// The settings, in groups:")
+        .find("/// The settings:")
         .expect("the table of groups");
     let end = start + source[start..].find("/// # Examples").expect("its end");
     let table = &source[start..end];

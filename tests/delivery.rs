@@ -113,8 +113,11 @@ fn kill_scenario_with(b: Builder, peer: &SlowPeer, kill: Kill) -> Outcome {
     let _ = env_logger::builder().is_test(true).try_init();
     let link = b
         .framing(Lines::new())
-        .overflow(Overflow::Block(T))
-        .backoff(Duration::from_millis(20), Duration::from_millis(100))
+        .delivery(|d| d.overflow = Overflow::Block(T))
+        .reconnect(|r| {
+            r.backoff_base = Duration::from_millis(20);
+            r.backoff_max = Duration::from_millis(100);
+        })
         .build()
         .unwrap();
     let (collector, producer) = stream(&link, 2 * T);
@@ -296,7 +299,10 @@ fn check(o: &Outcome, policy: Redelivery, what: &str) {
 
 fn plain(policy: Redelivery) {
     let peer = SlowPeer::start(None, CHUNK);
-    let o = kill_scenario(Link::builder(peer.endpoint()).redelivery(policy), &peer);
+    let o = kill_scenario(
+        Link::builder(peer.endpoint()).delivery(|d| d.redelivery = policy),
+        &peer,
+    );
     check(&o, policy, &format!("plaintext, {policy:?}"));
 }
 
@@ -305,7 +311,7 @@ fn tls(policy: Redelivery) {
     let peer = SlowPeer::start(Some(server_config(&kit.pki.server, None)), CHUNK);
     let b = Link::builder(peer.named_endpoint())
         .tls(Tls::new().ca_pem(&kit.pki.ca.cert))
-        .redelivery(policy);
+        .delivery(|d| d.redelivery = policy);
     let o = kill_scenario(b, &peer);
     check(&o, policy, &format!("tls, {policy:?}"));
 }
@@ -336,7 +342,10 @@ fn a_slow_tls_peer_killed_with_a_reset_loses_nothing_unreported_when_frames_are_
 /// native retry, and `min_stable` long enough that the count of native redials is still there
 /// at the end.
 fn native_redial(b: Builder, policy: Redelivery) -> Builder {
-    b.redelivery(policy).native_retries(1).min_stable(4 * T)
+    b.delivery(|d| d.redelivery = policy).reconnect(|r| {
+        r.native_retries = 1;
+        r.min_stable = 4 * T;
+    })
 }
 
 fn check_native(o: &Outcome, policy: Redelivery, what: &str) {
@@ -520,8 +529,11 @@ fn a_redis_server_killed_twice_mid_stream_loses_no_write_beyond_what_its_kernel_
     .expect("this test needs redis-server on PATH");
     let link = Link::builder(redis.endpoint())
         .framing(relink::framing::Resp::new())
-        .overflow(Overflow::Block(T))
-        .backoff(Duration::from_millis(20), Duration::from_millis(100))
+        .delivery(|d| d.overflow = Overflow::Block(T))
+        .reconnect(|r| {
+            r.backoff_base = Duration::from_millis(20);
+            r.backoff_max = Duration::from_millis(100);
+        })
         .build()
         .unwrap();
     let collector = {
@@ -663,9 +675,12 @@ fn a_blackhole_mid_stream_loses_nothing_unreported_and_resends_what_was_not_conf
             .context(ctx)
             .framing(Lines::new())
             .heartbeat(hb)
-            .overflow(Overflow::Block(T))
-            .connect_timeout(Duration::from_millis(1000))
-            .backoff(Duration::from_millis(50), Duration::from_millis(400))
+            .delivery(|d| d.overflow = Overflow::Block(T))
+            .socket(|s| s.connect_timeout = Duration::from_millis(1000))
+            .reconnect(|r| {
+                r.backoff_base = Duration::from_millis(50);
+                r.backoff_max = Duration::from_millis(400);
+            })
     });
     let (collector, producer) = stream(&link, 3 * T);
     assert!(

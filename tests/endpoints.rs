@@ -262,8 +262,11 @@ fn require_dual_stack_localhost(port: u16) -> Vec<SocketAddr> {
 fn localhost_builder(port: u16) -> Builder {
     Link::builder(format!("tcp://localhost:{port}"))
         .framing(Lines::new())
-        .native_retries(0)
-        .backoff(Duration::from_millis(20), Duration::from_millis(200))
+        .reconnect(|r| {
+            r.native_retries = 0;
+            r.backoff_base = Duration::from_millis(20);
+            r.backoff_max = Duration::from_millis(200);
+        })
 }
 
 /// Dials `tcp://localhost:PORT` until Ready on `listening` (the only address with a listener),
@@ -391,9 +394,12 @@ fn an_unresolvable_name_backs_off_with_cause_dns_and_growing_delays() {
     let lookup = Duration::ZERO;
     let link = Link::builder(INVALID)
         .resolver(nxdomain())
-        .backoff(Duration::from_millis(50), Duration::from_millis(400))
-        .jitter(Jitter::None)
-        .connect_timeout(Duration::from_secs(10))
+        .reconnect(|r| {
+            r.backoff_base = Duration::from_millis(50);
+            r.backoff_max = Duration::from_millis(400);
+            r.jitter = Jitter::None;
+        })
+        .socket(|s| s.connect_timeout = Duration::from_secs(10))
         .build()
         .unwrap();
     let expected_ms = [50, 100, 200, 400, 400];
@@ -445,8 +451,11 @@ fn round_trips_beside_a_failing_link(
         .unwrap();
     Watch::new(&echo).until_state(State::Ready, T);
     let failing = failing
-        .backoff(Duration::from_millis(20), Duration::from_millis(100))
-        .connect_timeout(Duration::from_secs(10))
+        .reconnect(|r| {
+            r.backoff_base = Duration::from_millis(20);
+            r.backoff_max = Duration::from_millis(100);
+        })
+        .socket(|s| s.connect_timeout = Duration::from_secs(10))
         .build()
         .unwrap();
     let end = Instant::now() + window;
@@ -556,9 +565,12 @@ fn a_link_with_two_endpoints_moves_to_the_other_when_its_server_dies_and_back_wh
         Link::builder(a.endpoint())
             .endpoint(b.endpoint())
             .framing(Lines::new())
-            .native_retries(0)
-            .min_stable(Duration::from_millis(50))
-            .backoff(Duration::from_millis(100), Duration::from_millis(400)),
+            .reconnect(|r| {
+                r.native_retries = 0;
+                r.min_stable = Duration::from_millis(50);
+                r.backoff_base = Duration::from_millis(100);
+                r.backoff_max = Duration::from_millis(400);
+            }),
     );
     let first = w.until_state(State::Ready, T);
     round_trip(&link, "before", T).unwrap();
@@ -632,12 +644,13 @@ fn a_link_with_two_endpoints_moves_to_the_other_when_its_server_dies_and_back_wh
 
 /// The first `n` endpoints a link to [a, b] dials (both refused), optionally seeded.
 fn dial_order(a: &str, b: &str, seed: Option<u64>, n: usize) -> Vec<String> {
-    let mut builder = Link::builder(a)
-        .endpoint(b)
-        .native_retries(0)
-        .backoff(Duration::from_millis(10), Duration::from_millis(20));
+    let mut builder = Link::builder(a).endpoint(b).reconnect(|r| {
+        r.native_retries = 0;
+        r.backoff_base = Duration::from_millis(10);
+        r.backoff_max = Duration::from_millis(20);
+    });
     if let Some(s) = seed {
-        builder = builder.rng_seed(s);
+        builder = builder.reconnect(|r| r.rng_seed = Some(s));
     }
     let link = builder.build().unwrap();
     let mut w = Watch::new(&link);

@@ -36,7 +36,7 @@ const T: Duration = Duration::from_secs(5);
 fn refused_lines(native_retries: u32) -> relink::Builder {
     Link::builder(util::refused_endpoint())
         .framing(Lines::new())
-        .native_retries(native_retries)
+        .reconnect(|r| r.native_retries = native_retries)
 }
 
 /// Sends 5 frames to a link in `state`, closes it with a 300 ms timeout, and checks: close
@@ -79,11 +79,10 @@ fn close_in(link: &Link, w: &mut Watch, state: State, what: &str) -> Duration {
 #[test]
 fn close_while_connecting_returns_within_the_bound_and_gives_every_queued_frame_back() {
     let _g = shared();
-    let (link, mut w) = watched(
-        refused_lines(1_000)
-            .reconnect_ivl(Duration::from_secs(10))
-            .connect_timeout(Duration::from_secs(30)),
-    );
+    let (link, mut w) = watched(refused_lines(1_000).socket(|s| {
+        s.reconnect_ivl = Duration::from_secs(10);
+        s.connect_timeout = Duration::from_secs(30);
+    }));
     w.until(T, |t| t.to == State::Connecting);
     assert!(w.quiet_for(ms(200)).is_none(), "{}", w.trace());
     close_in(&link, &mut w, State::Connecting, "close while connecting");
@@ -131,11 +130,11 @@ fn close_while_ready_flushes_within_the_bound_and_every_frame_arrives_once() {
 #[test]
 fn close_while_backing_off_returns_within_the_bound_and_gives_every_queued_frame_back() {
     let _g = shared();
-    let (link, mut w) = watched(
-        refused_lines(0)
-            .backoff(Duration::from_secs(10), Duration::from_secs(20))
-            .jitter(Jitter::None),
-    );
+    let (link, mut w) = watched(refused_lines(0).reconnect(|r| {
+        r.backoff_base = Duration::from_secs(10);
+        r.backoff_max = Duration::from_secs(20);
+        r.jitter = Jitter::None;
+    }));
     let (_, t) = w.until(T, |t| t.to == State::Backoff);
     assert_eq!(t.cause, Cause::Refused);
     close_in(&link, &mut w, State::Backoff, "close while backing off");
@@ -146,11 +145,10 @@ fn close_while_backing_off_returns_within_the_bound_and_gives_every_queued_frame
 #[test]
 fn close_while_cooling_down_returns_within_the_bound_and_gives_every_queued_frame_back() {
     let _g = shared();
-    let (link, mut w) = watched(
-        refused_lines(0)
-            .max_attempts(1)
-            .cooldown(Duration::from_secs(60)),
-    );
+    let (link, mut w) = watched(refused_lines(0).reconnect(|r| {
+        r.max_attempts = Some(1);
+        r.cooldown = Duration::from_secs(60);
+    }));
     let (_, t) = w.until(T, |t| t.to == State::Cooldown);
     assert_eq!(t.cause, Cause::Refused);
     close_in(&link, &mut w, State::Cooldown, "close while cooling down");
@@ -240,7 +238,10 @@ fn closing_with_more_queued_frames_than_the_event_channel_holds_gives_every_fram
     let (link, mut w) = watched(
         Link::builder(util::refused_endpoint())
             .framing(Lines::new())
-            .outbox_limits(8_000, 1 << 20),
+            .delivery(|d| {
+                d.outbox_frames = 8_000;
+                d.outbox_bytes = 1 << 20;
+            }),
     );
     send_seqs(&link, 0..8_000);
     let (m, _) = w.close(&link, ms(100), "big close");

@@ -46,8 +46,11 @@ fn a_link_refused_for_three_seconds_retries_with_growing_delays_and_delivers_eve
     let (link, mut w) = watched(
         Link::builder(util::endpoint_for(port))
             .framing(Lines::new())
-            .backoff(ms(50), ms(800))
-            .jitter(Jitter::Proportional(0.1)),
+            .reconnect(|r| {
+                r.backoff_base = ms(50);
+                r.backoff_max = ms(800);
+                r.jitter = Jitter::Proportional(0.1);
+            }),
     );
     let start = Instant::now();
     let mut sent = 0u64;
@@ -129,9 +132,12 @@ fn flapping(min_stable: Duration) -> (Peer, Link, Watch, u64) {
     let (link, mut w) = watched(
         Link::builder(peer.endpoint())
             .framing(Lines::new())
-            .backoff(ms(25), ms(800))
-            .jitter(Jitter::Proportional(0.1))
-            .min_stable(min_stable),
+            .reconnect(|r| {
+                r.backoff_base = ms(25);
+                r.backoff_max = ms(800);
+                r.jitter = Jitter::Proportional(0.1);
+                r.min_stable = min_stable;
+            }),
     );
     let mut next = 0u64;
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -288,7 +294,10 @@ fn a_host_name_that_does_not_resolve_backs_off_with_cause_dns_while_another_link
     let (dns, mut wd) = watched(
         Link::builder("tcp://does-not-exist.invalid:1")
             .framing(Lines::new())
-            .backoff(ms(20), ms(100)),
+            .reconnect(|r| {
+                r.backoff_base = ms(20);
+                r.backoff_max = ms(100);
+            }),
     );
     send_seqs(&dns, 0..5);
     let (at, _) = wd.expect_step(

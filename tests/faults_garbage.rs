@@ -77,7 +77,10 @@ fn a_peer_that_sends_an_endless_line_gets_its_connection_reset_without_a_panic_a
     let (link, mut w) = watched(
         Link::builder(peer.endpoint())
             .framing(Lines::builder().max_length(64).build().unwrap())
-            .backoff(ms(50), ms(200)),
+            .reconnect(|r| {
+                r.backoff_base = ms(50);
+                r.backoff_max = ms(200);
+            }),
     );
     let detect = reset_after_ready(&mut w);
     assert!(detect <= ms(1000), "reset {detect:?} after Ready");
@@ -130,7 +133,10 @@ fn a_length_prefix_of_four_gib_is_refused_at_once_and_the_link_reconnects() {
                     .build()
                     .unwrap(),
             )
-            .backoff(ms(50), ms(200)),
+            .reconnect(|r| {
+                r.backoff_base = ms(50);
+                r.backoff_max = ms(200);
+            }),
     );
     let detect = reset_after_ready(&mut w);
     assert!(detect <= ms(1000), "reset {detect:?} after Ready");
@@ -178,8 +184,11 @@ fn a_peer_that_stops_reading_fills_the_outbox_then_sends_are_refused_with_the_fr
     let (link, mut w) = watched(
         Link::builder(peer.endpoint())
             .framing(LengthDelimited::len32())
-            .outbox_limits(limit, 64 << 20)
-            .overflow(Overflow::RejectNew),
+            .delivery(|d| {
+                d.outbox_frames = limit;
+                d.outbox_bytes = 64 << 20;
+                d.overflow = Overflow::RejectNew;
+            }),
     );
     w.until(T, |t| t.to == State::Ready);
     let frame = |n: u64| {

@@ -54,8 +54,11 @@ fn a_dial_whose_syn_is_never_answered_backs_off_with_connect_timeout_within_the_
         Link::builder(&endpoint)
             .context(ctx)
             .framing(Lines::new())
-            .connect_timeout(connect_timeout)
-            .backoff(ms(50), ms(200))
+            .socket(|s| s.connect_timeout = connect_timeout)
+            .reconnect(|r| {
+                r.backoff_base = ms(50);
+                r.backoff_max = ms(200);
+            })
     });
     let mut w = Watch::new(&link);
     send_seqs(&link, 0..3);
@@ -119,8 +122,11 @@ fn a_half_open_connection_is_declared_dead_within_the_heartbeat_bound_and_no_fra
             .context(ctx)
             .framing(Lines::new())
             .heartbeat(hb)
-            .connect_timeout(ms(1000))
-            .backoff(ms(50), ms(400))
+            .socket(|s| s.connect_timeout = ms(1000))
+            .reconnect(|r| {
+                r.backoff_base = ms(50);
+                r.backoff_max = ms(400);
+            })
     });
     let mut w = Watch::new(&link);
     w.until(T, |t| t.to == State::Ready);

@@ -44,7 +44,10 @@ fn ready_on(port: u16) -> (Link, Watch) {
     let (link, mut w) = watched(
         Link::builder(util::endpoint_for(port))
             .framing(Lines::new())
-            .backoff(ms(20), ms(200)),
+            .reconnect(|r| {
+                r.backoff_base = ms(20);
+                r.backoff_max = ms(200);
+            }),
     );
     w.until(T, |t| t.to == State::Ready);
     (link, w)
@@ -217,7 +220,10 @@ fn a_sigstopped_redis_server_is_declared_dead_within_the_heartbeat_bound_and_eve
         .heartbeat(hb)
         .protocol(Handshake::new(vec![b"PING".to_vec()], pong()))
         .handshake_timeout(ms(500))
-        .backoff(ms(50), ms(400))
+        .reconnect(|r| {
+            r.backoff_base = ms(50);
+            r.backoff_max = ms(400);
+        })
         .build()
         .expect("build");
     let command = |n: u64| {
@@ -322,11 +328,17 @@ fn eight_producers_sending_through_four_peer_restarts_keep_order_with_no_duplica
     let (link, ready, drainer) = drained(
         Link::builder(util::endpoint_for(port))
             .framing(LengthDelimited::len32())
-            .backoff(ms(10), ms(100))
-            .min_stable(ms(10))
-            .frame_ttl(ms(400))
-            .outbox_limits(2_000, 1 << 20)
-            .overflow(Overflow::Block(ms(20))),
+            .reconnect(|r| {
+                r.backoff_base = ms(10);
+                r.backoff_max = ms(100);
+                r.min_stable = ms(10);
+            })
+            .delivery(|d| {
+                d.frame_ttl = Some(ms(400));
+                d.outbox_frames = 2_000;
+                d.outbox_bytes = 1 << 20;
+                d.overflow = Overflow::Block(ms(20));
+            }),
     );
     assert!(
         util::wait_until(T, || ready.load(Ordering::SeqCst) == 1),

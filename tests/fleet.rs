@@ -21,7 +21,10 @@ fn a_captured_log_line_carries_the_link_name() {
     let logs = Logs::capture();
     let link = Link::builder(refused_endpoint())
         .name("meter-17")
-        .backoff(ms(10), ms(20))
+        .reconnect(|r| {
+            r.backoff_base = ms(10);
+            r.backoff_max = ms(20);
+        })
         .build()
         .expect("build");
     let mut watch = Watch::new(&link);
@@ -65,8 +68,11 @@ fn a_pool_view_counts_links_per_state_and_names_the_worst() {
         .map(|i| {
             Link::builder(peer.endpoint())
                 .name(format!("up-{i}"))
-                .backoff(ms(10), ms(50))
-                .min_stable(ms(10))
+                .reconnect(|r| {
+                    r.backoff_base = ms(10);
+                    r.backoff_max = ms(50);
+                    r.min_stable = ms(10);
+                })
                 .io_pool(&pool)
                 .build()
                 .expect("build")
@@ -77,7 +83,10 @@ fn a_pool_view_counts_links_per_state_and_names_the_worst() {
         .map(|name| {
             Link::builder(refused_endpoint())
                 .name(*name)
-                .backoff(ms(10), ms(50))
+                .reconnect(|r| {
+                    r.backoff_base = ms(10);
+                    r.backoff_max = ms(50);
+                })
                 .io_pool(&pool)
                 .build()
                 .expect("build")
@@ -145,8 +154,11 @@ fn a_link_follows_rotated_credential_files_and_keeps_the_last_good_ones_when_new
         .name("rotating")
         .framing(Lines::new())
         .tls(Tls::new().ca_file(&ca).client_auth_files(&cert, &key))
-        .backoff(ms(20), ms(100))
-        .config_failure_retry(ms(100))
+        .reconnect(|r| {
+            r.backoff_base = ms(20);
+            r.backoff_max = ms(100);
+            r.config_failure_retry = Some(ms(100));
+        })
         .build()
         .expect("build");
     let mut w = Watch::new(&link);

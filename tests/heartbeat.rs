@@ -39,11 +39,10 @@ fn a_peer_that_stays_connected_but_never_answers_is_declared_dead_within_the_bou
     let peer = Peer::start(Behaviour::Silent);
     let hb = heartbeat_200ms();
     let bound = hb.bound();
-    let (link, mut w) = watched(
-        Link::builder(peer.endpoint())
-            .heartbeat(hb)
-            .backoff(ms(50), ms(200)),
-    );
+    let (link, mut w) = watched(Link::builder(peer.endpoint()).heartbeat(hb).reconnect(|r| {
+        r.backoff_base = ms(50);
+        r.backoff_max = ms(200);
+    }));
     let (ready_at, _) = w.until(T, |t| t.to == State::Ready);
 
     let (dead_at, _) = w.expect_step(
@@ -82,11 +81,10 @@ fn a_sigstopped_redis_server_is_declared_dead_within_the_bound_and_used_again_af
         .max_missed(2)
         .reply(Predicate::starts_with(&b"+PONG"[..]));
     let bound = hb.bound();
-    let (link, mut w) = watched(
-        lines_to(&redis.endpoint())
-            .heartbeat(hb)
-            .backoff(ms(50), ms(400)),
-    );
+    let (link, mut w) = watched(lines_to(&redis.endpoint()).heartbeat(hb).reconnect(|r| {
+        r.backoff_base = ms(50);
+        r.backoff_max = ms(400);
+    }));
     w.until(T, |t| t.to == State::Ready);
     let rtt = util::wait_for(T, || link.metrics().last_rtt);
     assert!(rtt.is_some(), "no PONG measured; seen: {}", w.trace());
@@ -406,7 +404,10 @@ fn a_handshake_that_gets_no_reply_times_out_and_counts_as_a_failure() {
                 Predicate::starts_with(&b"WELCOME"[..]),
             ))
             .handshake_timeout(timeout)
-            .backoff(ms(50), ms(200)),
+            .reconnect(|r| {
+                r.backoff_base = ms(50);
+                r.backoff_max = ms(200);
+            }),
     );
     let mut attempts = Vec::new();
     for _ in 0..2 {

@@ -68,7 +68,10 @@ impl Run {
 fn len32(endpoint: &str) -> Builder {
     Link::builder(endpoint)
         .framing(LengthDelimited::len32())
-        .backoff(ms(500), ms(1000))
+        .reconnect(|r| {
+            r.backoff_base = ms(500);
+            r.backoff_max = ms(1000);
+        })
 }
 
 /// Builds the link, takes no event for `pause` (the scenario's slow application), then reads
@@ -207,7 +210,10 @@ fn frames_of_a_closed_connection_left_waiting_past_the_bound_are_dropped_and_rep
     let frames = 2000;
     let peer = Peer::start(burst(frames, LEN, Vec::new(), Ending::Fin(LINGER)));
     let b = len32(&peer.endpoint())
-        .hwm(64, 1000)
+        .socket(|s| {
+            s.sndhwm = 64;
+            s.rcvhwm = 1000;
+        })
         .closed_frames_wait(ms(300));
     let run = observe(b, ms(1500));
     let reported: Vec<(u64, u64)> = run
@@ -240,7 +246,10 @@ fn with_immediate_a_paused_reader_loses_what_libzmq_drops_at_the_close() {
     let mut lost = Vec::new();
     for _ in 0..10 {
         let peer = Peer::start(burst(FRAMES, LEN, Vec::new(), Ending::Fin(LINGER)));
-        let run = observe(len32(&peer.endpoint()).immediate(true), ms(1000));
+        let run = observe(
+            len32(&peer.endpoint()).socket(|s| s.immediate = true),
+            ms(1000),
+        );
         assert!(in_order_before_leaving(&run), "{run:?}");
         lost.push(run.lost(FRAMES));
     }
@@ -315,9 +324,14 @@ fn the_last_replies_before_the_peers_close_answer_their_requests() {
     }));
     let link = Link::builder(peer.endpoint())
         .framing(Lines::new())
-        .correlation(Correlation::in_order_except(|f| f.starts_with(b"note")))
-        .request_redelivery(Redelivery::Report)
-        .backoff(ms(500), ms(1000))
+        .requests(|q| {
+            q.correlation = Some(Correlation::in_order_except(|f| f.starts_with(b"note")));
+            q.redelivery = Redelivery::Report;
+        })
+        .reconnect(|r| {
+            r.backoff_base = ms(500);
+            r.backoff_max = ms(1000);
+        })
         .build()
         .unwrap();
     Watch::new(&link).until_state(State::Ready, T);

@@ -54,9 +54,11 @@ fn assert_chained(ts: &[Transition]) {
 fn stuck_connecting() -> (Link, Watch) {
     let (link, mut seen) = watched(
         Link::builder(refused_endpoint())
-            .native_retries(100)
-            .reconnect_ivl(Duration::from_secs(30))
-            .connect_timeout(Duration::from_secs(30)),
+            .reconnect(|r| r.native_retries = 100)
+            .socket(|s| {
+                s.reconnect_ivl = Duration::from_secs(30);
+                s.connect_timeout = Duration::from_secs(30);
+            }),
     );
     seen.until_entered(0, State::Connecting, T);
     (link, seen)
@@ -74,7 +76,10 @@ fn close_again(link: &Link) -> relink::Metrics {
 
 /// A builder with short backoff delays, so reconnection tests stay quick.
 fn quick(endpoint: &str) -> Builder {
-    Link::builder(endpoint).backoff(Duration::from_millis(20), Duration::from_millis(300))
+    Link::builder(endpoint).reconnect(|r| {
+        r.backoff_base = Duration::from_millis(20);
+        r.backoff_max = Duration::from_millis(300);
+    })
 }
 
 /// The error `build()` returns for `b`; panics (closing the link) if it builds.
@@ -194,7 +199,7 @@ fn eight_threads_sending_at_once_keep_each_threads_order_with_no_loss_or_duplica
     let peer = Peer::start(Behaviour::Sink);
     let link = Link::builder(peer.endpoint())
         .framing(LengthDelimited::len32())
-        .overflow(Overflow::Block(Duration::from_secs(10)))
+        .delivery(|d| d.overflow = Overflow::Block(Duration::from_secs(10)))
         .build()
         .unwrap();
     let mut seen = Watch::on(link.events());
@@ -381,17 +386,26 @@ fn build_returns_the_config_error_that_names_each_bad_input() {
 
     // ZeroDuration.
     let cases: Vec<(Builder, &str)> = vec![
-        (b().backoff(zero, sec), "backoff base"),
-        (b().cooldown(zero), "cooldown"),
-        (b().config_failure_retry(zero), "config_failure_retry"),
-        (b().connect_timeout(zero), "connect_timeout"),
-        (b().reconnect_ivl(zero), "reconnect_ivl"),
-        (b().linger(zero), "linger"),
-        (b().close_timeout(zero), "close_timeout"),
-        (b().dns_refresh(zero), "dns_refresh"),
-        (b().frame_ttl(zero), "frame_ttl"),
         (
-            b().overflow(Overflow::Block(zero)),
+            b().reconnect(|r| {
+                r.backoff_base = zero;
+                r.backoff_max = sec;
+            }),
+            "backoff base",
+        ),
+        (b().reconnect(|r| r.cooldown = zero), "cooldown"),
+        (
+            b().reconnect(|r| r.config_failure_retry = Some(zero)),
+            "config_failure_retry",
+        ),
+        (b().socket(|s| s.connect_timeout = zero), "connect_timeout"),
+        (b().socket(|s| s.reconnect_ivl = zero), "reconnect_ivl"),
+        (b().socket(|s| s.linger = zero), "linger"),
+        (b().close_timeout(zero), "close_timeout"),
+        (b().reconnect(|r| r.dns_refresh = zero), "dns_refresh"),
+        (b().delivery(|d| d.frame_ttl = Some(zero)), "frame_ttl"),
+        (
+            b().delivery(|d| d.overflow = Overflow::Block(zero)),
             "overflow block timeout",
         ),
         (
@@ -410,13 +424,37 @@ fn build_returns_the_config_error_that_names_each_bad_input() {
 
     // ZeroLimit.
     let cases: Vec<(Builder, &str)> = vec![
-        (b().max_attempts(0), "max_attempts"),
-        (b().outbox_limits(0, 1024), "outbox frames"),
-        (b().outbox_limits(10, 0), "outbox bytes"),
+        (b().reconnect(|r| r.max_attempts = Some(0)), "max_attempts"),
+        (
+            b().delivery(|d| {
+                d.outbox_frames = 0;
+                d.outbox_bytes = 1024;
+            }),
+            "outbox frames",
+        ),
+        (
+            b().delivery(|d| {
+                d.outbox_frames = 10;
+                d.outbox_bytes = 0;
+            }),
+            "outbox bytes",
+        ),
         (b().events_capacity(0), "events_capacity"),
-        (b().batch_bytes(0), "batch_bytes"),
-        (b().hwm(0, 10), "sndhwm"),
-        (b().hwm(10, -1), "rcvhwm"),
+        (b().delivery(|d| d.batch_bytes = 0), "batch_bytes"),
+        (
+            b().socket(|s| {
+                s.sndhwm = 0;
+                s.rcvhwm = 10;
+            }),
+            "sndhwm",
+        ),
+        (
+            b().socket(|s| {
+                s.sndhwm = 10;
+                s.rcvhwm = -1;
+            }),
+            "rcvhwm",
+        ),
     ];
     for (builder, name) in cases {
         let err = build_err(builder, name);
@@ -429,10 +467,10 @@ fn build_returns_the_config_error_that_names_each_bad_input() {
     // TooLarge: beyond what libzmq's int milliseconds can carry.
     let huge = Duration::from_millis(i32::MAX as u64 + 1);
     let cases: Vec<(Builder, &str)> = vec![
-        (b().linger(huge), "linger"),
-        (b().connect_timeout(huge), "connect_timeout"),
-        (b().reconnect_ivl(huge), "reconnect_ivl"),
-        (b().tcp_maxrt(huge), "tcp_maxrt"),
+        (b().socket(|s| s.linger = huge), "linger"),
+        (b().socket(|s| s.connect_timeout = huge), "connect_timeout"),
+        (b().socket(|s| s.reconnect_ivl = huge), "reconnect_ivl"),
+        (b().socket(|s| s.tcp_maxrt = Some(huge)), "tcp_maxrt"),
     ];
     for (builder, name) in cases {
         let err = build_err(builder, name);
@@ -443,22 +481,33 @@ fn build_returns_the_config_error_that_names_each_bad_input() {
     }
 
     // MaxBelowBase: relink's backoff, and libzmq's own redial interval.
-    let err = build_err(b().backoff(sec, Duration::from_millis(100)), "backoff");
+    let err = build_err(
+        b().reconnect(|r| {
+            r.backoff_base = sec;
+            r.backoff_max = Duration::from_millis(100);
+        }),
+        "backoff",
+    );
     assert!(
         matches!(err, ConfigError::MaxBelowBase { base, max } if base == sec && max == Duration::from_millis(100)),
         "{err:?}"
     );
     let err = build_err(
-        b().reconnect_ivl(sec)
-            .reconnect_ivl_max(Duration::from_millis(500)),
+        b().socket(|s| {
+            s.reconnect_ivl = sec;
+            s.reconnect_ivl_max = Duration::from_millis(500);
+        }),
         "reconnect_ivl_max",
     );
     assert!(matches!(err, ConfigError::MaxBelowBase { .. }), "{err:?}");
 
     // FloorAboveMax.
     let err = build_err(
-        b().backoff(Duration::from_millis(100), sec)
-            .backoff_floor(Duration::from_secs(2)),
+        b().reconnect(|r| {
+            r.backoff_base = Duration::from_millis(100);
+            r.backoff_max = sec;
+            r.backoff_floor = Duration::from_secs(2);
+        }),
         "floor",
     );
     assert!(
@@ -468,7 +517,7 @@ fn build_returns_the_config_error_that_names_each_bad_input() {
 
     // BadFactor.
     for f in [0.5, 0.0, -2.0, f64::NAN, f64::INFINITY] {
-        let err = build_err(b().backoff_factor(f), "factor");
+        let err = build_err(b().reconnect(|r| r.backoff_factor = f), "factor");
         assert!(
             matches!(err, ConfigError::BadFactor(x) if x.to_bits() == f.to_bits()),
             "factor {f}: {err:?}"
@@ -477,7 +526,10 @@ fn build_returns_the_config_error_that_names_each_bad_input() {
 
     // JitterOutOfRange.
     for x in [0.0, -0.1, 1.5, f64::NAN] {
-        let err = build_err(b().jitter(Jitter::Proportional(x)), "jitter");
+        let err = build_err(
+            b().reconnect(|r| r.jitter = Jitter::Proportional(x)),
+            "jitter",
+        );
         assert!(
             matches!(err, ConfigError::JitterOutOfRange(y) if y.to_bits() == x.to_bits()),
             "jitter {x}: {err:?}"
@@ -794,10 +846,16 @@ fn dropping_the_last_handle_with_data_stuck_for_a_peer_that_stopped_reading_does
     // The peer accepts and never reads: kernel buffers, libzmq's queue and the outbox fill.
     let peer = Peer::start(Behaviour::Silent);
     let link = Link::builder(peer.endpoint())
-        .outbox_limits(16, 16 << 20)
-        .hwm(4, 4)
+        .delivery(|d| {
+            d.outbox_frames = 16;
+            d.outbox_bytes = 16 << 20;
+        })
+        .socket(|s| {
+            s.sndhwm = 4;
+            s.rcvhwm = 4;
+        })
         // A send that finds no room for this long proves nothing drains any more.
-        .overflow(Overflow::Block(Duration::from_millis(300)))
+        .delivery(|d| d.overflow = Overflow::Block(Duration::from_millis(300)))
         .close_timeout(Duration::from_millis(500))
         .build()
         .unwrap();

@@ -58,7 +58,10 @@ fn a_thousand_links_on_two_threads_all_come_back_after_the_peer_restarts() {
         .map(|_| {
             lines_to(&peer.endpoint())
                 .io_pool(&pool)
-                .backoff(ms(100), ms(1000))
+                .reconnect(|r| {
+                    r.backoff_base = ms(100);
+                    r.backoff_max = ms(1000);
+                })
                 .build()
                 .expect("build")
         })
@@ -300,9 +303,12 @@ fn dropping_a_thousand_links_with_queued_frames_returns_at_once_and_releases_eve
         .map(|_| {
             lines_to(&refused)
                 .io_pool(&pool)
-                .backoff(Duration::from_secs(5), Duration::from_secs(10))
+                .reconnect(|r| {
+                    r.backoff_base = Duration::from_secs(5);
+                    r.backoff_max = Duration::from_secs(10);
+                })
                 .close_timeout(close_timeout)
-                .linger(linger)
+                .socket(|s| s.linger = linger)
                 .build()
                 .expect("build")
         })
@@ -383,7 +389,10 @@ fn a_sigstopped_server_is_declared_dead_on_every_link_of_a_shared_thread_within_
                     relink::protocol::Predicate::starts_with(&b"+PONG"[..]),
                 ))
                 .handshake_timeout(ms(500))
-                .backoff(ms(50), ms(400))
+                .reconnect(|r| {
+                    r.backoff_base = ms(50);
+                    r.backoff_max = ms(400);
+                })
                 .build()
                 .expect("build")
         })
@@ -458,7 +467,10 @@ fn garbage_on_some_links_of_a_shared_thread_resets_only_those_links() {
                     .unwrap(),
             )
             .io_pool(&pool)
-            .backoff(ms(50), ms(200))
+            .reconnect(|r| {
+                r.backoff_base = ms(50);
+                r.backoff_max = ms(200);
+            })
             .build()
             .expect("build")
     };

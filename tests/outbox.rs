@@ -141,13 +141,19 @@ fn every_frame_is_accounted_for_and_none_is_duplicated_or_reordered_across_twent
     let (link, ready, drainer) = drained(
         Link::builder(endpoint_for(port))
             .framing(LengthDelimited::len32())
-            .backoff(ms(10), ms(100))
-            .min_stable(ms(10))
-            .frame_ttl(TTL)
-            .outbox_limits(2_000, 1 << 20)
-            .overflow(Overflow::Block(ms(20)))
+            .reconnect(|r| {
+                r.backoff_base = ms(10);
+                r.backoff_max = ms(100);
+                r.min_stable = ms(10);
+            })
+            .delivery(|d| {
+                d.frame_ttl = Some(TTL);
+                d.outbox_frames = 2_000;
+                d.outbox_bytes = 1 << 20;
+                d.overflow = Overflow::Block(ms(20));
+            })
             // At most once: a frame not confirmed at a drop comes back as Unconfirmed.
-            .redelivery(Redelivery::Report),
+            .delivery(|d| d.redelivery = Redelivery::Report),
     );
 
     let start = Instant::now();
@@ -411,9 +417,15 @@ fn block_returns_once_the_peer_comes_up_and_the_outbox_drains() {
     let port = free_port();
     let link = Link::builder(endpoint_for(port))
         .framing(LengthDelimited::len32())
-        .backoff(ms(10), ms(50))
-        .outbox_limits(3, 1 << 20)
-        .overflow(Overflow::Block(Duration::from_secs(8)))
+        .reconnect(|r| {
+            r.backoff_base = ms(10);
+            r.backoff_max = ms(50);
+        })
+        .delivery(|d| {
+            d.outbox_frames = 3;
+            d.outbox_bytes = 1 << 20;
+            d.overflow = Overflow::Block(Duration::from_secs(8));
+        })
         .build()
         .expect("build the link");
     for f in ["f1", "f2", "f3"] {
@@ -653,10 +665,13 @@ fn run_freshness(immediate: bool, handshake: bool) -> Freshness {
     }));
     let mut builder = Link::builder(peer.endpoint())
         .framing(LengthDelimited::len32())
-        .immediate(immediate)
-        .backoff(ms(10), ms(50))
-        .min_stable(ms(10))
-        .redelivery(Redelivery::Report);
+        .socket(|s| s.immediate = immediate)
+        .reconnect(|r| {
+            r.backoff_base = ms(10);
+            r.backoff_max = ms(50);
+            r.min_stable = ms(10);
+        })
+        .delivery(|d| d.redelivery = Redelivery::Report);
     if handshake {
         let hello = Handshake::new(vec![b"HELLO".to_vec()], Predicate::new(|f| f == b"OK"));
         builder = builder.protocol(hello);

@@ -82,10 +82,12 @@ fn resolver(
 
 /// A lines link with a quick, deterministic backoff.
 fn builder(endpoint: &str) -> relink::Builder {
-    util::lines_to(endpoint)
-        .native_retries(0)
-        .backoff(ms(40), ms(2000))
-        .jitter(Jitter::None)
+    util::lines_to(endpoint).reconnect(|r| {
+        r.native_retries = 0;
+        r.backoff_base = ms(40);
+        r.backoff_max = ms(2000);
+        r.jitter = Jitter::None;
+    })
 }
 
 /// Everything the application saw, in order.
@@ -423,8 +425,11 @@ fn join_within<R>(h: std::thread::JoinHandle<(R, Instant)>, since: Instant, boun
 fn when_the_io_thread_stops_every_blocked_caller_returns_and_everything_says_closed() {
     // Nothing listens: frames wait in the outbox (room for one), so a Block send waits.
     let link = builder(&util::refused_endpoint())
-        .outbox_limits(1, 1 << 20)
-        .overflow(Overflow::Block(Duration::from_secs(30)))
+        .delivery(|d| {
+            d.outbox_frames = 1;
+            d.outbox_bytes = 1 << 20;
+            d.overflow = Overflow::Block(Duration::from_secs(30));
+        })
         .build()
         .unwrap();
     link.send(b"queued".to_vec()).unwrap();

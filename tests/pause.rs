@@ -86,7 +86,10 @@ fn pause_child_helper_owns_links_on_the_global_pool_and_reports_them() {
                 .framing(Lines::new())
                 .io_pool(&pool)
                 .heartbeat(child_heartbeat(&peer))
-                .backoff(ms(50), ms(500))
+                .reconnect(|r| {
+                    r.backoff_base = ms(50);
+                    r.backoff_max = ms(500);
+                })
                 .build()
                 .expect("build a child link");
             let events = link.events().clone();

@@ -108,8 +108,11 @@ fn a_sender_waiting_for_room_sends_once_the_outbox_drains() {
     let peer = Peer::start(Behaviour::Sink);
     let link = Link::builder(peer.endpoint())
         .framing(LengthDelimited::len32())
-        .outbox_limits(4, 1024)
-        .overflow(Overflow::Block(BOUND))
+        .delivery(|d| {
+            d.outbox_frames = 4;
+            d.outbox_bytes = 1024;
+            d.overflow = Overflow::Block(BOUND);
+        })
         .build()
         .expect("build");
     // Before Ready, frames wait in the outbox: the sender fills it, then waits for room.
@@ -148,7 +151,10 @@ fn a_sender_s_time_to_live_expires_its_frames() {
 #[test]
 fn a_sender_gives_back_the_room_it_held_when_it_is_dropped() {
     let link = Link::builder(refused_endpoint())
-        .outbox_limits(4, 1024)
+        .delivery(|d| {
+            d.outbox_frames = 4;
+            d.outbox_bytes = 1024;
+        })
         .build()
         .expect("build");
     let mut sender = link.producer();

@@ -34,7 +34,10 @@ fn nats_link(endpoint: &str, protocol: &nats::Nats) -> Link {
         .framing(nats::framing())
         .protocol(protocol.clone())
         .heartbeat(Heartbeat::every(Duration::from_secs(5)))
-        .backoff(Duration::from_millis(50), Duration::from_millis(500))
+        .reconnect(|r| {
+            r.backoff_base = Duration::from_millis(50);
+            r.backoff_max = Duration::from_millis(500);
+        })
         .build()
         .unwrap()
 }
@@ -103,13 +106,19 @@ fn mqtt_link(endpoint: &str, protocol: mqtt::Mqtt) -> Link {
     Link::builder(endpoint)
         .framing(mqtt::Packets)
         .protocol(protocol)
-        .correlation(mqtt::Mqtt::correlation())
-        .request_redelivery(Redelivery::Resend)
-        .request_timeout(T)
-        .request_limits(256, 1 << 20)
+        .requests(|q| {
+            q.correlation = Some(mqtt::Mqtt::correlation());
+            q.redelivery = Redelivery::Resend;
+            q.timeout = T;
+            q.limit_frames = 256;
+            q.limit_bytes = 1 << 20;
+        })
         .heartbeat(Heartbeat::every(Duration::from_secs(5)))
-        .backoff(Duration::from_millis(50), Duration::from_millis(500))
-        .config_failure_retry(Duration::from_secs(20))
+        .reconnect(|r| {
+            r.backoff_base = Duration::from_millis(50);
+            r.backoff_max = Duration::from_millis(500);
+            r.config_failure_retry = Some(Duration::from_secs(20));
+        })
         .build()
         .unwrap()
 }

@@ -64,11 +64,14 @@ fn publisher(endpoint: &str, confirm: Confirm, policy: Redelivery) -> Link {
                 .reply(|f: &[u8]| f == b"PONG"),
         )
         .confirm(confirm)
-        .redelivery(policy)
+        .delivery(|d| d.redelivery = policy)
         // The subscriber is back on a restarted server before the publisher.
-        .reconnect_ivl(Duration::from_millis(300))
-        .backoff(Duration::from_millis(300), Duration::from_secs(1))
-        .overflow(Overflow::Block(T))
+        .socket(|s| s.reconnect_ivl = Duration::from_millis(300))
+        .reconnect(|r| {
+            r.backoff_base = Duration::from_millis(300);
+            r.backoff_max = Duration::from_secs(1);
+        })
+        .delivery(|d| d.overflow = Overflow::Block(T))
         // Every frame of the burst may come back in an event at once.
         .events_capacity(16_384)
         .build()
@@ -226,7 +229,7 @@ fn set(n: u64) -> Vec<u8> {
 fn present_keys(redis: &RedisServer, writes: u64) -> HashSet<u64> {
     let link = Link::builder(redis.endpoint())
         .framing(Resp::new())
-        .correlation(Correlation::resp())
+        .requests(|q| q.correlation = Some(Correlation::resp()))
         .build()
         .unwrap();
     let reply = link
@@ -262,9 +265,14 @@ fn redis_kills(confirm: Confirm, policy: Redelivery) -> Option<(u64, u64, u64, u
         .protocol(Redis::new())
         .heartbeat(Heartbeat::every(Duration::from_secs(1)))
         .confirm(confirm)
-        .redelivery(policy)
-        .overflow(Overflow::Block(T))
-        .backoff(Duration::from_millis(20), Duration::from_millis(100))
+        .delivery(|d| {
+            d.redelivery = policy;
+            d.overflow = Overflow::Block(T);
+        })
+        .reconnect(|r| {
+            r.backoff_base = Duration::from_millis(20);
+            r.backoff_max = Duration::from_millis(100);
+        })
         // Every write in flight may come back in an event at once.
         .events_capacity(65_536)
         .build()
@@ -353,7 +361,7 @@ fn a_heartbeats_pong_never_answers_a_request_when_every_frame_is_answered() {
     let b = || {
         Link::builder(redis.endpoint())
             .framing(Resp::new())
-            .correlation(Correlation::resp())
+            .requests(|q| q.correlation = Some(Correlation::resp()))
             // A ping every 2 ms: pings and requests interleave all the time (and a busy
             // machine's pauses are no reason to call the peer dead).
             .heartbeat(
@@ -413,8 +421,11 @@ fn a_frame_that_makes_the_peer_reset_is_given_up_as_poison_and_the_frames_behind
     }));
     let link = Link::builder(peer.endpoint())
         .framing(relink::framing::LengthDelimited::len32())
-        .backoff(Duration::from_millis(10), Duration::from_millis(50))
-        .max_losses(3)
+        .reconnect(|r| {
+            r.backoff_base = Duration::from_millis(10);
+            r.backoff_max = Duration::from_millis(50);
+        })
+        .delivery(|d| d.max_losses = 3)
         .build()
         .unwrap();
     let mut poison = b"POISON".to_vec();

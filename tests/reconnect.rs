@@ -111,9 +111,12 @@ fn a_link_started_while_the_peer_is_down_retries_with_growing_jittered_gaps_then
     let port = free_port();
     let build = |seed| {
         Link::builder(endpoint_for(port))
-            .native_retries(0)
-            .backoff(ms(50), ms(2000))
-            .rng_seed(seed)
+            .reconnect(|r| {
+                r.native_retries = 0;
+                r.backoff_base = ms(50);
+                r.backoff_max = ms(2000);
+                r.rng_seed = Some(seed);
+            })
             .build()
             .expect("build")
     };
@@ -191,9 +194,12 @@ fn an_accept_then_close_peer_sees_growing_gaps_from_relink_but_steady_redials_fr
     // relink, every retry its own (native_retries 0), the default 1 s flap guard: each of
     // these short connections is a failure and the backoff grows.
     let link = Link::builder(relink_peer.endpoint())
-        .native_retries(0)
-        .backoff(ms(100), ms(3200))
-        .rng_seed(7)
+        .reconnect(|r| {
+            r.native_retries = 0;
+            r.backoff_base = ms(100);
+            r.backoff_max = ms(3200);
+            r.rng_seed = Some(7);
+        })
         .build()
         .expect("build");
 
@@ -247,7 +253,10 @@ fn an_accept_then_close_peer_sees_growing_gaps_from_relink_but_steady_redials_fr
 fn a_link_returns_to_ready_after_its_peer_restarts_on_the_same_port() {
     let peer = Peer::start(Behaviour::Echo);
     let port = peer.port();
-    let (link, mut w) = watched(Link::builder(peer.endpoint()).backoff(ms(50), ms(400)));
+    let (link, mut w) = watched(Link::builder(peer.endpoint()).reconnect(|r| {
+        r.backoff_base = ms(50);
+        r.backoff_max = ms(400);
+    }));
     w.through(State::Ready, T);
 
     peer.stop();
@@ -274,13 +283,13 @@ fn a_link_returns_to_ready_after_its_peer_restarts_on_the_same_port() {
 fn max_attempts_lead_to_cooldown_whose_probes_reconnect_once_the_peer_is_up() {
     let port = free_port();
     let cooldown = Duration::from_secs(1);
-    let (link, mut w) = watched(
-        Link::builder(endpoint_for(port))
-            .native_retries(0)
-            .backoff(ms(20), ms(100))
-            .max_attempts(3)
-            .cooldown(cooldown),
-    );
+    let (link, mut w) = watched(Link::builder(endpoint_for(port)).reconnect(|r| {
+        r.native_retries = 0;
+        r.backoff_base = ms(20);
+        r.backoff_max = ms(100);
+        r.max_attempts = Some(3);
+        r.cooldown = cooldown;
+    }));
 
     let expected = [
         (State::Idle, State::Connecting, Cause::Start),
@@ -328,13 +337,15 @@ fn max_attempts_lead_to_cooldown_whose_probes_reconnect_once_the_peer_is_up() {
 
 /// A link to a refused port whose backoff would wait 10 s, then 20 s (no jitter).
 fn slow_refused_link(max_attempts: Option<u32>) -> Link {
-    let mut b = Link::builder(refused_endpoint())
-        .native_retries(0)
-        .backoff(Duration::from_secs(10), Duration::from_secs(20))
-        .jitter(Jitter::None)
-        .cooldown(Duration::from_secs(30));
+    let mut b = Link::builder(refused_endpoint()).reconnect(|r| {
+        r.native_retries = 0;
+        r.backoff_base = Duration::from_secs(10);
+        r.backoff_max = Duration::from_secs(20);
+        r.jitter = Jitter::None;
+        r.cooldown = Duration::from_secs(30);
+    });
     if let Some(n) = max_attempts {
-        b = b.max_attempts(n);
+        b = b.reconnect(|r| r.max_attempts = Some(n));
     }
     b.build().expect("build")
 }
@@ -428,8 +439,11 @@ fn frames_flow_again_after_a_peer_restart(immediate: bool) {
     let (link, mut w) = watched(
         Link::builder(peer.endpoint())
             .framing(Lines::new())
-            .immediate(immediate)
-            .backoff(ms(50), ms(400)),
+            .socket(|s| s.immediate = immediate)
+            .reconnect(|r| {
+                r.backoff_base = ms(50);
+                r.backoff_max = ms(400);
+            }),
     );
     let expect_echo = |payload: &[u8]| {
         link.send(payload.to_vec()).expect("send");
@@ -476,8 +490,11 @@ fn with_immediate_false_frames_flow_again_after_a_peer_restart() {
 /// The first `n` delays a link without a fixed seed draws against a refused port.
 fn unseeded_delays(n: usize) -> Vec<Duration> {
     let link = Link::builder(refused_endpoint())
-        .native_retries(0)
-        .backoff(ms(40), ms(320))
+        .reconnect(|r| {
+            r.native_retries = 0;
+            r.backoff_base = ms(40);
+            r.backoff_max = ms(320);
+        })
         .build()
         .expect("build");
     let trace = trace_refused(&link, n, T);
@@ -554,10 +571,13 @@ fn two_processes_draw_different_delays() {
 fn a_fixed_rng_seed_gives_two_links_the_same_delays() {
     let seeded = || {
         Link::builder(refused_endpoint())
-            .native_retries(0)
-            .backoff(ms(10), ms(80))
-            .jitter(Jitter::Full)
-            .rng_seed(0x5eed)
+            .reconnect(|r| {
+                r.native_retries = 0;
+                r.backoff_base = ms(10);
+                r.backoff_max = ms(80);
+                r.jitter = Jitter::Full;
+                r.rng_seed = Some(0x5eed);
+            })
             .build()
             .expect("build")
     };

@@ -211,9 +211,14 @@ fn trial(
         .protocol(Redis::new())
         .heartbeat(Heartbeat::every(Duration::from_secs(1)))
         .confirm(Confirm::reply())
-        .redelivery(policy)
-        .overflow(Overflow::Block(T))
-        .backoff(Duration::from_millis(20), Duration::from_millis(100))
+        .delivery(|d| {
+            d.redelivery = policy;
+            d.overflow = Overflow::Block(T);
+        })
+        .reconnect(|r| {
+            r.backoff_base = Duration::from_millis(20);
+            r.backoff_max = Duration::from_millis(100);
+        })
         .events_capacity(65_536)
         .build()
         .unwrap();
@@ -333,7 +338,10 @@ fn an_opening_ping_answered_loading_becomes_ready_within_a_second_of_the_loading
     let link = Link::builder(redis.endpoint())
         .framing(Resp::new())
         .protocol(Redis::new().open_with(["PING"]))
-        .backoff(Duration::from_millis(20), Duration::from_millis(100))
+        .reconnect(|r| {
+            r.backoff_base = Duration::from_millis(20);
+            r.backoff_max = Duration::from_millis(100);
+        })
         .build()
         .unwrap();
     let mut watch = util::Watch::new(&link);

@@ -114,7 +114,7 @@ fn replies_by_id_in_any_order_reach_their_own_callers() {
     }));
     let id = |f: &[u8]| f.iter().position(|b| *b == b':').map(|i| f[..i].to_vec());
     let link = lines_link(&peer)
-        .correlation(Correlation::by_id(id, id))
+        .requests(|q| q.correlation = Some(Correlation::by_id(id, id)))
         .build()
         .unwrap();
     let pending: Vec<_> = (0..200)
@@ -185,7 +185,7 @@ fn a_link_that_never_looks_answers_each_request_and_delivers_each_push_in_turn()
         }
     }));
     let link = lines_link(&peer)
-        .correlation(Correlation::in_order_except(|f| f.starts_with(b">")))
+        .requests(|q| q.correlation = Some(Correlation::in_order_except(|f| f.starts_with(b">"))))
         .looks(Looks::Never)
         .build()
         .unwrap();
@@ -220,7 +220,7 @@ fn pushes_between_replies_are_delivered_as_events() {
         }
     }));
     let link = lines_link(&peer)
-        .correlation(Correlation::in_order_except(|f| f.starts_with(b">")))
+        .requests(|q| q.correlation = Some(Correlation::in_order_except(|f| f.starts_with(b">"))))
         .build()
         .unwrap();
     let pending: Vec<_> = (0..50)
@@ -244,7 +244,7 @@ fn pushes_between_replies_are_delivered_as_events() {
 fn a_request_queued_through_an_outage_expires_counting_the_time_queued() {
     let link = Link::builder(refused_endpoint())
         .framing(Lines::new())
-        .request_timeout(ms(200))
+        .requests(|q| q.timeout = ms(200))
         .build()
         .unwrap();
     let started = Instant::now();
@@ -276,7 +276,7 @@ fn drops_the_first_request() -> Behaviour {
 fn report_fails_a_request_whose_connection_dropped_as_maybe_processed() {
     let peer = Peer::start(drops_the_first_request());
     let link = lines_link(&peer)
-        .request_redelivery(Redelivery::Report)
+        .requests(|q| q.redelivery = Redelivery::Report)
         .build()
         .unwrap();
     let err = link.request("SET k v").unwrap_err();
@@ -290,7 +290,7 @@ fn report_fails_a_request_whose_connection_dropped_as_maybe_processed() {
 fn resend_answers_a_request_whose_connection_dropped_on_the_next_one() {
     let peer = Peer::start(drops_the_first_request());
     let link = lines_link(&peer)
-        .request_redelivery(Redelivery::Resend)
+        .requests(|q| q.redelivery = Redelivery::Resend)
         .build()
         .unwrap();
     assert_eq!(link.request("SET k v").unwrap(), &b"re SET k v"[..]);
@@ -302,8 +302,11 @@ fn resend_answers_a_request_whose_connection_dropped_on_the_next_one() {
 fn past_the_window_a_request_is_refused_with_its_frame() {
     let peer = Peer::start(Behaviour::Sink);
     let link = lines_link(&peer)
-        .request_limits(2, 1024)
-        .overflow(Overflow::RejectNew)
+        .requests(|q| {
+            q.limit_frames = 2;
+            q.limit_bytes = 1024;
+        })
+        .delivery(|d| d.overflow = Overflow::RejectNew)
         .build()
         .unwrap();
     let _a = link.request_pending("a");
@@ -416,11 +419,14 @@ fn sets_through_two_kills(
         .builder()
         .protocol(hello)
         .handshake_timeout(ms(300))
-        .correlation(Correlation::resp())
-        .request_redelivery(policy)
-        .request_timeout(Duration::from_secs(60))
-        .request_limits(1024, 4 << 20)
-        .overflow(Overflow::Block(Duration::from_secs(60)))
+        .requests(|q| {
+            q.correlation = Some(Correlation::resp());
+            q.redelivery = policy;
+            q.timeout = Duration::from_secs(60);
+            q.limit_frames = 1024;
+            q.limit_bytes = 4 << 20;
+        })
+        .delivery(|d| d.overflow = Overflow::Block(Duration::from_secs(60)))
         .build()
         .unwrap();
     let mut watch = Watch::new(&link);
@@ -462,8 +468,8 @@ fn sets_through_two_kills(
 fn present_keys(server: &dyn Restart, n: usize) -> Vec<bool> {
     let link = server
         .builder()
-        .correlation(Correlation::resp())
-        .overflow(Overflow::Block(T))
+        .requests(|q| q.correlation = Some(Correlation::resp()))
+        .delivery(|d| d.overflow = Overflow::Block(T))
         .build()
         .unwrap();
     let pending: Vec<_> = (0..n)

@@ -214,7 +214,7 @@ fn fill(dir: &ScratchDir, n: u64, ttl: Option<Duration>) -> Vec<u64> {
         .framing(Lines::new())
         .spool(Spool::new(dir.path()).durability(Durability::OsWriteBack));
     if let Some(ttl) = ttl {
-        b = b.frame_ttl(ttl);
+        b = b.delivery(|d| d.frame_ttl = Some(ttl));
     }
     let link = b.build().expect("link");
     let seqs = (0..n)
@@ -428,7 +428,10 @@ fn full_disk(durability: Durability) {
     let spool_dir = dir.path().join("spool");
     let link = Link::builder(refused_endpoint())
         .spool(Spool::new(&spool_dir).durability(durability))
-        .outbox_limits(100_000, 64 << 20)
+        .delivery(|d| {
+            d.outbox_frames = 100_000;
+            d.outbox_bytes = 64 << 20;
+        })
         .build()
         .unwrap();
     let frame = vec![b'x'; 4000];
@@ -473,7 +476,10 @@ fn a_batch_keeps_in_the_spool_exactly_the_frames_the_outbox_took() {
     let dir = ScratchDir::new("spool-batch");
     let link = Link::builder(refused_endpoint())
         .framing(Lines::new())
-        .outbox_limits(3, 1024)
+        .delivery(|d| {
+            d.outbox_frames = 3;
+            d.outbox_bytes = 1024;
+        })
         .spool(Spool::new(dir.path()).durability(Durability::EveryFrame))
         .build()
         .unwrap();

@@ -27,8 +27,11 @@ const SLACK: Duration = Duration::from_millis(500);
 fn tls_lines(kit: &TlsKit, endpoint: &str, tls: Tls) -> Builder {
     lines_to(endpoint)
         .tls(tls.ca_pem(&kit.pki.ca.cert))
-        .backoff(ms(50), ms(400))
-        .config_failure_retry(ms(100))
+        .reconnect(|r| {
+            r.backoff_base = ms(50);
+            r.backoff_max = ms(400);
+            r.config_failure_retry = Some(ms(100));
+        })
 }
 
 /// A failure no retry can fix: the certificates.

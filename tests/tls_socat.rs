@@ -269,8 +269,11 @@ fn frames_cross_a_verified_tls_tunnel_in_order_and_the_link_survives_a_tls_serve
                 vec![b"hello".to_vec()],
                 Predicate::new(|f| f == b"hello"),
             ))
-            .native_retries(0)
-            .backoff(Duration::from_millis(50), Duration::from_millis(500)),
+            .reconnect(|r| {
+                r.native_retries = 0;
+                r.backoff_base = Duration::from_millis(50);
+                r.backoff_max = Duration::from_millis(500);
+            }),
     );
     w.until(T, |t| t.to == State::Ready);
     let (first_took, bytes) = push_round(&link, 1);

@@ -108,7 +108,7 @@ pub fn wait_state(link: &Link, state: State, deadline: Instant) {
 pub fn ready_len32_link(endpoint: &str, block: Duration) -> Link {
     let link = Link::builder(endpoint)
         .framing(relink::framing::LengthDelimited::len32())
-        .overflow(relink::Overflow::Block(block))
+        .delivery(|d| d.overflow = relink::Overflow::Block(block))
         .build()
         .expect("build the link");
     wait_state(

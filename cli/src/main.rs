@@ -503,19 +503,22 @@ fn build_link(cli: &Cli) -> Result<Link, ConfigError> {
         b = b.heartbeat(hb);
     }
     if let Some((base, max)) = cli.backoff {
-        b = b.backoff(base, max);
+        b = b.reconnect(|r| {
+            r.backoff_base = base;
+            r.backoff_max = max;
+        });
     }
     if let Some(j) = cli.jitter {
-        b = b.jitter(j);
+        b = b.reconnect(|r| r.jitter = j);
     }
     if let Some(n) = cli.max_attempts {
-        b = b.max_attempts(n);
+        b = b.reconnect(|r| r.max_attempts = Some(n));
     }
     if let Some(d) = cli.cooldown {
-        b = b.cooldown(d);
+        b = b.reconnect(|r| r.cooldown = d);
     }
     if let Some(n) = cli.native_retries {
-        b = b.native_retries(n);
+        b = b.reconnect(|r| r.native_retries = n);
     }
     if let Some(r) = cli.ready_when {
         b = b.ready_when(match r {
@@ -524,7 +527,7 @@ fn build_link(cli: &Cli) -> Result<Link, ConfigError> {
         });
     }
     if let Some(d) = cli.connect_timeout {
-        b = b.connect_timeout(d);
+        b = b.socket(|s| s.connect_timeout = d);
     }
     if cli.tls {
         let mut tls = Tls::new();
@@ -546,15 +549,17 @@ fn build_link(cli: &Cli) -> Result<Link, ConfigError> {
         };
         // Lines read faster than the server answers wait for room, within their deadline.
         b = b
-            .correlation(correlation)
-            .request_timeout(cli.request_timeout)
-            .overflow(Overflow::Block(cli.request_timeout));
+            .requests(|q| {
+                q.correlation = Some(correlation);
+                q.timeout = cli.request_timeout;
+            })
+            .delivery(|d| d.overflow = Overflow::Block(cli.request_timeout));
     } else {
         // Lines read faster than the link sends them (a file piped in) wait for room, as a
         // pipe's writer does, within the flush bound.
-        b = b.overflow(Overflow::Block(cli.flush_timeout));
+        b = b.delivery(|d| d.overflow = Overflow::Block(cli.flush_timeout));
     }
-    b.immediate(cli.immediate).build()
+    b.socket(|s| s.immediate = cli.immediate).build()
 }
 
 /// Where stderr lines go, and in which form.

@@ -431,7 +431,10 @@ fn max_attempts_with_give_up_ends_at_the_cooldown_instead_of_cycling() {
 fn a_configuration_the_builder_refuses_exits_with_status_2_and_its_message() {
     let endpoint = util::refused_endpoint();
     let expected = relink::Link::builder(&endpoint)
-        .backoff(Duration::from_secs(5), Duration::from_secs(1))
+        .reconnect(|r| {
+            r.backoff_base = Duration::from_secs(5);
+            r.backoff_max = Duration::from_secs(1);
+        })
         .build()
         .expect_err("max below base is refused")
         .to_string();

@@ -12,7 +12,7 @@ use std::fmt;
 /// assert_eq!(AbandonReason::ConnectionLost.to_string(), "connection-lost");
 /// ```
 /// [`Link::send_with`](crate::Link::send_with) and
-/// [`Builder::outbox_limits`](crate::Builder::outbox_limits) show frames coming back with a
+/// [`Delivery::outbox_frames`](crate::config::Delivery::outbox_frames) show frames coming back with a
 /// reason.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -34,7 +34,7 @@ pub enum AbandonReason {
     /// [`Redelivery::Report`](crate::Redelivery::Report) (or the link closed then): the peer
     /// may have received it.
     Unconfirmed,
-    /// It was in flight at [`max_losses`](crate::Builder::max_losses) connection losses in a
+    /// It was in flight at [`Delivery::max_losses`](crate::config::Delivery::max_losses) connection losses in a
     /// row: a frame that makes the peer drop the connection (or a peer that never lives long
     /// enough to take it) is given back instead of being written forever, and what waits
     /// behind it moves on.

@@ -16,16 +16,16 @@ use rand::Rng;
 /// use relink::error::ConfigError;
 ///
 /// // Full jitter, the default, spreads a fleet's reconnects the most.
-/// let builder = Link::builder("tcp://127.0.0.1:6379").jitter(Jitter::Full);
+/// let builder = Link::builder("tcp://127.0.0.1:6379").reconnect(|r| r.jitter = Jitter::Full);
 /// # drop(builder);
 /// // A proportional fraction must be in (0, 1].
 /// let err = Link::builder("tcp://127.0.0.1:6379")
-///     .jitter(Jitter::Proportional(1.5))
+///     .reconnect(|r| r.jitter = Jitter::Proportional(1.5))
 ///     .build()
 ///     .unwrap_err();
 /// assert_eq!(err, ConfigError::JitterOutOfRange(1.5));
 /// ```
-/// [`Builder::backoff`](crate::Builder::backoff) shows the delays drawn on a live link.
+/// [`Reconnect::backoff_base`](crate::config::Reconnect::backoff_base) shows the delays drawn on a live link.
 #[derive(Clone, Copy, Debug, PartialEq)]
 #[non_exhaustive]
 pub enum Jitter {

@@ -64,7 +64,7 @@ pub enum Verdict {
     /// credentials, a protocol version it does not speak): the connection is closed with cause
     /// [`Rejected`](crate::Cause::Rejected), the reason comes in an
     /// [`Event::Error`](crate::Event::Error), and the next attempt waits
-    /// [`config_failure_retry`](crate::Builder::config_failure_retry).
+    /// [`Reconnect::config_failure_retry`](crate::config::Reconnect::config_failure_retry).
     Refused(String),
     /// The peer cannot take the link yet but will soon (redis' `-LOADING` while it reads its
     /// data after a restart): the frame is consumed, the answers still due to this opening
@@ -308,7 +308,7 @@ pub trait Protocol: Send + 'static {
     }
 
     /// How replies match requests, unless the builder is given it
-    /// ([`Builder::correlation`](crate::Builder::correlation)). Defaults to none: in order,
+    /// ([`Requests::correlation`](crate::config::Requests::correlation)). Defaults to none: in order,
     /// with the frames [`is_unsolicited`](Protocol::is_unsolicited) calls the peer's own kept
     /// apart.
     fn correlation(&self) -> Option<Correlation> {

@@ -35,7 +35,7 @@ use super::protocol::{Opening, Protocol, Replies, ReplyKind, Verdict};
 ///   a server that still loads its data and makes it Ready within 250 ms of the end; any other
 ///   error reply (a wrong password, a database that does not exist) refuses the link
 ///   ([`Verdict::Refused`], retried at
-///   [`config_failure_retry`](crate::Builder::config_failure_retry)'s pace, the reply in an
+///   [`Reconnect::config_failure_retry`](crate::config::Reconnect::config_failure_retry)'s pace, the reply in an
 ///   [`Event::Error`](crate::Event::Error)). Without opening commands the link is Ready at
 ///   the connect.
 ///
@@ -52,7 +52,7 @@ use super::protocol::{Opening, Protocol, Replies, ReplyKind, Verdict};
 ///     .protocol(Redis::new().open_with(["AUTH", "app", "secret"]).open_with(["SELECT", "2"]))
 ///     .heartbeat(Heartbeat::every(Duration::from_secs(1)))
 ///     .confirm(Confirm::reply())
-///     .correlation(Correlation::in_order())
+///     .requests(|q| q.correlation = Some(Correlation::in_order()))
 ///     .build()?;
 /// # link.close(Duration::ZERO);
 /// # Ok::<(), relink::error::ConfigError>(())

@@ -56,7 +56,7 @@ impl fmt::Debug for IdReader {
     }
 }
 
-/// How replies are matched to requests ([`Builder::correlation`](crate::Builder::correlation)).
+/// How replies are matched to requests ([`Requests::correlation`](crate::config::Requests::correlation)).
 ///
 /// # Examples
 /// A protocol whose requests and replies start with a 4-byte id, answered in any order:

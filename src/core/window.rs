@@ -25,11 +25,11 @@ const POLL_MAX: Duration = Duration::from_millis(50);
 /// At a drop, a frame not yet confirmed may or may not have reached the peer.
 ///
 /// The same two choices apply to requests outstanding at a drop
-/// ([`Builder::request_redelivery`](crate::Builder::request_redelivery)), where `Report` fails
+/// ([`Requests::redelivery`](crate::config::Requests::redelivery)), where `Report` fails
 /// each to its caller as "may have been processed" and is the default: a request has a caller
 /// waiting who can retry, a frame has none.
 ///
-/// See the example on [`Builder::redelivery`](crate::Builder::redelivery).
+/// See the example on [`Delivery::redelivery`](crate::config::Delivery::redelivery).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Redelivery {

@@ -52,4 +52,4 @@ pub use look::Looks;
 pub use pool::IoPool;
 pub(crate) use resolver::Resolver;
 pub use socket::Keepalive;
-pub(crate) use socket::SocketOptions;
+pub use socket::{SocketOptions, CONNECT_TIMEOUT, LINGER, RCVHWM, RECONNECT_IVL, SNDHWM};

@@ -120,11 +120,11 @@ impl IoPool {
     /// 0.5–0.8 ms at 4 500 links on two threads: `benches/links.rs` measures it); the call
     /// waits for every thread, a second at most in all (a thread that does not answer in
     /// time is left out of [`PoolView::threads`]). Links built without
-    /// [`Builder::io_pool`] have a pool of their own and are not in any other pool's view.
+    /// [`Builder::io_pool`](crate::Builder::io_pool) have a pool of their own and are not in any other pool's view.
     ///
     /// See the example on [`PoolView`].
     ///
-    /// [`Builder::io_pool`]: crate::Builder::io_pool
+    /// [`Builder::io_pool`](crate::Builder::io_pool): crate::Builder::io_pool
     pub fn view(&self, top: usize) -> PoolView {
         let mut view = PoolView::default();
         for part in self.ask(|reply| Msg::View { top, reply }) {

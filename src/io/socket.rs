@@ -6,6 +6,17 @@ use std::time::Duration;
 use super::ffi;
 use crate::core::machine::TxResult;
 
+/// Bound on one TCP connect (libzmq's ZMQ_CONNECT_TIMEOUT and relink's own timer).
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// libzmq's ZMQ_RECONNECT_IVL.
+pub const RECONNECT_IVL: Duration = Duration::from_millis(100);
+/// libzmq's ZMQ_LINGER: how long a closed socket keeps trying to write.
+pub const LINGER: Duration = Duration::from_millis(200);
+/// libzmq's send high-water mark, in messages (each message is a batch of frames).
+pub const SNDHWM: i32 = 64;
+/// libzmq's receive high-water mark, in messages.
+pub const RCVHWM: i32 = 64;
+
 /// TCP keepalive, a kernel backstop: probes an idle connection and resets it when `count`
 /// probes go unanswered.
 ///
@@ -22,7 +33,7 @@ use crate::core::machine::TxResult;
 ///     .interval(Duration::from_secs(5))
 ///     .count(3);
 /// assert_eq!(keepalive.idle, Duration::from_secs(30));
-/// let builder = Link::builder("tcp://127.0.0.1:6379").tcp_keepalive(keepalive);
+/// let builder = Link::builder("tcp://127.0.0.1:6379").socket(|s| s.keepalive = Some(keepalive));
 /// # drop(builder);
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -61,18 +72,129 @@ impl Keepalive {
     }
 }
 
-/// The libzmq socket options a link sets before it connects.
+/// libzmq's own options on the link's socket, set before it connects. Changed in place by [`Builder::socket`](crate::Builder::socket). Most links keep the defaults.
+///
+/// # Examples
+/// ```
+/// use std::time::Duration;
+/// use relink::Link;
+/// use relink::config::SocketOptions;
+///
+/// // A policy kept as a function, for every link of a fleet.
+/// fn fleet(s: &mut SocketOptions) {
+///     s.connect_timeout = Duration::from_secs(2);
+/// }
+/// let link = Link::builder("tcp://127.0.0.1:7000").socket(fleet).build()?;
+/// # link.close(Duration::ZERO);
+/// # Ok::<(), relink::error::ConfigError>(())
+/// ```
 #[derive(Clone, Debug)]
-pub(crate) struct SocketOptions {
+#[non_exhaustive]
+pub struct SocketOptions {
+    /// libzmq's ZMQ_RECONNECT_IVL: the gap of its own redial. Defaults to 100 ms.
+    ///
+    /// See the example on [`SocketOptions::connect_timeout`](crate::config::SocketOptions::connect_timeout).
     pub reconnect_ivl: Duration,
+    /// libzmq's ZMQ_RECONNECT_IVL_MAX (0: no growth). Defaults to 0.
+    ///
+    /// See the example on [`SocketOptions::connect_timeout`](crate::config::SocketOptions::connect_timeout).
     pub reconnect_ivl_max: Duration,
+    /// libzmq's ZMQ_IMMEDIATE. With `true`, libzmq never redials a STREAM endpoint after a
+    /// drop, so relink always does; and at the peer's close libzmq drops what it had received
+    /// and relink had not read yet (at most its receive queue, [`SocketOptions::sndhwm`](crate::config::SocketOptions::sndhwm)'s
+    /// `rcvhwm` messages), uncounted: with `false` all of it is delivered. Defaults to false.
+    ///
+    /// See the example on [`SocketOptions::connect_timeout`](crate::config::SocketOptions::connect_timeout).
     pub immediate: bool,
+    /// Bound on a connection attempt, including name resolution (also given to libzmq as
+    /// ZMQ_CONNECT_TIMEOUT). Defaults to 5 s.
+    ///
+    /// # Examples
+    /// The socket group ([`SocketOptions::connect_timeout`](crate::config::SocketOptions::connect_timeout),
+    /// [`SocketOptions::immediate`](crate::config::SocketOptions::immediate), [`SocketOptions::reconnect_ivl`](crate::config::SocketOptions::reconnect_ivl),
+    /// [`SocketOptions::reconnect_ivl_max`](crate::config::SocketOptions::reconnect_ivl_max), [`SocketOptions::linger`](crate::config::SocketOptions::linger),
+    /// [`SocketOptions::sndhwm`](crate::config::SocketOptions::sndhwm), [`SocketOptions::keepalive`](crate::config::SocketOptions::keepalive),
+    /// [`SocketOptions::tcp_maxrt`](crate::config::SocketOptions::tcp_maxrt)) is handed to libzmq and the kernel:
+    /// ```
+    /// use std::time::Duration;
+    /// use relink::{Link, State};
+    /// use relink::config::Keepalive;
+    /// use relink::error::ConfigError;
+    /// # use std::io::{Read, Write};
+    /// # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    /// # let port = listener.local_addr()?.port();
+    /// # std::thread::spawn(move || {
+    /// #     let (mut s, _) = listener.accept().unwrap();
+    /// #     let mut buf = [0u8; 1024];
+    /// #     while let Ok(n) = s.read(&mut buf) {
+    /// #         if n == 0 || s.write_all(&buf[..n]).is_err() { break; }
+    /// #     }
+    /// # });
+    ///
+    /// let link = Link::builder(&format!("tcp://127.0.0.1:{port}")) // a local echo server
+    ///     .socket(|s| {
+    ///         s.connect_timeout = Duration::from_secs(2);
+    ///         s.immediate = false;
+    ///         s.reconnect_ivl = Duration::from_millis(100);
+    ///         s.reconnect_ivl_max = Duration::from_secs(1);
+    ///         s.linger = Duration::from_millis(100);
+    ///         s.sndhwm = 128;
+    ///         s.rcvhwm = 128;
+    ///         s.keepalive = Some(Keepalive::new(Duration::from_secs(30)));
+    ///         s.tcp_maxrt = Some(Duration::from_secs(10));
+    ///     })
+    ///     .build()?;
+    /// while link.state() != State::Ready {
+    ///     link.events().recv_timeout(Duration::from_secs(5))?;
+    /// }
+    /// link.close(Duration::from_millis(100));
+    ///
+    /// // Checked once, in build(): libzmq's redial gap must not shrink as it grows.
+    /// let bad = Link::builder("tcp://127.0.0.1:6379")
+    ///     .socket(|s| {
+    ///         s.reconnect_ivl = Duration::from_secs(1);
+    ///         s.reconnect_ivl_max = Duration::from_millis(100);
+    ///     })
+    ///     .build();
+    /// assert!(matches!(bad, Err(ConfigError::MaxBelowBase { .. })));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub connect_timeout: Duration,
+    /// libzmq's ZMQ_LINGER, always bounded. Defaults to 200 ms.
+    ///
+    /// See the example on [`SocketOptions::connect_timeout`](crate::config::SocketOptions::connect_timeout).
     pub linger: Duration,
+    /// libzmq's send and receive high-water marks, in messages. Defaults to 64 and 64.
+    ///
+    /// See the example on [`SocketOptions::connect_timeout`](crate::config::SocketOptions::connect_timeout).
     pub sndhwm: i32,
+    /// Receive high-water mark in messages, ZMQ_RCVHWM: 64.
     pub rcvhwm: i32,
+    /// TCP keepalive (kernel backstop for idle links). Defaults to the system's (off).
+    ///
+    /// See the example on [`SocketOptions::connect_timeout`](crate::config::SocketOptions::connect_timeout).
     pub keepalive: Option<Keepalive>,
+    /// TCP_USER_TIMEOUT (libzmq's ZMQ_TCP_MAXRT): unacknowledged data older than this resets
+    /// the connection (kernel backstop for links that send). Defaults to the system's.
+    ///
+    /// See the example on [`SocketOptions::connect_timeout`](crate::config::SocketOptions::connect_timeout).
     pub tcp_maxrt: Option<Duration>,
+}
+
+impl Default for SocketOptions {
+    fn default() -> SocketOptions {
+        SocketOptions {
+            reconnect_ivl: RECONNECT_IVL,
+            reconnect_ivl_max: Duration::ZERO,
+            immediate: false,
+            connect_timeout: CONNECT_TIMEOUT,
+            linger: LINGER,
+            sndhwm: SNDHWM,
+            rcvhwm: RCVHWM,
+            keepalive: None,
+            tcp_maxrt: None,
+        }
+    }
 }
 
 /// Sends `[rid, data]` without waiting. The data is taken when it is sent (`data` is left empty,

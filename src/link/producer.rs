@@ -135,8 +135,11 @@ impl Producer {
     /// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     /// // Nobody listens on `port`: frames wait in the outbox.
     /// let link = Link::builder(&format!("tcp://127.0.0.1:{port}"))
-    ///     .outbox_limits(1, 1024)
-    ///     .overflow(Overflow::Block(Duration::from_secs(10)))
+    ///     .delivery(|d| {
+    ///         d.outbox_frames = 1;
+    ///         d.outbox_bytes = 1024;
+    ///         d.overflow = Overflow::Block(Duration::from_secs(10));
+    ///     })
     ///     .build()?;
     /// let mut producer = link.producer().options(SendOptions::new().no_wait());
     /// producer.send(b"first")?;

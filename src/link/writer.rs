@@ -174,7 +174,10 @@ impl Writer {
     /// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     /// // Nobody listens on `port`: frames wait in the outbox, which has room for 2.
     /// let link = Link::builder(&format!("tcp://127.0.0.1:{port}"))
-    ///     .outbox_limits(2, 1024)
+    ///     .delivery(|d| {
+    ///         d.outbox_frames = 2;
+    ///         d.outbox_bytes = 1024;
+    ///     })
     ///     .build()?;
     /// let mut writer = link.writer();
     /// for frame in [&b"a"[..], b"b", b"c"] {

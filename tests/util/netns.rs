@@ -592,8 +592,11 @@ pub fn run_child_link(endpoint: &str, interval: Duration, max_missed: u32, limit
     let link = Link::builder(endpoint)
         .framing(Lines::new())
         .heartbeat(Heartbeat::new(interval, Ping::Raw(b"ping\n".to_vec())).max_missed(max_missed))
-        .backoff(Duration::from_millis(50), Duration::from_millis(500))
-        .connect_timeout(Duration::from_secs(2))
+        .reconnect(|r| {
+            r.backoff_base = Duration::from_millis(50);
+            r.backoff_max = Duration::from_millis(500);
+        })
+        .socket(|s| s.connect_timeout = Duration::from_secs(2))
         .build()
         .unwrap_or_else(|e| panic!("build the child link to {endpoint}: {e}"));
     // The parent closes our stdin (or dies): time to stop.

@@ -1042,7 +1042,7 @@ pub fn refused_endpoint() -> String {
 pub fn ready_len32_link(peer: &Peer, bound: Duration) -> relink::Link {
     let link = relink::Link::builder(peer.endpoint())
         .framing(relink::framing::LengthDelimited::len32())
-        .overflow(relink::Overflow::Block(bound))
+        .delivery(|d| d.overflow = relink::Overflow::Block(bound))
         .build()
         .expect("build the link");
     super::watch::Watch::new(&link).until(bound, |t| t.to == relink::State::Ready);
@@ -1053,8 +1053,11 @@ pub fn ready_len32_link(peer: &Peer, bound: Duration) -> relink::Link {
 /// policy: its frames stay in the outbox.
 pub fn offline_link(limits: (usize, usize), policy: relink::Overflow) -> relink::Link {
     relink::Link::builder(refused_endpoint())
-        .outbox_limits(limits.0, limits.1)
-        .overflow(policy)
+        .delivery(|d| {
+            d.outbox_frames = limits.0;
+            d.outbox_bytes = limits.1;
+            d.overflow = policy;
+        })
         .build()
         .expect("build the link")
 }

@@ -32,7 +32,10 @@ struct Sim {
 
 impl Sim {
     fn with(b: Builder) -> Sim {
-        let cfg = b.rng_seed(7).into_config().expect("valid config");
+        let cfg = b
+            .reconnect(|r| r.rng_seed = Some(7))
+            .into_config()
+            .expect("valid config");
         let now = Instant::now();
         Sim {
             m: Machine::new(cfg.core, 7, now),
@@ -51,10 +54,12 @@ impl Sim {
     }
 
     fn builder() -> Builder {
-        Builder::new("tcp://127.0.0.1:7000")
-            .native_retries(0)
-            .backoff(100 * MS, 10_000 * MS)
-            .backoff_floor(MS)
+        Builder::new("tcp://127.0.0.1:7000").reconnect(|r| {
+            r.native_retries = 0;
+            r.backoff_base = 100 * MS;
+            r.backoff_max = 10_000 * MS;
+            r.backoff_floor = MS;
+        })
     }
 
     // --- scenarios: a machine already in the state a test is about -------------------------
@@ -271,7 +276,8 @@ fn row1_start_dials_the_endpoint() {
 
 #[test]
 fn row2_a_resolved_name_is_dialled_by_address() {
-    let mut s = Sim::connecting(Builder::new("tcp://db.example:7000").native_retries(0));
+    let mut s =
+        Sim::connecting(Builder::new("tcp://db.example:7000").reconnect(|r| r.native_retries = 0));
     assert_eq!(s.resolves.len(), 1);
     assert!(s.connects.is_empty(), "libzmq is never given a name");
     let generation = s.gen();
@@ -290,7 +296,9 @@ fn row2_a_resolved_name_is_dialled_by_address() {
 
 #[test]
 fn row3_a_name_that_does_not_resolve_backs_off_with_cause_dns() {
-    let mut s = Sim::connecting(Builder::new("tcp://nowhere.invalid:1").native_retries(0));
+    let mut s = Sim::connecting(
+        Builder::new("tcp://nowhere.invalid:1").reconnect(|r| r.native_retries = 0),
+    );
     let generation = s.gen();
     s.input(Input::Resolved {
         generation,
@@ -322,7 +330,7 @@ fn row4_the_tcp_connect_alone_leaves_the_link_connected_when_proof_is_inbound() 
 
 #[test]
 fn row5_a_refused_dial_with_native_redials_left_stays_connecting() {
-    let mut s = Sim::connecting(Sim::builder().native_retries(2));
+    let mut s = Sim::connecting(Sim::builder().reconnect(|r| r.native_retries = 2));
     s.refuse();
     s.refuse();
     assert_eq!(s.m.state(), Connecting);
@@ -335,7 +343,7 @@ fn row5_a_refused_dial_with_native_redials_left_stays_connecting() {
 
 #[test]
 fn native_redials_are_spent_once_per_outage_not_once_per_dial() {
-    let mut s = Sim::connecting(Sim::builder().native_retries(1));
+    let mut s = Sim::connecting(Sim::builder().reconnect(|r| r.native_retries = 1));
     s.refuse();
     assert_eq!(s.m.state(), Connecting, "libzmq's fast redial");
     s.refuse();
@@ -371,7 +379,7 @@ fn row6_a_refused_dial_without_native_redials_stops_libzmq_and_backs_off() {
 
 #[test]
 fn row7_a_dial_that_hangs_times_out() {
-    let mut s = Sim::connecting(Sim::builder().connect_timeout(2000 * MS));
+    let mut s = Sim::connecting(Sim::builder().socket(|s| s.connect_timeout = 2000 * MS));
     let waited = s.next_timer();
     assert!(waited >= 2000 * MS, "{waited:?}");
     assert_eq!(s.last_transition().cause, Cause::ConnectTimeout);
@@ -381,7 +389,7 @@ fn row7_a_dial_that_hangs_times_out() {
 
 #[test]
 fn row6_a_dial_libzmq_gave_up_on_after_the_connect_timeout_is_reported_as_a_timeout() {
-    let mut s = Sim::connecting(Sim::builder().connect_timeout(2000 * MS));
+    let mut s = Sim::connecting(Sim::builder().socket(|s| s.connect_timeout = 2000 * MS));
     s.advance(2000 * MS);
     assert_eq!(
         s.m.state(),
@@ -577,7 +585,10 @@ fn row14_the_attempt_counter_resets_only_after_min_stable() {
 #[test]
 fn backoff_never_resets_on_tcp_connect_alone() {
     // An accept-then-close server: every connection drops before min_stable.
-    let mut s = Sim::connecting(Sim::builder().backoff_factor(2.0).jitter(Jitter::None));
+    let mut s = Sim::connecting(Sim::builder().reconnect(|r| {
+        r.backoff_factor = 2.0;
+        r.jitter = Jitter::None;
+    }));
     for _ in 0..6 {
         s.tcp_up();
         s.tcp_down();
@@ -605,7 +616,10 @@ fn row15_the_retry_timer_dials_again() {
 
 #[test]
 fn row16_max_attempts_leads_to_cooldown_which_probes_again() {
-    let mut s = Sim::connecting(Sim::builder().max_attempts(3).cooldown(60_000 * MS));
+    let mut s = Sim::connecting(Sim::builder().reconnect(|r| {
+        r.max_attempts = Some(3);
+        r.cooldown = 60_000 * MS;
+    }));
     for _ in 0..2 {
         s.refuse();
         s.next_timer();
@@ -633,7 +647,7 @@ fn row17_reconnect_now_cuts_backoff_short_and_keeps_the_counter() {
 
 #[test]
 fn row17_reconnect_now_cuts_cooldown_short() {
-    let mut s = Sim::connecting(Sim::builder().max_attempts(1));
+    let mut s = Sim::connecting(Sim::builder().reconnect(|r| r.max_attempts = Some(1)));
     s.refuse();
     assert_eq!(s.m.state(), Cooldown);
     s.input(Input::ReconnectNow);
@@ -669,7 +683,10 @@ fn row19_and_20_close_flushes_queued_frames_then_closes() {
 
 #[test]
 fn row21_the_close_deadline_abandons_what_is_left_as_shutdown() {
-    let mut s = Sim::connecting(Sim::builder().backoff(60_000 * MS, 60_000 * MS));
+    let mut s = Sim::connecting(Sim::builder().reconnect(|r| {
+        r.backoff_base = 60_000 * MS;
+        r.backoff_max = 60_000 * MS;
+    }));
     s.submit(b"a");
     s.submit(b"b");
     s.refuse();

@@ -110,13 +110,13 @@ fn pings_a_pong_is_taken_only_in_a_pings_turn_and_a_requests_turn_takes_any_repl
 #[test]
 fn build_refuses_in_order_requests_beside_a_heartbeat_whose_pong_cannot_be_told_apart() {
     let err = |b: Builder| b.into_config().err().map(|e| e.to_string());
-    let ambiguous = pinged().correlation(Correlation::in_order());
+    let ambiguous = pinged().requests(|q| q.correlation = Some(Correlation::in_order()));
     assert!(matches!(
         ambiguous.into_config(),
         Err(ConfigError::Answers(_))
     ));
     assert!(err(pinged()
-        .correlation(Correlation::in_order())
+        .requests(|q| q.correlation = Some(Correlation::in_order()))
         .protocol(Answering(Answers::EveryFrame)))
     .is_none());
     assert!(
@@ -129,10 +129,10 @@ fn build_refuses_in_order_requests_beside_a_heartbeat_whose_pong_cannot_be_told_
     );
     let by_id = Correlation::by_id(|f| Some(f.to_vec()), |f| Some(f.to_vec()));
     assert!(err(pinged()
-        .correlation(by_id)
+        .requests(|q| q.correlation = Some(by_id))
         .protocol(Answering(Answers::EveryFrame)))
     .is_some());
-    assert!(err(pinged().max_losses(0)).is_some());
+    assert!(err(pinged().delivery(|d| d.max_losses = 0)).is_some());
 }
 
 /// NATS-like: frames unanswered, the ping answered `PONG`; frames confirmed by reply.
@@ -181,7 +181,7 @@ fn by_reply_a_drop_before_the_pong_resends_frames_the_peers_tcp_had_acknowledged
 
 #[test]
 fn by_reply_under_report_a_drop_before_the_pong_reports_the_frame() {
-    let mut s = Sim::ready(nats_like().redelivery(Redelivery::Report));
+    let mut s = Sim::ready(nats_like().delivery(|d| d.redelivery = Redelivery::Report));
     s.submit(b"PUB a");
     s.transmit();
     s.tcp_down();
@@ -246,7 +246,7 @@ fn a_flush_by_reply_writes_a_barrier_at_once() {
 
 #[test]
 fn a_flush_says_how_many_were_abandoned_while_it_waited() {
-    let mut s = Sim::ready(nats_like().redelivery(Redelivery::Report));
+    let mut s = Sim::ready(nats_like().delivery(|d| d.redelivery = Redelivery::Report));
     s.submit(b"PUB a");
     s.transmit();
     s.flush(1, 10 * SEC);
@@ -257,7 +257,11 @@ fn a_flush_says_how_many_were_abandoned_while_it_waited() {
 
 #[test]
 fn a_frame_in_flight_at_max_losses_in_a_row_is_abandoned_as_poison_and_the_rest_moves_on() {
-    let mut s = Sim::ready(Sim::builder().framing(Lines::new()).max_losses(3));
+    let mut s = Sim::ready(
+        Sim::builder()
+            .framing(Lines::new())
+            .delivery(|d| d.max_losses = 3),
+    );
     s.auto_ack = false;
     s.submit(b"poison");
     s.transmit();
@@ -279,8 +283,8 @@ fn a_frame_in_flight_at_max_losses_in_a_row_is_abandoned_as_poison_and_the_rest_
 fn a_request_written_before_max_losses_in_a_row_fails_as_poison() {
     let b = Sim::builder()
         .framing(Lines::new())
-        .request_redelivery(Redelivery::Resend)
-        .max_losses(2);
+        .requests(|q| q.redelivery = Redelivery::Resend)
+        .delivery(|d| d.max_losses = 2);
     let mut s = Sim::ready(b);
     s.request_line(1, b"GET a");
     s.transmit();
@@ -296,9 +300,10 @@ fn a_request_written_before_max_losses_in_a_row_fails_as_poison() {
 
 #[test]
 fn a_request_refused_while_timed_out_requests_hold_the_window_says_so() {
-    let b = Sim::builder()
-        .framing(Lines::new())
-        .request_limits(1, 1 << 20);
+    let b = Sim::builder().framing(Lines::new()).requests(|q| {
+        q.limit_frames = 1;
+        q.limit_bytes = 1 << 20;
+    });
     let mut s = Sim::ready(b);
     s.input(Input::Request {
         token: 1,

@@ -85,9 +85,11 @@ fn row22_a_reply_predicate_that_always_panics_backs_off_with_growing_delays_then
     let b = Sim::builder()
         .framing(Lines::new())
         .heartbeat(hb)
-        .jitter(Jitter::None)
-        .max_attempts(5)
-        .cooldown(60_000 * MS);
+        .reconnect(|r| {
+            r.jitter = Jitter::None;
+            r.max_attempts = Some(5);
+            r.cooldown = 60_000 * MS;
+        });
     let mut s = Sim::connecting(b);
     for _ in 0..5 {
         s.tcp_up();
@@ -145,7 +147,8 @@ fn resolver_panic() -> Unresolved {
 
 #[test]
 fn row3_a_resolver_that_panics_fails_the_dial_with_cause_callback_panic() {
-    let mut s = Sim::connecting(Builder::new("tcp://db.example:1").native_retries(0));
+    let mut s =
+        Sim::connecting(Builder::new("tcp://db.example:1").reconnect(|r| r.native_retries = 0));
     let generation = s.gen();
     s.input(Input::Resolved {
         generation,
@@ -167,7 +170,8 @@ fn row3_a_resolver_that_panics_fails_the_dial_with_cause_callback_panic() {
 
 #[test]
 fn a_resolver_panic_in_a_late_answer_is_reported_without_a_transition() {
-    let mut s = Sim::connecting(Builder::new("tcp://db.example:1").native_retries(0));
+    let mut s =
+        Sim::connecting(Builder::new("tcp://db.example:1").reconnect(|r| r.native_retries = 0));
     let generation = s.gen();
     s.next_timer(); // the dial times out
     let before = s.transitions().len();
@@ -182,9 +186,10 @@ fn a_resolver_panic_in_a_late_answer_is_reported_without_a_transition() {
 
 #[test]
 fn a_resolver_panic_in_a_background_refresh_is_reported_and_the_connection_stays() {
-    let b = Builder::new("tcp://db.example:7000")
-        .native_retries(0)
-        .dns_refresh(10_000 * MS);
+    let b = Builder::new("tcp://db.example:7000").reconnect(|r| {
+        r.native_retries = 0;
+        r.dns_refresh = 10_000 * MS;
+    });
     let mut s = Sim::connecting(b);
     let generation = s.gen();
     s.input(Input::Resolved {

@@ -144,7 +144,7 @@ fn a_missing_handshake_reply_still_fails_one_timeout_after_a_pause() {
 
 #[test]
 fn a_dial_due_to_time_out_during_a_pause_gets_its_full_bound_again() {
-    let mut s = Sim::connecting(Sim::builder().connect_timeout(1000 * MS));
+    let mut s = Sim::connecting(Sim::builder().socket(|s| s.connect_timeout = 1000 * MS));
     pause(&mut s, 5000 * MS);
     s.advance(Duration::ZERO);
     assert_eq!(s.m.state(), Connecting, "no connect-timeout at the resume");
@@ -155,7 +155,10 @@ fn a_dial_due_to_time_out_during_a_pause_gets_its_full_bound_again() {
 
 #[test]
 fn frame_deadlines_stay_absolute_across_a_pause() {
-    let mut s = Sim::backoff(Sim::builder().backoff(60_000 * MS, 60_000 * MS));
+    let mut s = Sim::backoff(Sim::builder().reconnect(|r| {
+        r.backoff_base = 60_000 * MS;
+        r.backoff_max = 60_000 * MS;
+    }));
     let deadline = Some(s.now + 500 * MS);
     s.input(Input::Submit {
         frame: Bytes::from_static(b"stale"),

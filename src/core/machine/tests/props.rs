@@ -45,12 +45,14 @@ proptest! {
         ],
     ) {
         let mut b = Sim::builder()
-            .native_retries(native)
-            .jitter(jitter)
+            .reconnect(|r| {
+                r.native_retries = native;
+                r.jitter = jitter;
+            })
             .ready_when(ProofOfLife::Inbound)
             .heartbeat(Heartbeat::new(500 * MS, Ping::Raw(b"p".to_vec())));
         if let Some(m) = max_attempts {
-            b = b.max_attempts(m).cooldown(30_000 * MS);
+            b = b.reconnect(|r| { r.max_attempts = Some(m); r.cooldown = 30_000 * MS; });
         }
         let mut s = Sim::connecting(b);
         let ceiling = crate::core::backoff::Backoff::new(s.m.cfg.backoff.clone()).ceiling();

@@ -98,9 +98,10 @@ fn an_opening_that_waits_is_ready_on_the_verdict_and_frames_before_it_are_delive
 
 #[test]
 fn row24_a_refusal_closes_with_its_reason_and_waits_the_config_retry() {
-    let b = lined(true)
-        .config_failure_retry(30 * SEC)
-        .jitter(Jitter::None);
+    let b = lined(true).reconnect(|r| {
+        r.config_failure_retry = Some(30 * SEC);
+        r.jitter = Jitter::None;
+    });
     let mut s = Sim::connecting(b);
     s.tcp_up();
     s.data(b"NO bad credentials\n");
@@ -160,7 +161,8 @@ fn with_requests_by_id_the_peers_own_frame_is_answered_once_and_a_reply_not_at_a
     // Requests `REQ <id>` answered by `ACK <id>`; the peer's `MSG` gets the link's `ACK`.
     let id = |f: &[u8]| f.strip_prefix(b"REQ ").map(<[u8]>::to_vec);
     let reply = |f: &[u8]| f.strip_prefix(b"ACK ").map(<[u8]>::to_vec);
-    let b = lined(false).correlation(crate::protocol::Correlation::by_id(id, reply));
+    let b = lined(false)
+        .requests(|q| q.correlation = Some(crate::protocol::Correlation::by_id(id, reply)));
     let mut s = Sim::ready(b);
     s.transmit();
     s.input(Input::Request {
@@ -186,7 +188,7 @@ fn with_requests_by_id_the_peers_own_frame_is_answered_once_and_a_reply_not_at_a
 
 #[test]
 fn a_frame_written_again_on_a_new_connection_carries_the_protocols_mark() {
-    let b = lined(false).redelivery(Redelivery::Resend);
+    let b = lined(false).delivery(|d| d.redelivery = Redelivery::Resend);
     let mut s = Sim::ready(b);
     s.auto_ack = false;
     s.submit(b"PUBLISH 1");

@@ -177,7 +177,7 @@ fn refusals_in_a_row_double_the_pause_and_an_answer_resets_it() {
 
 #[test]
 fn under_report_a_refused_frame_comes_back_with_its_reply_and_those_behind_it_unconfirmed() {
-    let mut s = Sim::ready(redis(Redis::new()).redelivery(Redelivery::Report));
+    let mut s = Sim::ready(redis(Redis::new()).delivery(|d| d.redelivery = Redelivery::Report));
     for k in ["a", "b"] {
         s.submit(&cmd(&["SET", k, "1"]));
     }

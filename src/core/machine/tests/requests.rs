@@ -66,7 +66,9 @@ fn a_request_counts_as_written_from_its_write_until_its_reply() {
 #[test]
 fn unsolicited_frames_between_replies_are_delivered_as_events() {
     let mut s =
-        Sim::ready(lines().correlation(Correlation::in_order_except(|f| f.starts_with(b">"))));
+        Sim::ready(lines().requests(|q| {
+            q.correlation = Some(Correlation::in_order_except(|f| f.starts_with(b">")))
+        }));
     s.request(1, b"one", SEC);
     s.request(2, b"two", SEC);
     s.transmit();
@@ -98,7 +100,7 @@ fn resent_requests_go_after_the_hello_on_the_next_connection() {
     let hello = Handshake::new(vec![b"AUTH pw".to_vec()], Predicate::new(|f| f == b"+OK"));
     let b = lines()
         .protocol(hello)
-        .request_redelivery(Redelivery::Resend);
+        .requests(|q| q.redelivery = Redelivery::Resend);
     let mut s = Sim::connecting(b);
     s.tcp_up();
     s.transmit();
@@ -186,7 +188,10 @@ fn a_request_to_a_closed_machine_is_refused_with_its_frame() {
 
 #[test]
 fn a_correlation_that_panics_fails_the_connection() {
-    let mut s = Sim::ready(lines().correlation(Correlation::in_order_except(|_| panic!("boom"))));
+    let mut s = Sim::ready(
+        lines()
+            .requests(|q| q.correlation = Some(Correlation::in_order_except(|_| panic!("boom")))),
+    );
     s.request(1, b"q", 10 * SEC);
     s.transmit();
     s.data(b"reply\n");

@@ -97,7 +97,10 @@ fn a_refused_batch_is_offered_again_in_the_same_order() {
 
 #[test]
 fn queued_frames_expire_while_offline() {
-    let mut s = Sim::backoff(Sim::builder().backoff(60_000 * MS, 60_000 * MS));
+    let mut s = Sim::backoff(Sim::builder().reconnect(|r| {
+        r.backoff_base = 60_000 * MS;
+        r.backoff_max = 60_000 * MS;
+    }));
     let deadline = Some(s.now + 500 * MS);
     s.input(Input::Submit {
         frame: bytes::Bytes::from_static(b"old"),
@@ -111,9 +114,11 @@ fn queued_frames_expire_while_offline() {
 
 #[test]
 fn drop_oldest_trims_the_outbox_to_its_limit() {
-    let b = Sim::builder()
-        .outbox_limits(2, 1000)
-        .overflow(Overflow::DropOldest);
+    let b = Sim::builder().delivery(|d| {
+        d.outbox_frames = 2;
+        d.outbox_bytes = 1000;
+        d.overflow = Overflow::DropOldest;
+    });
     let mut s = Sim::backoff(b);
     for f in [b"1", b"2", b"3"] {
         s.submit(f);
@@ -124,7 +129,7 @@ fn drop_oldest_trims_the_outbox_to_its_limit() {
 
 #[test]
 fn frames_queued_at_a_drop_are_abandoned_when_asked() {
-    let mut s = Sim::ready(Sim::builder().abandon_on_disconnect(true));
+    let mut s = Sim::ready(Sim::builder().delivery(|d| d.abandon_on_disconnect = true));
     s.submit(b"x");
     s.tcp_down();
     assert_eq!(
@@ -138,7 +143,7 @@ fn each_attempt_goes_to_the_next_endpoint() {
     let b = Builder::new("tcp://127.0.0.1:1")
         .endpoint("tcp://127.0.0.1:2")
         .endpoint("tcp://127.0.0.1:3")
-        .native_retries(0);
+        .reconnect(|r| r.native_retries = 0);
     let mut s = Sim::connecting(b);
     for _ in 0..5 {
         s.refuse();
@@ -164,7 +169,8 @@ fn each_attempt_goes_to_the_next_endpoint() {
 
 #[test]
 fn every_address_of_a_name_gets_its_turn() {
-    let mut s = Sim::connecting(Builder::new("tcp://localhost:7000").native_retries(0));
+    let mut s =
+        Sim::connecting(Builder::new("tcp://localhost:7000").reconnect(|r| r.native_retries = 0));
     let a: SocketAddr = "127.0.0.1:7000".parse().unwrap();
     let b: SocketAddr = "[::1]:7000".parse().unwrap();
     for _ in 0..2 {
@@ -182,10 +188,11 @@ fn every_address_of_a_name_gets_its_turn() {
 
 #[test]
 fn a_name_is_resolved_again_in_the_background_and_the_next_dial_uses_the_new_answer() {
-    let b = Builder::new("tcp://db.example:7000")
-        .native_retries(0)
-        .dns_refresh(10_000 * MS)
-        .min_stable(Duration::ZERO);
+    let b = Builder::new("tcp://db.example:7000").reconnect(|r| {
+        r.native_retries = 0;
+        r.dns_refresh = 10_000 * MS;
+        r.min_stable = Duration::ZERO;
+    });
     let mut s = Sim::connecting(b);
     let old: SocketAddr = "10.0.0.1:7000".parse().unwrap();
     let new: SocketAddr = "10.0.0.2:7000".parse().unwrap();
@@ -216,9 +223,11 @@ fn a_name_is_resolved_again_in_the_background_and_the_next_dial_uses_the_new_ans
 fn a_long_outage_warns_a_handful_of_times_not_once_per_retry() {
     let logs = capture::install();
     // A 60 s outage at one retry per second.
-    let b = Sim::builder()
-        .backoff(1000 * MS, 1000 * MS)
-        .jitter(Jitter::None);
+    let b = Sim::builder().reconnect(|r| {
+        r.backoff_base = 1000 * MS;
+        r.backoff_max = 1000 * MS;
+        r.jitter = Jitter::None;
+    });
     let mut s = Sim::connecting(b);
     let start = s.now;
     let mut retries = 0;
@@ -256,7 +265,7 @@ fn a_long_outage_warns_a_handful_of_times_not_once_per_retry() {
 #[test]
 fn entering_cooldown_warns_once() {
     let logs = capture::install();
-    let mut s = Sim::connecting(Sim::builder().max_attempts(2));
+    let mut s = Sim::connecting(Sim::builder().reconnect(|r| r.max_attempts = Some(2)));
     s.refuse();
     s.next_timer();
     s.refuse();

@@ -183,7 +183,8 @@ fn tls_a_certificate_for_another_name_is_rejected_and_lets_no_frame_out() {
 fn row23_a_tls_failure_no_retry_can_fix_waits_the_config_failure_retry_not_the_backoff() {
     let pki = Pki::new();
     let retry = Duration::from_secs(90);
-    let mut s = Sim::connecting(tls_builder(&pki).config_failure_retry(retry));
+    let mut s =
+        Sim::connecting(tls_builder(&pki).reconnect(|r| r.config_failure_retry = Some(retry)));
     for attempt in 1..=3 {
         s.tcp_up();
         let mut peer = Peer::new(&pki.other_name);
@@ -205,7 +206,8 @@ fn row23_a_tls_failure_no_retry_can_fix_waits_the_config_failure_retry_not_the_b
 #[test]
 fn tls_a_failure_no_retry_can_fix_waits_the_cooldown_period_by_default() {
     let pki = Pki::new();
-    let mut s = Sim::connecting(tls_builder(&pki).cooldown(Duration::from_secs(45)));
+    let mut s =
+        Sim::connecting(tls_builder(&pki).reconnect(|r| r.cooldown = Duration::from_secs(45)));
     s.tcp_up();
     Peer::new(&pki.other_name).pump(&mut s);
     assert_eq!(
@@ -217,7 +219,9 @@ fn tls_a_failure_no_retry_can_fix_waits_the_cooldown_period_by_default() {
 #[test]
 fn tls_a_server_that_is_not_tls_is_retried_at_the_backoff() {
     let pki = Pki::new();
-    let mut s = Sim::connecting(tls_builder(&pki).config_failure_retry(Duration::from_secs(90)));
+    let mut s = Sim::connecting(
+        tls_builder(&pki).reconnect(|r| r.config_failure_retry = Some(Duration::from_secs(90))),
+    );
     s.tcp_up();
     s.transmit();
     s.data(b"+OK plaintext server\r\n");

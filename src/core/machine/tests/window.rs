@@ -70,7 +70,10 @@ fn a_flush_or_a_close_or_a_filling_window_asks_for_a_reading_at_once() {
     s.m.flush(s.now, 0, s.now + Duration::from_secs(1));
     assert!(s.m.reading_due(s.now), "a flush waits on the confirmation");
 
-    let mut s = quiet(Sim::builder().window(64).batch_bytes(8));
+    let mut s = quiet(Sim::builder().delivery(|d| {
+        d.window = 64;
+        d.batch_bytes = 8;
+    }));
     s.submit(b"abcdefg");
     s.transmit();
     assert!(!s.m.reading_due(s.now), "7 of 64 bytes unconfirmed");
@@ -85,7 +88,10 @@ fn a_flush_or_a_close_or_a_filling_window_asks_for_a_reading_at_once() {
 
 #[test]
 fn the_window_holds_frames_back_until_acknowledgements_free_it() {
-    let mut s = quiet(Sim::builder().window(10).batch_bytes(4));
+    let mut s = quiet(Sim::builder().delivery(|d| {
+        d.window = 10;
+        d.batch_bytes = 4;
+    }));
     for _ in 0..5 {
         s.submit(b"abcd");
     }
@@ -104,7 +110,10 @@ fn the_window_holds_frames_back_until_acknowledgements_free_it() {
 
 #[test]
 fn a_window_of_zero_sets_no_bound() {
-    let mut s = quiet(Sim::builder().window(0).batch_bytes(4));
+    let mut s = quiet(Sim::builder().delivery(|d| {
+        d.window = 0;
+        d.batch_bytes = 4;
+    }));
     for _ in 0..5 {
         s.submit(b"abcd");
     }
@@ -115,7 +124,7 @@ fn a_window_of_zero_sets_no_bound() {
 
 #[test]
 fn resend_writes_unconfirmed_frames_again_first_on_the_next_connection() {
-    let mut s = quiet(Sim::builder().redelivery(Redelivery::Resend));
+    let mut s = quiet(Sim::builder().delivery(|d| d.redelivery = Redelivery::Resend));
     s.submit(b"a");
     s.submit(b"b");
     s.transmit();
@@ -160,7 +169,7 @@ fn resent_frames_follow_the_hello_of_the_new_connection() {
 
 #[test]
 fn report_gives_back_each_unconfirmed_frame_at_a_drop() {
-    let mut s = quiet(Sim::builder().redelivery(Redelivery::Report));
+    let mut s = quiet(Sim::builder().delivery(|d| d.redelivery = Redelivery::Report));
     s.submit(b"a");
     s.submit(b"b");
     s.transmit();
