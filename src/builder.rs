@@ -749,8 +749,9 @@ impl Builder {
     ///
     /// # Examples
     /// The events group ([`events_capacity`](Builder::events_capacity),
-    /// [`close_timeout`](Builder::close_timeout)): dropping the last handle closes the link, and
-    /// the event stream ends with the transition to Closed.
+    /// [`close_timeout`](Builder::close_timeout)): dropping the last [`Link`](crate::Link)
+    /// closes the link (and its spool, if it has one) whatever clones of its
+    /// [`Events`](crate::Events) live on, and their stream ends with the transition to Closed.
     /// ```
     /// use std::time::Duration;
     /// use relink::{Event, Link, State};
@@ -773,7 +774,7 @@ impl Builder {
     /// while link.state() != State::Ready {
     ///     events.recv_timeout(Duration::from_secs(5))?;
     /// }
-    /// drop(link); // the last handle: closes, bounded by close_timeout
+    /// drop(link); // the last Link: closes, bounded by close_timeout; `events` lives on
     /// let mut last = None;
     /// while let Ok(ev) = events.recv() {
     ///     last = Some(ev);

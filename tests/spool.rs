@@ -501,3 +501,99 @@ fn a_batch_keeps_in_the_spool_exactly_the_frames_the_outbox_took() {
     assert!(next > 2, "numbers go on past the recovered ones: {next}");
     link.close(Duration::from_secs(1));
 }
+
+/// Opens the spool at once (no wait for its lock): `Err` holds the build's error.
+fn open_now(endpoint: &str, dir: &ScratchDir) -> Result<Link, ConfigError> {
+    Link::builder(endpoint)
+        .framing(Lines::new())
+        .spool(Spool::new(dir.path()).durability(Durability::OsWriteBack))
+        .build()
+}
+
+/// A spooled link whose 300 frames were all confirmed by a sink, with a clone of its events
+/// held by the caller.
+fn confirmed_300(dir: &ScratchDir, peer: &Peer) -> (Link, relink::Events) {
+    let link = open_now(&peer.endpoint(), dir).expect("a spooled link");
+    let events = link.events().clone();
+    for _ in 0..300 {
+        link.send_numbered(|s| format!("{s}")).expect("send");
+    }
+    link.flush(BOUND).expect("every frame confirmed");
+    (link, events)
+}
+
+/// The clone sees the end of the stream (bounded): every event taken, then `Disconnected`.
+fn ends(events: &relink::Events) -> bool {
+    let deadline = Instant::now() + BOUND;
+    loop {
+        match events.recv_deadline(deadline) {
+            Ok(_) => continue,
+            Err(relink::error::RecvTimeoutError::Disconnected) => return true,
+            Err(relink::error::RecvTimeoutError::Timeout) => return false,
+        }
+    }
+}
+
+#[test]
+fn close_lets_the_spool_go_while_a_clone_of_the_events_lives() {
+    let dir = ScratchDir::new("spool-close-clone");
+    let peer = Peer::start(Behaviour::Sink);
+    let (link, events) = confirmed_300(&dir, &peer);
+    let m = link.close(Duration::from_secs(1));
+    assert_eq!(m.frames_confirmed, 300);
+    // At once: `close` returned after the spool closed, its lock let go.
+    let again = open_now(&refused_endpoint(), &dir).expect("the lock is let go at close");
+    assert_eq!(recovered(&again), None, "no confirmed frame is replayed");
+    assert!(ends(&events), "the clone sees the end of the stream");
+    drop((link, events));
+}
+
+#[test]
+fn the_last_link_dropped_lets_the_spool_go_while_a_clone_of_the_events_lives() {
+    let dir = ScratchDir::new("spool-drop-clone");
+    let peer = Peer::start(Behaviour::Sink);
+    let (link, events) = confirmed_300(&dir, &peer);
+    drop(link);
+    // The end of the stream comes once the spool is closed.
+    assert!(ends(&events), "the clone sees the end of the stream");
+    let again = open_now(&refused_endpoint(), &dir).expect("the lock is let go");
+    assert_eq!(recovered(&again), None, "no confirmed frame is replayed");
+    drop(events);
+}
+
+#[test]
+fn frames_recovered_past_the_outbox_limit_are_all_sent_and_none_abandoned() {
+    let dir = ScratchDir::new("spool-over-limit");
+    // 500 frames left in the spool by a link whose outbox held them all.
+    let link = Link::builder(refused_endpoint())
+        .framing(Lines::new())
+        .outbox_limits(1000, 1 << 20)
+        .spool(Spool::new(dir.path()).durability(Durability::OsWriteBack))
+        .build()
+        .expect("link");
+    for _ in 0..500 {
+        link.send_numbered(|s| format!("{s}")).expect("send");
+    }
+    link.close(Duration::from_millis(10));
+    drop(link);
+    // The next start's outbox holds 100 frames: the 500 recovered go all the same.
+    let peer = Peer::start(Behaviour::Sink);
+    let link = Link::builder(peer.endpoint())
+        .framing(Lines::new())
+        .outbox_limits(100, 1 << 20)
+        .spool(Spool::new(dir.path()).durability(Durability::OsWriteBack))
+        .build()
+        .expect("link");
+    assert_eq!(recovered(&link), Some((500, 0)));
+    assert!(
+        wait_until(BOUND, || link.metrics().frames_confirmed == 500),
+        "{:?}",
+        link.metrics()
+    );
+    let m = link.close(Duration::from_secs(1));
+    assert_eq!(m.abandoned.overflow, 0, "no recovered frame given back");
+    assert_eq!(numbers(&peer), (0..500).collect::<Vec<_>>());
+    while let Ok(ev) = link.events().try_recv() {
+        assert!(!matches!(ev, Event::Abandoned { .. }), "{ev:?}");
+    }
+}

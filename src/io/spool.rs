@@ -164,6 +164,8 @@ struct Writer {
     written: bool,
     /// The spool's thread was told of the records appended since its last flush.
     told: bool,
+    /// The store is shut ([`Store::shut`]): nothing more is written.
+    shut: bool,
 }
 
 /// What the spool's thread waits for.
@@ -184,12 +186,12 @@ struct Acks {
 }
 
 /// A link's spool (see the module docs): its state, shared with its thread, and the thread,
-/// stopped and joined when the store goes, so that the directory's lock is free once the last
-/// handle on the store is dropped.
+/// stopped and joined when the store is shut ([`Store::shut`]: by the IO thread as the link
+/// ends, whoever still holds the link's shared state) or goes.
 #[derive(Debug)]
 pub(crate) struct Store {
     core: Arc<Core>,
-    flusher: Option<std::thread::JoinHandle<()>>,
+    flusher: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 impl std::ops::Deref for Store {
@@ -220,8 +222,8 @@ pub(crate) struct Core {
     marks: Mutex<MarksFile>,
     /// The spool's thread sleeps on this until there is work (or the store goes).
     wake: (Mutex<Wake>, Condvar),
-    /// Held (`flock`) while the store lives.
-    _lock: File,
+    /// Held (`flock`) until the store is shut: closing it lets the lock go.
+    lock: Mutex<Option<File>>,
 }
 
 fn io_err(what: &str, path: &Path, e: io::Error) -> String {
@@ -423,6 +425,7 @@ impl Store {
                 dir_dirty: false,
                 written: false,
                 told: false,
+                shut: false,
             }),
             recovered: Mutex::new(recovered.frames.iter().map(|f| f.0).collect()),
             first_new: next_seq,
@@ -434,7 +437,7 @@ impl Store {
                 len,
             }),
             wake,
-            _lock: lock_file,
+            lock: Mutex::new(Some(lock_file)),
         });
         if durability == Durability::EveryFrame {
             core.unstage()?;
@@ -450,7 +453,7 @@ impl Store {
             .map_err(|e| format!("cannot start the spool's thread: {e}"))?;
         let store = Store {
             core,
-            flusher: Some(flusher),
+            flusher: Mutex::new(Some(flusher)),
         };
         Ok((Arc::new(store), recovered))
     }
@@ -728,6 +731,10 @@ impl Core {
         let mut w = lock(&self.w);
         let seq = w.next_seq;
         let mut frame = make(seq);
+        if w.shut {
+            // The intake closed before the store was shut: the offer is refused.
+            return Ok(offer(&mut frame).map(|t| (seq, t)).map_err(|e| (frame, e)));
+        }
         if let Err(e) = self.roll_if_full(&mut w) {
             return Err((frame, e));
         }
@@ -790,6 +797,11 @@ impl Core {
         offer: impl FnOnce(&mut Batch) -> Result<(usize, R), E>,
     ) -> Result<Result<(u64, usize, R), E>, String> {
         let mut w = lock(&self.w);
+        if w.shut {
+            // The intake closed before the store was shut: the offer is refused.
+            let first = w.next_seq;
+            return Ok(offer(frames).map(|(k, r)| (first, k, r)));
+        }
         self.roll_if_full(&mut w)?;
         let first = w.next_seq;
         self.reserve(&mut w, first + frames.len() as u64)?;
@@ -1090,20 +1102,36 @@ impl Writer {
     }
 }
 
-impl Drop for Store {
-    fn drop(&mut self) {
+impl Store {
+    /// Ends the spool's run, once the link is done with it (its intake closed, the numbers of
+    /// the frames that left handed over): the spool's thread stopped, its last work done (the
+    /// acks written), the clean close written and synced ([`Core::close`]), the stage
+    /// unmapped and the directory's lock let go. Later calls do nothing; a caller of
+    /// [`Core::admit_one`] or [`Core::admit`] then reaches the intake, closed, with no record.
+    pub(crate) fn shut(&self) {
+        let Some(t) = lock(&self.flusher).take() else {
+            return;
+        };
         {
             let (m, cv) = &self.core.wake;
             lock(m).stopped = true;
             cv.notify_all();
         }
-        if let Some(t) = self.flusher.take() {
-            let _ = t.join();
-        }
+        let _ = t.join();
         self.core.flush();
         if let Err(e) = self.core.close() {
             log::error!("relink: cannot close the spool: {e}");
         }
+        lock(&self.core.w).shut = true;
+        lock(&self.core.w).stage = None;
+        // Closing the file lets the `flock` go.
+        lock(&self.core.lock).take();
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        self.shut();
     }
 }
 
