@@ -49,10 +49,10 @@ use stage::Stage;
 use crate::batch::Batch;
 use crate::spool::{Durability, Spool};
 
-/// The format this relink writes and reads. Format 1 has no stage, format 2 no markers; a
-/// directory at either is read and marked 3, so that a relink that reads an older format only
-/// refuses it once it may hold what that format has not.
-pub(crate) const VERSION: u32 = 3;
+/// The format this relink writes and reads. Format 1 has no stage, format 2 no markers, format
+/// 3 no seals; a directory at any of them is read and marked 4, so that a relink that reads an
+/// older format only refuses it once it may hold what that format has not.
+pub(crate) const VERSION: u32 = 4;
 
 /// The acks log is written again, compacted, once it is this large.
 const ACKS_COMPACT: u64 = 64 * 1024;
@@ -166,6 +166,10 @@ struct Writer {
     told: bool,
     /// The store is shut ([`Store::shut`]): nothing more is written.
     shut: bool,
+    /// The numbers of the records the current segment holds (for its seal): those an earlier
+    /// run staged, carried over at open, then this run's from `from` to `next_seq`.
+    carried: Option<(u64, u64)>,
+    from: u64,
 }
 
 /// What the spool's thread waits for.
@@ -234,6 +238,19 @@ fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
+/// Writes the `numbers` file of `dir` whole with `bound`, synced, through a file renamed over
+/// it: after a crash it is the old bound or the new one, never torn.
+fn write_reserved(dir: &Path, bound: u64) -> Result<(), String> {
+    let tmp = dir.join("numbers.tmp");
+    let path = dir.join("numbers");
+    let mut f = File::create(&tmp).map_err(|e| io_err("cannot make", &tmp, e))?;
+    f.write_all(&record::encode_reserved(bound))
+        .and_then(|()| f.sync_all())
+        .map_err(|e| io_err("cannot write", &tmp, e))?;
+    fs::rename(&tmp, &path).map_err(|e| io_err("cannot rename", &tmp, e))?;
+    sync_dir(dir).map_err(|e| io_err("cannot sync", dir, e))
+}
+
 impl Store {
     /// Opens (or makes) the spool: takes its lock, checks its version, reads what it holds
     /// (cutting torn tails) and starts its thread.
@@ -260,7 +277,7 @@ impl Store {
                 dir.display()
             ));
         }
-        Core::check_version(&dir)?;
+        let version = Core::check_version(&dir)?;
         let mut recovered = Recovered::default();
         // The acks log.
         let acks_path = dir.join("acks");
@@ -288,59 +305,167 @@ impl Store {
         // The last run's last marker.
         let (marks_file, marker) =
             MarksFile::open(&dir).map_err(|e| io_err("cannot open", &dir.join("marks"), e))?;
-        for (first, path) in segments {
-            next_seq = next_seq.max(first);
-            let data = Bytes::from(fs::read(&path).map_err(|e| io_err("cannot read", &path, e))?);
-            let (records, good) = record::decode_all(&data);
-            if good < data.len() {
-                let cut = (data.len() - good) as u64;
-                log::warn!(
-                    "relink: spool segment {} cut at byte {good} ({cut} bytes failed their check)",
-                    path.display()
-                );
-                recovered.cut_bytes += cut;
-                let f = OpenOptions::new()
-                    .write(true)
-                    .open(&path)
-                    .map_err(|e| io_err("cannot open", &path, e))?;
-                f.set_len(good as u64)
-                    .and_then(|()| f.sync_all())
-                    .map_err(|e| io_err("cannot cut", &path, e))?;
-            }
-            let mut pending = false;
-            for r in records {
-                held.push(r.seq);
+        let read: Vec<(u64, PathBuf, u64, record::Segment)> = segments
+            .into_iter()
+            .map(|(first, path)| {
+                let data = fs::read(&path).map_err(|e| io_err("cannot read", &path, e))?;
+                let len = data.len() as u64;
+                Ok((first, path, len, record::read_segment(&Bytes::from(data))))
+            })
+            .collect::<Result<_, String>>()?;
+        for (first, _, _, seg) in &read {
+            next_seq = next_seq.max(*first);
+            if let Some(r) = seg.records.last() {
                 last_seq = last_seq.max(Some(r.seq));
-                next_seq = next_seq.max(r.seq + 1);
-                if !done.contains(r.seq) {
-                    pending = true;
-                    recovered.frames.push((r.seq, r.deadline_ms, r.frame));
-                }
             }
-            kept.push_back((first, path, pending));
         }
         // Records staged and not yet written to a segment when the last process ended: they
         // stay staged, and the new segment begins with them.
         let durability = spool.get_durability();
         let mut stage = Stage::open(&dir, durability != Durability::EveryFrame)?;
-        let mut first = None;
-        if let Some((stage, staged)) = stage.as_mut() {
+        let mut staged = Vec::new();
+        if let Some((stage, records)) = stage.as_mut() {
             if let Some(last) = last_seq {
-                stage.keep_after(last, staged);
+                stage.keep_after(last, records);
             }
-            for r in staged.drain(..).filter(|r| last_seq < Some(r.seq)) {
-                held.push(r.seq);
-                first.get_or_insert(r.seq);
-                next_seq = next_seq.max(r.seq + 1);
-                if !done.contains(r.seq) {
-                    recovered.frames.push((r.seq, r.deadline_ms, r.frame));
+            staged = records
+                .drain(..)
+                .filter(|r| last_seq < Some(r.seq))
+                .collect();
+        }
+        // What each segment must hold, against what it holds: frames possibly lost to damage
+        // (numbers that did not leave), and bytes cut that are damage.
+        let closed_run = marker.as_ref().filter(|m| m.closed);
+        let machine_down = marker
+            .as_ref()
+            .is_some_and(|m| boot.is_empty() || m.boot != boot);
+        let mut damaged = Ranges::default();
+        let n = read.len();
+        for (k, (first, path, len, seg)) in read.iter().enumerate() {
+            let last = k + 1 == n;
+            let mut expected = Ranges::default();
+            let mut holds = Ranges::default();
+            holds.extend(&mut seg.records.iter().map(|r| r.seq).collect::<Vec<_>>());
+            if let Some(seal) = &seg.seal {
+                for &(lo, hi) in &seal.0 {
+                    expected.insert(lo, hi);
+                }
+            } else {
+                for &(before, after) in &seg.holes {
+                    expected.insert(before.map_or(*first, |b| b + 1), after);
+                }
+                // Where the numbers of an unsealed segment end: the next segment's first, the
+                // first staged record (the stage follows the last segment), or the clean
+                // close's bound; else (the last segment of a run that did not close cleanly)
+                // at its last whole record.
+                let end = if version < VERSION {
+                    None
+                } else if !last {
+                    read.get(k + 1).map(|(f, ..)| *f)
+                } else if let Some(r) = staged.first() {
+                    Some(r.seq)
+                } else {
+                    closed_run.map(|m| m.bound)
+                };
+                if let Some(end) = end {
+                    let from = seg.records.last().map_or(*first, |r| r.seq + 1);
+                    expected.insert(from, end);
                 }
             }
+            let mut known = holds;
+            for (a, b) in done.iter() {
+                known.insert(a, b);
+            }
+            let mut lost = 0;
+            for (lo, hi) in expected.iter() {
+                for (a, b) in known.missing(lo, hi) {
+                    lost += b - a;
+                    damaged.insert(a, b);
+                }
+            }
+            // A torn tail is damage unless the last run's death explains it: under every
+            // policy a process's death (a write cut short: its records are in the stage, or
+            // under `EveryFrame` its call never returned), and under `EveryFrame` a power cut
+            // too. What a power cut took under the other policies is counted.
+            let tail = len - seg.end as u64;
+            let explained = last
+                && closed_run.is_none()
+                && (!machine_down || marker.as_ref().is_some_and(|m| m.every_frame));
+            let cut = seg.corrupt + if explained { 0 } else { tail };
+            if cut > 0 || lost > 0 {
+                log::warn!(
+                    "relink: spool segment {}: {cut} bytes failed their check; {lost} frames \
+                     possibly lost",
+                    path.display()
+                );
+            }
+            recovered.cut_bytes += cut;
         }
-        // Numbers handed out before a crash and never written stay used.
-        let reserved = Core::read_reserved(&dir)?;
-        next_seq = next_seq.max(reserved);
-        recovered.lost = Core::lost(marker.as_ref(), &boot, reserved, &held, &done);
+        for (lo, hi) in damaged.iter() {
+            next_seq = next_seq.max(hi);
+            // Reported once: from now on they count as left.
+            done.insert(lo, hi);
+        }
+        for (first, path, len, seg) in read {
+            let mut pending = false;
+            for r in &seg.records {
+                held.push(r.seq);
+                next_seq = next_seq.max(r.seq + 1);
+                if !done.contains(r.seq) {
+                    pending = true;
+                    recovered
+                        .frames
+                        .push((r.seq, r.deadline_ms, r.frame.clone()));
+                }
+            }
+            if pending {
+                Core::repair(&path, len, &seg)?;
+            }
+            kept.push_back((first, path, pending));
+        }
+        let mut first = None;
+        let mut carried = None;
+        for r in staged {
+            held.push(r.seq);
+            first.get_or_insert(r.seq);
+            carried = Some((first.unwrap_or(r.seq), r.seq + 1));
+            next_seq = next_seq.max(r.seq + 1);
+            if !done.contains(r.seq) {
+                recovered.frames.push((r.seq, r.deadline_ms, r.frame));
+            }
+        }
+        // Numbers handed out before a crash and never written stay used; after a clean close
+        // the numbers go on from the close's (every number handed out is below it).
+        let reserved = match Core::read_reserved(&dir)? {
+            Some(bound) => bound,
+            None => {
+                let known = marker.as_ref().map_or(0, |m| m.bound).max(next_seq);
+                let bound = known + RESERVE;
+                log::warn!(
+                    "relink: spool {}: its numbers file fails its check; rebuilt from what the \
+                     directory holds: numbers go on from {bound}",
+                    dir.display()
+                );
+                write_reserved(&dir, bound)?;
+                bound
+            }
+        };
+        next_seq = match closed_run {
+            Some(m) => next_seq.max(m.bound),
+            None => next_seq.max(reserved),
+        };
+        let machine = Core::lost(marker.as_ref(), &boot, reserved, &held, &done);
+        let (count, span) = damaged.count_span();
+        recovered.lost = if count == 0 {
+            machine
+        } else if machine.0 == 0 {
+            (count, span)
+        } else {
+            (
+                count + machine.0,
+                span.start.min(machine.1.start)..span.end.max(machine.1.end),
+            )
+        };
         if recovered.lost.0 > 0 {
             log::warn!(
                 "relink: spool {}: the machine went down while its last run held it; at most {} \
@@ -426,6 +551,8 @@ impl Store {
                 written: false,
                 told: false,
                 shut: false,
+                carried,
+                from: next_seq,
             }),
             recovered: Mutex::new(recovered.frames.iter().map(|f| f.0).collect()),
             first_new: next_seq,
@@ -526,13 +653,14 @@ impl Core {
         }
     }
 
-    /// Refuses a directory written in another format, or holding files of something else.
-    fn check_version(dir: &Path) -> Result<(), String> {
+    /// Refuses a directory written in another format, or holding files of something else;
+    /// gives the format it was at (this one for a new directory).
+    fn check_version(dir: &Path) -> Result<u32, String> {
         let path = dir.join("VERSION");
         match fs::read_to_string(&path) {
             Ok(s) => match s.trim().parse::<u32>() {
-                Ok(VERSION) => Ok(()),
-                Ok(1 | 2) => Core::write_version(dir),
+                Ok(VERSION) => Ok(VERSION),
+                Ok(v @ 1..=3) => Core::write_version(dir).map(|()| v),
                 Ok(v) => Err(format!(
                     "{} holds a spool of format {v}; this relink reads formats 1 to {VERSION} \
                      only",
@@ -551,7 +679,7 @@ impl Core {
                         dir.display()
                     ));
                 }
-                Core::write_version(dir)
+                Core::write_version(dir).map(|()| VERSION)
             }
             Err(e) => Err(io_err("cannot read", &path, e)),
         }
@@ -614,19 +742,52 @@ impl Core {
     }
 
     /// The bound the `numbers` file holds: every number handed out so far is below it. Zero
-    /// when there is none (a new spool).
-    fn read_reserved(dir: &Path) -> Result<u64, String> {
+    /// when there is none (a new spool); `None` when it fails its check.
+    fn read_reserved(dir: &Path) -> Result<Option<u64>, String> {
         let path = dir.join("numbers");
         match fs::read(&path) {
-            Ok(data) => record::decode_reserved(&data).ok_or_else(|| {
-                format!(
-                    "{} fails its check; the spool's numbers cannot be trusted",
-                    path.display()
-                )
-            }),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(0),
+            Ok(data) => Ok(record::decode_reserved(&data)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Some(0)),
             Err(e) => Err(io_err("cannot read", &path, e)),
         }
+    }
+
+    /// A segment an earlier run left, which holds frames still to send, made whole: a
+    /// segment with damage between its records is written again with its whole records
+    /// only; a torn tail is cut; an unsealed one (the segment a run left open) is sealed with
+    /// the numbers it holds now (those it lacks were reported). Each change is synced.
+    fn repair(path: &Path, len: u64, seg: &record::Segment) -> Result<(), String> {
+        let mut holds = Ranges::default();
+        holds.extend(&mut seg.records.iter().map(|r| r.seq).collect::<Vec<_>>());
+        let seal = record::Seal(holds.iter().collect());
+        if seg.corrupt > 0 {
+            let tmp = path.with_extension("tmp");
+            let mut buf = Vec::new();
+            for r in &seg.records {
+                record::encode(&mut buf, r.seq, r.deadline_ms, &r.frame);
+            }
+            seal.encode(&mut buf);
+            let mut f = File::create(&tmp).map_err(|e| io_err("cannot make", &tmp, e))?;
+            f.write_all(&buf)
+                .and_then(|()| f.sync_all())
+                .map_err(|e| io_err("cannot write", &tmp, e))?;
+            return fs::rename(&tmp, path).map_err(|e| io_err("cannot rename", &tmp, e));
+        }
+        if seg.seal.is_some() && seg.end as u64 == len {
+            return Ok(());
+        }
+        let f = OpenOptions::new()
+            .write(true)
+            .open(path)
+            .map_err(|e| io_err("cannot open", path, e))?;
+        let mut buf = Vec::new();
+        if seg.seal.is_none() {
+            seal.encode(&mut buf);
+        }
+        f.set_len(seg.end as u64)
+            .and_then(|()| f.write_all_at(&buf, seg.end as u64))
+            .and_then(|()| f.sync_all())
+            .map_err(|e| io_err("cannot cut", path, e))
     }
 
     /// Reserves on disk the numbers up to `end` (exclusive) and `RESERVE` more, unless they
@@ -637,14 +798,7 @@ impl Core {
             return Ok(());
         }
         let bound = end + RESERVE;
-        let tmp = self.dir.join("numbers.tmp");
-        let path = self.dir.join("numbers");
-        let mut f = File::create(&tmp).map_err(|e| io_err("cannot make", &tmp, e))?;
-        f.write_all(&record::encode_reserved(bound))
-            .and_then(|()| f.sync_all())
-            .map_err(|e| io_err("cannot write", &tmp, e))?;
-        fs::rename(&tmp, &path).map_err(|e| io_err("cannot rename", &tmp, e))?;
-        sync_dir(&self.dir).map_err(|e| io_err("cannot sync", &self.dir, e))?;
+        write_reserved(&self.dir, bound)?;
         w.reserved = bound;
         Ok(())
     }
@@ -678,7 +832,7 @@ impl Core {
     /// power cut.
     fn close(&self) -> io::Result<()> {
         let mut w = lock(&self.w);
-        w.write()?;
+        w.seal()?;
         if self.durability == Durability::OsWriteBack {
             for (_, path) in &w.closed {
                 File::open(path)?.sync_data()?;
@@ -839,7 +993,11 @@ impl Core {
         if w.pos + w.unwritten() < self.segment_bytes {
             return Ok(());
         }
-        w.write()
+        w.seal()
+            .and_then(|()| match self.durability {
+                Durability::EveryFrame => w.file.sync_data(),
+                _ => Ok(()),
+            })
             .map_err(|e| format!("cannot write to the spool: {e}"))?;
         let path = self.dir.join(segment_name(w.next_seq));
         let file = Core::new_segment(&path)?;
@@ -856,6 +1014,8 @@ impl Core {
         w.closed
             .push_back((old_first, self.dir.join(segment_name(old_first))));
         w.pos = 0;
+        w.carried = None;
+        w.from = w.next_seq;
         Ok(())
     }
 
@@ -1046,6 +1206,16 @@ impl Writer {
             self.write()?;
         }
         Ok(())
+    }
+
+    /// Writes what is staged, then the current segment's seal (the numbers it holds), so
+    /// that nothing more is appended to it.
+    fn seal(&mut self) -> io::Result<()> {
+        self.write()?;
+        let run = (self.from < self.next_seq).then_some((self.from, self.next_seq));
+        let seal = record::Seal(self.carried.into_iter().chain(run).collect());
+        seal.encode(&mut self.buf);
+        self.write()
     }
 
     /// Bytes of records not yet written to the segment.
