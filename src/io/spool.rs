@@ -20,8 +20,11 @@
 //!   under `Group`, `fdatasync`s the segment, appends what left to the acks log, and deletes
 //!   segments whose frames all left.
 //!
-//! At open, the segments are read in order; each record is checked by its CRC-32C, and a
-//! segment is cut at its first record that fails (a torn tail): what is cut is counted. Then
+//! At open, the segments are read in order; each record is checked by its CRC-32C, and past
+//! one that fails the reading resumes at the next whole record. Each segment's seal (or, for
+//! one without, the next segment's first number, the stage, or the clean close's bound) says
+//! which numbers it must hold: those missing are reported as frames possibly lost, and the
+//! bytes that failed as cut, but for a torn tail the last run's death explains. Then
 //! the stage's records with numbers past the segments' are recovered too; they stay staged,
 //! and the run's new segment begins with them.
 
