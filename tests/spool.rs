@@ -564,6 +564,21 @@ fn open_now(endpoint: &str, dir: &ScratchDir) -> Result<Link, ConfigError> {
         .build()
 }
 
+/// Opens the spool once its lock is free, within 5 s: a child process another test forks
+/// holds a copy of the lock's descriptor until its `exec` (a few milliseconds). A lock held
+/// by the closed link itself stays held past the bound.
+fn open_soon(endpoint: &str, dir: &ScratchDir) -> Result<Link, ConfigError> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match open_now(endpoint, dir) {
+            Err(ConfigError::Spool(e)) if e.contains("in use") && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            r => return r,
+        }
+    }
+}
+
 /// A spooled link whose 300 frames were all confirmed by a sink, with a clone of its events
 /// held by the caller.
 fn confirmed_300(dir: &ScratchDir, peer: &Peer) -> (Link, relink::Events) {
@@ -596,7 +611,7 @@ fn close_lets_the_spool_go_while_a_clone_of_the_events_lives() {
     let m = link.close(Duration::from_secs(1));
     assert_eq!(m.frames_confirmed, 300);
     // At once: `close` returned after the spool closed, its lock let go.
-    let again = open_now(&refused_endpoint(), &dir).expect("the lock is let go at close");
+    let again = open_soon(&refused_endpoint(), &dir).expect("the lock is let go at close");
     assert_eq!(recovered(&again), None, "no confirmed frame is replayed");
     assert!(ends(&events), "the clone sees the end of the stream");
     drop((link, events));
@@ -610,7 +625,7 @@ fn the_last_link_dropped_lets_the_spool_go_while_a_clone_of_the_events_lives() {
     drop(link);
     // The end of the stream comes once the spool is closed.
     assert!(ends(&events), "the clone sees the end of the stream");
-    let again = open_now(&refused_endpoint(), &dir).expect("the lock is let go");
+    let again = open_soon(&refused_endpoint(), &dir).expect("the lock is let go");
     assert_eq!(recovered(&again), None, "no confirmed frame is replayed");
     drop(events);
 }
