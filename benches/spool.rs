@@ -5,7 +5,8 @@
 //! `cargo bench --bench spool -- --smoke` (seconds, small counts: it shows the program runs).
 //! `-- --rates` runs the throughput rows only, `--size <bytes>` one payload size, `--rounds <n>`
 //! that many rounds (default 5), `--frames <n>` that many frames a run (default 200 000),
-//! `--only <memory,os,group,every>` those columns only (the others read 0).
+//! `--only <memory,os,group,every>` those columns only (the others read 0), `--interval <ms>`
+//! the `group` column's interval (default `Durability::DEFAULT_GROUP_INTERVAL`).
 //!
 //! Throughput, 64 B and 1 KiB payloads (length-prefixed, one producer, `Overflow::Block`), to a
 //! local sink that reads and discards, timed from the first `send` until a `flush` after the
@@ -14,8 +15,8 @@
 //! - `memory`: no spool;
 //! - `os`: `Durability::OsWriteBack` (each record copied into the spool's mapped stage file,
 //!   written to the segment when the stage fills or the spool's thread runs, never synced);
-//! - `group`: `Durability::Group(5 ms)` (each record copied into the stage, written and
-//!   synced every 5 ms by the spool's thread);
+//! - `group`: `Durability::group()` (each record copied into the stage, written and synced
+//!   every interval, 5 ms by default, by the spool's thread);
 //! - `every`: `Durability::EveryFrame` (a `write` and an `fdatasync` per frame; fewer frames).
 //!
 //! Rounds run the four back to back; each row is the median over the rounds:
@@ -391,6 +392,13 @@ fn main() {
     };
     let only = support::arg("only").unwrap_or_else(|| "memory,os,group,every".into());
     let runs = |policy: &str| only.split(',').any(|p| p == policy);
+    let group = match support::arg("interval") {
+        Some(ms) => Durability::Group(Duration::from_millis(ms.parse().expect("--interval <ms>"))),
+        None => Durability::group(),
+    };
+    if let Durability::Group(d) = group {
+        println!("spool_group interval_ms={}", d.as_millis());
+    }
     let peer = sink();
     let scratch = Scratch::new("rate");
     for size in sizes {
@@ -405,11 +413,7 @@ fn main() {
             let policies = [
                 ("memory", None, frames),
                 ("os", Some(Durability::OsWriteBack), frames),
-                (
-                    "group",
-                    Some(Durability::Group(Duration::from_millis(5))),
-                    frames,
-                ),
+                ("group", Some(group), frames),
                 ("every", Some(Durability::EveryFrame), every_frames),
             ];
             for (i, (name, durability, n)) in policies.into_iter().enumerate() {

@@ -97,13 +97,13 @@ pub(crate) struct Config {
 ///
 /// | what | methods |
 /// |---|---|
-/// | where | [`endpoint`](Builder::endpoint), [`name`](Builder::name), [`resolver`](Builder::resolver), [`tls`](Builder::tls) |
-/// | the peer's language | [`protocol`](Builder::protocol), which brings the rest of this row unless given: [`framing`](Builder::framing), [`heartbeat`](Builder::heartbeat), [`confirm`](Builder::confirm) |
-/// | when a connection is alive | [`ready_when`](Builder::ready_when), [`handshake_timeout`](Builder::handshake_timeout) |
-/// | groups, each changed in place | [`reconnect`](Builder::reconnect) ([`Reconnect`]), [`delivery`](Builder::delivery) ([`Delivery`]), [`requests`](Builder::requests) ([`Requests`]), [`socket`](Builder::socket) ([`SocketOptions`]) |
-/// | durability | [`spool`](Builder::spool) |
-/// | receiving | [`events_capacity`](Builder::events_capacity), [`closed_frames_wait`](Builder::closed_frames_wait) |
-/// | threads and the process | [`context`](Builder::context), [`io_pool`](Builder::io_pool), [`looks`](Builder::looks), [`slow_callback`](Builder::slow_callback), [`close_timeout`](Builder::close_timeout) |
+/// | where | [`endpoint`](crate::Builder::endpoint), [`name`](crate::Builder::name), [`resolver`](crate::Builder::resolver), [`tls`](crate::Builder::tls) |
+/// | the peer's language | [`protocol`](crate::Builder::protocol), which brings the rest of this row unless given: [`framing`](crate::Builder::framing), [`heartbeat`](crate::Builder::heartbeat), [`confirm`](crate::Builder::confirm) |
+/// | when a connection is alive | [`ready_when`](crate::Builder::ready_when), [`handshake_timeout`](crate::Builder::handshake_timeout) |
+/// | groups, each changed in place | [`reconnect`](crate::Builder::reconnect) ([`Reconnect`]), [`delivery`](crate::Builder::delivery) ([`Delivery`]), [`requests`](crate::Builder::requests) ([`Requests`]), [`socket`](crate::Builder::socket) ([`SocketOptions`]) |
+/// | durability | [`spool`](crate::Builder::spool) |
+/// | receiving | [`events_capacity`](crate::Builder::events_capacity), [`closed_frames_wait`](crate::Builder::closed_frames_wait) |
+/// | threads and the process | [`context`](crate::Builder::context), [`io_pool`](crate::Builder::io_pool), [`looks`](crate::Builder::looks), [`slow_callback`](crate::Builder::slow_callback), [`close_timeout`](crate::Builder::close_timeout) |
 ///
 /// # Examples
 /// A link to a line-based service, with a heartbeat, a bounded outbox and a give-up point:
@@ -474,8 +474,9 @@ impl Builder {
     ///
     /// # Examples
     /// The events group ([`events_capacity`](crate::Builder::events_capacity),
-    /// [`close_timeout`](crate::Builder::close_timeout)): dropping the last handle closes the link, and
-    /// the event stream ends with the transition to Closed.
+    /// [`close_timeout`](crate::Builder::close_timeout)): dropping the last [`Link`](crate::Link)
+    /// closes the link (and its spool, if it has one) whatever clones of its
+    /// [`Events`](crate::Events) live on, and their stream ends with the transition to Closed.
     /// ```
     /// use std::time::Duration;
     /// use relink::{Event, Link, State};
@@ -498,7 +499,7 @@ impl Builder {
     /// while link.state() != State::Ready {
     ///     events.recv_timeout(Duration::from_secs(5))?;
     /// }
-    /// drop(link); // the last handle: closes, bounded by close_timeout
+    /// drop(link); // the last Link: closes, bounded by close_timeout; `events` lives on
     /// let mut last = None;
     /// while let Ok(ev) = events.recv() {
     ///     last = Some(ev);

@@ -347,8 +347,9 @@ pub enum Event {
     Recovered {
         /// Frames recovered, to be sent again.
         frames: u64,
-        /// Bytes cut from the spool's files: records torn or corrupt (a crash or a power cut
-        /// in the middle of a write), which failed their checksum.
+        /// Bytes cut from the spool's files: records torn or corrupt, which failed their
+        /// checksum (a power cut in the middle of a write, damage on disk), but not the torn
+        /// tail a killed process leaves, which loses nothing.
         cut_bytes: u64,
         /// From the first recovered frame's sequence number to one past the last (frames
         /// that left before the restart leave gaps).
@@ -361,7 +362,10 @@ pub enum Event {
         /// numbers never handed out too, up to four times an interval's frames, at least 256);
         /// under [`Durability::OsWriteBack`](crate::Durability::OsWriteBack) up to the
         /// 65 536 numbers reserved at a time; under
-        /// [`Durability::EveryFrame`](crate::Durability::EveryFrame) none (0).
+        /// [`Durability::EveryFrame`](crate::Durability::EveryFrame) none (0). Added to them,
+        /// the frames whose records damage on disk took (a segment cut at a record's
+        /// boundary or emptied, a corrupt record), each segment's seal saying which numbers
+        /// it held; each is reported at one start only.
         lost_at_most: u64,
         /// The numbers those frames had, from the first to one past the last: a receiver
         /// that saw a number in it had its frame (0..0 when `lost_at_most` is 0).

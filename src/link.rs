@@ -208,7 +208,16 @@ impl Link {
             done: done_tx,
             recovered: report,
         };
-        let slot = Slot::new(config.core.clone(), io, wiring)?;
+        // The frames the spool recovered were admitted once: the machine's outbox holds them
+        // besides its limits, which bound the new frames only (the intake counts both), so
+        // none is given back as `Overflow` unless the policy is `DropOldest`.
+        let mut core = config.core.clone();
+        if let Some(r) = &recovered {
+            core.outbox_frames = core.outbox_frames.saturating_add(r.frames.len());
+            let bytes = r.frames.iter().map(|f| f.2.len()).sum::<usize>();
+            core.outbox_bytes = core.outbox_bytes.saturating_add(bytes);
+        }
+        let slot = Slot::new(core, io, wiring)?;
         // What the spool held goes first, before any frame the link is given.
         let mut restored = false;
         if let Some(recovered) = recovered {

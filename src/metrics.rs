@@ -313,8 +313,9 @@ pub struct Metrics {
     pub frames_recovered: u64,
     /// Bytes cut from the spool's files at the start: torn or corrupt records.
     pub spool_bytes_cut: u64,
-    /// At most this many frames the spool's last run numbered were lost with the machine (a
-    /// power cut, a kernel crash), as its start found (`Event::Recovered`'s `lost_at_most`).
+    /// At most this many frames the spool held were lost with the machine (a power cut, a
+    /// kernel crash) or to damage on disk, as its start found (`Event::Recovered`'s
+    /// `lost_at_most`).
     pub spool_frames_lost_at_most: u64,
 }
 

@@ -121,7 +121,8 @@ fn crash_trial(policy: &str, durability: Durability, rng: &mut impl Rng) -> Tria
     assert!(a.wait_all_closed(BOUND), "peer A never saw the child's end");
     let b = Peer::start(Behaviour::Sink);
     let link = spooled(&b.endpoint(), &dir, durability);
-    let (frames, _) = recovered(&link).unwrap_or_default();
+    let (frames, cut) = recovered(&link).unwrap_or_default();
+    assert_eq!(cut, 0, "a process's death is no damage");
     assert!(
         wait_until(BOUND, || link.metrics().frames_confirmed >= frames),
         "the recovered frames were not confirmed: {:?}",
@@ -269,6 +270,21 @@ fn frames_left_at_a_close_are_sent_first_at_the_next_start_in_order() {
     assert_eq!(recovered(&again), None, "confirmed frames left the spool");
 }
 
+/// The link's first event when its spool held frames or reported damage (bounded): frames
+/// recovered, bytes cut, and how many frames at most were lost with their numbers.
+fn recovered_all(link: &Link) -> Option<(u64, u64, u64, std::ops::Range<u64>)> {
+    match link.events().recv_timeout(Duration::from_secs(5)) {
+        Ok(Event::Recovered {
+            frames,
+            cut_bytes,
+            lost_at_most,
+            lost_seqs,
+            ..
+        }) => Some((frames, cut_bytes, lost_at_most, lost_seqs)),
+        _ => None,
+    }
+}
+
 #[test]
 fn a_torn_tail_cut_at_random_offsets_is_cut_counted_and_reported() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(41);
@@ -291,7 +307,8 @@ fn a_torn_tail_cut_at_random_offsets_is_cut_counted_and_reported() {
             .unwrap()
             .set_len(cut_at)
             .unwrap();
-        // A record is 24 bytes of header and the frame's bytes (its number, no newline).
+        // A record is 24 bytes of header and the frame's bytes (its number, no newline); the
+        // segment's seal follows the last.
         let mut whole = 0;
         let mut at = 0;
         for s in 0..40u64 {
@@ -304,13 +321,16 @@ fn a_torn_tail_cut_at_random_offsets_is_cut_counted_and_reported() {
         let good: u64 = (0..whole).map(|s| 24 + s.to_string().len() as u64).sum();
         let peer = Peer::start(Behaviour::Sink);
         let link = reopen(&peer.endpoint(), &dir);
-        let got = recovered(&link);
+        let got = recovered_all(&link);
+        // The close said 40 frames: those missing are reported by their numbers.
+        let lost = 40 - whole;
+        let seqs = if lost > 0 { whole..40 } else { 0..0 };
         if cut_at == good && whole == 0 {
-            assert_eq!(got, None);
+            assert_eq!(got, Some((0, 0, 40, 0..40)));
         } else {
             assert_eq!(
                 got,
-                Some((whole, cut_at - good)),
+                Some((whole, cut_at - good, lost, seqs)),
                 "cut at {cut_at} of {len}"
             );
         }
@@ -318,10 +338,44 @@ fn a_torn_tail_cut_at_random_offsets_is_cut_counted_and_reported() {
         assert_eq!(numbers(&peer), (0..whole).collect::<Vec<_>>());
         let m = link.close(Duration::from_secs(1));
         assert_eq!(
-            (m.frames_recovered, m.spool_bytes_cut),
-            (whole, cut_at - good)
+            (
+                m.frames_recovered,
+                m.spool_bytes_cut,
+                m.spool_frames_lost_at_most
+            ),
+            (whole, cut_at - good, lost)
         );
     }
+}
+
+#[test]
+fn a_segment_cut_at_a_record_boundary_reports_the_lost_frames_in_the_event_and_metrics() {
+    let dir = ScratchDir::new("spool-cut-boundary");
+    fill(&dir, 300, None);
+    let seg = fs::read_dir(dir.path())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "seg") && fs::metadata(p).unwrap().len() > 0)
+        .expect("a segment with the frames");
+    let boundary: u64 = (0..200u64).map(|s| 24 + s.to_string().len() as u64).sum();
+    OpenOptions::new()
+        .write(true)
+        .open(&seg)
+        .unwrap()
+        .set_len(boundary)
+        .unwrap();
+    let link = reopen(&refused_endpoint(), &dir);
+    assert_eq!(recovered_all(&link), Some((200, 0, 100, 200..300)));
+    let m = link.close(Duration::from_millis(10));
+    assert_eq!(
+        (
+            m.frames_recovered,
+            m.spool_bytes_cut,
+            m.spool_frames_lost_at_most
+        ),
+        (200, 0, 100)
+    );
 }
 
 #[test]
@@ -506,4 +560,121 @@ fn a_batch_keeps_in_the_spool_exactly_the_frames_the_outbox_took() {
     let next = link.send_numbered(|s| format!("{s}")).unwrap();
     assert!(next > 2, "numbers go on past the recovered ones: {next}");
     link.close(Duration::from_secs(1));
+}
+
+/// Opens the spool at once (no wait for its lock): `Err` holds the build's error.
+fn open_now(endpoint: &str, dir: &ScratchDir) -> Result<Link, ConfigError> {
+    Link::builder(endpoint)
+        .framing(Lines::new())
+        .spool(Spool::new(dir.path()).durability(Durability::OsWriteBack))
+        .build()
+}
+
+/// Opens the spool once its lock is free, within 5 s: a child process another test forks
+/// holds a copy of the lock's descriptor until its `exec` (a few milliseconds). A lock held
+/// by the closed link itself stays held past the bound.
+fn open_soon(endpoint: &str, dir: &ScratchDir) -> Result<Link, ConfigError> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match open_now(endpoint, dir) {
+            Err(ConfigError::Spool(e)) if e.contains("in use") && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            r => return r,
+        }
+    }
+}
+
+/// A spooled link whose 300 frames were all confirmed by a sink, with a clone of its events
+/// held by the caller.
+fn confirmed_300(dir: &ScratchDir, peer: &Peer) -> (Link, relink::Events) {
+    let link = open_now(&peer.endpoint(), dir).expect("a spooled link");
+    let events = link.events().clone();
+    for _ in 0..300 {
+        link.send_numbered(|s| format!("{s}")).expect("send");
+    }
+    link.flush(BOUND).expect("every frame confirmed");
+    (link, events)
+}
+
+/// The clone sees the end of the stream (bounded): every event taken, then `Disconnected`.
+fn ends(events: &relink::Events) -> bool {
+    let deadline = Instant::now() + BOUND;
+    loop {
+        match events.recv_deadline(deadline) {
+            Ok(_) => continue,
+            Err(relink::error::RecvTimeoutError::Disconnected) => return true,
+            Err(relink::error::RecvTimeoutError::Timeout) => return false,
+        }
+    }
+}
+
+#[test]
+fn close_lets_the_spool_go_while_a_clone_of_the_events_lives() {
+    let dir = ScratchDir::new("spool-close-clone");
+    let peer = Peer::start(Behaviour::Sink);
+    let (link, events) = confirmed_300(&dir, &peer);
+    let m = link.close(Duration::from_secs(1));
+    assert_eq!(m.frames_confirmed, 300);
+    // At once: `close` returned after the spool closed, its lock let go.
+    let again = open_soon(&refused_endpoint(), &dir).expect("the lock is let go at close");
+    assert_eq!(recovered(&again), None, "no confirmed frame is replayed");
+    assert!(ends(&events), "the clone sees the end of the stream");
+    drop((link, events));
+}
+
+#[test]
+fn the_last_link_dropped_lets_the_spool_go_while_a_clone_of_the_events_lives() {
+    let dir = ScratchDir::new("spool-drop-clone");
+    let peer = Peer::start(Behaviour::Sink);
+    let (link, events) = confirmed_300(&dir, &peer);
+    drop(link);
+    // The end of the stream comes once the spool is closed.
+    assert!(ends(&events), "the clone sees the end of the stream");
+    let again = open_soon(&refused_endpoint(), &dir).expect("the lock is let go");
+    assert_eq!(recovered(&again), None, "no confirmed frame is replayed");
+    drop(events);
+}
+
+#[test]
+fn frames_recovered_past_the_outbox_limit_are_all_sent_and_none_abandoned() {
+    let dir = ScratchDir::new("spool-over-limit");
+    // 500 frames left in the spool by a link whose outbox held them all.
+    let link = Link::builder(refused_endpoint())
+        .framing(Lines::new())
+        .delivery(|d| {
+            d.outbox_frames = 1000;
+            d.outbox_bytes = 1 << 20;
+        })
+        .spool(Spool::new(dir.path()).durability(Durability::OsWriteBack))
+        .build()
+        .expect("link");
+    for _ in 0..500 {
+        link.send_numbered(|s| format!("{s}")).expect("send");
+    }
+    link.close(Duration::from_millis(10));
+    drop(link);
+    // The next start's outbox holds 100 frames: the 500 recovered go all the same.
+    let peer = Peer::start(Behaviour::Sink);
+    let link = Link::builder(peer.endpoint())
+        .framing(Lines::new())
+        .delivery(|d| {
+            d.outbox_frames = 100;
+            d.outbox_bytes = 1 << 20;
+        })
+        .spool(Spool::new(dir.path()).durability(Durability::OsWriteBack))
+        .build()
+        .expect("link");
+    assert_eq!(recovered(&link), Some((500, 0)));
+    assert!(
+        wait_until(BOUND, || link.metrics().frames_confirmed == 500),
+        "{:?}",
+        link.metrics()
+    );
+    let m = link.close(Duration::from_secs(1));
+    assert_eq!(m.abandoned.overflow, 0, "no recovered frame given back");
+    assert_eq!(numbers(&peer), (0..500).collect::<Vec<_>>());
+    while let Ok(ev) = link.events().try_recv() {
+        assert!(!matches!(ev, Event::Abandoned { .. }), "{ev:?}");
+    }
 }

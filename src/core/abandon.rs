@@ -19,7 +19,10 @@ use std::fmt;
 pub enum AbandonReason {
     /// Its deadline passed while it waited.
     Expired,
-    /// The outbox overflowed and the policy is `DropOldest`.
+    /// The outbox was over its limits under [`Overflow::DropOldest`](crate::Overflow::DropOldest), and this
+    /// was its oldest frame. Under the other policies the outbox never overflows: a full one
+    /// refuses new frames at the call, and frames a [`Spool`](crate::Spool) recovered at the
+    /// start are held besides the limits.
     Overflow,
     /// The link closed before it could be sent.
     Shutdown,

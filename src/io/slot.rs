@@ -702,6 +702,11 @@ impl Slot {
     pub(super) fn shutdown(mut self, now: Instant) {
         self.carry_out(now);
         self.publish();
+        // The spool closes with the link, before its events end: whoever holds a clone of the
+        // link's events, its lock is let go and its acks written.
+        if let Some(store) = &self.shared.spool {
+            store.shut();
+        }
         *self.shared.final_sources() = Some(self.sources(now));
         self.flush_events();
         self.shared
@@ -844,6 +849,10 @@ impl Drop for StopGuard {
                     frame,
                     reason: crate::event::AbandonReason::Shutdown,
                 }));
+        }
+        // However the link ended, its spool closes with it (already, after `Slot::shutdown`).
+        if let Some(store) = &shared.spool {
+            store.shut();
         }
         // The events channel is closed (the sink went first) and the final snapshot's sources
         // are kept: async closers and receivers can finish.

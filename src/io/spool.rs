@@ -20,8 +20,11 @@
 //!   under `Group`, `fdatasync`s the segment, appends what left to the acks log, and deletes
 //!   segments whose frames all left.
 //!
-//! At open, the segments are read in order; each record is checked by its CRC-32C, and a
-//! segment is cut at its first record that fails (a torn tail): what is cut is counted. Then
+//! At open, the segments are read in order; each record is checked by its CRC-32C, and past
+//! one that fails the reading resumes at the next whole record. Each segment's seal (or, for
+//! one without, the next segment's first number, the stage, or the clean close's bound) says
+//! which numbers it must hold: those missing are reported as frames possibly lost, and the
+//! bytes that failed as cut, but for a torn tail the last run's death explains. Then
 //! the stage's records with numbers past the segments' are recovered too; they stay staged,
 //! and the run's new segment begins with them.
 
@@ -49,10 +52,10 @@ use stage::Stage;
 use crate::batch::Batch;
 use crate::spool::{Durability, Spool};
 
-/// The format this relink writes and reads. Format 1 has no stage, format 2 no markers; a
-/// directory at either is read and marked 3, so that a relink that reads an older format only
-/// refuses it once it may hold what that format has not.
-pub(crate) const VERSION: u32 = 3;
+/// The format this relink writes and reads. Format 1 has no stage, format 2 no markers, format
+/// 3 no seals; a directory at any of them is read and marked 4, so that a relink that reads an
+/// older format only refuses it once it may hold what that format has not.
+pub(crate) const VERSION: u32 = 4;
 
 /// The acks log is written again, compacted, once it is this large.
 const ACKS_COMPACT: u64 = 64 * 1024;
@@ -164,6 +167,12 @@ struct Writer {
     written: bool,
     /// The spool's thread was told of the records appended since its last flush.
     told: bool,
+    /// The store is shut ([`Store::shut`]): nothing more is written.
+    shut: bool,
+    /// The numbers of the records the current segment holds (for its seal): those an earlier
+    /// run staged, carried over at open, then this run's from `from` to `next_seq`.
+    carried: Option<(u64, u64)>,
+    from: u64,
 }
 
 /// What the spool's thread waits for.
@@ -184,12 +193,12 @@ struct Acks {
 }
 
 /// A link's spool (see the module docs): its state, shared with its thread, and the thread,
-/// stopped and joined when the store goes, so that the directory's lock is free once the last
-/// handle on the store is dropped.
+/// stopped and joined when the store is shut ([`Store::shut`]: by the IO thread as the link
+/// ends, whoever still holds the link's shared state) or goes.
 #[derive(Debug)]
 pub(crate) struct Store {
     core: Arc<Core>,
-    flusher: Option<std::thread::JoinHandle<()>>,
+    flusher: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 impl std::ops::Deref for Store {
@@ -220,8 +229,8 @@ pub(crate) struct Core {
     marks: Mutex<MarksFile>,
     /// The spool's thread sleeps on this until there is work (or the store goes).
     wake: (Mutex<Wake>, Condvar),
-    /// Held (`flock`) while the store lives.
-    _lock: File,
+    /// Held (`flock`) until the store is shut: closing it lets the lock go.
+    lock: Mutex<Option<File>>,
 }
 
 fn io_err(what: &str, path: &Path, e: io::Error) -> String {
@@ -230,6 +239,19 @@ fn io_err(what: &str, path: &Path, e: io::Error) -> String {
 
 fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
+}
+
+/// Writes the `numbers` file of `dir` whole with `bound`, synced, through a file renamed over
+/// it: after a crash it is the old bound or the new one, never torn.
+fn write_reserved(dir: &Path, bound: u64) -> Result<(), String> {
+    let tmp = dir.join("numbers.tmp");
+    let path = dir.join("numbers");
+    let mut f = File::create(&tmp).map_err(|e| io_err("cannot make", &tmp, e))?;
+    f.write_all(&record::encode_reserved(bound))
+        .and_then(|()| f.sync_all())
+        .map_err(|e| io_err("cannot write", &tmp, e))?;
+    fs::rename(&tmp, &path).map_err(|e| io_err("cannot rename", &tmp, e))?;
+    sync_dir(dir).map_err(|e| io_err("cannot sync", dir, e))
 }
 
 impl Store {
@@ -258,7 +280,7 @@ impl Store {
                 dir.display()
             ));
         }
-        Core::check_version(&dir)?;
+        let version = Core::check_version(&dir)?;
         let mut recovered = Recovered::default();
         // The acks log.
         let acks_path = dir.join("acks");
@@ -286,59 +308,167 @@ impl Store {
         // The last run's last marker.
         let (marks_file, marker) =
             MarksFile::open(&dir).map_err(|e| io_err("cannot open", &dir.join("marks"), e))?;
-        for (first, path) in segments {
-            next_seq = next_seq.max(first);
-            let data = Bytes::from(fs::read(&path).map_err(|e| io_err("cannot read", &path, e))?);
-            let (records, good) = record::decode_all(&data);
-            if good < data.len() {
-                let cut = (data.len() - good) as u64;
-                log::warn!(
-                    "relink: spool segment {} cut at byte {good} ({cut} bytes failed their check)",
-                    path.display()
-                );
-                recovered.cut_bytes += cut;
-                let f = OpenOptions::new()
-                    .write(true)
-                    .open(&path)
-                    .map_err(|e| io_err("cannot open", &path, e))?;
-                f.set_len(good as u64)
-                    .and_then(|()| f.sync_all())
-                    .map_err(|e| io_err("cannot cut", &path, e))?;
-            }
-            let mut pending = false;
-            for r in records {
-                held.push(r.seq);
+        let read: Vec<(u64, PathBuf, u64, record::Segment)> = segments
+            .into_iter()
+            .map(|(first, path)| {
+                let data = fs::read(&path).map_err(|e| io_err("cannot read", &path, e))?;
+                let len = data.len() as u64;
+                Ok((first, path, len, record::read_segment(&Bytes::from(data))))
+            })
+            .collect::<Result<_, String>>()?;
+        for (first, _, _, seg) in &read {
+            next_seq = next_seq.max(*first);
+            if let Some(r) = seg.records.last() {
                 last_seq = last_seq.max(Some(r.seq));
-                next_seq = next_seq.max(r.seq + 1);
-                if !done.contains(r.seq) {
-                    pending = true;
-                    recovered.frames.push((r.seq, r.deadline_ms, r.frame));
-                }
             }
-            kept.push_back((first, path, pending));
         }
         // Records staged and not yet written to a segment when the last process ended: they
         // stay staged, and the new segment begins with them.
         let durability = spool.get_durability();
         let mut stage = Stage::open(&dir, durability != Durability::EveryFrame)?;
-        let mut first = None;
-        if let Some((stage, staged)) = stage.as_mut() {
+        let mut staged = Vec::new();
+        if let Some((stage, records)) = stage.as_mut() {
             if let Some(last) = last_seq {
-                stage.keep_after(last, staged);
+                stage.keep_after(last, records);
             }
-            for r in staged.drain(..).filter(|r| last_seq < Some(r.seq)) {
-                held.push(r.seq);
-                first.get_or_insert(r.seq);
-                next_seq = next_seq.max(r.seq + 1);
-                if !done.contains(r.seq) {
-                    recovered.frames.push((r.seq, r.deadline_ms, r.frame));
+            staged = records
+                .drain(..)
+                .filter(|r| last_seq < Some(r.seq))
+                .collect();
+        }
+        // What each segment must hold, against what it holds: frames possibly lost to damage
+        // (numbers that did not leave), and bytes cut that are damage.
+        let closed_run = marker.as_ref().filter(|m| m.closed);
+        let machine_down = marker
+            .as_ref()
+            .is_some_and(|m| boot.is_empty() || m.boot != boot);
+        let mut damaged = Ranges::default();
+        let n = read.len();
+        for (k, (first, path, len, seg)) in read.iter().enumerate() {
+            let last = k + 1 == n;
+            let mut expected = Ranges::default();
+            let mut holds = Ranges::default();
+            holds.extend(&mut seg.records.iter().map(|r| r.seq).collect::<Vec<_>>());
+            if let Some(seal) = &seg.seal {
+                for &(lo, hi) in &seal.0 {
+                    expected.insert(lo, hi);
+                }
+            } else {
+                for &(before, after) in &seg.holes {
+                    expected.insert(before.map_or(*first, |b| b + 1), after);
+                }
+                // Where the numbers of an unsealed segment end: the next segment's first, the
+                // first staged record (the stage follows the last segment), or the clean
+                // close's bound; else (the last segment of a run that did not close cleanly)
+                // at its last whole record.
+                let end = if version < VERSION {
+                    None
+                } else if !last {
+                    read.get(k + 1).map(|(f, ..)| *f)
+                } else if let Some(r) = staged.first() {
+                    Some(r.seq)
+                } else {
+                    closed_run.map(|m| m.bound)
+                };
+                if let Some(end) = end {
+                    let from = seg.records.last().map_or(*first, |r| r.seq + 1);
+                    expected.insert(from, end);
                 }
             }
+            let mut known = holds;
+            for (a, b) in done.iter() {
+                known.insert(a, b);
+            }
+            let mut lost = 0;
+            for (lo, hi) in expected.iter() {
+                for (a, b) in known.missing(lo, hi) {
+                    lost += b - a;
+                    damaged.insert(a, b);
+                }
+            }
+            // A torn tail is damage unless the last run's death explains it: under every
+            // policy a process's death (a write cut short: its records are in the stage, or
+            // under `EveryFrame` its call never returned), and under `EveryFrame` a power cut
+            // too. What a power cut took under the other policies is counted.
+            let tail = len - seg.end as u64;
+            let explained = last
+                && closed_run.is_none()
+                && (!machine_down || marker.as_ref().is_some_and(|m| m.every_frame));
+            let cut = seg.corrupt + if explained { 0 } else { tail };
+            if cut > 0 || lost > 0 {
+                log::warn!(
+                    "relink: spool segment {}: {cut} bytes failed their check; {lost} frames \
+                     possibly lost",
+                    path.display()
+                );
+            }
+            recovered.cut_bytes += cut;
         }
-        // Numbers handed out before a crash and never written stay used.
-        let reserved = Core::read_reserved(&dir)?;
-        next_seq = next_seq.max(reserved);
-        recovered.lost = Core::lost(marker.as_ref(), &boot, reserved, &held, &done);
+        for (lo, hi) in damaged.iter() {
+            next_seq = next_seq.max(hi);
+            // Reported once: from now on they count as left.
+            done.insert(lo, hi);
+        }
+        for (first, path, len, seg) in read {
+            let mut pending = false;
+            for r in &seg.records {
+                held.push(r.seq);
+                next_seq = next_seq.max(r.seq + 1);
+                if !done.contains(r.seq) {
+                    pending = true;
+                    recovered
+                        .frames
+                        .push((r.seq, r.deadline_ms, r.frame.clone()));
+                }
+            }
+            if pending {
+                Core::repair(&path, len, &seg)?;
+            }
+            kept.push_back((first, path, pending));
+        }
+        let mut first = None;
+        let mut carried = None;
+        for r in staged {
+            held.push(r.seq);
+            first.get_or_insert(r.seq);
+            carried = Some((first.unwrap_or(r.seq), r.seq + 1));
+            next_seq = next_seq.max(r.seq + 1);
+            if !done.contains(r.seq) {
+                recovered.frames.push((r.seq, r.deadline_ms, r.frame));
+            }
+        }
+        // Numbers handed out before a crash and never written stay used; after a clean close
+        // the numbers go on from the close's (every number handed out is below it).
+        let reserved = match Core::read_reserved(&dir)? {
+            Some(bound) => bound,
+            None => {
+                let known = marker.as_ref().map_or(0, |m| m.bound).max(next_seq);
+                let bound = known + RESERVE;
+                log::warn!(
+                    "relink: spool {}: its numbers file fails its check; rebuilt from what the \
+                     directory holds: numbers go on from {bound}",
+                    dir.display()
+                );
+                write_reserved(&dir, bound)?;
+                bound
+            }
+        };
+        next_seq = match closed_run {
+            Some(m) => next_seq.max(m.bound),
+            None => next_seq.max(reserved),
+        };
+        let machine = Core::lost(marker.as_ref(), &boot, reserved, &held, &done);
+        let (count, span) = damaged.count_span();
+        recovered.lost = if count == 0 {
+            machine
+        } else if machine.0 == 0 {
+            (count, span)
+        } else {
+            (
+                count + machine.0,
+                span.start.min(machine.1.start)..span.end.max(machine.1.end),
+            )
+        };
         if recovered.lost.0 > 0 {
             log::warn!(
                 "relink: spool {}: the machine went down while its last run held it; at most {} \
@@ -423,6 +553,9 @@ impl Store {
                 dir_dirty: false,
                 written: false,
                 told: false,
+                shut: false,
+                carried,
+                from: next_seq,
             }),
             recovered: Mutex::new(recovered.frames.iter().map(|f| f.0).collect()),
             first_new: next_seq,
@@ -434,7 +567,7 @@ impl Store {
                 len,
             }),
             wake,
-            _lock: lock_file,
+            lock: Mutex::new(Some(lock_file)),
         });
         if durability == Durability::EveryFrame {
             core.unstage()?;
@@ -450,7 +583,7 @@ impl Store {
             .map_err(|e| format!("cannot start the spool's thread: {e}"))?;
         let store = Store {
             core,
-            flusher: Some(flusher),
+            flusher: Mutex::new(Some(flusher)),
         };
         Ok((Arc::new(store), recovered))
     }
@@ -523,13 +656,14 @@ impl Core {
         }
     }
 
-    /// Refuses a directory written in another format, or holding files of something else.
-    fn check_version(dir: &Path) -> Result<(), String> {
+    /// Refuses a directory written in another format, or holding files of something else;
+    /// gives the format it was at (this one for a new directory).
+    fn check_version(dir: &Path) -> Result<u32, String> {
         let path = dir.join("VERSION");
         match fs::read_to_string(&path) {
             Ok(s) => match s.trim().parse::<u32>() {
-                Ok(VERSION) => Ok(()),
-                Ok(1 | 2) => Core::write_version(dir),
+                Ok(VERSION) => Ok(VERSION),
+                Ok(v @ 1..=3) => Core::write_version(dir).map(|()| v),
                 Ok(v) => Err(format!(
                     "{} holds a spool of format {v}; this relink reads formats 1 to {VERSION} \
                      only",
@@ -548,7 +682,7 @@ impl Core {
                         dir.display()
                     ));
                 }
-                Core::write_version(dir)
+                Core::write_version(dir).map(|()| VERSION)
             }
             Err(e) => Err(io_err("cannot read", &path, e)),
         }
@@ -611,19 +745,52 @@ impl Core {
     }
 
     /// The bound the `numbers` file holds: every number handed out so far is below it. Zero
-    /// when there is none (a new spool).
-    fn read_reserved(dir: &Path) -> Result<u64, String> {
+    /// when there is none (a new spool); `None` when it fails its check.
+    fn read_reserved(dir: &Path) -> Result<Option<u64>, String> {
         let path = dir.join("numbers");
         match fs::read(&path) {
-            Ok(data) => record::decode_reserved(&data).ok_or_else(|| {
-                format!(
-                    "{} fails its check; the spool's numbers cannot be trusted",
-                    path.display()
-                )
-            }),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(0),
+            Ok(data) => Ok(record::decode_reserved(&data)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Some(0)),
             Err(e) => Err(io_err("cannot read", &path, e)),
         }
+    }
+
+    /// A segment an earlier run left, which holds frames still to send, made whole: a
+    /// segment with damage between its records is written again with its whole records
+    /// only; a torn tail is cut; an unsealed one (the segment a run left open) is sealed with
+    /// the numbers it holds now (those it lacks were reported). Each change is synced.
+    fn repair(path: &Path, len: u64, seg: &record::Segment) -> Result<(), String> {
+        let mut holds = Ranges::default();
+        holds.extend(&mut seg.records.iter().map(|r| r.seq).collect::<Vec<_>>());
+        let seal = record::Seal(holds.iter().collect());
+        if seg.corrupt > 0 {
+            let tmp = path.with_extension("tmp");
+            let mut buf = Vec::new();
+            for r in &seg.records {
+                record::encode(&mut buf, r.seq, r.deadline_ms, &r.frame);
+            }
+            seal.encode(&mut buf);
+            let mut f = File::create(&tmp).map_err(|e| io_err("cannot make", &tmp, e))?;
+            f.write_all(&buf)
+                .and_then(|()| f.sync_all())
+                .map_err(|e| io_err("cannot write", &tmp, e))?;
+            return fs::rename(&tmp, path).map_err(|e| io_err("cannot rename", &tmp, e));
+        }
+        if seg.seal.is_some() && seg.end as u64 == len {
+            return Ok(());
+        }
+        let f = OpenOptions::new()
+            .write(true)
+            .open(path)
+            .map_err(|e| io_err("cannot open", path, e))?;
+        let mut buf = Vec::new();
+        if seg.seal.is_none() {
+            seal.encode(&mut buf);
+        }
+        f.set_len(seg.end as u64)
+            .and_then(|()| f.write_all_at(&buf, seg.end as u64))
+            .and_then(|()| f.sync_all())
+            .map_err(|e| io_err("cannot cut", path, e))
     }
 
     /// Reserves on disk the numbers up to `end` (exclusive) and `RESERVE` more, unless they
@@ -634,14 +801,7 @@ impl Core {
             return Ok(());
         }
         let bound = end + RESERVE;
-        let tmp = self.dir.join("numbers.tmp");
-        let path = self.dir.join("numbers");
-        let mut f = File::create(&tmp).map_err(|e| io_err("cannot make", &tmp, e))?;
-        f.write_all(&record::encode_reserved(bound))
-            .and_then(|()| f.sync_all())
-            .map_err(|e| io_err("cannot write", &tmp, e))?;
-        fs::rename(&tmp, &path).map_err(|e| io_err("cannot rename", &tmp, e))?;
-        sync_dir(&self.dir).map_err(|e| io_err("cannot sync", &self.dir, e))?;
+        write_reserved(&self.dir, bound)?;
         w.reserved = bound;
         Ok(())
     }
@@ -675,7 +835,7 @@ impl Core {
     /// power cut.
     fn close(&self) -> io::Result<()> {
         let mut w = lock(&self.w);
-        w.write()?;
+        w.seal()?;
         if self.durability == Durability::OsWriteBack {
             for (_, path) in &w.closed {
                 File::open(path)?.sync_data()?;
@@ -728,6 +888,10 @@ impl Core {
         let mut w = lock(&self.w);
         let seq = w.next_seq;
         let mut frame = make(seq);
+        if w.shut {
+            // The intake closed before the store was shut: the offer is refused.
+            return Ok(offer(&mut frame).map(|t| (seq, t)).map_err(|e| (frame, e)));
+        }
         if let Err(e) = self.roll_if_full(&mut w) {
             return Err((frame, e));
         }
@@ -790,6 +954,11 @@ impl Core {
         offer: impl FnOnce(&mut Batch) -> Result<(usize, R), E>,
     ) -> Result<Result<(u64, usize, R), E>, String> {
         let mut w = lock(&self.w);
+        if w.shut {
+            // The intake closed before the store was shut: the offer is refused.
+            let first = w.next_seq;
+            return Ok(offer(frames).map(|(k, r)| (first, k, r)));
+        }
         self.roll_if_full(&mut w)?;
         let first = w.next_seq;
         self.reserve(&mut w, first + frames.len() as u64)?;
@@ -827,7 +996,11 @@ impl Core {
         if w.pos + w.unwritten() < self.segment_bytes {
             return Ok(());
         }
-        w.write()
+        w.seal()
+            .and_then(|()| match self.durability {
+                Durability::EveryFrame => w.file.sync_data(),
+                _ => Ok(()),
+            })
             .map_err(|e| format!("cannot write to the spool: {e}"))?;
         let path = self.dir.join(segment_name(w.next_seq));
         let file = Core::new_segment(&path)?;
@@ -844,6 +1017,8 @@ impl Core {
         w.closed
             .push_back((old_first, self.dir.join(segment_name(old_first))));
         w.pos = 0;
+        w.carried = None;
+        w.from = w.next_seq;
         Ok(())
     }
 
@@ -1036,6 +1211,16 @@ impl Writer {
         Ok(())
     }
 
+    /// Writes what is staged, then the current segment's seal (the numbers it holds), so
+    /// that nothing more is appended to it.
+    fn seal(&mut self) -> io::Result<()> {
+        self.write()?;
+        let run = (self.from < self.next_seq).then_some((self.from, self.next_seq));
+        let seal = record::Seal(self.carried.into_iter().chain(run).collect());
+        seal.encode(&mut self.buf);
+        self.write()
+    }
+
     /// Bytes of records not yet written to the segment.
     fn unwritten(&self) -> u64 {
         (self.stage.as_ref().map_or(0, Stage::len) + self.buf.len()) as u64
@@ -1090,20 +1275,36 @@ impl Writer {
     }
 }
 
-impl Drop for Store {
-    fn drop(&mut self) {
+impl Store {
+    /// Ends the spool's run, once the link is done with it (its intake closed, the numbers of
+    /// the frames that left handed over): the spool's thread stopped, its last work done (the
+    /// acks written), the clean close written and synced ([`Core::close`]), the stage
+    /// unmapped and the directory's lock let go. Later calls do nothing; a caller of
+    /// [`Core::admit_one`] or [`Core::admit`] then reaches the intake, closed, with no record.
+    pub(crate) fn shut(&self) {
+        let Some(t) = lock(&self.flusher).take() else {
+            return;
+        };
         {
             let (m, cv) = &self.core.wake;
             lock(m).stopped = true;
             cv.notify_all();
         }
-        if let Some(t) = self.flusher.take() {
-            let _ = t.join();
-        }
+        let _ = t.join();
         self.core.flush();
         if let Err(e) = self.core.close() {
             log::error!("relink: cannot close the spool: {e}");
         }
+        lock(&self.core.w).shut = true;
+        lock(&self.core.w).stage = None;
+        // Closing the file lets the `flock` go.
+        lock(&self.core.lock).take();
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        self.shut();
     }
 }
 

@@ -61,6 +61,8 @@ const CLOSED: u64 = 1;
 const GROUP: u64 = 2;
 /// The run wrote under `EveryFrame`: every number it handed out has its record on disk.
 const EVERY_FRAME: u64 = 4;
+/// A segment's seal (see [`Seal`]), not a marker.
+const SEAL: u64 = 8;
 
 /// What a run of the spool says of itself (in the `marks` file, see `super::marks`), for the
 /// next start to tell a process's death (the page cache kept everything) from the machine's
@@ -104,7 +106,7 @@ impl Marker {
 
     /// The marker a record is, if it is one.
     pub(crate) fn of(r: &Record) -> Option<Marker> {
-        if r.deadline_ms & MARKER == 0 || r.frame.len() < 16 {
+        if r.deadline_ms & MARKER == 0 || r.deadline_ms & SEAL != 0 || r.frame.len() < 16 {
             return None;
         }
         Some(Marker {
@@ -117,6 +119,120 @@ impl Marker {
             every_frame: r.deadline_ms & EVERY_FRAME != 0,
         })
     }
+}
+
+/// The last record of a segment once it is closed (at its roll, at a clean close, or by the
+/// next start for the segment a run left open): the numbers of the frames it must hold, as
+/// ranges, so that a start tells records missing from it (a cut at a record's boundary, an
+/// emptied file) from numbers never handed out. Its record: `seq` holds the count, the
+/// deadline field [`MARKER`] and [`SEAL`], the frame the ranges (`lo`, `hi`: 8 bytes each,
+/// little-endian).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Seal(pub Vec<(u64, u64)>);
+
+impl Seal {
+    /// The seal's record, appended to `out`.
+    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
+        let mut frame = Vec::with_capacity(16 * self.0.len());
+        let mut count = 0;
+        for &(lo, hi) in &self.0 {
+            frame.extend_from_slice(&lo.to_le_bytes());
+            frame.extend_from_slice(&hi.to_le_bytes());
+            count += hi - lo;
+        }
+        encode(out, count, MARKER | SEAL, &frame);
+    }
+
+    /// The seal a record is, if it is one.
+    pub(crate) fn of(r: &Record) -> Option<Seal> {
+        if r.deadline_ms != MARKER | SEAL || r.frame.len() % 16 != 0 {
+            return None;
+        }
+        let ranges = r
+            .frame
+            .chunks(16)
+            .map(|c| {
+                let lo = u64::from_le_bytes(c[..8].try_into().unwrap_or_default());
+                let hi = u64::from_le_bytes(c[8..].try_into().unwrap_or_default());
+                (lo, hi)
+            })
+            .collect();
+        Some(Seal(ranges))
+    }
+}
+
+/// What a segment holds, read with [`read_segment`].
+#[derive(Debug, Default)]
+pub(crate) struct Segment {
+    /// The frames' records that pass their check, in order.
+    pub records: Vec<Record>,
+    /// Its seal, when it ends with a whole one.
+    pub seal: Option<Seal>,
+    /// Bytes that fail their check between whole records, and for each such stretch before a
+    /// frame's record the numbers of the records on either side (`None` before the first).
+    pub corrupt: u64,
+    pub holes: Vec<(Option<u64>, u64)>,
+    /// Where the whole records end: past it, a torn or corrupt tail.
+    pub end: usize,
+}
+
+/// The record at `at` in `data`, and where it ends, if it is whole and passes its check.
+fn record_at(data: &Bytes, at: usize) -> Option<(Record, usize)> {
+    let h = data.get(at..at.checked_add(HEADER)?)?;
+    let len = u32::from_le_bytes(h[0..4].try_into().ok()?) as usize;
+    let crc = u32::from_le_bytes(h[4..8].try_into().ok()?);
+    let end = at.checked_add(HEADER)?.checked_add(len)?;
+    if end > data.len() || crc32c::crc32c(&data[at + 8..end]) != crc {
+        return None;
+    }
+    let r = Record {
+        seq: u64::from_le_bytes(h[8..16].try_into().ok()?),
+        deadline_ms: u64::from_le_bytes(h[16..24].try_into().ok()?),
+        frame: data.slice(at + HEADER..end),
+    };
+    Some((r, end))
+}
+
+/// Reads a segment: its records in order, and past a record that fails its check, the next
+/// whole one (found by trying each later offset; its number must be above the last good
+/// one's), so that one damaged record costs only itself. A seal ends the reading.
+pub(crate) fn read_segment(data: &Bytes) -> Segment {
+    let mut s = Segment::default();
+    let mut at = 0;
+    let mut last: Option<u64> = None;
+    while at < data.len() {
+        if let Some((r, end)) = record_at(data, at) {
+            if let Some(seal) = Seal::of(&r) {
+                s.seal = Some(seal);
+                at = end;
+                break;
+            }
+            last = Some(r.seq);
+            s.records.push(r);
+            at = end;
+            continue;
+        }
+        let next = (at + 1..data.len().saturating_sub(HEADER - 1)).find_map(|p| {
+            let (r, _) = record_at(data, p)?;
+            if Seal::of(&r).is_some() {
+                return Some((p, None));
+            }
+            last.map_or(true, |l| r.seq > l).then_some((p, Some(r.seq)))
+        });
+        match next {
+            Some((p, seq)) => {
+                s.corrupt += (p - at) as u64;
+                // Before a seal, the seal says what is missing.
+                if let Some(seq) = seq {
+                    s.holes.push((last, seq));
+                }
+                at = p;
+            }
+            None => break,
+        }
+    }
+    s.end = at;
+    s
 }
 
 /// Reads the records of a segment in order; stops at the first that is torn or fails its
@@ -297,6 +413,30 @@ impl Ranges {
             at = upto;
         }
         (count, first.map_or(0..0, |f| f..end))
+    }
+
+    /// The numbers of `lo..hi` not in the set, as ranges.
+    pub(crate) fn missing(&self, lo: u64, hi: u64) -> Vec<(u64, u64)> {
+        let mut out = Vec::new();
+        let mut at = lo;
+        while at < hi {
+            let next = self.first_absent(at);
+            if next >= hi {
+                break;
+            }
+            let upto = self.0.range(next..hi).next().map_or(hi, |(&l, _)| l);
+            out.push((next, upto));
+            at = upto;
+        }
+        out
+    }
+
+    /// How many numbers the set holds, and from the first to one past the last (empty when
+    /// it holds none).
+    pub(crate) fn count_span(&self) -> (u64, std::ops::Range<u64>) {
+        let count = self.0.iter().map(|(l, h)| h - l).sum();
+        let first = self.0.keys().next().copied();
+        (count, first.map_or(0..0, |f| f..self.end()))
     }
 
     /// The ranges, in order.
