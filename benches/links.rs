@@ -39,6 +39,19 @@
 //! links_tokio n=<n> idle_cpu_pct=<c> pings=<sent> ratio_tokio=<relink's idle CPU / this>
 //! ```
 //!
+//! And, in a third child, the floor of relink's design: what a careful user of the `zmq` crate
+//! writes for the same fleet, one thread owning one ZMQ_STREAM socket with `n` connections to
+//! the peer (`n` `connect`s, each connection known by the routing id of its connect
+//! notification), blocking in `zmq::poll` until the next ping is due or input comes, then
+//! reading to EAGAIN and sending each ping that is due (`[rid, "PING\r\n"]` every second from
+//! the connection's notification, as a link's heartbeat runs from its Ready), with the same
+//! window; then its threads as above:
+//!
+//! ```text
+//! links_raw n=<n> idle_cpu_pct=<c> pings=<sent> pongs=<read> raw_ratio=<relink's idle CPU / this>
+//! links_raw threads n=<n> <thread>_us=<..> <thread>_wakes=<..> ... all_us=<..> all_wakes=<..>
+//! ```
+//!
 //! Then it times `IoPool::view` against walking every handle's `metrics()` (see
 //! `pool_view_row`) and prints the view; with `--features metrics`, an export pass and the
 //! Prometheus text it makes, per pool and per link (`export_row`).
@@ -56,18 +69,20 @@ use relink::{Heartbeat, IoPool, Link, State};
 
 /// Set in the child process that measures one count: the count.
 const CHILD_ENV: &str = "RELINK_BENCH_LINKS_CHILD";
-/// Set (with [`CHILD_ENV`]) in the child that measures the bare tokio sockets.
-const TOKIO_ENV: &str = "RELINK_BENCH_LINKS_TOKIO";
+/// Set (with [`CHILD_ENV`]) in the child that measures the bare sockets: `tokio` or `raw`.
+const BARE_ENV: &str = "RELINK_BENCH_LINKS_BARE";
+/// redis-server's answer to a `PING`: the raw fleet counts its pongs by their bytes.
+const PONG: &[u8] = b"+PONG\r\n";
 /// Bound on all links reaching Ready.
 const READY_BOUND: Duration = Duration::from_secs(120);
 
 fn main() {
     if let Ok(n) = std::env::var(CHILD_ENV) {
         let n = n.parse().expect("a count of links");
-        if std::env::var_os(TOKIO_ENV).is_some() {
-            child_tokio(n);
-        } else {
-            child(n);
+        match std::env::var(BARE_ENV).as_deref() {
+            Ok("tokio") => child_tokio(n),
+            Ok("raw") => child_raw(n),
+            _ => child(n),
         }
         return;
     }
@@ -105,15 +120,15 @@ fn main() {
     let exe = std::env::current_exe().expect("path of this program");
     for n in counts {
         let mut relink_cpu = None;
-        for tokio in [false, true] {
+        for bare in ["", "tokio", "raw"] {
             let mut command = Command::new(&exe);
             command
                 .env(CHILD_ENV, n.to_string())
                 .env("RELINK_BENCH_ENDPOINT", &endpoint)
                 .env("RELINK_BENCH_WINDOW", window.to_string())
                 .stdout(Stdio::piped());
-            if tokio {
-                command.env(TOKIO_ENV, "1");
+            if !bare.is_empty() {
+                command.env(BARE_ENV, bare);
             }
             let child = command.spawn().expect("start a measuring child");
             let out = child.wait_with_output().expect("the measuring child");
@@ -123,11 +138,16 @@ fn main() {
                     .split_whitespace()
                     .find_map(|f| f.strip_prefix("idle_cpu_pct="))
                     .and_then(|c| c.parse::<f64>().ok());
-                match (tokio, cpu) {
-                    (false, Some(c)) if line.starts_with("links n=") => relink_cpu = Some(c),
-                    (true, Some(c)) => {
+                match (bare, cpu) {
+                    ("", Some(c)) if line.starts_with("links n=") => relink_cpu = Some(c),
+                    ("tokio" | "raw", Some(c)) => {
                         let ratio = relink_cpu.map_or(f64::NAN, |r| r / c.max(0.01));
-                        println!("{line} ratio_tokio={ratio:.2}");
+                        let name = if bare == "raw" {
+                            "raw_ratio"
+                        } else {
+                            "ratio_tokio"
+                        };
+                        println!("{line} {name}={ratio:.2}");
                         continue;
                     }
                     _ => {}
@@ -135,7 +155,11 @@ fn main() {
                 println!("{line}");
             }
             if !out.status.success() {
-                println!("links n={n} failed: {}", out.status);
+                println!(
+                    "links n={n} ({}) failed: {}",
+                    if bare.is_empty() { "relink" } else { bare },
+                    out.status
+                );
             }
         }
     }
@@ -204,6 +228,105 @@ fn child_tokio(n: usize) {
             100.0 * cpu.as_secs_f64() / t0.elapsed().as_secs_f64()
         );
     });
+}
+
+/// The raw ZMQ_STREAM fleet's child: one thread, one STREAM socket with `n` connections to
+/// the peer, a `PING\r\n` on each every second and its `+PONG` read; prints its CPU over the
+/// window, and its threads' per heartbeat round.
+fn child_raw(n: usize) {
+    use std::collections::VecDeque;
+    let endpoint = std::env::var("RELINK_BENCH_ENDPOINT").expect("endpoint");
+    let window = Duration::from_secs(
+        std::env::var("RELINK_BENCH_WINDOW")
+            .ok()
+            .and_then(|w| w.parse().ok())
+            .unwrap_or(10),
+    );
+    raise_nofile();
+    let ctx = zmq::Context::new();
+    let socket = ctx.socket(zmq::STREAM).expect("a stream socket");
+    socket.set_linger(100).expect("linger");
+    for _ in 0..n {
+        socket.connect(&endpoint).expect("connect");
+    }
+    // Each connection announces itself with `[rid, ""]` (STREAM_NOTIFY, the default).
+    let deadline = Instant::now() + READY_BOUND;
+    let mut rids = Vec::with_capacity(n);
+    // Each connection's next ping, in the order they fall due: a second after its
+    // notification, then a second apart, so the queue stays in order when a sent ping goes to
+    // its back.
+    let mut due: VecDeque<(Instant, usize)> = VecDeque::with_capacity(n);
+    while rids.len() < n {
+        let left = deadline.saturating_duration_since(Instant::now());
+        assert!(
+            !left.is_zero(),
+            "links_raw n={n}: {} of {n} connected in time",
+            rids.len()
+        );
+        let mut items = [socket.as_poll_item(zmq::POLLIN)];
+        zmq::poll(&mut items, left.as_millis() as i64).expect("poll");
+        while let Ok(rid) = socket.recv_bytes(zmq::DONTWAIT) {
+            let body = socket.recv_msg(0).expect("the notification's body");
+            if body.is_empty() {
+                due.push_back((Instant::now() + Duration::from_secs(1), rids.len()));
+                rids.push(rid);
+            }
+        }
+    }
+    let (mut pings, mut pong_bytes) = (0u64, 0u64);
+    let mut serve_until = |end: Instant, pings: &mut u64, pong_bytes: &mut u64| loop {
+        let now = Instant::now();
+        if now >= end {
+            return;
+        }
+        let next = due.front().map_or(end, |&(at, _)| at.min(end));
+        // Whole milliseconds, rounded up, as a poll's timeout is.
+        let wait = next.saturating_duration_since(now);
+        let mut items = [socket.as_poll_item(zmq::POLLIN)];
+        zmq::poll(&mut items, wait.as_micros().div_ceil(1000) as i64).expect("poll");
+        // Read to EAGAIN: `[rid, data]`, a pong (or part of one, or more) in each.
+        while socket.recv_msg(zmq::DONTWAIT).is_ok() {
+            let data = socket.recv_msg(0).expect("the data after a routing id");
+            *pong_bytes += data.len() as u64;
+        }
+        let now = Instant::now();
+        while let Some(&(at, i)) = due.front() {
+            if at > now {
+                break;
+            }
+            due.pop_front();
+            socket
+                .send(&rids[i][..], zmq::SNDMORE)
+                .expect("send the rid");
+            socket.send(&b"PING\r\n"[..], 0).expect("send the ping");
+            *pings += 1;
+            due.push_back((at + Duration::from_secs(1), i));
+        }
+    };
+    // As for the links: the first rounds go by before the counts are taken.
+    serve_until(
+        Instant::now() + Duration::from_millis(1500),
+        &mut pings,
+        &mut pong_bytes,
+    );
+    let (p0, q0) = (pings, pong_bytes);
+    let threads0 = support::threads::Threads::read();
+    let cpu0 = support::cpu_time();
+    let t0 = Instant::now();
+    serve_until(t0 + window, &mut pings, &mut pong_bytes);
+    let cpu = support::cpu_time() - cpu0;
+    let wall = t0.elapsed();
+    let by_thread = support::threads::Threads::read().since(&threads0);
+    println!(
+        "links_raw n={n} idle_cpu_pct={:.1} pings={} pongs={}",
+        100.0 * cpu.as_secs_f64() / wall.as_secs_f64(),
+        pings - p0,
+        (pong_bytes - q0) / PONG.len() as u64
+    );
+    let rounds = n as f64 * wall.as_secs_f64();
+    println!("links_raw threads n={n}{}", by_thread.per_frame(rounds));
+    drop(socket);
+    drop(ctx);
 }
 
 fn count_entries(dir: &str) -> usize {

@@ -1,20 +1,28 @@
 //! Paced traffic: the CPU a client uses for small frames at a steady rate, one every 200 µs
 //! (5 000 a second) and one every 2 ms (500 a second), beside the std and tokio clients a
-//! user would otherwise write.
+//! user would otherwise write and the floor of relink's design, a raw ZMQ_STREAM client.
 //!
 //! Run with `cargo bench --bench paced` (5 s per client, case and pace), `-- --quick` (2 s)
 //! or `--smoke` (or `RELINK_BENCH_SMOKE=1`: 0.3 s, to show that it runs to the end).
 //! `--gap-us N` runs one pace (a frame every N µs), `--case in|out|rr` one case, and
-//! `--client relink` (or `never`) that relink client alone (no ratios).
+//! `--client relink` (or `never`, or `raw`) that client alone (no ratios).
 //!
 //! Three cases, each a line-framed connection to a peer thread on 127.0.0.1:
 //! - `in`: the peer writes a line every gap; the client takes each one (relink:
 //!   `events().recv_timeout`; std: `BufRead::read_line`; tokio: `FramedRead` with
-//!   `LinesCodec` on a current-thread runtime).
+//!   `LinesCodec` on a current-thread runtime; raw: `recv` of the routing id and the data,
+//!   lines cut from the data).
 //! - `out`: the client writes a line every gap (relink: `send`; std: `write_all` and
-//!   `flush`; tokio: `FramedWrite::send`); the peer reads them.
+//!   `flush`; tokio: `FramedWrite::send`; raw: `send` of the routing id, then the line); the
+//!   peer reads them.
 //! - `rr`: request and reply: every gap the client writes a line and waits for the peer's
 //!   echo of it.
+//!
+//! The raw client is what a careful user of the `zmq` crate writes: the pacing thread owns a
+//! ZMQ_STREAM socket, takes the routing id from its connect notification, and blocks in
+//! `recv` (libzmq's `zmq_poll` on the socket's mailbox) for what comes. A frame wakes two
+//! threads (the application's and libzmq's IO thread) where relink's wakes three: it is the
+//! floor for a client built on libzmq's ZMQ_STREAM, and `raw_ratio` is relink's CPU over it.
 //!
 //! relink runs twice: as built by default (`Looks::Learnt`: a waiting thread looks for a
 //! reply before it sleeps) and with `Looks::Never` (every wait sleeps at once), the setting that
@@ -27,15 +35,17 @@
 //! ratios (above 1: relink uses more), and for `rr` the round trip's p50 and its ratio:
 //!
 //! `paced case=<in|out|rr> gap_us=<200|2000> relink_cpu_pct=<r> never_cpu_pct=<n>
-//! std_cpu_pct=<s> tokio_cpu_pct=<t> ratio_std=<r/s> ratio_tokio=<r/t> never_ratio_tokio=<n/t>
-//! [ relink_p50_us=<..> never_p50_us=<..> std_p50_us=<..> tokio_p50_us=<..>
+//! raw_cpu_pct=<w> std_cpu_pct=<s> tokio_cpu_pct=<t> raw_ratio=<r/w> never_raw_ratio=<n/w>
+//! ratio_std=<r/s> ratio_tokio=<r/t> never_ratio_tokio=<n/t> [ relink_p50_us=<..>
+//! never_p50_us=<..> raw_p50_us=<..> std_p50_us=<..> tokio_p50_us=<..> rtt_raw_ratio=<..>
 //! rtt_ratio_tokio=<..> never_rtt_ratio_tokio=<..>]`
 //!
-//! Before it, where relink's CPU went, thread by thread (`/proc/self/task`: CPU µs and
-//! voluntary context switches, each a sleep and so a wake-up, per frame; `app` is the
-//! pacing thread, `relink-io` relink's IO thread, `ZMQbg-IO-0` libzmq's):
+//! Before it, where relink's and the raw client's CPU went, thread by thread
+//! (`/proc/self/task`: CPU µs and voluntary context switches, each a sleep and so a wake-up,
+//! per frame; `app` is the pacing thread, `relink-io` relink's IO thread, `ZMQbg-IO-0`
+//! libzmq's):
 //!
-//! `paced threads looks=<learnt|never> case=<..> gap_us=<..> <thread>_us=<..>
+//! `paced threads client=<relink|never|raw> case=<..> gap_us=<..> <thread>_us=<..>
 //! <thread>_wakes=<..> ... all_us=<..> all_wakes=<..>`
 
 mod support;
@@ -82,6 +92,7 @@ impl Case {
 #[derive(Clone, Copy)]
 enum Client {
     Relink(Looks),
+    Raw,
     Std,
     Tokio,
 }
@@ -157,6 +168,7 @@ fn run(case: Case, client: Client, gap: Duration, window: Duration) -> Run {
     let before = cpu_time();
     let p50_us = match client {
         Client::Relink(looks) => relink(case, looks, &peer.endpoint(), gap, window),
+        Client::Raw => raw_client(case, &peer.endpoint(), gap, window),
         Client::Std => std_client(case, peer.port(), gap, window),
         Client::Tokio => tokio_client(case, peer.port(), gap, window),
     };
@@ -228,19 +240,98 @@ fn relink(case: Case, looks: Looks, endpoint: &str, gap: Duration, window: Durat
     let before = threads::Threads::read();
     let p50 = drive(case, gap, window, &mut link);
     let after = threads::Threads::read();
-    let frames = (window.as_micros() / gap.as_micros()).max(1) as f64;
-    println!(
-        "paced threads looks={} case={} gap_us={}{}",
+    print_threads(
         if looks == Looks::Never {
             "never"
         } else {
-            "learnt"
+            "relink"
         },
-        case.name(),
-        gap.as_micros(),
-        after.since(&before).per_frame(frames)
+        case,
+        gap,
+        window,
+        &after.since(&before),
     );
     link.close(Duration::from_secs(1));
+    p50
+}
+
+/// Prints the `paced threads` line: what each thread of `client` used per frame.
+fn print_threads(
+    client: &str,
+    case: Case,
+    gap: Duration,
+    window: Duration,
+    used: &threads::Threads,
+) {
+    let frames = (window.as_micros() / gap.as_micros()).max(1) as f64;
+    println!(
+        "paced threads client={client} case={} gap_us={}{}",
+        case.name(),
+        gap.as_micros(),
+        used.per_frame(frames)
+    );
+}
+
+/// The raw ZMQ_STREAM client: the pacing thread owns the socket and blocks in `recv`; lines
+/// are cut from the data chunks as they come (ZMQ_STREAM keeps no message boundaries).
+struct RawLines {
+    socket: zmq::Socket,
+    rid: Vec<u8>,
+    /// Bytes received and not yet taken as lines.
+    buf: Vec<u8>,
+}
+
+impl LineClient for RawLines {
+    fn take(&mut self) -> bool {
+        loop {
+            if let Some(end) = self.buf.iter().position(|&b| b == b'\n') {
+                self.buf.drain(..=end);
+                return true;
+            }
+            // A message is two frames: the routing id, then the data (empty: disconnected).
+            let Ok(_rid) = self.socket.recv_msg(0) else {
+                return false;
+            };
+            match self.socket.recv_msg(0) {
+                Ok(data) if !data.is_empty() => self.buf.extend_from_slice(&data),
+                _ => return false,
+            }
+        }
+    }
+
+    fn put(&mut self) {
+        self.socket
+            .send(&self.rid[..], zmq::SNDMORE)
+            .expect("send rid");
+        self.socket.send(&b"tick\n"[..], 0).expect("send line");
+    }
+}
+
+fn raw_client(case: Case, endpoint: &str, gap: Duration, window: Duration) -> f64 {
+    let ctx = zmq::Context::new();
+    let socket = ctx.socket(zmq::STREAM).expect("a stream socket");
+    socket.set_linger(100).expect("linger");
+    socket
+        .set_rcvtimeo(BOUND.as_millis() as i32)
+        .expect("rcvtimeo");
+    socket.connect(endpoint).expect("connect");
+    // With STREAM_NOTIFY (the default) the connection announces itself: `[rid, ""]`.
+    let rid = socket.recv_bytes(0).expect("the connect notification");
+    let empty = socket
+        .recv_bytes(0)
+        .expect("the connect notification's body");
+    assert!(empty.is_empty(), "expected the connect notification");
+    let mut client = RawLines {
+        socket,
+        rid,
+        buf: Vec::new(),
+    };
+    let before = threads::Threads::read();
+    let p50 = drive(case, gap, window, &mut client);
+    let after = threads::Threads::read();
+    print_threads("raw", case, gap, window, &after.since(&before));
+    drop(client);
+    drop(ctx);
     p50
 }
 
@@ -341,12 +432,14 @@ fn main() {
         None => vec![
             Client::Relink(Looks::Learnt),
             Client::Relink(Looks::Never),
+            Client::Raw,
             Client::Std,
             Client::Tokio,
         ],
         Some("relink") => vec![Client::Relink(Looks::Learnt)],
         Some("never") => vec![Client::Relink(Looks::Never)],
-        Some(other) => panic!("--client takes relink or never, not {other}"),
+        Some("raw") => vec![Client::Raw],
+        Some(other) => panic!("--client takes relink, never or raw, not {other}"),
     };
     for gap_us in gaps {
         let gap = Duration::from_micros(gap_us);
@@ -359,27 +452,32 @@ fn main() {
                 .iter()
                 .map(|&client| run(case, client, gap, window))
                 .collect();
-            let [relink, never, std, tokio] = match runs.as_slice() {
-                [relink, never, std, tokio] => [relink, never, std, tokio],
-                [relink] => {
+            let [relink, never, raw, std, tokio] = match runs.as_slice() {
+                [relink, never, raw, std, tokio] => [relink, never, raw, std, tokio],
+                [one] => {
                     println!(
-                        "paced case={} gap_us={gap_us} relink_cpu_pct={:.1} relink_p50_us={:.1}",
+                        "paced case={} gap_us={gap_us} {}_cpu_pct={:.1} {}_p50_us={:.1}",
                         case.name(),
-                        relink.cpu_pct,
-                        relink.p50_us
+                        support::arg("client").unwrap_or_default(),
+                        one.cpu_pct,
+                        support::arg("client").unwrap_or_default(),
+                        one.p50_us
                     );
                     continue;
                 }
-                _ => unreachable!("one client or four"),
+                _ => unreachable!("one client or five"),
             };
             let round_trip = if case == Case::Rr {
                 format!(
-                    " relink_p50_us={:.1} never_p50_us={:.1} std_p50_us={:.1} tokio_p50_us={:.1} \
-                     rtt_ratio_tokio={:.2} never_rtt_ratio_tokio={:.2}",
+                    " relink_p50_us={:.1} never_p50_us={:.1} raw_p50_us={:.1} std_p50_us={:.1} \
+                     tokio_p50_us={:.1} rtt_raw_ratio={:.2} rtt_ratio_tokio={:.2} \
+                     never_rtt_ratio_tokio={:.2}",
                     relink.p50_us,
                     never.p50_us,
+                    raw.p50_us,
                     std.p50_us,
                     tokio.p50_us,
+                    relink.p50_us / raw.p50_us.max(0.01),
                     relink.p50_us / tokio.p50_us.max(0.01),
                     never.p50_us / tokio.p50_us.max(0.01)
                 )
@@ -388,13 +486,17 @@ fn main() {
             };
             println!(
                 "paced case={} gap_us={gap_us} relink_cpu_pct={:.1} never_cpu_pct={:.1} \
-                 std_cpu_pct={:.1} tokio_cpu_pct={:.1} ratio_std={:.2} ratio_tokio={:.2} \
+                 raw_cpu_pct={:.1} std_cpu_pct={:.1} tokio_cpu_pct={:.1} raw_ratio={:.2} \
+                 never_raw_ratio={:.2} ratio_std={:.2} ratio_tokio={:.2} \
                  never_ratio_tokio={:.2}{round_trip}",
                 case.name(),
                 relink.cpu_pct,
                 never.cpu_pct,
+                raw.cpu_pct,
                 std.cpu_pct,
                 tokio.cpu_pct,
+                relink.cpu_pct / raw.cpu_pct.max(0.01),
+                never.cpu_pct / raw.cpu_pct.max(0.01),
                 relink.cpu_pct / std.cpu_pct.max(0.01),
                 relink.cpu_pct / tokio.cpu_pct.max(0.01),
                 never.cpu_pct / tokio.cpu_pct.max(0.01),
