@@ -290,7 +290,8 @@ fn round(sender: Sender, frames: usize) -> Round {
                 for _ in 0..n {
                     batch.push(PAYLOAD);
                 }
-                link.send_batch(batch).expect("send_batch");
+                link.send_batch(batch, relink::SendOptions::new())
+                    .expect("send_batch");
                 left -= n;
             }
         }

@@ -5,7 +5,7 @@
 //! `cargo bench --bench redis -- --smoke` for a short run that only checks it works.
 //!
 //! Two modes, each a mix of `SET key:i v` and `GET key:i` (alternating):
-//! - `pipelined`: 256 requests outstanding at all times. relink: `Link::request_pending` with
+//! - `pipelined`: 256 requests outstanding at all times. relink: `Link::request` with
 //!   a window of 256 `Pending`s, the oldest waited for before the next is sent. redis crate:
 //!   256 tokio tasks, each sending its share one after the other on a clone of one
 //!   `MultiplexedConnection` (the way the crate pipelines).
@@ -101,7 +101,7 @@ fn relink_pipelined(link: &Link, ops: usize, keys: usize) -> Run {
         if window.len() == DEPTH {
             settle(window.pop_front().expect("full"), &mut latencies);
         }
-        window.push_back((i, Instant::now(), link.request_pending(command(i, keys))));
+        window.push_back((i, Instant::now(), link.request(command(i, keys))));
     }
     while let Some(w) = window.pop_front() {
         settle(w, &mut latencies);
@@ -114,7 +114,7 @@ fn relink_one(link: &Link, ops: usize, keys: usize) -> Run {
     let start = Instant::now();
     for i in 0..ops {
         let at = Instant::now();
-        let reply = link.request(command(i, keys)).expect("relink reply");
+        let reply = link.request(command(i, keys)).wait().expect("relink reply");
         latencies.push(at.elapsed().as_secs_f64() * 1e6);
         check_reply(i, &reply);
     }

@@ -384,7 +384,7 @@ fn run_relink_batch(sink: &Sink, size: usize, frames: usize) -> Duration {
         for _ in 0..n {
             batch.push(&payload);
         }
-        if let Err(e) = link.send_batch(batch) {
+        if let Err(e) = link.send_batch(batch, relink::SendOptions::new()) {
             panic!("relink send_batch failed: {e}");
         }
         left -= n;

@@ -3,7 +3,7 @@
 //!
 //! A tokio program that talks to redis through relink with no thread parked per link: it
 //! reads the link's state changes as a `Stream`, pipelines `INCR` commands as requests
-//! (`request_async`, each awaited for its own reply), restarts redis in the middle of the run
+//! (`Link::request`, each `Pending` awaited for its own reply), restarts redis in the middle of the run
 //! and shows that the link comes back Ready on its own, that the requests made during the
 //! outage wait and are answered after the restart, and that every request is accounted for.
 
@@ -85,7 +85,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
     redis.wait()?;
     // Made while redis is down: each request is submitted at once and waits for the link.
     let during: Vec<_> = (0..ROUND)
-        .map(|_| link.request_pending("INCR during-outage"))
+        .map(|_| link.request("INCR during-outage"))
         .collect();
     println!("{} {ROUND} INCRs made during the outage", t());
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -114,7 +114,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
 /// Pipelines `ROUND` INCRs of one key as requests and awaits their replies; returns the last.
 async fn round_trip(link: &Link, key: &str) -> Result<String, Box<dyn Error>> {
     let command = Bytes::from(format!("INCR {key}"));
-    let replies = join_all((0..ROUND).map(|_| link.request_async(command.clone()))).await;
+    let replies = join_all((0..ROUND).map(|_| link.request(command.clone()))).await;
     last_reply(replies)
 }
 

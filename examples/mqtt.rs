@@ -60,7 +60,7 @@ fn round(link: &Link, protocol: &mqtt::Mqtt, round: usize, n: usize) -> (usize, 
     let pending: Vec<_> = (0..n)
         .map(|i| {
             let payload = format!("round {round} message {i}");
-            link.request_pending(protocol.publish1("demo/a", payload.as_bytes()))
+            link.request(protocol.publish1("demo/a", payload.as_bytes()))
         })
         .collect();
     let acked = pending.into_iter().filter_map(|p| p.wait().ok()).count();

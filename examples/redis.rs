@@ -6,7 +6,7 @@
 //!
 //! The link frames with [`Resp`]: commands go out as arrays of bulk strings (built with
 //! [`Resp::command`]), every reply comes back as one whole value, read with [`RespValue`].
-//! Each command is a request (`Link::request_pending`), matched to its reply in order
+//! Each command is a request (`Link::request`), matched to its reply in order
 //! (the built-in `protocols::Redis`: redis answers every command in order); the heartbeat's
 //! `PING` takes its turn among them, so no reply is ever taken for its pong nor it for a reply. Commands are pipelined in windows
 //! (SET, GET, INCR); halfway through, redis-server is killed and started again on the same
@@ -146,7 +146,7 @@ fn run() -> Result<bool, String> {
                 Resp::command(["GET", &key]),
                 Resp::command(["INCR", "relink:counter"]),
             ] {
-                pending.push(link.request_pending(cmd));
+                pending.push(link.request(cmd));
             }
         }
         show_events(&link, Instant::now() + WINDOW_WAIT);

@@ -89,8 +89,8 @@
 //!   that hands each frame over at once without a locked instruction, and a buffered
 //!   [`Writer`] ([`Link::writer`]) that copies frames from the caller's buffers and hands them
 //!   over a batch at a time, as `BufWriter` writes. Dropping the last handle never waits.
-//! - Request and reply ([`Link::request`], [`Link::request_pending`] and [`Pending`],
-//!   [`Link::request_async`]): replies matched to requests in order or by id
+//! - Request and reply ([`Link::request`] and [`Link::request_within`], each giving a
+//!   [`Pending`] to wait for or await): replies matched to requests in order or by id
 //!   ([`Correlation`](protocol::Correlation)), a deadline per request counted from the call, every request ended in
 //!   exactly one outcome ([`RequestError`](error::RequestError)), requests outstanding at a drop resent or failed
 //!   ([`Redelivery`]). See [Request and reply](#request-and-reply).
@@ -226,9 +226,9 @@
 //!     .framing(Lines::new())
 //!     .requests(|q| q.correlation = Some(Correlation::in_order())) // the default
 //!     .build()?;
-//! assert_eq!(link.request("hello")?, &b"re hello"[..]); // connected, answered
-//! let slow = link.request_pending_within("slow", Duration::from_millis(50));
-//! let next = link.request_pending("next");
+//! assert_eq!(link.request("hello").wait()?, &b"re hello"[..]); // connected, answered
+//! let slow = link.request_within("slow", Duration::from_millis(50));
+//! let next = link.request("next");
 //! assert_eq!(slow.wait(), Err(RequestError::TimedOut));
 //! // The late reply to "slow" is dropped: "next" gets its own.
 //! assert_eq!(next.wait()?, &b"re next"[..]);

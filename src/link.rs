@@ -425,6 +425,7 @@ impl Link {
     /// handles see when the IO thread stops. Only with the `test-hooks` feature, which only
     /// relink's own tests enable.
     #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
     pub fn panic_io_thread_for_tests(&self) {
         if self.inner.route.send(Command::PanicForTests).is_ok() {
             self.inner.shared.wake();
@@ -551,58 +552,8 @@ impl Link {
         self.send_with(frame, SendOptions::new())
     }
 
-    /// Queues a frame, waiting up to `timeout` for room in the outbox, whatever the policy:
-    /// [`send_with`](Link::send_with) with [`SendOptions::wait`].
-    ///
-    /// # Errors
-    /// As [`send`](Link::send).
-    ///
-    /// # Examples
-    /// With room for one frame, each call waits until the frame before it went out:
-    /// ```
-    /// use std::time::Duration;
-    /// use relink::{Event, Link};
-    /// use relink::framing::Lines;
-    /// # use std::io::{Read, Write};
-    /// # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-    /// # let port = listener.local_addr()?.port();
-    /// # std::thread::spawn(move || {
-    /// #     let (mut s, _) = listener.accept().unwrap();
-    /// #     let mut buf = [0u8; 1024];
-    /// #     while let Ok(n) = s.read(&mut buf) {
-    /// #         if n == 0 || s.write_all(&buf[..n]).is_err() { break; }
-    /// #     }
-    /// # });
-    ///
-    /// let link = Link::builder(&format!("tcp://127.0.0.1:{port}")) // a local echo server
-    ///     .framing(Lines::new())
-    ///     .delivery(|d| {
-    ///         d.outbox_frames = 1;
-    ///         d.outbox_bytes = 1024;
-    ///     })
-    ///     .build()?;
-    /// for line in ["one", "two", "three"] {
-    ///     link.send_timeout(line, Duration::from_secs(5))?;
-    /// }
-    /// let mut replies = 0;
-    /// while replies < 3 {
-    ///     if let Event::Frame(_) = link.events().recv_timeout(Duration::from_secs(5))? {
-    ///         replies += 1;
-    ///     }
-    /// }
-    /// assert_eq!(link.close(Duration::from_millis(100)).frames_sent, 3);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn send_timeout(
-        &self,
-        frame: impl Into<Bytes>,
-        timeout: Duration,
-    ) -> Result<(), SendError> {
-        self.send_with(frame, SendOptions::new().wait(timeout))
-    }
-
     /// Queues a frame as `options` say: how long to wait for room at the outbox limit, and how
-    /// long the frame may wait to be sent. `send` and `send_timeout` are this call with options
+    /// long the frame may wait to be sent. `send` is this call with `SendOptions::new()`
     /// of their own; `SendOptions::new().no_wait()` refuses at once at the limit, whatever the
     /// policy.
     ///
@@ -655,46 +606,6 @@ impl Link {
         }
     }
 
-    /// Queues a frame as [`send`](Link::send) does, without blocking the thread: with
-    /// `Overflow::Block(t)` it waits for room up to `t`, woken by the IO thread when frames
-    /// leave the outbox (and by relink's timer thread at the bound). Works on any executor.
-    ///
-    /// If the future is dropped while it waits, the frame is dropped with it, never accepted
-    /// and not counted.
-    ///
-    /// # Errors
-    /// As [`send`](Link::send).
-    ///
-    /// # Examples
-    /// ```
-    /// use std::time::{Duration, Instant};
-    /// use relink::{Link, Overflow};
-    /// use relink::error::SendError;
-    ///
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    /// // Nobody listens on `port`: the outbox fills up and nothing leaves it.
-    /// let link = Link::builder(&format!("tcp://127.0.0.1:{port}"))
-    ///     .delivery(|d| {
-    ///         d.outbox_frames = 1;
-    ///         d.outbox_bytes = 1024;
-    ///         d.overflow = Overflow::Block(Duration::from_millis(50));
-    ///     })
-    ///     .build()?;
-    /// link.send_async("first").await?;
-    /// // No room: the task waits (the thread does not), for the policy's 50 ms.
-    /// let start = Instant::now();
-    /// assert_eq!(link.send_async("second").await, Err(SendError::Full("second".into())));
-    /// assert!(start.elapsed() >= Duration::from_millis(50));
-    /// link.close_async(Duration::from_millis(50)).await;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn send_async(&self, frame: impl Into<Bytes>) -> Result<(), SendError> {
-        self.send_with_async(frame, SendOptions::new()).await
-    }
-
     /// Queues a frame as [`send_with`](Link::send_with) does, without blocking the thread: the
     /// same options, the same bounds on the wait.
     ///
@@ -713,13 +624,13 @@ impl Link {
     /// let options = SendOptions::new()
     ///     .wait(Duration::from_secs(1))
     ///     .ttl(Duration::from_millis(20));
-    /// link.send_with_async("quote", options).await?;
+    /// link.send_async("quote", options).await?;
     /// let m = link.close_async(Duration::from_millis(100)).await;
     /// assert_eq!(m.abandoned.expired, 1); // nobody listens: too late for its 20 ms
     /// # Ok(())
     /// # }
     /// ```
-    pub async fn send_with_async(
+    pub async fn send_async(
         &self,
         frame: impl Into<Bytes>,
         options: SendOptions,
@@ -930,42 +841,6 @@ impl Link {
         e
     }
 
-    /// Queues many frames in one call: one admission check and one hand-over to the IO thread
-    /// for all of them, the frames stored back to back (see [`Batch`]). Each frame keeps its
-    /// own outcome and counts as one frame in the metrics; order is kept.
-    ///
-    /// The overflow policy applies per frame: with `RejectNew` the frames that fit are
-    /// queued and the rest are refused; with `DropOldest` all are queued and the oldest
-    /// frames are abandoned as needed; with `Block(t)` the call waits up to `t` in all for
-    /// room for the rest, then refuses what is left. The builder's `frame_ttl` applies to
-    /// every frame. [`send_batch_with`](Link::send_batch_with) is the same call with options.
-    ///
-    /// # Examples
-    /// ```no_run
-    /// use relink::{Batch, Link};
-    /// use relink::framing::LengthDelimited;
-    ///
-    /// let link = Link::builder("tcp://127.0.0.1:7000")
-    ///     .framing(LengthDelimited::len32())
-    ///     .build()?;
-    /// let mut batch = Batch::with_capacity(100, 100 * 64);
-    /// for i in 0..100u8 {
-    ///     batch.push(&[i; 64]);
-    /// }
-    /// if let Err(e) = link.send_batch(batch) {
-    ///     println!("{} accepted, {} refused", e.accepted(), e.into_inner().len());
-    /// }
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    ///
-    /// # Errors
-    /// [`BatchError::Full`] or [`BatchError::Closed`] give back the frames not accepted (the
-    /// ones before them were); [`BatchError::Invalid`] gives back the whole batch, none sent,
-    /// when the framing refuses one of its frames.
-    pub fn send_batch(&self, batch: Batch) -> Result<(), BatchError> {
-        self.send_batch_with(batch, SendOptions::new())
-    }
-
     /// Queues a batch as `options` say (see [`send_with`](Link::send_with)): the wait bounds
     /// the whole call, the deadline applies to every frame.
     ///
@@ -981,18 +856,18 @@ impl Link {
     /// // Nobody listens on `port`: the frames wait in the outbox until they expire.
     /// let link = Link::builder(&format!("tcp://127.0.0.1:{port}")).build()?;
     /// let batch: Batch = ["tick 1", "tick 2"].into_iter().collect();
-    /// link.send_batch_with(batch, SendOptions::new().ttl(Duration::from_millis(20)))?;
+    /// link.send_batch(batch, SendOptions::new().ttl(Duration::from_millis(20)))?;
     /// std::thread::sleep(Duration::from_millis(100));
     /// assert_eq!(link.close(Duration::from_millis(50)).abandoned.expired, 2);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn send_batch_with(&self, batch: Batch, options: SendOptions) -> Result<(), BatchError> {
+    pub fn send_batch(&self, batch: Batch, options: SendOptions) -> Result<(), BatchError> {
         let mut batch = self.check_batch(batch)?;
         self.queue_batch(&mut batch, options)
     }
 
     /// Queues the frames of `rest`, whose frames the framing was asked about already
-    /// (`send_batch_with` after its framing check), taking each accepted prefix off its front;
+    /// (`send_batch` after its framing check), taking each accepted prefix off its front;
     /// an error takes the rest into itself, so `rest` is empty after the call either way.
     fn queue_batch(&self, rest: &mut Batch, options: SendOptions) -> Result<(), BatchError> {
         let plan = self.plan(options);
@@ -1116,36 +991,7 @@ impl Link {
         }
     }
 
-    /// Queues a batch as [`send_batch`](Link::send_batch) does, without blocking the thread:
-    /// with `Overflow::Block(t)` it waits for room for the rest up to `t` in all, as
-    /// `send_batch` does.
-    ///
-    /// If the future is dropped while it waits, the frames not yet accepted are dropped with
-    /// it, uncounted; those accepted stay queued.
-    ///
-    /// # Errors
-    /// As [`send_batch`](Link::send_batch).
-    ///
-    /// # Examples
-    /// ```
-    /// use std::time::Duration;
-    /// use relink::{Batch, Link};
-    ///
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    /// let link = Link::builder(&format!("tcp://127.0.0.1:{port}")).build()?;
-    /// let batch: Batch = (0..100u8).map(|i| [i; 16]).collect();
-    /// link.send_batch_async(batch).await?;
-    /// assert_eq!(link.close_async(Duration::from_millis(50)).await.frames_submitted, 100);
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn send_batch_async(&self, batch: Batch) -> Result<(), BatchError> {
-        self.send_batch_with_async(batch, SendOptions::new()).await
-    }
-
-    /// Queues a batch as [`send_batch_with`](Link::send_batch_with) does, without blocking
+    /// Queues a batch as [`send_batch`](Link::send_batch) does, without blocking
     /// the thread.
     ///
     /// # Errors
@@ -1168,13 +1014,13 @@ impl Link {
     ///     .build()?;
     /// let batch: Batch = ["a", "b", "c"].into_iter().collect();
     /// let options = SendOptions::new().wait(Duration::from_millis(20));
-    /// let err = link.send_batch_with_async(batch, options).await.unwrap_err();
+    /// let err = link.send_batch_async(batch, options).await.unwrap_err();
     /// assert_eq!(err.accepted(), 2); // the third found no room within 20 ms
     /// link.close_async(Duration::from_millis(50)).await;
     /// # Ok(())
     /// # }
     /// ```
-    pub async fn send_batch_with_async(
+    pub async fn send_batch_async(
         &self,
         batch: Batch,
         options: SendOptions,
@@ -1207,66 +1053,6 @@ impl Link {
 
     // ----- request and reply ---------------------------------------------------------------------
 
-    /// Sends `frame` as a request and waits for its reply, within the builder's
-    /// [`Requests::timeout`](crate::config::Requests::timeout) counted from now (time queued
-    /// while the link reconnects counts).
-    ///
-    /// # Errors
-    /// Why no reply came: timed out, abandoned (expired before it was written, its connection
-    /// lost, the link closed), or refused at the call with the frame given back; see
-    /// [`RequestError`].
-    ///
-    /// # Examples
-    /// ```
-    /// use std::time::Duration;
-    /// use relink::framing::Lines;
-    /// use relink::Link;
-    /// # use std::io::{BufRead, BufReader, Write};
-    /// # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-    /// # let port = listener.local_addr()?.port();
-    /// # std::thread::spawn(move || {
-    /// #     let (s, _) = listener.accept().unwrap();
-    /// #     let mut w = s.try_clone().unwrap();
-    /// #     for line in BufReader::new(s).lines() {
-    /// #         let line = line.unwrap();
-    /// #         if w.write_all(format!("{}\n", line.to_uppercase()).as_bytes()).is_err() { break; }
-    /// #     }
-    /// # });
-    ///
-    /// // The server on `port` answers each line with the line in capitals.
-    /// let link = Link::builder(&format!("tcp://127.0.0.1:{port}"))
-    ///     .framing(Lines::new())
-    ///     .build()?;
-    /// assert_eq!(link.request("hello")?, &b"HELLO"[..]);
-    /// link.close(Duration::from_secs(1));
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn request(&self, frame: impl Into<Bytes>) -> Result<Bytes, RequestError> {
-        self.request_pending(frame).wait()
-    }
-
-    /// [`request`](Link::request) with a deadline of its own: its reply within `within` from
-    /// now, or [`RequestError::TimedOut`](crate::error::RequestError::TimedOut).
-    ///
-    /// # Errors
-    /// As [`request`](Link::request).
-    pub fn request_within(
-        &self,
-        frame: impl Into<Bytes>,
-        within: Duration,
-    ) -> Result<Bytes, RequestError> {
-        self.request_pending_within(frame, within).wait()
-    }
-
-    /// [`request`](Link::request) for async code: the same request, awaited on any
-    /// executor.
-    ///
-    /// # Errors
-    /// As [`request`](Link::request).
-    pub async fn request_async(&self, frame: impl Into<Bytes>) -> Result<Bytes, RequestError> {
-        self.request_pending(frame).await
-    }
-
     /// Sends `frame` as a request and returns at once: many requests can be outstanding
     /// (pipelined, up to the builder's [`Requests::limit_frames`](crate::config::Requests::limit_frames)),
     /// each with its own outcome. The deadline is the builder's `request_timeout` from now.
@@ -1292,20 +1078,20 @@ impl Link {
     /// let link = Link::builder(&format!("tcp://127.0.0.1:{port}"))
     ///     .framing(Lines::new())
     ///     .build()?;
-    /// let pending: Vec<_> = ["a", "b", "c"].iter().map(|l| link.request_pending(*l)).collect();
+    /// let pending: Vec<_> = ["a", "b", "c"].iter().map(|l| link.request(*l)).collect();
     /// let replies: Vec<_> = pending.into_iter().map(|p| p.wait()).collect::<Result<_, _>>()?;
     /// assert_eq!(replies, [&b"A"[..], b"B", b"C"]);
     /// link.close(Duration::from_secs(1));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn request_pending(&self, frame: impl Into<Bytes>) -> Pending {
+    pub fn request(&self, frame: impl Into<Bytes>) -> Pending {
         let timeout = self.request_parts().1.timeout;
-        self.request_pending_within(frame, timeout)
+        self.request_within(frame, timeout)
     }
 
-    /// [`request_pending`](Link::request_pending) with a deadline of its own: its reply
+    /// [`request`](Link::request) with a deadline of its own: its reply
     /// within `within` from now.
-    pub fn request_pending_within(&self, frame: impl Into<Bytes>, within: Duration) -> Pending {
+    pub fn request_within(&self, frame: impl Into<Bytes>, within: Duration) -> Pending {
         let frame = frame.into();
         let deadline = Instant::now() + within;
         let (framing, settings, look) = self.request_parts();
@@ -1449,11 +1235,11 @@ fn assert_send_sync() {
     is_send::<BatchError>();
     fn future_is_send<F: Future + Send>(_: F) {}
     fn link_futures_are_send(link: &Link) {
-        future_is_send(link.send_async(Vec::new()));
-        future_is_send(link.send_with_async(Vec::new(), SendOptions::new()));
-        future_is_send(link.send_batch_async(Batch::new()));
+        future_is_send(link.send_async(Vec::new(), SendOptions::new()));
+        future_is_send(link.send_async(Vec::new(), SendOptions::new()));
+        future_is_send(link.send_batch_async(Batch::new(), SendOptions::new()));
         future_is_send(link.close_async(Duration::ZERO));
-        future_is_send(link.request_async(Vec::new()));
+        future_is_send(link.request(Vec::new()));
         future_is_send(link.flush_async(Duration::ZERO));
         future_is_send(link.events().recv_async());
     }

@@ -20,7 +20,7 @@ use crate::io::answer::Answer;
 /// Dropping it does not withdraw the request: it is still written, and its reply consumed.
 ///
 /// # Examples
-/// See [`Link::request_pending`](crate::Link::request_pending).
+/// See [`Link::request`](crate::Link::request).
 #[must_use = "a pending request's outcome is lost unless it is waited for"]
 pub struct Pending {
     answer: Answer,

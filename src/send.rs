@@ -6,7 +6,8 @@ use std::time::Duration;
 /// its frames: how long it may wait for room at the outbox limit, and how long its frames may
 /// wait to be sent. `SendOptions::new()` is the link's own settings: the builder's
 /// [`Delivery::overflow`](crate::config::Delivery::overflow) policy and its `frame_ttl`; `send` and
-/// `send_timeout` are `send_with` with options of their own.
+/// `send_async` and the batch calls take the same options; `send` is `send_with` with
+/// `SendOptions::new()`.
 ///
 /// # Examples
 /// Wait up to 100 ms for room, and give the frame up (reason `Expired`) if it is not sent
@@ -57,9 +58,8 @@ impl SendOptions {
         self
     }
 
-    /// Waits up to `timeout` for room at the outbox limit, whatever the policy: what
-    /// [`send_timeout`](crate::Link::send_timeout) does. A batch call waits up to `timeout`
-    /// in all.
+    /// Waits up to `timeout` for room at the outbox limit, whatever the policy. A batch call
+    /// waits up to `timeout` in all.
     pub const fn wait(mut self, timeout: Duration) -> SendOptions {
         self.wait = Some(WaitFor::For(timeout));
         self

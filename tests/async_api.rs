@@ -158,7 +158,7 @@ fn send_async_with_block_waits_for_room_and_resumes_when_frames_leave() {
         .expect("b");
     let mut exec = TestExec::new();
     let started = Instant::now();
-    let mut send = Box::pin(link.send_async(b"c".to_vec()));
+    let mut send = Box::pin(link.send_async(b"c".to_vec(), relink::SendOptions::new()));
     assert!(exec.poll(&mut send).is_pending(), "the outbox is full");
     assert!(
         exec.wait_wakes_above(0, BOUND),
@@ -191,7 +191,7 @@ fn a_waiting_send_async_is_refused_when_the_link_closes() {
     let link = offline_link((1, 1 << 20), Overflow::Block(Duration::from_secs(60)));
     link.send(b"a".to_vec()).expect("a");
     let mut exec = TestExec::new();
-    let mut send = Box::pin(link.send_async(b"b".to_vec()));
+    let mut send = Box::pin(link.send_async(b"b".to_vec(), relink::SendOptions::new()));
     assert!(exec.poll(&mut send).is_pending());
     let closer = {
         let link = link.clone();
@@ -245,7 +245,9 @@ fn a_stream_on_tokio_sees_frames_and_the_close() {
         .expect("runtime");
     let got = rt.block_on(async {
         let mut events = link.events().clone();
-        link.send_async(b"ping".to_vec()).await.expect("send");
+        link.send_async(b"ping".to_vec(), relink::SendOptions::new())
+            .await
+            .expect("send");
         let frame = tokio::time::timeout(BOUND, async {
             loop {
                 match events.next().await {

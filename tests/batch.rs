@@ -52,7 +52,7 @@ fn a_batch_partly_over_the_limit_gives_back_exactly_the_refused_frames() {
     let link = queued_link((5, 1 << 20), Overflow::RejectNew);
     link.send(seq_payload(0)).expect("one single frame first");
     let err = link
-        .send_batch(numbered(1..9))
+        .send_batch(numbered(1..9), relink::SendOptions::new())
         .expect_err("8 frames, room for 4");
     match &err {
         BatchError::Full { accepted, rest } => {
@@ -76,7 +76,9 @@ fn the_byte_limit_cuts_a_batch_between_frames() {
     // 10-byte frames, room for 25 bytes: two fit.
     let link = queued_link((100, 25), Overflow::RejectNew);
     let batch: Batch = (0..4u8).map(|i| [i; 10]).collect();
-    let err = link.send_batch(batch).expect_err("40 bytes, room for 25");
+    let err = link
+        .send_batch(batch, relink::SendOptions::new())
+        .expect_err("40 bytes, room for 25");
     assert_eq!(err.accepted(), 2);
     assert_eq!(
         err.into_inner().into_frames(),
@@ -96,7 +98,7 @@ fn a_frame_the_codec_refuses_refuses_the_whole_batch() {
     let batch: Batch = [&b"ok"[..], b"fine", b"two\nlines", b"ok"]
         .into_iter()
         .collect();
-    match link.send_batch(batch.clone()) {
+    match link.send_batch(batch.clone(), relink::SendOptions::new()) {
         Err(BatchError::Invalid {
             batch: back,
             index,
@@ -127,7 +129,7 @@ fn order_is_kept_across_batches_and_single_sends_from_one_thread() {
             next += 1;
         } else {
             let n = 1 + i % 50;
-            link.send_batch(numbered(next..next + n))
+            link.send_batch(numbered(next..next + n), relink::SendOptions::new())
                 .expect("send_batch");
             next += n;
         }
@@ -139,8 +141,11 @@ fn order_is_kept_across_batches_and_single_sends_from_one_thread() {
     for i in 100..200 {
         step(&link, i);
     }
-    link.send_batch((next..next + 10).map(seq_payload).collect())
-        .expect("a batch collected from an iterator");
+    link.send_batch(
+        (next..next + 10).map(seq_payload).collect(),
+        relink::SendOptions::new(),
+    )
+    .expect("a batch collected from an iterator");
     next += 10;
     let m = link.close(BOUND);
     assert_eq!(m.frames_sent, next, "every frame sent: {m:?}");
@@ -162,7 +167,8 @@ fn under_drop_oldest_a_batch_abandons_the_oldest_frames_one_by_one() {
     for i in 0..3 {
         link.send(seq_payload(i)).expect("single");
     }
-    link.send_batch(numbered(3..7)).expect("DropOldest accepts");
+    link.send_batch(numbered(3..7), relink::SendOptions::new())
+        .expect("DropOldest accepts");
     let mut abandoned = Vec::new();
     let deadline = Instant::now() + BOUND;
     while abandoned.len() < 3 {
@@ -180,7 +186,7 @@ fn under_drop_oldest_a_batch_abandons_the_oldest_frames_one_by_one() {
     let m = link.metrics();
     assert_eq!((m.outbox_frames, m.abandoned.overflow), (4, 3));
     // A batch larger than the limit keeps only its newest frames.
-    link.send_batch(numbered(7..17))
+    link.send_batch(numbered(7..17), relink::SendOptions::new())
         .expect("DropOldest accepts");
     let m = link.close(ms(50));
     assert_eq!(m.abandoned.overflow, 3 + 10);
@@ -194,7 +200,7 @@ fn under_block_a_batch_waits_for_room_then_refuses_the_rest_at_the_deadline() {
     let link = queued_link((2, 1 << 20), Overflow::Block(ms(200)));
     let started = Instant::now();
     let err = link
-        .send_batch(numbered(0..5))
+        .send_batch(numbered(0..5), relink::SendOptions::new())
         .expect_err("room for 2, nothing leaves");
     let waited = started.elapsed();
     assert!(waited >= ms(190), "gave up after {waited:?}");
@@ -217,7 +223,7 @@ fn under_block_a_batch_larger_than_the_outbox_goes_in_as_room_frees() {
         })
         .build()
         .expect("build");
-    link.send_batch(numbered(0..100))
+    link.send_batch(numbered(0..100), relink::SendOptions::new())
         .expect("all accepted as room frees");
     let m = link.close(BOUND);
     assert_eq!(m.frames_sent, 100);
@@ -240,7 +246,7 @@ fn send_batch_async_waits_for_room_without_blocking() {
         .expect("0");
     link.send_with(seq_payload(1), SendOptions::new().ttl(ms(200)))
         .expect("1");
-    let mut send = Box::pin(link.send_batch_async(numbered(2..4)));
+    let mut send = Box::pin(link.send_batch_async(numbered(2..4), relink::SendOptions::new()));
     assert!(exec.poll(&mut send).is_pending(), "no room");
     let result = exec
         .block_on(send, BOUND)
@@ -255,7 +261,7 @@ fn send_batch_async_waits_for_room_without_blocking() {
 fn a_batch_after_close_comes_back_whole() {
     let link = queued_link((10, 1 << 20), Overflow::RejectNew);
     link.close(ms(10));
-    match link.send_batch(numbered(0..3)) {
+    match link.send_batch(numbered(0..3), relink::SendOptions::new()) {
         Err(BatchError::Closed { accepted: 0, rest }) => assert_eq!(rest, numbered(0..3)),
         other => panic!("expected Closed, got {other:?}"),
     }

@@ -892,6 +892,7 @@ fn the_builders_table_of_groups_names_every_setter_once() {
     let end = start + source[start..].find("/// # Examples").expect("its end");
     let table = &source[start..end];
     let mut listed = Vec::new();
+    let table = table.replace("](crate::Builder::", "](Builder::");
     for piece in table.split("](Builder::").skip(1) {
         listed.push(ident(piece).to_string());
     }

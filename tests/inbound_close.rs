@@ -336,7 +336,7 @@ fn the_last_replies_before_the_peers_close_answer_their_requests() {
         .unwrap();
     Watch::new(&link).until_state(State::Ready, T);
     let pending: Vec<_> = (0..REQUESTS)
-        .map(|i| link.request_pending_within(i.to_string(), T))
+        .map(|i| link.request_within(i.to_string(), T))
         .collect();
     // The application takes no event for a while: the notes fill the channel and reading
     // pauses with replies still unread when the peer closes.

@@ -948,7 +948,7 @@ fn send_refuses_a_frame_the_codec_cannot_encode_and_gives_it_back() {
     }
     for r in [
         lines.send_with(bad.clone(), SendOptions::new().no_wait()),
-        lines.send_timeout(bad.clone(), T),
+        lines.send_with(bad.clone(), relink::SendOptions::new().wait(T)),
         lines.send_with(bad.clone(), SendOptions::new().ttl(T)),
     ] {
         assert!(

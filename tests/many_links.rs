@@ -140,7 +140,10 @@ fn a_busy_link_does_not_starve_a_quiet_one_on_the_same_thread() {
             while !stop.load(std::sync::atomic::Ordering::SeqCst) && Instant::now() < until {
                 // Waits for room rather than spinning: the outbox stays full, and the
                 // producer leaves the CPU to the IO thread.
-                if busy.send_timeout(line.clone(), ms(100)).is_ok() {
+                if busy
+                    .send_with(line.clone(), relink::SendOptions::new().wait(ms(100)))
+                    .is_ok()
+                {
                     n += 1;
                 }
             }

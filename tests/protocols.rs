@@ -152,7 +152,7 @@ fn mqtt_qos1_publishes_through_two_broker_kills_are_each_acknowledged_by_their_o
     for n in 0..N {
         let p = protocol.publish1("relink/qos1", format!("{n}").as_bytes());
         let id = mqtt::packet_id(&p).unwrap();
-        in_flight.push_back((id, link.request_pending(p)));
+        in_flight.push_back((id, link.request(p)));
         if in_flight.len() >= 128 {
             let (id, p) = in_flight.pop_front().unwrap();
             settle(id, p, &mut acked, &mut failed);
@@ -220,6 +220,7 @@ fn a_resent_qos1_publish_carries_dup_and_a_subscription_is_renewed() {
         let payload = format!("round {round}");
         let ack = link
             .request(protocol.publish1("relink/echo", payload.as_bytes()))
+            .wait()
             .expect("acknowledged");
         assert_eq!(ack[0] >> 4, 4, "a PUBACK");
         let deadline = Instant::now() + T;
@@ -293,6 +294,7 @@ fn redis_opening_commands_are_answered_before_ready_and_hold_on_every_connection
         watch.until(T, |t| t.to == State::Ready);
         let info = link
             .request_within(Resp::command(["CLIENT", "INFO"]), T)
+            .wait()
             .expect("CLIENT INFO answered");
         let info = String::from_utf8_lossy(&info);
         assert!(

@@ -234,6 +234,7 @@ fn present_keys(redis: &RedisServer, writes: u64) -> HashSet<u64> {
         .unwrap();
     let reply = link
         .request_within(Resp::command(["KEYS", "key-*"]), T)
+        .wait()
         .expect("KEYS answered");
     link.close(Duration::from_secs(1));
     let text = String::from_utf8_lossy(&reply);
@@ -375,11 +376,13 @@ fn a_heartbeats_pong_never_answers_a_request_when_every_frame_is_answered() {
     );
     let link = b().protocol(Redis::new()).build().unwrap();
     link.request_within(Resp::command(["SET", "k", "value"]), T)
+        .wait()
         .expect("SET answered");
     let mut pongs = 0;
     for _ in 0..1_000 {
         let reply = link
             .request_within(Resp::command(["GET", "k"]), T)
+            .wait()
             .expect("GET answered");
         if reply.starts_with(b"+PONG") {
             pongs += 1;
@@ -472,7 +475,7 @@ fn a_flush_on_a_closed_link_says_so() {
     link.close(Duration::from_millis(10));
     assert_eq!(link.flush(Duration::from_secs(1)), Err(FlushError::Closed));
     assert!(matches!(
-        link.request(b"x".to_vec()),
+        link.request(b"x".to_vec()).wait(),
         Err(RequestError::Closed(_))
     ));
 }

@@ -85,7 +85,7 @@ fn requests_beside_pushes(resp3: bool) {
                     (true, _) => Resp::command(["ECHO".to_string(), format!("req-{n}")]),
                     (false, _) => Resp::command(["PING".to_string(), format!("req-{n}")]),
                 };
-                (n, link.request_pending_within(frame, T))
+                (n, link.request_within(frame, T))
             })
             .collect();
         for (n, p) in pending {
@@ -146,13 +146,16 @@ fn a_subscribe_as_a_request_is_refused_at_the_call_and_the_next_request_is_answe
         .protocol(Redis::new().open_with(["HELLO", "3"]))
         .build()
         .unwrap();
-    let refused = link.request_within(Resp::command(["SUBSCRIBE", "ch"]), T);
+    let refused = link
+        .request_within(Resp::command(["SUBSCRIBE", "ch"]), T)
+        .wait();
     assert!(
         matches!(refused, Err(RequestError::NoReply(_))),
         "{refused:?}"
     );
     let echo = link
         .request_within(Resp::command(["ECHO", "x"]), T)
+        .wait()
         .unwrap();
     assert_eq!(&echo[..], b"$1\r\nx\r\n");
     link.close(Duration::from_secs(1));

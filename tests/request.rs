@@ -54,9 +54,9 @@ fn every_later_reply_goes_to_its_own_request_when_some_replies_come_late() {
     let pending: Vec<(usize, Pending)> = (0..100)
         .map(|i| {
             let p = if i % 10 == 3 {
-                link.request_pending_within(format!("slow {i}"), ms(100))
+                link.request_within(format!("slow {i}"), ms(100))
             } else {
-                link.request_pending_within(i.to_string(), Duration::from_secs(30))
+                link.request_within(i.to_string(), Duration::from_secs(30))
             };
             (i, p)
         })
@@ -118,7 +118,7 @@ fn replies_by_id_in_any_order_reach_their_own_callers() {
         .build()
         .unwrap();
     let pending: Vec<_> = (0..200)
-        .map(|i| link.request_pending(format!("{i}:word{i}")))
+        .map(|i| link.request(format!("{i}:word{i}")))
         .collect();
     let mut answered = 0;
     for (i, p) in pending.into_iter().enumerate() {
@@ -127,7 +127,7 @@ fn replies_by_id_in_any_order_reach_their_own_callers() {
     }
     eprintln!("out of order by id: {answered} of 200 answered by their own replies");
     assert_eq!(answered, 200);
-    let refused = link.request("no id").unwrap_err();
+    let refused = link.request("no id").wait().unwrap_err();
     assert_eq!(refused, RequestError::NoId(Bytes::from_static(b"no id")));
     link.close(T);
 }
@@ -153,7 +153,7 @@ fn frames_and_requests_called_together_each_keep_the_order_of_their_calls() {
     for i in 0..300 {
         if i % 3 == 0 {
             let line = format!("r{i}");
-            pending.push((line.clone(), link.request_pending(line)));
+            pending.push((line.clone(), link.request(line)));
         } else {
             let line = format!("f{i}");
             link.send(line.clone()).unwrap();
@@ -192,7 +192,7 @@ fn a_link_that_never_looks_answers_each_request_and_delivers_each_push_in_turn()
     // One at a time: every wait finds nothing at first and sleeps, so each reply and each push
     // reaches a caller only through a wake-up.
     for i in 0..200 {
-        let reply = link.request_within(format!("q{i}"), T).unwrap();
+        let reply = link.request_within(format!("q{i}"), T).wait().unwrap();
         assert_eq!(reply, format!("q{i}").into_bytes(), "request {i}");
         let push = loop {
             if let Event::Frame(f) = link.events().recv_timeout(T).unwrap() {
@@ -223,9 +223,7 @@ fn pushes_between_replies_are_delivered_as_events() {
         .requests(|q| q.correlation = Some(Correlation::in_order_except(|f| f.starts_with(b">"))))
         .build()
         .unwrap();
-    let pending: Vec<_> = (0..50)
-        .map(|i| link.request_pending(format!("q{i}")))
-        .collect();
+    let pending: Vec<_> = (0..50).map(|i| link.request(format!("q{i}"))).collect();
     for (i, p) in pending.into_iter().enumerate() {
         assert_eq!(p.wait().unwrap(), format!("q{i}").into_bytes());
     }
@@ -248,7 +246,7 @@ fn a_request_queued_through_an_outage_expires_counting_the_time_queued() {
         .build()
         .unwrap();
     let started = Instant::now();
-    let err = link.request("GET k").unwrap_err();
+    let err = link.request("GET k").wait().unwrap_err();
     eprintln!("expired after {:?}", started.elapsed());
     assert_eq!(err, RequestError::Abandoned(AbandonReason::Expired));
     assert!(!err.may_have_been_processed());
@@ -279,10 +277,10 @@ fn report_fails_a_request_whose_connection_dropped_as_maybe_processed() {
         .requests(|q| q.redelivery = Redelivery::Report)
         .build()
         .unwrap();
-    let err = link.request("SET k v").unwrap_err();
+    let err = link.request("SET k v").wait().unwrap_err();
     assert_eq!(err, RequestError::Abandoned(AbandonReason::ConnectionLost));
     assert!(err.may_have_been_processed());
-    assert_eq!(link.request("again").unwrap(), &b"re again"[..]);
+    assert_eq!(link.request("again").wait().unwrap(), &b"re again"[..]);
     link.close(T);
 }
 
@@ -293,7 +291,7 @@ fn resend_answers_a_request_whose_connection_dropped_on_the_next_one() {
         .requests(|q| q.redelivery = Redelivery::Resend)
         .build()
         .unwrap();
-    assert_eq!(link.request("SET k v").unwrap(), &b"re SET k v"[..]);
+    assert_eq!(link.request("SET k v").wait().unwrap(), &b"re SET k v"[..]);
     assert_eq!(peer.accept_count(), 2);
     link.close(T);
 }
@@ -309,9 +307,9 @@ fn past_the_window_a_request_is_refused_with_its_frame() {
         .delivery(|d| d.overflow = Overflow::RejectNew)
         .build()
         .unwrap();
-    let _a = link.request_pending("a");
-    let _b = link.request_pending("b");
-    let err = link.request("c").unwrap_err();
+    let _a = link.request("a");
+    let _b = link.request("b");
+    let err = link.request("c").wait().unwrap_err();
     assert_eq!(err.into_frame().as_deref(), Some(&b"c"[..]));
     link.close(ms(100));
 }
@@ -320,9 +318,7 @@ fn past_the_window_a_request_is_refused_with_its_frame() {
 fn close_ends_every_outstanding_request_and_later_ones_are_refused() {
     let peer = Peer::start(Behaviour::Sink);
     let link = lines_link(&peer).build().unwrap();
-    let pending: Vec<_> = (0..5)
-        .map(|i| link.request_pending(format!("q{i}")))
-        .collect();
+    let pending: Vec<_> = (0..5).map(|i| link.request(format!("q{i}"))).collect();
     link.close(ms(200));
     for p in pending {
         assert_eq!(
@@ -331,7 +327,7 @@ fn close_ends_every_outstanding_request_and_later_ones_are_refused() {
         );
     }
     assert_eq!(
-        link.request("late").unwrap_err(),
+        link.request("late").wait().unwrap_err(),
         RequestError::Closed(Bytes::from_static(b"late"))
     );
     assert_eq!(link.state(), State::Closed);
@@ -343,10 +339,10 @@ fn an_async_request_is_answered_on_any_executor() {
     let link = lines_link(&peer).build().unwrap();
     let mut exec = TestExec::new();
     let reply = exec
-        .block_on(link.request_async("7"), T)
+        .block_on(link.request("7"), T)
         .expect("answered in time");
     assert_eq!(reply.unwrap(), &b"reply 7"[..]);
-    let pending = link.request_pending("8");
+    let pending = link.request("8");
     assert_eq!(exec.block_on(pending, T).unwrap().unwrap(), &b"reply 8"[..]);
     link.close(T);
 }
@@ -434,7 +430,7 @@ fn sets_through_two_kills(
     let mut pending: Vec<Pending> = Vec::with_capacity(n);
     let mut i = 0;
     while i < n {
-        pending.push(link.request_pending(format!("SET key:{i} {i}")));
+        pending.push(link.request(format!("SET key:{i} {i}")));
         i += 1;
         if i == n / 4 || i == n * 3 / 5 {
             // Frozen, the server answers nothing more: keep submitting until the link has
@@ -445,7 +441,7 @@ fn sets_through_two_kills(
                     return true;
                 }
                 if i < n {
-                    pending.push(link.request_pending(format!("SET key:{i} {i}")));
+                    pending.push(link.request(format!("SET key:{i} {i}")));
                     i += 1;
                 }
                 false
@@ -473,7 +469,7 @@ fn present_keys(server: &dyn Restart, n: usize) -> Vec<bool> {
         .build()
         .unwrap();
     let pending: Vec<_> = (0..n)
-        .map(|i| link.request_pending(format!("EXISTS key:{i}")))
+        .map(|i| link.request(format!("EXISTS key:{i}")))
         .collect();
     let present = pending
         .into_iter()

@@ -37,7 +37,8 @@ fn small_large_and_batched_frames_from_one_producer_reach_the_peer_in_order() {
                 want.push(f);
                 seq += 1;
             }
-            link.send_batch(batch).expect("send_batch");
+            link.send_batch(batch, relink::SendOptions::new())
+                .expect("send_batch");
         }
     }
     let total: usize = want.iter().map(|f| 4 + f.len()).sum();
@@ -58,7 +59,7 @@ fn send_async_under_block_gives_the_frame_back_at_the_policys_bound() {
     let mut exec = TestExec::new();
     let started = Instant::now();
     let result = exec
-        .block_on(link.send_async("second"), BOUND)
+        .block_on(link.send_async("second", relink::SendOptions::new()), BOUND)
         .expect("send_async resolves at its bound");
     let waited = started.elapsed();
     assert_eq!(result, Err(SendError::Full(b"second"[..].into())));
@@ -78,7 +79,7 @@ fn send_async_under_block_gives_the_frame_back_at_the_policys_bound() {
 }
 
 #[test]
-fn send_with_async_waits_for_room_no_longer_than_its_option_whatever_the_policy() {
+fn send_async_waits_for_room_no_longer_than_its_option_whatever_the_policy() {
     let link = offline_link((1, 1 << 20), Overflow::Block(Duration::from_secs(60)));
     link.send_with("first", SendOptions::new().no_wait())
         .expect("room for one");
@@ -87,10 +88,10 @@ fn send_with_async_waits_for_room_no_longer_than_its_option_whatever_the_policy(
     let started = Instant::now();
     let result = exec
         .block_on(
-            link.send_with_async("second", SendOptions::new().wait(wait)),
+            link.send_async("second", SendOptions::new().wait(wait)),
             BOUND,
         )
-        .expect("send_with_async resolves at its bound");
+        .expect("send_async resolves at its bound");
     let waited = started.elapsed();
     assert!(matches!(result, Err(SendError::Full(_))), "{result:?}");
     assert!(waited >= wait, "gave up after {waited:?}");
@@ -109,7 +110,10 @@ fn send_batch_async_under_block_gives_the_rest_back_at_the_policys_bound() {
     let mut exec = TestExec::new();
     let started = Instant::now();
     let err = exec
-        .block_on(link.send_batch_async(batch), BOUND)
+        .block_on(
+            link.send_batch_async(batch, relink::SendOptions::new()),
+            BOUND,
+        )
         .expect("send_batch_async resolves at its bound")
         .unwrap_err();
     let waited = started.elapsed();
@@ -131,15 +135,15 @@ fn a_per_frame_ttl_expires_frames_on_every_send_path() {
     let ttl = SendOptions::new().ttl(ms(30));
     link.send_with("blocking", ttl).expect("send_with");
     let batch: Batch = ["batch 1", "batch 2"].into_iter().collect();
-    link.send_batch_with(batch, ttl).expect("send_batch_with");
+    link.send_batch(batch, ttl).expect("send_batch");
     let mut exec = TestExec::new();
-    exec.block_on(link.send_with_async("async", ttl), BOUND)
+    exec.block_on(link.send_async("async", ttl), BOUND)
         .expect("resolves")
-        .expect("send_with_async");
+        .expect("send_async");
     let batch: Batch = ["async batch"].into_iter().collect();
-    exec.block_on(link.send_batch_with_async(batch, ttl), BOUND)
+    exec.block_on(link.send_batch_async(batch, ttl), BOUND)
         .expect("resolves")
-        .expect("send_batch_with_async");
+        .expect("send_batch_async");
     link.send("no ttl").expect("send");
     let given_back = wait_abandoned(&link, 5, BOUND);
     assert!(

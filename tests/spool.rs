@@ -538,7 +538,10 @@ fn a_batch_keeps_in_the_spool_exactly_the_frames_the_outbox_took() {
         .build()
         .unwrap();
     let err = link
-        .send_batch(["0", "1", "2", "3", "4"].into_iter().collect())
+        .send_batch(
+            ["0", "1", "2", "3", "4"].into_iter().collect(),
+            relink::SendOptions::new(),
+        )
         .unwrap_err();
     assert_eq!(err.accepted(), 3);
     let m = link.close(Duration::from_millis(10));

@@ -826,7 +826,7 @@ fn spawn_reader(
             };
             if let Some(requests) = &requests {
                 let frame = frame.to_vec();
-                let pending = link.request_pending(frame.clone());
+                let pending = link.request(frame.clone());
                 if requests.send((frame, pending)).is_err() {
                     break;
                 }

@@ -13,7 +13,7 @@ const FRAMES: usize = 1024;
 const BYTES: usize = 64 * 1024;
 
 /// A buffered sender for one producer: frames are copied into a [`Batch`] and handed to the
-/// link together, as [`Link::send_batch_with`] hands them, when the writer holds its
+/// link together, as [`Link::send_batch`] hands them, when the writer holds its
 /// [`capacity`](Writer::capacity) (1 024 frames or 64 KiB by default), at
 /// [`flush`](Writer::flush), and when it is dropped. What `std::io::BufWriter` is to a
 /// `TcpStream`: a frame costs a copy, where [`Link::send`] hands each frame to the IO thread on
@@ -101,7 +101,7 @@ impl Writer {
     }
 
     /// Hands the frames over with these options (how long to wait for room in the outbox, how
-    /// long a frame may wait to be sent), as [`Link::send_batch_with`] does.
+    /// long a frame may wait to be sent), as [`Link::send_batch`] does.
     #[must_use]
     pub fn options(mut self, options: SendOptions) -> Writer {
         self.options = options;
