@@ -100,7 +100,11 @@ fn main() {
             aborts += 1;
         }
     }
-    let per_1000 = if done == 0 { 0.0 } else { aborts as f64 * 1000.0 / done as f64 };
+    let per_1000 = if done == 0 {
+        0.0
+    } else {
+        aborts as f64 * 1000.0 / done as f64
+    };
     println!(
         "abort_raw mode={mode} peer={peer} ivl_ms={ivl} cycles={done} aborts={aborts} \
          per_1000={per_1000:.0} redials={redials} bytes_lost={lost}"
@@ -123,7 +127,11 @@ fn child(spec: &str) {
     let mut stdout = std::io::stdout();
     for n in 0..cycles {
         let (redialed, lost) = cycle(&ctx, &listener, &endpoint, mode, peer, ivl, n, &mut rng);
-        let _ = writeln!(stdout, "cycle {n} redialed={} lost={lost}", u8::from(redialed));
+        let _ = writeln!(
+            stdout,
+            "cycle {n} redialed={} lost={lost}",
+            u8::from(redialed)
+        );
         let _ = stdout.flush();
     }
 }
@@ -178,7 +186,9 @@ fn cycle(
     socket.set_rcvhwm(RCVHWM).expect("rcvhwm");
     socket.set_linger(0).expect("linger");
     socket.set_reconnect_ivl(ivl).expect("reconnect_ivl");
-    socket.set_immediate(mode == "immediate").expect("immediate");
+    socket
+        .set_immediate(mode == "immediate")
+        .expect("immediate");
     if mode == "stop" {
         set_int(&mut socket, ZMQ_RECONNECT_STOP, STOP_HANDSHAKE_FAILED);
     }
@@ -189,7 +199,11 @@ fn cycle(
     let first = accept(listener, BOUND).expect("the first connection");
     let (chunks, extra, rst) = match peer {
         "exact" => (RCVHWM as usize - 1, 0, false),
-        _ => (rng.random_range(32..=96), rng.random_range(0..64), rng.random_bool(0.3)),
+        _ => (
+            rng.random_range(32..=96),
+            rng.random_range(0..64),
+            rng.random_bool(0.3),
+        ),
     };
     let burst = chunks * CHUNK + extra;
     // Written from a thread: what libzmq's pipe and the kernel cannot hold waits there.
