@@ -52,6 +52,8 @@ fn ms(n: u64) -> Duration {
 struct Tally {
     cycles: u64,
     aborts: u64,
+    /// The cycle (counted from the run's start) that first aborted.
+    first_abort: Option<u64>,
     /// Bytes the peer wrote to connections it closed with a FIN, in children that ended.
     written: u64,
     /// Bytes the links delivered, or reported as unread or discarded, in those children.
@@ -91,13 +93,18 @@ fn run(secs: u64, resets: bool) -> Tally {
             // The cycle that aborted counts among the cycles.
             tally.cycles += 1;
             tally.aborts += 1;
+            tally.first_abort.get_or_insert(tally.cycles);
         }
     }
     let per_1000 = tally.aborts as f64 * 1000.0 / tally.cycles.max(1) as f64;
     println!(
-        "abort_stress resets={resets} cycles={} aborts={} per_1000={per_1000:.1} written={} \
-         accounted={}",
-        tally.cycles, tally.aborts, tally.written, tally.accounted
+        "abort_stress resets={resets} cycles={} aborts={} per_1000={per_1000:.1} first_abort={} \
+         written={} accounted={}",
+        tally.cycles,
+        tally.aborts,
+        tally.first_abort.map_or("-".into(), |c| c.to_string()),
+        tally.written,
+        tally.accounted
     );
     tally
 }
@@ -223,32 +230,24 @@ fn accept_loop(
     }
 }
 
-/// A reader that falls behind: takes nothing for a while, then everything there is.
-/// Returns the bytes of the frames it took.
-fn reader(link: Link, stop: Arc<AtomicBool>) -> u64 {
+/// A reader that falls behind: takes nothing for a while, then everything there is, until
+/// `stop`; adds the bytes of the frames it took to `delivered`.
+fn reader(link: Link, stop: Arc<AtomicBool>, delivered: Arc<AtomicU64>) {
     let mut rng = rand::rng();
-    let mut bytes = 0u64;
     let events = link.events();
     while !stop.load(Ordering::SeqCst) {
         thread::sleep(ms(rng.random_range(0..60)));
         let until = Instant::now() + ms(rng.random_range(1..30));
         while Instant::now() < until {
             match events.recv_timeout(ms(5)) {
-                Ok(Event::Frame(f)) => bytes += f.len() as u64,
+                Ok(Event::Frame(f)) => {
+                    delivered.fetch_add(f.len() as u64, Ordering::SeqCst);
+                }
                 Ok(_) => {}
                 Err(_) => break,
             }
         }
     }
-    // Settling: take everything, so that what waits in the pipes comes out.
-    let quiet = ms(500);
-    while let Ok(ev) = events.recv_timeout(quiet) {
-        // A `LinkError::FramesUnread` is counted in the metrics' `bytes_unread`.
-        if let Event::Frame(f) = ev {
-            bytes += f.len() as u64;
-        }
-    }
-    bytes
 }
 
 /// The child: links, peer, readers and CPU burners for its time, then the end line.
@@ -290,6 +289,7 @@ fn abort_stress_child_runs_cycles_until_its_time_is_up() {
         })
         .collect();
     let pool = IoPool::new(1).expect("a pool");
+    let delivered = Arc::new(AtomicU64::new(0));
     let mut all = Vec::new();
     let mut readers = Vec::new();
     for _ in 0..links {
@@ -301,9 +301,8 @@ fn abort_stress_child_runs_cycles_until_its_time_is_up() {
             .closed_frames_wait(Duration::from_secs(60))
             .build()
             .expect("build a link");
-        let stop = stop.clone();
-        let handle = link.clone();
-        readers.push(thread::spawn(move || reader(handle, stop)));
+        let (stop, delivered, handle) = (stop.clone(), delivered.clone(), link.clone());
+        readers.push(thread::spawn(move || reader(handle, stop, delivered)));
         all.push(link);
     }
     let end = Instant::now() + Duration::from_secs(secs);
@@ -321,28 +320,32 @@ fn abort_stress_child_runs_cycles_until_its_time_is_up() {
             let _ = writeln!(out, "cycle");
         }
     }
+    // The readers keep pausing and resuming until what the peer wrote before its FINs is
+    // delivered or reported (bounded: a loss shows in the end line).
+    let written = counts.written.load(Ordering::SeqCst);
+    let accounted = || {
+        let reported: u64 = all
+            .iter()
+            .map(|l| {
+                let m = l.metrics();
+                m.bytes_unread + m.bytes_discarded + m.bytes_cut
+            })
+            .sum();
+        delivered.load(Ordering::SeqCst) + reported
+    };
+    let _ = util::wait_for(Duration::from_secs(10), || {
+        (accounted() >= written).then_some(())
+    });
     stop.store(true, Ordering::SeqCst);
     for b in burners {
         b.join().expect("a burner");
     }
-    let delivered: u64 = readers
-        .into_iter()
-        .map(|r| r.join().expect("a reader"))
-        .sum();
-    let reported: u64 = all
-        .iter()
-        .map(|l| {
-            let m = l.metrics();
-            m.bytes_unread + m.bytes_discarded + m.bytes_cut
-        })
-        .sum();
+    for r in readers {
+        r.join().expect("a reader");
+    }
+    let accounted = accounted();
     for link in &all {
         link.close(ms(100));
     }
-    let _ = writeln!(
-        out,
-        "end written={} accounted={}",
-        counts.written.load(Ordering::SeqCst),
-        delivered + reported
-    );
+    let _ = writeln!(out, "end written={written} accounted={accounted}");
 }
