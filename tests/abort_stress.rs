@@ -11,9 +11,10 @@
 //! cycle is one connection the peer closed. The child prints a `cycle` line per cycle and,
 //! when its time is up, what the peer wrote and what the links delivered or reported.
 //!
-//! `cargo test --test abort_stress -- --ignored --nocapture` runs it for 60 s (`.ci/run`
-//! does); `RELINK_ABORT_STRESS_SECS=600` runs it longer. It prints
-//! `abort_stress cycles=... aborts=... per_1000=... written=... accounted=...`.
+//! `cargo test --test abort_stress -- --ignored --nocapture` runs the two tests side by side
+//! for 30 s each (`.ci/run` does); `RELINK_ABORT_STRESS_SECS=300` gives them 150 s each. Each
+//! prints `abort_stress resets=... cycles=... aborts=... per_1000=... first_abort=...
+//! written=... accounted=...`.
 
 mod util;
 
