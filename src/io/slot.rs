@@ -101,6 +101,9 @@ pub(crate) struct Slot {
     /// acknowledgements confirm frames.
     conn: Option<ffi::TcpConn>,
     connected: bool,
+    /// The monitor reported the current dial's connection up (EVENT_CONNECTED) and not yet
+    /// down: told ahead of the in-band notification, which a link behind has not read.
+    monitor_up: bool,
     /// ZMQ_IMMEDIATE is set: libzmq then names each connection itself and ignores
     /// ZMQ_CONNECT_ROUTING_ID, so the routing id is learnt from the connect notification.
     immediate: bool,
@@ -246,6 +249,7 @@ impl Slot {
             shared,
             rid: None,
             connected: false,
+            monitor_up: false,
             immediate: io.socket.immediate,
             linger: io.socket.linger,
             learnt_rid: None,
@@ -586,6 +590,7 @@ impl Slot {
         self.dialed = None;
         self.conn = None;
         self.connected = false;
+        self.monitor_up = false;
     }
 
     /// Writes up to the budget; returns true when the budget ran out with batches left.

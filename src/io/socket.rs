@@ -237,6 +237,12 @@ pub(super) fn send_batch(socket: &mut zmq::Socket, rid: &[u8], data: &mut Vec<u8
 /// thread and given back from it (`buffers`), and the link's buffer is written again next.
 pub(super) const COPIED_MAX: usize = 33;
 
+/// ZMQ_RECONNECT_STOP (a draft option of libzmq 4.3.4, which Debian's build accepts) and its
+/// bit that stops libzmq's redial after a connection's handshake failed: for a STREAM socket,
+/// after any connection that was up drops (`stream_engine_base.cpp`, `error`).
+const ZMQ_RECONNECT_STOP: u32 = 109;
+const RECONNECT_STOP_HANDSHAKE_FAILED: i32 = 0x2;
+
 pub(super) fn ms(d: Duration) -> i32 {
     d.as_millis().min(i32::MAX as u128) as i32
 }
@@ -277,6 +283,20 @@ pub(super) fn apply_options(socket: &mut zmq::Socket, s: &SocketOptions) -> Resu
         ffi::set_int_option(socket, zmq_sys::ZMQ_TCP_MAXRT, ms(d)).map_err(e("tcp_maxrt"))?;
     }
     ffi::set_int_option(socket, zmq_sys::ZMQ_STREAM_NOTIFY, 1).map_err(e("stream_notify"))?;
+    // libzmq never redials a connection that was up: relink ends such a connection itself at
+    // its close and dials again its own way, and libzmq's redial would attach a new connection
+    // to the closed one's pipe, where libzmq can abort the process (docs/design.md, "libzmq's
+    // asserts within relink's reach") and where the peer's bytes would go past relink. For a
+    // STREAM socket libzmq counts every drop as a failed handshake; refused dials still redial.
+    // A libzmq built without its draft API refuses the option (EINVAL): the drain at the
+    // monitor's DISCONNECTED is then the only guard.
+    match ffi::set_int_option(socket, ZMQ_RECONNECT_STOP, RECONNECT_STOP_HANDSHAKE_FAILED) {
+        Ok(()) => {}
+        Err(zmq::Error::EINVAL) => {
+            log::debug!("relink: libzmq has no ZMQ_RECONNECT_STOP (no draft API); not set")
+        }
+        Err(err) => return Err(format!("reconnect_stop: {err}")),
+    }
 
     let check = |name: &str, got: i32, want: i32| {
         if got == want {

@@ -48,6 +48,7 @@ impl Slot {
                 continue;
             };
             if event == EVENT_CONNECTED {
+                self.monitor_up = true;
                 self.note_connection(now, generation, value);
             }
             match event {
@@ -56,13 +57,17 @@ impl Slot {
                         .handle_input(now, Input::ConnectFailed { generation });
                     self.carry_out(now);
                 }
-                EVENT_DISCONNECTED if self.connected => {
+                EVENT_DISCONNECTED if self.connected || self.monitor_up => {
                     // libzmq announces the close on the monitor before the application read
                     // what came ahead of it, and keeps that data and the in-band notification
-                    // readable (docs/design.md, "Inbound at a close"); its own redial would
-                    // come after RECONNECT_IVL. Read it all now, whatever the application's
-                    // pace: the peer sends nothing more, and libzmq's pipe bounds what is
-                    // left. The close is acted on behind the last byte, at the notification.
+                    // readable (docs/design.md, "Inbound at a close"). Read it all now,
+                    // whatever the application's pace, and whether or not the connect
+                    // notification was read yet (a link behind when the connection came up
+                    // has not): the peer sends nothing more, and libzmq's pipe bounds what is
+                    // left. A pipe left full at the close is one libzmq must not reuse
+                    // ("libzmq's asserts within relink's reach"). The close is acted on
+                    // behind the last byte, at the notification.
+                    self.monitor_up = false;
                     self.read_socket_to_close(now);
                     if self.connected {
                         // No notification behind the data: with ZMQ_IMMEDIATE libzmq drops
@@ -74,6 +79,7 @@ impl Slot {
                     }
                 }
                 EVENT_CONNECTED | EVENT_DISCONNECTED => {
+                    self.monitor_up &= event == EVENT_CONNECTED;
                     // Cross-check: the routing-id toggles are the source of truth; a monitor
                     // event that disagrees with them is counted and logged.
                     let says_up = event == EVENT_CONNECTED;
