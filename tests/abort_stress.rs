@@ -297,8 +297,11 @@ fn abort_stress_child_runs_cycles_until_its_time_is_up() {
         let link = Link::builder(&endpoint)
             .io_pool(&pool)
             .events_capacity(4)
-            .reconnect_ivl(ms(1))
-            .backoff(ms(1), ms(20))
+            .socket(|s| s.reconnect_ivl = ms(1))
+            .reconnect(|r| {
+                r.backoff_base = ms(1);
+                r.backoff_max = ms(20);
+            })
             .closed_frames_wait(Duration::from_secs(60))
             .build()
             .expect("build a link");
