@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use crate::batch::Batch;
 use crate::core::abandon::AbandonReason;
+use crate::core::batch::Batch;
 
 /// A configuration that [`Builder::build`](crate::Builder::build) refuses.
 ///

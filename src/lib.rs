@@ -62,7 +62,8 @@
 //!   (the attempt counter resets only after a connection proved alive and stable).
 //! - Dead-peer detection: [`Heartbeat`] pings, handshake timeouts, TCP keepalive and
 //!   TCP_USER_TIMEOUT as kernel backstops.
-//! - Accounting: every frame given to [`Link::send`] is confirmed by the peer's TCP, abandoned
+//! - Accounting: every frame given to [`Link::send`] is confirmed (by the peer's reply or its
+//!   TCP), abandoned
 //!   with a reason and handed back in an [`Event::Abandoned`], or refused at the call with the
 //!   frame given back (see "Confirmed delivery" below).
 //! - Frames in: every `send*` call of [`Link`], blocking or async, frame or [`Batch`], takes
@@ -113,26 +114,36 @@
 //!
 //! # Out of scope
 //! - Servers (relink only dials).
-//! - Delivery guarantees beyond "the peer's kernel has the bytes": a peer that dies with
-//!   acknowledged bytes unread loses them, and only a reply can show that its application read
-//!   a frame. End-to-end acknowledgement belongs to the protocol on top.
+//! - Delivery guarantees past the peer's application: confirmed by reply means the peer read
+//!   the frame and answered it, not that it stored it (redis with `appendfsync always`
+//!   does; a NATS server forwards to subscribers on its own time). Against a peer that answers
+//!   nothing, confirmation stops at the peer's kernel.
 //!
 //! # Confirmed delivery
-//! A frame is *confirmed* once the peer's TCP has acknowledged its last byte: relink writes
-//! (and encrypts) every byte of a connection, so it knows where each frame ends in the stream,
-//! and reads the peer's acknowledged count (`TCP_INFO`, Linux 4.1 or newer) while frames wait.
-//! At most [`Delivery::window`](crate::config::Delivery::window) bytes (4 MiB by default) are handed to the socket unconfirmed;
-//! the rest wait in the outbox, counted. When a connection drops, its unconfirmed frames are
-//! written again first on the next one ([`Redelivery::Resend`], the default: at-least-once), or
-//! each is handed back in an [`Event::Abandoned`] with [`AbandonReason::Unconfirmed`]
-//! ([`Redelivery::Report`]: at-most-once, "may have been received"). [`Link::close`] waits
-//! for the confirmations until its deadline. [`Metrics::frames_confirmed`],
-//! [`Metrics::frames_unconfirmed`], [`Metrics::frames_resent`] and
-//! [`Metrics::oldest_unconfirmed`] show it; `frames_sent` counts hand-offs to the socket.
+//! A frame is *confirmed* at one of two levels ([`Confirm`]), the protocol's by default:
+//! - **By reply** ([`Confirm::reply`]; what [`Redis`](protocol::Redis) brings): the peer's
+//!   application answered the frame, or a frame written after it (a peer that answers in
+//!   order read every byte before). Each answer goes to the frame it answers
+//!   ([`Protocol::replies`](protocol::Protocol::replies) says how many each gets; a push takes
+//!   no turn), and what it says decides
+//!   ([`Protocol::reply_kind`](protocol::Protocol::reply_kind)): run, an error given back
+//!   beside its frame ([`Event::ErrorReply`]), or a refusal (redis' `-LOADING`), which is no
+//!   confirmation: the frame is written again after a pause, or reported.
+//! - **By TCP** ([`Confirm::tcp`], for a peer that answers nothing): the peer's kernel
+//!   acknowledged the frame's last byte. relink writes (and encrypts) every byte of a
+//!   connection, so it knows where each frame ends in the stream, and reads the peer's
+//!   acknowledged count (`TCP_INFO`, Linux 4.1 or newer) while frames wait. A peer that dies
+//!   with acknowledged bytes unread loses them, and the link cannot know.
 //!
-//! What "confirmed" proves: the peer's machine received the bytes. What it does not: that the
-//! peer's application read them (a peer killed with bytes unread in its kernel loses them), or
-//! acted on them; only a reply can show that.
+//! At most [`Delivery::window`](crate::config::Delivery::window) bytes (4 MiB by default) are
+//! handed to the socket unconfirmed; the rest wait in the outbox, counted. When a connection
+//! drops, its unconfirmed frames are written again first on the next one
+//! ([`Redelivery::Resend`], the default: at-least-once), or each is handed back in an
+//! [`Event::Abandoned`] with [`AbandonReason::Unconfirmed`] ([`Redelivery::Report`]:
+//! at-most-once, "may have been received"). [`Link::close`] and [`Link::flush`] wait for the
+//! confirmations until their deadline. [`Metrics::frames_confirmed`],
+//! [`Metrics::frames_unconfirmed`], [`Metrics::frames_resent`], [`Metrics::frames_refused`] and
+//! [`Metrics::oldest_unconfirmed`] show it; `frames_sent` counts hand-offs to the socket.
 //!
 //! All of that holds while the process lives. A [`Spool`] ([`Builder::spool`](crate::Builder::spool), opt-in) keeps
 //! every frame on disk until it is confirmed, by a sync policy ([`Durability`]), and sends what
@@ -280,27 +291,75 @@
 //! timer is tested in simulated time. Links share one libzmq context per process by default.
 //!
 //! The source tree shows the layers; imports run one way, from the public face to `io` to
-//! `core`, and nothing in `core` names the IO side:
+//! `core`, and nothing in `core` names the IO side or the face (`core/mod.rs` says the rule;
+//! `tests/claims.rs` checks that this map names every module and nothing else):
 //! ```text
-//! src/lib.rs       crate docs and re-exports
-//! src/link.rs      the handle (Link): every method of it, and Builder::build
-//! src/events.rs    the receiving end of a link's events (Events)
-//! src/builder.rs   the builder and its defaults (builder/check.rs: the checks of build());
-//!                  the core's settings kept apart
-//! src/event.rs, error.rs, metrics.rs   plain data every layer uses; of the layers they
-//!                  import only core's AbandonReason (error.rs is public as `relink::error`)
-//! src/view.rs, export.rs   a pool's view and its `metrics` export, public in `relink::pool`
-//! src/io/          the IO threads: pool, worker (the loop), slot (one link on it), sink
-//!                  (events), snapshot (metrics), shared (handle state), resolver (threads),
-//!                  socket (options, send), context, ffi (the only unsafe code)
-//! src/tls.rs       Tls, the public TLS settings (PEM read and checked at build())
-//! src/core/        sans-IO policy: machine (transition table), timers, endpoints (order, DNS
-//!                  cache), counters, backoff, heartbeat, outbox, framing (the trait and the
-//!                  built-ins, public as `relink::framing`), tls (the session of one
-//!                  connection), endpoint (private), predicate, settings, guard (every call into
-//!                  application code), window (frames written and not yet acknowledged by
-//!                  the peer's TCP)
+//! the face (public types, the handle, the builder)
+//!   lib.rs                crate docs and re-exports
+//!   link.rs               Link, the handle: every method of it, and Builder::build
+//!   link/send.rs          one send* call through the link's intake
+//!   link/producer.rs      Producer: one producer thread's rings
+//!   link/writer.rs        Writer: frames copied into a batch of its own
+//!   receiver.rs           Events, the receiving end of a link's events
+//!   pending.rs            Pending, a request's outcome on its way
+//!   send.rs               SendOptions
+//!   builder.rs            Builder, its defaults (`config::defaults`)
+//!   builder/groups.rs     Reconnect, Delivery, Requests: the builder's groups
+//!   builder/check.rs      the checks build() makes
+//!   event.rs, error.rs, metrics.rs   plain data every layer uses
+//!   spool.rs, tls.rs      Spool and Durability, Tls: public settings
+//!   view.rs, export.rs    a pool's view and its `metrics` export
+//! io (the only code that calls libzmq, starts threads or reads the clock)
+//!   io/mod.rs             the rule and the parts
+//!   io/pool.rs            IoPool: IO threads links share
+//!   io/worker.rs          an IO thread's loop over its links
+//!   io/slot.rs            one link as its IO thread holds it (slot: its place on the thread)
+//!   io/slot/input.rs      what arrives for a link: monitor events, socket messages
+//!   io/socket.rs          SocketOptions and the STREAM socket's sends
+//!   io/context.rs         the libzmq context links share
+//!   io/ffi.rs             the only unsafe code
+//!   io/shared.rs          what handles and IO threads share (commands, the eventfd wake)
+//!   io/intake.rs          where handles' frames and requests wait for the IO thread
+//!   io/lane.rs            a producer's lane: its single-producer rings
+//!   io/sink.rs            where a link's events go: the bounded events channel
+//!   io/answer.rs          the one-shot cell of a request's or a flush's outcome
+//!   io/look.rs            a thread's look for a reply due soon before it sleeps
+//!   io/sleep.rs           the process-wide thread that ends async waits at their deadline
+//!   io/snapshot.rs        a link's Metrics, composed
+//!   io/stopwatch.rs       the clock around calls into application code
+//!   io/resolver.rs        name resolution off every IO thread
+//!   io/buffers.rs         batch buffers used again
+//!   io/ids.rs             link ids, request tokens
+//!   io/padded.rs          a value on a cache line of its own
+//!   io/spool.rs           the spool on disk: segments, acks, numbers, the lock
+//!   io/spool/ledger.rs    which frame the machine holds under which number
+//!   io/spool/record.rs    records checked by CRC-32C; segment seals
+//!   io/spool/marks.rs     what a run says of itself for the next start
+//!   io/spool/stage.rs     the mapped stage records wait in before a segment
+//! core (sans-IO policy: no socket, no clock, no thread)
+//!   core/mod.rs           the rule and the parts
+//!   core/machine.rs       the state machine and its transition table
+//!   core/machine/dial.rs, connection.rs, delivery.rs (its Backlog), flushes.rs, outage.rs,
+//!     callbacks.rs, receive.rs, transmit.rs   the machine's parts, each a type of its own
+//!   core/protocol.rs      Protocol: the peer's language
+//!   core/redis.rs         the built-in Redis protocol
+//!   core/framing/mod.rs   Framing and its built-ins: counted.rs, delimited.rs, length.rs,
+//!     raw.rs, resp.rs, reply.rs
+//!   core/confirm.rs       Confirm, Answers, the turns in which answers come
+//!   core/window.rs        frames written and not yet confirmed
+//!   core/outbox.rs        frames waiting for a Ready connection
+//!   core/requests.rs      Correlation and the window of outstanding requests
+//!   core/batch.rs         Batch: many frames in one buffer
+//!   core/heartbeat.rs, backoff.rs, timers.rs, predicate.rs, overflow.rs, abandon.rs,
+//!     counters.rs, settings.rs, guard.rs, endpoint.rs, addresses.rs (endpoint order and
+//!     DNS cache), tls.rs (the session of one connection)
 //! ```
+//! A few words are the crate's own, each for a thing the field has no word for: a *slot* is a
+//! link's place on its IO thread; a *lane* a producer's ring; the *intake* where handles
+//! hand frames to the IO thread; the *sink* where events leave it; a *look* a waiting thread's
+//! short check for a reply before it sleeps; a *turn* the place of an answer in the order the
+//! peer answers; the *stage* the spool's mapped buffer; the *ledger* the spool's numbers of
+//! the frames in flight.
 #![warn(missing_docs, missing_debug_implementations)]
 #![deny(unsafe_code)]
 
@@ -310,39 +369,38 @@ compile_error!(
      Linux socket options (TCP_USER_TIMEOUT); see build.md, \"Platforms\""
 );
 
-mod batch;
 mod builder;
 mod core;
 pub mod error;
 mod event;
-mod events;
 #[cfg(feature = "metrics")]
 mod export;
 mod io;
 mod link;
 mod metrics;
-mod request;
+mod pending;
+mod receiver;
 mod send;
 mod spool;
 mod tls;
 mod view;
 
+pub use crate::core::batch::Batch;
 pub use crate::core::confirm::Confirm;
 pub use crate::core::framing;
 pub use crate::core::heartbeat::Heartbeat;
 pub use crate::core::window::Redelivery;
-pub use batch::Batch;
 pub use builder::{Builder, Overflow};
 /// The `bytes` crate, whose [`Bytes`](bytes::Bytes) carries received frames and whose
 /// [`BytesMut`](bytes::BytesMut) is the receive buffer a [`Framing`](framing::Framing)
 /// decodes from.
 pub use bytes;
 pub use event::{AbandonReason, Cause, Event, State, Transition};
-pub use events::Events;
 pub use io::IoPool;
 pub use link::{Link, Producer, Writer};
 pub use metrics::{Abandoned, Metrics};
-pub use request::Pending;
+pub use pending::Pending;
+pub use receiver::Events;
 pub use send::SendOptions;
 pub use spool::{Durability, Spool};
 pub use tls::Tls;

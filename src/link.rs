@@ -15,13 +15,12 @@ use bytes::Bytes;
 use crossbeam_channel::{self as channel, Receiver};
 
 use self::send::{Plan, Wait};
-use crate::batch::Batch;
 use crate::builder::{Builder, Config, Overflow};
+use crate::core::batch::Batch;
 use crate::core::framing::BoxedFraming;
 use crate::core::requests::{Matching, RequestSettings};
 use crate::error::{BatchError, ConfigError, FlushError, RequestError, SendError};
 use crate::event::{Event, State};
-use crate::events::Events;
 use crate::io::answer::Answer;
 use crate::io::ids::next_link_id;
 use crate::io::intake::{Asked, Intake, Refused, Tell};
@@ -33,7 +32,8 @@ use crate::io::spool::{self, Store};
 use crate::io::worker::{Msg, Route};
 use crate::io::{Context, IoPool};
 use crate::metrics::Metrics;
-use crate::request::Pending;
+use crate::pending::Pending;
+use crate::receiver::Events;
 use crate::send::{SendOptions, WaitFor};
 
 mod producer;

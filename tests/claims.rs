@@ -987,3 +987,70 @@ fn the_designs_count_and_list_of_the_crate_roots_names_match_lib_rs() {
         "design.md's list leaves out {missing:?}"
     );
 }
+
+/// The module map in `src/lib.rs` names every module file of `src/` (test modules aside), and
+/// every file it names exists.
+#[test]
+fn the_module_map_names_every_module_and_only_those() {
+    let lib = read(&root().join("src/lib.rs"));
+    let start = lib
+        .find("//! The source tree shows the layers")
+        .expect("the map");
+    let end = start
+        + lib[start..]
+            .find("//! ```\n//! A few words")
+            .expect("its end");
+    let map = &lib[start..end];
+    // Names in the map: `dir/file.rs`, and bare `file.rs` after a `dir/` on the same line
+    // or in the line's continuation.
+    let mut named = BTreeSet::new();
+    let mut dir = String::new();
+    for line in map.lines() {
+        let body = line.trim_start_matches("//!");
+        let continued = body.starts_with("     ");
+        let words: Vec<&str> = body
+            .split(|c: char| c.is_whitespace() || c == ',' || c == '(' || c == ')')
+            .filter(|w| w.ends_with(".rs"))
+            .collect();
+        if !continued {
+            dir = match words.first().and_then(|w| w.rsplit_once('/')) {
+                Some((d, _)) => d.to_string(),
+                None => String::new(),
+            };
+        }
+        for word in words {
+            named.insert(match (word.contains('/'), dir.is_empty()) {
+                (true, _) | (false, true) => word.to_string(),
+                (false, false) => format!("{dir}/{word}"),
+            });
+        }
+    }
+    let mut files = BTreeSet::new();
+    let src = root().join("src");
+    let mut stack = vec![src.clone()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                if p.file_name().is_some_and(|n| n != "tests") {
+                    stack.push(p);
+                }
+            } else if p.extension().is_some_and(|x| x == "rs")
+                && p.file_name().is_some_and(|n| n != "tests.rs")
+            {
+                let rel = p.strip_prefix(&src).unwrap().to_string_lossy().into_owned();
+                files.insert(rel);
+            }
+        }
+    }
+    let missing: Vec<_> = files.difference(&named).collect();
+    let stale: Vec<_> = named.difference(&files).collect();
+    assert!(
+        missing.is_empty(),
+        "modules the map leaves out: {missing:?}"
+    );
+    assert!(
+        stale.is_empty(),
+        "files the map names that do not exist: {stale:?}"
+    );
+}

@@ -13,7 +13,7 @@
 //!   redials, backoff and its generator, the endpoints and the one in use);
 //! - `connection`: [`Connection`], one TCP connection's state (TLS session, receive buffer,
 //!   heartbeat, control frames and their turns, the last batch's bookkeeping);
-//! - `delivery`: [`Delivery`], what is held across connections (outbox, window and losses,
+//! - `delivery`: [`Backlog`], what is held across connections (outbox, window and losses,
 //!   requests, flushes): a batch's bounds and its requests, written frames, the reading
 //!   schedule of the acknowledgements, redelivery;
 //! - `flushes`: [`Flushes`], the flushes that wait and their settling;
@@ -34,29 +34,29 @@ use rand::SeedableRng;
 
 use self::callbacks::Callbacks;
 use self::connection::{encode, Connection};
-use self::delivery::Delivery;
+use self::delivery::Backlog;
 use self::dial::{Dialer, Next};
 use self::outage::Outage;
-use self::receive::{unsolicited, verdict};
+use self::receive::{inbound, unsolicited};
 use self::transmit::{fill_batch, Bounds, Ends, Filled, SEND_RETRY};
+use super::addresses::{fmt_addr, Endpoints};
 use super::backoff::Backoff;
 use super::confirm::{Answers, Control, Turn, Waiting};
 use super::counters::Counters;
-use super::endpoints::{fmt_addr, Endpoints};
 use super::framing::BoxedFraming;
 use super::guard::{guarded, timed};
 use super::guard::{Panicked, Stopwatch};
 use super::heartbeat::{Ping, Reply};
 use super::protocol::BoxedProtocol;
 use super::protocol::{Reaction, Replies, ReplyKind, Verdict as Opened};
-use super::requests::{Matched, Verdict};
+use super::requests::{Inbound, Matched};
 use super::requests::{Outcome, Token};
 use super::settings::ProofOfLife;
 use super::settings::Settings;
 use super::timers::{Timer, Timers};
 use super::tls::{TlsSession, TlsSettings};
 use super::window::Redelivery;
-use crate::batch::Batch;
+use crate::core::batch::Batch;
 use crate::error::{Callback, DecodeError, FlushError, LinkError, RequestError, TlsError};
 use crate::event::{AbandonReason, Cause, Event, State, Transition};
 use crate::metrics::Metrics;
@@ -225,7 +225,7 @@ enum Ev {
 ///
 /// It holds what outlives a connection, each part a type of its own: the settings and the
 /// state, the [`Dialer`] (which dial is current, attempts and failures, backoff, endpoints),
-/// the timers, the [`Delivery`] (outbox, window, requests, flushes: their frames are resent or
+/// the timers, the [`Backlog`] (outbox, window, requests, flushes: their frames are resent or
 /// reported after a loss), the counters, the [`Outage`] record and the [`Callbacks`]'
 /// stopwatch and slow reports. What belongs to one TCP connection is in [`Connection`], made
 /// when it comes up and dropped with it.
@@ -255,7 +255,7 @@ pub(crate) struct Machine {
     callbacks: Callbacks,
     c: Counters,
     /// The frames and requests held across connections: outbox, window, requests, flushes.
-    delivery: Delivery,
+    delivery: Backlog,
     /// What the protocol does at the edges of a connection (taken from the settings).
     protocol: Option<BoxedProtocol>,
 }
@@ -268,7 +268,7 @@ impl Machine {
         let framing = cfg.framing.clone();
         let protocol = cfg.protocol.take();
         let backoff = Backoff::new(cfg.backoff.clone());
-        let delivery = Delivery::new(&cfg);
+        let delivery = Backlog::new(&cfg);
         Machine {
             cfg,
             state: State::Idle,
@@ -1597,7 +1597,7 @@ impl Machine {
             Turn::Request => {
                 self.answered(end, upto);
                 self.c.received += 1;
-                match self.delivery.requests.on_frame(frame, Verdict::Reply) {
+                match self.delivery.requests.on_frame(frame, Inbound::Reply) {
                     Matched::Answer(_) => self.answer_requests(),
                     Matched::Late => log::debug!("relink[{}]: a late reply dropped", self.cfg.name),
                     Matched::Unsolicited(frame) => self.emit(Event::Frame(frame)),
@@ -1798,7 +1798,7 @@ impl Machine {
         if self.delivery.requests.is_empty() {
             return self.deliver_own(now, frame);
         }
-        let verdict = match verdict(
+        let verdict = match inbound(
             self.protocol.as_ref(),
             &self.cfg.requests.correlation.0,
             &frame,
@@ -2059,7 +2059,7 @@ impl Machine {
             .reading_due(now, self.cfg.window, self.closing)
     }
 
-    /// When the window's next reading is due ([`Delivery::reading_at`]).
+    /// When the window's next reading is due ([`Backlog::reading_at`]).
     fn reading_at(&self) -> Option<Instant> {
         self.delivery.reading_at(self.cfg.window, self.closing)
     }

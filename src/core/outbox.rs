@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
-use crate::batch::Batch;
+use crate::core::batch::Batch;
 
 /// The frames of one submission: one frame, or a batch's frames (back to back in one buffer,
 /// each ending at its entry in `ends`) from `head` on.
@@ -31,12 +31,12 @@ enum Frames {
 }
 
 #[derive(Debug)]
-struct Entry {
+struct Submission {
     frames: Frames,
     deadline: Option<Instant>,
 }
 
-impl Entry {
+impl Submission {
     /// The index of the first frame still queued.
     fn first(&self) -> usize {
         match &self.frames {
@@ -65,7 +65,7 @@ impl Entry {
         match &mut self.frames {
             Frames::One(f) => (std::mem::take(f), true),
             Frames::Many { data, ends, head } => {
-                let f = data.slice(Entry::span(ends, *head));
+                let f = data.slice(Submission::span(ends, *head));
                 *head += 1;
                 (f, *head == ends.len())
             }
@@ -77,7 +77,7 @@ impl Entry {
         match self.frames {
             Frames::One(f) => out.push(f),
             Frames::Many { data, ends, head } => {
-                out.extend((head..ends.len()).map(|i| data.slice(Entry::span(&ends, i))));
+                out.extend((head..ends.len()).map(|i| data.slice(Submission::span(&ends, i))));
             }
         }
     }
@@ -85,7 +85,7 @@ impl Entry {
 
 #[derive(Debug)]
 pub(crate) struct Outbox {
-    queue: VecDeque<Entry>,
+    queue: VecDeque<Submission>,
     /// Frames and bytes queued, in flight included.
     frames: usize,
     bytes: usize,
@@ -139,7 +139,7 @@ impl Outbox {
         self.note_deadline(deadline);
         self.frames += 1;
         self.bytes += frame.len();
-        self.queue.push_back(Entry {
+        self.queue.push_back(Submission {
             frames: Frames::One(frame),
             deadline,
         });
@@ -154,7 +154,7 @@ impl Outbox {
         self.frames += batch.len();
         self.bytes += batch.bytes();
         let (data, ends) = batch.into_parts();
-        self.queue.push_back(Entry {
+        self.queue.push_back(Submission {
             frames: Frames::Many {
                 data,
                 ends,
@@ -248,7 +248,7 @@ impl Outbox {
             },
             Frames::Many { data, ends, .. } => Unsent {
                 data,
-                start: Entry::span(ends, i).start,
+                start: Submission::span(ends, i).start,
                 ends: Some(&ends[i..]),
             },
         })
@@ -267,12 +267,12 @@ impl Outbox {
         }
         let bytes = match &entry.frames {
             Frames::One(f) => f.len(),
-            Frames::Many { ends, .. } => ends[i + n - 1] - Entry::span(ends, i).start,
+            Frames::Many { ends, .. } => ends[i + n - 1] - Submission::span(ends, i).start,
         };
         self.in_flight += n;
         self.in_flight_bytes += bytes;
         self.cursor = if i + n == entry.end() {
-            (e + 1, self.queue.get(e + 1).map_or(0, Entry::first))
+            (e + 1, self.queue.get(e + 1).map_or(0, Submission::first))
         } else {
             (e, i + n)
         };
@@ -303,7 +303,7 @@ impl Outbox {
                 }
                 Frames::Many { data, ends, head } => {
                     let n = left.min(ends.len() - *head);
-                    let start = Entry::span(ends, *head).start;
+                    let start = Submission::span(ends, *head).start;
                     each(Written {
                         data: data.clone(),
                         start,
@@ -335,7 +335,7 @@ impl Outbox {
         self.note_deadline(deadline);
         self.frames += 1;
         self.bytes += frame.len();
-        self.queue.push_front(Entry {
+        self.queue.push_front(Submission {
             frames: Frames::One(frame),
             deadline,
         });
@@ -351,7 +351,7 @@ impl Outbox {
         if self.in_flight > 0 {
             self.cursor
         } else {
-            (0, self.queue.front().map_or(0, Entry::first))
+            (0, self.queue.front().map_or(0, Submission::first))
         }
     }
 

@@ -161,7 +161,7 @@ pub(crate) enum Matched {
 }
 
 #[derive(Debug)]
-struct Entry {
+struct Outstanding {
     token: Token,
     /// Empty once nobody waits for it (in order, it keeps its place until its reply).
     frame: Bytes,
@@ -174,7 +174,7 @@ struct Entry {
 
 /// The requests of one link: the window of outstanding ones and those parked for room.
 #[derive(Debug)]
-pub(crate) struct Requests {
+pub(crate) struct RequestWindow {
     by_id: bool,
     redelivery: Redelivery,
     overflow: Overflow,
@@ -184,13 +184,13 @@ pub(crate) struct Requests {
     max_losses: u32,
     /// In submission order: `[..sent]` handed to the socket, then `in_flight` taken into the
     /// batch being written, then the unsent ones.
-    window: VecDeque<Entry>,
+    window: VecDeque<Outstanding>,
     sent: usize,
     in_flight: usize,
     /// Bytes of the frames in the window.
     bytes: usize,
     /// Over the window with `Overflow::Block`: wait for room until the instant.
-    parked: VecDeque<(Entry, Instant)>,
+    parked: VecDeque<(Outstanding, Instant)>,
     /// No deadline falls before this (it may be earlier than the earliest: then a scan
     /// finds the right one).
     next_deadline: Option<Instant>,
@@ -202,9 +202,9 @@ pub(crate) struct Requests {
     pub failed: u64,
 }
 
-impl Requests {
-    pub(crate) fn new(s: &RequestSettings, max_losses: u32) -> Requests {
-        Requests {
+impl RequestWindow {
+    pub(crate) fn new(s: &RequestSettings, max_losses: u32) -> RequestWindow {
+        RequestWindow {
             max_losses,
             by_id: matches!(s.correlation.0, Matching::ById { .. }),
             redelivery: s.redelivery,
@@ -255,7 +255,7 @@ impl Requests {
         if deadline <= now {
             return self.answer(token, Err(RequestError::Abandoned(AbandonReason::Expired)));
         }
-        let entry = Entry {
+        let entry = Outstanding {
             token,
             frame,
             id,
@@ -294,7 +294,7 @@ impl Requests {
             && (self.window.is_empty() || self.bytes.saturating_add(len) <= self.max_bytes)
     }
 
-    fn admit(&mut self, entry: Entry) {
+    fn admit(&mut self, entry: Outstanding) {
         self.bytes += entry.frame.len();
         self.window.push_back(entry);
     }
@@ -346,7 +346,7 @@ impl Requests {
         next
     }
 
-    /// The next frame to write, if one waits (call [`Requests::advance`] once it is encoded).
+    /// The next frame to write, if one waits (call [`RequestWindow::advance`] once it is encoded).
     pub(crate) fn next_unsent(&self) -> Option<&[u8]> {
         self.window
             .get(self.sent + self.in_flight)
@@ -391,12 +391,12 @@ impl Requests {
     /// Matches an inbound frame. `unsolicited` tells (in order) whether the frame is no reply,
     /// `reply_id` (by id) reads its id; both are the application's code, guarded by the
     /// caller, which hands its verdict in.
-    pub(crate) fn on_frame(&mut self, frame: Bytes, verdict: Verdict) -> Matched {
+    pub(crate) fn on_frame(&mut self, frame: Bytes, verdict: Inbound) -> Matched {
         let index = match verdict {
-            Verdict::Unsolicited => return Matched::Unsolicited(frame),
-            Verdict::Reply if self.sent == 0 => return Matched::Unsolicited(frame),
-            Verdict::Reply => 0,
-            Verdict::Id(id) => match self
+            Inbound::Unsolicited => return Matched::Unsolicited(frame),
+            Inbound::Reply if self.sent == 0 => return Matched::Unsolicited(frame),
+            Inbound::Reply => 0,
+            Inbound::Id(id) => match self
                 .window
                 .range(..self.sent)
                 .position(|e| e.id.as_deref() == Some(&id[..]))
@@ -502,7 +502,7 @@ impl Requests {
     /// any more leave.
     pub(crate) fn connection_lost(&mut self, mark: impl Fn(&[u8]) -> Option<Vec<u8>>) {
         self.in_flight = 0;
-        let mut carried: Vec<Entry> = self.window.drain(..self.sent).collect();
+        let mut carried: Vec<Outstanding> = self.window.drain(..self.sent).collect();
         self.sent = 0;
         // Only the oldest is counted: those behind it wait on it (in order) or were written
         // beside it; it is the one a peer that drops the connection cannot get past.
@@ -560,7 +560,7 @@ impl Requests {
 
 /// What the application's correlation code says of an inbound frame.
 #[derive(Debug)]
-pub(crate) enum Verdict {
+pub(crate) enum Inbound {
     /// In order: a reply.
     Reply,
     /// Not a reply.

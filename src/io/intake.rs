@@ -33,7 +33,7 @@ use spin::mutex::{SpinMutex, SpinMutexGuard};
 
 use super::answer::Promise;
 use super::padded::Padded;
-use crate::batch::Batch;
+use crate::core::batch::Batch;
 use crate::core::machine::Input;
 use crate::error::RequestError;
 
@@ -101,11 +101,11 @@ pub(crate) struct Taken {
     data: BytesMut,
     /// The end of each copied frame in `data`.
     ends: Vec<usize>,
-    entries: Vec<Entry>,
+    entries: Vec<Item>,
 }
 
 #[derive(Debug)]
-enum Entry {
+enum Item {
     /// The next `count` copied frames, all with this deadline.
     Copied {
         count: usize,
@@ -272,7 +272,7 @@ impl Intake {
         if !q.open {
             return Err(asked);
         }
-        q.frames.entries.push(Entry::Request(asked));
+        q.frames.entries.push(Item::Request(asked));
         Ok(q.tell())
     }
 
@@ -341,7 +341,7 @@ impl Intake {
         let rest = batch.split_off(k);
         let taken = std::mem::replace(batch, rest);
         q.admit(k, taken.bytes());
-        q.frames.entries.push(Entry::Batch {
+        q.frames.entries.push(Item::Batch {
             batch: taken,
             deadline,
         });
@@ -457,7 +457,7 @@ impl Intake {
         forced: bool,
     ) -> bool {
         let _waiting = Waiting::new(self);
-        let mut timer = deadline.map(super::timer::sleep_until);
+        let mut timer = deadline.map(super::sleep::sleep_until);
         loop {
             // Register, then look: room freed after the look wakes the listener.
             let listener = self.room_freed.listen();
@@ -599,11 +599,11 @@ impl Taken {
     /// `count` more copied frames, with this deadline: the last entry's if it has the same.
     fn count_copied(&mut self, count: usize, deadline: Option<Instant>) {
         match self.entries.last_mut() {
-            Some(Entry::Copied {
+            Some(Item::Copied {
                 count: c,
                 deadline: d,
             }) if *d == deadline => *c += count,
-            _ => self.entries.push(Entry::Copied { count, deadline }),
+            _ => self.entries.push(Item::Copied { count, deadline }),
         }
     }
 
@@ -613,10 +613,10 @@ impl Taken {
         let mut out = Vec::new();
         for entry in &self.entries {
             match entry {
-                Entry::Copied { count, deadline } => out.extend((0..*count).map(|_| *deadline)),
-                Entry::Whole { deadline, .. } => out.push(*deadline),
-                Entry::Batch { batch, deadline } => out.extend((0..batch.len()).map(|_| *deadline)),
-                Entry::Request(_) => {}
+                Item::Copied { count, deadline } => out.extend((0..*count).map(|_| *deadline)),
+                Item::Whole { deadline, .. } => out.push(*deadline),
+                Item::Batch { batch, deadline } => out.extend((0..batch.len()).map(|_| *deadline)),
+                Item::Request(_) => {}
             }
         }
         out
@@ -624,7 +624,7 @@ impl Taken {
 
     fn push(&mut self, frame: &mut Bytes, deadline: Option<Instant>) {
         if frame.len() > COPY_MAX {
-            self.entries.push(Entry::Whole {
+            self.entries.push(Item::Whole {
                 frame: std::mem::take(frame),
                 deadline,
             });
@@ -647,7 +647,7 @@ impl Taken {
         let mut next = 0;
         for entry in entries {
             match entry {
-                Entry::Copied { count, deadline } => {
+                Item::Copied { count, deadline } => {
                     let start = if next == 0 { 0 } else { ends[next - 1] };
                     let run = &ends[next..next + count];
                     let end = run[count - 1];
@@ -656,13 +656,13 @@ impl Taken {
                     next += count;
                     hand(Handed::Frames(Input::SubmitBatch { batch, deadline }));
                 }
-                Entry::Whole { frame, deadline } => {
+                Item::Whole { frame, deadline } => {
                     hand(Handed::Frames(Input::Submit { frame, deadline }))
                 }
-                Entry::Batch { batch, deadline } => {
+                Item::Batch { batch, deadline } => {
                     hand(Handed::Frames(Input::SubmitBatch { batch, deadline }))
                 }
-                Entry::Request(asked) => hand(Handed::Request(asked)),
+                Item::Request(asked) => hand(Handed::Request(asked)),
             }
         }
     }
@@ -711,7 +711,7 @@ impl CopiedRun<'_> {
     /// A frame that keeps its own buffer comes next.
     pub(crate) fn push_whole(&mut self, frame: Bytes, deadline: Option<Instant>) {
         self.flush();
-        self.taken.entries.push(Entry::Whole { frame, deadline });
+        self.taken.entries.push(Item::Whole { frame, deadline });
     }
 
     fn flush(&mut self) {

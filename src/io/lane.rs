@@ -39,7 +39,7 @@ pub(crate) const RECHECK: Duration = Duration::from_millis(1);
 
 /// A frame's length (or [`WHOLE`]) and deadline, in the lane's ring of entries.
 #[derive(Clone, Copy, Debug)]
-struct Entry {
+struct Cell {
     len: u32,
     /// Nanoseconds from the lane's epoch, plus one; zero for none.
     when: u64,
@@ -58,7 +58,7 @@ const BYTES_PER_ENTRY: usize = 64;
 #[derive(Debug)]
 pub(crate) struct LaneIn {
     bytes: Producer<u8>,
-    entries: Producer<Entry>,
+    entries: Producer<Cell>,
     whole: Producer<(Bytes, Option<Instant>)>,
     end: Arc<LaneEnd>,
     /// Frames up to this size are copied into the ring.
@@ -80,7 +80,7 @@ pub(crate) struct LaneEnd {
 #[derive(Debug)]
 struct Rings {
     bytes: Consumer<u8>,
-    entries: Consumer<Entry>,
+    entries: Consumer<Cell>,
     whole: Consumer<(Bytes, Option<Instant>)>,
     /// The IO thread took its last frames from the lane (the link closed).
     finished: bool,
@@ -129,7 +129,7 @@ impl LaneIn {
                 let n = d.saturating_duration_since(self.end.epoch).as_nanos();
                 u64::try_from(n).unwrap_or(u64::MAX - 1) + 1
             });
-            let pushed = self.entries.push(Entry {
+            let pushed = self.entries.push(Cell {
                 len: len as u32,
                 when,
             });
@@ -145,7 +145,7 @@ impl LaneIn {
             .is_ok()
             && self
                 .entries
-                .push(Entry {
+                .push(Cell {
                     len: WHOLE,
                     when: 0,
                 })

@@ -39,12 +39,12 @@ pub(crate) mod pool;
 mod resolver;
 pub(crate) mod shared;
 mod sink;
+pub(crate) mod sleep;
 pub(crate) mod slot;
 mod snapshot;
 mod socket;
 pub(crate) mod spool;
 mod stopwatch;
-pub(crate) mod timer;
 pub(crate) mod worker;
 
 pub use context::{Context, MAX_SOCKETS};

@@ -173,7 +173,7 @@ impl IoPool {
 fn start_thread() -> Result<Arc<WorkerRef>, ConfigError> {
     let no_room = |what: &str, e: std::io::Error| ConfigError::NoRoom(format!("{what}: {e}"));
     super::resolver::start().map_err(|e| no_room("resolver threads", e))?;
-    super::timer::start().map_err(|e| no_room("timer thread", e))?;
+    super::sleep::start().map_err(|e| no_room("timer thread", e))?;
     let wake = Arc::new(Wake::new().map_err(|e| no_room("eventfd", e))?);
     let (tx, rx) = crossbeam_channel::unbounded();
     let worker = Worker::new(wake.clone(), rx).map_err(|e| no_room("epoll", e))?;

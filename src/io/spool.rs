@@ -49,7 +49,7 @@ use marks::{Marks, MarksFile};
 use record::{Marker, Ranges};
 use stage::Stage;
 
-use crate::batch::Batch;
+use crate::core::batch::Batch;
 use crate::spool::{Durability, Spool};
 
 /// The format this relink writes and reads. Format 1 has no stage, format 2 no markers, format
@@ -135,7 +135,7 @@ pub(crate) fn instant_deadline(ms: u64, now: Instant) -> Option<Instant> {
 
 /// Where the callers append.
 #[derive(Debug)]
-struct Writer {
+struct SegmentWriter {
     file: Arc<File>,
     /// The first sequence number of the current segment.
     first: u64,
@@ -177,7 +177,7 @@ struct Writer {
 
 /// What the spool's thread waits for.
 #[derive(Debug, Default)]
-struct Wake {
+struct SyncWake {
     /// There is something to write, sync or record.
     work: bool,
     /// The store goes.
@@ -215,7 +215,7 @@ pub(crate) struct Core {
     dir: PathBuf,
     durability: Durability,
     segment_bytes: u64,
-    w: Mutex<Writer>,
+    w: Mutex<SegmentWriter>,
     /// The numbers of the frames recovered at open, in order (taken by the IO thread's
     /// ledger), and the first number this run gives: the frames reach the intake in the order
     /// of their numbers, and a frame the intake refuses gives its number back.
@@ -228,7 +228,7 @@ pub(crate) struct Core {
     /// caller takes it while it holds the writer's lock, the spool's thread never so).
     marks: Mutex<MarksFile>,
     /// The spool's thread sleeps on this until there is work (or the store goes).
-    wake: (Mutex<Wake>, Condvar),
+    wake: (Mutex<SyncWake>, Condvar),
     /// Held (`flock`) until the store is shut: closing it lets the lock go.
     lock: Mutex<Option<File>>,
 }
@@ -531,13 +531,13 @@ impl Store {
             .metadata()
             .map_err(|e| io_err("cannot read", &acks_path, e))?
             .len();
-        let wake = (Mutex::new(Wake::default()), Condvar::new());
+        let wake = (Mutex::new(SyncWake::default()), Condvar::new());
         let segment_bytes = spool.get_segment_bytes().max(record::HEADER as u64);
         let core = Arc::new(Core {
             dir,
             durability,
             segment_bytes,
-            w: Mutex::new(Writer {
+            w: Mutex::new(SegmentWriter {
                 file: Arc::new(file),
                 first,
                 pos: 0,
@@ -796,7 +796,7 @@ impl Core {
     /// Reserves on disk the numbers up to `end` (exclusive) and `RESERVE` more, unless they
     /// are already: the `numbers` file is written whole, synced and renamed over the old one,
     /// so it is the old bound or the new one after a crash, never torn.
-    fn reserve(&self, w: &mut Writer, end: u64) -> Result<(), String> {
+    fn reserve(&self, w: &mut SegmentWriter, end: u64) -> Result<(), String> {
         if end <= w.reserved {
             return Ok(());
         }
@@ -812,7 +812,7 @@ impl Core {
     /// `end` is written and synced by the caller: rare under `Group`, since the spool's
     /// thread's marker leaves room for four times the frames of its last interval
     /// (`marks::AHEAD`), and cheap (one small block of the `marks` file).
-    fn mark_for(&self, w: &mut Writer, end: u64) -> Result<(), String> {
+    fn mark_for(&self, w: &mut SegmentWriter, end: u64) -> Result<(), String> {
         let group = matches!(self.durability, Durability::Group(_));
         if w.marked && (!group || end <= w.marks.limit()) {
             return Ok(());
@@ -927,7 +927,7 @@ impl Core {
     /// Makes what was appended as durable as the policy says before the call returns. Under
     /// `OsWriteBack` and `Group` the records are in the page cache already (in the stage);
     /// under `Group` the spool's thread is told there is a group to write and sync.
-    fn persist(&self, w: &mut Writer) -> io::Result<()> {
+    fn persist(&self, w: &mut SegmentWriter) -> io::Result<()> {
         match self.durability {
             Durability::EveryFrame => w.write().and_then(|()| w.file.sync_data()),
             Durability::OsWriteBack => Ok(()),
@@ -992,7 +992,7 @@ impl Core {
     }
 
     /// Closes the current segment once it is full and begins the next.
-    fn roll_if_full(&self, w: &mut Writer) -> Result<(), String> {
+    fn roll_if_full(&self, w: &mut SegmentWriter) -> Result<(), String> {
         if w.pos + w.unwritten() < self.segment_bytes {
             return Ok(());
         }
@@ -1167,7 +1167,7 @@ impl Core {
     }
 }
 
-impl Writer {
+impl SegmentWriter {
     /// Appends the records of `frames`, numbered from `first`, and notes where each ends in
     /// `ends` when given (a single frame needs no note): into the stage (`OsWriteBack`,
     /// `Group`; written to the segment first when it has no room for all of them), else, or when they need more than the whole stage, into

@@ -231,7 +231,7 @@ impl Producer {
                 }
                 Some(Blocked::Ring) => {
                     let nap = self.ring_nap(&mut waits, frame)?;
-                    crate::io::timer::sleep_until(Instant::now() + nap.max(NAP)).await;
+                    crate::io::sleep::sleep_until(Instant::now() + nap.max(NAP)).await;
                 }
             }
         }

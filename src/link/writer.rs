@@ -2,7 +2,7 @@
 //! together, at the cost of a frame in a batch.
 
 use super::Link;
-use crate::batch::Batch;
+use crate::core::batch::Batch;
 use crate::error::BatchError;
 use crate::send::SendOptions;
 

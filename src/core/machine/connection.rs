@@ -10,7 +10,7 @@
 //! yet decoded, control frames (hello, pings, answers) encoded for this peer and the turns
 //! they take, the heartbeat's clock, whether the handshake reply is awaited, and the
 //! bookkeeping of the last `poll_transmit`. What outlives a connection is elsewhere on the
-//! [`Machine`](super::Machine): the [`Delivery`](super::delivery::Delivery) (its frames are
+//! [`Machine`](super::Machine): the [`Backlog`](super::delivery::Backlog) (its frames are
 //! resent or reported after a loss), the counters, the [`Dialer`](super::dial::Dialer) (the
 //! backoff, the endpoints and the one in use, dialled before a connection exists and named in
 //! the failure's log line after it is gone), the timers, and whether the IO side paused

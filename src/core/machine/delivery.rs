@@ -1,4 +1,4 @@
-//! The delivery side: what the link owes across connections. [`Delivery`] owns the frames
+//! The delivery side: what the link owes across connections. [`Backlog`] owns the frames
 //! queued (the outbox), the frames written and not yet confirmed (the window, and the losses
 //! its oldest frame was in flight at), the requests and their replies, and the flushes that
 //! wait on them. A lost connection's frames are resent or reported from here; the machine
@@ -15,14 +15,14 @@ use crate::core::counters::Counters;
 use crate::core::framing::BoxedFraming;
 use crate::core::guard::{guarded, Panicked};
 use crate::core::outbox::{Outbox, Written};
-use crate::core::requests::{Requests, Token};
+use crate::core::requests::{RequestWindow, Token};
 use crate::core::settings::Settings;
 use crate::core::window::{Losses, Redelivery, Window};
 use crate::error::{Callback, FlushError, RequestError};
 
 /// How long after the oldest waiting frame was written the first reading of the
 /// acknowledged bytes comes, while nothing waits on the confirmations
-/// ([`Delivery::reading_at`]).
+/// ([`Backlog::reading_at`]).
 pub(crate) const QUIET: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// Unconfirmed frames at which every pass reads the acknowledged bytes.
@@ -34,7 +34,7 @@ const PRESSED_BYTES: u64 = 64 * 1024;
 
 /// Frames and requests the link holds for the application, whatever the connection.
 #[derive(Debug)]
-pub(super) struct Delivery {
+pub(super) struct Backlog {
     /// Frames waiting for a Ready connection.
     pub(super) outbox: Outbox,
     /// Frames written and not yet confirmed; a lost connection's are resent or reported.
@@ -42,7 +42,7 @@ pub(super) struct Delivery {
     /// How many losses in a row the oldest unconfirmed frame has been in flight at.
     pub(super) losses: Losses,
     /// Requests outstanding and their replies.
-    pub(super) requests: Requests,
+    pub(super) requests: RequestWindow,
     /// Flushes waiting for the frames submitted before them.
     pub(super) flushes: Flushes,
 }
@@ -57,14 +57,14 @@ pub(super) struct Lost {
     pub(super) panics: Vec<Panicked>,
 }
 
-impl Delivery {
+impl Backlog {
     /// Empty, with the limits and policies of `cfg`.
-    pub(super) fn new(cfg: &Settings) -> Delivery {
-        Delivery {
+    pub(super) fn new(cfg: &Settings) -> Backlog {
+        Backlog {
             outbox: Outbox::new(cfg.outbox_frames, cfg.outbox_bytes),
             window: Window::new(cfg.confirm.by_reply),
             losses: Losses::default(),
-            requests: Requests::new(&cfg.requests, cfg.max_losses),
+            requests: RequestWindow::new(&cfg.requests, cfg.max_losses),
             flushes: Flushes::default(),
         }
     }
@@ -129,7 +129,7 @@ impl Delivery {
     }
 
     /// Whether the IO side should read the acknowledged bytes at `now`: the window's reading
-    /// is due ([`Delivery::reading_at`]), or something waits on the confirmations.
+    /// is due ([`Backlog::reading_at`]), or something waits on the confirmations.
     /// `window_limit` is the window's bound in bytes (0: none); `closing`, a close waits.
     pub(super) fn reading_due(&self, now: Instant, window_limit: usize, closing: bool) -> bool {
         !self.window.is_empty()

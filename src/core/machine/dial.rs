@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 
+use crate::core::addresses::{fmt_addr, Endpoints};
 use crate::core::backoff::Backoff;
 use crate::core::endpoint::Host;
-use crate::core::endpoints::{fmt_addr, Endpoints};
 
 /// What outlives a connection on the dialling side: which dial is current, how many failed,
 /// and where the next one goes.

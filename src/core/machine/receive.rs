@@ -4,7 +4,7 @@
 
 use crate::core::guard::{guarded, Panicked};
 use crate::core::protocol::BoxedProtocol;
-use crate::core::requests::{Matching, Verdict};
+use crate::core::requests::{Inbound, Matching};
 use crate::error::Callback;
 
 /// Whether the protocol, or the in-order correlation `matching`, calls `frame` the peer's
@@ -27,22 +27,22 @@ pub(super) fn unsolicited(
 
 /// What the protocol and the correlation `matching` say of `frame`: the peer's own, the
 /// reply in turn, or the reply to the request with its id.
-pub(super) fn verdict(
+pub(super) fn inbound(
     protocol: Option<&BoxedProtocol>,
     matching: &Matching,
     frame: &[u8],
-) -> Result<Verdict, Panicked> {
+) -> Result<Inbound, Panicked> {
     if protocol_unsolicited(protocol, frame)? {
-        return Ok(Verdict::Unsolicited);
+        return Ok(Inbound::Unsolicited);
     }
     guarded(Callback::Correlation, || match matching {
         Matching::InOrder {
             unsolicited: Some(p),
-        } if p.test(frame) => Verdict::Unsolicited,
-        Matching::InOrder { .. } => Verdict::Reply,
+        } if p.test(frame) => Inbound::Unsolicited,
+        Matching::InOrder { .. } => Inbound::Reply,
         Matching::ById { reply_id, .. } => match reply_id.read(frame) {
-            Some(id) => Verdict::Id(id),
-            None => Verdict::Unsolicited,
+            Some(id) => Inbound::Id(id),
+            None => Inbound::Unsolicited,
         },
     })
 }

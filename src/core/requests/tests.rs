@@ -17,12 +17,12 @@ fn settings(overflow: Overflow, frames: usize) -> RequestSettings {
     }
 }
 
-fn in_order(overflow: Overflow, frames: usize) -> Requests {
-    Requests::new(&settings(overflow, frames), MAX_LOSSES)
+fn in_order(overflow: Overflow, frames: usize) -> RequestWindow {
+    RequestWindow::new(&settings(overflow, frames), MAX_LOSSES)
 }
 
-fn resending() -> Requests {
-    Requests::new(
+fn resending() -> RequestWindow {
+    RequestWindow::new(
         &RequestSettings {
             redelivery: Redelivery::Resend,
             ..settings(Overflow::RejectNew, 8)
@@ -31,8 +31,8 @@ fn resending() -> Requests {
     )
 }
 
-fn bytes_limited(max_bytes: usize) -> Requests {
-    Requests::new(
+fn bytes_limited(max_bytes: usize) -> RequestWindow {
+    RequestWindow::new(
         &RequestSettings {
             max_bytes,
             ..settings(Overflow::RejectNew, 8)
@@ -41,9 +41,9 @@ fn bytes_limited(max_bytes: usize) -> Requests {
     )
 }
 
-fn by_id() -> Requests {
+fn by_id() -> RequestWindow {
     let id = |f: &[u8]| f.get(..1).map(<[u8]>::to_vec);
-    Requests::new(
+    RequestWindow::new(
         &RequestSettings {
             correlation: Correlation::by_id(id, id),
             ..settings(Overflow::RejectNew, 16)
@@ -53,7 +53,7 @@ fn by_id() -> Requests {
 }
 
 /// Writes every unsent request, as one batch the socket takes.
-fn write_all(r: &mut Requests) -> Vec<Vec<u8>> {
+fn write_all(r: &mut RequestWindow) -> Vec<Vec<u8>> {
     let mut written = Vec::new();
     while let Some(f) = r.next_unsent() {
         written.push(f.to_vec());
@@ -63,12 +63,12 @@ fn write_all(r: &mut Requests) -> Vec<Vec<u8>> {
     written
 }
 
-fn outcomes(r: &mut Requests) -> Vec<(Token, Outcome)> {
+fn outcomes(r: &mut RequestWindow) -> Vec<(Token, Outcome)> {
     std::iter::from_fn(|| r.poll_outcome()).collect()
 }
 
-fn reply(r: &mut Requests, frame: &[u8]) -> Matched {
-    r.on_frame(Bytes::copy_from_slice(frame), Verdict::Reply)
+fn reply(r: &mut RequestWindow, frame: &[u8]) -> Matched {
+    r.on_frame(Bytes::copy_from_slice(frame), Inbound::Reply)
 }
 
 #[test]
@@ -117,7 +117,7 @@ fn an_unsolicited_verdict_leaves_the_outstanding_request_waiting() {
     r.submit(now, 1, Bytes::from_static(b"q"), None, now + T);
     write_all(&mut r);
     assert_eq!(
-        r.on_frame(Bytes::from_static(b">push"), Verdict::Unsolicited),
+        r.on_frame(Bytes::from_static(b">push"), Inbound::Unsolicited),
         Matched::Unsolicited(Bytes::from_static(b">push"))
     );
     assert_eq!(reply(&mut r, b"answer"), Matched::Answer(1));
@@ -192,7 +192,7 @@ fn by_id_replies_answer_their_own_requests_in_any_order() {
     write_all(&mut r);
     for (id, token) in [(b'c', 3), (b'a', 1), (b'b', 2)] {
         assert_eq!(
-            r.on_frame(Bytes::from(vec![id, b'!']), Verdict::Id(vec![id])),
+            r.on_frame(Bytes::from(vec![id, b'!']), Inbound::Id(vec![id])),
             Matched::Answer(token)
         );
     }
@@ -226,11 +226,11 @@ fn by_id_a_reply_for_a_timed_out_request_is_late() {
         "a timed-out request by id leaves the window at once"
     );
     assert_eq!(
-        r.on_frame(Bytes::from_static(b"a"), Verdict::Id(b"a".to_vec())),
+        r.on_frame(Bytes::from_static(b"a"), Inbound::Id(b"a".to_vec())),
         Matched::Late
     );
     assert_eq!(
-        r.on_frame(Bytes::from_static(b"b"), Verdict::Id(b"b".to_vec())),
+        r.on_frame(Bytes::from_static(b"b"), Inbound::Id(b"b".to_vec())),
         Matched::Answer(2)
     );
 }
@@ -404,7 +404,7 @@ fn random_run(seed: u64, by_id: bool, redelivery: Redelivery, overflow: Overflow
     } else {
         Correlation::in_order()
     };
-    let mut r = Requests::new(
+    let mut r = RequestWindow::new(
         &RequestSettings {
             redelivery,
             correlation,
@@ -435,8 +435,8 @@ fn random_run(seed: u64, by_id: bool, redelivery: Redelivery, overflow: Overflow
                 };
                 if let Some(f) = peer.remove(pick) {
                     let verdict = match by_id {
-                        true => Verdict::Id(f.clone()),
-                        false => Verdict::Reply,
+                        true => Inbound::Id(f.clone()),
+                        false => Inbound::Reply,
                     };
                     r.on_frame(f.into(), verdict);
                 }

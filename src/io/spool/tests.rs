@@ -6,7 +6,7 @@ use bytes::Bytes;
 
 use super::marks::{MarksFile, AHEAD, HEADROOM_MIN};
 use super::*;
-use crate::batch::Batch;
+use crate::core::batch::Batch;
 use crate::spool::SEGMENT_BYTES;
 
 /// A directory of its own under the system's temporary one, removed at the end.

@@ -47,35 +47,35 @@ impl Future for Sleep {
 }
 
 /// Sleepers by deadline; a dropped `Sleep` leaves a dead entry that goes at its deadline.
-struct Timers {
-    heap: Mutex<BinaryHeap<Reverse<Entry>>>,
+struct Sleepers {
+    heap: Mutex<BinaryHeap<Reverse<Sleeper>>>,
     changed: Condvar,
 }
 
-struct Entry(Instant, Weak<Mutex<Option<Waker>>>);
+struct Sleeper(Instant, Weak<Mutex<Option<Waker>>>);
 
-impl PartialEq for Entry {
-    fn eq(&self, other: &Entry) -> bool {
+impl PartialEq for Sleeper {
+    fn eq(&self, other: &Sleeper) -> bool {
         self.0 == other.0
     }
 }
-impl Eq for Entry {}
-impl PartialOrd for Entry {
-    fn partial_cmp(&self, other: &Entry) -> Option<std::cmp::Ordering> {
+impl Eq for Sleeper {}
+impl PartialOrd for Sleeper {
+    fn partial_cmp(&self, other: &Sleeper) -> Option<std::cmp::Ordering> {
         Some(self.cmp(other))
     }
 }
-impl Ord for Entry {
-    fn cmp(&self, other: &Entry) -> std::cmp::Ordering {
+impl Ord for Sleeper {
+    fn cmp(&self, other: &Sleeper) -> std::cmp::Ordering {
         self.0.cmp(&other.0)
     }
 }
 
-impl Timers {
+impl Sleepers {
     fn add(&self, deadline: Instant, waker: Weak<Mutex<Option<Waker>>>) {
         let mut heap = self.heap.lock().unwrap_or_else(|e| e.into_inner());
         let earliest = heap.peek().map_or(true, |Reverse(e)| deadline < e.0);
-        heap.push(Reverse(Entry(deadline, waker)));
+        heap.push(Reverse(Sleeper(deadline, waker)));
         if earliest {
             self.changed.notify_one();
         }
@@ -86,7 +86,7 @@ impl Timers {
         loop {
             let now = Instant::now();
             while heap.peek().is_some_and(|Reverse(e)| e.0 <= now) {
-                let Some(Reverse(Entry(_, waker))) = heap.pop() else {
+                let Some(Reverse(Sleeper(_, waker))) = heap.pop() else {
                     break;
                 };
                 let waker = waker
@@ -109,7 +109,7 @@ impl Timers {
     }
 }
 
-static TIMERS: OnceLock<&'static Timers> = OnceLock::new();
+static TIMERS: OnceLock<&'static Sleepers> = OnceLock::new();
 
 /// Starts the process's timer thread, once: every IO pool does before its first link, so a
 /// thread the system refuses is an error there, not a panic at a link's first timer.
@@ -119,7 +119,7 @@ pub(crate) fn start() -> std::io::Result<()> {
     if TIMERS.get().is_some() {
         return Ok(());
     }
-    let timers: &'static Timers = Box::leak(Box::new(Timers {
+    let timers: &'static Sleepers = Box::leak(Box::new(Sleepers {
         heap: Mutex::new(BinaryHeap::new()),
         changed: Condvar::new(),
     }));
@@ -130,7 +130,7 @@ pub(crate) fn start() -> std::io::Result<()> {
     Ok(())
 }
 
-fn timers() -> &'static Timers {
+fn timers() -> &'static Sleepers {
     TIMERS
         .get()
         .expect("the timer thread starts with every IO pool")
