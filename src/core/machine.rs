@@ -221,6 +221,20 @@ enum Ev {
     CloseDeadline,
 }
 
+/// What an inbound frame is ([`Machine::classify`]).
+#[derive(Debug)]
+enum Arrival {
+    /// The opening's verdict is awaited: the protocol's verdict on it first.
+    Opening,
+    /// The answer in its turn, taken.
+    Turn(Waiting),
+    /// No turn waits for it: a request's reply (by id, or with no answers said) or the peer's
+    /// own.
+    Untaken,
+    /// The peer answers every frame, none waits, and it is not one of its own.
+    Unexpected,
+}
+
 /// The state machine of one link.
 ///
 /// It holds what outlives a connection, each part a type of its own: the settings and the
@@ -1441,35 +1455,79 @@ impl Machine {
         self.c.bytes_discarded += len as u64;
     }
 
+    /// An inbound frame: classified once ([`Machine::classify`]), then handled in one `match`.
     fn on_frame(&mut self, now: Instant, frame: Bytes) {
-        if self.cfg.answers != Answers::Unknown {
-            return self.on_answer(now, frame);
-        }
-        if self.handshake_reply(now, &frame) {
-            return;
-        }
-        if let Some(reply) = self.cfg.heartbeat.as_ref().and_then(|h| h.reply.as_ref()) {
-            let (is_reply, took) = timed(self.callbacks.watch(), Callback::HeartbeatReply, || {
-                reply.test(&frame)
-            });
-            self.took(now, Callback::HeartbeatReply, took);
-            let is_reply = match is_reply {
-                Ok(r) => r,
+        let mut past_opening = false;
+        loop {
+            let arrival = match self.classify(now, &frame, past_opening) {
+                Ok(a) => a,
                 Err(p) => return self.step(now, Ev::CallbackPanicked(p)),
             };
-            if is_reply {
-                // Only the replies to our own pings are swallowed: an application that sends
-                // the same command as the ping still gets its answers.
-                let heartbeat = self.conn.as_mut().and_then(|c| c.heartbeat.as_mut());
-                if let Some(reply) = heartbeat.and_then(|h| h.on_reply(now)) {
-                    if let Reply::Rtt(rtt) = reply {
-                        self.last_rtt = Some(rtt);
-                    }
-                    return;
+            match arrival {
+                // A frame the verdict does not take goes on its way as any other.
+                Arrival::Opening if self.handshake_reply(now, &frame) => return,
+                Arrival::Opening => past_opening = true,
+                Arrival::Turn(waiting) => return self.turn_answered(now, frame, waiting),
+                Arrival::Untaken => return self.untaken(now, frame),
+                Arrival::Unexpected => {
+                    return self.step(
+                        now,
+                        Ev::ProtocolError(DecodeError::Malformed(
+                            "an answer no frame waits for: the peer answered more than the protocol's `replies` said",
+                        )),
+                    )
                 }
             }
         }
-        self.deliver(now, frame);
+    }
+
+    /// What `frame` is, decided once: an answer to the opening while its verdict is awaited
+    /// (`past_opening`: the verdict did not take it), the answer in the turn that waits (the
+    /// turn is taken), a frame no turn waits for, or (the peer answers every frame) an answer
+    /// nothing waits for. A pong is known by its place: under `Answers::EveryFrame` whatever
+    /// answers a ping's turn, under `Answers::Pings` a frame the protocol (or the heartbeat's
+    /// `reply`) calls a pong while a ping's turn is first.
+    fn classify(
+        &mut self,
+        now: Instant,
+        frame: &[u8],
+        past_opening: bool,
+    ) -> Result<Arrival, Panicked> {
+        let answers = self.cfg.answers;
+        let every = answers == Answers::EveryFrame;
+        let Some(conn) = self.conn.as_ref() else {
+            return Ok(Arrival::Untaken);
+        };
+        let opening = conn.handshake_pending && !past_opening;
+        // Unless every frame is answered, the opening's answer takes no turn: the verdict
+        // tells it, ahead of any ping written meanwhile.
+        if opening && !every {
+            return Ok(Arrival::Opening);
+        }
+        let front = match answers {
+            Answers::Unknown => None,
+            _ => conn.turns.front(),
+        };
+        let own =
+            |m: &Machine| unsolicited(m.protocol.as_ref(), &m.cfg.requests.correlation.0, frame);
+        let takes_turn = match front {
+            None => false,
+            Some(Turn::Ping { .. }) if !every => self.is_pong(now, frame)?,
+            // Any other turn takes the next frame, unless it is one of the peer's own.
+            Some(_) => !own(self)?,
+        };
+        if takes_turn {
+            if let Some(waiting) = self.conn.as_mut().and_then(|c| c.turns.pop()) {
+                return Ok(Arrival::Turn(waiting));
+            }
+        }
+        if opening {
+            return Ok(Arrival::Opening);
+        }
+        if every && front.is_none() && !own(self)? {
+            return Ok(Arrival::Unexpected);
+        }
+        Ok(Arrival::Untaken)
     }
 
     /// While the handshake's reply is awaited: whether `frame` is it (the link is then Ready,
@@ -1518,64 +1576,11 @@ impl Machine {
         );
     }
 
-    /// A frame of a link that knows what its peer answers: the answer to the turn it comes
-    /// in, or a frame of the peer's own. An answer confirms what was written up to the end of
-    /// what it answers.
-    fn on_answer(&mut self, now: Instant, frame: Bytes) {
-        let every = self.cfg.answers == Answers::EveryFrame;
-        // Under `Pings` the hello takes no turn: its reply is told by the handshake's
-        // predicate, ahead of any ping written meanwhile.
-        if !every && self.handshake_reply(now, &frame) {
-            return;
-        }
-        let Some(front) = self.conn.as_ref().map(|c| c.turns.front()) else {
-            return;
-        };
-        let takes_turn = match front {
-            None => Ok(false),
-            // Under `Pings`, only a frame the heartbeat's `reply` accepts answers a ping.
-            Some(Turn::Ping { .. }) if !every => self.is_pong(now, &frame),
-            // Any other turn takes the next frame, unless it is one of the peer's own.
-            Some(_) => unsolicited(
-                self.protocol.as_ref(),
-                &self.cfg.requests.correlation.0,
-                &frame,
-            )
-            .map(|u| !u),
-        };
-        let turn = match takes_turn {
-            Ok(true) => front,
-            Ok(false) => None,
-            Err(p) => return self.step(now, Ev::CallbackPanicked(p)),
-        };
-        let Some(turn) = turn else {
-            if every && self.handshake_reply(now, &frame) {
-                return;
-            }
-            if every && front.is_none() {
-                // The peer answers every frame, none waits, and this is not one of its own:
-                // it answered more than the protocol said, so a later answer could be taken
-                // for another frame's. The connection is closed instead; its frames are
-                // resent or reported.
-                match unsolicited(
-                    self.protocol.as_ref(),
-                    &self.cfg.requests.correlation.0,
-                    &frame,
-                ) {
-                    Ok(true) => {}
-                    Ok(false) => {
-                        return self.step(now, Ev::ProtocolError(DecodeError::Malformed(
-                            "an answer no frame waits for: the peer answered more than the protocol's `replies` said",
-                        )))
-                    }
-                    Err(p) => return self.step(now, Ev::CallbackPanicked(p)),
-                }
-            }
-            return self.deliver_unsolicited(now, frame);
-        };
-        let Some(Waiting { end, upto, .. }) = self.conn.as_mut().and_then(|c| c.turns.pop()) else {
-            return;
-        };
+    /// The answer in the turn `waiting`: it confirms what was written before it, and goes where
+    /// its turn says (the heartbeat, the opening's verdict, the application with its frame, the
+    /// request it answers).
+    fn turn_answered(&mut self, now: Instant, frame: Bytes, waiting: Waiting) {
+        let Waiting { turn, end, upto } = waiting;
         match turn {
             Turn::Void => self.c.replies_dropped += 1,
             Turn::Ping { heartbeat } => {
@@ -1730,10 +1735,11 @@ impl Machine {
         is
     }
 
-    /// A frame no turn waits for: the protocol's reaction first, then the application's, or
-    /// (by id) a request's reply.
-    fn deliver_unsolicited(&mut self, now: Instant, frame: Bytes) {
-        if self.delivery.requests.by_id() {
+    /// A frame no turn waits for: a request's reply where requests take no turn (no answers
+    /// said, or matched by id), else the peer's own (the protocol's reaction first, then the
+    /// application's).
+    fn untaken(&mut self, now: Instant, frame: Bytes) {
+        if self.cfg.answers == Answers::Unknown || self.delivery.requests.by_id() {
             return self.deliver(now, frame);
         }
         self.deliver_own(now, frame);
