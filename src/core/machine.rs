@@ -243,6 +243,24 @@ enum Arrival {
 /// reported after a loss), the counters, the [`Outage`] record and the [`Callbacks`]'
 /// stopwatch and slow reports. What belongs to one TCP connection is in [`Connection`], made
 /// when it comes up and dropped with it.
+///
+/// # Contract
+/// The IO side drives it in this order on every pass, with the `now` it read once:
+/// 1. inputs: [`handle_input`](Machine::handle_input) for what it saw (a connect, a close,
+///    a command, an acknowledged count), [`handle_data`](Machine::handle_data) for bytes of
+///    the connection;
+/// 2. [`handle_timeout`](Machine::handle_timeout) once [`poll_timeout`](Machine::poll_timeout)
+///    is due;
+/// 3. [`poll_transmit`](Machine::poll_transmit) until it returns false, each batch answered
+///    with [`transmit_done`](Machine::transmit_done) (after
+///    [`transmit_unsent`](Machine::transmit_unsent) when the socket gave bytes back);
+/// 4. [`poll_action`](Machine::poll_action) until it returns `None`, carrying each out;
+/// 5. [`poll_timeout`](Machine::poll_timeout): the deadline to sleep until.
+///
+/// The getters ([`state`](Machine::state), [`metrics`](Machine::metrics),
+/// [`wants_acks`](Machine::wants_acks), ...) may be read at any point; nothing here blocks,
+/// reads a clock or touches a socket. An inbound frame is classified once
+/// ([`classify`](Machine::classify)) and handled in one `match` ([`on_frame`](Machine::on_frame)).
 #[derive(Debug)]
 pub(crate) struct Machine {
     cfg: Settings,
