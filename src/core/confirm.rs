@@ -27,18 +27,13 @@ use std::time::Duration;
 /// # Examples
 /// ```
 /// use std::time::Duration;
-/// use relink::framing::Resp;
-/// use relink::protocol::Redis;
-/// use relink::{Confirm, Heartbeat, Link};
-/// use relink::protocol::{Answers, Protocol};
+/// use relink::protocol::{Answers, Protocol, Redis};
+/// use relink::Link;
 ///
 /// // redis answers every command in order: the k-th reply answers the k-th frame.
 /// assert_eq!(Redis::new().answers(), Answers::EveryFrame);
 /// let link = Link::builder("tcp://127.0.0.1:6379")
-///     .framing(Resp::new())
 ///     .protocol(Redis::new())
-///     .heartbeat(Heartbeat::every(Duration::from_secs(1)))
-///     .confirm(Confirm::reply())
 ///     .build()?;
 /// # link.close(Duration::ZERO);
 /// # Ok::<(), relink::error::ConfigError>(())
@@ -46,13 +41,15 @@ use std::time::Duration;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Answers {
-    /// Not said. Pings are recognised by the heartbeat's `reply`, if it has one (then as under
-    /// [`Answers::Pings`]); frames can be confirmed only by the peer's TCP. The default.
+    /// Not said. A heartbeat with a `reply` makes it [`Answers::Pings`] (its pongs are then
+    /// told apart, and frames can be confirmed by reply); without one, frames can be confirmed
+    /// only by the peer's TCP. The default.
     #[default]
     Unknown,
     /// The peer answers every frame written, hello and pings included, in order (redis,
-    /// memcached, most request/reply line protocols). Frames the correlation calls unsolicited
-    /// (`Correlation::in_order_except`, `Correlation::resp`'s pushes) take no turn.
+    /// memcached, most request/reply line protocols), as many answers each as the protocol's
+    /// [`replies`](crate::protocol::Protocol::replies) says. Frames the protocol or the
+    /// correlation calls unsolicited (a push) take no turn.
     EveryFrame,
     /// The peer answers only the heartbeat's ping (and in-order requests), and the
     /// heartbeat's `reply` says which inbound frames are pongs (NATS' `PING`/`PONG` beside

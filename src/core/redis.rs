@@ -9,8 +9,9 @@ use super::framing::{AnyFraming, Resp};
 use super::heartbeat::Heartbeat;
 use super::protocol::{Opening, Protocol, Replies, ReplyKind, Verdict};
 
-/// redis (RESP 2 or 3), on the [`Resp`] framing: every command answered in order
-/// ([`Answers::EveryFrame`], so [`Confirm::reply`](crate::Confirm::reply) confirms each
+/// redis (RESP 2 or 3), bringing its framing ([`Resp`]), its heartbeat (`PING` every second)
+/// and confirmation by reply ([`Confirm::reply`]) unless the builder is given its own: every
+/// command answered in order ([`Answers::EveryFrame`], so [`Confirm::reply`] confirms each
 /// frame by its reply), `PING` as the heartbeat's ping, and the commands that open every
 /// connection (`AUTH`, `SELECT`, `HELLO 3`, `CLIENT SETNAME`).
 ///
@@ -42,17 +43,11 @@ use super::protocol::{Opening, Protocol, Replies, ReplyKind, Verdict};
 /// # Examples
 /// ```
 /// use std::time::Duration;
-/// use relink::framing::Resp;
 /// use relink::protocol::Redis;
-/// use relink::{Confirm, Heartbeat, Link};
-/// use relink::protocol::Correlation;
+/// use relink::Link;
 ///
 /// let link = Link::builder("127.0.0.1:6379")
-///     .framing(Resp::new())
 ///     .protocol(Redis::new().open_with(["AUTH", "app", "secret"]).open_with(["SELECT", "2"]))
-///     .heartbeat(Heartbeat::every(Duration::from_secs(1)))
-///     .confirm(Confirm::reply())
-///     .requests(|q| q.correlation = Some(Correlation::in_order()))
 ///     .build()?;
 /// # link.close(Duration::ZERO);
 /// # Ok::<(), relink::error::ConfigError>(())
