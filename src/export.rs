@@ -29,6 +29,7 @@ use crate::metrics::Metrics;
 /// | `relink_abandoned_total` | counter | pool, reason (, link) |
 /// | `relink_heartbeats_missed_total`, `relink_tls_rejected_total` | counter | pool (, link) |
 /// | `relink_frames_cut_total`, `relink_frames_unread_total`, `relink_bytes_discarded_total` (inbound frames and bytes that never reached the application: [`Metrics::frames_cut`], [`Metrics::frames_unread`], [`Metrics::bytes_discarded`]) | counter | pool (, link) |
+/// | `relink_frames_refused_total` (answers that refused a frame, not run: [`Metrics::frames_refused`]) | counter | pool (, link) |
 /// | `relink_links` | gauge | pool, state |
 /// | `relink_outbox_frames`, `relink_outbox_bytes` | gauge | pool (, link) |
 /// | `relink_rtt_seconds` | histogram: each link's last heartbeat round trip, when a new one came | pool (, link) |
@@ -162,6 +163,7 @@ struct Growth {
     frames_cut: u64,
     frames_unread: u64,
     bytes_discarded: u64,
+    frames_refused: u64,
     abandoned: [u64; REASONS],
 }
 
@@ -189,6 +191,7 @@ impl Growth {
             frames_cut: grew(|m| m.frames_cut),
             frames_unread: grew(|m| m.frames_unread),
             bytes_discarded: grew(|m| m.bytes_discarded),
+            frames_refused: grew(|m| m.frames_refused),
             abandoned: std::array::from_fn(|i| a1[i].saturating_sub(a0[i])),
         }
     }
@@ -205,6 +208,7 @@ impl Growth {
         self.frames_cut += o.frames_cut;
         self.frames_unread += o.frames_unread;
         self.bytes_discarded += o.bytes_discarded;
+        self.frames_refused += o.frames_refused;
         for (a, b) in self.abandoned.iter_mut().zip(o.abandoned) {
             *a += b;
         }
@@ -224,6 +228,7 @@ impl Growth {
             ("relink_frames_cut_total", self.frames_cut),
             ("relink_frames_unread_total", self.frames_unread),
             ("relink_bytes_discarded_total", self.bytes_discarded),
+            ("relink_frames_refused_total", self.frames_refused),
         ] {
             // Even by zero: every series exists from the first pass on.
             counter!(name, labels.iter()).increment(n);
