@@ -48,7 +48,7 @@ use super::guard::{guarded, timed};
 use super::guard::{Panicked, Stopwatch};
 use super::heartbeat::{Ping, Reply};
 use super::protocol::BoxedProtocol;
-use super::protocol::{Reaction, Replies, ReplyKind, Verdict as Opened};
+use super::protocol::{Reaction, Replies, ReplyKind, Verdict};
 use super::requests::{Inbound, Matched};
 use super::requests::{Outcome, Token};
 use super::settings::ProofOfLife;
@@ -1562,11 +1562,11 @@ impl Machine {
         });
         self.took(now, Callback::Protocol, took);
         match verdict {
-            Ok(Opened::Ready) => self.step(now, Ev::Alive),
-            Ok(Opened::NotYet) => return false,
-            Ok(Opened::Continue) => {}
-            Ok(Opened::Retry) => self.reopen_later(now),
-            Ok(Opened::Refused(reason)) => self.step(now, Ev::Rejected(reason)),
+            Ok(Verdict::Ready) => self.step(now, Ev::Alive),
+            Ok(Verdict::NotYet) => return false,
+            Ok(Verdict::Continue) => {}
+            Ok(Verdict::Retry) => self.reopen_later(now),
+            Ok(Verdict::Refused(reason)) => self.step(now, Ev::Rejected(reason)),
             Err(p) => self.step(now, Ev::CallbackPanicked(p)),
         }
         true
