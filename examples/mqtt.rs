@@ -1,77 +1,93 @@
-//! An MQTT 3.1.1 client on relink: the protocol in `examples/protocols/mqtt.rs`, against a
-//! mosquitto broker that is killed and started again mid-run.
+//! An MQTT 3.1.1 client on relink: the protocol in `examples/protocols/mqtt.rs` (its framing,
+//! opening, pings, confirmation and request matching in one value), against a mosquitto broker
+//! that is killed and started again mid-run.
 //!
-//! Run it with `cargo run --example mqtt` (needs `mosquitto` on PATH or in /usr/sbin; it starts
-//! its own on 127.0.0.1 on a free port and kills it at the end). It ends by itself in a few
-//! seconds.
+//! Run it with `cargo run --example mqtt` (needs `mosquitto` in /usr/sbin, /usr/bin or on
+//! PATH; it starts its own on 127.0.0.1 on a free port and kills it at the end, whatever the
+//! end). It ends by itself in a few seconds.
 //!
-//! The link subscribes to `demo/#` (QoS 1) and publishes ten QoS 1 messages to `demo/a`, each
-//! a request answered by the `PUBACK` with its packet id; the broker delivers them back, and
-//! the link acknowledges each delivery itself. Then mosquitto is killed and started again on
-//! the same port: the link reconnects, its protocol opens the new connection with `CONNECT`
-//! and the subscription again, and ten more messages go round. The application below never
-//! writes a `CONNECT`, a `SUBSCRIBE` after the first, a `PINGREQ` or a `PUBACK`.
+//! The link is `Link::builder(ep).protocol(Mqtt::new("relink-example")).build()`. It
+//! subscribes to `demo/#` (QoS 1) and publishes ten QoS 1 messages to `demo/a`, each a request
+//! answered by the `PUBACK` with its packet id, and ten QoS 0 messages, which get no answer of
+//! their own and are confirmed by the `PINGRESP` to a `PINGREQ` written after them; the broker
+//! delivers all twenty back, and the link acknowledges each QoS 1 delivery itself. Then
+//! mosquitto is killed and started again on the same port: the link reconnects, its protocol
+//! opens the new connection with `CONNECT` and the subscription again, and twenty more
+//! messages go round. The application below never writes a `CONNECT`, a `SUBSCRIBE` after the
+//! first, a `PINGREQ` or a `PUBACK`.
 
 #[path = "protocols/mqtt.rs"]
 #[allow(dead_code)] // the credentials are for the tests' refused CONNACK
 mod mqtt;
+#[path = "support/server.rs"]
+mod server;
 
-use std::net::TcpListener;
-use std::path::Path;
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use relink::{Event, Heartbeat, Link, Redelivery, State};
+use relink::{Event, Link, State};
+use server::{free_port, Scratch, Server};
 
-fn mosquitto(port: u16, config: &Path) -> Option<Child> {
-    let binary = ["/usr/sbin/mosquitto", "/usr/bin/mosquitto"]
-        .into_iter()
-        .find(|p| Path::new(p).exists())
-        .unwrap_or("mosquitto");
-    let child = Command::new(binary)
-        .arg("-c")
-        .arg(config)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .ok()?;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        if Instant::now() > deadline {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Some(child)
-}
+/// Messages of each QoS per round.
+const N: usize = 10;
+/// Bound on every wait of the example.
+const BOUND: Duration = Duration::from_secs(10);
 
-fn wait_ready(link: &Link) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while link.state() != State::Ready && Instant::now() < deadline {
-        if let Ok(Event::State(t)) = link.events().recv_timeout(Duration::from_millis(50)) {
-            println!("{t}");
+fn wait_ready(link: &Link) -> Result<(), String> {
+    let deadline = Instant::now() + BOUND;
+    while link.state() != State::Ready {
+        match link.events().recv_deadline(deadline) {
+            Ok(Event::State(t)) => println!("{t}"),
+            Ok(_) => {}
+            Err(_) => return Err(format!("the link was not Ready within {BOUND:?}")),
         }
     }
+    Ok(())
 }
 
-/// Publishes `n` QoS 1 messages and waits for their acknowledgements, then reads the broker's
-/// deliveries until `n` came (bounded). Returns (acknowledged, delivered).
-fn round(link: &Link, protocol: &mqtt::Mqtt, round: usize, n: usize) -> (usize, usize) {
-    let pending: Vec<_> = (0..n)
+/// What one round saw.
+#[derive(Default)]
+struct Round {
+    /// QoS 1 publishes answered by their own `PUBACK`.
+    acked: usize,
+    /// Publications of this round the broker delivered back.
+    delivered: usize,
+}
+
+/// Publishes `N` QoS 1 messages (requests) and `N` QoS 0 ones (frames), waits for the
+/// acknowledgements and the confirmations, then reads the broker's deliveries of this round
+/// until all came (bounded).
+fn round(link: &Link, protocol: &mqtt::Mqtt, round: usize) -> Result<Round, String> {
+    let mut seen = Round::default();
+    let pending: Vec<_> = (0..N)
         .map(|i| {
-            let payload = format!("round {round} message {i}");
-            link.request(protocol.publish1("demo/a", payload.as_bytes()))
+            let payload = format!("round {round} qos 1 message {i}");
+            let publish = protocol.publish1("demo/a", payload.as_bytes());
+            (mqtt::packet_id(&publish), link.request(publish))
         })
         .collect();
-    let acked = pending.into_iter().filter_map(|p| p.wait().ok()).count();
-    let (mut delivered, deadline) = (0, Instant::now() + Duration::from_secs(5));
-    while delivered < n {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match link.events().recv_timeout(left) {
+    for i in 0..N {
+        let payload = format!("round {round} qos 0 message {i}");
+        link.send(protocol.publish0("demo/a", payload.as_bytes()))
+            .map_err(|e| format!("publish: {e}"))?;
+    }
+    for (id, p) in pending {
+        match p.wait() {
+            Ok(ack) if mqtt::packet_id(&ack) == id => seen.acked += 1,
+            Ok(ack) => println!("  {id:?} answered by another packet: {ack:?}"),
+            Err(e) => println!("  publish {id:?}: {e}"),
+        }
+    }
+    // The QoS 0 publishes: confirmed by a PINGRESP to a PINGREQ written after them.
+    link.flush(BOUND).map_err(|e| format!("flush: {e}"))?;
+    let deadline = Instant::now() + BOUND;
+    let mine = format!("round {round} ");
+    while seen.delivered < 2 * N {
+        match link.events().recv_deadline(deadline) {
             Ok(Event::Frame(f)) => {
                 if let Some((topic, payload)) = mqtt::publication(&f) {
                     println!("  {topic}: {}", String::from_utf8_lossy(payload));
-                    delivered += 1;
+                    seen.delivered += usize::from(payload.starts_with(mine.as_bytes()));
                 }
             }
             Ok(Event::State(t)) => println!("{t}"),
@@ -79,67 +95,67 @@ fn round(link: &Link, protocol: &mqtt::Mqtt, round: usize, n: usize) -> (usize, 
             Err(_) => break,
         }
     }
-    (acked, delivered)
+    Ok(seen)
 }
 
-fn main() -> ExitCode {
-    let _ = env_logger::builder().is_test(false).try_init();
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let config = std::env::temp_dir().join(format!("relink-example-mqtt-{port}.conf"));
-    let text = format!("listener {port} 127.0.0.1\nallow_anonymous true\n");
-    std::fs::write(&config, text).expect("write the config");
-    let Some(mut broker) = mosquitto(port, &config) else {
-        eprintln!("mosquitto did not start: is it installed?");
-        return ExitCode::FAILURE;
-    };
+fn run() -> Result<bool, String> {
+    let port = free_port()?;
+    let config = Scratch::write(
+        &format!("relink-example-mqtt-{port}.conf"),
+        &format!("listener {port} 127.0.0.1\nallow_anonymous true\n"),
+    )?;
+    let mut broker = Server::start(
+        "mosquitto",
+        ["-c".into(), config.path().as_os_str().to_owned()],
+        port,
+    )?;
     let protocol = mqtt::Mqtt::new("relink-example");
     protocol.subscribe("demo/#");
-    let link = Link::builder(format!("tcp://127.0.0.1:{port}"))
-        .framing(mqtt::Packets)
+    let link = Link::builder(broker.endpoint())
         .protocol(protocol.clone())
-        .requests(|q| {
-            q.correlation = Some(mqtt::Mqtt::correlation());
-            q.redelivery = Redelivery::Resend;
-            q.timeout = Duration::from_secs(10);
-        })
-        .heartbeat(Heartbeat::every(Duration::from_secs(5)))
-        .reconnect(|r| {
-            r.backoff_base = Duration::from_millis(100);
-            r.backoff_max = Duration::from_secs(1);
-        })
         .build()
-        .expect("build");
-    wait_ready(&link);
+        .map_err(|e| format!("build: {e}"))?;
+    wait_ready(&link)?;
     let (mut acked, mut delivered) = (0, 0);
     for r in 0..2 {
-        let (a, d) = round(&link, &protocol, r, 10);
-        (acked, delivered) = (acked + a, delivered + d);
+        let seen = round(&link, &protocol, r)?;
+        (acked, delivered) = (acked + seen.acked, delivered + seen.delivered);
         if r == 0 {
             println!("killing mosquitto and starting it again");
-            let _ = broker.kill();
-            let _ = broker.wait();
-            broker = mosquitto(port, &config).expect("mosquitto restarts");
-            wait_ready(&link);
+            broker.start_again()?;
+            wait_ready(&link)?;
         }
     }
     let m = link.close(Duration::from_secs(1));
-    let _ = broker.kill();
-    let _ = broker.wait();
-    let _ = std::fs::remove_file(&config);
+    drop(broker);
     println!(
-        "acknowledged {acked} of 20, delivered {delivered} of 20; the link acknowledged {} \
-         deliveries itself; connects {}; unaccounted {}",
+        "acknowledged {acked} of {}, delivered {delivered} of {}; frames confirmed {} of {}; \
+         the link acknowledged {} deliveries itself; connects {}; unaccounted {}",
+        2 * N,
+        4 * N,
+        m.frames_confirmed,
+        m.frames_submitted,
         m.frames_answered,
         m.connects,
         m.unaccounted()
     );
-    if acked == 20 && delivered == 20 && m.unaccounted() == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
+    Ok(acked == 2 * N
+        && delivered == 4 * N
+        && m.frames_confirmed == m.frames_submitted
+        && m.unaccounted() == 0)
+}
+
+fn main() -> ExitCode {
+    let _ = env_logger::builder().is_test(false).try_init();
+    match run() {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => {
+            eprintln!("mqtt example: a check failed (see the line above)");
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("mqtt example: {e}");
+            ExitCode::FAILURE
+        }
     }
 }

@@ -1,27 +1,31 @@
 //! RESP pipelining to a redis-server that restarts mid-run, with the exact accounting.
 //!
-//! Run it with `cargo run --example redis` (needs `redis-server` on PATH; it starts its own on
-//! 127.0.0.1 on a free port, without persistence, and kills it at the end). Set
-//! `RUST_LOG=debug` for every attempt. It ends by itself in about 3 seconds.
+//! Run it with `cargo run --example redis` (needs `redis-server` in /usr/sbin, /usr/bin or on
+//! PATH; it starts its own on 127.0.0.1 on a free port, without persistence, and kills it at
+//! the end, whatever the end). Set `RUST_LOG=debug` for every attempt. It ends by itself in
+//! about 3 seconds.
 //!
-//! The link frames with [`Resp`]: commands go out as arrays of bulk strings (built with
-//! [`Resp::command`]), every reply comes back as one whole value, read with [`RespValue`].
-//! Each command is a request (`Link::request`), matched to its reply in order
-//! (the built-in `protocols::Redis`: redis answers every command in order); the heartbeat's
-//! `PING` takes its turn among them, so no reply is ever taken for its pong nor it for a reply. Commands are pipelined in windows
-//! (SET, GET, INCR); halfway through, redis-server is killed and started again on the same
-//! port, and the requests it left unanswered are written again (`Redelivery::Resend`). At the
-//! end every request is answered or failed with its reason.
+//! The link is `.protocol(Redis::new())` (`relink::protocol::Redis`): [`Resp`] framing, a
+//! `PING` heartbeat, every command confirmed by its reply, requests matched in order. Commands
+//! go out as arrays of bulk strings (built with [`Resp::command`]), every reply comes back as
+//! one whole value, read with [`RespValue`]. Each command is a request (`Link::request`); the
+//! heartbeat's `PING` takes its turn among them, so no reply is ever taken for its pong nor it
+//! for a reply. Two settings are the example's own: a `PING` every 100 ms, so the drop is seen
+//! at once, and requests written again after a drop (`Redelivery::Resend`). Commands are
+//! pipelined in windows (SET, GET, INCR); halfway through, redis-server is killed and started
+//! again on the same port, and the requests it left unanswered are written again. At the end
+//! every request is answered or failed with its reason.
 
-use std::net::TcpListener;
-use std::process::{Child, Command, ExitCode, Stdio};
-use std::thread;
+#[path = "support/server.rs"]
+mod server;
+
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use relink::framing::{Resp, RespValue};
-use relink::protocol::Correlation;
 use relink::protocol::Redis;
 use relink::{Event, Heartbeat, Link, Pending, Redelivery};
+use server::{free_port, Server};
 
 /// Windows of pipelined commands.
 const WINDOWS: usize = 20;
@@ -29,32 +33,6 @@ const WINDOWS: usize = 20;
 const PER_WINDOW: usize = 10;
 /// How long a window waits for its replies before the next one is sent.
 const WINDOW_WAIT: Duration = Duration::from_millis(100);
-
-/// Starts redis-server on `port` and waits (bounded) until it accepts connections.
-fn start_redis(port: u16) -> Result<Child, String> {
-    let child = Command::new("redis-server")
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-        .args(["--save", "", "--appendonly", "no"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("cannot start redis-server ({e}); install it (e.g. apt-get install redis-server) and run again"))?;
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        if Instant::now() > deadline {
-            return Err(format!(
-                "redis-server did not listen on port {port} within 5 s"
-            ));
-        }
-        thread::sleep(Duration::from_millis(10));
-    }
-    Ok(child)
-}
-
-fn stop_redis(mut child: Child) {
-    let _ = child.kill();
-    let _ = child.wait();
-}
 
 /// What came back for the requests.
 #[derive(Default)]
@@ -102,23 +80,32 @@ fn show_events(link: &Link, deadline: Instant) {
 }
 
 fn run() -> Result<bool, String> {
-    let port = TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map_err(|e| format!("no free port: {e}"))?
-        .port();
-    let mut redis = Some(start_redis(port)?);
+    let port = free_port()?;
+    let port_arg = port.to_string();
+    // Killed and reaped when dropped, whatever the end.
+    let mut redis = Server::start(
+        "redis-server",
+        [
+            "--port",
+            port_arg.as_str(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ],
+        port,
+    )?;
     println!("redis-server on 127.0.0.1:{port}");
 
-    let link = Link::builder(format!("tcp://127.0.0.1:{port}"))
-        .framing(Resp::new())
-        // Every command answered in order, PING as the ping, RESP3 pushes the server's own.
+    let link = Link::builder(redis.endpoint())
         .protocol(Redis::new())
+        .heartbeat(Heartbeat::every(Duration::from_millis(100)).max_missed(4))
         .requests(|q| {
-            q.correlation = Some(Correlation::in_order());
             q.redelivery = Redelivery::Resend;
             q.timeout = Duration::from_secs(10);
         })
-        .heartbeat(Heartbeat::every(Duration::from_millis(100)).max_missed(4))
         .reconnect(|r| {
             r.backoff_base = Duration::from_millis(50);
             r.backoff_max = Duration::from_millis(400);
@@ -131,13 +118,11 @@ fn run() -> Result<bool, String> {
     for window in 0..WINDOWS {
         if window == WINDOWS / 2 {
             println!("window {window}: killing redis-server");
-            if let Some(child) = redis.take() {
-                stop_redis(child);
-            }
+            redis.stop();
         }
         if window == WINDOWS / 2 + 3 {
             println!("window {window}: starting redis-server again");
-            redis = Some(start_redis(port)?);
+            redis.start_again()?;
         }
         for i in 0..PER_WINDOW {
             let key = format!("relink:{window}:{i}");
@@ -157,9 +142,7 @@ fn run() -> Result<bool, String> {
         replies.settle(p);
     }
     let m = link.close(Duration::from_secs(1));
-    if let Some(child) = redis.take() {
-        stop_redis(child);
-    }
+    drop(redis);
 
     let adds_up = replies.answered + replies.failed == submitted;
     println!();

@@ -1,10 +1,11 @@
-//! Real protocols through one `Protocol` each (`examples/protocols/`), against real servers:
-//! nats-server pinging an idle link that no application code answers, subscriptions renewed
-//! after a restart; mosquitto killed twice during 5 000 QoS 1 publishes, a refused `CONNACK`;
-//! a silent collector opened with a hello line; redis' `AUTH` and `SELECT` on every connection
-//! through the built-in `protocols::Redis`, and a wrong password refused. The server tests
-//! are ignored in a bare
-//! `cargo test`; `.ci/run` installs the servers and runs them.
+//! Real protocols through one `Protocol` each (`examples/protocols/`, and the example on the
+//! `Protocol` trait), each given to the builder alone, against real servers: nats-server
+//! pinging an idle link that no application code answers, subscriptions renewed after a
+//! restart, the trait's example publishing and reading back through nats-server; mosquitto
+//! killed twice during 5 000 QoS 1 publishes, a refused `CONNACK`; a silent collector opened
+//! with a hello line; redis' `AUTH` and `SELECT` on every connection through the built-in
+//! `relink::protocol::Redis`, and a wrong password refused. The server tests are ignored in a
+//! bare `cargo test`; `.ci/run` installs the servers and runs them.
 
 mod util;
 
@@ -21,8 +22,8 @@ use std::time::{Duration, Instant};
 use relink::error::LinkError;
 use relink::framing::{Lines, Resp};
 use relink::protocol::Redis;
-use relink::protocol::{Opening, Protocol};
-use relink::{Cause, Event, Heartbeat, Link, Redelivery, State};
+use relink::protocol::{Answers, Opening, Protocol};
+use relink::{Cause, Event, Link, Redelivery, State};
 use util::{Behaviour, Mosquitto, NatsServer, Peer, RedisServer, Server, Watch};
 
 const T: Duration = Duration::from_secs(30);
@@ -31,15 +32,46 @@ const T: Duration = Duration::from_secs(30);
 
 fn nats_link(endpoint: &str, protocol: &nats::Nats) -> Link {
     Link::builder(endpoint)
-        .framing(nats::framing())
         .protocol(protocol.clone())
-        .heartbeat(Heartbeat::every(Duration::from_secs(5)))
         .reconnect(|r| {
             r.backoff_base = Duration::from_millis(50);
             r.backoff_max = Duration::from_millis(500);
         })
         .build()
         .unwrap()
+}
+
+#[test]
+fn nats_and_mqtt_each_bring_their_framing_heartbeat_and_confirmation_by_reply() {
+    let (nats, mqtt) = (nats::Nats::new(), mqtt::Mqtt::new("relink-test"));
+    for (p, every) in [
+        (&nats as &dyn Protocol, nats::HEARTBEAT),
+        (&mqtt as &dyn Protocol, mqtt::HEARTBEAT),
+    ] {
+        assert!(p.framing().is_some(), "{}: a framing", p.name());
+        let hb = p.heartbeat().expect("a heartbeat");
+        assert_eq!(
+            hb.bound(),
+            every * 3,
+            "{}: a ping every {every:?}",
+            p.name()
+        );
+        assert!(
+            p.confirm().is_by_reply(),
+            "{}: confirmed by reply",
+            p.name()
+        );
+        assert_eq!(p.answers(), Answers::Pings, "{}", p.name());
+    }
+    assert!(mqtt.correlation().is_some(), "PUBACKs matched by packet id");
+    // The one value is the whole link: build() takes it as it is.
+    let endpoint = util::refused_endpoint();
+    for link in [
+        Link::builder(&endpoint).protocol(nats).build(),
+        Link::builder(&endpoint).protocol(mqtt).build(),
+    ] {
+        link.expect("a whole link").close(Duration::ZERO);
+    }
 }
 
 #[test]
@@ -100,20 +132,191 @@ fn a_nats_subscription_is_renewed_on_every_connection() {
     link.close(Duration::from_secs(1));
 }
 
+// ----- the Protocol trait's example ----------------------------------------------------------
+
+/// The example on the `Protocol` trait (src/core/protocol.rs), as it is written there: the test
+/// below checks the two are the same text, and the one after runs it against nats-server.
+mod trait_example {
+    // The trait's example, from here:
+    use relink::framing::{AnyFraming, Counted};
+    use relink::protocol::{Answers, Opening, Protocol, Reaction};
+    use relink::{Confirm, Heartbeat, Link};
+    use std::time::Duration;
+
+    #[derive(Clone)]
+    struct Nats {
+        subjects: Vec<String>,
+    }
+
+    impl Protocol for Nats {
+        fn framing(&self) -> Option<AnyFraming> {
+            // A header line; `PUB` and `MSG` end with their body's length, and the body follows.
+            let nats = Counted::new(|header| {
+                let header = std::str::from_utf8(header).ok()?;
+                let counted = header.starts_with("PUB ") || header.starts_with("MSG ");
+                counted
+                    .then(|| header.rsplit(' ').next()?.parse().ok())
+                    .flatten()
+            });
+            Some(nats.into())
+        }
+
+        fn open(&mut self) -> Opening {
+            let mut frames = vec![br#"CONNECT {"verbose":false}"#.to_vec()];
+            for (sid, subject) in self.subjects.iter().enumerate() {
+                frames.push(format!("SUB {subject} {sid}").into_bytes());
+            }
+            Opening::ready(frames)
+        }
+
+        fn react(&mut self, frame: &[u8]) -> Reaction {
+            match frame {
+                b"PING" => Reaction::Answer(b"PONG".to_vec()),
+                _ => Reaction::Deliver,
+            }
+        }
+
+        fn ping(&self) -> Option<Vec<u8>> {
+            Some(b"PING".to_vec())
+        }
+
+        fn is_pong(&self, frame: &[u8]) -> bool {
+            frame == b"PONG"
+        }
+
+        fn answers(&self) -> Answers {
+            Answers::Pings
+        }
+
+        fn heartbeat(&self) -> Option<Heartbeat> {
+            Some(Heartbeat::every(Duration::from_secs(5)))
+        }
+
+        fn confirm(&self) -> Confirm {
+            Confirm::reply()
+        }
+    }
+
+    /// A `PUB`: its header line, CRLF, the payload.
+    fn publish(subject: &str, payload: &str) -> String {
+        format!("PUB {subject} {}\r\n{payload}", payload.len())
+    }
+    // to here.
+
+    use super::util::{NatsServer, Watch};
+    use super::T;
+    use relink::{Event, State};
+
+    /// The code lines of the trait's example, from its first `use` to the line before
+    /// `let link`, and of this module between its two marks, without their indentation.
+    fn example_lines() -> (Vec<String>, Vec<String>) {
+        let source = include_str!("../src/core/protocol.rs");
+        let doc: Vec<&str> = source
+            .lines()
+            .skip_while(|l| !l.starts_with("/// A NATS publisher and subscriber"))
+            .skip_while(|l| *l != "/// ```")
+            .skip(1)
+            .take_while(|l| !l.starts_with("/// let link"))
+            .map(|l| l.strip_prefix("///").unwrap_or(l))
+            .map(|l| l.strip_prefix(' ').unwrap_or(l))
+            .collect();
+        let this = include_str!("protocols.rs");
+        let here: Vec<&str> = this
+            .lines()
+            .skip_while(|l| !l.ends_with("// The trait's example, from here:"))
+            .skip(1)
+            .take_while(|l| !l.ends_with("// to here."))
+            .map(|l| l.strip_prefix("    ").unwrap_or(l))
+            .collect();
+        let sorted = |lines: Vec<&str>| {
+            let mut lines: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
+            while lines.last().is_some_and(|l| l.is_empty()) {
+                lines.pop();
+            }
+            // The `use` lines in the order rustfmt keeps in each place.
+            let uses = lines.iter().take_while(|l| l.starts_with("use ")).count();
+            lines[..uses].sort();
+            lines
+        };
+        (sorted(doc), sorted(here))
+    }
+
+    #[test]
+    fn the_protocol_trait_example_is_the_code_run_against_nats_server() {
+        let (doc, here) = example_lines();
+        assert!(doc.len() > 40, "the example was found: {doc:#?}");
+        assert_eq!(
+            doc, here,
+            "src/core/protocol.rs's example and tests/protocols.rs differ"
+        );
+    }
+
+    #[test]
+    #[ignore = "needs nats-server"]
+    fn the_protocol_trait_example_publishes_and_reads_back_through_nats_server() {
+        const N: usize = 20;
+        let server = NatsServer::start_pinging(1).expect("this test needs nats-server");
+        let link = Link::builder(server.endpoint())
+            .protocol(Nats {
+                subjects: vec!["updates".into()],
+            })
+            .build()
+            .unwrap();
+        let mut watch = Watch::new(&link);
+        watch.until(T, |t| t.to == State::Ready);
+        for i in 0..N {
+            link.send(publish("updates", &format!("hello {i}")))
+                .unwrap();
+        }
+        link.flush(T).expect("every PUB confirmed by a PONG");
+        let (mut got, mut other) = (Vec::new(), Vec::new());
+        let deadline = std::time::Instant::now() + T;
+        while got.len() < N {
+            match link.events().recv_deadline(deadline) {
+                Ok(Event::Frame(f)) if f.starts_with(b"MSG updates 0 ") => got.push(f),
+                // The server's greeting is the application's to read.
+                Ok(Event::Frame(f)) if f.starts_with(b"INFO ") => {}
+                Ok(Event::Frame(f)) => other.push(f),
+                Ok(_) => {}
+                Err(e) => panic!(
+                    "{} of {N} messages, then {e}; other frames {other:?}",
+                    got.len()
+                ),
+            }
+        }
+        for (i, f) in got.iter().enumerate() {
+            let payload = format!("hello {i}");
+            let want = format!("MSG updates 0 {}\r\n{payload}", payload.len());
+            assert_eq!(&f[..], want.as_bytes());
+        }
+        // Idle past the server's ping interval: its PING is answered, and the link stays up.
+        let left = watch.try_until(Duration::from_millis(2500), |t| t.from == State::Ready);
+        let m = link.close(Duration::from_secs(1));
+        assert!(left.is_none(), "the link left Ready: {}", watch.trace());
+        assert!(
+            other.is_empty(),
+            "no -ERR, nothing but the messages: {other:?}"
+        );
+        assert_eq!(m.connects, 1, "{}", watch.trace());
+        assert_eq!(
+            (m.frames_confirmed, m.frames_submitted),
+            (N as u64, N as u64)
+        );
+        assert!(m.frames_answered >= 1, "the server's PING answered: {m:?}");
+    }
+}
+
 // ----- MQTT ----------------------------------------------------------------------------------
 
 fn mqtt_link(endpoint: &str, protocol: mqtt::Mqtt) -> Link {
     Link::builder(endpoint)
-        .framing(mqtt::Packets)
         .protocol(protocol)
         .requests(|q| {
-            q.correlation = Some(mqtt::Mqtt::correlation());
             q.redelivery = Redelivery::Resend;
             q.timeout = T;
             q.limit_frames = 256;
             q.limit_bytes = 1 << 20;
         })
-        .heartbeat(Heartbeat::every(Duration::from_secs(5)))
         .reconnect(|r| {
             r.backoff_base = Duration::from_millis(50);
             r.backoff_max = Duration::from_millis(500);
@@ -273,13 +476,11 @@ fn redis_with_a_user() -> RedisServer {
 
 fn redis_link(endpoint: &str, password: &str) -> Link {
     Link::builder(endpoint)
-        .framing(Resp::new())
         .protocol(
             Redis::new()
                 .open_with(["AUTH", "app", password])
                 .open_with(["SELECT", "3"]),
         )
-        .heartbeat(Heartbeat::every(Duration::from_secs(1)))
         .build()
         .unwrap()
 }

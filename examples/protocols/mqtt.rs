@@ -1,17 +1,35 @@
-//! MQTT 3.1.1 as a relink protocol: `CONNECT` opens every connection and the link is Ready on
-//! the `CONNACK` that accepts it (a refusal is reported with its reason and retried at the slow
-//! pace); `SUBSCRIBE` renewed on every connection; `PINGREQ`/`PINGRESP` as the heartbeat;
-//! QoS 1 `PUBLISH` as a request answered by the `PUBACK` with its packet id; DUP set on a
-//! `PUBLISH` written again; a QoS 1 `PUBLISH` from the broker answered with its `PUBACK` by the
-//! link. Shared by `examples/mqtt.rs` and `tests/protocols.rs`.
+//! MQTT 3.1.1 as a relink protocol, the whole of it in one value:
+//! `Link::builder(ep).protocol(Mqtt::new("client-id")).build()` is a complete MQTT link.
+//!
+//! - **Framing**: the packets on the wire ([`Packets`]: a type byte, the remaining length, the
+//!   rest).
+//! - **Opening**: `CONNECT` (keep-alive 30 s), and the link Ready on the `CONNACK` that accepts
+//!   it (a refusal is reported with its reason and retried at the slow pace); `SUBSCRIBE`
+//!   renewed on every connection.
+//! - **Pings**: `PINGREQ` every 5 s as the heartbeat, `PINGRESP` its pong.
+//! - **Confirmation by reply**: the broker reads a connection's packets in order and answers
+//!   `PINGREQ` with `PINGRESP` ([`Answers::Pings`]), so the `PINGRESP` to a ping written after a
+//!   QoS 0 `PUBLISH` (which gets no answer of its own) says the broker read it.
+//! - **Requests**: a QoS 1 `PUBLISH` given to `Link::request` is answered by the `PUBACK` with
+//!   its packet id (its `correlation`); DUP is set on a `PUBLISH` written again after a
+//!   drop. A QoS 1 `PUBLISH` from the broker is acknowledged with its `PUBACK` by the link.
+//!
+//! Shared by `examples/mqtt.rs` and `tests/protocols.rs`.
 
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use relink::bytes::{Bytes, BytesMut};
 use relink::error::{DecodeError, EncodeError};
-use relink::framing::Framing;
-use relink::protocol::{Correlation, Opening, Protocol, Reaction, Verdict};
+use relink::framing::{AnyFraming, Framing};
+use relink::protocol::{Answers, Correlation, Opening, Protocol, Reaction, Verdict};
+use relink::{Confirm, Heartbeat};
+
+/// The keep-alive `CONNECT` asks for: the broker drops a client silent for 1.5 times it.
+const KEEP_ALIVE: Duration = Duration::from_secs(30);
+/// The interval of the link's `PINGREQ`: well inside the keep-alive.
+pub const HEARTBEAT: Duration = Duration::from_secs(5);
 
 /// MQTT's packets on the wire: a type byte, the remaining length (a varint), the rest.
 #[derive(Clone, Default)]
@@ -134,19 +152,13 @@ impl Mqtt {
             &[&string(topic)[..], &id.to_be_bytes(), payload].concat(),
         )
     }
-
-    /// QoS 1 publications answered by the `PUBACK` with their packet id.
-    pub fn correlation() -> Correlation {
-        let id = |p: &[u8]| packet_id(p).map(|id| id.to_be_bytes().to_vec());
-        let ack = |p: &[u8]| (p.first()? >> 4 == 4).then(|| packet_id(p))?;
-        Correlation::by_id(id, move |p| ack(p).map(|id| id.to_be_bytes().to_vec()))
-    }
 }
 
 impl Protocol for Mqtt {
     fn open(&mut self) -> Opening {
         let flags = 0x02 | if self.username.is_some() { 0xc0 } else { 0 }; // clean session
-        let mut body = [&string("MQTT")[..], &[4, flags], &30u16.to_be_bytes()].concat();
+        let keep_alive = KEEP_ALIVE.as_secs() as u16;
+        let mut body = [&string("MQTT")[..], &[4, flags], &keep_alive.to_be_bytes()].concat();
         body.extend(string(&self.client_id));
         if let Some((user, pass)) = &self.username {
             body.extend(string(user));
@@ -191,8 +203,29 @@ impl Protocol for Mqtt {
         frame == [0xd0, 0] // PINGRESP
     }
 
-    fn answers(&self) -> relink::protocol::Answers {
-        relink::protocol::Answers::Pings
+    fn answers(&self) -> Answers {
+        Answers::Pings
+    }
+
+    fn framing(&self) -> Option<AnyFraming> {
+        Some(Packets.into())
+    }
+
+    fn heartbeat(&self) -> Option<Heartbeat> {
+        Some(Heartbeat::every(HEARTBEAT))
+    }
+
+    fn confirm(&self) -> Confirm {
+        Confirm::reply()
+    }
+
+    /// QoS 1 publications answered by the `PUBACK` with their packet id.
+    fn correlation(&self) -> Option<Correlation> {
+        let id = |p: &[u8]| packet_id(p).map(|id| id.to_be_bytes().to_vec());
+        let ack = |p: &[u8]| (p.first()? >> 4 == 4).then(|| packet_id(p))?;
+        Some(Correlation::by_id(id, move |p| {
+            ack(p).map(|id| id.to_be_bytes().to_vec())
+        }))
     }
 
     fn resend(&self, frame: &[u8]) -> Option<Vec<u8>> {

@@ -1,12 +1,26 @@
-//! NATS as a relink protocol: `CONNECT` and the subscriptions on every connection (Ready at
-//! once: `verbose` off, no reply), the server's `PING` answered by the link, the link's own
-//! `PING` as the heartbeat, `PUB` and `MSG` framed as a header line and a counted body.
+//! NATS as a relink protocol, the whole of it in one value: `Link::builder(ep).protocol(Nats::new())`
+//! is a complete NATS link.
+//!
+//! - **Framing**: CRLF-ended lines, `PUB`/`MSG`/`HMSG` headers followed by a counted body
+//!   ([`Counted`]). A frame is given without its final CRLF: the framing writes it.
+//! - **Opening**: `CONNECT` and the subscriptions on every connection, Ready at once (`verbose`
+//!   off: the server answers nothing).
+//! - **Pings**: the server's `PING` answered `PONG` by the link; the link's own `PING` every
+//!   5 s as the heartbeat, its `PONG` the pong.
+//! - **Confirmation by reply**: the server answers only pings, in order ([`Answers::Pings`]), so
+//!   the `PONG` to a ping written after a `PUB` says the server read the `PUB`.
+//!
 //! Shared by `examples/nats.rs` and `tests/protocols.rs`.
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use relink::framing::Counted;
+use relink::framing::{AnyFraming, Counted};
 use relink::protocol::{Answers, Opening, Protocol, Reaction};
+use relink::{Confirm, Heartbeat};
+
+/// The interval of the link's own `PING`.
+pub const HEARTBEAT: Duration = Duration::from_secs(5);
 
 /// The NATS client protocol: what opens each connection, and the link's own replies.
 #[derive(Clone, Default)]
@@ -33,7 +47,7 @@ fn sub(subject: &str, sid: usize) -> Vec<u8> {
     format!("SUB {subject} {sid}").into_bytes()
 }
 
-/// A `PUB` frame.
+/// A `PUB` frame: the header line, CRLF, the payload (the framing ends it with CRLF).
 pub fn publish(subject: &str, payload: &[u8]) -> Vec<u8> {
     let mut f = format!("PUB {subject} {}\r\n", payload.len()).into_bytes();
     f.extend_from_slice(payload);
@@ -48,8 +62,9 @@ pub fn message(frame: &[u8]) -> Option<(&str, &[u8])> {
     Some((subject, &frame[header_end + 2..]))
 }
 
-/// NATS on the wire: CRLF lines, and `PUB`/`MSG`/`HMSG` headers followed by a counted body.
-pub fn framing() -> Counted {
+/// NATS on the wire: CRLF lines, and `PUB`/`MSG`/`HMSG` headers followed by a counted body
+/// (the header's last field is its length).
+fn wire() -> Counted {
     Counted::new(|header| {
         let text = std::str::from_utf8(header).ok()?;
         let counted = ["PUB ", "MSG ", "HMSG "]
@@ -62,6 +77,10 @@ pub fn framing() -> Counted {
 }
 
 impl Protocol for Nats {
+    fn framing(&self) -> Option<AnyFraming> {
+        Some(wire().into())
+    }
+
     fn open(&mut self) -> Opening {
         let mut frames = vec![br#"CONNECT {"verbose":false,"pedantic":false}"#.to_vec()];
         let subjects = self.subjects.lock().unwrap();
@@ -86,6 +105,14 @@ impl Protocol for Nats {
 
     fn answers(&self) -> Answers {
         Answers::Pings
+    }
+
+    fn heartbeat(&self) -> Option<Heartbeat> {
+        Some(Heartbeat::every(HEARTBEAT))
+    }
+
+    fn confirm(&self) -> Confirm {
+        Confirm::reply()
     }
 
     fn name(&self) -> &str {

@@ -171,10 +171,17 @@ pub enum Reaction {
 /// (a panic fails the connection with cause `callback-panic`).
 ///
 /// # Examples
-/// A NATS publisher and subscriber: `CONNECT` and the subscriptions on every connection, Ready
-/// at once; the server's `PING` answered by the link; the link's own `PING` answered `PONG`.
+/// A NATS publisher and subscriber, the whole protocol in one value: NATS' framing (CRLF lines;
+/// `PUB` and `MSG` carry a counted body), `CONNECT` and the subscriptions on every connection
+/// and Ready at once, the server's `PING` answered by the link, the link's own `PING` every 5 s
+/// and its `PONG`, and every `PUB` confirmed by the `PONG` to a ping written after it (the
+/// server answers only pings, in order). A frame is given without its final CRLF: the framing
+/// writes it. `tests/protocols.rs` runs this code against a nats-server.
 /// ```
+/// use std::time::Duration;
+/// use relink::framing::{AnyFraming, Counted};
 /// use relink::protocol::{Answers, Opening, Protocol, Reaction};
+/// use relink::{Confirm, Heartbeat, Link};
 ///
 /// #[derive(Clone)]
 /// struct Nats {
@@ -182,23 +189,35 @@ pub enum Reaction {
 /// }
 ///
 /// impl Protocol for Nats {
+///     fn framing(&self) -> Option<AnyFraming> {
+///         // A header line; `PUB` and `MSG` end with their body's length, and the body follows.
+///         let nats = Counted::new(|header| {
+///             let header = std::str::from_utf8(header).ok()?;
+///             let counted = header.starts_with("PUB ") || header.starts_with("MSG ");
+///             counted
+///                 .then(|| header.rsplit(' ').next()?.parse().ok())
+///                 .flatten()
+///         });
+///         Some(nats.into())
+///     }
+///
 ///     fn open(&mut self) -> Opening {
-///         let mut frames = vec![b"CONNECT {\"verbose\":false}\r\n".to_vec()];
-///         for (sid, s) in self.subjects.iter().enumerate() {
-///             frames.push(format!("SUB {s} {sid}\r\n").into_bytes());
+///         let mut frames = vec![br#"CONNECT {"verbose":false}"#.to_vec()];
+///         for (sid, subject) in self.subjects.iter().enumerate() {
+///             frames.push(format!("SUB {subject} {sid}").into_bytes());
 ///         }
 ///         Opening::ready(frames)
 ///     }
 ///
 ///     fn react(&mut self, frame: &[u8]) -> Reaction {
 ///         match frame {
-///             b"PING" => Reaction::Answer(b"PONG\r\n".to_vec()),
+///             b"PING" => Reaction::Answer(b"PONG".to_vec()),
 ///             _ => Reaction::Deliver,
 ///         }
 ///     }
 ///
 ///     fn ping(&self) -> Option<Vec<u8>> {
-///         Some(b"PING\r\n".to_vec())
+///         Some(b"PING".to_vec())
 ///     }
 ///
 ///     fn is_pong(&self, frame: &[u8]) -> bool {
@@ -208,8 +227,28 @@ pub enum Reaction {
 ///     fn answers(&self) -> Answers {
 ///         Answers::Pings
 ///     }
+///
+///     fn heartbeat(&self) -> Option<Heartbeat> {
+///         Some(Heartbeat::every(Duration::from_secs(5)))
+///     }
+///
+///     fn confirm(&self) -> Confirm {
+///         Confirm::reply()
+///     }
 /// }
-/// # let _ = Nats { subjects: vec![] };
+///
+/// /// A `PUB`: its header line, CRLF, the payload.
+/// fn publish(subject: &str, payload: &str) -> String {
+///     format!("PUB {subject} {}\r\n{payload}", payload.len())
+/// }
+///
+/// let link = Link::builder("tcp://127.0.0.1:4222")
+///     .protocol(Nats { subjects: vec!["updates".into()] })
+///     .build()?;
+/// link.send(publish("updates", "hello"))?;
+/// // The server sends it back to the subscription: `MSG updates 0 5\r\nhello`.
+/// # link.close(Duration::ZERO);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub trait Protocol: Send + 'static {
     /// The frames that open a new connection (built for it: the subscriptions held now, a
