@@ -304,23 +304,7 @@ fn redis_kills(confirm: Confirm, policy: Redelivery) -> Option<(u64, u64, u64, u
             }
         })
     };
-    for kill in 1..=2u64 {
-        let settled = || {
-            let m = link.metrics();
-            m.frames_confirmed + m.abandoned.total()
-        };
-        let flowing = util::wait_for(T, || (settled() >= kill * WRITES / 3).then_some(()));
-        assert!(flowing.is_some(), "writes flow");
-        redis.kill();
-        redis.relaunch();
-    }
-    producer.join().unwrap();
-    match link.flush(T) {
-        Ok(()) | Err(FlushError::Abandoned { .. }) => {}
-        Err(e) => panic!("the writes settle: {e}"),
-    }
-    let m = link.close(Duration::from_secs(1));
-    assert_eq!(m.unaccounted(), 0, "{m:?}");
+    let m = util::kill_twice_while_writing(&link, &mut redis, WRITES, producer, T);
     let reported = collector.join().unwrap();
     let missing = WRITES - present_keys(&redis, WRITES).len() as u64;
     let _ = std::fs::remove_dir_all(std::env::temp_dir().join(&aof));

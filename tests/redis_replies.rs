@@ -12,7 +12,7 @@ use std::collections::HashSet;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use relink::error::{FlushError, RequestError};
+use relink::error::RequestError;
 use relink::framing::Resp;
 use relink::protocol::Redis;
 use relink::{AbandonReason, Cause, Confirm, Event, Heartbeat, Link, Overflow, Redelivery, State};
@@ -262,23 +262,7 @@ fn trial(
             }
         })
     };
-    for kill in 1..=2u64 {
-        let settled = || {
-            let m = link.metrics();
-            m.frames_confirmed + m.abandoned.total()
-        };
-        let flowing = util::wait_for(T, || (settled() >= kill * WRITES / 3).then_some(()));
-        assert!(flowing.is_some(), "writes flow");
-        redis.kill();
-        redis.relaunch();
-    }
-    producer.join().unwrap();
-    match link.flush(T) {
-        Ok(()) | Err(FlushError::Abandoned { .. }) => {}
-        Err(e) => panic!("the writes settle: {e}"),
-    }
-    let m = link.close(Duration::from_secs(1));
-    assert_eq!(m.unaccounted(), 0, "{m:?}");
+    let m = util::kill_twice_while_writing(&link, redis, WRITES, producer, T);
     let reported = collector.join().unwrap();
     let keys: Vec<String> = redis::cmd("KEYS")
         .arg(format!("t{n}-key-*"))

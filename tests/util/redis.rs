@@ -6,6 +6,9 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use relink::error::FlushError;
+use relink::{Link, Metrics};
+
 use super::peers::{endpoint_for, free_port};
 use super::proc::{Server, ServerProcess};
 use super::wait::wait_for;
@@ -192,4 +195,35 @@ impl Drop for RedisServer {
             let _ = std::fs::remove_dir_all(dir);
         }
     }
+}
+
+/// Kills `redis` and starts it again twice while `link` writes `writes` frames from
+/// `producer` (each kill once another third of them has settled: confirmed or abandoned),
+/// waits for the producer, flushes the link and closes it. Returns the final metrics, in
+/// which every frame is accounted for.
+pub fn kill_twice_while_writing(
+    link: &Link,
+    redis: &mut RedisServer,
+    writes: u64,
+    producer: std::thread::JoinHandle<()>,
+    bound: Duration,
+) -> Metrics {
+    for kill in 1..=2u64 {
+        let settled = || {
+            let m = link.metrics();
+            m.frames_confirmed + m.abandoned.total()
+        };
+        let flowing = wait_for(bound, || (settled() >= kill * writes / 3).then_some(()));
+        assert!(flowing.is_some(), "writes flow");
+        redis.kill();
+        redis.relaunch();
+    }
+    producer.join().unwrap();
+    match link.flush(bound) {
+        Ok(()) | Err(FlushError::Abandoned { .. }) => {}
+        Err(e) => panic!("the writes settle: {e}"),
+    }
+    let m = link.close(Duration::from_secs(1));
+    assert_eq!(m.unaccounted(), 0, "{m:?}");
+    m
 }
