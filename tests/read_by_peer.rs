@@ -261,41 +261,13 @@ fn redis_kills(confirm: Confirm, policy: Redelivery) -> Option<(u64, u64, u64, u
             &aof,
         ],
     )?;
-    let link = Link::builder(redis.endpoint())
-        .framing(Resp::new())
-        .protocol(Redis::new())
-        .heartbeat(Heartbeat::every(Duration::from_secs(1)))
+    let link = util::writer_to(&redis, policy, T)
         .confirm(confirm)
-        .delivery(|d| {
-            d.redelivery = policy;
-            d.overflow = Overflow::Block(T);
-        })
-        .reconnect(|r| {
-            r.backoff_base = Duration::from_millis(20);
-            r.backoff_max = Duration::from_millis(100);
-        })
-        // Every write in flight may come back in an event at once.
-        .events_capacity(65_536)
         .build()
         .unwrap();
-    let collector = {
-        let events = link.events().clone();
-        thread::spawn(move || {
-            // Writes reported. A write a restarted server refused while it read its
-            // append-only file (`-LOADING`) is not confirmed: resent, or reported here.
-            let mut reported = 0u64;
-            let deadline = Instant::now() + 2 * T;
-            while Instant::now() < deadline {
-                match events.recv_timeout(Duration::from_millis(100)) {
-                    Ok(Event::Abandoned { .. }) => reported += 1,
-                    Ok(Event::State(t)) if t.to == State::Closed => break,
-                    Ok(_) | Err(relink::error::RecvTimeoutError::Timeout) => {}
-                    Err(_) => break,
-                }
-            }
-            reported
-        })
-    };
+    // Writes reported. A write a restarted server refused while it read its append-only file
+    // (`-LOADING`) is not confirmed: resent, or reported here.
+    let collector = util::collect_abandoned(link.events(), 2 * T);
     let producer = {
         let link = link.clone();
         thread::spawn(move || {
@@ -305,7 +277,7 @@ fn redis_kills(confirm: Confirm, policy: Redelivery) -> Option<(u64, u64, u64, u
         })
     };
     let m = util::kill_twice_while_writing(&link, &mut redis, WRITES, producer, T);
-    let reported = collector.join().unwrap();
+    let reported = collector.join().unwrap().len() as u64;
     let missing = WRITES - present_keys(&redis, WRITES).len() as u64;
     let _ = std::fs::remove_dir_all(std::env::temp_dir().join(&aof));
     Some((missing, m.frames_refused, reported, m.frames_resent))

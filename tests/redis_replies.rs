@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use relink::error::RequestError;
 use relink::framing::Resp;
 use relink::protocol::Redis;
-use relink::{AbandonReason, Cause, Confirm, Event, Heartbeat, Link, Overflow, Redelivery, State};
+use relink::{AbandonReason, Cause, Event, Heartbeat, Link, Redelivery, State};
 use util::{RedisServer, Server};
 
 const T: Duration = Duration::from_secs(30);
@@ -39,10 +39,10 @@ fn requests_beside_pushes(resp3: bool) {
         false => Redis::new(),
     };
     let link = Link::builder(redis.endpoint())
-        .framing(Resp::new())
         .protocol(protocol)
-        .heartbeat(Heartbeat::every(Duration::from_millis(50)))
-        .confirm(Confirm::reply())
+        // Pings between the requests all the time; a loaded machine's pauses are no reason to
+        // call the peer dead.
+        .heartbeat(Heartbeat::every(Duration::from_millis(50)).max_missed(10_000))
         .build()
         .unwrap();
     if resp3 {
@@ -209,44 +209,8 @@ fn trial(
     policy: Redelivery,
 ) -> (Vec<u64>, HashSet<u64>, u64, u64) {
     const WRITES: u64 = 6_000;
-    let link = Link::builder(redis.endpoint())
-        .framing(Resp::new())
-        .protocol(Redis::new())
-        .heartbeat(Heartbeat::every(Duration::from_secs(1)))
-        .confirm(Confirm::reply())
-        .delivery(|d| {
-            d.redelivery = policy;
-            d.overflow = Overflow::Block(T);
-        })
-        .reconnect(|r| {
-            r.backoff_base = Duration::from_millis(20);
-            r.backoff_max = Duration::from_millis(100);
-        })
-        .events_capacity(65_536)
-        .build()
-        .unwrap();
-    let collector = {
-        let events = link.events().clone();
-        thread::spawn(move || {
-            let mut reported = HashSet::new();
-            let deadline = Instant::now() + 3 * T;
-            while Instant::now() < deadline {
-                match events.recv_timeout(Duration::from_millis(100)) {
-                    Ok(Event::Abandoned { frame, reason }) => {
-                        assert!(
-                            matches!(reason, AbandonReason::Refused | AbandonReason::Unconfirmed),
-                            "{reason}"
-                        );
-                        reported.extend(key_of(&frame));
-                    }
-                    Ok(Event::State(t)) if t.to == State::Closed => break,
-                    Ok(_) | Err(relink::error::RecvTimeoutError::Timeout) => {}
-                    Err(_) => break,
-                }
-            }
-            reported
-        })
-    };
+    let link = util::writer_to(redis, policy, T).build().unwrap();
+    let collector = util::collect_abandoned(link.events(), 3 * T);
     let producer = {
         let link = link.clone();
         thread::spawn(move || {
@@ -263,7 +227,14 @@ fn trial(
         })
     };
     let m = util::kill_twice_while_writing(&link, redis, WRITES, producer, T);
-    let reported = collector.join().unwrap();
+    let mut reported = HashSet::new();
+    for (frame, reason) in collector.join().unwrap() {
+        assert!(
+            matches!(reason, AbandonReason::Refused | AbandonReason::Unconfirmed),
+            "{reason}"
+        );
+        reported.extend(key_of(&frame));
+    }
     let keys: Vec<String> = redis::cmd("KEYS")
         .arg(format!("t{n}-key-*"))
         .query(&mut client(redis))

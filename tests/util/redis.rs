@@ -6,8 +6,9 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use relink::error::FlushError;
-use relink::{Link, Metrics};
+use relink::error::{FlushError, RecvTimeoutError};
+use relink::protocol::Redis;
+use relink::{AbandonReason, Builder, Event, Events, Link, Metrics, Overflow, Redelivery, State};
 
 use super::peers::{endpoint_for, free_port};
 use super::proc::{Server, ServerProcess};
@@ -226,4 +227,44 @@ pub fn kill_twice_while_writing(
     let m = link.close(Duration::from_secs(1));
     assert_eq!(m.unaccounted(), 0, "{m:?}");
     m
+}
+
+/// A link to `redis` for writes through its restarts: the `Redis` protocol (RESP, a heartbeat,
+/// confirmation by reply), what a drop leaves unconfirmed resent or reported by `policy`, a
+/// producer held up to `bound` at the outbox limit, a short backoff, and room in the events
+/// channel for every write in flight to come back at once.
+pub fn writer_to(redis: &RedisServer, policy: Redelivery, bound: Duration) -> Builder {
+    Link::builder(redis.endpoint())
+        .protocol(Redis::new())
+        .delivery(|d| {
+            d.redelivery = policy;
+            d.overflow = Overflow::Block(bound);
+        })
+        .reconnect(|r| {
+            r.backoff_base = Duration::from_millis(20);
+            r.backoff_max = Duration::from_millis(100);
+        })
+        .events_capacity(65_536)
+}
+
+/// Collects, on a thread of its own, the frames given back in `Event::Abandoned` until the
+/// link closes or `bound` passes.
+pub fn collect_abandoned(
+    events: &Events,
+    bound: Duration,
+) -> std::thread::JoinHandle<Vec<(relink::bytes::Bytes, AbandonReason)>> {
+    let events = events.clone();
+    std::thread::spawn(move || {
+        let mut given_back = Vec::new();
+        let deadline = Instant::now() + bound;
+        while Instant::now() < deadline {
+            match events.recv_timeout(Duration::from_millis(100)) {
+                Ok(Event::Abandoned { frame, reason }) => given_back.push((frame, reason)),
+                Ok(Event::State(t)) if t.to == State::Closed => break,
+                Ok(_) | Err(RecvTimeoutError::Timeout) => {}
+                Err(_) => break,
+            }
+        }
+        given_back
+    })
 }
