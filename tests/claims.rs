@@ -1054,3 +1054,34 @@ fn the_module_map_names_every_module_and_only_those() {
         "files the map names that do not exist: {stale:?}"
     );
 }
+
+/// Each folder's `mod.rs` lists every module it declares, with what it is for.
+#[test]
+fn each_folders_mod_rs_lists_every_module_it_declares() {
+    for file in ["src/core/mod.rs", "src/io/mod.rs"] {
+        let text = read(&root().join(file));
+        let docs: String = text
+            .lines()
+            .filter(|l| l.starts_with("//!"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let declared: Vec<&str> = text
+            .lines()
+            .filter_map(|l| {
+                let l = l
+                    .trim_start_matches("pub(crate) ")
+                    .trim_start_matches("pub ");
+                l.strip_prefix("mod ")?.strip_suffix(';')
+            })
+            .collect();
+        assert!(
+            declared.len() > 10,
+            "{file}: the modules read look cut short"
+        );
+        let unlisted: Vec<_> = declared
+            .iter()
+            .filter(|m| !docs.contains(&format!("[`{m}`]")))
+            .collect();
+        assert!(unlisted.is_empty(), "{file} leaves out {unlisted:?}");
+    }
+}

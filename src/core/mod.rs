@@ -27,6 +27,8 @@
 //! - [`batch`]: [`Batch`](batch::Batch), many frames in one buffer.
 //! - [`abandon`]: why a frame was never handed to the socket ([`AbandonReason`](abandon::AbandonReason)).
 //! - [`overflow`]: what `send` does at the outbox's limit ([`Overflow`](overflow::Overflow)).
+//! - [`window`]: frames written on the current connection and not yet confirmed, and what
+//!   a drop does to them ([`Redelivery`](window::Redelivery)).
 //! - [`guard`]: the guard around every call into application code (a panic becomes a value;
 //!   the time it took is measured by a stopwatch the IO side gives).
 

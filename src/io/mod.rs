@@ -14,7 +14,7 @@
 //! - [`shared`]: the commands handles send and the state they share with the IO thread.
 //! - [`intake`]: where a link's frames wait for its IO thread, and their admission.
 //! - [`lane`]: a `Producer`'s single-producer ring, drained with the intake.
-//! - [`timer`]: the deadline of async waits, on any executor.
+//! - [`sleep`]: the deadline of async waits, on any executor.
 //! - [`look`]: a blocking receive looks for what it waits for before its thread sleeps.
 //! - [`padded`]: a value on a cache line of its own.
 //! - [`resolver`]: the resolver thread pool (names never block an IO thread).
