@@ -1,8 +1,14 @@
 //! Framing: how frames become bytes on the wire and back.
 //!
 //! A link cuts the byte stream of its connection into frames with one [`Framing`], set with
-//! [`Builder::framing`](crate::Builder::framing). Frames go out as `&[u8]` and come in as
+//! [`Builder::framing`](crate::Builder::framing) or brought by the link's
+//! [`Protocol`](crate::protocol::Protocol). Frames go out as `&[u8]` and come in as
 //! [`Bytes`]: a received frame is cut from the link's receive buffer, not copied.
+//!
+//! A framing given alone (a line protocol with [`Lines`], a length-prefixed one with
+//! [`LengthDelimited`]) is a protocol whose peer answers nothing: its frames are confirmed by
+//! the peer's TCP, and every frame the peer writes is an [`Event::Frame`](crate::Event::Frame)
+//! (or a request's reply, in order).
 //!
 //! # The built-ins
 //!
