@@ -1,8 +1,8 @@
-//! The builder and every setting with its default: every method of [`Builder`] but `build()`
-//! is in this file; the checks `build()` makes are functions in `check.rs`.
+//! The builder and every setting with its default: every method of [`Builder`] is in this
+//! file; the checks `build()` makes are functions in `check.rs`.
 //!
-//! `build()` itself lives with the handle it builds, in `link.rs`. The checked [`Config`] is
-//! split there: the core gets its [`Settings`], the IO thread its socket options.
+//! `build()` hands the checked [`Config`] to `Link::start` (in `link.rs`), which splits it:
+//! the core gets its [`Settings`], the IO thread its socket options.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -97,6 +97,7 @@ pub(crate) struct Config {
 ///
 /// | what | methods |
 /// |---|---|
+/// | starting | [`build`](crate::Builder::build): checks every setting, starts the link |
 /// | where | [`endpoint`](crate::Builder::endpoint), [`name`](crate::Builder::name), [`resolver`](crate::Builder::resolver), [`tls`](crate::Builder::tls) |
 /// | the peer's language | [`protocol`](crate::Builder::protocol), which brings the rest of this row unless given: [`framing`](crate::Builder::framing), [`heartbeat`](crate::Builder::heartbeat), [`confirm`](crate::Builder::confirm) |
 /// | when a connection is alive | [`ready_when`](crate::Builder::ready_when), [`handshake_timeout`](crate::Builder::handshake_timeout) |
@@ -707,6 +708,16 @@ impl Builder {
     }
 
     /// Checks every setting (check.rs); no libzmq object is made.
+    /// Checks the configuration and starts the link.
+    ///
+    /// # Errors
+    /// [`ConfigError`] for a setting out of range or a libzmq object that could not be made;
+    /// see the example there. Examples of whole configurations are on [`Builder`].
+    pub fn build(self) -> Result<crate::Link, ConfigError> {
+        let (config, context, pool) = self.validate()?;
+        crate::Link::start(config, context, pool)
+    }
+
     pub(crate) fn into_config(mut self) -> Result<Config, ConfigError> {
         self.apply_groups();
         check::config(self)

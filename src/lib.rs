@@ -296,7 +296,7 @@
 //! ```text
 //! the face (public types, the handle, the builder)
 //!   lib.rs                crate docs and re-exports
-//!   link.rs               Link, the handle: every method of it, and Builder::build
+//!   link.rs               Link, the handle: every method of it
 //!   link/send.rs          one send* call through the link's intake
 //!   link/producer.rs      Producer: one producer thread's rings
 //!   link/writer.rs        Writer: frames copied into a batch of its own
@@ -487,6 +487,18 @@ pub mod pool {
     pub use crate::export::{MetricsExport, MetricsExporter};
     pub use crate::io::{Context, IoPool};
     pub use crate::view::{LinkSummary, PoolView, StateCounts, Totals};
+}
+
+/// Hooks for relink's own tests, with the `test-hooks` feature only (which only relink's
+/// dev-dependency on itself enables): not part of the API.
+#[cfg(feature = "test-hooks")]
+#[doc(hidden)]
+pub mod test_hooks {
+    /// Makes the link's IO thread panic, as a bug in relink would: for tests of what the
+    /// handles see when the IO thread stops.
+    pub fn panic_io_thread(link: &crate::Link) {
+        link.panic_io_thread();
+    }
 }
 
 /// The README's examples, compiled and run as doctests.

@@ -1,8 +1,8 @@
 //! The handle applications hold: a command sender and a receiver of events. Every method of
 //! [`Link`] is in this file, in sections: starting, state and events, close, sending (every
 //! `send*` call, one submission through the intake), request and reply, flush, and the
-//! [`Writer`] and [`Producer`] it makes. `build()` lives here, with the handle it builds. In
-//! link/: send.rs (a call's plan: its wait for room and its frames' deadline), writer.rs
+//! [`Writer`] and [`Producer`] it makes; [`Builder::build`] starts a link through
+//! `Link::start`. In link/: send.rs (a call's plan: its wait for room and its frames' deadline), writer.rs
 //! ([`Writer`]) and producer.rs ([`Producer`]), each type with its own methods.
 
 use std::fmt;
@@ -119,18 +119,6 @@ impl fmt::Debug for Link {
     }
 }
 
-impl Builder {
-    /// Checks the configuration and starts the link.
-    ///
-    /// # Errors
-    /// [`ConfigError`] for a setting out of range or a libzmq object that could not be made;
-    /// see the example there. Examples of whole configurations are on [`Builder`].
-    pub fn build(self) -> Result<Link, ConfigError> {
-        let (config, context, pool) = self.validate()?;
-        Link::start(config, context, pool)
-    }
-}
-
 impl Link {
     /// A builder for a link to `endpoint`: `tcp://host:port`, or `host:port` for the same
     /// (host a name, an IPv4 literal or a bracketed IPv6 literal). `build()` checks it.
@@ -140,7 +128,12 @@ impl Link {
         Builder::new(endpoint.as_ref())
     }
 
-    fn start(config: Config, context: Context, pool: IoPool) -> Result<Link, ConfigError> {
+    /// Starts a link on its IO pool with a checked configuration ([`Builder::build`]).
+    pub(crate) fn start(
+        config: Config,
+        context: Context,
+        pool: IoPool,
+    ) -> Result<Link, ConfigError> {
         let worker = pool.place();
         let link = Link::start_on(config, context, worker.clone());
         if link.is_err() {
@@ -421,12 +414,9 @@ impl Link {
         &self.inner.name
     }
 
-    /// Makes the link's IO thread panic, as a bug in relink would: for tests of what the
-    /// handles see when the IO thread stops. Only with the `test-hooks` feature, which only
-    /// relink's own tests enable.
+    /// Makes the link's IO thread panic, as a bug in relink would (`test_hooks`).
     #[cfg(feature = "test-hooks")]
-    #[doc(hidden)]
-    pub fn panic_io_thread_for_tests(&self) {
+    pub(crate) fn panic_io_thread(&self) {
         if self.inner.route.send(Command::PanicForTests).is_ok() {
             self.inner.shared.wake();
         }

@@ -453,7 +453,7 @@ fn when_the_io_thread_stops_every_blocked_caller_returns_and_everything_says_clo
     assert!(!blocked_send.is_finished(), "the send waits for room");
 
     let at = Instant::now();
-    link.panic_io_thread_for_tests();
+    relink::test_hooks::panic_io_thread(&link);
 
     let sent = join_within(blocked_send, at, PROMPT);
     assert!(matches!(sent, Err(SendError::Closed(f)) if f == b"blocked"[..]));
