@@ -185,6 +185,12 @@ pub enum EncodeError {
     /// with `*` but is not exactly one complete array, or an inline command with no word).
     #[error("malformed frame: {0}")]
     Malformed(&'static str),
+    /// A command whose answers the link cannot follow on a connection it keeps (redis'
+    /// `CLIENT REPLY OFF` or `SKIP`, which take away the answers that match replies to
+    /// frames, and `QUIT`, which ends the connection): refused at the call, with the reason
+    /// and what to do instead.
+    #[error("command refused: {0}")]
+    Unsupported(&'static str),
 }
 
 /// What the peer sent that the framing cannot accept: what

@@ -303,9 +303,13 @@ pub struct Metrics {
     /// not run, to be written again): each refused frame is resent after a pause or reported,
     /// never confirmed.
     pub frames_refused: u64,
-    /// Answers dropped because the frame they answered had been taken back for writing again
-    /// after an earlier refusal on the same connection.
+    /// Answers dropped because the opening they answered had been taken back for writing
+    /// again after the peer said "not yet" ([`Verdict::Retry`](crate::protocol::Verdict)).
     pub replies_dropped: u64,
+    /// Answers that could not be their turn's ([`ReplyKind::Unexpected`](crate::protocol::ReplyKind)):
+    /// each closed its connection with cause [`Protocol`](crate::Cause::Protocol), and no
+    /// caller was handed it.
+    pub replies_unexpected: u64,
     /// How long ago the oldest unconfirmed frame was handed to the socket.
     pub oldest_unconfirmed: Option<Duration>,
     /// Frames the link's [`Spool`](crate::Spool) held at its start, sent again (each also
@@ -386,6 +390,7 @@ impl Metrics {
             frames_resent: 0,
             frames_refused: 0,
             replies_dropped: 0,
+            replies_unexpected: 0,
             oldest_unconfirmed: None,
             frames_recovered: 0,
             spool_bytes_cut: 0,

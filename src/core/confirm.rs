@@ -17,6 +17,8 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
+use super::protocol::Replies;
+
 /// Which frames the peer's application answers, in the order it read them
 /// ([`Protocol::answers`](crate::protocol::Protocol::answers)).
 ///
@@ -172,14 +174,17 @@ impl Control {
     }
 }
 
-/// One turn: what it waits for, the stream offset just past its last byte, and how many
-/// frames of the connection's window were written up to it (a frame's own turn counts the
-/// frame): its answer confirms that many.
+/// One turn: what it waits for, the stream offset just past its last byte, how many frames
+/// of the connection's window were written up to it (a frame's own turn counts the frame):
+/// its answer confirms that many, what the protocol said of its frame's answers, and how many
+/// of them came already.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Waiting {
     pub(crate) turn: Turn,
     pub(crate) end: u64,
     pub(crate) upto: u64,
+    pub(crate) asked: Replies,
+    pub(crate) answers: u32,
 }
 
 /// The turns of one connection, oldest first.
@@ -191,11 +196,22 @@ pub(crate) struct Turns {
 }
 
 impl Turns {
-    pub(crate) fn push(&mut self, turn: Turn, end: u64, upto: u64) {
+    pub(crate) fn push(&mut self, turn: Turn, end: u64, upto: u64, asked: Replies) {
         if let Turn::Ping { .. } = turn {
             self.last_ping_end = Some(end);
         }
-        self.queue.push_back(Waiting { turn, end, upto });
+        self.queue.push_back(Waiting {
+            turn,
+            end,
+            upto,
+            asked,
+            answers: 0,
+        });
+    }
+
+    /// Puts a turn that waits for more answers back first.
+    pub(crate) fn push_front(&mut self, waiting: Waiting) {
+        self.queue.push_front(waiting);
     }
 
     /// The turn whose answer comes next.
@@ -233,11 +249,19 @@ mod tests {
     #[test]
     fn turns_come_back_in_the_order_they_were_written() {
         let mut t = Turns::default();
-        t.push(Turn::Frame, 4, 1);
-        t.push(Turn::Ping { heartbeat: true }, 10, 1);
-        t.push(Turn::Request, 15, 1);
+        t.push(Turn::Frame, 4, 1, Replies::One);
+        t.push(Turn::Ping { heartbeat: true }, 10, 1, Replies::One);
+        t.push(Turn::Request, 15, 1, Replies::One);
         assert!(t.ping_after(4) && t.ping_after(10) && !t.ping_after(11));
-        let w = |turn, end, upto| Some(Waiting { turn, end, upto });
+        let w = |turn, end, upto| {
+            Some(Waiting {
+                turn,
+                end,
+                upto,
+                asked: Replies::One,
+                answers: 0,
+            })
+        };
         assert_eq!(t.pop(), w(Turn::Frame, 4, 1));
         assert_eq!(t.pop(), w(Turn::Ping { heartbeat: true }, 10, 1));
         assert_eq!(t.last_ping_end(), 10);
@@ -249,9 +273,9 @@ mod tests {
     #[test]
     fn voided_turns_keep_their_place_and_lose_their_kind() {
         let mut t = Turns::default();
-        t.push(Turn::Frame, 4, 1);
-        t.push(Turn::Request, 8, 1);
-        t.push(Turn::Frame, 12, 2);
+        t.push(Turn::Frame, 4, 1, Replies::One);
+        t.push(Turn::Request, 8, 1, Replies::One);
+        t.push(Turn::Frame, 12, 2, Replies::One);
         t.void(Turn::Frame);
         assert_eq!(t.pop().map(|w| w.turn), Some(Turn::Void));
         assert_eq!(t.pop().map(|w| w.turn), Some(Turn::Request));

@@ -137,6 +137,11 @@ pub(crate) struct HeartbeatState {
     /// A ping owed at once (after a gap), whatever the schedule says.
     ping_now: Option<Instant>,
     paused: bool,
+    /// Answers the peer holds on purpose (blocking commands written and not answered yet).
+    held: usize,
+    /// Until when the newest of them may be held; `None` with `held > 0`: for as long as the
+    /// peer likes.
+    held_until: Option<Instant>,
 }
 
 impl HeartbeatState {
@@ -154,7 +159,30 @@ impl HeartbeatState {
             unmeasured: 0,
             ping_now: None,
             paused,
+            held: 0,
+            held_until: None,
         }
+    }
+
+    /// An answer the peer may hold on purpose until `until` (`None`: as long as it likes) was
+    /// written: no verdict before that time and the bound after it.
+    pub(crate) fn hold(&mut self, until: Option<Instant>) {
+        let forever = self.held > 0 && self.held_until.is_none();
+        self.held_until = match (forever, until, self.held_until) {
+            (true, _, _) | (false, None, _) => None,
+            (false, Some(u), Some(h)) if self.held > 0 => Some(u.max(h)),
+            (false, Some(u), _) => Some(u),
+        };
+        self.held += 1;
+    }
+
+    /// A held answer came at `now`: the silence before it was the peer's right.
+    pub(crate) fn release(&mut self, now: Instant) {
+        self.held = self.held.saturating_sub(1);
+        if self.held == 0 {
+            self.held_until = None;
+        }
+        self.on_inbound(now);
     }
 
     pub(crate) fn on_inbound(&mut self, now: Instant) {
@@ -180,7 +208,14 @@ impl HeartbeatState {
 
     /// When the connection will be declared dead if nothing arrives; none while paused.
     pub(crate) fn death_at(&self) -> Option<Instant> {
-        (!self.paused).then(|| self.last_inbound + self.bound)
+        if self.paused {
+            return None;
+        }
+        match (self.held, self.held_until) {
+            (0, _) => Some(self.last_inbound + self.bound),
+            (_, None) => None,
+            (_, Some(until)) => Some(self.last_inbound.max(until) + self.bound),
+        }
     }
 
     /// Records a ping queued at `now`; returns whether the interval before it was silent.

@@ -55,7 +55,7 @@ use super::settings::ProofOfLife;
 use super::settings::Settings;
 use super::timers::{Timer, Timers};
 use super::tls::{TlsSession, TlsSettings};
-use super::window::Redelivery;
+use super::window::{Redelivery, Unconfirmed};
 use crate::core::batch::Batch;
 use crate::error::{Callback, DecodeError, FlushError, LinkError, RequestError, TlsError};
 use crate::event::{AbandonReason, Cause, Event, State, Transition};
@@ -957,15 +957,16 @@ impl Machine {
                 .requests
                 .answer(token, Err(RequestError::Closed(frame)));
         }
-        // A frame the peer answers with pushes, or with several answers, has no reply of its
-        // own to give the caller.
+        // A frame the peer answers with pushes, or with a fixed number of answers, has no
+        // reply of its own to give the caller. Nothing is noted of it here: what the
+        // connection becomes is learnt from the answers.
         let in_turn = self.cfg.answers == Answers::EveryFrame && !self.delivery.requests.by_id();
-        if let Some(p) = self.protocol.as_mut().filter(|_| in_turn) {
+        if let Some(p) = self.protocol.as_ref().filter(|_| in_turn) {
             let (replies, took) = timed(self.callbacks.watch(), Callback::Protocol, || {
                 p.replies(&frame)
             });
             self.took(now, Callback::Protocol, took);
-            if !matches!(replies, Ok(Replies::One) | Err(_)) {
+            if matches!(replies, Ok(Replies::Many(_) | Replies::Pushed)) {
                 return self
                     .delivery
                     .requests
@@ -1594,11 +1595,46 @@ impl Machine {
         );
     }
 
-    /// The answer in the turn `waiting`: it confirms what was written before it, and goes where
-    /// its turn says (the heartbeat, the opening's verdict, the application with its frame, the
-    /// request it answers).
-    fn turn_answered(&mut self, now: Instant, frame: Bytes, waiting: Waiting) {
-        let Waiting { turn, end, upto } = waiting;
+    /// The answer in the turn `waiting`: what the protocol says of it first (for a frame's or a
+    /// request's turn), then it confirms what was written before it and goes where its turn
+    /// says (the heartbeat, the opening's verdict, the application with its frame, the request
+    /// it answers). A turn whose answers the protocol follows stays first while it says more
+    /// follow; an answer that cannot be its turn's closes the connection.
+    fn turn_answered(&mut self, now: Instant, frame: Bytes, mut waiting: Waiting) {
+        let Waiting {
+            turn,
+            end,
+            upto,
+            asked,
+            answers,
+        } = waiting;
+        if let (Replies::Held(_), 0) = (asked, answers) {
+            if let Some(hb) = self.conn.as_mut().and_then(|c| c.heartbeat.as_mut()) {
+                hb.release(now);
+            }
+        }
+        let kind = match turn {
+            Turn::Frame | Turn::Request => match self.reply_kind(now, &frame, asked) {
+                Ok(kind) => kind,
+                Err(p) => return self.step(now, Ev::CallbackPanicked(p)),
+            },
+            _ => ReplyKind::Done,
+        };
+        if kind == ReplyKind::Unexpected {
+            self.c.replies_unexpected += 1;
+            return self.step(
+                now,
+                Ev::ProtocolError(DecodeError::Malformed(
+                    "an answer that cannot be its turn's: the peer answered what the protocol did not expect",
+                )),
+            );
+        }
+        if kind == ReplyKind::More {
+            waiting.answers += 1;
+            if let Some(conn) = self.conn.as_mut() {
+                conn.turns.push_front(waiting);
+            }
+        }
         match turn {
             Turn::Void => self.c.replies_dropped += 1,
             Turn::Ping { heartbeat } => {
@@ -1616,7 +1652,9 @@ impl Machine {
                     self.emit_frame(frame);
                 }
             }
-            Turn::Frame => self.frame_answered(now, frame, end, upto),
+            // The answers after a turn's first are delivered as they are.
+            Turn::Frame | Turn::Request if answers > 0 => self.emit_frame(frame),
+            Turn::Frame => self.frame_answered(now, frame, kind, end, upto),
             Turn::Request => {
                 self.answered(end, upto);
                 self.c.received += 1;
@@ -1630,6 +1668,24 @@ impl Machine {
         self.check_flushed(now);
     }
 
+    /// What the protocol says of `reply`, an answer in the turn of a frame or a request of
+    /// the application's (`asked`: what it said of that frame's answers), timed.
+    fn reply_kind(
+        &mut self,
+        now: Instant,
+        reply: &[u8],
+        asked: Replies,
+    ) -> Result<ReplyKind, Panicked> {
+        let Some(p) = self.protocol.as_mut() else {
+            return Ok(ReplyKind::Done);
+        };
+        let (kind, took) = timed(self.callbacks.watch(), Callback::Protocol, || {
+            p.reply_kind(reply, asked)
+        });
+        self.took(now, Callback::Protocol, took);
+        kind
+    }
+
     /// The peer's application answered in a turn that ends at stream offset `end`: the frames
     /// numbered below `upto` are confirmed.
     fn answered(&mut self, end: u64, upto: u64) {
@@ -1639,62 +1695,49 @@ impl Machine {
             .answered(end, upto, |n, len| c.confirmed(n, len));
     }
 
-    /// The answer in its turn to a frame of the application's, numbered `upto - 1`: what the
-    /// protocol says of it decides whether the frame is confirmed, confirmed with an error
-    /// (given back beside it), or refused (not confirmed: written again, or reported).
-    fn frame_answered(&mut self, now: Instant, reply: Bytes, end: u64, upto: u64) {
-        let kind = match self.protocol.as_ref() {
-            Some(p) => {
-                let (kind, took) = timed(self.callbacks.watch(), Callback::Protocol, || {
-                    p.reply_kind(&reply)
-                });
-                self.took(now, Callback::Protocol, took);
-                match kind {
-                    Ok(k) => k,
-                    Err(p) => return self.step(now, Ev::CallbackPanicked(p)),
-                }
-            }
-            None => ReplyKind::Done,
-        };
+    /// The first answer in its turn to a frame of the application's, numbered `upto - 1`:
+    /// what the protocol said of it (`kind`) decides whether the frame is confirmed, confirmed
+    /// with an error (given back beside it), or refused (not confirmed: written again, or
+    /// reported).
+    fn frame_answered(&mut self, now: Instant, reply: Bytes, kind: ReplyKind, end: u64, upto: u64) {
         // Only a frame still waiting can be named or refused: under confirmation by TCP it may
         // have left already, and its answer is then an ordinary frame.
         let number = upto.saturating_sub(1);
-        let waiting = match kind {
-            ReplyKind::Done => None,
-            _ => self.delivery.window.frame(number),
-        };
-        match (kind, waiting) {
-            (ReplyKind::Refused, Some(frame)) => self.refused(now, frame, reply, number),
-            (ReplyKind::Error, Some(frame)) => {
-                self.answered(end, upto);
-                self.c.received += 1;
-                self.emit(Event::ErrorReply { frame, reply });
-            }
-            (kind, _) => {
-                self.answered(end, upto);
-                if kind == ReplyKind::Done {
-                    if let Some(conn) = &mut self.conn {
-                        conn.refusal_pause = Duration::ZERO;
-                    }
+        match kind {
+            ReplyKind::Refused => {
+                if let Some(taken) = self.delivery.window.refuse(number) {
+                    return self.refused(now, taken, reply, end, number);
                 }
-                self.emit_frame(reply);
             }
+            ReplyKind::Error => {
+                if let Some(frame) = self.delivery.window.frame(number) {
+                    self.answered(end, upto);
+                    self.c.received += 1;
+                    return self.emit(Event::ErrorReply { frame, reply });
+                }
+            }
+            ReplyKind::Done | ReplyKind::More => {
+                if let Some(conn) = &mut self.conn {
+                    conn.refusal_pause = Duration::ZERO;
+                }
+            }
+            ReplyKind::Unexpected => {}
         }
+        self.answered(end, upto);
+        self.emit_frame(reply);
     }
 
-    /// The peer refused `frame`, numbered `number` (it did not run it): the frames before it
-    /// are confirmed; it and every frame written after it on this connection are taken back
-    /// (their turns' answers dropped) and, by the redelivery policy, written again after a
-    /// pause that grows while refusals go on, or reported.
-    fn refused(&mut self, now: Instant, frame: Bytes, reply: Bytes, number: u64) {
+    /// The peer refused `taken`, the frame numbered `number` (it did not run it), in a turn
+    /// that ends at stream offset `end`: the frames before it are confirmed, and it alone is
+    /// taken back (the frames written after it are answered on their own). By the redelivery
+    /// policy it is written again after a pause that grows while refusals go on, behind the
+    /// frames refused before it, or reported.
+    fn refused(&mut self, now: Instant, taken: Unconfirmed, reply: Bytes, end: u64, number: u64) {
         self.c.refused += 1;
-        let read = self.delivery.window.read_to();
-        self.answered(read, number);
-        let taken = self.delivery.window.take_all();
+        self.answered(end, number);
         let Some(conn) = self.conn.as_mut() else {
             return;
         };
-        conn.turns.void(Turn::Frame);
         conn.refusal_pause = match conn.refusal_pause {
             Duration::ZERO => REFUSAL_PAUSE_FIRST,
             p => (p * 2).min(REFUSAL_PAUSE_MAX),
@@ -1702,34 +1745,28 @@ impl Machine {
         let pause = conn.refusal_pause;
         self.timers.arm(Timer::Pause, now + pause);
         log::debug!(
-            "relink[{}]: frame refused ({}); {} frame(s) taken back, writing again in {pause:?}",
+            "relink[{}]: frame refused ({}); writing it again in {pause:?}",
             self.cfg.name,
             String::from_utf8_lossy(reply.strip_suffix(b"\r\n").unwrap_or(&reply)),
-            taken.len()
         );
+        let Unconfirmed { frame, deadline } = taken;
         match self.cfg.redelivery {
             Redelivery::Resend => {
-                self.c.resent += taken.len() as u64;
-                let protocol = self.protocol.as_ref();
-                for s in taken.into_iter().rev() {
-                    let marked = protocol
-                        .and_then(|p| guarded(Callback::Protocol, || p.resend(&s.frame)).ok())
-                        .flatten();
-                    let frame = marked.map_or(s.frame, Bytes::from);
-                    self.delivery.outbox.push_front(frame, s.deadline);
-                }
+                self.c.resent += 1;
+                let marked = self
+                    .protocol
+                    .as_ref()
+                    .and_then(|p| guarded(Callback::Protocol, || p.resend(&frame)).ok())
+                    .flatten();
+                let frame = marked.map_or(frame, Bytes::from);
+                self.delivery.outbox.push_retry(frame, deadline);
             }
             _ => {
-                let mut taken = taken.into_iter().map(|s| s.frame);
-                if let Some(first) = taken.next() {
-                    debug_assert_eq!(first, frame);
-                    self.emit(Event::ErrorReply {
-                        frame: first.clone(),
-                        reply,
-                    });
-                    self.abandon_all(vec![first], AbandonReason::Refused);
-                }
-                self.abandon_all(taken.collect(), AbandonReason::Unconfirmed);
+                self.emit(Event::ErrorReply {
+                    frame: frame.clone(),
+                    reply,
+                });
+                self.abandon_all(vec![frame], AbandonReason::Refused);
             }
         }
     }
@@ -1910,14 +1947,14 @@ impl Machine {
             let (outbox, framing, name) =
                 (&mut self.delivery.outbox, &mut self.framing, &self.cfg.name);
             let every = answers == Answers::EveryFrame;
-            conn.pending_counts.clear();
+            conn.pending_replies.clear();
             let mut ends = Ends {
                 ends: &mut conn.pending_ends,
                 replies: self
                     .protocol
-                    .as_mut()
+                    .as_ref()
                     .filter(|_| every)
-                    .map(|p| (p, &mut conn.pending_counts)),
+                    .map(|p| (p, &mut conn.pending_replies)),
             };
             let mut filled = Filled::default();
             // One reading for the whole batch: timing each frame would cost more than
@@ -1926,12 +1963,18 @@ impl Machine {
                 filled = fill_batch(outbox, framing, name, buf, bounds, &mut ends);
             });
             if every {
-                // A frame takes as many turns as the peer gives it answers.
-                let counts = &conn.pending_counts;
+                // A frame takes as many turns as the peer gives it answers: one that the
+                // protocol follows takes one, and lasts while its answers say more follow.
+                let replies = &conn.pending_replies;
                 for (k, &e) in conn.pending_ends.iter().enumerate() {
-                    let n = counts.get(k).copied().unwrap_or(1);
+                    let asked = replies.get(k).copied().unwrap_or(Replies::One);
+                    let n = match asked {
+                        Replies::Many(n) => n,
+                        Replies::Pushed => 0,
+                        _ => 1,
+                    };
                     for _ in 0..n {
-                        conn.pending_turns.push((Turn::Frame, e));
+                        conn.pending_turns.push((Turn::Frame, asked, e));
                     }
                 }
             }
@@ -1966,8 +2009,13 @@ impl Machine {
             Some(conn) if in_order => Some(&mut conn.pending_turns),
             _ => None,
         };
+        let every = self.cfg.answers == Answers::EveryFrame;
+        let protocol = self.protocol.as_ref().filter(|_| every);
+        let asked = |frame: &[u8]| protocol.map_or(Replies::One, |p| p.replies(frame));
         let (framing, limit) = (&mut self.framing, self.cfg.batch_bytes);
-        let batched = self.delivery.batch_requests(framing, limit, buf, turns);
+        let batched = self
+            .delivery
+            .batch_requests(framing, limit, buf, turns, asked);
         self.answer_requests();
         batched
     }
@@ -2197,6 +2245,7 @@ impl Machine {
             frames_resent: self.c.resent,
             frames_refused: self.c.refused,
             replies_dropped: self.c.replies_dropped,
+            replies_unexpected: self.c.replies_unexpected,
             oldest_unconfirmed: self
                 .delivery
                 .window

@@ -34,6 +34,8 @@ enum Frames {
 struct Submission {
     frames: Frames,
     deadline: Option<Instant>,
+    /// A frame the peer refused, to be written again ahead of the frames still queued.
+    retry: bool,
 }
 
 impl Submission {
@@ -142,6 +144,7 @@ impl Outbox {
         self.queue.push_back(Submission {
             frames: Frames::One(frame),
             deadline,
+            retry: false,
         });
     }
 
@@ -161,6 +164,7 @@ impl Outbox {
                 head: 0,
             },
             deadline,
+            retry: false,
         });
     }
 
@@ -338,7 +342,26 @@ impl Outbox {
         self.queue.push_front(Submission {
             frames: Frames::One(frame),
             deadline,
+            retry: false,
         });
+    }
+
+    /// Queues a frame the peer refused, to be written again: behind the refused frames queued
+    /// before it, ahead of every other. Nothing may be in flight.
+    pub(crate) fn push_retry(&mut self, frame: Bytes, deadline: Option<Instant>) {
+        debug_assert_eq!(self.in_flight, 0, "push_retry with frames in flight");
+        self.note_deadline(deadline);
+        self.frames += 1;
+        self.bytes += frame.len();
+        let at = self.queue.iter().take_while(|s| s.retry).count();
+        self.queue.insert(
+            at,
+            Submission {
+                frames: Frames::One(frame),
+                deadline,
+                retry: true,
+            },
+        );
     }
 
     /// The frames in flight were not written: they are queued again, first in line.

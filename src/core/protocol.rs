@@ -76,23 +76,32 @@ pub enum Verdict {
 }
 
 /// How many in-order answers the peer gives to a frame the link writes
-/// ([`Protocol::replies`], under [`Answers::EveryFrame`]).
+/// ([`Protocol::replies`], under [`Answers::EveryFrame`]), asked as the frame is written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Replies {
     /// One answer, in its turn. The default.
     One,
-    /// This many answers, in turn (redis' RESP2 `SUBSCRIBE a b`: one confirmation per
-    /// channel). The first confirms the frame; the others are delivered as
+    /// This many answers, in turn. The first confirms the frame; the others are delivered as
     /// [`Event::Frame`](crate::Event::Frame)s.
     Many(u32),
     /// No answer in turn: the peer answers with frames of its own, told by
-    /// [`Protocol::is_unsolicited`] (redis' `SUBSCRIBE` in RESP3, answered by pushes). The
-    /// frame takes no turn, so no later answer is taken for its; it is confirmed by the next
-    /// answer to a frame written after it. A request whose frame gets other than
-    /// [`Replies::One`] is refused at the call
+    /// [`Protocol::is_unsolicited`]. The frame takes no turn, so no later answer is taken for
+    /// its; it is confirmed by the next answer to a frame written after it. A request whose
+    /// frame gets no answer is refused at the call
     /// ([`RequestError::NoReply`](crate::error::RequestError::NoReply)).
     Pushed,
+    /// Answers the protocol follows one by one: each answer in the frame's turn goes to
+    /// [`Protocol::reply_kind`] with this value, and the turn lasts while it says
+    /// [`ReplyKind::More`] (redis' `SUBSCRIBE a b`: a confirmation per channel; a bare
+    /// `UNSUBSCRIBE`: one per channel held when redis runs it). The number is the protocol's
+    /// own mark for what the frame asked.
+    Followed(u32),
+    /// One answer that the peer holds on purpose for up to this long (a blocking command's own
+    /// timeout: redis' `BLPOP k 5`; [`Duration::MAX`](std::time::Duration::MAX): as long as
+    /// it likes, `BLPOP k 0`). While it waits, the heartbeat does not call a silent peer dead
+    /// before that time and its own bound have passed; the kernel backstops stay on.
+    Held(std::time::Duration),
 }
 
 /// What an answer in its turn says of the frame it answers ([`Protocol::reply_kind`]).
@@ -101,7 +110,7 @@ pub enum Replies {
 /// A line protocol whose server answers `OK`, `ERR ...`, or `BUSY` for a command it will run
 /// later:
 /// ```
-/// use relink::protocol::{Answers, Protocol, ReplyKind};
+/// use relink::protocol::{Answers, Protocol, Replies, ReplyKind};
 ///
 /// #[derive(Clone)]
 /// struct Lines;
@@ -111,7 +120,7 @@ pub enum Replies {
 ///         Answers::EveryFrame
 ///     }
 ///
-///     fn reply_kind(&self, reply: &[u8]) -> ReplyKind {
+///     fn reply_kind(&mut self, reply: &[u8], _asked: Replies) -> ReplyKind {
 ///         match reply {
 ///             b"BUSY" => ReplyKind::Refused,
 ///             r if r.starts_with(b"ERR") => ReplyKind::Error,
@@ -119,8 +128,8 @@ pub enum Replies {
 ///         }
 ///     }
 /// }
-/// assert_eq!(Lines.reply_kind(b"BUSY"), ReplyKind::Refused);
-/// assert_eq!(Lines.reply_kind(b"ERR no such key"), ReplyKind::Error);
+/// assert_eq!(Lines.reply_kind(b"BUSY", Replies::One), ReplyKind::Refused);
+/// assert_eq!(Lines.reply_kind(b"ERR no such key", Replies::One), ReplyKind::Error);
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -133,17 +142,27 @@ pub enum ReplyKind {
     /// [`Event::ErrorReply`](crate::Event::ErrorReply) beside its reply.
     Error,
     /// The peer did not run the frame and will later (redis' `-LOADING`, `-BUSY`,
-    /// `-TRYAGAIN`, `-MASTERDOWN`, `-CLUSTERDOWN`): the frame is not confirmed. With
+    /// `-TRYAGAIN`, `-MASTERDOWN`, `-CLUSTERDOWN`): the frame is not confirmed, and it alone
+    /// is taken back; the frames written after it are answered on their own. With
     /// [`Redelivery::Resend`](crate::Redelivery::Resend) it is written again after a pause
-    /// that grows while refusals go on (10 ms, doubling, at most 1 s), with every frame
-    /// written after it on that connection (their answers are dropped); with
+    /// that grows while refusals go on (10 ms, doubling, at most 1 s), behind the frames
+    /// refused before it and ahead of the frames still queued; with
     /// [`Redelivery::Report`](crate::Redelivery::Report) it comes back in an
     /// [`Event::ErrorReply`](crate::Event::ErrorReply) and an
     /// [`Event::Abandoned`](crate::Event::Abandoned) with reason
-    /// [`Refused`](crate::AbandonReason::Refused), and the frames written after it with
-    /// reason [`Unconfirmed`](crate::AbandonReason::Unconfirmed). Either way
+    /// [`Refused`](crate::AbandonReason::Refused). Either way
     /// [`Metrics::frames_refused`](crate::Metrics::frames_refused) counts it.
     Refused,
+    /// The answer is its turn's and more follow (under [`Replies::Followed`]): the first
+    /// answer of a turn confirms its frame (or answers its request), and every answer after
+    /// it is delivered as an [`Event::Frame`](crate::Event::Frame).
+    More,
+    /// The answer cannot be its turn's (a pub/sub confirmation in a `GET`'s turn): the
+    /// connection closes with cause [`Protocol`](crate::Cause::Protocol), its frames and
+    /// requests are resent or reported by their policies, and
+    /// [`Metrics::replies_unexpected`](crate::Metrics::replies_unexpected) counts it. No
+    /// caller is ever handed an answer that is not its own.
+    Unexpected,
 }
 
 /// What the link does with a frame of the peer's own: one that answers nothing the link wrote
@@ -298,21 +317,25 @@ pub trait Protocol: Send + 'static {
         false
     }
 
-    /// How many in-order answers the peer gives to `frame`, a frame of the application's
-    /// about to be written (under [`Answers::EveryFrame`]; a request is asked when it is
-    /// accepted). Called once per frame each time it is written, in the order written, so a
-    /// protocol can follow the connection's mode (redis' subscriptions). Defaults to
-    /// [`Replies::One`].
-    fn replies(&mut self, frame: &[u8]) -> Replies {
+    /// How many in-order answers the peer gives to `frame`, a frame of the application's (or
+    /// a request) being written, under [`Answers::EveryFrame`]. Asked as the frame is
+    /// written, in the order written, and for a request once more at the call (a request
+    /// whose frame gets [`Replies::Many`] or [`Replies::Pushed`] is refused there). What
+    /// the answers do to the connection's mode is learnt from the answers themselves, in
+    /// [`reply_kind`](Protocol::reply_kind). Defaults to [`Replies::One`].
+    fn replies(&self, frame: &[u8]) -> Replies {
         let _ = frame;
         Replies::One
     }
 
-    /// What `reply`, the answer in its turn to a frame of the application's, says of that
-    /// frame: run, answered with an error, or refused for now. Defaults to
-    /// [`ReplyKind::Done`].
-    fn reply_kind(&self, reply: &[u8]) -> ReplyKind {
-        let _ = reply;
+    /// What `reply`, an answer in the turn of a frame of the application's (or of a request),
+    /// says of that frame: run, answered with an error, refused for now, the first of more,
+    /// or not its answer at all. `asked` is what [`replies`](Protocol::replies) said of the
+    /// frame. Answers come here in the order the peer gave them, so a protocol follows the
+    /// connection's mode here, by what the peer said (redis' subscriptions held, RESP3 after
+    /// `HELLO 3`'s answer). Defaults to [`ReplyKind::Done`].
+    fn reply_kind(&mut self, reply: &[u8], asked: Replies) -> ReplyKind {
+        let _ = (reply, asked);
         ReplyKind::Done
     }
 

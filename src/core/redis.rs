@@ -2,11 +2,13 @@
 //! [`Builder::protocol`](crate::Builder::protocol) as they are. A protocol of one's own
 //! implements the trait (see its page for a whole NATS client in one example).
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use super::confirm::{Answers, Confirm};
 use super::framing::{AnyFraming, Resp};
 use super::heartbeat::Heartbeat;
+use crate::error::EncodeError;
 use super::protocol::{Opening, Protocol, Replies, ReplyKind, Verdict};
 
 /// redis (RESP 2 or 3), bringing its framing ([`Resp`]), its heartbeat (`PING` every second)
@@ -55,17 +57,34 @@ use super::protocol::{Opening, Protocol, Replies, ReplyKind, Verdict};
 #[derive(Clone, Debug, Default)]
 pub struct Redis {
     opening: Vec<Vec<u8>>,
+    /// Answers the opening still waits for.
     awaited: usize,
-    /// The connection speaks RESP3 (`HELLO 3` written).
+    /// The connection as redis' answers describe it.
+    session: Session,
+}
+
+/// What redis said of the connection so far: each field changes only on an answer that says
+/// so, read in the order redis gave them.
+#[derive(Clone, Debug, Default)]
+struct Session {
+    /// `HELLO 3` was answered with RESP3's map (`HELLO 2` or `RESET` goes back).
     resp3: bool,
-    /// RESP2: a subscribe command was written on this connection, so `message` arrays are
-    /// pushes.
-    subscribed: bool,
-    /// RESP2: channels (`[0]`), patterns (`[1]`) and shard channels (`[2]`) subscribed on this
-    /// connection, for the answers an `UNSUBSCRIBE` with no argument gets.
-    channels: [u32; 3],
-    /// `MONITOR` was written on this connection: its lines are pushes.
+    /// Channels (`[0]`), patterns (`[1]`) and shard channels (`[2]`) held, by name, as redis'
+    /// confirmations named them.
+    held: [BTreeSet<Vec<u8>>; 3],
+    /// `MULTI` was answered `+OK` and no `EXEC` or `DISCARD` answered since: commands answer
+    /// `+QUEUED`.
+    multi: bool,
+    /// `MONITOR` was answered `+OK`: its lines are pushes.
     monitoring: bool,
+    /// Answers come in the turn of a command whose answers are followed.
+    seen: u32,
+}
+
+impl Session {
+    fn subscribed(&self) -> bool {
+        self.held.iter().any(|h| !h.is_empty())
+    }
 }
 
 /// The interval of the `PING` a redis link writes, unless told otherwise.
@@ -79,6 +98,72 @@ const REFUSALS: [&[u8]; 5] = [
     b"-MASTERDOWN",
     b"-CLUSTERDOWN",
 ];
+
+/// The pub/sub commands, by kind (channels, patterns, shard channels): subscribe, then
+/// unsubscribe, as redis names them in its confirmations.
+const PUBSUB: [(&[u8], &[u8]); 3] = [
+    (b"subscribe", b"unsubscribe"),
+    (b"psubscribe", b"punsubscribe"),
+    (b"ssubscribe", b"sunsubscribe"),
+];
+
+/// What a command asks of redis' answers, as far as the link follows them: the mark of its
+/// [`Replies::Followed`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Asked {
+    /// Any other command: one answer, which is never a pub/sub confirmation in RESP2.
+    Plain,
+    Hello,
+    Reset,
+    Monitor,
+    Multi,
+    Exec,
+    Discard,
+    /// A script: one answer of any shape.
+    Script,
+    /// `(P|S)SUBSCRIBE` (`sub`) or `(P|S)UNSUBSCRIBE` of kind `kind` with `args` names: one
+    /// confirmation per name, or (a bare unsubscribe) one per name held.
+    PubSub { kind: u8, sub: bool, args: u32 },
+}
+
+impl Asked {
+    fn mark(self) -> u32 {
+        match self {
+            Asked::Plain => 0,
+            Asked::Hello => 1,
+            Asked::Reset => 2,
+            Asked::Monitor => 3,
+            Asked::Multi => 4,
+            Asked::Exec => 5,
+            Asked::Discard => 6,
+            Asked::Script => 7,
+            Asked::PubSub { kind, sub, args } => {
+                8 | u32::from(kind) << 1 | u32::from(sub) | args.min(1 << 23) << 8
+            }
+        }
+    }
+
+    fn of(replies: Replies) -> Asked {
+        let Replies::Followed(mark) = replies else {
+            return Asked::Plain;
+        };
+        match mark {
+            1 => Asked::Hello,
+            2 => Asked::Reset,
+            3 => Asked::Monitor,
+            4 => Asked::Multi,
+            5 => Asked::Exec,
+            6 => Asked::Discard,
+            7 => Asked::Script,
+            m if m & 8 != 0 => Asked::PubSub {
+                kind: ((m >> 1) & 3) as u8,
+                sub: m & 1 == 1,
+                args: m >> 8,
+            },
+            _ => Asked::Plain,
+        }
+    }
+}
 
 impl Redis {
     /// redis with no opening command: Ready at the connect.
@@ -97,23 +182,113 @@ impl Redis {
         self
     }
 
-    /// Follows a `HELLO` or `RESET` written on the connection.
-    fn note_mode(&mut self, command: &Command<'_>) {
-        if command.is(b"HELLO") {
-            if let Some(version) = command.arg(1) {
-                self.resp3 = version == b"3";
+    /// What a pub/sub confirmation (`*3` or `>3`: kind, name or null, count) in the turn of
+    /// `asked` does: the names held follow it, and it says whether the turn goes on.
+    fn confirmation(&mut self, reply: &[u8], kind: u8, sub: bool, args: u32) -> ReplyKind {
+        let Some((name, channel)) = confirmation(reply) else {
+            return ReplyKind::Unexpected;
+        };
+        let (subscribe, unsubscribe) = PUBSUB[usize::from(kind)];
+        let expected = if sub { subscribe } else { unsubscribe };
+        if !name.eq_ignore_ascii_case(expected) {
+            return ReplyKind::Unexpected;
+        }
+        let held = &mut self.session.held[usize::from(kind)];
+        if let Some(channel) = channel {
+            if sub {
+                held.insert(channel.to_vec());
+            } else {
+                held.remove(channel);
             }
-        } else if command.is(b"RESET") {
-            *self = Redis {
-                opening: std::mem::take(&mut self.opening),
-                awaited: self.awaited,
-                ..Redis::default()
-            };
+        }
+        self.session.seen += 1;
+        let done = match args {
+            0 => channel.is_none() || held.is_empty(),
+            n => self.session.seen >= n,
+        };
+        if done {
+            self.session.seen = 0;
+            ReplyKind::Done
+        } else {
+            ReplyKind::More
         }
     }
 }
 
-/// A redis command as written: its name and how many arguments it has.
+/// What a command asks, read off its name (and for a blocking one, its timeout).
+fn asked(frame: &[u8]) -> Replies {
+    let Some(command) = Command::parse(frame) else {
+        return Replies::One;
+    };
+    let followed = |a: Asked| Replies::Followed(a.mark());
+    let name = command.name();
+    let is = |n: &[u8]| name.eq_ignore_ascii_case(n);
+    for (kind, (subscribe, unsubscribe)) in PUBSUB.into_iter().enumerate() {
+        let (kind, args) = (kind as u8, command.args());
+        if is(subscribe) {
+            return followed(Asked::PubSub {
+                kind,
+                sub: true,
+                args,
+            });
+        }
+        if is(unsubscribe) {
+            return followed(Asked::PubSub {
+                kind,
+                sub: false,
+                args,
+            });
+        }
+    }
+    let simple = [
+        (&b"HELLO"[..], Asked::Hello),
+        (b"RESET", Asked::Reset),
+        (b"MONITOR", Asked::Monitor),
+        (b"MULTI", Asked::Multi),
+        (b"EXEC", Asked::Exec),
+        (b"DISCARD", Asked::Discard),
+        (b"EVAL", Asked::Script),
+        (b"EVALSHA", Asked::Script),
+        (b"EVAL_RO", Asked::Script),
+        (b"EVALSHA_RO", Asked::Script),
+        (b"FCALL", Asked::Script),
+        (b"FCALL_RO", Asked::Script),
+    ];
+    if let Some(&(_, a)) = simple.iter().find(|(n, _)| is(n)) {
+        return followed(a);
+    }
+    match command.blocks() {
+        Some(hold) => Replies::Held(hold),
+        None => Replies::One,
+    }
+}
+
+/// The kind and the name (none for a null) of a pub/sub confirmation: an array or a push of
+/// three, a kind, a name, a count.
+fn confirmation(reply: &[u8]) -> Option<(&[u8], Option<&[u8]>)> {
+    let rest = reply
+        .strip_prefix(b"*3\r\n")
+        .or_else(|| reply.strip_prefix(b">3\r\n"))?;
+    let (len, rest) = number(rest.strip_prefix(b"$")?)?;
+    let kind = rest.get(..len)?;
+    let rest = rest.get(len + 2..)?;
+    let (channel, rest) = if let Some(r) = rest.strip_prefix(b"$-1\r\n") {
+        (None, r)
+    } else if let Some(r) = rest.strip_prefix(b"_\r\n") {
+        (None, r)
+    } else {
+        let (len, r) = number(rest.strip_prefix(b"$")?)?;
+        (Some(r.get(..len)?), r.get(len + 2..)?)
+    };
+    let count = rest.strip_prefix(b":")?;
+    number(count)?;
+    PUBSUB
+        .iter()
+        .any(|(s, u)| kind.eq_ignore_ascii_case(s) || kind.eq_ignore_ascii_case(u))
+        .then_some((kind, channel))
+}
+
+/// A redis command as written: its name and arguments.
 struct Command<'a> {
     parts: Vec<&'a [u8]>,
 }
@@ -136,13 +311,15 @@ impl<'a> Command<'a> {
             parts.push(after.get(..len)?);
             rest = after.get(len + 2..)?;
         }
-        Some(Command { parts })
+        (!parts.is_empty()).then_some(Command { parts })
+    }
+
+    fn name(&self) -> &'a [u8] {
+        self.parts[0]
     }
 
     fn is(&self, name: &[u8]) -> bool {
-        self.parts
-            .first()
-            .is_some_and(|p| p.eq_ignore_ascii_case(name))
+        self.name().eq_ignore_ascii_case(name)
     }
 
     fn arg(&self, i: usize) -> Option<&'a [u8]> {
@@ -151,6 +328,51 @@ impl<'a> Command<'a> {
 
     fn args(&self) -> u32 {
         self.parts.len().saturating_sub(1) as u32
+    }
+
+    /// How long redis may hold the answer of a blocking command: its own timeout
+    /// (`Duration::MAX` for 0, as long as it likes); `None` for a command that does not block.
+    fn blocks(&self) -> Option<Duration> {
+        let seconds = |arg: Option<&[u8]>| -> Option<Duration> {
+            let s: f64 = std::str::from_utf8(arg?).ok()?.parse().ok()?;
+            (s.is_finite() && s >= 0.0).then(|| match s {
+                0.0 => Duration::MAX,
+                s => Duration::from_secs_f64(s),
+            })
+        };
+        let millis = |arg: Option<&[u8]>| -> Option<Duration> {
+            let ms: u64 = std::str::from_utf8(arg?).ok()?.parse().ok()?;
+            Some(match ms {
+                0 => Duration::MAX,
+                ms => Duration::from_millis(ms),
+            })
+        };
+        let last = self.parts.len().checked_sub(1)?;
+        let by_last = [
+            &b"BLPOP"[..],
+            b"BRPOP",
+            b"BRPOPLPUSH",
+            b"BLMOVE",
+            b"BZPOPMIN",
+            b"BZPOPMAX",
+        ];
+        if by_last.iter().any(|n| self.is(n)) {
+            return seconds(self.arg(last));
+        }
+        if self.is(b"BLMPOP") || self.is(b"BZMPOP") {
+            return seconds(self.arg(1));
+        }
+        if self.is(b"WAIT") {
+            return millis(self.arg(2));
+        }
+        if self.is(b"WAITAOF") {
+            return millis(self.arg(3));
+        }
+        if self.is(b"XREAD") || self.is(b"XREADGROUP") {
+            let at = self.parts.iter().position(|p| p.eq_ignore_ascii_case(b"BLOCK"))?;
+            return millis(self.arg(at + 1));
+        }
+        None
     }
 }
 
@@ -184,19 +406,45 @@ fn monitor_line(frame: &[u8]) -> bool {
     digits > 0 && rest.get(digits) == Some(&b'.')
 }
 
+/// Refuses, at the call, a command whose answers a kept connection cannot follow.
+fn followable(frame: &[u8]) -> Result<(), EncodeError> {
+    let Some(command) = Command::parse(frame) else {
+        return Ok(());
+    };
+    if command.is(b"CLIENT")
+        && command.arg(1).is_some_and(|a| a.eq_ignore_ascii_case(b"REPLY"))
+        && command
+            .arg(2)
+            .is_some_and(|a| a.eq_ignore_ascii_case(b"OFF") || a.eq_ignore_ascii_case(b"SKIP"))
+    {
+        return Err(EncodeError::Unsupported(
+            "CLIENT REPLY OFF or SKIP takes away the answers that match replies to frames; \
+             send the commands whose answers are not wanted on the link and ignore them",
+        ));
+    }
+    if command.is(b"QUIT") {
+        return Err(EncodeError::Unsupported(
+            "QUIT ends the connection the link keeps; close the link instead (Link::close)",
+        ));
+    }
+    Ok(())
+}
+
+/// What an answer says by its first byte: a refusal, another error, or a result.
+fn plain_kind(reply: &[u8]) -> ReplyKind {
+    if REFUSALS.iter().any(|r| reply.starts_with(r)) {
+        ReplyKind::Refused
+    } else if matches!(reply.first(), Some(b'-' | b'!')) {
+        ReplyKind::Error
+    } else {
+        ReplyKind::Done
+    }
+}
+
 impl Protocol for Redis {
     fn open(&mut self) -> Opening {
-        let opening = std::mem::take(&mut self.opening);
-        *self = Redis {
-            awaited: opening.len(),
-            ..Redis::default()
-        };
-        for command in &opening {
-            if let Some(c) = Command::parse(command) {
-                self.note_mode(&c);
-            }
-        }
-        self.opening = opening;
+        self.session = Session::default();
+        self.awaited = self.opening.len();
         if self.opening.is_empty() {
             Opening::ready(Vec::new())
         } else {
@@ -212,6 +460,12 @@ impl Protocol for Redis {
             let error = error.strip_suffix(b"\r\n").unwrap_or(error);
             return Verdict::Refused(String::from_utf8_lossy(error).into_owned());
         }
+        // The opening command this answers, and what the answer says of the connection.
+        let at = self.opening.len().saturating_sub(self.awaited);
+        if let Some(command) = self.opening.get(at).cloned() {
+            let asked = Asked::of(asked(&command));
+            self.follow(frame, asked);
+        }
         self.awaited = self.awaited.saturating_sub(1);
         if self.awaited == 0 {
             Verdict::Ready
@@ -225,7 +479,7 @@ impl Protocol for Redis {
     }
 
     fn framing(&self) -> Option<AnyFraming> {
-        Some(Resp::new().into())
+        Some(Resp::checking(followable).into())
     }
 
     fn heartbeat(&self) -> Option<Heartbeat> {
@@ -244,59 +498,22 @@ impl Protocol for Redis {
         Answers::EveryFrame
     }
 
-    fn replies(&mut self, frame: &[u8]) -> Replies {
-        let Some(command) = Command::parse(frame) else {
-            return Replies::One;
-        };
-        self.note_mode(&command);
-        let kinds: [(&[u8], &[u8]); 3] = [
-            (b"SUBSCRIBE", b"UNSUBSCRIBE"),
-            (b"PSUBSCRIBE", b"PUNSUBSCRIBE"),
-            (b"SSUBSCRIBE", b"SUNSUBSCRIBE"),
-        ];
-        for (i, (subscribe, unsubscribe)) in kinds.into_iter().enumerate() {
-            let answers = if command.is(subscribe) {
-                self.channels[i] += command.args();
-                command.args()
-            } else if command.is(unsubscribe) {
-                let n = match command.args() {
-                    0 => self.channels[i].max(1),
-                    n => n,
-                };
-                self.channels[i] = self.channels[i].saturating_sub(n);
-                n
-            } else {
-                continue;
-            };
-            self.subscribed = true;
-            return match self.resp3 {
-                true => Replies::Pushed,
-                false => Replies::Many(answers.max(1)),
-            };
-        }
-        if command.is(b"MONITOR") {
-            self.monitoring = true;
-        }
-        Replies::One
+    fn replies(&self, frame: &[u8]) -> Replies {
+        asked(frame)
     }
 
-    fn reply_kind(&self, reply: &[u8]) -> ReplyKind {
-        if REFUSALS.iter().any(|r| reply.starts_with(r)) {
-            ReplyKind::Refused
-        } else if matches!(reply.first(), Some(b'-' | b'!')) {
-            ReplyKind::Error
-        } else {
-            ReplyKind::Done
-        }
+    fn reply_kind(&mut self, reply: &[u8], asked: Replies) -> ReplyKind {
+        self.follow(reply, Asked::of(asked))
     }
 
     fn is_unsolicited(&self, frame: &[u8]) -> bool {
         match frame.first() {
-            Some(b'>') => true,
-            Some(b'*') if self.subscribed && !self.resp3 => {
+            // A push, unless it confirms a pub/sub command: that answers its command.
+            Some(b'>') => confirmation(frame).is_none(),
+            Some(b'*') if self.session.subscribed() && !self.session.resp3 => {
                 array_of(frame, &[b"message", b"pmessage", b"smessage"])
             }
-            Some(b'+') if self.monitoring => monitor_line(frame),
+            Some(b'+') if self.session.monitoring => monitor_line(frame),
             _ => false,
         }
     }
@@ -306,9 +523,76 @@ impl Protocol for Redis {
     }
 }
 
+impl Redis {
+    /// What `reply`, in the turn of a command that asked `asked`, says of it, and what it
+    /// says of the connection.
+    fn follow(&mut self, reply: &[u8], asked: Asked) -> ReplyKind {
+        let kind = plain_kind(reply);
+        let s = &mut self.session;
+        // Inside a transaction every command but its end is queued: `+QUEUED`, or an error
+        // after which `EXEC` aborts the whole transaction. A refusal there is reported, never
+        // written again: the block stands or falls whole, by `EXEC`'s answer.
+        if s.multi && !matches!(asked, Asked::Exec | Asked::Discard | Asked::Reset) {
+            return match kind {
+                ReplyKind::Done => ReplyKind::Done,
+                _ => ReplyKind::Error,
+            };
+        }
+        match asked {
+            Asked::PubSub { .. } | Asked::Plain if kind != ReplyKind::Done => kind,
+            Asked::PubSub { kind, sub, args } => self.confirmation(reply, kind, sub, args),
+            Asked::Plain if !s.resp3 && confirmation(reply).is_some() => ReplyKind::Unexpected,
+            Asked::Plain | Asked::Script => kind,
+            Asked::Hello => {
+                match reply.first() {
+                    Some(b'%') => s.resp3 = true,
+                    Some(b'*') => s.resp3 = false,
+                    _ => {}
+                }
+                kind
+            }
+            Asked::Reset if reply == b"+RESET\r\n" => {
+                *s = Session::default();
+                kind
+            }
+            Asked::Monitor if reply == b"+OK\r\n" => {
+                s.monitoring = true;
+                kind
+            }
+            // A refused `MULTI` is reported, not written again: the commands behind it,
+            // meant for the transaction, run on their own meanwhile.
+            Asked::Multi if kind == ReplyKind::Refused => ReplyKind::Error,
+            Asked::Multi if reply == b"+OK\r\n" => {
+                s.multi = true;
+                kind
+            }
+            // A refused `EXEC` leaves the transaction open: written again, it aborts it.
+            Asked::Exec | Asked::Discard if kind == ReplyKind::Refused => kind,
+            Asked::Exec | Asked::Discard => {
+                s.multi = false;
+                kind
+            }
+            Asked::Reset | Asked::Monitor | Asked::Multi => kind,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn cmd(args: &[&str]) -> Vec<u8> {
+        Resp::command(args)
+    }
+
+    /// A pub/sub confirmation, RESP2 (`*`) or RESP3 (`>`).
+    fn confirm(mark: char, kind: &str, channel: Option<&str>, count: i64) -> Vec<u8> {
+        let channel = match channel {
+            Some(c) => format!("${}\r\n{c}\r\n", c.len()),
+            None => "$-1\r\n".to_string(),
+        };
+        format!("{mark}3\r\n${}\r\n{kind}\r\n{channel}:{count}\r\n", kind.len()).into_bytes()
+    }
 
     #[test]
     fn without_opening_commands_the_link_is_ready_at_once() {
@@ -349,7 +633,8 @@ mod tests {
     #[test]
     fn pushes_are_the_servers_own_and_pong_is_known() {
         let r = Redis::new();
-        assert!(r.is_unsolicited(b">2\r\n$7\r\nmessage\r\n$1\r\nx\r\n"));
+        assert!(r.is_unsolicited(b">3\r\n$7\r\nmessage\r\n$1\r\nx\r\n$1\r\ny\r\n"));
+        assert!(!r.is_unsolicited(&confirm('>', "subscribe", Some("x"), 1)));
         assert!(!r.is_unsolicited(b"+OK\r\n"));
         assert!(r.is_pong(b"+PONG\r\n"));
         assert_eq!(r.answers(), Answers::EveryFrame);
@@ -357,61 +642,205 @@ mod tests {
     }
 
     #[test]
-    fn subscribe_takes_no_turn_in_resp3_and_one_per_channel_in_resp2() {
-        let mut r3 = Redis::new().open_with(["HELLO", "3"]);
-        r3.open();
-        let sub = Resp::command(["SUBSCRIBE", "a", "b"]);
-        assert_eq!(r3.replies(&sub), Replies::Pushed);
-        assert_eq!(r3.replies(&Resp::command(["GET", "k"])), Replies::One);
-        let mut r2 = Redis::new();
-        r2.open();
-        assert!(!r2.is_unsolicited(b"*3\r\n$7\r\nmessage\r\n$1\r\na\r\n$1\r\nx\r\n"));
-        assert_eq!(r2.replies(&sub), Replies::Many(2));
-        assert!(r2.is_unsolicited(b"*3\r\n$7\r\nmessage\r\n$1\r\na\r\n$1\r\nx\r\n"));
-        assert!(!r2.is_unsolicited(b"*3\r\n$9\r\nsubscribe\r\n$1\r\na\r\n:1\r\n"));
-        // An UNSUBSCRIBE of everything is answered once per channel held.
-        assert_eq!(
-            r2.replies(&Resp::command(["UNSUBSCRIBE"])),
-            Replies::Many(2)
-        );
-        assert_eq!(
-            r2.replies(&Resp::command(["UNSUBSCRIBE"])),
-            Replies::Many(1)
-        );
-        assert_eq!(
-            r2.replies(&Resp::command(["psubscribe", "p*"])),
-            Replies::Many(1)
-        );
-        // A new connection starts unsubscribed.
-        r2.open();
-        assert!(!r2.is_unsolicited(b"*3\r\n$7\r\nmessage\r\n$1\r\na\r\n$1\r\nx\r\n"));
+    fn a_subscribe_lasts_one_confirmation_per_name_in_resp2_and_resp3() {
+        for mark in ['*', '>'] {
+            let mut r = Redis::new();
+            r.open();
+            let asked = r.replies(&cmd(&["SUBSCRIBE", "a", "b"]));
+            let a = confirm(mark, "subscribe", Some("a"), 1);
+            let b = confirm(mark, "subscribe", Some("b"), 2);
+            assert_eq!(r.reply_kind(&a, asked), ReplyKind::More);
+            assert_eq!(r.reply_kind(&b, asked), ReplyKind::Done);
+            assert!(r.session.subscribed());
+        }
     }
 
     #[test]
-    fn hello_3_written_later_switches_to_pushes_and_reset_switches_back() {
+    fn a_bare_unsubscribe_lasts_one_confirmation_per_channel_held_when_it_runs() {
         let mut r = Redis::new();
         r.open();
-        let sub = Resp::command(["SUBSCRIBE", "a"]);
-        assert_eq!(r.replies(&Resp::command(["HELLO", "3"])), Replies::One);
-        assert_eq!(r.replies(&sub), Replies::Pushed);
-        assert_eq!(r.replies(&Resp::command(["RESET"])), Replies::One);
-        assert_eq!(r.replies(&sub), Replies::Many(1));
+        let sub = r.replies(&cmd(&["SUBSCRIBE", "c"]));
+        for _ in 0..2 {
+            // The second SUBSCRIBE of the same channel is confirmed too; one is held.
+            assert_eq!(
+                r.reply_kind(&confirm('*', "subscribe", Some("c"), 1), sub),
+                ReplyKind::Done
+            );
+        }
+        let psub = r.replies(&cmd(&["PSUBSCRIBE", "p*"]));
+        assert_eq!(
+            r.reply_kind(&confirm('*', "psubscribe", Some("p*"), 2), psub),
+            ReplyKind::Done
+        );
+        let unsub = r.replies(&cmd(&["UNSUBSCRIBE"]));
+        assert_eq!(
+            r.reply_kind(&confirm('*', "unsubscribe", Some("c"), 1), unsub),
+            ReplyKind::Done,
+            "one channel held: one answer, whatever the patterns"
+        );
+        // None held: one answer with a null channel.
+        assert_eq!(
+            r.reply_kind(&confirm('*', "unsubscribe", None, 1), unsub),
+            ReplyKind::Done
+        );
+        assert!(r.session.subscribed(), "the pattern is still held");
     }
 
     #[test]
-    fn monitor_lines_are_pushes_once_monitor_is_written() {
+    fn a_confirmation_of_another_kind_or_in_a_plain_turn_is_unexpected() {
+        let mut r = Redis::new();
+        r.open();
+        let sub = r.replies(&cmd(&["SUBSCRIBE", "a"]));
+        assert_eq!(
+            r.reply_kind(&confirm('*', "unsubscribe", Some("a"), 0), sub),
+            ReplyKind::Unexpected
+        );
+        assert_eq!(r.reply_kind(b"+OK\r\n", sub), ReplyKind::Unexpected);
+        let get = r.replies(&cmd(&["GET", "k"]));
+        assert_eq!(
+            r.reply_kind(&confirm('*', "subscribe", Some("a"), 1), get),
+            ReplyKind::Unexpected
+        );
+        // A script may answer anything.
+        let eval = r.replies(&cmd(&["EVAL", "return 1", "0"]));
+        assert_eq!(
+            r.reply_kind(&confirm('*', "subscribe", Some("a"), 1), eval),
+            ReplyKind::Done
+        );
+    }
+
+    #[test]
+    fn messages_are_pushes_only_while_redis_says_channels_are_held() {
+        let mut r = Redis::new();
+        r.open();
+        let message = b"*3\r\n$7\r\nmessage\r\n$1\r\na\r\n$1\r\nx\r\n";
+        assert!(!r.is_unsolicited(message));
+        let sub = r.replies(&cmd(&["SUBSCRIBE", "a"]));
+        assert!(!r.is_unsolicited(message), "written, not yet confirmed");
+        r.reply_kind(&confirm('*', "subscribe", Some("a"), 1), sub);
+        assert!(r.is_unsolicited(message));
+        let unsub = r.replies(&cmd(&["UNSUBSCRIBE", "a"]));
+        r.reply_kind(&confirm('*', "unsubscribe", Some("a"), 0), unsub);
+        assert!(!r.is_unsolicited(message), "an LRANGE may answer this");
+    }
+
+    #[test]
+    fn resp3_follows_hello_s_answer_and_reset_s() {
+        let mut r = Redis::new();
+        r.open();
+        let hello = r.replies(&cmd(&["HELLO", "3"]));
+        assert_eq!(
+            r.reply_kind(b"-NOPROTO unsupported protocol version\r\n", hello),
+            ReplyKind::Error
+        );
+        assert!(!r.session.resp3, "an error leaves the protocol as it was");
+        assert_eq!(
+            r.reply_kind(b"%1\r\n$6\r\nserver\r\n$5\r\nredis\r\n", hello),
+            ReplyKind::Done
+        );
+        assert!(r.session.resp3);
+        let reset = r.replies(&cmd(&["RESET"]));
+        assert_eq!(r.reply_kind(b"+RESET\r\n", reset), ReplyKind::Done);
+        assert!(!r.session.resp3);
+        // In the opening too.
+        let mut r = Redis::new().open_with(["HELLO", "3"]);
+        r.open();
+        assert_eq!(r.verdict(b"%1\r\n$6\r\nserver\r\n$5\r\nredis\r\n"), Verdict::Ready);
+        assert!(r.session.resp3);
+        r.open();
+        assert!(!r.session.resp3, "a new connection speaks RESP2 until told");
+    }
+
+    #[test]
+    fn monitor_lines_are_pushes_once_monitor_is_answered() {
         let mut r = Redis::new();
         r.open();
         let line = b"+1700000000.123456 [0 127.0.0.1:5000] \"GET\" \"k\"\r\n";
+        let monitor = r.replies(b"MONITOR\r\n");
         assert!(!r.is_unsolicited(line));
-        assert_eq!(r.replies(b"MONITOR\r\n"), Replies::One);
+        assert_eq!(r.reply_kind(b"+OK\r\n", monitor), ReplyKind::Done);
         assert!(r.is_unsolicited(line));
         assert!(!r.is_unsolicited(b"+OK\r\n"));
     }
 
     #[test]
-    fn transient_errors_are_refusals_and_others_errors() {
+    fn inside_a_transaction_a_refusal_is_reported_and_exec_ends_it() {
+        let mut r = Redis::new();
+        r.open();
+        let multi = r.replies(&cmd(&["MULTI"]));
+        let set = r.replies(&cmd(&["SET", "k", "v"]));
+        let sub = r.replies(&cmd(&["SUBSCRIBE", "a", "b"]));
+        let exec = r.replies(&cmd(&["EXEC"]));
+        assert_eq!(r.reply_kind(b"+OK\r\n", multi), ReplyKind::Done);
+        assert_eq!(
+            r.reply_kind(b"-BUSY Redis is busy running a script\r\n", set),
+            ReplyKind::Error
+        );
+        assert_eq!(r.reply_kind(b"+QUEUED\r\n", sub), ReplyKind::Done);
+        assert_eq!(
+            r.reply_kind(b"-EXECABORT Transaction discarded\r\n", exec),
+            ReplyKind::Error
+        );
+        assert!(!r.session.multi);
+        assert_eq!(
+            r.reply_kind(b"-BUSY Redis is busy running a script\r\n", set),
+            ReplyKind::Refused
+        );
+        // A refused MULTI is reported, not written again behind the commands meant for it.
+        assert_eq!(
+            r.reply_kind(b"-LOADING Redis is loading\r\n", multi),
+            ReplyKind::Error
+        );
+    }
+
+    #[test]
+    fn blocking_commands_say_how_long_redis_may_hold_their_answer() {
         let r = Redis::new();
+        let held = |args: &[&str]| r.replies(&cmd(args));
+        assert_eq!(held(&["BLPOP", "k", "5"]), Replies::Held(Duration::from_secs(5)));
+        assert_eq!(held(&["BLPOP", "k", "0"]), Replies::Held(Duration::MAX));
+        assert_eq!(
+            held(&["BRPOP", "a", "b", "0.5"]),
+            Replies::Held(Duration::from_millis(500))
+        );
+        assert_eq!(
+            held(&["BLMPOP", "2", "2", "a", "b", "LEFT"]),
+            Replies::Held(Duration::from_secs(2))
+        );
+        assert_eq!(
+            held(&["XREAD", "BLOCK", "1500", "STREAMS", "s", "$"]),
+            Replies::Held(Duration::from_millis(1500))
+        );
+        assert_eq!(held(&["XREAD", "STREAMS", "s", "0"]), Replies::One);
+        assert_eq!(held(&["WAIT", "1", "0"]), Replies::Held(Duration::MAX));
+        assert_eq!(
+            held(&["WAITAOF", "1", "0", "100"]),
+            Replies::Held(Duration::from_millis(100))
+        );
+        assert_eq!(held(&["GET", "k"]), Replies::One);
+    }
+
+    #[test]
+    fn commands_whose_answers_cannot_be_followed_are_refused_at_the_call() {
+        let framing = Redis::new().framing().expect("a framing").0;
+        for refused in [
+            cmd(&["CLIENT", "REPLY", "OFF"]),
+            cmd(&["client", "reply", "skip"]),
+            cmd(&["QUIT"]),
+        ] {
+            assert!(matches!(
+                framing.check(&refused),
+                Err(EncodeError::Unsupported(_))
+            ));
+        }
+        assert_eq!(framing.check(&cmd(&["CLIENT", "REPLY", "ON"])), Ok(()));
+        assert_eq!(framing.check(&cmd(&["GET", "k"])), Ok(()));
+    }
+
+    #[test]
+    fn transient_errors_are_refusals_and_others_errors() {
+        let mut r = Redis::new();
+        r.open();
         for refusal in [
             &b"-LOADING Redis is loading the dataset in memory\r\n"[..],
             b"-BUSY Redis is busy running a script\r\n",
@@ -419,13 +848,14 @@ mod tests {
             b"-MASTERDOWN Link with MASTER is down\r\n",
             b"-CLUSTERDOWN The cluster is down\r\n",
         ] {
-            assert_eq!(r.reply_kind(refusal), ReplyKind::Refused);
+            assert_eq!(r.reply_kind(refusal, Replies::One), ReplyKind::Refused);
         }
-        assert_eq!(r.reply_kind(b"-ERR unknown command\r\n"), ReplyKind::Error);
-        assert_eq!(r.reply_kind(b"-WRONGTYPE Operation\r\n"), ReplyKind::Error);
-        assert_eq!(r.reply_kind(b"!3\r\nERR\r\n"), ReplyKind::Error);
-        assert_eq!(r.reply_kind(b"+OK\r\n"), ReplyKind::Done);
-        assert_eq!(r.reply_kind(b"$1\r\n-\r\n"), ReplyKind::Done);
+        let kind = |r: &mut Redis, reply: &[u8]| r.reply_kind(reply, Replies::One);
+        assert_eq!(kind(&mut r, b"-ERR unknown command\r\n"), ReplyKind::Error);
+        assert_eq!(kind(&mut r, b"-WRONGTYPE Operation\r\n"), ReplyKind::Error);
+        assert_eq!(kind(&mut r, b"!3\r\nERR\r\n"), ReplyKind::Error);
+        assert_eq!(kind(&mut r, b"+OK\r\n"), ReplyKind::Done);
+        assert_eq!(kind(&mut r, b"$1\r\n-\r\n"), ReplyKind::Done);
     }
 
     #[test]

@@ -142,6 +142,10 @@ pub(super) struct Window {
     /// The number of the oldest waiting frame: frames are numbered as they are written, from
     /// 0, across connections.
     first: u64,
+    /// The frames the peer refused, by number, oldest first, with their lengths: taken back
+    /// already (written again or reported), they keep their place until the frames around
+    /// them are confirmed, and are never counted as confirmed themselves.
+    refused: VecDeque<(u64, usize)>,
 }
 
 impl Window {
@@ -158,6 +162,7 @@ impl Window {
             poll_every: POLL_FIRST,
             blind: false,
             first: 0,
+            refused: VecDeque::new(),
         }
     }
 
@@ -171,13 +176,13 @@ impl Window {
         self.first = first;
     }
 
-    /// Frames waiting for confirmation.
+    /// Frames waiting for confirmation (the refused ones, taken back, are not).
     pub(super) fn len(&self) -> usize {
-        self.marks.len()
+        self.marks.len() - self.refused.len()
     }
 
     pub(super) fn is_empty(&self) -> bool {
-        self.marks.is_empty()
+        self.len() == 0
     }
 
     /// Bytes written and not yet acknowledged.
@@ -208,7 +213,7 @@ impl Window {
     /// `len` bytes were written at `now`.
     pub(super) fn wrote(&mut self, now: Instant, len: usize) {
         self.written += len as u64;
-        if !self.marks.is_empty() {
+        if !self.is_empty() {
             self.poll_every = POLL_FIRST;
             self.poll_at = Some(now + POLL_FIRST);
         }
@@ -255,6 +260,23 @@ impl Window {
         Some((mark, start))
     }
 
+    /// Removes the oldest `k` waiting frames and gives how many of them were confirmed and the
+    /// bytes those held (the refused ones among them were taken back already).
+    fn confirm_oldest(&mut self, k: usize) -> (usize, usize) {
+        let last = self.first + k as u64;
+        let bytes = self.pop_many(k);
+        let (mut n, mut len) = (k, bytes);
+        while let Some(&(number, l)) = self.refused.front() {
+            if number >= last {
+                break;
+            }
+            self.refused.pop_front();
+            n -= 1;
+            len -= l;
+        }
+        (n, len)
+    }
+
     /// Removes the oldest `k` waiting frames, a run at a time; gives how many bytes they held.
     fn pop_many(&mut self, k: usize) -> usize {
         let (mut left, mut at, mut bytes) = (k, 0, 0);
@@ -298,7 +320,7 @@ impl Window {
         // new once doubled the interval, and a window that held frames back then slept up
         // to `POLL_MAX` before its next reading: rounds of a batch sender fell from 46 to
         // 5 M/s.)
-        if moved || self.marks.is_empty() || self.reading_due(now) {
+        if moved || self.is_empty() || self.reading_due(now) {
             self.reschedule(now, moved);
         }
         true
@@ -309,7 +331,7 @@ impl Window {
     fn confirm_through(&mut self, end: u64, confirmed: impl FnOnce(usize, usize)) {
         let k = self.marks.partition_point(|m| m.end <= end);
         if k > 0 {
-            let len = self.pop_many(k);
+            let (k, len) = self.confirm_oldest(k);
             confirmed(k, len);
         }
     }
@@ -326,10 +348,10 @@ impl Window {
         self.read = self.read.max(end);
         let k = upto.saturating_sub(self.first).min(self.marks.len() as u64) as usize;
         if k > 0 {
-            let len = self.pop_many(k);
+            let (k, len) = self.confirm_oldest(k);
             confirmed(k, len);
         }
-        if self.marks.is_empty() {
+        if self.is_empty() {
             self.poll_at = None;
             self.poll_every = POLL_FIRST;
         }
@@ -394,7 +416,7 @@ impl Window {
     /// The next reading: none while nothing waits, soon after progress, later and later
     /// while nothing moves.
     fn reschedule(&mut self, now: Instant, moved: bool) {
-        if self.marks.is_empty() {
+        if self.is_empty() {
             self.poll_at = None;
             self.poll_every = POLL_FIRST;
             return;
@@ -418,7 +440,7 @@ impl Window {
             return;
         }
         let k = self.marks.len();
-        let len = self.pop_many(k);
+        let (k, len) = self.confirm_oldest(k);
         confirmed(k, len);
     }
 
@@ -429,13 +451,46 @@ impl Window {
         let mut out = Vec::with_capacity(self.marks.len());
         while let Some(run) = self.runs.front() {
             let (data, deadline) = (run.data.clone(), run.deadline);
+            let number = self.first;
             let (mark, start) = self.pop().expect("a run has a frame");
+            if self.refused.front().is_some_and(|&(n, _)| n == number) {
+                self.refused.pop_front();
+                continue;
+            }
             out.push(Unconfirmed {
                 frame: data.slice(start..mark.at),
                 deadline,
             });
         }
+        self.refused.clear();
         out
+    }
+
+    /// The peer refused the frame numbered `number`: it is taken back (to be written again or
+    /// reported) and gives way to the frames after it, which are answered on their own. Gives
+    /// the frame and its deadline, unless it no longer waits or was refused already.
+    pub(super) fn refuse(&mut self, number: u64) -> Option<Unconfirmed> {
+        if self.refused.iter().any(|&(n, _)| n == number) {
+            return None;
+        }
+        let frame = self.frame(number)?;
+        let i = (number - self.first) as usize;
+        let mut left = i;
+        let mut deadline = None;
+        for run in &self.runs {
+            if left < run.left {
+                deadline = run.deadline;
+                break;
+            }
+            left -= run.left;
+        }
+        let at = self.refused.partition_point(|&(n, _)| n < number);
+        self.refused.insert(at, (number, frame.len()));
+        if self.is_empty() {
+            self.poll_at = None;
+            self.poll_every = POLL_FIRST;
+        }
+        Some(Unconfirmed { frame, deadline })
     }
 }
 

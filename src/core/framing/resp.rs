@@ -45,11 +45,13 @@ use crate::error::ConfigError;
 /// assert_eq!(resp.decode(&mut src)?, None); // "$3\r\nab" waits for its last byte
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct Resp {
     max_frame: usize,
     max_depth: usize,
     scanner: Scanner,
+    /// The protocol's check of a command at the call, beside the framing's own.
+    commands: Option<fn(&[u8]) -> Result<(), EncodeError>>,
 }
 
 /// Where the decoding of the value at the front of the buffer stopped.
@@ -62,6 +64,21 @@ struct Scanner {
     /// Elements still expected by each open array, outermost first.
     open: Vec<u64>,
 }
+
+impl PartialEq for Resp {
+    fn eq(&self, other: &Resp) -> bool {
+        // The protocol's check is known by whether there is one.
+        (self.max_frame, self.max_depth, &self.scanner, self.commands.is_some())
+            == (
+                other.max_frame,
+                other.max_depth,
+                &other.scanner,
+                other.commands.is_some(),
+            )
+    }
+}
+
+impl Eq for Resp {}
 
 impl Default for Resp {
     fn default() -> Self {
@@ -79,6 +96,16 @@ impl Resp {
             max_frame: DEFAULT_MAX_FRAME,
             max_depth: Resp::DEFAULT_MAX_DEPTH,
             scanner: Scanner::default(),
+            commands: None,
+        }
+    }
+
+    /// RESP whose check at the call also asks `commands` (a protocol's refusal of commands it
+    /// cannot follow).
+    pub(crate) fn checking(commands: fn(&[u8]) -> Result<(), EncodeError>) -> Resp {
+        Resp {
+            commands: Some(commands),
+            ..Resp::new()
         }
     }
 
@@ -159,6 +186,7 @@ impl RespBuilder {
             max_frame: self.max_frame,
             max_depth: self.max_depth,
             scanner: Scanner::default(),
+            commands: None,
         })
     }
 }
@@ -388,30 +416,9 @@ impl Scanner {
     }
 }
 
-impl Framing for Resp {
-    fn encode(&mut self, frame: &[u8], dst: &mut Vec<u8>) -> Result<(), EncodeError> {
-        self.check(frame)?;
-        if frame.first() == Some(&b'*') {
-            dst.extend_from_slice(frame);
-        } else {
-            write_array(words(frame), words(frame).count(), dst);
-        }
-        Ok(())
-    }
-
-    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Bytes>, DecodeError> {
-        let result = self.scanner.scan(src, self.max_frame, self.max_depth);
-        match result {
-            Ok(Some(end)) => Ok(Some(src.split_to(end).freeze())),
-            Ok(None) => Ok(None),
-            Err(e) => {
-                self.scanner = Scanner::default();
-                Err(e)
-            }
-        }
-    }
-
-    fn check(&self, frame: &[u8]) -> Result<(), EncodeError> {
+impl Resp {
+    /// The framing's own check: one complete array, or an inline command, within the limits.
+    fn check_form(&self, frame: &[u8]) -> Result<(), EncodeError> {
         if frame.first() == Some(&b'*') {
             if frame.len() > self.max_frame {
                 return Err(EncodeError::TooLarge {
@@ -439,6 +446,39 @@ impl Framing for Resp {
             });
         }
         Ok(())
+    }
+
+}
+
+impl Framing for Resp {
+    fn encode(&mut self, frame: &[u8], dst: &mut Vec<u8>) -> Result<(), EncodeError> {
+        self.check(frame)?;
+        if frame.first() == Some(&b'*') {
+            dst.extend_from_slice(frame);
+        } else {
+            write_array(words(frame), words(frame).count(), dst);
+        }
+        Ok(())
+    }
+
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Bytes>, DecodeError> {
+        let result = self.scanner.scan(src, self.max_frame, self.max_depth);
+        match result {
+            Ok(Some(end)) => Ok(Some(src.split_to(end).freeze())),
+            Ok(None) => Ok(None),
+            Err(e) => {
+                self.scanner = Scanner::default();
+                Err(e)
+            }
+        }
+    }
+
+    fn check(&self, frame: &[u8]) -> Result<(), EncodeError> {
+        self.check_form(frame)?;
+        match self.commands {
+            Some(commands) => commands(frame),
+            None => Ok(()),
+        }
     }
 
     fn reset(&mut self) {

@@ -25,6 +25,7 @@ use crate::core::confirm::{Answers, Control, Turn, Turns};
 use crate::core::framing::BoxedFraming;
 use crate::core::guard::{timed, Panicked, Stopwatch};
 use crate::core::heartbeat::{Heartbeat, HeartbeatState};
+use crate::core::protocol::Replies;
 use crate::core::tls::{TlsSession, RECORD_PLAINTEXT};
 use crate::error::{Callback, TlsError};
 
@@ -51,15 +52,17 @@ pub(super) struct Connection {
     /// What was written and waits for the peer's answer, in the order it answers
     /// (`Answers::EveryFrame` or `Pings`).
     pub(super) turns: Turns,
-    /// The turns of the last `poll_transmit`, each with where it ends in its plaintext batch.
-    pub(super) pending_turns: Vec<(Turn, usize)>,
+    /// The turns of the last `poll_transmit`, each with what the protocol said of its answers
+    /// and where it ends in its plaintext batch.
+    pub(super) pending_turns: Vec<(Turn, Replies, usize)>,
     /// Since when frames written have had no ping written after them (`Confirm::reply` under
     /// `Answers::Pings`: a barrier is due once this is old enough).
     pub(super) uncovered_since: Option<Instant>,
     /// Where each frame of the last `poll_transmit` ends in its plaintext batch.
     pub(super) pending_ends: Vec<usize>,
-    /// How many answers each frame of the last `poll_transmit` gets, when the protocol says.
-    pub(super) pending_counts: Vec<u32>,
+    /// What the protocol says of the answers of each frame of the last `poll_transmit`, when
+    /// the peer answers every frame.
+    pub(super) pending_replies: Vec<Replies>,
     /// The pause before the opening is written again after the peer said "not yet"
     /// (`Verdict::Retry`); zero until it first did.
     pub(super) reopen_pause: Duration,
@@ -137,7 +140,7 @@ impl Connection {
                 .then(|| kind.turn(answers == Answers::EveryFrame))
                 .flatten();
             if let Some(turn) = turn {
-                self.pending_turns.push((turn, buf.len()));
+                self.pending_turns.push((turn, Replies::One, buf.len()));
             }
             self.in_flight_control.push((kind, c));
         }
@@ -177,10 +180,13 @@ impl Connection {
         newest: u64,
     ) {
         let mut pending = std::mem::take(&mut self.pending_turns);
-        for &(turn, e) in &pending {
+        for &(turn, asked, e) in &pending {
             let end = self.readable_end(e);
             let upto = number + self.pending_ends.partition_point(|&f| f <= e) as u64;
-            self.turns.push(turn, base + end as u64, upto);
+            self.turns.push(turn, base + end as u64, upto, asked);
+            if let (Replies::Held(d), Some(hb)) = (asked, self.heartbeat.as_mut()) {
+                hb.hold(now.checked_add(d));
+            }
         }
         pending.clear();
         self.pending_turns = pending;

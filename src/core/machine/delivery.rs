@@ -15,6 +15,7 @@ use crate::core::counters::Counters;
 use crate::core::framing::BoxedFraming;
 use crate::core::guard::{guarded, Panicked};
 use crate::core::outbox::{Outbox, Written};
+use crate::core::protocol::Replies;
 use crate::core::requests::{RequestWindow, Token};
 use crate::core::settings::Settings;
 use crate::core::window::{Losses, Redelivery, Window};
@@ -231,7 +232,8 @@ impl Backlog {
         framing: &mut BoxedFraming,
         limit: usize,
         buf: &mut Vec<u8>,
-        mut turns: Option<&mut Vec<(Turn, usize)>>,
+        mut turns: Option<&mut Vec<(Turn, Replies, usize)>>,
+        asked: impl Fn(&[u8]) -> Replies,
     ) -> Result<(), Panicked> {
         while let Some(frame) = self.requests.next_unsent() {
             if !buf.is_empty() && buf.len().saturating_add(frame.len()) > limit {
@@ -240,10 +242,11 @@ impl Backlog {
             let mark = buf.len();
             match guarded(Callback::Encode, || framing.encode(frame, buf))? {
                 Ok(()) => {
-                    self.requests.advance();
                     if let Some(turns) = turns.as_deref_mut() {
-                        turns.push((Turn::Request, buf.len()));
+                        let asked = guarded(Callback::Protocol, || asked(frame))?;
+                        turns.push((Turn::Request, asked, buf.len()));
                     }
+                    self.requests.advance();
                 }
                 Err(e) => {
                     buf.truncate(mark);

@@ -32,22 +32,18 @@ pub(super) struct Bounds {
     pub(super) unacked: u64,
 }
 
-/// Where the frames of a batch end, and (`replies`: when the peer answers every frame) how
-/// many answers each gets, by the protocol's [`Replies`].
+/// Where the frames of a batch end, and (`replies`: when the peer answers every frame) what
+/// the protocol says of each one's answers, asked as it is written.
 pub(super) struct Ends<'a> {
     pub(super) ends: &'a mut Vec<usize>,
-    pub(super) replies: Option<(&'a mut BoxedProtocol, &'a mut Vec<u32>)>,
+    pub(super) replies: Option<(&'a BoxedProtocol, &'a mut Vec<Replies>)>,
 }
 
 impl Ends<'_> {
     fn push(&mut self, end: usize, frame: &[u8]) {
         self.ends.push(end);
-        if let Some((protocol, counts)) = &mut self.replies {
-            counts.push(match protocol.replies(frame) {
-                Replies::One => 1,
-                Replies::Many(n) => n,
-                Replies::Pushed => 0,
-            });
+        if let Some((protocol, replies)) = &mut self.replies {
+            replies.push(protocol.replies(frame));
         }
     }
 }

@@ -100,53 +100,82 @@ fn resp2_a_subscribe_takes_one_turn_per_channel_and_messages_are_pushes() {
 }
 
 #[test]
-fn a_request_answered_by_pushes_is_refused_at_the_call() {
-    let mut s = resp3();
-    s.request_cmd(1, &["SUBSCRIBE", "ch"]);
-    assert!(matches!(s.reply_to(1), Some(Err(RequestError::NoReply(_)))));
-    let mut s2 = Sim::ready(redis(Redis::new()));
-    s2.request_cmd(1, &["SUBSCRIBE", "a", "b"]);
-    assert!(matches!(
-        s2.reply_to(1),
-        Some(Err(RequestError::NoReply(_)))
-    ));
-    s2.request_cmd(2, &["GET", "k"]);
-    s2.transmit();
-    assert_eq!(s2.written, cmd(&["GET", "k"]));
+fn a_request_of_a_subscribe_gets_its_first_confirmation_and_the_others_are_frames() {
+    let mut s = Sim::ready(redis(Redis::new()));
+    s.request_cmd(1, &["SUBSCRIBE", "a", "b"]);
+    s.request_cmd(2, &["GET", "k"]);
+    s.transmit();
+    s.data(b"*3\r\n$9\r\nsubscribe\r\n$1\r\na\r\n:1\r\n");
+    s.data(b"*3\r\n$9\r\nsubscribe\r\n$1\r\nb\r\n:2\r\n");
+    s.data(b"-ERR Can't execute 'get'\r\n");
+    assert_eq!(
+        s.reply_to(1),
+        Some(&Ok(Bytes::from_static(
+            b"*3\r\n$9\r\nsubscribe\r\n$1\r\na\r\n:1\r\n"
+        )))
+    );
+    assert_eq!(
+        s.reply_to(2),
+        Some(&Ok(Bytes::from_static(b"-ERR Can't execute 'get'\r\n")))
+    );
+    assert_eq!(s.frames().len(), 1, "the second confirmation");
 }
 
 #[test]
-fn a_refused_frame_is_not_confirmed_and_is_written_again_after_a_pause_with_those_behind_it() {
+fn an_answer_that_cannot_be_its_turns_closes_the_connection_and_is_nobodys_reply() {
     let mut s = Sim::ready(redis(Redis::new()));
-    for k in ["a", "b", "c"] {
+    s.request_cmd(1, &["GET", "k"]);
+    s.transmit();
+    s.data(b"*3\r\n$9\r\nsubscribe\r\n$1\r\na\r\n:1\r\n");
+    assert_ne!(s.m.state(), Ready);
+    assert!(!matches!(s.reply_to(1), Some(Ok(_))));
+    assert_eq!(s.metrics().replies_unexpected, 1);
+}
+
+#[test]
+fn a_blocking_command_holds_off_the_heartbeats_verdict_until_its_own_timeout() {
+    let hb = crate::Heartbeat::every(SEC).max_missed(2);
+    let mut s = Sim::ready(redis(Redis::new()).heartbeat(hb));
+    s.submit(&cmd(&["BLPOP", "k", "5"]));
+    s.transmit();
+    // Silent for 7 s: the hold (5 s) and less than the bound after it.
+    s.advance(7 * SEC);
+    assert_eq!(s.m.state(), Ready, "the peer holds its answer on purpose");
+    s.data(b"*-1\r\n");
+    assert_eq!(s.m.state(), Ready);
+    // Without a hold, silence ends the link within the bound.
+    s.advance(4 * SEC);
+    assert_ne!(s.m.state(), Ready);
+}
+
+#[test]
+fn a_refused_frame_alone_is_taken_back_and_written_again_after_a_pause() {
+    let mut s = Sim::ready(redis(Redis::new()));
+    for k in ["a", "b", "c", "d"] {
         s.submit(&cmd(&["SET", k, "1"]));
     }
     s.transmit();
     s.written.clear();
-    s.data(b"+OK\r\n-LOADING Redis is loading the dataset in memory\r\n+OK\r\n");
+    s.data(b"+OK\r\n-LOADING Redis is loading the dataset in memory\r\n+OK\r\n-BUSY busy\r\n");
     let m = s.metrics();
-    assert_eq!(m.frames_confirmed, 1, "only the first ran");
-    assert_eq!(m.frames_refused, 1);
-    assert_eq!(
-        m.replies_dropped, 1,
-        "c was taken back: its answer is dropped"
-    );
-    assert_eq!(
-        s.frames(),
-        [b"+OK\r\n".to_vec()],
-        "a's answer; b's and c's do not reach the application"
-    );
+    assert_eq!(m.frames_confirmed, 2, "a and c ran");
+    assert_eq!(m.frames_refused, 2);
+    assert_eq!(m.replies_dropped, 0);
+    assert_eq!(s.frames(), [b"+OK\r\n".to_vec(), b"+OK\r\n".to_vec()]);
     // Nothing is written during the pause.
     s.transmit();
     assert!(s.written.is_empty());
+    s.submit(&cmd(&["SET", "e", "1"]));
     assert_eq!(s.next_timer(), Duration::from_millis(10));
     s.transmit();
+    // The refused frames in their order, ahead of the frame queued after them.
     let mut again = cmd(&["SET", "b", "1"]);
-    again.extend(cmd(&["SET", "c", "1"]));
+    again.extend(cmd(&["SET", "d", "1"]));
+    again.extend(cmd(&["SET", "e", "1"]));
     assert_eq!(s.written, again);
-    s.data(b"+OK\r\n+OK\r\n");
+    s.data(b"+OK\r\n+OK\r\n+OK\r\n");
     let m = s.metrics();
-    assert_eq!(m.frames_confirmed, 3);
+    assert_eq!(m.frames_confirmed, 5);
     assert_eq!(m.frames_resent, 2);
     assert_eq!(m.frames_unconfirmed, 0);
     assert_eq!(m.abandoned.total(), 0);
@@ -176,7 +205,7 @@ fn refusals_in_a_row_double_the_pause_and_an_answer_resets_it() {
 }
 
 #[test]
-fn under_report_a_refused_frame_comes_back_with_its_reply_and_those_behind_it_unconfirmed() {
+fn under_report_a_refused_frame_comes_back_with_its_reply_and_those_behind_it_are_answered() {
     let mut s = Sim::ready(redis(Redis::new()).delivery(|d| d.redelivery = Redelivery::Report));
     for k in ["a", "b"] {
         s.submit(&cmd(&["SET", k, "1"]));
@@ -189,13 +218,11 @@ fn under_report_a_refused_frame_comes_back_with_its_reply_and_those_behind_it_un
     );
     assert_eq!(
         s.abandoned(),
-        [
-            (cmd(&["SET", "a", "1"]), AbandonReason::Refused),
-            (cmd(&["SET", "b", "1"]), AbandonReason::Unconfirmed)
-        ]
+        [(cmd(&["SET", "a", "1"]), AbandonReason::Refused)]
     );
     let m = s.metrics();
     assert_eq!(m.abandoned.refused, 1);
+    assert_eq!(m.frames_confirmed, 1, "b ran");
     assert_eq!(m.frames_submitted, m.frames_confirmed + m.abandoned.total());
 }
 
