@@ -457,6 +457,29 @@ impl Builder {
         self
     }
 
+    /// No application heartbeat, not even the one a [`protocol`](Builder::protocol) brings
+    /// (redis' `PING` every second): a silent peer is then found by the kernel backstops alone
+    /// ([`SocketOptions`](crate::config::SocketOptions)' keepalive and `TCP_USER_TIMEOUT`).
+    ///
+    /// # Examples
+    /// ```
+    /// use std::time::Duration;
+    /// use relink::protocol::Redis;
+    /// use relink::Link;
+    ///
+    /// let link = Link::builder("127.0.0.1:6379")
+    ///     .protocol(Redis::new())
+    ///     .without_heartbeat()
+    ///     .build()?;
+    /// # link.close(Duration::ZERO);
+    /// # Ok::<(), relink::error::ConfigError>(())
+    /// ```
+    pub fn without_heartbeat(mut self) -> Builder {
+        self.config.core.heartbeat = None;
+        self.said.heartbeat = true;
+        self
+    }
+
     /// Keeps every frame admitted by `send` in a [`Spool`](crate::Spool) on disk until it is
     /// confirmed (or abandoned and reported), and sends what a spool holds first at the next
     /// start. Defaults to none (the outbox lives in memory only).

@@ -6,10 +6,10 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use super::confirm::{Answers, Confirm};
-use super::framing::{AnyFraming, Resp};
+use super::framing::{AnyFraming, Resp, RespValue};
 use super::heartbeat::Heartbeat;
-use crate::error::EncodeError;
 use super::protocol::{Opening, Protocol, Replies, ReplyKind, Verdict};
+use crate::error::EncodeError;
 
 /// redis (RESP 2 or 3), bringing its framing ([`Resp`]), its heartbeat (`PING` every second)
 /// and confirmation by reply ([`Confirm::reply`]) unless the builder is given its own: every
@@ -79,6 +79,23 @@ struct Session {
     monitoring: bool,
     /// Answers come in the turn of a command whose answers are followed.
     seen: u32,
+    /// What the commands queued in the transaction asked, in order: `EXEC`'s answer holds
+    /// theirs.
+    queued: Vec<Asked>,
+    /// `EXEC`'s answer is being read: the queued commands whose answers are still to come
+    /// (a pub/sub command queued in a transaction answers inside `EXEC`'s array, and its
+    /// confirmations past the array's count follow it as answers of their own).
+    exec: Option<Exec>,
+}
+
+/// The answers of a transaction's commands, read off `EXEC`'s answer.
+#[derive(Clone, Debug, Default)]
+struct Exec {
+    queue: std::collections::VecDeque<Asked>,
+    /// Answers of the first queued command read so far.
+    seen: u32,
+    /// `EXEC`'s own array was read.
+    started: bool,
 }
 
 impl Session {
@@ -123,7 +140,11 @@ enum Asked {
     Script,
     /// `(P|S)SUBSCRIBE` (`sub`) or `(P|S)UNSUBSCRIBE` of kind `kind` with `args` names: one
     /// confirmation per name, or (a bare unsubscribe) one per name held.
-    PubSub { kind: u8, sub: bool, args: u32 },
+    PubSub {
+        kind: u8,
+        sub: bool,
+        args: u32,
+    },
 }
 
 impl Asked {
@@ -288,6 +309,27 @@ fn confirmation(reply: &[u8]) -> Option<(&[u8], Option<&[u8]>)> {
         .then_some((kind, channel))
 }
 
+/// The name (none for a null) of a pub/sub confirmation read as a value.
+fn value_confirmation(value: &RespValue) -> Option<Option<Vec<u8>>> {
+    let (RespValue::Array(v) | RespValue::Push(v)) = value else {
+        return None;
+    };
+    let [RespValue::Bulk(kind), channel, RespValue::Integer(_)] = &v[..] else {
+        return None;
+    };
+    if !PUBSUB
+        .iter()
+        .any(|(s, u)| kind.eq_ignore_ascii_case(s) || kind.eq_ignore_ascii_case(u))
+    {
+        return None;
+    }
+    match channel {
+        RespValue::Bulk(c) => Some(Some(c.clone())),
+        RespValue::Null => Some(None),
+        _ => None,
+    }
+}
+
 /// A redis command as written: its name and arguments.
 struct Command<'a> {
     parts: Vec<&'a [u8]>,
@@ -369,7 +411,10 @@ impl<'a> Command<'a> {
             return millis(self.arg(3));
         }
         if self.is(b"XREAD") || self.is(b"XREADGROUP") {
-            let at = self.parts.iter().position(|p| p.eq_ignore_ascii_case(b"BLOCK"))?;
+            let at = self
+                .parts
+                .iter()
+                .position(|p| p.eq_ignore_ascii_case(b"BLOCK"))?;
             return millis(self.arg(at + 1));
         }
         None
@@ -412,7 +457,9 @@ fn followable(frame: &[u8]) -> Result<(), EncodeError> {
         return Ok(());
     };
     if command.is(b"CLIENT")
-        && command.arg(1).is_some_and(|a| a.eq_ignore_ascii_case(b"REPLY"))
+        && command
+            .arg(1)
+            .is_some_and(|a| a.eq_ignore_ascii_case(b"REPLY"))
         && command
             .arg(2)
             .is_some_and(|a| a.eq_ignore_ascii_case(b"OFF") || a.eq_ignore_ascii_case(b"SKIP"))
@@ -524,6 +571,85 @@ impl Protocol for Redis {
 }
 
 impl Redis {
+    /// An answer in `EXEC`'s turn while its transaction's answers are read: `EXEC`'s array
+    /// (each element a queued command's answer, in order), or a confirmation past the array's
+    /// count. The names held and the protocol follow them; the turn lasts until every queued
+    /// command has its answers.
+    fn exec_answer(&mut self, reply: &[u8]) -> ReplyKind {
+        let Ok(value) = RespValue::parse(reply) else {
+            return ReplyKind::Unexpected;
+        };
+        let first = self
+            .session
+            .exec
+            .as_mut()
+            .is_some_and(|e| !std::mem::replace(&mut e.started, true));
+        match value {
+            RespValue::Array(elements) if first => {
+                for e in &elements {
+                    self.exec_step(e);
+                }
+            }
+            // EXEC answered null (a watched key changed) or an error: nothing ran.
+            RespValue::Null | RespValue::Error(_) if first => {
+                self.session.exec = None;
+                return plain_kind(reply);
+            }
+            other => self.exec_step(&other),
+        }
+        match &self.session.exec {
+            Some(e) if !e.queue.is_empty() => ReplyKind::More,
+            _ => {
+                self.session.exec = None;
+                ReplyKind::Done
+            }
+        }
+    }
+
+    /// One answer of the transaction's next command, from `EXEC`'s answer.
+    fn exec_step(&mut self, value: &RespValue) {
+        let s = &mut self.session;
+        let Some(exec) = s.exec.as_mut() else {
+            return;
+        };
+        let Some(&front) = exec.queue.front() else {
+            return;
+        };
+        let done = match front {
+            Asked::PubSub { kind, sub, args } => match value_confirmation(value) {
+                Some(channel) => {
+                    let held = &mut s.held[usize::from(kind)];
+                    if let Some(channel) = &channel {
+                        if sub {
+                            held.insert(channel.clone());
+                        } else {
+                            held.remove(channel);
+                        }
+                    }
+                    exec.seen += 1;
+                    match args {
+                        0 => channel.is_none() || held.is_empty(),
+                        n => exec.seen >= n,
+                    }
+                }
+                None => true,
+            },
+            Asked::Hello => {
+                match value {
+                    RespValue::Map(_) => s.resp3 = true,
+                    RespValue::Array(_) => s.resp3 = false,
+                    _ => {}
+                }
+                true
+            }
+            _ => true,
+        };
+        if done {
+            exec.queue.pop_front();
+            exec.seen = 0;
+        }
+    }
+
     /// What `reply`, in the turn of a command that asked `asked`, says of it, and what it
     /// says of the connection.
     fn follow(&mut self, reply: &[u8], asked: Asked) -> ReplyKind {
@@ -534,9 +660,15 @@ impl Redis {
         // written again: the block stands or falls whole, by `EXEC`'s answer.
         if s.multi && !matches!(asked, Asked::Exec | Asked::Discard | Asked::Reset) {
             return match kind {
-                ReplyKind::Done => ReplyKind::Done,
+                ReplyKind::Done => {
+                    s.queued.push(asked);
+                    ReplyKind::Done
+                }
                 _ => ReplyKind::Error,
             };
+        }
+        if asked == Asked::Exec && s.exec.is_some() {
+            return self.exec_answer(reply);
         }
         match asked {
             Asked::PubSub { .. } | Asked::Plain if kind != ReplyKind::Done => kind,
@@ -568,8 +700,24 @@ impl Redis {
             }
             // A refused `EXEC` leaves the transaction open: written again, it aborts it.
             Asked::Exec | Asked::Discard if kind == ReplyKind::Refused => kind,
+            Asked::Exec if kind == ReplyKind::Done && s.multi => {
+                s.multi = false;
+                let queue = std::mem::take(&mut s.queued);
+                if !queue
+                    .iter()
+                    .any(|a| matches!(a, Asked::PubSub { .. } | Asked::Hello))
+                {
+                    return kind;
+                }
+                s.exec = Some(Exec {
+                    queue: queue.into(),
+                    ..Exec::default()
+                });
+                self.exec_answer(reply)
+            }
             Asked::Exec | Asked::Discard => {
                 s.multi = false;
+                s.queued.clear();
                 kind
             }
             Asked::Reset | Asked::Monitor | Asked::Multi => kind,
@@ -591,7 +739,11 @@ mod tests {
             Some(c) => format!("${}\r\n{c}\r\n", c.len()),
             None => "$-1\r\n".to_string(),
         };
-        format!("{mark}3\r\n${}\r\n{kind}\r\n{channel}:{count}\r\n", kind.len()).into_bytes()
+        format!(
+            "{mark}3\r\n${}\r\n{kind}\r\n{channel}:{count}\r\n",
+            kind.len()
+        )
+        .into_bytes()
     }
 
     #[test]
@@ -745,7 +897,10 @@ mod tests {
         // In the opening too.
         let mut r = Redis::new().open_with(["HELLO", "3"]);
         r.open();
-        assert_eq!(r.verdict(b"%1\r\n$6\r\nserver\r\n$5\r\nredis\r\n"), Verdict::Ready);
+        assert_eq!(
+            r.verdict(b"%1\r\n$6\r\nserver\r\n$5\r\nredis\r\n"),
+            Verdict::Ready
+        );
         assert!(r.session.resp3);
         r.open();
         assert!(!r.session.resp3, "a new connection speaks RESP2 until told");
@@ -797,7 +952,10 @@ mod tests {
     fn blocking_commands_say_how_long_redis_may_hold_their_answer() {
         let r = Redis::new();
         let held = |args: &[&str]| r.replies(&cmd(args));
-        assert_eq!(held(&["BLPOP", "k", "5"]), Replies::Held(Duration::from_secs(5)));
+        assert_eq!(
+            held(&["BLPOP", "k", "5"]),
+            Replies::Held(Duration::from_secs(5))
+        );
         assert_eq!(held(&["BLPOP", "k", "0"]), Replies::Held(Duration::MAX));
         assert_eq!(
             held(&["BRPOP", "a", "b", "0.5"]),
@@ -835,6 +993,44 @@ mod tests {
         }
         assert_eq!(framing.check(&cmd(&["CLIENT", "REPLY", "ON"])), Ok(()));
         assert_eq!(framing.check(&cmd(&["GET", "k"])), Ok(()));
+    }
+
+    #[test]
+    fn a_subscribe_queued_in_a_transaction_is_followed_through_exec_s_answer() {
+        // As redis 7 answers `MULTI`, `SUBSCRIBE a b`, `PING x`, `EXEC`: an array of two
+        // whose elements are the two confirmations, then the PING's answer on its own.
+        let mut r = Redis::new();
+        r.open();
+        let multi = r.replies(&cmd(&["MULTI"]));
+        let sub = r.replies(&cmd(&["SUBSCRIBE", "a", "b"]));
+        let ping = r.replies(&cmd(&["PING", "x"]));
+        let exec = r.replies(&cmd(&["EXEC"]));
+        assert_eq!(r.reply_kind(b"+OK\r\n", multi), ReplyKind::Done);
+        assert_eq!(r.reply_kind(b"+QUEUED\r\n", sub), ReplyKind::Done);
+        assert_eq!(r.reply_kind(b"+QUEUED\r\n", ping), ReplyKind::Done);
+        let mut array = b"*2\r\n".to_vec();
+        array.extend(confirm('*', "subscribe", Some("a"), 1));
+        array.extend(confirm('*', "subscribe", Some("b"), 2));
+        assert_eq!(r.reply_kind(&array, exec), ReplyKind::More);
+        assert_eq!(
+            r.reply_kind(b"*2\r\n$4\r\npong\r\n$1\r\nx\r\n", exec),
+            ReplyKind::Done
+        );
+        assert_eq!(r.session.held[0].len(), 2);
+        // RESP3: the array holds the first push, the second follows it.
+        let mut r = Redis::new();
+        r.open();
+        r.session.resp3 = true;
+        assert_eq!(r.reply_kind(b"+OK\r\n", multi), ReplyKind::Done);
+        assert_eq!(r.reply_kind(b"+QUEUED\r\n", sub), ReplyKind::Done);
+        let mut array = b"*1\r\n".to_vec();
+        array.extend(confirm('>', "subscribe", Some("a"), 1));
+        assert_eq!(r.reply_kind(&array, exec), ReplyKind::More);
+        assert!(!r.is_unsolicited(&confirm('>', "subscribe", Some("b"), 2)));
+        assert_eq!(
+            r.reply_kind(&confirm('>', "subscribe", Some("b"), 2), exec),
+            ReplyKind::Done
+        );
     }
 
     #[test]

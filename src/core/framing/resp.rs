@@ -51,8 +51,11 @@ pub struct Resp {
     max_depth: usize,
     scanner: Scanner,
     /// The protocol's check of a command at the call, beside the framing's own.
-    commands: Option<fn(&[u8]) -> Result<(), EncodeError>>,
+    commands: Option<CommandCheck>,
 }
+
+/// A protocol's check of a command at the call.
+pub(crate) type CommandCheck = fn(&[u8]) -> Result<(), EncodeError>;
 
 /// Where the decoding of the value at the front of the buffer stopped.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -68,13 +71,17 @@ struct Scanner {
 impl PartialEq for Resp {
     fn eq(&self, other: &Resp) -> bool {
         // The protocol's check is known by whether there is one.
-        (self.max_frame, self.max_depth, &self.scanner, self.commands.is_some())
-            == (
-                other.max_frame,
-                other.max_depth,
-                &other.scanner,
-                other.commands.is_some(),
-            )
+        (
+            self.max_frame,
+            self.max_depth,
+            &self.scanner,
+            self.commands.is_some(),
+        ) == (
+            other.max_frame,
+            other.max_depth,
+            &other.scanner,
+            other.commands.is_some(),
+        )
     }
 }
 
@@ -102,7 +109,7 @@ impl Resp {
 
     /// RESP whose check at the call also asks `commands` (a protocol's refusal of commands it
     /// cannot follow).
-    pub(crate) fn checking(commands: fn(&[u8]) -> Result<(), EncodeError>) -> Resp {
+    pub(crate) fn checking(commands: CommandCheck) -> Resp {
         Resp {
             commands: Some(commands),
             ..Resp::new()
@@ -447,7 +454,6 @@ impl Resp {
         }
         Ok(())
     }
-
 }
 
 impl Framing for Resp {

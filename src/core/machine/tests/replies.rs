@@ -3,7 +3,6 @@
 //! peer is not ready for is written again.
 
 use super::*;
-use crate::error::RequestError;
 use crate::framing::Resp;
 use crate::protocol::Redis;
 use crate::{Confirm, Redelivery};
