@@ -22,16 +22,27 @@ use crate::error::EncodeError;
 ///   caching invalidations), and in RESP2 the `message`, `pmessage` and `smessage` arrays of a
 ///   connection that subscribed, and `MONITOR`'s lines, take no turn and are no request's
 ///   reply: they are [`Event::Frame`](crate::Event::Frame)s.
-/// - **Some commands are answered by pushes.** `SUBSCRIBE`, `PSUBSCRIBE`, `SSUBSCRIBE` and
-///   their `UN…` forms take no turn in RESP3 ([`Replies::Pushed`]) and one per channel in
-///   RESP2 ([`Replies::Many`]), so a later command never takes their answer for its own; as
-///   a request they are refused at the call. RESP3 is known from an opening `HELLO 3` or a
-///   `HELLO 3` written later (`RESET` goes back to RESP2).
+/// - **What the connection is, it learns from redis' answers**, read in order, never from
+///   what was written: RESP3 from `HELLO 3`'s map (`HELLO 2` and `RESET`'s `+RESET` go
+///   back), the channels, patterns and shard channels held from the names in the
+///   confirmations, a transaction from `MULTI`'s `+OK` (its answers then read off `EXEC`'s
+///   array), `MONITOR` from its `+OK`.
+/// - **Pub/sub commands are followed answer by answer** ([`Replies::Followed`]): `SUBSCRIBE a
+///   b` lasts two confirmations (`*3` in RESP2, `>3` pushes in RESP3), a bare `UNSUBSCRIBE`
+///   one per channel held when redis runs it; a confirmation of another kind, or one in a
+///   plain command's turn, is [`ReplyKind::Unexpected`] and closes the connection. As a
+///   request, a `SUBSCRIBE` gets its first confirmation as its reply.
+/// - **Blocking commands hold their answer on purpose** ([`Replies::Held`]): `BLPOP`,
+///   `BRPOP`, `BRPOPLPUSH`, `BLMOVE`, `BLMPOP`, `BZPOPMIN`, `BZPOPMAX`, `BZMPOP`, `XREAD` and
+///   `XREADGROUP` with `BLOCK`, `WAIT`, `WAITAOF`: the heartbeat waits their own timeout.
+/// - **Commands that take answers away are refused at the call**: `CLIENT REPLY OFF` and
+///   `SKIP`, `QUIT` ([`EncodeError::Unsupported`], by the framing's check).
 /// - **A refusal is not a confirmation.** `-LOADING`, `-BUSY`, `-TRYAGAIN`, `-MASTERDOWN`
 ///   and `-CLUSTERDOWN` say the command did not run and will later
-///   ([`ReplyKind::Refused`]: written again after a pause, or reported); any other error
-///   reply (`-ERR`, `-WRONGTYPE`, a RESP3 `!` blob error) is [`ReplyKind::Error`], given to
-///   the application with its frame.
+///   ([`ReplyKind::Refused`]: that frame alone written again after a pause, or reported);
+///   any other error reply (`-ERR`, `-WRONGTYPE`, a RESP3 `!` blob error) is
+///   [`ReplyKind::Error`], given to the application with its frame. Inside a transaction a
+///   refusal is an error too (`EXEC` aborts the whole block), and so is a refused `MULTI`.
 /// - **The opening waits out a loading server.** With opening commands the link is Ready
 ///   once each has its reply. A refusal above answering one of them writes the opening again
 ///   after a short pause ([`Verdict::Retry`]), so `open_with(["PING"])` keeps the link from
