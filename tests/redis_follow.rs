@@ -368,3 +368,59 @@ fn random_sequences_of_everyday_redis_commands_give_every_request_its_own_reply(
     }
     println!("{seeds} sequences from seed {first}: {requests} requests, {wrong} wrong");
 }
+
+// ----- refusals ----------------------------------------------------------------------------------
+
+#[test]
+#[ignore = "needs redis-server"]
+fn incr_refused_busy_while_a_script_runs_runs_exactly_once_each() {
+    // `-BUSY` once a script has run for 50 ms; the script below runs for 2 s.
+    let redis = RedisServer::start_with(false, &["--busy-reply-threshold", "50"])
+        .expect("this test needs redis-server");
+    let link = link(&redis, Redis::new());
+    let stop = Arc::new(AtomicBool::new(false));
+    let drops = drain(&link, stop.clone());
+    assert!(answers(
+        &link.request_within(marked("up"), T).wait().unwrap(),
+        "up"
+    ));
+    let script = {
+        let addr = redis.addr();
+        thread::spawn(move || {
+            let mut c = redis::Client::open(format!("redis://{addr}/"))
+                .and_then(|c| c.get_connection())
+                .unwrap();
+            let busy = "local s = tonumber(redis.call('TIME')[1]) \
+                        while tonumber(redis.call('TIME')[1]) - s < 2 do end return 1";
+            let _: i64 = redis::cmd("EVAL").arg(busy).arg(0).query(&mut c).unwrap();
+        })
+    };
+    // Writes before, during and after the script.
+    let n = 5000;
+    for i in 0..n {
+        link.send(cmd(&["INCR", "counter"])).unwrap();
+        if i % 500 == 0 {
+            thread::sleep(Duration::from_millis(100));
+        }
+    }
+    link.flush(T).unwrap();
+    script.join().unwrap();
+    let got = link
+        .request_within(cmd(&["GET", "counter"]), T)
+        .wait()
+        .unwrap();
+    let m = link.metrics();
+    stop.store(true, Ordering::Relaxed);
+    assert_eq!(drops.join().unwrap(), 0);
+    println!(
+        "{n} INCR: {} refused and written again, counter {}",
+        m.frames_refused,
+        String::from_utf8_lossy(&got).trim()
+    );
+    assert!(m.frames_refused > 0, "the script made redis refuse writes");
+    assert_eq!(
+        &got[..],
+        format!("${}\r\n{n}\r\n", n.to_string().len()).as_bytes()
+    );
+    link.close(Duration::from_secs(1));
+}

@@ -200,14 +200,52 @@ fn key_of(frame: &[u8]) -> Option<u64> {
     text[at..].split('\r').next()?.parse().ok()
 }
 
+/// How many of trial `n`'s writes redis ran more than once, counted from its append-only
+/// files (every write it ran is there, `appendfsync always`).
+fn applied_twice(redis: &RedisServer, n: u32) -> usize {
+    let dir = redis.data_dir().expect("a persistent server");
+    let mut runs: std::collections::HashMap<u64, u32> = std::collections::HashMap::new();
+    let needle = format!("t{n}-key-");
+    let files = walk(dir);
+    for file in files {
+        let Ok(bytes) = std::fs::read(&file) else {
+            continue;
+        };
+        for line in String::from_utf8_lossy(&bytes).split("\r\n") {
+            if let Some(k) = line
+                .strip_prefix(needle.as_str())
+                .and_then(|k| k.parse().ok())
+            {
+                *runs.entry(k).or_default() += 1;
+            }
+        }
+    }
+    runs.values().filter(|&&r| r > 1).count()
+}
+
+/// Every file under `dir`.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(walk(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
+}
+
 /// One trial: `WRITES` `SET`s sent on a link confirmed by reply, the server killed twice
 /// while they flow and restarted (it loads its data, answering `-LOADING`). Returns the keys
-/// missing from redis, those reported (abandoned), the refusals counted and the resends.
+/// missing from redis, those reported (abandoned), the refusals counted, the resends and the
+/// writes redis ran twice.
 fn trial(
     redis: &mut RedisServer,
     n: u32,
     policy: Redelivery,
-) -> (Vec<u64>, HashSet<u64>, u64, u64) {
+) -> (Vec<u64>, HashSet<u64>, u64, u64, usize) {
     const WRITES: u64 = 6_000;
     let link = util::writer_to(redis, policy, T).build().unwrap();
     let collector = util::collect_abandoned(link.events(), 3 * T);
@@ -241,18 +279,19 @@ fn trial(
         .unwrap();
     let present: HashSet<u64> = keys.iter().filter_map(|k| key_of(k.as_bytes())).collect();
     let missing = (0..WRITES).filter(|k| !present.contains(k)).collect();
-    (missing, reported, m.frames_refused, m.frames_resent)
+    let twice = applied_twice(redis, n);
+    (missing, reported, m.frames_refused, m.frames_resent, twice)
 }
 
 fn loading_trials(policy: Redelivery) {
     let mut redis = loading_redis(400_000);
     let (mut refused, mut reported_total) = (0, 0);
     for n in 0..10 {
-        let (missing, reported, r, resent) = trial(&mut redis, n, policy);
+        let (missing, reported, r, resent, twice) = trial(&mut redis, n, policy);
         let unreported: Vec<_> = missing.iter().filter(|k| !reported.contains(k)).collect();
         eprintln!(
-            "trial {n} ({policy:?}): {} missing, {} reported, {r} refusals, {resent} resent: {} \
-             lost without a report",
+            "trial {n} ({policy:?}): {} missing, {} reported, {r} refusals, {resent} resent, \
+             {twice} run twice: {} lost without a report",
             missing.len(),
             reported.len(),
             unreported.len()

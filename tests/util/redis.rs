@@ -122,6 +122,11 @@ impl RedisServer {
         endpoint_for(self.port)
     }
 
+    /// Its data directory, when persistent.
+    pub fn data_dir(&self) -> Option<&std::path::Path> {
+        self.data.as_deref()
+    }
+
     /// PING it, expecting PONG within `timeout`.
     pub fn ping(&self, timeout: Duration) -> bool {
         redis_ping(self.addr(), timeout)
