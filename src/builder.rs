@@ -28,6 +28,8 @@ pub use groups::{Delivery, Reconnect, Requests, SocketOptions};
 pub mod defaults {
     use std::time::Duration;
 
+    pub use crate::core::protocol::PROTOCOL_HEARTBEAT;
+
     /// First backoff delay (before jitter).
     pub const BACKOFF_BASE: Duration = Duration::from_millis(200);
     /// Largest backoff delay (before jitter).
@@ -232,6 +234,7 @@ impl Builder {
                     config_retry: None,
                     window: 0,
                     redelivery: Redelivery::Resend,
+                    answer_events: false,
                     answers: Answers::Unknown,
                     confirm: Confirm::tcp(),
                     protocol: None,
@@ -768,6 +771,7 @@ impl Builder {
         core.abandon_on_disconnect = d.abandon_on_disconnect;
         core.window = d.window;
         core.redelivery = d.redelivery;
+        core.answer_events = d.answer_events;
         core.max_losses = d.max_losses;
         core.batch_bytes = d.batch_bytes;
         core.requests = RequestSettings {

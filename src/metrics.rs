@@ -310,6 +310,9 @@ pub struct Metrics {
     /// each closed its connection with cause [`Protocol`](crate::Cause::Protocol), and no
     /// caller was handed it.
     pub replies_unexpected: u64,
+    /// Answers that only confirmed a frame given to `send`, consumed by the link (not
+    /// delivered: [`Delivery::answer_events`](crate::config::Delivery::answer_events) is off).
+    pub answers_consumed: u64,
     /// How long ago the oldest unconfirmed frame was handed to the socket.
     pub oldest_unconfirmed: Option<Duration>,
     /// Frames the link's [`Spool`](crate::Spool) held at its start, sent again (each also
@@ -391,6 +394,7 @@ impl Metrics {
             frames_refused: 0,
             replies_dropped: 0,
             replies_unexpected: 0,
+            answers_consumed: 0,
             oldest_unconfirmed: None,
             frames_recovered: 0,
             spool_bytes_cut: 0,

@@ -140,7 +140,7 @@ mod trait_example {
     // The trait's example, from here:
     use relink::framing::{AnyFraming, Counted};
     use relink::protocol::{Answers, Opening, Protocol, Reaction};
-    use relink::{Confirm, Heartbeat, Link};
+    use relink::{Heartbeat, Link};
     use std::time::Duration;
 
     #[derive(Clone)]
@@ -190,10 +190,6 @@ mod trait_example {
 
         fn heartbeat(&self) -> Option<Heartbeat> {
             Some(Heartbeat::every(Duration::from_secs(5)))
-        }
-
-        fn confirm(&self) -> Confirm {
-            Confirm::reply()
         }
     }
 

@@ -424,3 +424,24 @@ fn incr_refused_busy_while_a_script_runs_runs_exactly_once_each() {
     );
     link.close(Duration::from_secs(1));
 }
+
+// ----- a writer that never reads its events -------------------------------------------------------
+
+#[test]
+#[ignore = "needs redis-server"]
+fn a_writer_that_never_reads_its_events_keeps_being_confirmed() {
+    let redis = RedisServer::start().expect("this test needs redis-server");
+    let link = link(&redis, Redis::new());
+    let n = 20_000;
+    for k in 0..n {
+        link.send(cmd(&["SET", &format!("w{k}"), "v"])).unwrap();
+    }
+    link.flush(T).expect("every write confirmed");
+    let m = link.metrics();
+    assert_eq!(m.frames_confirmed, n);
+    assert_eq!(m.answers_consumed, n);
+    assert!(!m.reading_paused);
+    let size = link.request_within(cmd(&["DBSIZE"]), T).wait().unwrap();
+    assert_eq!(&size[..], format!(":{n}\r\n").as_bytes());
+    link.close(Duration::from_secs(1));
+}

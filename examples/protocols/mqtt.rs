@@ -24,7 +24,7 @@ use relink::bytes::{Bytes, BytesMut};
 use relink::error::{DecodeError, EncodeError};
 use relink::framing::{AnyFraming, Framing};
 use relink::protocol::{Answers, Correlation, Opening, Protocol, Reaction, Verdict};
-use relink::{Confirm, Heartbeat};
+use relink::Heartbeat;
 
 /// The keep-alive `CONNECT` asks for: the broker drops a client silent for 1.5 times it.
 const KEEP_ALIVE: Duration = Duration::from_secs(30);
@@ -213,10 +213,6 @@ impl Protocol for Mqtt {
 
     fn heartbeat(&self) -> Option<Heartbeat> {
         Some(Heartbeat::every(HEARTBEAT))
-    }
-
-    fn confirm(&self) -> Confirm {
-        Confirm::reply()
     }
 
     /// QoS 1 publications answered by the `PUBACK` with their packet id.

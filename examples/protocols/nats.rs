@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use relink::framing::{AnyFraming, Counted};
 use relink::protocol::{Answers, Opening, Protocol, Reaction};
-use relink::{Confirm, Heartbeat};
+use relink::Heartbeat;
 
 /// The interval of the link's own `PING`.
 pub const HEARTBEAT: Duration = Duration::from_secs(5);
@@ -109,10 +109,6 @@ impl Protocol for Nats {
 
     fn heartbeat(&self) -> Option<Heartbeat> {
         Some(Heartbeat::every(HEARTBEAT))
-    }
-
-    fn confirm(&self) -> Confirm {
-        Confirm::reply()
     }
 
     fn name(&self) -> &str {

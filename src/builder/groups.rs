@@ -289,6 +289,14 @@ pub struct Delivery {
     /// frames, a quarter as many messages as 64 KiB cost libzmq's thread a quarter of the
     /// wake-ups and writes (one producer's `send` ran 1.15 × as fast in the throughput bench).
     pub batch_bytes: usize,
+    /// Whether an answer that only confirms a frame given to `send` (redis' `+OK` to a `SET`,
+    /// under a protocol whose peer answers every frame) also comes as an
+    /// [`Event::Frame`](crate::Event::Frame). Defaults to false: such answers are consumed by
+    /// the link and counted in [`Metrics::answers_consumed`](crate::Metrics::answers_consumed),
+    /// so a writer that never reads its events never fills them; an error reply still comes
+    /// back beside its frame ([`Event::ErrorReply`](crate::Event::ErrorReply)), and
+    /// [`Link::request`](crate::Link::request) gives a reply to whoever asked for it.
+    pub answer_events: bool,
 }
 
 impl Default for Delivery {
@@ -303,6 +311,7 @@ impl Default for Delivery {
             redelivery: Redelivery::Resend,
             batch_bytes: defaults::BATCH_BYTES,
             max_losses: defaults::MAX_LOSSES,
+            answer_events: false,
         }
     }
 }

@@ -36,6 +36,7 @@ pub(super) struct Counters {
     pub(super) refused: u64,
     pub(super) replies_dropped: u64,
     pub(super) replies_unexpected: u64,
+    pub(super) answers_consumed: u64,
     pub(super) barriers: u64,
     pub(super) handshakes_refused: u64,
     pub(super) answered_by_link: u64,

@@ -1652,8 +1652,10 @@ impl Machine {
                     self.emit_frame(frame);
                 }
             }
-            // The answers after a turn's first are delivered as they are.
-            Turn::Frame | Turn::Request if answers > 0 => self.emit_frame(frame),
+            // The answers after a turn's first are delivered as they are (a send's, when
+            // answers are events).
+            Turn::Frame if answers > 0 => self.answer_of_send(frame),
+            Turn::Request if answers > 0 => self.emit_frame(frame),
             Turn::Frame => self.frame_answered(now, frame, kind, end, upto),
             Turn::Request => {
                 self.answered(end, upto);
@@ -1720,11 +1722,23 @@ impl Machine {
                 if let Some(conn) = &mut self.conn {
                     conn.refusal_pause = Duration::ZERO;
                 }
+                self.answered(end, upto);
+                return self.answer_of_send(reply);
             }
             ReplyKind::Unexpected => {}
         }
         self.answered(end, upto);
         self.emit_frame(reply);
+    }
+
+    /// An answer that only confirms a frame given to `send`: an event when the application
+    /// asked for them, else consumed and counted.
+    fn answer_of_send(&mut self, reply: Bytes) {
+        if self.cfg.answer_events {
+            self.emit_frame(reply);
+        } else {
+            self.c.answers_consumed += 1;
+        }
     }
 
     /// The peer refused `taken`, the frame numbered `number` (it did not run it), in a turn
@@ -2246,6 +2260,7 @@ impl Machine {
             frames_refused: self.c.refused,
             replies_dropped: self.c.replies_dropped,
             replies_unexpected: self.c.replies_unexpected,
+            answers_consumed: self.c.answers_consumed,
             oldest_unconfirmed: self
                 .delivery
                 .window

@@ -14,6 +14,10 @@ use super::framing::AnyFraming;
 use super::heartbeat::Heartbeat;
 use super::requests::Correlation;
 
+/// The interval of the heartbeat a protocol runs when it gives a [`Protocol::ping`] and no
+/// heartbeat of its own.
+pub const PROTOCOL_HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// What the link writes when a connection opens, and whether it then waits for the peer.
 ///
 /// # Examples
@@ -184,7 +188,12 @@ pub enum Reaction {
 /// first frames, the answers to the peer's own frames, the ping and its pong, which frames the
 /// peer answers, and how a frame written again is marked.
 ///
-/// Every method has a default that does nothing, so a protocol says only what it needs. The
+/// Every method has a default, so a protocol says only what it needs; a default that follows
+/// from another method derives from it: [`confirm`](Protocol::confirm) from
+/// [`answers`](Protocol::answers) (by reply where the peer answers), and
+/// [`heartbeat`](Protocol::heartbeat) from [`ping`](Protocol::ping) (a ping every 5 s when
+/// there is one). The builder overrides each in one place (and
+/// [`without_heartbeat`](crate::Builder::without_heartbeat) turns the heartbeat off). The
 /// frames it returns are encoded by the link's framing. Given to the builder with
 /// [`Builder::protocol`](crate::Builder::protocol); the link calls it on its IO thread, guarded
 /// (a panic fails the connection with cause `callback-panic`).
@@ -200,7 +209,7 @@ pub enum Reaction {
 /// use std::time::Duration;
 /// use relink::framing::{AnyFraming, Counted};
 /// use relink::protocol::{Answers, Opening, Protocol, Reaction};
-/// use relink::{Confirm, Heartbeat, Link};
+/// use relink::{Heartbeat, Link};
 ///
 /// #[derive(Clone)]
 /// struct Nats {
@@ -249,10 +258,6 @@ pub enum Reaction {
 ///
 ///     fn heartbeat(&self) -> Option<Heartbeat> {
 ///         Some(Heartbeat::every(Duration::from_secs(5)))
-///     }
-///
-///     fn confirm(&self) -> Confirm {
-///         Confirm::reply()
 ///     }
 /// }
 ///
@@ -356,17 +361,24 @@ pub trait Protocol: Send + 'static {
     }
 
     /// The heartbeat the link runs, unless the builder is given one
-    /// ([`Builder::heartbeat`](crate::Builder::heartbeat)): [`Heartbeat::every`] an interval
-    /// writes the protocol's [`ping`](Protocol::ping). Defaults to none.
+    /// ([`Builder::heartbeat`](crate::Builder::heartbeat)) or told to run none
+    /// ([`Builder::without_heartbeat`](crate::Builder::without_heartbeat)): [`Heartbeat::every`]
+    /// an interval writes the protocol's [`ping`](Protocol::ping). Defaults to a ping every
+    /// [`PROTOCOL_HEARTBEAT`](crate::config::defaults::PROTOCOL_HEARTBEAT) (5 s) when
+    /// [`ping`](Protocol::ping) gives one, else none.
     fn heartbeat(&self) -> Option<Heartbeat> {
-        None
+        self.ping().map(|_| Heartbeat::every(PROTOCOL_HEARTBEAT))
     }
 
     /// What confirms a frame, unless the builder is given it
-    /// ([`Builder::confirm`](crate::Builder::confirm)): by reply where the peer answers in
-    /// order ([`Confirm::reply`]), else by TCP. Defaults to [`Confirm::tcp`].
+    /// ([`Builder::confirm`](crate::Builder::confirm)). Defaults to what
+    /// [`answers`](Protocol::answers) allows: [`Confirm::reply`] where the peer answers
+    /// ([`Answers::EveryFrame`] or [`Answers::Pings`]), else [`Confirm::tcp`].
     fn confirm(&self) -> Confirm {
-        Confirm::tcp()
+        match self.answers() {
+            Answers::Unknown => Confirm::tcp(),
+            _ => Confirm::reply(),
+        }
     }
 
     /// How replies match requests, unless the builder is given it

@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use super::confirm::{Answers, Confirm};
+use super::confirm::Answers;
 use super::framing::{AnyFraming, Resp, RespValue};
 use super::heartbeat::Heartbeat;
 use super::protocol::{Opening, Protocol, Replies, ReplyKind, Verdict};
@@ -542,10 +542,6 @@ impl Protocol for Redis {
 
     fn heartbeat(&self) -> Option<Heartbeat> {
         Some(Heartbeat::every(HEARTBEAT))
-    }
-
-    fn confirm(&self) -> Confirm {
-        Confirm::reply()
     }
 
     fn is_pong(&self, frame: &[u8]) -> bool {

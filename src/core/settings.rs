@@ -56,6 +56,8 @@ pub(crate) struct Settings {
     pub window: usize,
     /// What becomes of unconfirmed frames when their connection drops.
     pub redelivery: Redelivery,
+    /// Answers that only confirm a sent frame are also `Event::Frame`s.
+    pub answer_events: bool,
     /// Which frames the peer answers, in order (made `Pings` by `build()` when it is not said
     /// and the heartbeat has a `reply`).
     pub answers: Answers,

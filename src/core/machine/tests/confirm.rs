@@ -192,11 +192,11 @@ fn by_reply_under_report_a_drop_before_the_pong_reports_the_frame() {
 }
 
 #[test]
-fn every_frame_each_reply_confirms_its_frame_and_is_delivered() {
+fn every_frame_each_reply_confirms_its_frame_and_is_delivered_when_answers_are_events() {
     let b = Sim::builder()
         .framing(Lines::new())
         .protocol(Answering(Answers::EveryFrame))
-        .confirm(Confirm::reply());
+        .delivery(|d| d.answer_events = true);
     let mut s = Sim::ready(b);
     for f in [&b"SET a 1"[..], b"SET b 2", b"SET c 3"] {
         s.submit(f);
@@ -206,6 +206,23 @@ fn every_frame_each_reply_confirms_its_frame_and_is_delivered() {
     s.data(b"+OK\n+OK\n");
     assert_eq!(s.confirmed(), 2);
     assert_eq!(s.frames(), [b"+OK".to_vec(), b"+OK".to_vec()]);
+}
+
+#[test]
+fn by_default_the_answers_that_only_confirm_sent_frames_are_consumed_and_counted() {
+    // Confirmation by reply follows from what the protocol says it answers.
+    let b = Sim::builder()
+        .framing(Lines::new())
+        .protocol(Answering(Answers::EveryFrame));
+    let mut s = Sim::ready(b);
+    for f in [&b"SET a 1"[..], b"SET b 2"] {
+        s.submit(f);
+    }
+    s.transmit();
+    s.data(b"+OK\n+OK\n");
+    assert_eq!(s.confirmed(), 2);
+    assert!(s.frames().is_empty());
+    assert_eq!(s.metrics().answers_consumed, 2);
 }
 
 #[test]

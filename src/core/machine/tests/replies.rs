@@ -10,12 +10,13 @@ use bytes::Bytes;
 
 const SEC: Duration = Duration::from_secs(1);
 
-/// redis, confirmed by reply.
+/// redis, confirmed by reply, its answers to sent frames delivered as events.
 fn redis(protocol: Redis) -> Builder {
     Sim::builder()
         .framing(Resp::new())
         .protocol(protocol)
         .confirm(Confirm::reply())
+        .delivery(|d| d.answer_events = true)
 }
 
 fn cmd(parts: &[&str]) -> Vec<u8> {
