@@ -109,8 +109,7 @@ fn give(link: &Link, who: usize, seed: u64, backlog: bool) -> Given {
             72..=83 => {
                 let n = rng.random_range(1..6);
                 let batch: Batch = (0..n).map(|_| line('F')).collect();
-                link.send_batch(batch, SendOptions::new())
-                    .expect("queued");
+                link.send_batch(batch, SendOptions::new()).expect("queued");
                 given.lines += n;
             }
             84..=95 => {
@@ -122,7 +121,8 @@ fn give(link: &Link, who: usize, seed: u64, backlog: bool) -> Given {
             }
             _ => {
                 // The link's own calls before it are taken first, its frames before the next.
-                link.flush(T).expect("the frames before the producer are confirmed");
+                link.flush(T)
+                    .expect("the frames before the producer are confirmed");
                 for _ in 0..rng.random_range(1..6) {
                     producer.send(line('F')).expect("queued");
                     given.lines += 1;
@@ -155,7 +155,11 @@ fn settle(link: &Link, given: Vec<Given>, seed: u64) -> Figures {
             let reply = p
                 .wait()
                 .unwrap_or_else(|e| panic!("seed {seed}: request {line:?}: {e}"));
-            assert_eq!(reply, line.as_bytes(), "seed {seed}: a reply to another request");
+            assert_eq!(
+                reply,
+                line.as_bytes(),
+                "seed {seed}: a reply to another request"
+            );
         }
     }
     link.flush(T)
@@ -241,7 +245,11 @@ fn check_order(snapshots: &[Snapshot], seed: u64, f: &mut Figures) {
             }
         }
     }
-    assert_eq!(seen.len(), f.lines, "seed {seed}: every line read at least once");
+    assert_eq!(
+        seen.len(),
+        f.lines,
+        "seed {seed}: every line read at least once"
+    );
 }
 
 fn run(name: &str, n: usize, threads: usize, restart: bool) {
@@ -298,8 +306,12 @@ fn a_request_given_before_a_frame_is_written_before_it_against_redis() {
             .expect("build the link");
         Watch::new(&link).until_state(relink::State::Ready, T);
         for i in 0..2_000 {
-            link.send(Resp::command(["SET".to_string(), format!("k{i}"), "v".into()]))
-                .expect("queued");
+            link.send(Resp::command([
+                "SET".to_string(),
+                format!("k{i}"),
+                "v".into(),
+            ]))
+            .expect("queued");
         }
         let hello = link.request_within(Resp::command(["HELLO", "3"]), Duration::from_secs(5));
         link.send(Resp::command(["SUBSCRIBE", "ch"]))
@@ -309,7 +321,10 @@ fn a_request_given_before_a_frame_is_written_before_it_against_redis() {
         let m = link.close(Duration::from_secs(1));
         let own = matches!(&answer, Ok(r) if r.starts_with(b"%"));
         if !own || flushed.is_err() || m.connects != 1 {
-            wrong.push((round, answer.map(|r| String::from_utf8_lossy(&r).into_owned())));
+            wrong.push((
+                round,
+                answer.map(|r| String::from_utf8_lossy(&r).into_owned()),
+            ));
         }
     }
     eprintln!(
@@ -317,5 +332,8 @@ fn a_request_given_before_a_frame_is_written_before_it_against_redis() {
         wrong.len(),
         &wrong[..wrong.len().min(3)]
     );
-    assert!(wrong.is_empty(), "the HELLO did not get its own answer: {wrong:?}");
+    assert!(
+        wrong.is_empty(),
+        "the HELLO did not get its own answer: {wrong:?}"
+    );
 }

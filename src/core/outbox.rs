@@ -10,6 +10,9 @@
 //! allocates nothing per frame, and a frame that leaves is a slice of that buffer. Frames handed out for writing stay at the
 //! front, in flight, until they are written (they leave, to wait in the window for their
 //! confirmation) or put back (a failed write).
+//!
+//! Each submission keeps its order number, the place the machine gave it among every frame
+//! and request handed in: the machine writes frames and requests merged by it.
 
 use std::collections::VecDeque;
 use std::time::Instant;
@@ -34,6 +37,8 @@ enum Frames {
 struct Submission {
     frames: Frames,
     deadline: Option<Instant>,
+    /// Its place among the frames and requests handed to the machine (see the module docs).
+    order: u64,
 }
 
 impl Submission {
@@ -135,18 +140,20 @@ impl Outbox {
         self.in_flight
     }
 
-    pub(crate) fn push(&mut self, frame: Bytes, deadline: Option<Instant>) {
+    /// Queues a frame, numbered `order` among everything handed to the machine.
+    pub(crate) fn push(&mut self, frame: Bytes, deadline: Option<Instant>, order: u64) {
         self.note_deadline(deadline);
         self.frames += 1;
         self.bytes += frame.len();
         self.queue.push_back(Submission {
             frames: Frames::One(frame),
             deadline,
+            order,
         });
     }
 
-    /// Queues every frame of `batch`, in order, sharing one deadline.
-    pub(crate) fn push_batch(&mut self, batch: Batch, deadline: Option<Instant>) {
+    /// Queues every frame of `batch`, in order, sharing one deadline and one order number.
+    pub(crate) fn push_batch(&mut self, batch: Batch, deadline: Option<Instant>, order: u64) {
         if batch.is_empty() {
             return;
         }
@@ -161,6 +168,7 @@ impl Outbox {
                 head: 0,
             },
             deadline,
+            order,
         });
     }
 
@@ -240,18 +248,27 @@ impl Outbox {
     pub(crate) fn unsent(&self) -> Option<Unsent<'_>> {
         let (e, i) = self.cursor_pos();
         let entry = self.queue.get(e)?;
+        let order = entry.order;
         Some(match &entry.frames {
             Frames::One(f) => Unsent {
                 data: f,
                 start: 0,
                 ends: None,
+                order,
             },
             Frames::Many { data, ends, .. } => Unsent {
                 data,
                 start: Submission::span(ends, i).start,
                 ends: Some(&ends[i..]),
+                order,
             },
         })
+    }
+
+    /// The order number of the next frame to write, if one waits.
+    pub(crate) fn next_order(&self) -> Option<u64> {
+        let (e, _) = self.cursor_pos();
+        self.queue.get(e).map(|entry| entry.order)
     }
 
     /// Marks the first `n` frames that [`unsent`](Outbox::unsent) gave as in flight (all of
@@ -288,7 +305,7 @@ impl Outbox {
             let Some(entry) = self.queue.front_mut() else {
                 break;
             };
-            let deadline = entry.deadline;
+            let (deadline, order) = (entry.deadline, entry.order);
             let emptied = match &mut entry.frames {
                 Frames::One(f) => {
                     let len = f.len();
@@ -297,6 +314,7 @@ impl Outbox {
                         start: 0,
                         ends: std::slice::from_ref(&len),
                         deadline,
+                        order,
                     });
                     left -= 1;
                     true
@@ -309,6 +327,7 @@ impl Outbox {
                         start,
                         ends: &ends[*head..*head + n],
                         deadline,
+                        order,
                     });
                     *head += n;
                     left -= n;
@@ -329,8 +348,8 @@ impl Outbox {
     }
 
     /// Puts a frame back first in line (one written on a connection that dropped before it
-    /// was confirmed, to be resent). Nothing may be in flight.
-    pub(crate) fn push_front(&mut self, frame: Bytes, deadline: Option<Instant>) {
+    /// was confirmed, to be resent), with its own order number. Nothing may be in flight.
+    pub(crate) fn push_front(&mut self, frame: Bytes, deadline: Option<Instant>, order: u64) {
         debug_assert_eq!(self.in_flight, 0, "push_front with frames in flight");
         self.note_deadline(deadline);
         self.frames += 1;
@@ -338,6 +357,7 @@ impl Outbox {
         self.queue.push_front(Submission {
             frames: Frames::One(frame),
             deadline,
+            order,
         });
     }
 
@@ -370,9 +390,16 @@ pub(crate) struct Unsent<'a> {
     start: usize,
     /// The end of each in `data`; `None` for a frame alone (all of `data`).
     ends: Option<&'a [usize]>,
+    /// The submission's order number.
+    order: u64,
 }
 
 impl<'a> Unsent<'a> {
+    /// The order number of their submission.
+    pub(crate) fn order(self) -> u64 {
+        self.order
+    }
+
     /// Each frame, a slice of the entry's buffer.
     pub(crate) fn frames(self) -> impl Iterator<Item = &'a [u8]> {
         let (data, mut at) = (self.data, self.start);
@@ -385,13 +412,15 @@ impl<'a> Unsent<'a> {
 }
 
 /// Written frames of one submission: back to back in `data`, the first from `start`, each
-/// ending at its entry in `ends` (offsets in `data`).
+/// ending at its entry in `ends` (offsets in `data`), with the submission's deadline and order
+/// number.
 #[derive(Debug)]
 pub(crate) struct Written<'a> {
     pub data: Bytes,
     pub start: usize,
     pub ends: &'a [usize],
     pub deadline: Option<Instant>,
+    pub order: u64,
 }
 
 impl Written<'_> {
