@@ -153,7 +153,11 @@ fn relink_mixed(server: &RedisServer, ops: usize, keys: usize) -> Run {
     let settle = |(at, p): (Instant, Pending), latencies: &mut Vec<f64>| {
         let reply = p.wait().expect("relink reply");
         latencies.push(at.elapsed().as_secs_f64() * 1e6);
-        assert!(reply.starts_with(b"$"), "{:?}", String::from_utf8_lossy(&reply));
+        assert!(
+            reply.starts_with(b"$"),
+            "{:?}",
+            String::from_utf8_lossy(&reply)
+        );
     };
     let start = Instant::now();
     for i in 0..ops {
