@@ -63,10 +63,11 @@ struct Waits {
 /// leave in the order they were sent; frames and requests sent meanwhile on the link itself or
 /// through another producer are not ordered against them (the IO thread reads the producer's
 /// ring after the link's own queue, so the two meet there, not at the calls). A producer holds
-/// at most 512 frames and 32 KiB of the outbox's room ahead (never more than half the room left), which it gives back when it
-/// is dropped. A producer's ring holds 1 MiB of frames (1.25 MiB of memory in all, made with the
-/// producer): when the IO thread is that far behind (it did not run), a frame waits for it as for
-/// room in the outbox (100 ms at most when the call does not wait), then is refused as `Full`.
+/// at most 512 frames and 32 KiB of the outbox's room ahead (never more than half the room
+/// left), which it gives back when it is dropped. A producer's ring holds 1 MiB of frames
+/// (1.25 MiB of memory in all, made with the producer): when the IO thread is that far behind
+/// (it did not run), a frame waits for it as for room in the outbox (100 ms at most when the
+/// call does not wait), then is refused as `Full`.
 ///
 /// # Examples
 /// ```
