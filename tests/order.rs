@@ -10,7 +10,9 @@
 //! thread and its place in that thread's calls: on every connection the places of one thread
 //! only grow. A failure prints the seed; `RELINK_ORDER_SEED=<seed>` runs that one sequence.
 //!
-//! `cargo test --test order -- --nocapture` prints the figures of each run.
+//! `cargo test --test order -- --nocapture` prints the figures of each run. The redis case
+//! (`HELLO 3` requested, then `SUBSCRIBE` sent, behind 2 000 `SET`s) needs redis-server:
+//! `cargo test --test order -- --ignored --nocapture`.
 
 mod util;
 
