@@ -22,6 +22,12 @@
 //! ratio mode=pipelined throughput=... p50=... p99=...
 //! ```
 //!
+//! `cargo bench --bench redis -- --mixed` runs one more mode alone, relink only: `mixed`,
+//! sends and requests from one thread in one order, as a redis user writes (`Redis` protocol,
+//! every reply to its own frame): per ten calls, nine `SET`s through `Link::send` and one
+//! `GET` through `Link::request` (256 requests outstanding at most), 200 000 calls, then a
+//! flush; `redis mode=mixed impl=relink ops_per_s=...` and its p50/p99 over the requests.
+//!
 //! Targets: relink's pipelined throughput at least the redis crate's (ratio ≥ 1), its
 //! one-at-a-time p50 at most 1.1× the redis crate's.
 
@@ -31,8 +37,8 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use relink::framing::Resp;
-use relink::protocol::Correlation;
-use relink::{Link, Pending, State};
+use relink::protocol::{Correlation, Redis};
+use relink::{Link, Pending, SendOptions, State};
 use support::redis::RedisServer;
 
 /// Requests outstanding in the pipelined mode.
@@ -119,6 +125,64 @@ fn relink_one(link: &Link, ops: usize, keys: usize) -> Run {
         check_reply(i, &reply);
     }
     Run::new(ops, start.elapsed(), latencies)
+}
+
+/// The `mixed` mode: sends and requests in one order, the replies to the sends as events
+/// (drained by a thread of their own).
+fn relink_mixed(server: &RedisServer, ops: usize, keys: usize) -> Run {
+    let link = Link::builder(server.endpoint())
+        .protocol(Redis::new())
+        .requests(|q| {
+            q.limit_frames = DEPTH * 2;
+            q.limit_bytes = 16 << 20;
+        })
+        .build()
+        .expect("build the link");
+    support::wait_state(&link, State::Ready, Instant::now() + BOUND);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let drain = {
+        let (events, stop) = (link.events().clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = events.recv_timeout(Duration::from_millis(10));
+            }
+        })
+    };
+    let mut window: VecDeque<(Instant, Pending)> = VecDeque::with_capacity(DEPTH);
+    let mut latencies = Vec::with_capacity(ops / 10 + 1);
+    let settle = |(at, p): (Instant, Pending), latencies: &mut Vec<f64>| {
+        let reply = p.wait().expect("relink reply");
+        latencies.push(at.elapsed().as_secs_f64() * 1e6);
+        assert!(
+            reply.starts_with(b"$"),
+            "{:?}",
+            String::from_utf8_lossy(&reply)
+        );
+    };
+    let start = Instant::now();
+    for i in 0..ops {
+        let k = i % keys;
+        if i % 10 == 9 {
+            if window.len() == DEPTH {
+                settle(window.pop_front().expect("full"), &mut latencies);
+            }
+            let get = Resp::command(["GET".to_string(), format!("key:{k}")]);
+            window.push_back((Instant::now(), link.request(get)));
+        } else {
+            let set = Resp::command(["SET".to_string(), format!("key:{k}"), format!("v{k}")]);
+            link.send_with(set, SendOptions::new().wait(BOUND))
+                .expect("queued");
+        }
+    }
+    while let Some(w) = window.pop_front() {
+        settle(w, &mut latencies);
+    }
+    link.flush(BOUND).expect("the sends are confirmed");
+    let run = Run::new(ops, start.elapsed(), latencies);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    link.close(Duration::from_secs(1));
+    drain.join().expect("the drain thread");
+    run
 }
 
 /// The redis crate's multiplexed connection on a tokio runtime of its own.
@@ -245,6 +309,12 @@ fn main() {
         eprintln!("redis bench skipped: redis-server not on PATH");
         return;
     };
+    if support::flag("mixed") {
+        let ops = if smoke { 2_000 } else { 200_000 };
+        let run = summarise(vec![relink_mixed(&server, ops, 10_000)]);
+        print("mixed", "relink", &run);
+        return;
+    }
     let (rounds, pipelined_ops, one_ops, keys) = if smoke {
         (1, 2_000, 200, 100)
     } else {

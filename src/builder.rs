@@ -101,7 +101,7 @@ pub(crate) struct Config {
 /// |---|---|
 /// | starting | [`build`](crate::Builder::build): checks every setting, starts the link |
 /// | where | [`endpoint`](crate::Builder::endpoint), [`name`](crate::Builder::name), [`resolver`](crate::Builder::resolver), [`tls`](crate::Builder::tls) |
-/// | the peer's language | [`protocol`](crate::Builder::protocol), which brings the rest of this row unless given: [`framing`](crate::Builder::framing), [`heartbeat`](crate::Builder::heartbeat), [`confirm`](crate::Builder::confirm) |
+/// | the peer's language | [`protocol`](crate::Builder::protocol), which brings the rest of this row unless given: [`framing`](crate::Builder::framing), [`heartbeat`](crate::Builder::heartbeat) (or [`without_heartbeat`](crate::Builder::without_heartbeat)), [`confirm`](crate::Builder::confirm) |
 /// | when a connection is alive | [`ready_when`](crate::Builder::ready_when), [`handshake_timeout`](crate::Builder::handshake_timeout) |
 /// | groups, each changed in place | [`reconnect`](crate::Builder::reconnect) ([`Reconnect`]), [`delivery`](crate::Builder::delivery) ([`Delivery`]), [`requests`](crate::Builder::requests) ([`Requests`]), [`socket`](crate::Builder::socket) ([`SocketOptions`]) |
 /// | durability | [`spool`](crate::Builder::spool) |

@@ -499,6 +499,10 @@ impl Link {
     /// faster through a [`Writer`](crate::Writer) ([`Link::writer`]), which hands them over a
     /// batch at a time.
     ///
+    /// Frames and [requests](Link::request) leave in the order of the calls that gave them
+    /// (through this handle and its clones), after a drop too: a frame sent after a request is
+    /// never written before it.
+    ///
     /// # Errors
     /// The frame comes back in the error: [`SendError::Full`] at the limit,
     /// [`SendError::Closed`] after `close`, [`SendError::Invalid`] when the framing cannot
@@ -1046,6 +1050,10 @@ impl Link {
     /// Sends `frame` as a request and returns at once: many requests can be outstanding
     /// (pipelined, up to the builder's [`Requests::limit_frames`](crate::config::Requests::limit_frames)),
     /// each with its own outcome. The deadline is the builder's `request_timeout` from now.
+    ///
+    /// It is written in the order of the calls, between the frames [sent](Link::send) before
+    /// and after it. While it waits for room (the limit reached under `Overflow::Block`), the
+    /// frames sent after it wait too.
     ///
     /// # Examples
     /// ```

@@ -913,6 +913,7 @@ impl Machine {
     /// closed or its deadline has passed.
     fn submit(&mut self, now: Instant, frame: Bytes, deadline: Option<Instant>) {
         self.c.submitted += 1;
+        let order = self.delivery.stamp();
         if self.state == State::Closed {
             self.abandon_all(vec![frame], AbandonReason::Shutdown);
             return;
@@ -921,13 +922,14 @@ impl Machine {
             self.abandon_all(vec![frame], AbandonReason::Expired);
             return;
         }
-        self.delivery.outbox.push(frame, deadline);
+        self.delivery.outbox.push(frame, deadline, order);
         self.trim();
     }
 
     /// Frames accepted by the handle in one call, as `submit` takes one.
     fn submit_batch(&mut self, now: Instant, batch: Batch, deadline: Option<Instant>) {
         self.c.submitted += batch.len() as u64;
+        let order = self.delivery.stamp();
         if self.state == State::Closed {
             self.abandon_all(batch.into_shared_frames(), AbandonReason::Shutdown);
             return;
@@ -936,7 +938,7 @@ impl Machine {
             self.abandon_all(batch.into_shared_frames(), AbandonReason::Expired);
             return;
         }
-        self.delivery.outbox.push_batch(batch, deadline);
+        self.delivery.outbox.push_batch(batch, deadline, order);
         self.trim();
     }
 
@@ -951,6 +953,7 @@ impl Machine {
         deadline: Instant,
     ) {
         self.c.requests_submitted += 1;
+        let order = self.delivery.stamp();
         if self.state == State::Closed {
             return self
                 .delivery
@@ -975,7 +978,7 @@ impl Machine {
         }
         self.delivery
             .requests
-            .submit(now, token, frame, id, deadline);
+            .submit(now, token, frame, id, deadline, order);
     }
 
     /// Hands every outcome reached to its caller.
@@ -1763,7 +1766,11 @@ impl Machine {
             self.cfg.name,
             String::from_utf8_lossy(reply.strip_suffix(b"\r\n").unwrap_or(&reply)),
         );
-        let Unconfirmed { frame, deadline } = taken;
+        let Unconfirmed {
+            frame,
+            deadline,
+            order,
+        } = taken;
         match self.cfg.redelivery {
             Redelivery::Resend => {
                 self.c.resent += 1;
@@ -1773,7 +1780,7 @@ impl Machine {
                     .and_then(|p| guarded(Callback::Protocol, || p.resend(&frame)).ok())
                     .flatten();
                 let frame = marked.map_or(frame, Bytes::from);
-                self.delivery.outbox.push_retry(frame, deadline);
+                self.delivery.outbox.push_retry(frame, deadline, order);
             }
             _ => {
                 self.emit(Event::ErrorReply {
@@ -1932,7 +1939,10 @@ impl Machine {
         }
     }
 
-    /// The plaintext batch: control frames, then queued frames while Ready.
+    /// The plaintext batch: control frames, then while Ready the queued frames and the
+    /// requests, merged by their order numbers: each goes in the order it was handed in, and
+    /// what stops one (the batch or the window full, the pause after a refusal, a request
+    /// waiting for room) stops everything handed in after it.
     fn poll_batch(&mut self, now: Instant, buf: &mut Vec<u8>) -> bool {
         buf.clear();
         if !matches!(self.state, State::Connected | State::Ready)
@@ -1944,66 +1954,115 @@ impl Machine {
         if self.timers.at(Timer::SendRetry).is_some_and(|t| t > now) {
             return false;
         }
-        let limit = self.cfg.batch_bytes;
         let Some(conn) = self.conn.as_mut() else {
             return false;
         };
-        let answers = self.cfg.answers;
-        conn.take_control(answers, buf);
+        conn.take_control(self.cfg.answers, buf);
+        conn.pending_replies.clear();
         if self.state == State::Ready {
-            // After a refusal, frames wait out the pause (control frames and requests go on):
-            // a batch bound that takes no frame.
+            // After a refusal, frames wait out the pause (control frames and the requests
+            // handed in before the frames go on): a batch bound that takes no frame.
             let paused = self.timers.at(Timer::Pause).is_some_and(|t| t > now);
             let bounds = match paused {
                 true => Bounds::NONE,
-                false => self.delivery.bounds(limit, self.cfg.window),
+                false => self.delivery.bounds(self.cfg.batch_bytes, self.cfg.window),
             };
-            let (outbox, framing, name) =
-                (&mut self.delivery.outbox, &mut self.framing, &self.cfg.name);
-            let every = answers == Answers::EveryFrame;
-            conn.pending_replies.clear();
-            let mut ends = Ends {
-                ends: &mut conn.pending_ends,
-                replies: self
-                    .protocol
-                    .as_ref()
-                    .filter(|_| every)
-                    .map(|p| (p, &mut conn.pending_replies)),
-            };
-            let mut filled = Filled::default();
-            // One reading for the whole batch: timing each frame would cost more than
-            // encoding a small one.
-            let took = self.callbacks.watch().time(Callback::Encode, &mut || {
-                filled = fill_batch(outbox, framing, name, buf, bounds, &mut ends);
-            });
-            if every {
-                // A frame takes as many turns as the peer gives it answers: one that the
-                // protocol follows takes one, and lasts while its answers say more follow.
-                let replies = &conn.pending_replies;
-                for (k, &e) in conn.pending_ends.iter().enumerate() {
-                    let asked = replies.get(k).copied().unwrap_or(Replies::One);
-                    let n = match asked {
-                        Replies::Many(n) => n,
-                        Replies::Pushed => 0,
-                        _ => 1,
-                    };
-                    for _ in 0..n {
-                        conn.pending_turns.push((Turn::Frame, asked, e));
+            loop {
+                let request = self.delivery.requests.next_order();
+                let frame = self.delivery.outbox.next_order();
+                let stopped = match (frame, request) {
+                    (Some(f), r) if r.map_or(true, |r| f < r) => {
+                        // The frames handed in before the next request.
+                        let until = r.unwrap_or(u64::MAX);
+                        match self.batch_frames(now, buf, (bounds, until)) {
+                            Ok(stopped) => stopped,
+                            Err(p) => return self.encode_panicked(now, buf, p),
+                        }
                     }
+                    // The next request waits for room: what was handed in after it waits too.
+                    (_, Some(_)) if self.delivery.requests.next_parked() => true,
+                    (f, Some(_)) => {
+                        // The requests handed in before the next frame.
+                        match self.batch_requests(buf, f.unwrap_or(u64::MAX)) {
+                            Ok(full) => full,
+                            Err(p) => return self.encode_panicked(now, buf, p),
+                        }
+                    }
+                    _ => true,
+                };
+                if stopped {
+                    break;
                 }
-            }
-            self.took(now, Callback::Encode, took);
-            self.abandon_all(filled.refused, AbandonReason::Unencodable);
-            if let Some(p) = filled.panicked {
-                // The frame stays first in line (not in flight): it is never lost without a
-                // word, and its deadline (if any) or a close still ends it.
-                return self.encode_panicked(now, buf, p);
-            }
-            if let Err(p) = self.batch_requests(buf) {
-                return self.encode_panicked(now, buf, p);
             }
         }
         !buf.is_empty()
+    }
+
+    /// Adds the queued frames numbered below `until` to the batch, within `bounds`, each with
+    /// its turns when the peer answers every frame. Returns true when they stopped short of
+    /// `until` (the batch or the window is full, the pause after a refusal): nothing handed
+    /// in after them goes into this batch either.
+    fn batch_frames(
+        &mut self,
+        now: Instant,
+        buf: &mut Vec<u8>,
+        (bounds, until): (Bounds, u64),
+    ) -> Result<bool, Panicked> {
+        let Some(conn) = self.conn.as_mut() else {
+            return Ok(true);
+        };
+        let every = self.cfg.answers == Answers::EveryFrame;
+        let (outbox, framing, name) =
+            (&mut self.delivery.outbox, &mut self.framing, &self.cfg.name);
+        let first = conn.pending_ends.len();
+        let mut ends = Ends {
+            ends: &mut conn.pending_ends,
+            replies: self
+                .protocol
+                .as_ref()
+                .filter(|_| every)
+                .map(|p| (p, &mut conn.pending_replies)),
+        };
+        // Only application code is timed as such: a built-in framing is not. A framing of the
+        // application's is timed once for its part of the batch: timing each frame would cost
+        // more than encoding a small one.
+        let mut filled = Filled::default();
+        let took = match framing.is_builtin() {
+            true => {
+                filled = fill_batch(outbox, framing, name, buf, (bounds, until), &mut ends);
+                None
+            }
+            false => Some(self.callbacks.watch().time(Callback::Encode, &mut || {
+                filled = fill_batch(outbox, framing, name, buf, (bounds, until), &mut ends);
+            })),
+        };
+        if every {
+            // A frame takes as many turns as the peer gives it answers, in the batch's order:
+            // one that the protocol follows takes one, and lasts while its answers say more
+            // follow.
+            let replies = &conn.pending_replies;
+            for (k, &e) in conn.pending_ends.iter().enumerate().skip(first) {
+                let asked = replies.get(k).copied().unwrap_or(Replies::One);
+                let n = match asked {
+                    Replies::Many(n) => n,
+                    Replies::Pushed => 0,
+                    _ => 1,
+                };
+                for _ in 0..n {
+                    conn.pending_turns.push((Turn::Frame, asked, e));
+                }
+            }
+        }
+        if let Some(took) = took {
+            self.took(now, Callback::Encode, took);
+        }
+        self.abandon_all(filled.refused, AbandonReason::Unencodable);
+        match filled.panicked {
+            // The frame stays first in line (not in flight): it is never lost without a word,
+            // and its deadline (if any) or a close still ends it.
+            Some(p) => Err(p),
+            None => Ok(filled.stopped),
+        }
     }
 
     /// The framing panicked while a batch was being built: nothing of it is written, the frames
@@ -2015,9 +2074,10 @@ impl Machine {
         false
     }
 
-    /// Adds the requests waiting to be written to the batch, while it has room; one the
-    /// framing refuses is answered at once.
-    fn batch_requests(&mut self, buf: &mut Vec<u8>) -> Result<(), Panicked> {
+    /// Adds the requests waiting to be written and numbered below `until` to the batch, while
+    /// it has room; one the framing refuses is answered at once. Returns true when the batch
+    /// is full.
+    fn batch_requests(&mut self, buf: &mut Vec<u8>, until: u64) -> Result<bool, Panicked> {
         let in_order = self.cfg.answers != Answers::Unknown && !self.delivery.requests.by_id();
         let turns = match self.conn.as_mut() {
             Some(conn) if in_order => Some(&mut conn.pending_turns),
@@ -2029,7 +2089,7 @@ impl Machine {
         let (framing, limit) = (&mut self.framing, self.cfg.batch_bytes);
         let batched = self
             .delivery
-            .batch_requests(framing, limit, buf, turns, asked);
+            .batch_requests(framing, limit, buf, turns, asked, until);
         self.answer_requests();
         batched
     }

@@ -10,6 +10,9 @@
 //! allocates nothing per frame, and a frame that leaves is a slice of that buffer. Frames handed out for writing stay at the
 //! front, in flight, until they are written (they leave, to wait in the window for their
 //! confirmation) or put back (a failed write).
+//!
+//! Each submission keeps its order number, the place the machine gave it among every frame
+//! and request handed in: the machine writes frames and requests merged by it.
 
 use std::collections::VecDeque;
 use std::time::Instant;
@@ -36,6 +39,8 @@ struct Submission {
     deadline: Option<Instant>,
     /// A frame the peer refused, to be written again ahead of the frames still queued.
     retry: bool,
+    /// Its place among the frames and requests handed to the machine (see the module docs).
+    order: u64,
 }
 
 impl Submission {
@@ -137,7 +142,8 @@ impl Outbox {
         self.in_flight
     }
 
-    pub(crate) fn push(&mut self, frame: Bytes, deadline: Option<Instant>) {
+    /// Queues a frame, numbered `order` among everything handed to the machine.
+    pub(crate) fn push(&mut self, frame: Bytes, deadline: Option<Instant>, order: u64) {
         self.note_deadline(deadline);
         self.frames += 1;
         self.bytes += frame.len();
@@ -145,11 +151,12 @@ impl Outbox {
             frames: Frames::One(frame),
             deadline,
             retry: false,
+            order,
         });
     }
 
-    /// Queues every frame of `batch`, in order, sharing one deadline.
-    pub(crate) fn push_batch(&mut self, batch: Batch, deadline: Option<Instant>) {
+    /// Queues every frame of `batch`, in order, sharing one deadline and one order number.
+    pub(crate) fn push_batch(&mut self, batch: Batch, deadline: Option<Instant>, order: u64) {
         if batch.is_empty() {
             return;
         }
@@ -165,6 +172,7 @@ impl Outbox {
             },
             deadline,
             retry: false,
+            order,
         });
     }
 
@@ -244,18 +252,27 @@ impl Outbox {
     pub(crate) fn unsent(&self) -> Option<Unsent<'_>> {
         let (e, i) = self.cursor_pos();
         let entry = self.queue.get(e)?;
+        let order = entry.order;
         Some(match &entry.frames {
             Frames::One(f) => Unsent {
                 data: f,
                 start: 0,
                 ends: None,
+                order,
             },
             Frames::Many { data, ends, .. } => Unsent {
                 data,
                 start: Submission::span(ends, i).start,
                 ends: Some(&ends[i..]),
+                order,
             },
         })
+    }
+
+    /// The order number of the next frame to write, if one waits.
+    pub(crate) fn next_order(&self) -> Option<u64> {
+        let (e, _) = self.cursor_pos();
+        self.queue.get(e).map(|entry| entry.order)
     }
 
     /// Marks the first `n` frames that [`unsent`](Outbox::unsent) gave as in flight (all of
@@ -292,7 +309,7 @@ impl Outbox {
             let Some(entry) = self.queue.front_mut() else {
                 break;
             };
-            let deadline = entry.deadline;
+            let (deadline, order) = (entry.deadline, entry.order);
             let emptied = match &mut entry.frames {
                 Frames::One(f) => {
                     let len = f.len();
@@ -301,6 +318,7 @@ impl Outbox {
                         start: 0,
                         ends: std::slice::from_ref(&len),
                         deadline,
+                        order,
                     });
                     left -= 1;
                     true
@@ -313,6 +331,7 @@ impl Outbox {
                         start,
                         ends: &ends[*head..*head + n],
                         deadline,
+                        order,
                     });
                     *head += n;
                     left -= n;
@@ -333,8 +352,8 @@ impl Outbox {
     }
 
     /// Puts a frame back first in line (one written on a connection that dropped before it
-    /// was confirmed, to be resent). Nothing may be in flight.
-    pub(crate) fn push_front(&mut self, frame: Bytes, deadline: Option<Instant>) {
+    /// was confirmed, to be resent), with its own order number. Nothing may be in flight.
+    pub(crate) fn push_front(&mut self, frame: Bytes, deadline: Option<Instant>, order: u64) {
         debug_assert_eq!(self.in_flight, 0, "push_front with frames in flight");
         self.note_deadline(deadline);
         self.frames += 1;
@@ -343,12 +362,13 @@ impl Outbox {
             frames: Frames::One(frame),
             deadline,
             retry: false,
+            order,
         });
     }
 
     /// Queues a frame the peer refused, to be written again: behind the refused frames queued
     /// before it, ahead of every other. Nothing may be in flight.
-    pub(crate) fn push_retry(&mut self, frame: Bytes, deadline: Option<Instant>) {
+    pub(crate) fn push_retry(&mut self, frame: Bytes, deadline: Option<Instant>, order: u64) {
         debug_assert_eq!(self.in_flight, 0, "push_retry with frames in flight");
         self.note_deadline(deadline);
         self.frames += 1;
@@ -360,6 +380,7 @@ impl Outbox {
                 frames: Frames::One(frame),
                 deadline,
                 retry: true,
+                order,
             },
         );
     }
@@ -393,9 +414,16 @@ pub(crate) struct Unsent<'a> {
     start: usize,
     /// The end of each in `data`; `None` for a frame alone (all of `data`).
     ends: Option<&'a [usize]>,
+    /// The submission's order number.
+    order: u64,
 }
 
 impl<'a> Unsent<'a> {
+    /// The order number of their submission.
+    pub(crate) fn order(self) -> u64 {
+        self.order
+    }
+
     /// Each frame, a slice of the entry's buffer.
     pub(crate) fn frames(self) -> impl Iterator<Item = &'a [u8]> {
         let (data, mut at) = (self.data, self.start);
@@ -408,13 +436,15 @@ impl<'a> Unsent<'a> {
 }
 
 /// Written frames of one submission: back to back in `data`, the first from `start`, each
-/// ending at its entry in `ends` (offsets in `data`).
+/// ending at its entry in `ends` (offsets in `data`), with the submission's deadline and order
+/// number.
 #[derive(Debug)]
 pub(crate) struct Written<'a> {
     pub data: Bytes,
     pub start: usize,
     pub ends: &'a [usize],
     pub deadline: Option<Instant>,
+    pub order: u64,
 }
 
 impl Written<'_> {

@@ -170,6 +170,9 @@ struct Outstanding {
     waiting: bool,
     /// Connection losses at which it was the oldest request written and not answered.
     losses: u32,
+    /// Its place among the frames and requests handed to the machine, kept when it is parked
+    /// or resent: the machine writes frames and requests merged by it.
+    order: u64,
 }
 
 /// The requests of one link: the window of outstanding ones and those parked for room.
@@ -243,7 +246,8 @@ impl RequestWindow {
         self.window.iter().filter(|e| e.waiting).count() + self.parked.len()
     }
 
-    /// A new request; `id` is its id when correlating by id.
+    /// A new request; `id` is its id when correlating by id, `order` its place among the
+    /// frames and requests handed to the machine.
     pub(crate) fn submit(
         &mut self,
         now: Instant,
@@ -251,6 +255,7 @@ impl RequestWindow {
         frame: Bytes,
         id: Option<Vec<u8>>,
         deadline: Instant,
+        order: u64,
     ) {
         if deadline <= now {
             return self.answer(token, Err(RequestError::Abandoned(AbandonReason::Expired)));
@@ -262,6 +267,7 @@ impl RequestWindow {
             deadline,
             waiting: true,
             losses: 0,
+            order,
         };
         self.consider(deadline);
         if self.parked.is_empty() && self.fits(entry.frame.len()) {
@@ -351,6 +357,20 @@ impl RequestWindow {
         self.window
             .get(self.sent + self.in_flight)
             .map(|e| &e.frame[..])
+    }
+
+    /// The order number of the next request to write, if one waits: in the window, or parked
+    /// for room (then nothing given after it may be written before it).
+    pub(crate) fn next_order(&self) -> Option<u64> {
+        match self.window.get(self.sent + self.in_flight) {
+            Some(e) => Some(e.order),
+            None => self.parked.front().map(|(e, _)| e.order),
+        }
+    }
+
+    /// Whether the next request to write waits for room in the window (parked).
+    pub(crate) fn next_parked(&self) -> bool {
+        self.window.len() == self.sent + self.in_flight && !self.parked.is_empty()
     }
 
     /// The frame from `next_unsent` is in the batch being written.

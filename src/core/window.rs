@@ -59,6 +59,8 @@ struct Run {
     at: Instant,
     /// Its deadline, which applies again if its frames are resent.
     deadline: Option<Instant>,
+    /// Its submission's order number, which its frames keep if they are resent.
+    order: u64,
 }
 
 /// One waiting frame: where it ends in the connection's stream and in its run's buffer.
@@ -70,11 +72,13 @@ struct Mark {
     at: usize,
 }
 
-/// A frame taken back from the window (its connection is gone), with its deadline.
+/// A frame taken back from the window (its connection is gone), with its deadline and its
+/// order number (its place among the frames and requests handed to the machine).
 #[derive(Debug, PartialEq, Eq)]
 pub(super) struct Unconfirmed {
     pub(super) frame: Bytes,
     pub(super) deadline: Option<Instant>,
+    pub(super) order: u64,
 }
 
 /// How many connection losses in a row the oldest frame taken back from the window was the
@@ -219,15 +223,16 @@ impl Window {
         }
     }
 
-    /// Frames of one submission were handed to the socket at `now`: back to back in `data`
-    /// from `first`, each given as (its end in `data`, its end in the stream).
+    /// Frames of one submission (numbered `order` among everything handed in) were handed to
+    /// the socket at `now`: back to back in `data` from `first`, each given as (its end in
+    /// `data`, its end in the stream).
     pub(super) fn push_run(
         &mut self,
         data: Bytes,
         first: usize,
         frames: impl IntoIterator<Item = (usize, u64)>,
         now: Instant,
-        deadline: Option<Instant>,
+        (deadline, order): (Option<Instant>, u64),
     ) {
         let before = self.marks.len();
         self.marks
@@ -242,6 +247,7 @@ impl Window {
             left,
             at: now,
             deadline,
+            order,
         });
         self.poll_at.get_or_insert(now + POLL_FIRST);
     }
@@ -450,7 +456,7 @@ impl Window {
         self.poll_at = None;
         let mut out = Vec::with_capacity(self.marks.len());
         while let Some(run) = self.runs.front() {
-            let (data, deadline) = (run.data.clone(), run.deadline);
+            let (data, deadline, order) = (run.data.clone(), run.deadline, run.order);
             let number = self.first;
             let (mark, start) = self.pop().expect("a run has a frame");
             if self.refused.front().is_some_and(|&(n, _)| n == number) {
@@ -460,6 +466,7 @@ impl Window {
             out.push(Unconfirmed {
                 frame: data.slice(start..mark.at),
                 deadline,
+                order,
             });
         }
         self.refused.clear();
@@ -476,10 +483,10 @@ impl Window {
         let frame = self.frame(number)?;
         let i = (number - self.first) as usize;
         let mut left = i;
-        let mut deadline = None;
+        let (mut deadline, mut order) = (None, 0);
         for run in &self.runs {
             if left < run.left {
-                deadline = run.deadline;
+                (deadline, order) = (run.deadline, run.order);
                 break;
             }
             left -= run.left;
@@ -490,7 +497,11 @@ impl Window {
             self.poll_at = None;
             self.poll_every = POLL_FIRST;
         }
-        Some(Unconfirmed { frame, deadline })
+        Some(Unconfirmed {
+            frame,
+            deadline,
+            order,
+        })
     }
 }
 
@@ -508,7 +519,7 @@ mod tests {
             0,
             [(4, 4), (10, 10)],
             t,
-            None,
+            (None, 0),
         );
         let mut got = Vec::new();
         assert!(w.acked(t, 9, |n, len| got.push((n, len))));
@@ -524,7 +535,7 @@ mod tests {
         let t = Instant::now();
         let mut w = Window::new(false);
         w.wrote(t, 4);
-        w.push_run(Bytes::from_static(b"aaaa"), 0, [(4, 4)], t, None);
+        w.push_run(Bytes::from_static(b"aaaa"), 0, [(4, 4)], t, (None, 0));
         assert!(!w.acked(t, 5, |_, _| panic!("confirmed on a foreign count")));
         assert!(w.acked(t, 2, |_, _| panic!("confirmed early")));
         assert!(!w.acked(t, 1, |_, _| panic!("confirmed on a count going back")));
@@ -536,7 +547,7 @@ mod tests {
         let t = Instant::now();
         let mut w = Window::new(false);
         w.wrote(t, 4);
-        w.push_run(Bytes::from_static(b"aaaa"), 0, [(4, 4)], t, None);
+        w.push_run(Bytes::from_static(b"aaaa"), 0, [(4, 4)], t, (None, 0));
         assert_eq!(w.poll_at(), Some(t + POLL_FIRST));
         // Readings before the due time that find nothing new leave the schedule alone.
         for _ in 0..20 {
@@ -573,8 +584,8 @@ mod tests {
         w.wrote(t, 12);
         // A run whose first frame ("x") was confirmed before it came here.
         let data = Bytes::from_static(b"xaabbb");
-        w.push_run(data.clone(), 1, [(3, 2), (6, 5)], t, None);
-        w.push_run(Bytes::from_static(b"cccc"), 0, [(4, 9)], t, later);
+        w.push_run(data.clone(), 1, [(3, 2), (6, 5)], t, (None, 0));
+        w.push_run(Bytes::from_static(b"cccc"), 0, [(4, 9)], t, (later, 1));
         assert_eq!((w.len(), w.oldest()), (3, Some(t)));
         let mut confirmed = Vec::new();
         assert!(w.acked(t, 2, |n, len| confirmed.push((n, len))));
@@ -585,11 +596,13 @@ mod tests {
             [
                 Unconfirmed {
                     frame: Bytes::from_static(b"bbb"),
-                    deadline: None
+                    deadline: None,
+                    order: 0,
                 },
                 Unconfirmed {
                     frame: Bytes::from_static(b"cccc"),
-                    deadline: later
+                    deadline: later,
+                    order: 1,
                 },
             ]
         );
@@ -607,8 +620,20 @@ mod tests {
         let t = Instant::now();
         let mut w = Window::new(false);
         w.wrote(t, 12);
-        w.push_run(Bytes::from_static(b"aabbb"), 0, [(2, 2), (5, 5)], t, None);
-        w.push_run(Bytes::from_static(b"ccdd"), 0, [(2, 7), (4, 9)], t, None);
+        w.push_run(
+            Bytes::from_static(b"aabbb"),
+            0,
+            [(2, 2), (5, 5)],
+            t,
+            (None, 0),
+        );
+        w.push_run(
+            Bytes::from_static(b"ccdd"),
+            0,
+            [(2, 7), (4, 9)],
+            t,
+            (None, 0),
+        );
         let mut confirmed = Vec::new();
         // Covers both frames of the first run and the first of the second, not the last.
         assert!(w.acked(t, 8, |n, len| confirmed.push((n, len))));
@@ -628,8 +653,14 @@ mod tests {
         let now = Instant::now();
         let mut w = Window::new(true);
         assert_eq!(w.next_number(), 0);
-        w.push_run(Bytes::from_static(b"aabbb"), 0, [(2, 2), (5, 5)], now, None);
-        w.push_run(Bytes::from_static(b"cccc"), 0, [(4, 9)], now, None);
+        w.push_run(
+            Bytes::from_static(b"aabbb"),
+            0,
+            [(2, 2), (5, 5)],
+            now,
+            (None, 0),
+        );
+        w.push_run(Bytes::from_static(b"cccc"), 0, [(4, 9)], now, (None, 0));
         assert_eq!(w.next_number(), 3);
         assert_eq!(w.frame(1).as_deref(), Some(&b"bbb"[..]));
         assert_eq!(w.frame(2).as_deref(), Some(&b"cccc"[..]));
@@ -650,7 +681,13 @@ mod tests {
         let t = Instant::now();
         let mut w = Window::new(false);
         w.wrote(t, 5);
-        w.push_run(Bytes::from_static(b"abcde"), 0, [(2, 2), (5, 5)], t, None);
+        w.push_run(
+            Bytes::from_static(b"abcde"),
+            0,
+            [(2, 2), (5, 5)],
+            t,
+            (None, 0),
+        );
         let mut confirmed = None;
         w.go_blind(|n, len| confirmed = Some((n, len)));
         assert_eq!(confirmed, Some((2, 5)));

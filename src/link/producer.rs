@@ -60,12 +60,14 @@ struct Waits {
 /// The same contract as `Link::send`: the link's overflow policy and `frame_ttl`, or the
 /// producer's [`options`](Producer::options); a refused frame comes back in the error; a frame
 /// counts in the link's [`Metrics`](crate::Metrics) once the IO thread has taken it. Frames
-/// leave in the order they were sent; frames sent meanwhile on the link itself or through
-/// another producer are not ordered against them. A producer holds at most 512 frames and 32 KiB
-/// of the outbox's room ahead (never more than half the room left), which it gives back when it
-/// is dropped. A producer's ring holds 1 MiB of frames (1.25 MiB of memory in all, made with the
-/// producer): when the IO thread is that far behind (it did not run), a frame waits for it as for
-/// room in the outbox (100 ms at most when the call does not wait), then is refused as `Full`.
+/// leave in the order they were sent; frames and requests sent meanwhile on the link itself or
+/// through another producer are not ordered against them (the IO thread reads the producer's
+/// ring after the link's own queue, so the two meet there, not at the calls). A producer holds
+/// at most 512 frames and 32 KiB of the outbox's room ahead (never more than half the room
+/// left), which it gives back when it is dropped. A producer's ring holds 1 MiB of frames
+/// (1.25 MiB of memory in all, made with the producer): when the IO thread is that far behind
+/// (it did not run), a frame waits for it as for room in the outbox (100 ms at most when the
+/// call does not wait), then is refused as `Full`.
 ///
 /// # Examples
 /// ```

@@ -24,8 +24,9 @@ const BYTES: usize = 64 * 1024;
 /// It copies every frame, so a large frame that is already a `Bytes` goes faster through
 /// [`Link::send`], which hands it over as it is.
 ///
-/// Frames leave the writer in the order they were written, as one batch each time; frames sent
-/// on the link itself meanwhile go before those still in the writer. Nothing is lost without a
+/// Frames leave the writer in the order they were written, as one batch each time; frames and
+/// requests sent on the link itself meanwhile go before those still in the writer (the
+/// writer's frames take their place in the link's order when it hands them over). Nothing is lost without a
 /// report: a frame the framing cannot encode is refused at its own call, and frames the link
 /// does not accept at a hand-over (the outbox at its limit, the link closed) come back in the
 /// error of the call that handed them over. The link's overflow policy applies at a hand-over,

@@ -241,6 +241,20 @@ impl BoxedFraming {
     }
 }
 
+impl BoxedFraming {
+    /// Whether the framing is one of the crate's own: its `encode` is no application code (and
+    /// is not timed as such).
+    pub(crate) fn is_builtin(&mut self) -> bool {
+        let any = self.0.as_any_mut();
+        any.is::<LengthDelimited>()
+            || any.is::<Lines>()
+            || any.is::<Delimited>()
+            || any.is::<Resp>()
+            || any.is::<Raw>()
+            || any.is::<Counted>()
+    }
+}
+
 impl Clone for BoxedFraming {
     fn clone(&self) -> Self {
         BoxedFraming(self.0.clone_box())

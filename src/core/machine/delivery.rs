@@ -46,6 +46,9 @@ pub(super) struct Backlog {
     pub(super) requests: RequestWindow,
     /// Flushes waiting for the frames submitted before them.
     pub(super) flushes: Flushes,
+    /// The order number the next frame or request handed in gets: frames and requests are
+    /// written merged by it, in the order they were handed in.
+    next_order: u64,
 }
 
 /// What a lost connection leaves to give back: the frame abandoned as poison, and under
@@ -67,7 +70,15 @@ impl Backlog {
             losses: Losses::default(),
             requests: RequestWindow::new(&cfg.requests, cfg.max_losses),
             flushes: Flushes::default(),
+            next_order: 0,
         }
+    }
+
+    /// The order number of a submission or request handed in now: its place among all of
+    /// them, which it keeps until it is written (again, after a loss).
+    pub(super) fn stamp(&mut self) -> u64 {
+        self.next_order += 1;
+        self.next_order
     }
 
     /// Nothing left to write, to confirm or to answer.
@@ -195,13 +206,14 @@ impl Backlog {
                 start,
                 ends,
                 deadline,
+                order,
             } = run;
             let frames = ends.iter().map(|&at| {
                 let end = base + end_of(k) as u64;
                 k += 1;
                 (at, end)
             });
-            window.push_run(data, start, frames, now, deadline);
+            window.push_run(data, start, frames, now, (deadline, order));
         });
         k
     }
@@ -223,10 +235,11 @@ impl Backlog {
         }
     }
 
-    /// Adds the requests waiting to be written to the batch in `buf`, while it holds fewer
-    /// than `limit` bytes (one request at least), each with its turn in `turns` when the peer
-    /// answers in order. One the framing refuses is answered with
-    /// [`RequestError::Invalid`]; a panic of the framing ends the batch.
+    /// Adds the requests waiting to be written and numbered below `until` to the batch in
+    /// `buf`, while it holds fewer than `limit` bytes (one request at least), each with its
+    /// turn in `turns` when the peer answers in order. One the framing refuses is answered
+    /// with [`RequestError::Invalid`]; a panic of the framing ends the batch. Returns true
+    /// when the batch is full.
     pub(super) fn batch_requests(
         &mut self,
         framing: &mut BoxedFraming,
@@ -234,10 +247,14 @@ impl Backlog {
         buf: &mut Vec<u8>,
         mut turns: Option<&mut Vec<(Turn, Replies, usize)>>,
         asked: impl Fn(&[u8]) -> Replies,
-    ) -> Result<(), Panicked> {
+        until: u64,
+    ) -> Result<bool, Panicked> {
         while let Some(frame) = self.requests.next_unsent() {
-            if !buf.is_empty() && buf.len().saturating_add(frame.len()) > limit {
+            if self.requests.next_order().is_some_and(|o| o >= until) {
                 break;
+            }
+            if !buf.is_empty() && buf.len().saturating_add(frame.len()) > limit {
+                return Ok(true);
             }
             let mark = buf.len();
             match guarded(Callback::Encode, || framing.encode(frame, buf))? {
@@ -255,7 +272,7 @@ impl Backlog {
                 }
             }
         }
-        Ok(())
+        Ok(false)
     }
 
     /// The frames of a lost connection that were written and not confirmed, by `policy`:
@@ -285,7 +302,7 @@ impl Backlog {
                             s.frame
                         }
                     };
-                    self.outbox.push_front(frame, s.deadline);
+                    self.outbox.push_front(frame, s.deadline, s.order);
                 }
             }
             Redelivery::Report => {

@@ -254,6 +254,7 @@ mod capture;
 mod close_inbound;
 mod confirm;
 mod connection;
+mod order;
 mod panics;
 mod pause;
 mod props;

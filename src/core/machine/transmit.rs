@@ -1,5 +1,7 @@
 //! The filling of a batch: the outbox's frames through the framing, within the batch's and
-//! the window's bounds (the built-in framings called directly, not through the box).
+//! the window's bounds and below an order number (the next request's: frames and requests
+//! leave in the order they were handed in), the built-in framings called directly, not
+//! through the box.
 
 use std::time::Duration;
 
@@ -15,12 +17,15 @@ use crate::error::{Callback, EncodeError};
 /// How long to wait before offering the socket a batch again after EAGAIN.
 pub(super) const SEND_RETRY: Duration = Duration::from_millis(1);
 
-/// How filling a batch ended: frames the framing refused now (taken out of the outbox), and
-/// the panic that ended it, if any.
+/// How filling a batch ended: frames the framing refused now (taken out of the outbox), the
+/// panic that ended it, if any, and whether it stopped short of the order bound (the batch or
+/// the window is full, or a refused frame waits for the next batch): then nothing given after
+/// the frames left may go into this batch either.
 #[derive(Default)]
 pub(super) struct Filled {
     pub(super) refused: Vec<Bytes>,
     pub(super) panicked: Option<Panicked>,
+    pub(super) stopped: bool,
 }
 
 /// How much one batch may hold: payload bytes (`limit`, one frame at least), and the
@@ -57,30 +62,33 @@ impl Bounds {
     };
 }
 
-/// Encodes queued frames into `buf` within `bounds`, noting where each ends in `ends`. The
-/// calls into the framing are guarded together, once per batch: a panic ends the batch where
-/// it happened, with the frames refused before it kept in `refused`.
+/// Encodes queued frames numbered below `until` into `buf` within `bounds`, noting where each
+/// ends in `ends`. The calls into the framing are guarded together, once per call: a panic
+/// ends the batch where it happened, with the frames refused before it kept in `refused`.
 pub(super) fn fill_batch(
     outbox: &mut Outbox,
     framing: &mut BoxedFraming,
     name: &str,
     buf: &mut Vec<u8>,
-    bounds: Bounds,
+    (bounds, until): (Bounds, u64),
     ends: &mut Ends<'_>,
 ) -> Filled {
     let mut refused = Vec::new();
+    let mut stopped = false;
     let encoded = guarded(Callback::Encode, || {
         // A run at a time: the frames of one submission are read off its buffer in order and
         // marked in flight together.
-        while let Some(unsent) = outbox.unsent() {
+        while let Some(unsent) = outbox.unsent().filter(|u| u.order() < until) {
             let RunFill { taken, full, error } = fill_run(framing, unsent, buf, bounds, ends);
             outbox.advance(taken);
             if full {
+                stopped = true;
                 break;
             }
             if let Some(e) = error {
                 if outbox.in_flight() > 0 {
                     // The frames before it go first; it is then first in line.
+                    stopped = true;
                     break;
                 }
                 // The framing accepted the frame at `send` and refuses it now.
@@ -92,6 +100,7 @@ pub(super) fn fill_batch(
     Filled {
         refused,
         panicked: encoded.err(),
+        stopped,
     }
 }
 

@@ -76,7 +76,7 @@ fn in_order_each_reply_answers_the_oldest_outstanding_request() {
     let now = Instant::now();
     let mut r = in_order(Overflow::RejectNew, 8);
     for t in 1..=3 {
-        r.submit(now, t, Bytes::from(vec![t as u8]), None, now + T);
+        r.submit(now, t, Bytes::from(vec![t as u8]), None, now + T, 0);
     }
     assert_eq!(write_all(&mut r), [[1], [2], [3]]);
     assert_eq!(reply(&mut r, b"a"), Matched::Answer(1));
@@ -101,7 +101,7 @@ fn a_frame_while_nothing_was_sent_is_unsolicited() {
         reply(&mut r, b"greeting"),
         Matched::Unsolicited(Bytes::from_static(b"greeting"))
     );
-    r.submit(now, 1, Bytes::from_static(b"q"), None, now + T);
+    r.submit(now, 1, Bytes::from_static(b"q"), None, now + T, 0);
     // Queued, not yet written: the frame cannot be its reply.
     assert_eq!(
         reply(&mut r, b"notice"),
@@ -114,7 +114,7 @@ fn a_frame_while_nothing_was_sent_is_unsolicited() {
 fn an_unsolicited_verdict_leaves_the_outstanding_request_waiting() {
     let now = Instant::now();
     let mut r = in_order(Overflow::RejectNew, 8);
-    r.submit(now, 1, Bytes::from_static(b"q"), None, now + T);
+    r.submit(now, 1, Bytes::from_static(b"q"), None, now + T, 0);
     write_all(&mut r);
     assert_eq!(
         r.on_frame(Bytes::from_static(b">push"), Inbound::Unsolicited),
@@ -127,8 +127,8 @@ fn an_unsolicited_verdict_leaves_the_outstanding_request_waiting() {
 fn a_timed_out_request_keeps_its_place_and_its_late_reply_is_dropped() {
     let now = Instant::now();
     let mut r = in_order(Overflow::RejectNew, 8);
-    r.submit(now, 1, Bytes::from_static(b"slow"), None, now + T);
-    r.submit(now, 2, Bytes::from_static(b"next"), None, now + 3 * T);
+    r.submit(now, 1, Bytes::from_static(b"slow"), None, now + T, 0);
+    r.submit(now, 2, Bytes::from_static(b"next"), None, now + 3 * T, 0);
     write_all(&mut r);
     r.expire(now + T);
     assert_eq!(outcomes(&mut r), [(1, Err(RequestError::TimedOut))]);
@@ -146,7 +146,7 @@ fn a_timed_out_request_keeps_its_place_and_its_late_reply_is_dropped() {
 fn a_request_that_expires_unsent_leaves_and_says_so() {
     let now = Instant::now();
     let mut r = in_order(Overflow::RejectNew, 8);
-    r.submit(now, 1, Bytes::from_static(b"q"), None, now + T);
+    r.submit(now, 1, Bytes::from_static(b"q"), None, now + T, 0);
     assert_eq!(r.next_deadline(), Some(now + T));
     r.expire(now + T);
     assert_eq!(
@@ -161,7 +161,7 @@ fn a_request_that_expires_unsent_leaves_and_says_so() {
 fn a_request_submitted_past_its_deadline_expires_at_once() {
     let now = Instant::now();
     let mut r = in_order(Overflow::RejectNew, 8);
-    r.submit(now, 1, Bytes::from_static(b"q"), None, now);
+    r.submit(now, 1, Bytes::from_static(b"q"), None, now, 0);
     assert_eq!(
         outcomes(&mut r),
         [(1, Err(RequestError::Abandoned(AbandonReason::Expired)))]
@@ -172,7 +172,7 @@ fn a_request_submitted_past_its_deadline_expires_at_once() {
 fn a_request_in_the_batch_being_written_is_not_expired_under_it() {
     let now = Instant::now();
     let mut r = in_order(Overflow::RejectNew, 8);
-    r.submit(now, 1, Bytes::from_static(b"q"), None, now + T);
+    r.submit(now, 1, Bytes::from_static(b"q"), None, now + T, 0);
     assert!(r.next_unsent().is_some());
     r.advance();
     r.expire(now + T);
@@ -187,7 +187,7 @@ fn by_id_replies_answer_their_own_requests_in_any_order() {
     let now = Instant::now();
     let mut r = by_id();
     for (t, id) in [(1, b'a'), (2, b'b'), (3, b'c')] {
-        r.submit(now, t, Bytes::from(vec![id]), Some(vec![id]), now + T);
+        r.submit(now, t, Bytes::from(vec![id]), Some(vec![id]), now + T, 0);
     }
     write_all(&mut r);
     for (id, token) in [(b'c', 3), (b'a', 1), (b'b', 2)] {
@@ -209,6 +209,7 @@ fn by_id_a_reply_for_a_timed_out_request_is_late() {
         Bytes::from_static(b"a"),
         Some(b"a".to_vec()),
         now + T,
+        0,
     );
     r.submit(
         now,
@@ -216,6 +217,7 @@ fn by_id_a_reply_for_a_timed_out_request_is_late() {
         Bytes::from_static(b"b"),
         Some(b"b".to_vec()),
         now + 2 * T,
+        0,
     );
     write_all(&mut r);
     r.expire(now + T);
@@ -239,9 +241,9 @@ fn by_id_a_reply_for_a_timed_out_request_is_late() {
 fn report_fails_the_sent_requests_at_a_drop_and_keeps_the_unsent_ones() {
     let now = Instant::now();
     let mut r = in_order(Overflow::RejectNew, 8);
-    r.submit(now, 1, Bytes::from_static(b"sent"), None, now + T);
+    r.submit(now, 1, Bytes::from_static(b"sent"), None, now + T, 0);
     write_all(&mut r);
-    r.submit(now, 2, Bytes::from_static(b"queued"), None, now + T);
+    r.submit(now, 2, Bytes::from_static(b"queued"), None, now + T, 0);
     r.connection_lost(|_| None);
     assert_eq!(
         outcomes(&mut r),
@@ -257,10 +259,10 @@ fn report_fails_the_sent_requests_at_a_drop_and_keeps_the_unsent_ones() {
 fn resend_writes_the_sent_requests_again_first_and_in_order() {
     let now = Instant::now();
     let mut r = resending();
-    r.submit(now, 1, Bytes::from_static(b"one"), None, now + T);
-    r.submit(now, 2, Bytes::from_static(b"two"), None, now + T);
+    r.submit(now, 1, Bytes::from_static(b"one"), None, now + T, 0);
+    r.submit(now, 2, Bytes::from_static(b"two"), None, now + T, 0);
     write_all(&mut r);
-    r.submit(now, 3, Bytes::from_static(b"three"), None, now + T);
+    r.submit(now, 3, Bytes::from_static(b"three"), None, now + T, 0);
     r.connection_lost(|_| None);
     assert!(outcomes(&mut r).is_empty());
     assert_eq!(
@@ -274,8 +276,8 @@ fn resend_writes_the_sent_requests_again_first_and_in_order() {
 fn a_drop_forgets_timed_out_requests_whose_replies_cannot_come_any_more() {
     let now = Instant::now();
     let mut r = resending();
-    r.submit(now, 1, Bytes::from_static(b"slow"), None, now + T);
-    r.submit(now, 2, Bytes::from_static(b"next"), None, now + 2 * T);
+    r.submit(now, 1, Bytes::from_static(b"slow"), None, now + T, 0);
+    r.submit(now, 2, Bytes::from_static(b"next"), None, now + 2 * T, 0);
     write_all(&mut r);
     r.expire(now + T);
     outcomes(&mut r);
@@ -288,8 +290,8 @@ fn a_drop_forgets_timed_out_requests_whose_replies_cannot_come_any_more() {
 fn past_the_window_reject_new_gives_the_frame_back() {
     let now = Instant::now();
     let mut r = in_order(Overflow::RejectNew, 1);
-    r.submit(now, 1, Bytes::from_static(b"a"), None, now + T);
-    r.submit(now, 2, Bytes::from_static(b"b"), None, now + T);
+    r.submit(now, 1, Bytes::from_static(b"a"), None, now + T, 0);
+    r.submit(now, 2, Bytes::from_static(b"b"), None, now + T, 0);
     assert_eq!(
         outcomes(&mut r),
         [(2, Err(RequestError::Full(Bytes::from_static(b"b"))))]
@@ -300,10 +302,10 @@ fn past_the_window_reject_new_gives_the_frame_back() {
 fn past_the_window_drop_oldest_abandons_the_oldest_unsent_request() {
     let now = Instant::now();
     let mut r = in_order(Overflow::DropOldest, 2);
-    r.submit(now, 1, Bytes::from_static(b"a"), None, now + T);
+    r.submit(now, 1, Bytes::from_static(b"a"), None, now + T, 0);
     write_all(&mut r);
-    r.submit(now, 2, Bytes::from_static(b"b"), None, now + T);
-    r.submit(now, 3, Bytes::from_static(b"c"), None, now + T);
+    r.submit(now, 2, Bytes::from_static(b"b"), None, now + T, 0);
+    r.submit(now, 3, Bytes::from_static(b"c"), None, now + T, 0);
     assert_eq!(
         outcomes(&mut r),
         [(2, Err(RequestError::Abandoned(AbandonReason::Overflow)))]
@@ -315,9 +317,9 @@ fn past_the_window_drop_oldest_abandons_the_oldest_unsent_request() {
 fn past_the_window_block_parks_the_request_until_room_or_its_wait_ends() {
     let now = Instant::now();
     let mut r = in_order(Overflow::Block(T), 1);
-    r.submit(now, 1, Bytes::from_static(b"a"), None, now + 5 * T);
-    r.submit(now, 2, Bytes::from_static(b"b"), None, now + 5 * T);
-    r.submit(now, 3, Bytes::from_static(b"c"), None, now + 5 * T);
+    r.submit(now, 1, Bytes::from_static(b"a"), None, now + 5 * T, 0);
+    r.submit(now, 2, Bytes::from_static(b"b"), None, now + 5 * T, 0);
+    r.submit(now, 3, Bytes::from_static(b"c"), None, now + 5 * T, 0);
     assert_eq!(write_all(&mut r), [b"a".to_vec()]);
     assert_eq!(reply(&mut r, b"A"), Matched::Answer(1));
     assert_eq!(write_all(&mut r), [b"b".to_vec()], "room made: b moves in");
@@ -334,15 +336,15 @@ fn past_the_window_block_parks_the_request_until_room_or_its_wait_ends() {
 fn the_window_counts_bytes_too() {
     let now = Instant::now();
     let mut r = bytes_limited(4);
-    r.submit(now, 1, Bytes::from_static(b"abc"), None, now + T);
-    r.submit(now, 2, Bytes::from_static(b"de"), None, now + T);
+    r.submit(now, 1, Bytes::from_static(b"abc"), None, now + T, 0);
+    r.submit(now, 2, Bytes::from_static(b"de"), None, now + T, 0);
     assert_eq!(
         outcomes(&mut r),
         [(2, Err(RequestError::Full(Bytes::from_static(b"de"))))]
     );
     // One request larger than the limit is admitted alone.
     let mut r = bytes_limited(4);
-    r.submit(now, 1, Bytes::from_static(b"abcdef"), None, now + T);
+    r.submit(now, 1, Bytes::from_static(b"abcdef"), None, now + T, 0);
     assert!(outcomes(&mut r).is_empty());
 }
 
@@ -350,9 +352,9 @@ fn the_window_counts_bytes_too() {
 fn shutdown_fails_every_request_left_once() {
     let now = Instant::now();
     let mut r = in_order(Overflow::Block(T), 1);
-    r.submit(now, 1, Bytes::from_static(b"a"), None, now + T);
+    r.submit(now, 1, Bytes::from_static(b"a"), None, now + T, 0);
     write_all(&mut r);
-    r.submit(now, 2, Bytes::from_static(b"b"), None, now + T);
+    r.submit(now, 2, Bytes::from_static(b"b"), None, now + T, 0);
     r.shutdown();
     let shut = Err(RequestError::Abandoned(AbandonReason::Shutdown));
     assert_eq!(outcomes(&mut r), [(1, shut.clone()), (2, shut)]);
@@ -364,8 +366,8 @@ fn shutdown_fails_every_request_left_once() {
 fn a_refused_encoding_fails_that_request_alone() {
     let now = Instant::now();
     let mut r = in_order(Overflow::RejectNew, 8);
-    r.submit(now, 1, Bytes::from_static(b"bad"), None, now + T);
-    r.submit(now, 2, Bytes::from_static(b"good"), None, now + T);
+    r.submit(now, 1, Bytes::from_static(b"bad"), None, now + T, 0);
+    r.submit(now, 2, Bytes::from_static(b"good"), None, now + T, 0);
     r.refuse_next(RequestError::Closed);
     assert_eq!(
         outcomes(&mut r),
@@ -378,8 +380,8 @@ fn a_refused_encoding_fails_that_request_alone() {
 fn a_stale_deadline_only_costs_one_scan() {
     let now = Instant::now();
     let mut r = in_order(Overflow::RejectNew, 8);
-    r.submit(now, 1, Bytes::from_static(b"a"), None, now + T);
-    r.submit(now, 2, Bytes::from_static(b"b"), None, now + 4 * T);
+    r.submit(now, 1, Bytes::from_static(b"a"), None, now + T, 0);
+    r.submit(now, 2, Bytes::from_static(b"b"), None, now + 4 * T, 0);
     write_all(&mut r);
     assert_eq!(reply(&mut r, b"A"), Matched::Answer(1));
     outcomes(&mut r);
@@ -424,7 +426,7 @@ fn random_run(seed: u64, by_id: bool, redelivery: Redelivery, overflow: Overflow
                 frames.insert(next, frame.clone());
                 let ttl = Duration::from_millis(rng.random_range(1..400));
                 let id = by_id.then(|| frame.clone());
-                r.submit(now, next, frame.into(), id, now + ttl);
+                r.submit(now, next, frame.into(), id, now + ttl, 0);
                 next += 1;
             }
             3 | 4 => peer.extend(write_all(&mut r)),

@@ -277,3 +277,42 @@ fn a_zero_slow_callback_threshold_is_refused() {
         }
     );
 }
+
+/// Lines through a framing of the application's own: its `encode` is application code.
+#[derive(Clone)]
+struct OwnLines(Lines);
+
+impl crate::framing::Framing for OwnLines {
+    fn encode(&mut self, frame: &[u8], dst: &mut Vec<u8>) -> Result<(), crate::error::EncodeError> {
+        self.0.encode(frame, dst)
+    }
+
+    fn decode(
+        &mut self,
+        src: &mut bytes::BytesMut,
+    ) -> Result<Option<Bytes>, crate::error::DecodeError> {
+        self.0.decode(src)
+    }
+}
+
+#[test]
+fn a_batch_through_a_built_in_framing_is_not_timed_as_application_code() {
+    let builtin = Sim::ready(Sim::builder().framing(Lines::new()));
+    let own = Sim::ready(Sim::builder().framing(OwnLines(Lines::new())));
+    let mut slow = Vec::new();
+    for mut s in [builtin, own] {
+        // Every encode the stopwatch sees takes 132 ms.
+        s.m.set_stopwatch(Box::new(SlowOn(Callback::Encode, 132 * MS)));
+        s.submit(b"a");
+        s.submit(b"b");
+        s.transmit();
+        assert_eq!(s.written, b"a\nb\n");
+        slow.push(slow_errors(&s));
+    }
+    assert_eq!(slow[0], [], "the built-in framing's batch is not timed");
+    assert_eq!(
+        slow[1],
+        [(Callback::Encode, 132 * MS)],
+        "the application's framing is timed, once for the batch"
+    );
+}
