@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 use rand::Rng;
 use relink::{Event, IoPool, Link, State};
 use util::logs::Logs;
-use util::peers::{free_port, Behaviour, Peer};
+use util::peers::{free_port, refused_endpoint, Behaviour, Peer};
 use util::proc::run_self;
 use util::watch::Watch;
 
@@ -149,7 +149,7 @@ fn the_guard_in_force_is_said_once_at_info_or_warn() {
     let version = libzmq();
     let links: Vec<Link> = (0..2)
         .map(|_| {
-            Link::builder(&format!("tcp://127.0.0.1:{}", free_port()))
+            Link::builder(refused_endpoint())
                 .build()
                 .expect("build a link")
         })
@@ -179,7 +179,7 @@ fn the_guard_in_force_is_said_once_at_info_or_warn() {
 #[test]
 fn immediate_is_refused_where_libzmq_would_drop_a_closed_connections_unread_bytes() {
     libzmq();
-    let built = Link::builder(&format!("tcp://127.0.0.1:{}", free_port()))
+    let built = Link::builder(refused_endpoint())
         .socket(|s| s.immediate = true)
         .build();
     match built {
@@ -222,7 +222,7 @@ fn a_refused_dial_and_a_drop_come_back_to_ready_within_a_bound() {
     let mut refused = Vec::new();
     for _ in 0..ROUNDS {
         let port = free_port();
-        let link = Link::builder(&format!("tcp://127.0.0.1:{port}"))
+        let link = Link::builder(format!("tcp://127.0.0.1:{port}"))
             .build()
             .expect("build a link");
         let mut watch = Watch::new(&link);
@@ -239,7 +239,7 @@ fn a_refused_dial_and_a_drop_come_back_to_ready_within_a_bound() {
     }
     // A Ready connection the peer closes: from its close to Ready again.
     let peer = Peer::start(Behaviour::Sink);
-    let link = Link::builder(&peer.endpoint())
+    let link = Link::builder(peer.endpoint())
         .reconnect(|r| r.min_stable = Duration::ZERO)
         .build()
         .expect("build a link");

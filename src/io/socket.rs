@@ -91,7 +91,9 @@ impl Keepalive {
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct SocketOptions {
-    /// libzmq's ZMQ_RECONNECT_IVL: the gap of its own redial. Defaults to 100 ms.
+    /// libzmq's ZMQ_RECONNECT_IVL: the gap of its own redial. Defaults to 100 ms. Not used
+    /// with libzmq 4.3.2, where libzmq does not redial and relink takes every attempt (build.md,
+    /// "Which libzmq").
     ///
     /// See the example on [`SocketOptions::connect_timeout`](crate::config::SocketOptions::connect_timeout).
     pub reconnect_ivl: Duration,
@@ -100,9 +102,11 @@ pub struct SocketOptions {
     /// See the example on [`SocketOptions::connect_timeout`](crate::config::SocketOptions::connect_timeout).
     pub reconnect_ivl_max: Duration,
     /// libzmq's ZMQ_IMMEDIATE. With `true`, libzmq never redials a STREAM endpoint after a
-    /// drop, so relink always does; and at the peer's close libzmq drops what it had received
-    /// and relink had not read yet (at most its receive queue, [`SocketOptions::sndhwm`](crate::config::SocketOptions::sndhwm)'s
-    /// `rcvhwm` messages), uncounted: with `false` all of it is delivered. Defaults to false.
+    /// drop, so relink always does. Needs libzmq 4.3.3 or newer: with 4.3.2, at the peer's
+    /// close libzmq drops what it had received and relink had not read yet (at most its receive
+    /// queue, [`SocketOptions::sndhwm`](crate::config::SocketOptions::sndhwm)'s `rcvhwm`
+    /// messages), uncounted, so `build()` refuses it there (build.md, "Which libzmq").
+    /// Defaults to false.
     ///
     /// See the example on [`SocketOptions::connect_timeout`](crate::config::SocketOptions::connect_timeout).
     pub immediate: bool,
