@@ -14,7 +14,7 @@
 //! `cargo test --test abort_stress -- --ignored --nocapture` runs the two tests side by side
 //! for 30 s each (`.ci/run` does); `RELINK_ABORT_STRESS_SECS=300` gives them 150 s each. Each
 //! prints `abort_stress libzmq=... resets=... cycles=... aborts=... per_1000=...
-//! first_abort=... written=... accounted=...`. Beside them,
+//! first_abort=... written=... accounted=... delivered=...`. Beside them,
 //! `a_refused_dial_and_a_drop_come_back_to_ready_within_a_bound` prints the time from a refused
 //! dial, and from the peer's close of a Ready connection, to Ready again (`dial_to_ready ...`).
 //!
@@ -68,6 +68,8 @@ struct Tally {
     written: u64,
     /// Bytes the links delivered, or reported as unread or discarded, in those children.
     accounted: u64,
+    /// Of those, the bytes delivered to the application (the readers' frames).
+    delivered: u64,
 }
 
 /// Runs children for `secs` seconds in all; `resets` mixes resets among the peer's FINs.
@@ -91,6 +93,7 @@ fn run(secs: u64, resets: bool) -> Tally {
                     };
                     tally.written += field("written");
                     tally.accounted += field("accounted");
+                    tally.delivered += field("delivered");
                 }
                 Ok(_) => {}
                 // The child's stdout closed (it ended or aborted), or it overran its bound.
@@ -109,13 +112,14 @@ fn run(secs: u64, resets: bool) -> Tally {
     let per_1000 = tally.aborts as f64 * 1000.0 / tally.cycles.max(1) as f64;
     println!(
         "abort_stress libzmq={} resets={resets} cycles={} aborts={} per_1000={per_1000:.1} \
-         first_abort={} written={} accounted={}",
+         first_abort={} written={} accounted={} delivered={}",
         libzmq(),
         tally.cycles,
         tally.aborts,
         tally.first_abort.map_or("-".into(), |c| c.to_string()),
         tally.written,
-        tally.accounted
+        tally.accounted,
+        tally.delivered
     );
     tally
 }
@@ -501,5 +505,9 @@ fn abort_stress_child_runs_cycles_until_its_time_is_up() {
     for link in &all {
         link.close(ms(100));
     }
-    let _ = writeln!(out, "end written={written} accounted={accounted}");
+    let delivered = delivered.load(Ordering::SeqCst);
+    let _ = writeln!(
+        out,
+        "end written={written} accounted={accounted} delivered={delivered}"
+    );
 }
