@@ -161,7 +161,7 @@ fn the_guard_in_force_is_said_once_at_info_or_warn() {
     let (level, needle) = if has_reconnect_stop() {
         (
             "INFO",
-            format!("libzmq {version}: ZMQ_RECONNECT_STOP keeps libzmq"),
+            format!("libzmq {version}: ZMQ_RECONNECT_STOP set, libzmq does not redial"),
         )
     } else {
         (

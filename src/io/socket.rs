@@ -286,7 +286,7 @@ pub(super) fn guard() -> Result<Guard, String> {
             let (a, b, c) = version;
             match &result {
                 Ok(Guard::ReconnectStop) => log::info!(
-                    "relink: libzmq {a}.{b}.{c}: ZMQ_RECONNECT_STOP keeps libzmq from redialling \
+                    "relink: libzmq {a}.{b}.{c}: ZMQ_RECONNECT_STOP set, libzmq does not redial \
                      a connection that was up"
                 ),
                 Ok(Guard::NoRedial) => log::warn!(
