@@ -7,7 +7,8 @@
 //! `--peer P` what the peer writes (`exact`, the default: 63 chunks of 8 KiB, which with the
 //! connect notification fill a pipe of RCVHWM 64, then a FIN; `random`: 32 to 96 chunks and a
 //! few bytes, then a FIN or a reset), `--cycles N` (default 1000) and `--secs S` (default
-//! 60) bound the run, `--ivl MS` sets ZMQ_RECONNECT_IVL (default 100). `--smoke` runs 20 cycles.
+//! 60) bound the run, `--ivl MS` sets ZMQ_RECONNECT_IVL (default 100; -1 is libzmq's "no
+//! redial", 2147483647 relink's guard on libzmq 4.3.2). `--smoke` runs 20 cycles.
 //!
 //! Each cycle, in a child process (this program again) so that an abort is counted and not
 //! fatal: a STREAM socket (RCVHWM 64, STREAM_NOTIFY) dials the peer and reads nothing; the
@@ -43,7 +44,8 @@ const CHILD: &str = "RELINK_ABORT_RAW_CHILD";
 const CHUNK: usize = 8192;
 /// RCVHWM of the socket (relink's default).
 const RCVHWM: i32 = 64;
-/// ZMQ_RECONNECT_STOP (draft, accepted by Debian's libzmq 4.3.4) and its HANDSHAKE_FAILED bit.
+/// ZMQ_RECONNECT_STOP (libzmq 4.3.3 and newer, outside the draft API) and its HANDSHAKE_FAILED
+/// bit.
 const ZMQ_RECONNECT_STOP: u32 = 109;
 const STOP_HANDSHAKE_FAILED: i32 = 0x2;
 /// Bound on every wait of a cycle for something that takes milliseconds.
@@ -57,7 +59,7 @@ fn main() {
     let smoke = support::smoke();
     let mode = support::arg("mode").unwrap_or_else(|| "redial".into());
     let peer = support::arg("peer").unwrap_or_else(|| "exact".into());
-    let ivl: u64 = support::arg("ivl").map_or(100, |v| v.parse().expect("--ivl MS"));
+    let ivl: i32 = support::arg("ivl").map_or(100, |v| v.parse().expect("--ivl MS"));
     let cycles: u64 = if smoke {
         20
     } else {
@@ -216,7 +218,11 @@ fn cycle(
     });
     let _ = writer.join();
     // libzmq's redial (IVL plus up to IVL of jitter), held silent; none comes with the guard.
-    let wait = Duration::from_millis(3 * ivl.max(1) as u64 + 50);
+    // One not due within a second (-1: never; 2147483647: in weeks) is not waited for.
+    let wait = match u64::try_from(ivl) {
+        Ok(ms) if ms <= 1000 => Duration::from_millis(3 * ms.max(1) + 50),
+        _ => Duration::from_millis(50),
+    };
     let second = accept(listener, wait);
     let redialed = second.is_some();
     // Read everything now: the pipe's reader sends `activate_write` to the session.

@@ -13,8 +13,14 @@
 //!
 //! `cargo test --test abort_stress -- --ignored --nocapture` runs the two tests side by side
 //! for 30 s each (`.ci/run` does); `RELINK_ABORT_STRESS_SECS=300` gives them 150 s each. Each
-//! prints `abort_stress resets=... cycles=... aborts=... per_1000=... first_abort=...
-//! written=... accounted=...`.
+//! prints `abort_stress libzmq=... resets=... cycles=... aborts=... per_1000=...
+//! first_abort=... written=... accounted=... delivered=...`. Beside them,
+//! `a_refused_dial_and_a_drop_come_back_to_ready_within_a_bound` prints the time from a refused
+//! dial, and from the peer's close of a Ready connection, to Ready again (`dial_to_ready ...`).
+//!
+//! The same binary runs against another libzmq 4.3.x through `LD_LIBRARY_PATH` (the soname
+//! is the same); with `RELINK_EXPECT_LIBZMQ=4.3.2` set, every test first checks that the
+//! libzmq in use is that one (`.ci/run` runs them so against libzmq 4.3.2 built from source).
 
 mod util;
 
@@ -28,8 +34,11 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use rand::Rng;
-use relink::{Event, IoPool, Link};
+use relink::{Event, IoPool, Link, State};
+use util::logs::Logs;
+use util::peers::{free_port, refused_endpoint, Behaviour, Peer};
 use util::proc::run_self;
+use util::watch::Watch;
 
 /// Env var of the child: `<seconds> <links> <resets: 0|1>`; the helper does nothing without it.
 const CHILD: &str = "RELINK_ABORT_STRESS_CHILD";
@@ -59,6 +68,8 @@ struct Tally {
     written: u64,
     /// Bytes the links delivered, or reported as unread or discarded, in those children.
     accounted: u64,
+    /// Of those, the bytes delivered to the application (the readers' frames).
+    delivered: u64,
 }
 
 /// Runs children for `secs` seconds in all; `resets` mixes resets among the peer's FINs.
@@ -82,6 +93,7 @@ fn run(secs: u64, resets: bool) -> Tally {
                     };
                     tally.written += field("written");
                     tally.accounted += field("accounted");
+                    tally.delivered += field("delivered");
                 }
                 Ok(_) => {}
                 // The child's stdout closed (it ended or aborted), or it overran its bound.
@@ -99,13 +111,15 @@ fn run(secs: u64, resets: bool) -> Tally {
     }
     let per_1000 = tally.aborts as f64 * 1000.0 / tally.cycles.max(1) as f64;
     println!(
-        "abort_stress resets={resets} cycles={} aborts={} per_1000={per_1000:.1} first_abort={} \
-         written={} accounted={}",
+        "abort_stress libzmq={} resets={resets} cycles={} aborts={} per_1000={per_1000:.1} \
+         first_abort={} written={} accounted={} delivered={}",
+        libzmq(),
         tally.cycles,
         tally.aborts,
         tally.first_abort.map_or("-".into(), |c| c.to_string()),
         tally.written,
-        tally.accounted
+        tally.accounted,
+        tally.delivered
     );
     tally
 }
@@ -115,6 +129,146 @@ fn secs() -> u64 {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(SECS)
+}
+
+/// The libzmq in use, as `4.3.2`; checked against `RELINK_EXPECT_LIBZMQ` when that is set.
+/// Also installs the log capture, so that the guard's line is kept whichever test says it.
+fn libzmq() -> String {
+    Logs::capture();
+    let (a, b, c) = zmq::version();
+    let version = format!("{a}.{b}.{c}");
+    if let Ok(want) = std::env::var("RELINK_EXPECT_LIBZMQ") {
+        assert_eq!(version, want, "the libzmq in use is not the one expected");
+    }
+    version
+}
+
+/// libzmq 4.3.3 and newer have ZMQ_RECONNECT_STOP, relink's guard; older ones the fallback.
+fn has_reconnect_stop() -> bool {
+    zmq::version() >= (4, 3, 3)
+}
+
+#[test]
+fn the_guard_in_force_is_said_once_at_info_or_warn() {
+    let version = libzmq();
+    let links: Vec<Link> = (0..2)
+        .map(|_| {
+            Link::builder(refused_endpoint())
+                .build()
+                .expect("build a link")
+        })
+        .collect();
+    let (level, needle) = if has_reconnect_stop() {
+        (
+            "INFO",
+            format!("libzmq {version}: ZMQ_RECONNECT_STOP set, libzmq does not redial"),
+        )
+    } else {
+        (
+            "WARN",
+            format!("libzmq {version} has no ZMQ_RECONNECT_STOP"),
+        )
+    };
+    let lines = Logs::capture().matching("ZMQ_RECONNECT_STOP");
+    assert_eq!(lines.len(), 1, "said once: {lines:?}");
+    assert!(
+        lines[0].starts_with(level) && lines[0].contains(&needle),
+        "{level} {needle:?}: {lines:?}"
+    );
+    for link in links {
+        link.close(ms(100));
+    }
+}
+
+#[test]
+fn immediate_is_refused_where_libzmq_would_drop_a_closed_connections_unread_bytes() {
+    libzmq();
+    let built = Link::builder(refused_endpoint())
+        .socket(|s| s.immediate = true)
+        .build();
+    match built {
+        Ok(link) => {
+            assert!(has_reconnect_stop(), "immediate accepted without the guard");
+            link.close(ms(100));
+        }
+        Err(e) => {
+            assert!(
+                !has_reconnect_stop(),
+                "immediate refused with the guard: {e}"
+            );
+            let text = e.to_string();
+            assert!(text.contains("needs libzmq 4.3.3 or newer"), "{text}");
+        }
+    }
+}
+
+/// Rounds of each dial-to-Ready measurement.
+const ROUNDS: usize = 20;
+/// Bound on one way back to Ready.
+const READY_BOUND: Duration = Duration::from_secs(5);
+
+/// Median and largest of `d`, in milliseconds.
+fn summary(d: &mut [Duration]) -> String {
+    d.sort();
+    format!(
+        "median_ms={:.0} max_ms={:.0}",
+        d[d.len() / 2].as_secs_f64() * 1e3,
+        d[d.len() - 1].as_secs_f64() * 1e3
+    )
+}
+
+#[test]
+#[ignore = "stress: run by .ci/run"]
+fn a_refused_dial_and_a_drop_come_back_to_ready_within_a_bound() {
+    let version = libzmq();
+    // A refused dial, then the peer listening: from the refusal (libzmq's redial or relink's
+    // own failure counted) to Ready, with the link's defaults.
+    let mut refused = Vec::new();
+    for _ in 0..ROUNDS {
+        let port = free_port();
+        let link = Link::builder(format!("tcp://127.0.0.1:{port}"))
+            .build()
+            .expect("build a link");
+        let mut watch = Watch::new(&link);
+        let seen = util::wait_for(READY_BOUND, || {
+            let m = link.metrics();
+            (m.native_redials + m.consecutive_failures > 0).then(Instant::now)
+        });
+        let refused_at = seen.expect("the first dial refused");
+        let peer = Peer::start_on(port, Behaviour::Sink).expect("listen on the refused port");
+        watch.until_state(State::Ready, READY_BOUND);
+        refused.push(refused_at.elapsed());
+        link.close(ms(100));
+        peer.stop();
+    }
+    // A Ready connection the peer closes: from its close to Ready again.
+    let peer = Peer::start(Behaviour::Sink);
+    let link = Link::builder(peer.endpoint())
+        .reconnect(|r| r.min_stable = Duration::ZERO)
+        .build()
+        .expect("build a link");
+    let mut watch = Watch::new(&link);
+    watch.until_state(State::Ready, READY_BOUND);
+    let mut dropped = Vec::new();
+    for round in 1..=ROUNDS {
+        // The peer holds the connection (Ready came at the TCP connect): close it.
+        assert!(peer.wait_accepts(round, READY_BOUND), "the peer accepted");
+        let closed_at = Instant::now();
+        peer.close_connections();
+        watch.until(READY_BOUND, |t| t.to != State::Ready);
+        watch.until_state(State::Ready, READY_BOUND);
+        dropped.push(closed_at.elapsed());
+    }
+    link.close(ms(100));
+    peer.stop();
+    println!(
+        "dial_to_ready libzmq={version} after=refused rounds={ROUNDS} {}",
+        summary(&mut refused)
+    );
+    println!(
+        "dial_to_ready libzmq={version} after=drop rounds={ROUNDS} {}",
+        summary(&mut dropped)
+    );
 }
 
 #[test]
@@ -351,5 +505,9 @@ fn abort_stress_child_runs_cycles_until_its_time_is_up() {
     for link in &all {
         link.close(ms(100));
     }
-    let _ = writeln!(out, "end written={written} accounted={accounted}");
+    let delivered = delivered.load(Ordering::SeqCst);
+    let _ = writeln!(
+        out,
+        "end written={written} accounted={accounted} delivered={delivered}"
+    );
 }

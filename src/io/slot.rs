@@ -30,7 +30,7 @@ use super::resolver::{self, Resolver};
 use super::shared::{Command, Lookup, Shared};
 use super::sink::Sink;
 use super::snapshot::Sources;
-use super::socket::{apply_options, ms, send_batch, SocketOptions, COPIED_MAX};
+use super::socket::{apply_options, guard, ms, send_batch, Guard, SocketOptions, COPIED_MAX};
 use super::spool::Ledger;
 use super::stopwatch::CallClock;
 use crate::core::fmt_addr;
@@ -184,7 +184,11 @@ fn build_error(what: &str, e: zmq::Error) -> ConfigError {
 }
 
 impl Slot {
-    pub(crate) fn new(settings: Settings, io: IoSettings, w: Wiring) -> Result<Slot, ConfigError> {
+    pub(crate) fn new(
+        mut settings: Settings,
+        io: IoSettings,
+        w: Wiring,
+    ) -> Result<Slot, ConfigError> {
         ffi::seed_libc_rand_once(rand::random());
         let Wiring {
             context,
@@ -201,7 +205,12 @@ impl Slot {
             .raw
             .socket(zmq::STREAM)
             .map_err(|e| build_error("socket", e))?;
-        apply_options(&mut socket, &io.socket).map_err(ConfigError::Zmq)?;
+        let guard = guard().map_err(ConfigError::Zmq)?;
+        apply_options(&mut socket, &io.socket, guard).map_err(ConfigError::Zmq)?;
+        if guard == Guard::NoRedial {
+            // libzmq redials nothing: every attempt is relink's.
+            settings.native_retries = 0;
+        }
         let addr = format!("inproc://relink-monitor-{}-{}", std::process::id(), id);
         socket
             .monitor(&addr, zmq::SocketEvent::ALL as i32)

@@ -91,7 +91,9 @@ impl Keepalive {
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct SocketOptions {
-    /// libzmq's ZMQ_RECONNECT_IVL: the gap of its own redial. Defaults to 100 ms.
+    /// libzmq's ZMQ_RECONNECT_IVL: the gap of its own redial. Defaults to 100 ms. Not used
+    /// with libzmq 4.3.2, where libzmq does not redial and relink takes every attempt (build.md,
+    /// "Which libzmq").
     ///
     /// See the example on [`SocketOptions::connect_timeout`](crate::config::SocketOptions::connect_timeout).
     pub reconnect_ivl: Duration,
@@ -100,9 +102,11 @@ pub struct SocketOptions {
     /// See the example on [`SocketOptions::connect_timeout`](crate::config::SocketOptions::connect_timeout).
     pub reconnect_ivl_max: Duration,
     /// libzmq's ZMQ_IMMEDIATE. With `true`, libzmq never redials a STREAM endpoint after a
-    /// drop, so relink always does; and at the peer's close libzmq drops what it had received
-    /// and relink had not read yet (at most its receive queue, [`SocketOptions::sndhwm`](crate::config::SocketOptions::sndhwm)'s
-    /// `rcvhwm` messages), uncounted: with `false` all of it is delivered. Defaults to false.
+    /// drop, so relink always does. Needs libzmq 4.3.3 or newer: with 4.3.2, at the peer's
+    /// close libzmq drops what it had received and relink had not read yet (at most its receive
+    /// queue, [`SocketOptions::sndhwm`](crate::config::SocketOptions::sndhwm)'s `rcvhwm`
+    /// messages), uncounted, so `build()` refuses it there (build.md, "Which libzmq").
+    /// Defaults to false.
     ///
     /// See the example on [`SocketOptions::connect_timeout`](crate::config::SocketOptions::connect_timeout).
     pub immediate: bool,
@@ -237,11 +241,79 @@ pub(super) fn send_batch(socket: &mut zmq::Socket, rid: &[u8], data: &mut Vec<u8
 /// thread and given back from it (`buffers`), and the link's buffer is written again next.
 pub(super) const COPIED_MAX: usize = 33;
 
-/// ZMQ_RECONNECT_STOP (a draft option of libzmq 4.3.4, which Debian's build accepts) and its
-/// bit that stops libzmq's redial after a connection's handshake failed: for a STREAM socket,
-/// after any connection that was up drops (`stream_engine_base.cpp`, `error`).
+/// ZMQ_RECONNECT_STOP (libzmq 4.3.3 and newer, outside the draft API) and its bit that stops
+/// libzmq's redial after a connection's handshake failed: for a STREAM socket, after any
+/// connection that was up drops (`stream_engine_base.cpp`, `error`).
 const ZMQ_RECONNECT_STOP: u32 = 109;
 const RECONNECT_STOP_HANDSHAKE_FAILED: i32 = 0x2;
+
+/// The oldest libzmq relink accepts: a link on an older one is refused at `build()`.
+pub(super) const OLDEST_LIBZMQ: (i32, i32, i32) = (4, 3, 2);
+/// The first libzmq with ZMQ_RECONNECT_STOP.
+const RECONNECT_STOP_SINCE: (i32, i32, i32) = (4, 3, 3);
+
+/// libzmq's ZMQ_RECONNECT_IVL under [`Guard::NoRedial`]: its largest value, about 24.8 days.
+/// libzmq's redial timer is never due within a connection's life, and libzmq 4.3.2 keeps the
+/// sum of the interval and its jitter within an `int` (`stream_connecter_base.cpp`).
+const NO_REDIAL_IVL: i32 = i32::MAX;
+
+/// How relink keeps libzmq from redialling a connection that was up, which can abort the
+/// process (docs/design.md, "libzmq's asserts within relink's reach"). One per process, chosen
+/// from the version of the libzmq in use ([`guard`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Guard {
+    /// libzmq 4.3.3 and newer: ZMQ_RECONNECT_STOP's HANDSHAKE_FAILED bit. A drop ends the
+    /// session; a refused dial is still redialled by libzmq (`Reconnect::native_retries`).
+    ReconnectStop,
+    /// libzmq 4.3.2: ZMQ_RECONNECT_IVL at [`NO_REDIAL_IVL`], so libzmq redials nothing, neither
+    /// a connection that dropped nor a refused dial (whose failure it still reports at once,
+    /// CONNECT_RETRIED); relink dials every attempt itself, and the link's
+    /// `SocketOptions::reconnect_ivl` and `Reconnect::native_retries` are not used.
+    /// ZMQ_IMMEDIATE is refused: libzmq 4.3.2 drops a closed connection's unread bytes at
+    /// its redial's start whatever the interval (`session_base_t::reconnect`).
+    NoRedial,
+}
+
+/// The guard this process uses, decided at the first call from `zmq_version` and said once
+/// in the log: at info for [`Guard::ReconnectStop`], at warn for [`Guard::NoRedial`]. An error
+/// for a libzmq older than [`OLDEST_LIBZMQ`].
+pub(super) fn guard() -> Result<Guard, String> {
+    static GUARD: std::sync::OnceLock<Result<Guard, String>> = std::sync::OnceLock::new();
+    GUARD
+        .get_or_init(|| {
+            let version = zmq::version();
+            let result = guard_for(version);
+            let (a, b, c) = version;
+            match &result {
+                Ok(Guard::ReconnectStop) => log::info!(
+                    "relink: libzmq {a}.{b}.{c}: ZMQ_RECONNECT_STOP set, libzmq does not redial \
+                     a connection that was up"
+                ),
+                Ok(Guard::NoRedial) => log::warn!(
+                    "relink: libzmq {a}.{b}.{c} has no ZMQ_RECONNECT_STOP (4.3.3 and newer): \
+                     libzmq's own redial is off (ZMQ_RECONNECT_IVL {NO_REDIAL_IVL} ms), relink \
+                     dials every attempt itself, and ZMQ_IMMEDIATE is refused"
+                ),
+                Err(e) => log::error!("relink: {e}"),
+            }
+            result
+        })
+        .clone()
+}
+
+/// The guard for libzmq `version`.
+fn guard_for(version: (i32, i32, i32)) -> Result<Guard, String> {
+    if version < OLDEST_LIBZMQ {
+        let ((a, b, c), (x, y, z)) = (version, OLDEST_LIBZMQ);
+        Err(format!(
+            "libzmq {a}.{b}.{c} is older than {x}.{y}.{z}, the oldest relink accepts (build.md)"
+        ))
+    } else if version < RECONNECT_STOP_SINCE {
+        Ok(Guard::NoRedial)
+    } else {
+        Ok(Guard::ReconnectStop)
+    }
+}
 
 pub(super) fn ms(d: Duration) -> i32 {
     d.as_millis().min(i32::MAX as u128) as i32
@@ -249,13 +321,30 @@ pub(super) fn ms(d: Duration) -> i32 {
 
 /// Sets every libzmq option before the first connect (libzmq copies them at connect time) and
 /// reads back those it can report.
-pub(super) fn apply_options(socket: &mut zmq::Socket, s: &SocketOptions) -> Result<(), String> {
+/// Under [`Guard::NoRedial`] the redial interval is [`NO_REDIAL_IVL`] whatever `s` says, and a
+/// link with `immediate` is refused (an error that says why).
+pub(super) fn apply_options(
+    socket: &mut zmq::Socket,
+    s: &SocketOptions,
+    guard: Guard,
+) -> Result<(), String> {
     fn e(what: &'static str) -> impl Fn(zmq::Error) -> String {
         move |err| format!("{what}: {err}")
     }
+    if guard == Guard::NoRedial && s.immediate {
+        let (a, b, c) = zmq::version();
+        return Err(format!(
+            "immediate: libzmq {a}.{b}.{c} drops a closed connection's unread bytes with \
+             ZMQ_IMMEDIATE, uncounted; it needs libzmq 4.3.3 or newer (ZMQ_RECONNECT_STOP)"
+        ));
+    }
+    let reconnect_ivl = match guard {
+        Guard::ReconnectStop => ms(s.reconnect_ivl),
+        Guard::NoRedial => NO_REDIAL_IVL,
+    };
     socket.set_linger(ms(s.linger)).map_err(e("linger"))?;
     socket
-        .set_reconnect_ivl(ms(s.reconnect_ivl))
+        .set_reconnect_ivl(reconnect_ivl)
         .map_err(e("reconnect_ivl"))?;
     socket
         .set_reconnect_ivl_max(ms(s.reconnect_ivl_max))
@@ -288,14 +377,10 @@ pub(super) fn apply_options(socket: &mut zmq::Socket, s: &SocketOptions) -> Resu
     // to the closed one's pipe, where libzmq can abort the process (docs/design.md, "libzmq's
     // asserts within relink's reach") and where the peer's bytes would go past relink. For a
     // STREAM socket libzmq counts every drop as a failed handshake; refused dials still redial.
-    // A libzmq built without its draft API refuses the option (EINVAL): the drain at the
-    // monitor's DISCONNECTED is then the only guard.
-    match ffi::set_int_option(socket, ZMQ_RECONNECT_STOP, RECONNECT_STOP_HANDSHAKE_FAILED) {
-        Ok(()) => {}
-        Err(zmq::Error::EINVAL) => {
-            log::debug!("relink: libzmq has no ZMQ_RECONNECT_STOP (no draft API); not set")
-        }
-        Err(err) => return Err(format!("reconnect_stop: {err}")),
+    // Under `Guard::NoRedial` the interval above keeps libzmq from redialling at all.
+    if guard == Guard::ReconnectStop {
+        ffi::set_int_option(socket, ZMQ_RECONNECT_STOP, RECONNECT_STOP_HANDSHAKE_FAILED)
+            .map_err(e("reconnect_stop"))?;
     }
 
     let check = |name: &str, got: i32, want: i32| {
@@ -313,7 +398,7 @@ pub(super) fn apply_options(socket: &mut zmq::Socket, s: &SocketOptions) -> Resu
     check(
         "reconnect_ivl",
         socket.get_reconnect_ivl().map_err(e("reconnect_ivl"))?,
-        ms(s.reconnect_ivl),
+        reconnect_ivl,
     )?;
     check(
         "reconnect_ivl_max",
@@ -359,4 +444,20 @@ pub(super) fn apply_options(socket: &mut zmq::Socket, s: &SocketOptions) -> Resu
         )?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{guard_for, Guard};
+
+    #[test]
+    fn libzmq_before_4_3_3_gets_the_no_redial_guard_and_before_4_3_2_is_refused() {
+        assert_eq!(guard_for((4, 3, 5)), Ok(Guard::ReconnectStop));
+        assert_eq!(guard_for((4, 3, 3)), Ok(Guard::ReconnectStop));
+        assert_eq!(guard_for((5, 0, 0)), Ok(Guard::ReconnectStop));
+        assert_eq!(guard_for((4, 3, 2)), Ok(Guard::NoRedial));
+        let old = guard_for((4, 3, 1)).unwrap_err();
+        assert!(old.contains("4.3.1 is older than 4.3.2"), "{old}");
+        assert!(guard_for((4, 2, 5)).is_err());
+    }
 }
