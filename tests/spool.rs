@@ -742,7 +742,10 @@ fn full_disk_survived(durability: Durability) {
             Ok(_) => accepted += 1,
             Err(e) => break e,
         }
-        assert!(accepted < 2000, "a 2 MiB disk took {accepted} frames of 4 KB");
+        assert!(
+            accepted < 2000,
+            "a 2 MiB disk took {accepted} frames of 4 KB"
+        );
     };
     assert!(matches!(&err, SendError::Spool(..)), "{err:?}");
     let mut refused = 1;
@@ -751,7 +754,11 @@ fn full_disk_survived(durability: Durability) {
             refused += 1;
         }
     }
-    assert_eq!(spool_news(link.events()), Some(false), "the full disk is told");
+    assert_eq!(
+        spool_news(link.events()),
+        Some(false),
+        "the full disk is told"
+    );
     let peer = Peer::start_on(port, Behaviour::Sink).expect("the receiver back");
     link.flush(BOUND).expect("every accepted frame confirmed");
     let confirmed = link.metrics().frames_confirmed;
@@ -759,11 +766,17 @@ fn full_disk_survived(durability: Durability) {
     // The space of the confirmed frames is freed while the link lives.
     let mut after = 0;
     for _ in 0..200 {
-        let took = wait_until(BOUND, || link.send_numbered(|s| format!("{s} {pad}")).is_ok());
+        let took = wait_until(BOUND, || {
+            link.send_numbered(|s| format!("{s} {pad}")).is_ok()
+        });
         assert!(took, "a send refused once the disk had room: {after} taken");
         after += 1;
     }
-    assert_eq!(spool_news(link.events()), Some(true), "the spool writes again");
+    assert_eq!(
+        spool_news(link.events()),
+        Some(true),
+        "the spool writes again"
+    );
     link.flush(BOUND).expect("the new frames confirmed");
     let m = link.close(Duration::from_secs(1));
     drop(link);
@@ -794,4 +807,37 @@ fn reopen_with(endpoint: &str, dir: &std::path::Path, durability: Durability) ->
         }
     })
     .expect("the spool's lock was never released")
+}
+
+#[test]
+fn runs_killed_in_a_row_with_the_receiver_away_report_no_frame_lost() {
+    let _p = proc::shared();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(42);
+    for (policy, durability) in [
+        ("os", Durability::OsWriteBack),
+        ("group:5", Durability::Group(Duration::from_millis(5))),
+        ("every", Durability::EveryFrame),
+    ] {
+        let dir = ScratchDir::new("spool-kills-in-a-row");
+        // Nobody listens: every frame stays in the spool.
+        let away = free_port();
+        let mut acked = 0;
+        for _ in 0..4 {
+            let mut child = SpoolChild::start(dir.path(), policy, away);
+            std::thread::sleep(Duration::from_millis(rng.random_range(0..40)));
+            acked += child.kill9().len() as u64;
+        }
+        let peer = Peer::start(Behaviour::Sink);
+        let link = reopen_with(&peer.endpoint(), dir.path(), durability);
+        let got = recovered_all(&link);
+        let (frames, cut, lost, seqs) = got.clone().expect("the frames of 4 runs");
+        eprintln!(
+            "4 runs killed in a row ({policy}): {acked} acknowledged, {frames} recovered, \
+             {cut} bytes cut, {lost} reported lost {seqs:?}"
+        );
+        assert!(frames >= acked, "{got:?}: {acked} acknowledged");
+        assert_eq!((cut, lost), (0, 0), "{policy}: {got:?}");
+        assert!(wait_until(BOUND, || link.metrics().frames_confirmed == frames));
+        link.close(Duration::from_secs(1));
+    }
 }
