@@ -483,10 +483,9 @@ pub enum LinkError {
     },
     /// The link's spool ([`Builder::spool`](crate::Builder::spool)) could not write to its
     /// directory (a full disk, an I/O error): `writable` is false and `message` says why.
-    /// While it cannot, the sends that must write are refused with
-    /// [`SendError::Spool`](crate::error::SendError::Spool) and the record of confirmed
-    /// frames waits to be written (retried). Once a write succeeds again, a second event says
-    /// so (`writable` true).
+    /// While it cannot, the sends that must write are refused with [`SendError::Spool`] and
+    /// the record of confirmed frames waits to be written (retried). Once a write succeeds
+    /// again, a second event says so (`writable` true).
     #[error("spool {}: {message}", if *writable { "writable again" } else { "cannot write" })]
     Spool {
         /// Whether the spool writes again.

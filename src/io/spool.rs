@@ -1,8 +1,10 @@
 //! The spool on disk: a log of segment files holding every frame admitted by `send` until it
 //! leaves (confirmed, or abandoned and reported), an acks log of the sequence numbers that
-//! left, a `stage` file where records wait for their write to a segment (under
-//! [`Durability::OsWriteBack`] and [`Durability::Group`]), a `LOCK` file held with `flock`
-//! while a link uses the directory, and a `VERSION` file.
+//! left (its space reserved), a `stage` file where records wait for their write to a segment
+//! (under [`Durability::OsWriteBack`] and [`Durability::Group`]), a `marks` file where each
+//! run says of itself what the next start needs, a `numbers` file (the numbers reserved), a
+//! `LOCK` file held with `flock` while a link uses the directory, and a `VERSION` file. The
+//! directory is made 0700 and every file 0600, whatever the umask.
 //!
 //! Who does what:
 //! - the caller of `send` appends the frame's record under the writer's lock and, by the
@@ -12,21 +14,29 @@
 //!   call returns, and outlives the process. A caller that finds the stage full writes it to
 //!   the segment first. Then it offers the frame to the intake, and takes the record back if
 //!   the intake refuses it (its number is then not used), so numbers follow the intake's
-//!   order;
+//!   order. Under `EveryFrame` and `OsWriteBack`, when the call's records reached the segment,
+//!   a marker (not synced) says how far this run's records reached the segments;
 //! - the IO thread never touches the disk: its [`Ledger`] gives each frame it takes from the
 //!   intake the next number (those recovered at open first), learns which frames left, and
-//!   hands their numbers to `left`;
+//!   hands their numbers to `left`; it tells the link's events when the spool's writes fail
+//!   and when they succeed again ([`Core::news`]);
 //! - the spool's own thread (the flusher), every tick, writes the stage to the segment and,
-//!   under `Group`, `fdatasync`s the segment, appends what left to the acks log, and deletes
-//!   segments whose frames all left.
+//!   under `Group`, `fdatasync`s the segment and writes a marker (synced); appends what left to
+//!   the acks log (what a failed write could not write goes with the next), deletes segments
+//!   whose frames all left and, after a failed write, replaces the current segment once its
+//!   frames all left, so that a full disk gets its space back while the link lives.
 //!
-//! At open, the segments are read in order; each record is checked by its CRC-32C, and past
-//! one that fails the reading resumes at the next whole record. Each segment's seal (or, for
-//! one without, the next segment's first number, the stage, or the clean close's bound) says
-//! which numbers it must hold: those missing are reported as frames possibly lost, and the
-//! bytes that failed as cut, but for a torn tail the last run's death explains. Then
-//! the stage's records with numbers past the segments' are recovered too; they stay staged,
-//! and the run's new segment begins with them.
+//! Each segment begins with an opening that lists the numbers the segment before it holds,
+//! and is closed with a seal that lists its own. At open, the segments are read in order; each
+//! record is checked by its CRC-32C, and past one that fails the reading resumes at the next
+//! whole record. A number missing from a seal's or an opening's list, or from the last run's
+//! own numbers (from its first up to what its marker says was written, and up to its last
+//! record in a segment or the stage, when that run did not close cleanly and the page cache
+//! outlived it), that did not leave, is a frame lost to damage: reported once, and counted as
+//! left from then on. The bytes that fail their check are cut and counted, but for a torn tail
+//! the last run's death explains (when that run lacks none of its numbers). Then the stage's
+//! records with numbers past the segments' are recovered too; they stay staged, and the run's
+//! new segment begins with them.
 
 mod ledger;
 mod marks;
@@ -107,10 +117,11 @@ pub(crate) struct Recovered {
     pub frames: Vec<(u64, u64, Bytes)>,
     /// Bytes cut from torn or corrupt tails.
     pub cut_bytes: u64,
-    /// When the machine went down while the last run held the spool (a power cut, a kernel
-    /// crash: its last marker is of another boot and not of a clean close), the numbers that
-    /// run may have handed out of which no record survived: how many at most, and from the
-    /// first to one past the last.
+    /// The frames lost to damage (numbers handed out that did not leave and whose record a
+    /// seal, an opening or the last run's marker expects), and when the machine went down
+    /// while the last run held the spool (a power cut, a kernel crash: its last marker is of
+    /// another boot and not of a clean close), the numbers that run may have handed out of
+    /// which no record survived: how many at most, and from the first to one past the last.
     pub lost: (u64, std::ops::Range<u64>),
 }
 
@@ -1481,10 +1492,9 @@ impl Core {
     /// What the spool's writes did since the last call, for the link's events: whether it
     /// writes, and what failed or succeeded, in order.
     pub(crate) fn news(&self) -> Vec<(bool, String)> {
-        if !self
-            .has_news
-            .swap(false, std::sync::atomic::Ordering::AcqRel)
-        {
+        use std::sync::atomic::Ordering;
+        // Read first: the IO thread asks at every pass, and the flag seldom changes.
+        if !self.has_news.load(Ordering::Acquire) || !self.has_news.swap(false, Ordering::AcqRel) {
             return Vec::new();
         }
         std::mem::take(&mut lock(&self.disk).news)

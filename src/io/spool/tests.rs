@@ -856,10 +856,11 @@ fn spool_case_figures() {
     for policy in POLICIES {
         let (rec, held) = deleted_middle_segment(policy);
         eprintln!(
-            "deleted middle segment ({policy:?}): {:?}; truth: {} lost {:?}",
+            "deleted middle segment ({policy:?}): {:?}; truth: {} lost {}..{}",
             figures(&rec),
             held.len(),
-            held.first()..held.last()
+            held[0],
+            held[held.len() - 1] + 1
         );
     }
     eprintln!(
@@ -926,12 +927,8 @@ fn confirmed_frames_whose_acks_could_not_be_written_are_written_with_the_next() 
         put(&store, b"x");
     }
     // The acks log cannot be written (as on a full disk without its reserved space).
-    let good = {
-        let mut acks = lock(&store.acks);
-        let path = dir.0.join("acks");
-        let good = std::mem::replace(&mut acks.file, File::open(&path).unwrap());
-        good
-    };
+    let read_only = File::open(dir.0.join("acks")).unwrap();
+    let good = std::mem::replace(&mut lock(&store.acks).file, read_only);
     store.left(&mut vec![0, 1]);
     store.flush();
     assert!(!lock(&store.acks).done.contains(0), "not written");
