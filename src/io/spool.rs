@@ -474,7 +474,7 @@ impl Store {
         }
         // The last run, when it did not close cleanly and the page cache outlived it (a
         // process's death), or under `EveryFrame`: every number it handed out has a record,
-        // or left. It handed out its numbers one after the other from its first, up to its
+        // or left. It handed out its numbers one after the other from its `from`, up to its
         // last marker's `written` at least, and up to the last number a record of it holds.
         let mut run_lost = 0;
         if let Some(m) = marker
@@ -486,11 +486,11 @@ impl Store {
                 .flat_map(|(.., seg)| seg.records.last())
                 .chain(staged.last())
                 .map(|r| r.seq + 1)
-                .filter(|&end| end > m.first)
+                .filter(|&end| end > m.from)
                 .max()
                 .unwrap_or(0);
             let handed = m.written.max(last_held);
-            for (a, b) in known.missing(m.first, handed) {
+            for (a, b) in known.missing(m.from, handed) {
                 run_lost += b - a;
                 damaged.insert(a, b);
             }
@@ -647,6 +647,7 @@ impl Store {
             id: 0,
             bound: next_seq,
             first,
+            from: next_seq,
             written: 0,
             boot,
             closed: false,
@@ -801,13 +802,10 @@ impl Core {
         }
         match w.write().and_then(|()| w.file.sync_data()) {
             Ok(()) => w.run.first = self.first_new,
-            Err(e) => {
-                w.hwm = w.run.first;
-                log::warn!(
-                    "relink: cannot write to the spool {}: {e}",
-                    self.dir.display()
-                )
-            }
+            Err(e) => log::warn!(
+                "relink: cannot write to the spool {}: {e}",
+                self.dir.display()
+            ),
         }
     }
 

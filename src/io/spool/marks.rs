@@ -22,7 +22,7 @@ use super::record::{self, Marker};
 const SLOT: usize = 128;
 
 /// The longest boot id a marker keeps.
-pub(super) const BOOT_MAX: usize = SLOT - record::HEADER - 24;
+pub(super) const BOOT_MAX: usize = SLOT - record::HEADER - 32;
 
 /// Under `Group`, the fewest numbers a marker lets the callers hand out past those handed out
 /// when it was written (more when frames came faster: see [`AHEAD`]).
@@ -187,6 +187,7 @@ mod tests {
             id,
             bound: 100 + id,
             first: 0,
+            from: 0,
             written: 7,
             boot: b"boot".to_vec(),
             closed: false,

@@ -76,7 +76,7 @@ const WRITTEN: u64 = 32;
 /// clean close.
 ///
 /// Its record: `seq` holds `bound`, the deadline field [`MARKER`] and the flags, the frame
-/// `first`, `id` and `written` (8 bytes each, little-endian), then the boot's id.
+/// `first`, `id`, `written` and `from` (8 bytes each, little-endian), then the boot's id.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Marker {
     /// The markers of a spool are numbered, across its runs: the last one written has the
@@ -85,8 +85,11 @@ pub(crate) struct Marker {
     /// Under `Group`, every number the run handed out is below this (the callers stay below
     /// the bound of every marker that can be the last one on disk).
     pub bound: u64,
-    /// The first number the run handed out.
+    /// The first number whose record the run keeps: its first number, or the first of the
+    /// records an earlier run staged when they could not be written and synced at its start.
     pub first: u64,
+    /// The first number the run handed out (`first` in a marker of an older format).
+    pub from: u64,
     /// Every number the run handed out from `first` below this has its record in a segment
     /// (0 in a marker of an older format, which does not say).
     pub written: u64,
@@ -102,10 +105,11 @@ pub(crate) struct Marker {
 impl Marker {
     /// The marker's record, appended to `out`.
     pub(crate) fn encode(&self, out: &mut Vec<u8>) {
-        let mut frame = Vec::with_capacity(24 + self.boot.len());
+        let mut frame = Vec::with_capacity(32 + self.boot.len());
         frame.extend_from_slice(&self.first.to_le_bytes());
         frame.extend_from_slice(&self.id.to_le_bytes());
         frame.extend_from_slice(&self.written.to_le_bytes());
+        frame.extend_from_slice(&self.from.to_le_bytes());
         frame.extend_from_slice(&self.boot);
         let flags = MARKER
             | WRITTEN
@@ -118,19 +122,25 @@ impl Marker {
     /// The marker a record is, if it is one.
     pub(crate) fn of(r: &Record) -> Option<Marker> {
         let written = r.deadline_ms & WRITTEN != 0;
-        let boot_at = if written { 24 } else { 16 };
+        let boot_at = if written { 32 } else { 16 };
         if r.deadline_ms & MARKER == 0 || r.deadline_ms & SEAL != 0 || r.frame.len() < boot_at {
             return None;
         }
+        let first = u64::from_le_bytes(r.frame[..8].try_into().ok()?);
+        let (written, from) = if written {
+            (
+                u64::from_le_bytes(r.frame[16..24].try_into().ok()?),
+                u64::from_le_bytes(r.frame[24..32].try_into().ok()?),
+            )
+        } else {
+            (0, first)
+        };
         Some(Marker {
             id: u64::from_le_bytes(r.frame[8..16].try_into().ok()?),
             bound: r.seq,
-            first: u64::from_le_bytes(r.frame[..8].try_into().ok()?),
-            written: if written {
-                u64::from_le_bytes(r.frame[16..24].try_into().ok()?)
-            } else {
-                0
-            },
+            first,
+            from,
+            written,
             boot: r.frame[boot_at..].to_vec(),
             closed: r.deadline_ms & CLOSED != 0,
             group: r.deadline_ms & GROUP != 0,
@@ -569,6 +579,7 @@ mod tests {
             id: 3,
             bound: 1 << 40,
             first: 7,
+            from: 8,
             written: 9,
             boot: b"4c5cf402-a978-4459-b4f8-e8557485a9c4".to_vec(),
             closed: false,
@@ -601,8 +612,8 @@ mod tests {
         let (records, _) = decode_all(&Bytes::from(buf));
         let m = Marker::of(&records[0]).expect("a marker");
         assert_eq!(
-            (m.first, m.id, m.written, &m.boot[..]),
-            (7, 3, 0, &b"boot"[..])
+            (m.first, m.from, m.id, m.written, &m.boot[..]),
+            (7, 7, 3, 0, &b"boot"[..])
         );
     }
 
