@@ -694,13 +694,20 @@ fn frames_recovered_past_the_outbox_limit_are_all_sent_and_none_abandoned() {
 #[test]
 #[ignore = "needs root (mounts a small tmpfs)"]
 fn a_full_disk_is_a_state_the_link_comes_out_of_under_every_frame() {
-    full_disk_survived(Durability::EveryFrame);
+    full_disk_survived(Durability::EveryFrame, 4000);
+    full_disk_survived(Durability::EveryFrame, 1000);
+}
+
+#[test]
+#[ignore = "needs root (mounts a small tmpfs)"]
+fn a_full_disk_is_a_state_the_link_comes_out_of_under_os_write_back() {
+    full_disk_survived(Durability::OsWriteBack, 1000);
 }
 
 #[test]
 #[ignore = "needs root (mounts a small tmpfs)"]
 fn a_full_disk_is_a_state_the_link_comes_out_of_under_group_commit() {
-    full_disk_survived(Durability::Group(Duration::from_millis(5)));
+    full_disk_survived(Durability::Group(Duration::from_millis(5)), 1000);
 }
 
 /// The next `Event::Error` of the spool within the bound: whether it says the spool writes.
@@ -717,12 +724,12 @@ fn spool_news(events: &relink::Events) -> Option<bool> {
     }
 }
 
-/// On a 2 MiB tmpfs with the receiver away: frames of about 4 KB until the disk is full
+/// On a 2 MiB tmpfs with the receiver away: frames of about `size` bytes until the disk is full
 /// (refused at the call, an `Event::Error` says so); the receiver back, every accepted frame
 /// confirmed; then 200 more frames taken as the space of the confirmed ones is freed (an
 /// `Event::Error` says the spool writes again); after a clean close a start replays none of
 /// the confirmed frames and reports none lost.
-fn full_disk_survived(durability: Durability) {
+fn full_disk_survived(durability: Durability, size: usize) {
     let disk = Tmpfs::mount("spool-full-survived", "2m");
     let dir = disk.0.path().join("spool");
     let port = free_port();
@@ -735,7 +742,7 @@ fn full_disk_survived(durability: Durability) {
         })
         .build()
         .unwrap();
-    let pad = "x".repeat(4000);
+    let pad = "x".repeat(size);
     let mut accepted = 0u64;
     let err = loop {
         match link.send_numbered(|s| format!("{s} {pad}")) {
@@ -743,8 +750,8 @@ fn full_disk_survived(durability: Durability) {
             Err(e) => break e,
         }
         assert!(
-            accepted < 2000,
-            "a 2 MiB disk took {accepted} frames of 4 KB"
+            accepted < 4000,
+            "a 2 MiB disk took {accepted} frames of {size} B"
         );
     };
     assert!(matches!(&err, SendError::Spool(..)), "{err:?}");
@@ -783,7 +790,7 @@ fn full_disk_survived(durability: Durability) {
     let again = reopen_with(&refused_endpoint(), &dir, durability);
     let replayed = recovered(&again).map_or(0, |r| r.0);
     eprintln!(
-        "full disk survived ({durability:?}): {accepted} accepted, {refused} of 10 refused \
+        "full disk survived ({durability:?}, {size} B): {accepted} accepted, {refused} of 10 refused \
          then, {confirmed} confirmed, {after} of 200 taken once the receiver was back, {} \
          confirmed in all, {replayed} replayed after the clean close",
         m.frames_confirmed

@@ -1023,7 +1023,6 @@ impl Core {
             }
         }
         w.file.sync_data()?;
-        lock(&self.acks).file.sync_data()?;
         sync_dir(&self.dir)?;
         let next = w.next_seq;
         let marker = Marker {
@@ -1662,6 +1661,10 @@ impl Store {
         }
         let _ = t.join();
         self.core.flush();
+        // The acks log synced: a start after the clean close replays no confirmed frame.
+        if let Err(e) = lock(&self.core.acks).file.sync_data() {
+            log::error!("relink: cannot sync the spool's acks: {e}");
+        }
         if let Err(e) = self.core.close() {
             log::error!("relink: cannot close the spool: {e}");
         }
