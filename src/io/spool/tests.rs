@@ -972,3 +972,18 @@ fn after_a_failed_write_the_current_segment_goes_once_its_frames_left() {
         assert_eq!(figures(&rec), (1, 0, 0, 0..0), "{policy:?}");
     }
 }
+
+#[test]
+fn under_group_the_spool_thread_writes_the_stage_to_the_segment_within_the_interval() {
+    let (dir, _, store) = open("group-thread", Durability::Group(Duration::from_millis(1)));
+    put(&store, b"written by the spool's thread");
+    let seg = segments(&dir.0).pop().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while fs::metadata(&seg).unwrap().len() == 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(
+        fs::metadata(&seg).unwrap().len() > 0,
+        "the stage was never written"
+    );
+}
