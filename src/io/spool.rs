@@ -472,14 +472,15 @@ impl Store {
                 }
             }
         }
-        // The last run, when it did not close cleanly and the page cache outlived it (a
-        // process's death), or under `EveryFrame`: every number it handed out has a record,
-        // or left. It handed out its numbers one after the other from its `from`, up to its
-        // last marker's `written` at least, and up to the last number a record of it holds.
+        // The last run, when it closed cleanly (everything synced), when the page cache
+        // outlived it (a process's death), or under `EveryFrame`: every number it handed out
+        // has a record, or left. It handed out its numbers one after the other from its
+        // `from`, up to its last marker's `written` at least (the clean close's: every number
+        // it handed out), and up to the last number a record of it holds.
         let mut run_lost = 0;
         if let Some(m) = marker
             .as_ref()
-            .filter(|m| !m.closed && (!machine_down || m.every_frame))
+            .filter(|m| m.closed || !machine_down || m.every_frame)
         {
             let last_held = read
                 .iter()

@@ -987,3 +987,29 @@ fn under_group_the_spool_thread_writes_the_stage_to_the_segment_within_the_inter
         "the stage was never written"
     );
 }
+
+#[test]
+fn the_newest_segment_deleted_after_a_clean_close_reports_every_frame_it_held() {
+    for policy in POLICIES {
+        let dir = Dir::new(&format!("deleted-newest-{policy:?}"));
+        let spool = Spool::new(&dir.0).durability(policy).segment_bytes(1024);
+        let (store, _) = Store::open(&spool).unwrap();
+        for _ in 0..100 {
+            put(&store, b"0123456789");
+        }
+        store.left(&mut (0..10).collect());
+        settle(store);
+        let newest = segments(&dir.0).pop().unwrap();
+        let read = record::read_segment(&Bytes::from(fs::read(&newest).unwrap()));
+        let held: Vec<u64> = read.records.iter().map(|r| r.seq).collect();
+        assert!(!held.is_empty(), "{policy:?}");
+        fs::remove_file(&newest).unwrap();
+        let (_store, rec) = Store::open(&spool).unwrap();
+        let n = held.len() as u64;
+        assert_eq!(
+            figures(&rec),
+            (90 - n, 0, n, held[0]..held[held.len() - 1] + 1),
+            "{policy:?}"
+        );
+    }
+}
