@@ -31,8 +31,9 @@
 //! record is checked by its CRC-32C, and past one that fails the reading resumes at the next
 //! whole record. A number missing from a seal's or an opening's list, or from the last run's
 //! own numbers (from its first up to what its marker says was written, and up to its last
-//! record in a segment or the stage, when that run did not close cleanly and the page cache
-//! outlived it), that did not leave, is a frame lost to damage: reported once, and counted as
+//! record in a segment or the stage, when that run closed cleanly, or the page cache outlived
+//! it, or it ran under `EveryFrame`), that did not leave, is a frame lost to damage: reported
+//! once, and counted as
 //! left from then on. The bytes that fail their check are cut and counted, but for a torn tail
 //! the last run's death explains (when that run lacks none of its numbers). Then the stage's
 //! records with numbers past the segments' are recovered too; they stay staged, and the run's
