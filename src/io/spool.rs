@@ -33,11 +33,10 @@
 //! own numbers (from its first up to what its marker says was written, and up to its last
 //! record in a segment or the stage, when that run closed cleanly, or the page cache outlived
 //! it, or it ran under `EveryFrame`), that did not leave, is a frame lost to damage: reported
-//! once, and counted as
-//! left from then on. The bytes that fail their check are cut and counted, but for a torn tail
-//! the last run's death explains (when that run lacks none of its numbers). Then the stage's
-//! records with numbers past the segments' are recovered too; they stay staged, and the run's
-//! new segment begins with them.
+//! once, and counted as left from then on. The bytes that fail their check are cut and
+//! counted, but for a torn tail the last run's death explains (when that run lacks none of its
+//! numbers). Then the stage's records with numbers past the segments' are recovered too; they
+//! stay staged, and the run's new segment begins with them.
 
 mod ledger;
 mod marks;
