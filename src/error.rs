@@ -487,6 +487,18 @@ pub enum LinkError {
         /// Their bytes.
         bytes: u64,
     },
+    /// The link's spool ([`Builder::spool`](crate::Builder::spool)) could not write to its
+    /// directory (a full disk, an I/O error): `writable` is false and `message` says why.
+    /// While it cannot, the sends that must write are refused with [`SendError::Spool`] and
+    /// the record of confirmed frames waits to be written (retried). Once a write succeeds
+    /// again, a second event says so (`writable` true).
+    #[error("spool {}: {message}", if *writable { "writable again" } else { "cannot write" })]
+    Spool {
+        /// Whether the spool writes again.
+        writable: bool,
+        /// What failed, or what succeeded again.
+        message: String,
+    },
 }
 
 fn message_suffix(message: &Option<String>) -> String {

@@ -48,7 +48,9 @@ pub enum Durability {
     /// never `fdatasync`ed by relink while the link lives (a clean close syncs it): nothing is
     /// lost when the process dies, and what the kernel had not written back yet (about 30 s
     /// on Linux by default) is lost at a power cut or a kernel crash, reported at the next
-    /// start as a range of up to 65 536 numbers (`Event::Recovered`'s `lost_seqs`).
+    /// start as a range of up to 65 536 numbers (`Event::Recovered`'s `lost_seqs`). After a
+    /// power cut, damage to the newest segment past what its last marker the disk kept says
+    /// is not found (the guide's "Spool" section, "What a start finds lost to damage").
     OsWriteBack,
 }
 
@@ -74,6 +76,16 @@ impl Durability {
 ///
 /// One directory per link; two processes (or two links) cannot use one at a time: the
 /// second `build()` fails with [`ConfigError::Spool`](crate::error::ConfigError::Spool).
+///
+/// The directory and its files are the owner's alone (0700, 0600) whatever the umask: a
+/// directory that others can read, enter or write is made 0700 at the start, with a warning
+/// (`log::warn!`), or refused with `ConfigError::Spool` when it cannot be.
+///
+/// A full disk refuses the sends that must write
+/// ([`SendError::Spool`](crate::error::SendError::Spool)) and is told by an
+/// [`Event::Error`](crate::Event::Error) with
+/// [`LinkError::Spool`](crate::error::LinkError::Spool); the space of confirmed frames is
+/// freed while the link lives, and a second event says when the spool writes again.
 ///
 /// # Examples
 /// ```

@@ -459,27 +459,36 @@ fn a_full_disk_under_group_commit_is_an_error_at_the_call_never_a_crash() {
     full_disk(Durability::Group(Duration::from_millis(5)));
 }
 
+/// A tmpfs of `size` mounted on a scratch directory, unmounted on drop (needs root).
+struct Tmpfs(ScratchDir);
+
+impl Tmpfs {
+    fn mount(name: &str, size: &str) -> Tmpfs {
+        let dir = ScratchDir::new(name);
+        fs::create_dir_all(dir.path()).unwrap();
+        let mounted = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .status()
+            .expect("mount");
+        assert!(mounted.success(), "mount a tmpfs (needs root)");
+        Tmpfs(dir)
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg(self.0.path())
+            .status();
+    }
+}
+
 /// Frames of 4000 B sent through a spool on a 1 280 KiB tmpfs (256 KiB past the 1 MiB stage
 /// `Group` reserves) until one is refused.
 fn full_disk(durability: Durability) {
-    let dir = ScratchDir::new("spool-full");
-    fs::create_dir_all(dir.path()).unwrap();
-    let mounted = std::process::Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=1280k", "tmpfs"])
-        .arg(dir.path())
-        .status()
-        .expect("mount");
-    assert!(mounted.success(), "mount a tmpfs (needs root)");
-    struct Unmount<'a>(&'a ScratchDir);
-    impl Drop for Unmount<'_> {
-        fn drop(&mut self) {
-            let _ = std::process::Command::new("umount")
-                .arg(self.0.path())
-                .status();
-        }
-    }
-    let _unmount = Unmount(&dir);
-    let spool_dir = dir.path().join("spool");
+    let disk = Tmpfs::mount("spool-full", "1280k");
+    let spool_dir = disk.0.path().join("spool");
     let link = Link::builder(refused_endpoint())
         .spool(Spool::new(&spool_dir).durability(durability))
         .delivery(|d| {
@@ -679,5 +688,163 @@ fn frames_recovered_past_the_outbox_limit_are_all_sent_and_none_abandoned() {
     assert_eq!(numbers(&peer), (0..500).collect::<Vec<_>>());
     while let Ok(ev) = link.events().try_recv() {
         assert!(!matches!(ev, Event::Abandoned { .. }), "{ev:?}");
+    }
+}
+
+#[test]
+#[ignore = "needs root (mounts a small tmpfs)"]
+fn a_full_disk_is_a_state_the_link_comes_out_of_under_every_frame() {
+    full_disk_survived(Durability::EveryFrame, 4000);
+    full_disk_survived(Durability::EveryFrame, 1000);
+}
+
+#[test]
+#[ignore = "needs root (mounts a small tmpfs)"]
+fn a_full_disk_is_a_state_the_link_comes_out_of_under_os_write_back() {
+    full_disk_survived(Durability::OsWriteBack, 1000);
+}
+
+#[test]
+#[ignore = "needs root (mounts a small tmpfs)"]
+fn a_full_disk_is_a_state_the_link_comes_out_of_under_group_commit() {
+    full_disk_survived(Durability::Group(Duration::from_millis(5)), 1000);
+}
+
+/// The next `Event::Error` of the spool within the bound: whether it says the spool writes.
+fn spool_news(events: &relink::Events) -> Option<bool> {
+    let deadline = Instant::now() + BOUND;
+    loop {
+        match events.recv_deadline(deadline) {
+            Ok(Event::Error(relink::error::LinkError::Spool { writable, .. })) => {
+                return Some(writable)
+            }
+            Ok(_) => continue,
+            Err(_) => return None,
+        }
+    }
+}
+
+/// On a 2 MiB tmpfs with the receiver away: frames of about `size` bytes until the disk is full
+/// (refused at the call, an `Event::Error` says so); the receiver back, every accepted frame
+/// confirmed; then 200 more frames taken as the space of the confirmed ones is freed (an
+/// `Event::Error` says the spool writes again); after a clean close a start replays none of
+/// the confirmed frames and reports none lost.
+fn full_disk_survived(durability: Durability, size: usize) {
+    let disk = Tmpfs::mount("spool-full-survived", "2m");
+    let dir = disk.0.path().join("spool");
+    let port = free_port();
+    let link = Link::builder(endpoint_for(port))
+        .framing(Lines::new())
+        .spool(Spool::new(&dir).durability(durability))
+        .delivery(|d| {
+            d.outbox_frames = 100_000;
+            d.outbox_bytes = 64 << 20;
+        })
+        .build()
+        .unwrap();
+    let pad = "x".repeat(size);
+    let mut accepted = 0u64;
+    let err = loop {
+        match link.send_numbered(|s| format!("{s} {pad}")) {
+            Ok(_) => accepted += 1,
+            Err(e) => break e,
+        }
+        assert!(
+            accepted < 4000,
+            "a 2 MiB disk took {accepted} frames of {size} B"
+        );
+    };
+    assert!(matches!(&err, SendError::Spool(..)), "{err:?}");
+    let mut refused = 1;
+    for _ in 0..9 {
+        if link.send_numbered(|s| format!("{s} {pad}")).is_err() {
+            refused += 1;
+        }
+    }
+    assert_eq!(
+        spool_news(link.events()),
+        Some(false),
+        "the full disk is told"
+    );
+    let peer = Peer::start_on(port, Behaviour::Sink).expect("the receiver back");
+    link.flush(BOUND).expect("every accepted frame confirmed");
+    let confirmed = link.metrics().frames_confirmed;
+    assert_eq!(confirmed, accepted + 10 - refused);
+    // The space of the confirmed frames is freed while the link lives.
+    let mut after = 0;
+    for _ in 0..200 {
+        let took = wait_until(BOUND, || {
+            link.send_numbered(|s| format!("{s} {pad}")).is_ok()
+        });
+        assert!(took, "a send refused once the disk had room: {after} taken");
+        after += 1;
+    }
+    assert_eq!(
+        spool_news(link.events()),
+        Some(true),
+        "the spool writes again"
+    );
+    link.flush(BOUND).expect("the new frames confirmed");
+    let m = link.close(Duration::from_secs(1));
+    drop(link);
+    let again = reopen_with(&refused_endpoint(), &dir, durability);
+    let replayed = recovered(&again).map_or(0, |r| r.0);
+    eprintln!(
+        "full disk survived ({durability:?}, {size} B): {accepted} accepted, {refused} of 10 refused \
+         then, {confirmed} confirmed, {after} of 200 taken once the receiver was back, {} \
+         confirmed in all, {replayed} replayed after the clean close",
+        m.frames_confirmed
+    );
+    assert_eq!(replayed, 0, "a confirmed frame replayed");
+    again.close(Duration::from_millis(10));
+    drop(peer);
+}
+
+/// Opens the spool at `dir` under `durability` once its lock is free (bounded).
+fn reopen_with(endpoint: &str, dir: &std::path::Path, durability: Durability) -> Link {
+    wait_for(BOUND, || {
+        match Link::builder(endpoint)
+            .framing(Lines::new())
+            .spool(Spool::new(dir).durability(durability))
+            .build()
+        {
+            Ok(link) => Some(link),
+            Err(ConfigError::Spool(e)) if e.contains("in use") => None,
+            Err(e) => panic!("reopen: {e}"),
+        }
+    })
+    .expect("the spool's lock was never released")
+}
+
+#[test]
+fn runs_killed_in_a_row_with_the_receiver_away_report_no_frame_lost() {
+    let _p = proc::shared();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(42);
+    for (policy, durability) in [
+        ("os", Durability::OsWriteBack),
+        ("group:5", Durability::Group(Duration::from_millis(5))),
+        ("every", Durability::EveryFrame),
+    ] {
+        let dir = ScratchDir::new("spool-kills-in-a-row");
+        // Nobody listens: every frame stays in the spool.
+        let away = free_port();
+        let mut acked = 0;
+        for _ in 0..4 {
+            let mut child = SpoolChild::start(dir.path(), policy, away);
+            std::thread::sleep(Duration::from_millis(rng.random_range(0..40)));
+            acked += child.kill9().len() as u64;
+        }
+        let peer = Peer::start(Behaviour::Sink);
+        let link = reopen_with(&peer.endpoint(), dir.path(), durability);
+        let got = recovered_all(&link);
+        let (frames, cut, lost, seqs) = got.clone().expect("the frames of 4 runs");
+        eprintln!(
+            "4 runs killed in a row ({policy}): {acked} acknowledged, {frames} recovered, \
+             {cut} bytes cut, {lost} reported lost {seqs:?}"
+        );
+        assert!(frames >= acked, "{got:?}: {acked} acknowledged");
+        assert_eq!((cut, lost), (0, 0), "{policy}: {got:?}");
+        assert!(wait_until(BOUND, || link.metrics().frames_confirmed == frames));
+        link.close(Duration::from_secs(1));
     }
 }

@@ -703,6 +703,10 @@ impl Slot {
         self.shared.intake.release(df, db);
         if let Some(l) = &mut self.ledger {
             l.confirmed_total(self.machine.confirmed());
+            // The spool's disk, full or writable again.
+            for e in l.news() {
+                self.deliver(Event::Error(e));
+            }
         }
         // Once per pass, after the sends: a receiver registers, then looks at the channel,
         // so it cannot miss them.

@@ -1,8 +1,10 @@
 //! The spool on disk: a log of segment files holding every frame admitted by `send` until it
 //! leaves (confirmed, or abandoned and reported), an acks log of the sequence numbers that
-//! left, a `stage` file where records wait for their write to a segment (under
-//! [`Durability::OsWriteBack`] and [`Durability::Group`]), a `LOCK` file held with `flock`
-//! while a link uses the directory, and a `VERSION` file.
+//! left (its space reserved), a `stage` file where records wait for their write to a segment
+//! (under [`Durability::OsWriteBack`] and [`Durability::Group`]), a `marks` file where each
+//! run says of itself what the next start needs, a `numbers` file (the numbers reserved), a
+//! `LOCK` file held with `flock` while a link uses the directory, and a `VERSION` file. The
+//! directory is made 0700 and every file 0600, whatever the umask.
 //!
 //! Who does what:
 //! - the caller of `send` appends the frame's record under the writer's lock and, by the
@@ -12,21 +14,29 @@
 //!   call returns, and outlives the process. A caller that finds the stage full writes it to
 //!   the segment first. Then it offers the frame to the intake, and takes the record back if
 //!   the intake refuses it (its number is then not used), so numbers follow the intake's
-//!   order;
+//!   order. Under `EveryFrame` and `OsWriteBack`, when the call's records reached the segment,
+//!   a marker (not synced) says how far this run's records reached the segments;
 //! - the IO thread never touches the disk: its [`Ledger`] gives each frame it takes from the
 //!   intake the next number (those recovered at open first), learns which frames left, and
-//!   hands their numbers to `left`;
+//!   hands their numbers to `left`; it tells the link's events when the spool's writes fail
+//!   and when they succeed again ([`Core::news`]);
 //! - the spool's own thread (the flusher), every tick, writes the stage to the segment and,
-//!   under `Group`, `fdatasync`s the segment, appends what left to the acks log, and deletes
-//!   segments whose frames all left.
+//!   under `Group`, `fdatasync`s the segment and writes a marker (synced); appends what left to
+//!   the acks log (what a failed write could not write goes with the next), deletes segments
+//!   whose frames all left and, after a failed write, replaces the current segment once its
+//!   frames all left, so that a full disk gets its space back while the link lives.
 //!
-//! At open, the segments are read in order; each record is checked by its CRC-32C, and past
-//! one that fails the reading resumes at the next whole record. Each segment's seal (or, for
-//! one without, the next segment's first number, the stage, or the clean close's bound) says
-//! which numbers it must hold: those missing are reported as frames possibly lost, and the
-//! bytes that failed as cut, but for a torn tail the last run's death explains. Then
-//! the stage's records with numbers past the segments' are recovered too; they stay staged,
-//! and the run's new segment begins with them.
+//! Each segment begins with an opening that lists the numbers the segment before it holds,
+//! and is closed with a seal that lists its own. At open, the segments are read in order; each
+//! record is checked by its CRC-32C, and past one that fails the reading resumes at the next
+//! whole record. A number missing from a seal's or an opening's list, or from the last run's
+//! own numbers (from its first up to what its marker says was written, and up to its last
+//! record in a segment or the stage, when that run closed cleanly, or the page cache outlived
+//! it, or it ran under `EveryFrame`), that did not leave, is a frame lost to damage: reported
+//! once, and counted as left from then on. The bytes that fail their check are cut and
+//! counted, but for a torn tail the last run's death explains (when that run lacks none of its
+//! numbers). Then the stage's records with numbers past the segments' are recovered too; they
+//! stay staged, and the run's new segment begins with them.
 
 mod ledger;
 mod marks;
@@ -36,7 +46,7 @@ mod stage;
 use std::collections::VecDeque;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -46,19 +56,29 @@ use fs4::fs_std::FileExt as _;
 
 pub(crate) use ledger::Ledger;
 use marks::{Marks, MarksFile};
-use record::{Marker, Ranges};
+use record::{Marker, Ranges, Seal};
 use stage::Stage;
 
 use crate::core::batch::Batch;
 use crate::spool::{Durability, Spool};
 
 /// The format this relink writes and reads. Format 1 has no stage, format 2 no markers, format
-/// 3 no seals; a directory at any of them is read and marked 4, so that a relink that reads an
-/// older format only refuses it once it may hold what that format has not.
-pub(crate) const VERSION: u32 = 4;
+/// 3 no seals, format 4 no openings and no `written` in its markers; a directory at any of
+/// them is read and marked 5, so that a relink that reads an older format only refuses it once
+/// it may hold what that format has not.
+pub(crate) const VERSION: u32 = 5;
 
-/// The acks log is written again, compacted, once it is this large.
-const ACKS_COMPACT: u64 = 64 * 1024;
+/// The space of the acks log, reserved when it is written (zeros past its records): the
+/// record of frames that left is written on a full disk too, so that their segments can go.
+const ACKS_SPACE: u64 = 64 * 1024;
+
+/// The acks log is written again, compacted, once it is this large (within its space).
+const ACKS_COMPACT: u64 = ACKS_SPACE - 16 * 1024;
+
+/// The mode of the spool's directory and of its files: the owner's alone (frames can hold
+/// secrets).
+const DIR_MODE: u32 = 0o700;
+const FILE_MODE: u32 = 0o600;
 
 /// Sequence numbers reserved on disk at a time: before a call hands out a number at or past
 /// the bound in the `numbers` file, the bound moves this far ahead (a file written, synced and
@@ -97,10 +117,11 @@ pub(crate) struct Recovered {
     pub frames: Vec<(u64, u64, Bytes)>,
     /// Bytes cut from torn or corrupt tails.
     pub cut_bytes: u64,
-    /// When the machine went down while the last run held the spool (a power cut, a kernel
-    /// crash: its last marker is of another boot and not of a clean close), the numbers that
-    /// run may have handed out of which no record survived: how many at most, and from the
-    /// first to one past the last.
+    /// The frames lost to damage (numbers handed out that did not leave and whose record a
+    /// seal, an opening or the last run's marker expects), and when the machine went down
+    /// while the last run held the spool (a power cut, a kernel crash: its last marker is of
+    /// another boot and not of a clean close), the numbers that run may have handed out of
+    /// which no record survived: how many at most, and from the first to one past the last.
     pub lost: (u64, std::ops::Range<u64>),
 }
 
@@ -141,6 +162,19 @@ struct SegmentWriter {
     first: u64,
     /// Where the records end in the current segment's file.
     pos: u64,
+    /// What the current segment's opening says the segment before it holds.
+    opening: Vec<(u64, u64)>,
+    /// The lowest number a kept segment holds or its opening names: the acks log keeps what
+    /// left from there.
+    floor: u64,
+    /// A write to the spool failed while the current segment was the last: once every frame
+    /// it and the stage hold left, it is replaced by a new one, so that its space is free.
+    starved: bool,
+    /// Every number this run handed out below this has its record in a segment (more when
+    /// nothing waits to be written: [`SegmentWriter::written_to`]); and the highest of these
+    /// a marker says.
+    hwm: u64,
+    hwm_marked: u64,
     /// The records of a call before they are written: under `EveryFrame`, or those of a
     /// call that need more than the stage holds.
     buf: Vec<u8>,
@@ -175,6 +209,15 @@ struct SegmentWriter {
     from: u64,
 }
 
+/// Whether the spool writes, as the link's events say it: a write that fails after one that
+/// did not, and one that succeeds after one that failed, are news for the IO thread
+/// ([`Core::news`]).
+#[derive(Debug, Default)]
+struct Disk {
+    failing: bool,
+    news: Vec<(bool, String)>,
+}
+
 /// What the spool's thread waits for.
 #[derive(Debug, Default)]
 struct SyncWake {
@@ -187,8 +230,12 @@ struct SyncWake {
 /// What only the flusher touches: the numbers that left and the acks log.
 #[derive(Debug)]
 struct Acks {
+    /// The numbers the acks log holds (and, in memory, gaps that never leave).
     done: Ranges,
+    /// Numbers that left, not yet written (a write failed): written with the next.
+    unwritten: Ranges,
     file: File,
+    /// Where its records end (its space past them is zeros).
     len: u64,
 }
 
@@ -231,10 +278,72 @@ pub(crate) struct Core {
     wake: (Mutex<SyncWake>, Condvar),
     /// Held (`flock`) until the store is shut: closing it lets the lock go.
     lock: Mutex<Option<File>>,
+    disk: Mutex<Disk>,
+    /// The IO thread has news in `disk` to take.
+    has_news: std::sync::atomic::AtomicBool,
 }
 
 fn io_err(what: &str, path: &Path, e: io::Error) -> String {
     format!("{what} {}: {e}", path.display())
+}
+
+/// Options that make a file of the spool readable and writable by its owner alone, whatever
+/// the umask.
+pub(super) fn private() -> OpenOptions {
+    let mut o = OpenOptions::new();
+    o.mode(FILE_MODE);
+    o
+}
+
+/// Makes a new file of the spool (emptied if it exists), the owner's alone.
+fn create(path: &Path) -> Result<File, String> {
+    private()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .open(path)
+        .map_err(|e| io_err("cannot make", path, e))
+}
+
+/// Makes the spool's directory (and those above it) the owner's alone (0700) whatever the
+/// umask. A directory that was there already and that others can read, enter or write (the
+/// frames in its files can hold secrets) is made 0700, with a warning that says so; one that
+/// cannot be (another owner's) is refused. Files in it that others can read or write are
+/// made 0600.
+fn private_dir(dir: &Path) -> Result<(), String> {
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(DIR_MODE)
+        .create(dir)
+        .map_err(|e| io_err("cannot make", dir, e))?;
+    let mode = fs::metadata(dir)
+        .map_err(|e| io_err("cannot read", dir, e))?
+        .permissions()
+        .mode()
+        & 0o777;
+    if mode & 0o077 != 0 {
+        fs::set_permissions(dir, fs::Permissions::from_mode(DIR_MODE)).map_err(|e| {
+            format!(
+                "{} is open to other accounts (mode {mode:03o}) and cannot be made 0700 ({e}): \
+                 its frames would be readable by them",
+                dir.display()
+            )
+        })?;
+        log::warn!(
+            "relink: spool {} was open to other accounts (mode {mode:03o}): made 0700, so that \
+             only its owner reads its frames",
+            dir.display()
+        );
+    }
+    for e in fs::read_dir(dir).map_err(|e| io_err("cannot read", dir, e))? {
+        let Ok(e) = e else { continue };
+        let Ok(meta) = e.metadata() else { continue };
+        if meta.is_file() && meta.permissions().mode() & 0o077 != 0 {
+            fs::set_permissions(e.path(), fs::Permissions::from_mode(FILE_MODE))
+                .map_err(|err| io_err("cannot make private", &e.path(), err))?;
+        }
+    }
+    Ok(())
 }
 
 fn sync_dir(dir: &Path) -> io::Result<()> {
@@ -246,7 +355,7 @@ fn sync_dir(dir: &Path) -> io::Result<()> {
 fn write_reserved(dir: &Path, bound: u64) -> Result<(), String> {
     let tmp = dir.join("numbers.tmp");
     let path = dir.join("numbers");
-    let mut f = File::create(&tmp).map_err(|e| io_err("cannot make", &tmp, e))?;
+    let mut f = create(&tmp)?;
     f.write_all(&record::encode_reserved(bound))
         .and_then(|()| f.sync_all())
         .map_err(|e| io_err("cannot write", &tmp, e))?;
@@ -265,9 +374,9 @@ impl Store {
     /// machine went down since).
     fn open_in_boot(spool: &Spool, boot: Vec<u8>) -> Result<(Arc<Store>, Recovered), String> {
         let dir = spool.dir().to_path_buf();
-        fs::create_dir_all(&dir).map_err(|e| io_err("cannot make", &dir, e))?;
+        private_dir(&dir)?;
         let lock_path = dir.join("LOCK");
-        let lock_file = OpenOptions::new()
+        let lock_file = private()
             .create(true)
             .truncate(false)
             .read(true)
@@ -287,7 +396,12 @@ impl Store {
         let mut done = Ranges::default();
         if let Ok(data) = fs::read(&acks_path) {
             let good = record::decode_acks(&data, &mut done);
-            recovered.cut_bytes += (data.len() - good) as u64;
+            // Zeros past the records are its reserved space.
+            let tail = data[good..]
+                .iter()
+                .rposition(|&b| b != 0)
+                .map_or(0, |i| i + 1);
+            recovered.cut_bytes += tail as u64;
         }
         // The segments, in order.
         let mut segments: Vec<(u64, PathBuf)> = fs::read_dir(&dir)
@@ -336,13 +450,52 @@ impl Store {
                 .filter(|r| last_seq < Some(r.seq))
                 .collect();
         }
-        // What each segment must hold, against what it holds: frames possibly lost to damage
-        // (numbers that did not leave), and bytes cut that are damage.
+        // What each segment must hold, against what it holds: frames lost to damage (numbers
+        // that did not leave), and bytes cut that are damage.
         let closed_run = marker.as_ref().filter(|m| m.closed);
         let machine_down = marker
             .as_ref()
             .is_some_and(|m| boot.is_empty() || m.boot != boot);
         let mut damaged = Ranges::default();
+        // Every number a record holds, in a segment or staged, and those that left.
+        let mut known = done.clone();
+        for (_, _, _, seg) in &read {
+            known.extend(&mut seg.records.iter().map(|r| r.seq).collect::<Vec<_>>());
+        }
+        known.extend(&mut staged.iter().map(|r| r.seq).collect::<Vec<_>>());
+        // What the openings say the segment before each must hold: a segment deleted or
+        // lost whole is found from the file after it.
+        for (_, _, _, seg) in &read {
+            for &(lo, hi) in seg.opening.iter().flat_map(|o| o.0.iter()) {
+                for (a, b) in known.missing(lo, hi) {
+                    damaged.insert(a, b);
+                }
+            }
+        }
+        // The last run, when it closed cleanly (everything synced), when the page cache
+        // outlived it (a process's death), or under `EveryFrame`: every number it handed out
+        // has a record, or left. It handed out its numbers one after the other from its
+        // `from`, up to its last marker's `written` at least (the clean close's: every number
+        // it handed out), and up to the last number a record of it holds.
+        let mut run_lost = 0;
+        if let Some(m) = marker
+            .as_ref()
+            .filter(|m| m.closed || !machine_down || m.every_frame)
+        {
+            let last_held = read
+                .iter()
+                .flat_map(|(.., seg)| seg.records.last())
+                .chain(staged.last())
+                .map(|r| r.seq + 1)
+                .filter(|&end| end > m.from)
+                .max()
+                .unwrap_or(0);
+            let handed = m.written.max(last_held);
+            for (a, b) in known.missing(m.from, handed) {
+                run_lost += b - a;
+                damaged.insert(a, b);
+            }
+        }
         let n = read.len();
         for (k, (first, path, len, seg)) in read.iter().enumerate() {
             let last = k + 1 == n;
@@ -357,22 +510,10 @@ impl Store {
                 for &(before, after) in &seg.holes {
                     expected.insert(before.map_or(*first, |b| b + 1), after);
                 }
-                // Where the numbers of an unsealed segment end: the next segment's first, the
-                // first staged record (the stage follows the last segment), or the clean
-                // close's bound; else (the last segment of a run that did not close cleanly)
-                // at its last whole record.
-                let end = if version < VERSION {
-                    None
-                } else if !last {
-                    read.get(k + 1).map(|(f, ..)| *f)
-                } else if let Some(r) = staged.first() {
-                    Some(r.seq)
-                } else {
-                    closed_run.map(|m| m.bound)
-                };
-                if let Some(end) = end {
+                // The last segment of a run that closed cleanly ends at the close's bound.
+                if let (true, Some(m), true) = (last, closed_run, version >= 4) {
                     let from = seg.records.last().map_or(*first, |r| r.seq + 1);
-                    expected.insert(from, end);
+                    expected.insert(from, m.bound);
                 }
             }
             let mut known = holds;
@@ -386,29 +527,42 @@ impl Store {
                     damaged.insert(a, b);
                 }
             }
-            // A torn tail is damage unless the last run's death explains it: under every
-            // policy a process's death (a write cut short: its records are in the stage, or
-            // under `EveryFrame` its call never returned), and under `EveryFrame` a power cut
-            // too. What a power cut took under the other policies is counted.
+            // A torn tail is damage unless the last run's death explains it: a write cut
+            // short by the process's death (its records are in the stage, or under
+            // `EveryFrame` its call never returned), when the run lacks no number it handed
+            // out, and under `EveryFrame` a power cut too. What a power cut took under the
+            // other policies is counted.
             let tail = len - seg.end as u64;
             let explained = last
                 && closed_run.is_none()
+                && run_lost == 0
                 && (!machine_down || marker.as_ref().is_some_and(|m| m.every_frame));
             let cut = seg.corrupt + if explained { 0 } else { tail };
             if cut > 0 || lost > 0 {
                 log::warn!(
                     "relink: spool segment {}: {cut} bytes failed their check; {lost} frames \
-                     possibly lost",
+                     lost",
                     path.display()
                 );
             }
             recovered.cut_bytes += cut;
+        }
+        if run_lost > 0 {
+            log::warn!(
+                "relink: spool {}: {run_lost} frames its last run numbered have no record",
+                dir.display()
+            );
         }
         for (lo, hi) in damaged.iter() {
             next_seq = next_seq.max(hi);
             // Reported once: from now on they count as left.
             done.insert(lo, hi);
         }
+        // What the last segment must hold, as its seal says (or, unsealed, as its repair
+        // seals it): the new segment's opening. The acks log keeps what left from the lowest
+        // number a kept segment holds or its opening names.
+        let mut opening = record::Seal::default();
+        let mut floor = u64::MAX;
         for (first, path, len, seg) in read {
             let mut pending = false;
             for r in &seg.records {
@@ -423,7 +577,11 @@ impl Store {
             }
             if pending {
                 Core::repair(&path, len, &seg)?;
+                floor = floor
+                    .min(first)
+                    .min(seg.opening.as_ref().map_or(first, Seal::low));
             }
+            opening = seg.seal.clone().unwrap_or_else(|| Seal::holding(&seg));
             kept.push_back((first, path, pending));
         }
         let mut first = None;
@@ -481,7 +639,8 @@ impl Store {
         // A new segment for this run; the old ones stay while they hold frames.
         let first = first.unwrap_or(next_seq);
         let path = dir.join(segment_name(first));
-        let file = Core::new_segment(&path)?;
+        let (file, pos) = Core::new_segment(&path, &opening)?;
+        floor = floor.min(opening.low());
         // What the run's markers say of it (the first written by `Core::mark_start`, before
         // any number is handed out). Its first number is the first staged record's when the
         // last run's stage is carried over and cannot be synced (`Core::carry`).
@@ -489,6 +648,8 @@ impl Store {
             id: 0,
             bound: next_seq,
             first,
+            from: next_seq,
+            written: 0,
             boot,
             closed: false,
             group: matches!(durability, Durability::Group(_)),
@@ -516,10 +677,11 @@ impl Store {
                 }
             }
         }
-        // The acks log, compacted: what is below the oldest kept frame need not be said.
-        let floor = closed.front().map_or(next_seq, |(f, _)| *f);
+        // The acks log, compacted: what is below the oldest number a kept segment holds or
+        // names need not be said.
+        let floor = floor.min(next_seq);
         done.prune(floor);
-        let acks = Core::write_acks(&dir, &done)?;
+        let (acks, len) = Core::write_acks(&dir, &done)?;
         // A number below the run's first that no record holds will never leave (reserved
         // and not handed out, or lost with the page cache at a power cut): it counts as left,
         // so that the segment around it can go once its own frames have. Kept in memory only
@@ -527,10 +689,6 @@ impl Store {
         // than the acks it read.
         Core::gaps_left(&mut held, next_seq, &mut done);
         sync_dir(&dir).map_err(|e| io_err("cannot sync", &dir, e))?;
-        let len = acks
-            .metadata()
-            .map_err(|e| io_err("cannot read", &acks_path, e))?
-            .len();
         let wake = (Mutex::new(SyncWake::default()), Condvar::new());
         let segment_bytes = spool.get_segment_bytes().max(record::HEADER as u64);
         let core = Arc::new(Core {
@@ -540,7 +698,12 @@ impl Store {
             w: Mutex::new(SegmentWriter {
                 file: Arc::new(file),
                 first,
-                pos: 0,
+                pos,
+                opening: opening.0,
+                floor,
+                starved: false,
+                hwm: next_seq,
+                hwm_marked: 0,
                 buf: Vec::new(),
                 stage: stage.map(|(stage, _)| stage),
                 next_seq,
@@ -563,11 +726,14 @@ impl Store {
             marks: Mutex::new(marks_file),
             acks: Mutex::new(Acks {
                 done,
+                unwritten: Ranges::default(),
                 file: acks,
                 len,
             }),
             wake,
             lock: Mutex::new(Some(lock_file)),
+            disk: Mutex::new(Disk::default()),
+            has_news: std::sync::atomic::AtomicBool::new(false),
         });
         if durability == Durability::EveryFrame {
             core.unstage()?;
@@ -591,13 +757,24 @@ impl Store {
 
 impl Core {
     /// Makes a segment file (empty).
-    fn new_segment(path: &Path) -> Result<File, String> {
-        OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .write(true)
-            .open(path)
-            .map_err(|e| io_err("cannot make", path, e))
+    /// Makes a segment file that begins with `opening` (what the segment before it holds);
+    /// gives it and where its records begin. On a disk with no room for the opening, the
+    /// segment begins without one (and a start cannot tell the segment before it missing).
+    fn new_segment(path: &Path, opening: &Seal) -> Result<(File, u64), String> {
+        let file = create(path)?;
+        if opening.0.is_empty() {
+            return Ok((file, 0));
+        }
+        let mut buf = Vec::new();
+        opening.encode_opening(&mut buf);
+        match file.write_all_at(&buf, 0) {
+            Ok(()) => Ok((file, buf.len() as u64)),
+            Err(e) => {
+                log::warn!("relink: {}", io_err("cannot write", path, e));
+                let _ = file.set_len(0);
+                Ok((file, 0))
+            }
+        }
     }
 
     /// Under `EveryFrame`, a stage left by a run under another policy: its records are
@@ -642,11 +819,13 @@ impl Core {
         let bound = w.marks.tick(next);
         let marker = Marker {
             bound,
+            written: w.written_to(),
             ..w.run.clone()
         };
         match lock(&self.marks).write(&marker) {
             Ok(id) => {
                 w.marks.synced(id, bound);
+                w.hwm_marked = marker.written;
                 w.marked = true;
             }
             Err(e) => log::warn!(
@@ -663,7 +842,7 @@ impl Core {
         match fs::read_to_string(&path) {
             Ok(s) => match s.trim().parse::<u32>() {
                 Ok(VERSION) => Ok(VERSION),
-                Ok(v @ 1..=3) => Core::write_version(dir).map(|()| v),
+                Ok(v @ 1..=4) => Core::write_version(dir).map(|()| v),
                 Ok(v) => Err(format!(
                     "{} holds a spool of format {v}; this relink reads formats 1 to {VERSION} \
                      only",
@@ -691,7 +870,7 @@ impl Core {
     /// Writes the `VERSION` file (through a file renamed over it) and syncs it.
     fn write_version(dir: &Path) -> Result<(), String> {
         let tmp = dir.join("VERSION.tmp");
-        let mut f = File::create(&tmp).map_err(|e| io_err("cannot make", &tmp, e))?;
+        let mut f = create(&tmp)?;
         f.write_all(format!("{VERSION}\n").as_bytes())
             .and_then(|()| f.sync_all())
             .map_err(|e| io_err("cannot write", &tmp, e))?;
@@ -757,20 +936,22 @@ impl Core {
 
     /// A segment an earlier run left, which holds frames still to send, made whole: a
     /// segment with damage between its records is written again with its whole records
-    /// only; a torn tail is cut; an unsealed one (the segment a run left open) is sealed with
-    /// the numbers it holds now (those it lacks were reported). Each change is synced.
+    /// only (and its opening); a torn tail is cut; an unsealed one (the segment a run left
+    /// open) is sealed with the numbers it holds now (those it lacks were reported). Each
+    /// change is synced.
     fn repair(path: &Path, len: u64, seg: &record::Segment) -> Result<(), String> {
-        let mut holds = Ranges::default();
-        holds.extend(&mut seg.records.iter().map(|r| r.seq).collect::<Vec<_>>());
-        let seal = record::Seal(holds.iter().collect());
+        let seal = Seal::holding(seg);
         if seg.corrupt > 0 {
             let tmp = path.with_extension("tmp");
             let mut buf = Vec::new();
+            if let Some(opening) = &seg.opening {
+                opening.encode_opening(&mut buf);
+            }
             for r in &seg.records {
                 record::encode(&mut buf, r.seq, r.deadline_ms, &r.frame);
             }
             seal.encode(&mut buf);
-            let mut f = File::create(&tmp).map_err(|e| io_err("cannot make", &tmp, e))?;
+            let mut f = create(&tmp)?;
             f.write_all(&buf)
                 .and_then(|()| f.sync_all())
                 .map_err(|e| io_err("cannot write", &tmp, e))?;
@@ -779,7 +960,7 @@ impl Core {
         if seg.seal.is_some() && seg.end as u64 == len {
             return Ok(());
         }
-        let f = OpenOptions::new()
+        let f = private()
             .write(true)
             .open(path)
             .map_err(|e| io_err("cannot open", path, e))?;
@@ -820,6 +1001,7 @@ impl Core {
         let bound = w.marks.ahead(end);
         let marker = Marker {
             bound,
+            written: w.written_to(),
             ..w.run.clone()
         };
         let id = lock(&self.marks)
@@ -847,6 +1029,7 @@ impl Core {
         let marker = Marker {
             bound: next,
             closed: true,
+            written: next,
             ..w.run.clone()
         };
         let id = lock(&self.marks).write(&marker)?;
@@ -854,24 +1037,25 @@ impl Core {
         Ok(())
     }
 
-    /// Writes the acks log anew with `done` (through a file renamed over it) and opens it
-    /// for appending.
-    fn write_acks(dir: &Path, done: &Ranges) -> Result<File, String> {
+    /// Writes the acks log anew with `done` (through a file renamed over it), its space
+    /// reserved ([`ACKS_SPACE`], zeros past its records; left unreserved when the disk has no
+    /// room); gives it open for writing and where its records end.
+    fn write_acks(dir: &Path, done: &Ranges) -> Result<(File, u64), String> {
         let tmp = dir.join("acks.tmp");
         let path = dir.join("acks");
         let mut buf = Vec::new();
         for (lo, hi) in done.iter() {
             record::encode_ack(&mut buf, lo, hi);
         }
-        let mut f = File::create(&tmp).map_err(|e| io_err("cannot make", &tmp, e))?;
+        let mut f = create(&tmp)?;
         f.write_all(&buf)
-            .and_then(|()| f.sync_all())
             .map_err(|e| io_err("cannot write", &tmp, e))?;
+        if let Err(e) = f.allocate(ACKS_SPACE.max(buf.len() as u64)) {
+            log::warn!("relink: cannot reserve space for {}: {e}", path.display());
+        }
+        f.sync_all().map_err(|e| io_err("cannot write", &tmp, e))?;
         fs::rename(&tmp, &path).map_err(|e| io_err("cannot rename", &tmp, e))?;
-        OpenOptions::new()
-            .append(true)
-            .open(&path)
-            .map_err(|e| io_err("cannot open", &path, e))
+        Ok((f, buf.len() as u64))
     }
 
     /// Appends the record of the frame `make` gives for the next sequence number and makes it
@@ -892,35 +1076,57 @@ impl Core {
             // The intake closed before the store was shut: the offer is refused.
             return Ok(offer(&mut frame).map(|t| (seq, t)).map_err(|e| (frame, e)));
         }
-        if let Err(e) = self.roll_if_full(&mut w) {
-            return Err((frame, e));
-        }
         if let Err(e) = self
-            .reserve(&mut w, seq + 1)
+            .roll_if_full(&mut w)
+            .and_then(|()| self.reserve(&mut w, seq + 1))
             .and_then(|()| self.mark_for(&mut w, seq + 1))
         {
+            self.write_failed(&mut w, &e);
             return Err((frame, e));
         }
         if frame.len() > record::MAX_FRAME {
             return Err((frame, "frame too large for the spool".into()));
         }
-        let mark = w.pos + w.unwritten();
+        let (mark, pos) = (w.pos + w.unwritten(), w.pos);
         if let Err(e) = w
             .append(seq, deadline_ms, std::iter::once(&frame[..]), None)
             .and_then(|()| self.persist(&mut w))
         {
             w.rollback(mark);
-            return Err((frame, format!("cannot write to the spool: {e}")));
+            let e = format!("cannot write to the spool: {e}");
+            self.write_failed(&mut w, &e);
+            return Err((frame, e));
         }
         match offer(&mut frame) {
             Ok(t) => {
                 w.next_seq += 1;
+                self.admitted(&mut w, pos);
                 Ok(Ok((seq, t)))
             }
             Err(e) => {
                 w.rollback(mark);
                 Ok(Err((frame, e)))
             }
+        }
+    }
+
+    /// A call's write failed: news for the link's events, and the current segment is
+    /// replaced once its frames all left, so that its space is free.
+    fn write_failed(&self, w: &mut SegmentWriter, e: &str) {
+        w.starved = true;
+        self.disk_failed(&e);
+    }
+
+    /// A call's frames were taken, their records written where the policy says (`pos`: where
+    /// the segment's records ended before the call): when the call wrote to the segment,
+    /// the spool writes; under `EveryFrame` and `OsWriteBack`, a marker says how far this
+    /// run's records reached the segments.
+    fn admitted(&self, w: &mut SegmentWriter, pos: u64) {
+        if w.pos != pos {
+            self.disk_ok();
+        }
+        if !matches!(self.durability, Durability::Group(_)) {
+            self.tell_written(w);
         }
     }
 
@@ -959,14 +1165,20 @@ impl Core {
             let first = w.next_seq;
             return Ok(offer(frames).map(|(k, r)| (first, k, r)));
         }
-        self.roll_if_full(&mut w)?;
         let first = w.next_seq;
-        self.reserve(&mut w, first + frames.len() as u64)?;
-        self.mark_for(&mut w, first + frames.len() as u64)?;
+        let end = first + frames.len() as u64;
+        if let Err(e) = self
+            .roll_if_full(&mut w)
+            .and_then(|()| self.reserve(&mut w, end))
+            .and_then(|()| self.mark_for(&mut w, end))
+        {
+            self.write_failed(&mut w, &e);
+            return Err(e);
+        }
         if frames.iter().any(|f| f.len() > record::MAX_FRAME) {
             return Err("frame too large for the spool".into());
         }
-        let mark = w.pos + w.unwritten();
+        let (mark, pos) = (w.pos + w.unwritten(), w.pos);
         let mut ends = Vec::new();
         let n = frames.len();
         if let Err(e) = w
@@ -974,7 +1186,9 @@ impl Core {
             .and_then(|()| self.persist(&mut w))
         {
             w.rollback(mark);
-            return Err(format!("cannot write to the spool: {e}"));
+            let e = format!("cannot write to the spool: {e}");
+            self.write_failed(&mut w, &e);
+            return Err(e);
         }
         match offer(frames) {
             Ok((k, r)) => {
@@ -982,6 +1196,7 @@ impl Core {
                     w.rollback(if k == 0 { mark } else { ends[k - 1] });
                 }
                 w.next_seq += k as u64;
+                self.admitted(&mut w, pos);
                 Ok(Ok((first, k, r)))
             }
             Err(e) => {
@@ -996,14 +1211,15 @@ impl Core {
         if w.pos + w.unwritten() < self.segment_bytes {
             return Ok(());
         }
-        w.seal()
-            .and_then(|()| match self.durability {
-                Durability::EveryFrame => w.file.sync_data(),
-                _ => Ok(()),
+        let seal = w
+            .seal()
+            .and_then(|seal| match self.durability {
+                Durability::EveryFrame => w.file.sync_data().map(|()| seal),
+                _ => Ok(seal),
             })
             .map_err(|e| format!("cannot write to the spool: {e}"))?;
         let path = self.dir.join(segment_name(w.next_seq));
-        let file = Core::new_segment(&path)?;
+        let (file, pos) = Core::new_segment(&path, &seal)?;
         if self.durability == Durability::EveryFrame {
             sync_dir(&self.dir).map_err(|e| io_err("cannot sync", &self.dir, e))?;
         } else {
@@ -1016,7 +1232,8 @@ impl Core {
         let old_first = std::mem::replace(&mut w.first, w.next_seq);
         w.closed
             .push_back((old_first, self.dir.join(segment_name(old_first))));
-        w.pos = 0;
+        w.pos = pos;
+        w.opening = seal.0;
         w.carried = None;
         w.from = w.next_seq;
         Ok(())
@@ -1054,17 +1271,26 @@ impl Core {
 
     /// The flusher's work, and the last of it at the end: the staged records written (a
     /// failed write is logged, and the records stay staged: a call that finds the stage full
-    /// meets the error) and, under `Group`, synced, the numbers that left in the acks log,
-    /// segments whose frames all left deleted.
+    /// meets the error) and, under `Group`, synced, the numbers that left in the acks log
+    /// (those a failed write could not write go with the next), segments whose frames all
+    /// left deleted, and after a failed write the current segment replaced once its frames
+    /// all left.
     ///
-    /// The acks log is not synced: a record of it lost at a power cut makes a frame that had
-    /// left be sent once more, never a frame lost.
+    /// The acks log is not synced here (a clean close syncs it): a record of it lost at a
+    /// power cut makes a frame that had left be sent once more, never a frame lost.
     fn flush(&self) {
         let (file, unsynced, dir_dirty, sync, mark) = {
             let mut w = lock(&self.w);
             w.told = false;
-            if let Err(e) = w.write() {
-                log::error!("relink: cannot write to the spool: {e}");
+            let wrote = w.written;
+            match w.write() {
+                Err(e) => {
+                    log::error!("relink: cannot write to the spool: {e}");
+                    w.starved = true;
+                    self.disk_failed(&e);
+                }
+                Ok(()) if w.written && !wrote => self.disk_ok(),
+                Ok(()) => {}
             }
             let group = matches!(self.durability, Durability::Group(_));
             let sync = std::mem::replace(&mut w.written, false) && group;
@@ -1076,9 +1302,13 @@ impl Core {
                 w.marks.pending = Some(bound);
                 Marker {
                     bound,
+                    written: w.written_to(),
                     ..w.run.clone()
                 }
             });
+            if !group {
+                self.tell_written(&mut w);
+            }
             (
                 w.file.clone(),
                 std::mem::take(&mut w.unsynced),
@@ -1110,7 +1340,10 @@ impl Core {
             };
             let mut w = lock(&self.w);
             match written {
-                Ok(id) => w.marks.synced(id, marker.bound),
+                Ok(id) => {
+                    w.marks.synced(id, marker.bound);
+                    w.hwm_marked = w.hwm_marked.max(marker.written);
+                }
                 // A failed write may be on disk, whole: the callers stay below its bound
                 // too, until a later marker is synced.
                 Err(()) => w.marks.synced.1 = w.marks.limit(),
@@ -1122,17 +1355,33 @@ impl Core {
         if !left.is_empty() {
             let mut fresh = Ranges::default();
             fresh.extend(&mut left);
-            let mut buf = Vec::new();
             for (lo, hi) in fresh.iter() {
-                record::encode_ack(&mut buf, lo, hi);
-                acks.done.insert(lo, hi);
-            }
-            match acks.file.write_all(&buf) {
-                Ok(()) => acks.len += buf.len() as u64,
-                Err(e) => log::error!("relink: cannot write the spool's acks: {e}"),
+                acks.unwritten.insert(lo, hi);
             }
         }
-        // Segments whose every frame left.
+        if acks.unwritten.iter().next().is_some() {
+            let mut buf = Vec::new();
+            for (lo, hi) in acks.unwritten.iter() {
+                record::encode_ack(&mut buf, lo, hi);
+            }
+            // In place past the records: a write cut short leaves a part that the next
+            // write covers.
+            match acks.file.write_all_at(&buf, acks.len) {
+                Ok(()) => {
+                    acks.len += buf.len() as u64;
+                    let fresh = std::mem::take(&mut acks.unwritten);
+                    for (lo, hi) in fresh.iter() {
+                        acks.done.insert(lo, hi);
+                    }
+                }
+                Err(e) => {
+                    log::error!("relink: cannot write the spool's acks: {e}");
+                    lock(&self.w).starved = true;
+                    self.disk_failed(&e);
+                }
+            }
+        }
+        // Segments whose every frame left (as the acks log says).
         let gone: Vec<PathBuf> = {
             let mut w = lock(&self.w);
             let mut gone = Vec::new();
@@ -1142,7 +1391,14 @@ impl Core {
                     break;
                 }
                 if let Some((_, path)) = w.closed.pop_front() {
+                    // The segment after it names its numbers (its opening): their acks stay.
+                    w.floor = w.floor.max(first);
                     gone.push(path);
+                }
+            }
+            if w.starved {
+                if let Some(old) = self.reclaim(&mut w, &acks.done) {
+                    gone.push(old);
                 }
             }
             gone
@@ -1151,17 +1407,115 @@ impl Core {
             let _ = fs::remove_file(path);
         }
         if acks.len > ACKS_COMPACT {
-            let floor = {
-                let w = lock(&self.w);
-                w.closed.front().map_or(w.first, |(f, _)| *f)
-            };
+            let floor = lock(&self.w).floor;
             acks.done.prune(floor);
             match Core::write_acks(&self.dir, &acks.done) {
-                Ok(f) => {
-                    acks.len = f.metadata().map(|m| m.len()).unwrap_or(0);
+                Ok((f, len)) => {
+                    acks.len = len;
                     acks.file = f;
                 }
                 Err(e) => log::error!("relink: {e}"),
+            }
+        }
+    }
+
+    /// After a failed write, the current segment once every frame it and the stage hold left
+    /// (as the acks log says): the stage is emptied and a new segment begun, with the same
+    /// opening; gives the old one's path, to delete.
+    fn reclaim(&self, w: &mut SegmentWriter, done: &Ranges) -> Option<PathBuf> {
+        let holds = w.ranges();
+        if holds.iter().any(|&(lo, hi)| done.first_absent(lo) < hi) {
+            return None;
+        }
+        if holds.is_empty() && w.pos <= Seal(w.opening.clone()).size() as u64 {
+            // Nothing in it to free.
+            w.starved = false;
+            return None;
+        }
+        let path = self.dir.join(segment_name(w.next_seq));
+        let old = self.dir.join(segment_name(w.first));
+        if path == old {
+            return None;
+        }
+        let opening = Seal(w.opening.clone());
+        let (file, pos) = match Core::new_segment(&path, &opening) {
+            Ok(f) => f,
+            Err(e) => {
+                log::warn!("relink: {e}");
+                return None;
+            }
+        };
+        if let Some(stage) = w.stage.as_mut() {
+            stage.clear();
+        }
+        w.buf.clear();
+        w.file = Arc::new(file);
+        w.first = w.next_seq;
+        w.pos = pos;
+        w.from = w.next_seq;
+        w.carried = None;
+        w.starved = false;
+        w.dir_dirty = true;
+        Some(old)
+    }
+
+    /// Notes a failed write to the spool: news for the link's events, unless the last write
+    /// failed too.
+    fn disk_failed(&self, e: &dyn std::fmt::Display) {
+        let mut disk = lock(&self.disk);
+        if !disk.failing {
+            disk.failing = true;
+            disk.news.push((
+                false,
+                format!("cannot write to {}: {e}", self.dir.display()),
+            ));
+            self.has_news
+                .store(true, std::sync::atomic::Ordering::Release);
+        }
+    }
+
+    /// Notes a write to the spool that succeeded: news for the link's events when the last
+    /// failed.
+    fn disk_ok(&self) {
+        let mut disk = lock(&self.disk);
+        if disk.failing {
+            disk.failing = false;
+            disk.news
+                .push((true, format!("{} takes writes again", self.dir.display())));
+            self.has_news
+                .store(true, std::sync::atomic::Ordering::Release);
+        }
+    }
+
+    /// What the spool's writes did since the last call, for the link's events: whether it
+    /// writes, and what failed or succeeded, in order.
+    pub(crate) fn news(&self) -> Vec<(bool, String)> {
+        use std::sync::atomic::Ordering;
+        // Read first: the IO thread asks at every pass, and the flag seldom changes.
+        if !self.has_news.load(Ordering::Acquire) || !self.has_news.swap(false, Ordering::AcqRel) {
+            return Vec::new();
+        }
+        std::mem::take(&mut lock(&self.disk).news)
+    }
+
+    /// Under `EveryFrame` and `OsWriteBack`, when more of this run's numbers have their record
+    /// in a segment than the last marker says: a marker that says so, not synced (a process's
+    /// death leaves it in the page cache). Under `Group` the spool's thread's marker says it.
+    fn tell_written(&self, w: &mut SegmentWriter) {
+        let written = w.written_to();
+        if written <= w.hwm_marked {
+            return;
+        }
+        let marker = Marker {
+            bound: w.marks.limit(),
+            written,
+            ..w.run.clone()
+        };
+        match lock(&self.marks).write_unsynced(&marker) {
+            Ok(_) => w.hwm_marked = written,
+            Err(e) => {
+                log::error!("relink: cannot write to the spool: {e}");
+                self.disk_failed(&e);
             }
         }
     }
@@ -1213,12 +1567,27 @@ impl SegmentWriter {
 
     /// Writes what is staged, then the current segment's seal (the numbers it holds), so
     /// that nothing more is appended to it.
-    fn seal(&mut self) -> io::Result<()> {
+    fn seal(&mut self) -> io::Result<Seal> {
         self.write()?;
-        let run = (self.from < self.next_seq).then_some((self.from, self.next_seq));
-        let seal = record::Seal(self.carried.into_iter().chain(run).collect());
+        let seal = Seal(self.ranges());
         seal.encode(&mut self.buf);
-        self.write()
+        self.write().map(|()| seal)
+    }
+
+    /// The numbers of the records the current segment and the stage hold: those an earlier
+    /// run staged, carried over at open, then this run's since the segment began.
+    fn ranges(&self) -> Vec<(u64, u64)> {
+        let run = (self.from < self.next_seq).then_some((self.from, self.next_seq));
+        self.carried.into_iter().chain(run).collect()
+    }
+
+    /// Every number this run handed out below this has its record in a segment.
+    fn written_to(&self) -> u64 {
+        if self.unwritten() == 0 {
+            self.next_seq
+        } else {
+            self.hwm
+        }
     }
 
     /// Bytes of records not yet written to the segment.
@@ -1240,17 +1609,18 @@ impl SegmentWriter {
                 self.written = true;
             }
         }
-        if self.buf.is_empty() {
-            return Ok(());
+        if !self.buf.is_empty() {
+            if let Err(e) = self.file.write_all_at(&self.buf, self.pos) {
+                // A part may be on the file: the buffer stays the truth.
+                let _ = self.file.set_len(self.pos);
+                return Err(e);
+            }
+            self.pos += self.buf.len() as u64;
+            self.buf.clear();
+            self.written = true;
         }
-        if let Err(e) = self.file.write_all_at(&self.buf, self.pos) {
-            // A part may be on the file: the buffer stays the truth.
-            let _ = self.file.set_len(self.pos);
-            return Err(e);
-        }
-        self.pos += self.buf.len() as u64;
-        self.buf.clear();
-        self.written = true;
+        // Every number handed out has its record in the segment now.
+        self.hwm = self.next_seq;
         Ok(())
     }
 
@@ -1292,6 +1662,10 @@ impl Store {
         }
         let _ = t.join();
         self.core.flush();
+        // The acks log synced: a start after the clean close replays no confirmed frame.
+        if let Err(e) = lock(&self.core.acks).file.sync_data() {
+            log::error!("relink: cannot sync the spool's acks: {e}");
+        }
         if let Err(e) = self.core.close() {
             log::error!("relink: cannot close the spool: {e}");
         }

@@ -102,6 +102,16 @@ impl Ledger {
         }
     }
 
+    /// What the spool's writes did since the last call, as the link's events say it: that
+    /// it cannot write (and why), then that it writes again.
+    pub(crate) fn news(&self) -> Vec<crate::error::LinkError> {
+        self.store
+            .news()
+            .into_iter()
+            .map(|(writable, message)| crate::error::LinkError::Spool { writable, message })
+            .collect()
+    }
+
     /// The machine has confirmed `total` frames so far; the numbers that left go to the
     /// store.
     pub(crate) fn confirmed_total(&mut self, total: u64) {

@@ -8,7 +8,7 @@
 //! the greater id. A write and its `fdatasync` touch one small block and no file's size, so
 //! they cost one device flush and no journal commit of the other files' data.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
@@ -22,7 +22,7 @@ use super::record::{self, Marker};
 const SLOT: usize = 128;
 
 /// The longest boot id a marker keeps.
-pub(super) const BOOT_MAX: usize = SLOT - record::HEADER - 16;
+pub(super) const BOOT_MAX: usize = SLOT - record::HEADER - 32;
 
 /// Under `Group`, the fewest numbers a marker lets the callers hand out past those handed out
 /// when it was written (more when frames came faster: see [`AHEAD`]).
@@ -48,7 +48,7 @@ impl MarksFile {
     /// marker.
     pub(super) fn open(dir: &Path) -> io::Result<(MarksFile, Option<Marker>)> {
         let path = dir.join("marks");
-        let file = OpenOptions::new()
+        let file = super::private()
             .create(true)
             .truncate(false)
             .read(true)
@@ -71,6 +71,15 @@ impl MarksFile {
 
     /// Writes `m`, numbered after the last marker, to its slot and syncs it; gives its id.
     pub(super) fn write(&mut self, m: &Marker) -> io::Result<u64> {
+        let id = self.write_unsynced(m)?;
+        self.file.sync_data()?;
+        Ok(id)
+    }
+
+    /// Writes `m`, numbered after the last marker, to its slot, not synced: in the page
+    /// cache, it outlives the process, and a power cut leaves it or the marker its slot held
+    /// before (each whole or failing its check). Gives its id.
+    pub(super) fn write_unsynced(&mut self, m: &Marker) -> io::Result<u64> {
         let id = self.last + 1;
         let mut buf = Vec::with_capacity(SLOT);
         Marker { id, ..m.clone() }.encode(&mut buf);
@@ -78,7 +87,6 @@ impl MarksFile {
         // The id is used once the write began: a torn one may be on disk.
         self.last = id;
         self.file.write_all_at(&buf, (id % 2) * SLOT as u64)?;
-        self.file.sync_data()?;
         Ok(id)
     }
 }
@@ -179,6 +187,8 @@ mod tests {
             id,
             bound: 100 + id,
             first: 0,
+            from: 0,
+            written: 7,
             boot: b"boot".to_vec(),
             closed: false,
             group: true,

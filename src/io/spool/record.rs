@@ -63,14 +63,20 @@ const GROUP: u64 = 2;
 const EVERY_FRAME: u64 = 4;
 /// A segment's seal (see [`Seal`]), not a marker.
 const SEAL: u64 = 8;
+/// With [`SEAL`]: a segment's opening (see [`Seal`]), its first record.
+const OPENING: u64 = 16;
+/// A marker that says how far its run's records reached the segments (`Marker::written`).
+const WRITTEN: u64 = 32;
 
 /// What a run of the spool says of itself (in the `marks` file, see `super::marks`), for the
 /// next start to tell a process's death (the page cache kept everything) from the machine's
 /// (the records not yet synced are gone), and which numbers the lost records can have had.
-/// Written at the run's start, under `Group` after each group commit, and at a clean close.
+/// Written at the run's start, when records reach a segment (under `Group` after each group
+/// commit, synced; else not synced: a process's death leaves it in the page cache), and at a
+/// clean close.
 ///
 /// Its record: `seq` holds `bound`, the deadline field [`MARKER`] and the flags, the frame
-/// `first` and `id` (8 bytes each, little-endian), then the boot's id.
+/// `first`, `id`, `written` and `from` (8 bytes each, little-endian), then the boot's id.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Marker {
     /// The markers of a spool are numbered, across its runs: the last one written has the
@@ -79,8 +85,14 @@ pub(crate) struct Marker {
     /// Under `Group`, every number the run handed out is below this (the callers stay below
     /// the bound of every marker that can be the last one on disk).
     pub bound: u64,
-    /// The first number the run handed out.
+    /// The first number whose record the run keeps: its first number, or the first of the
+    /// records an earlier run staged when they could not be written and synced at its start.
     pub first: u64,
+    /// The first number the run handed out (`first` in a marker of an older format).
+    pub from: u64,
+    /// Every number the run handed out from `first` below this has its record in a segment
+    /// (0 in a marker of an older format, which does not say).
+    pub written: u64,
     /// The id of the boot the run ran in (`/proc/sys/kernel/random/boot_id`).
     pub boot: Vec<u8>,
     /// Written at a clean close: nothing of the run can be lost any more.
@@ -93,11 +105,14 @@ pub(crate) struct Marker {
 impl Marker {
     /// The marker's record, appended to `out`.
     pub(crate) fn encode(&self, out: &mut Vec<u8>) {
-        let mut frame = Vec::with_capacity(16 + self.boot.len());
+        let mut frame = Vec::with_capacity(32 + self.boot.len());
         frame.extend_from_slice(&self.first.to_le_bytes());
         frame.extend_from_slice(&self.id.to_le_bytes());
+        frame.extend_from_slice(&self.written.to_le_bytes());
+        frame.extend_from_slice(&self.from.to_le_bytes());
         frame.extend_from_slice(&self.boot);
         let flags = MARKER
+            | WRITTEN
             | if self.closed { CLOSED } else { 0 }
             | if self.group { GROUP } else { 0 }
             | if self.every_frame { EVERY_FRAME } else { 0 };
@@ -106,14 +121,27 @@ impl Marker {
 
     /// The marker a record is, if it is one.
     pub(crate) fn of(r: &Record) -> Option<Marker> {
-        if r.deadline_ms & MARKER == 0 || r.deadline_ms & SEAL != 0 || r.frame.len() < 16 {
+        let written = r.deadline_ms & WRITTEN != 0;
+        let boot_at = if written { 32 } else { 16 };
+        if r.deadline_ms & MARKER == 0 || r.deadline_ms & SEAL != 0 || r.frame.len() < boot_at {
             return None;
         }
+        let first = u64::from_le_bytes(r.frame[..8].try_into().ok()?);
+        let (written, from) = if written {
+            (
+                u64::from_le_bytes(r.frame[16..24].try_into().ok()?),
+                u64::from_le_bytes(r.frame[24..32].try_into().ok()?),
+            )
+        } else {
+            (0, first)
+        };
         Some(Marker {
             id: u64::from_le_bytes(r.frame[8..16].try_into().ok()?),
             bound: r.seq,
-            first: u64::from_le_bytes(r.frame[..8].try_into().ok()?),
-            boot: r.frame[16..].to_vec(),
+            first,
+            from,
+            written,
+            boot: r.frame[boot_at..].to_vec(),
             closed: r.deadline_ms & CLOSED != 0,
             group: r.deadline_ms & GROUP != 0,
             every_frame: r.deadline_ms & EVERY_FRAME != 0,
@@ -127,12 +155,25 @@ impl Marker {
 /// emptied file) from numbers never handed out. Its record: `seq` holds the count, the
 /// deadline field [`MARKER`] and [`SEAL`], the frame the ranges (`lo`, `hi`: 8 bytes each,
 /// little-endian).
+///
+/// The same ranges open the segment after it (its first record, with [`OPENING`] too): what
+/// the segment before must hold, so that a start finds a segment deleted or lost whole from
+/// the file after it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Seal(pub Vec<(u64, u64)>);
 
 impl Seal {
     /// The seal's record, appended to `out`.
     pub(crate) fn encode(&self, out: &mut Vec<u8>) {
+        self.encode_as(out, MARKER | SEAL);
+    }
+
+    /// The same ranges as the opening record of the next segment, appended to `out`.
+    pub(crate) fn encode_opening(&self, out: &mut Vec<u8>) {
+        self.encode_as(out, MARKER | SEAL | OPENING);
+    }
+
+    fn encode_as(&self, out: &mut Vec<u8>, flags: u64) {
         let mut frame = Vec::with_capacity(16 * self.0.len());
         let mut count = 0;
         for &(lo, hi) in &self.0 {
@@ -140,12 +181,38 @@ impl Seal {
             frame.extend_from_slice(&hi.to_le_bytes());
             count += hi - lo;
         }
-        encode(out, count, MARKER | SEAL, &frame);
+        encode(out, count, flags, &frame);
+    }
+
+    /// The seal of the numbers the records of `seg` hold.
+    pub(crate) fn holding(seg: &Segment) -> Seal {
+        let mut holds = Ranges::default();
+        holds.extend(&mut seg.records.iter().map(|r| r.seq).collect::<Vec<_>>());
+        Seal(holds.iter().collect())
+    }
+
+    /// The size of its record.
+    pub(crate) fn size(&self) -> usize {
+        HEADER + 16 * self.0.len()
+    }
+
+    /// The lowest number it names (`u64::MAX` for none).
+    pub(crate) fn low(&self) -> u64 {
+        self.0.iter().map(|r| r.0).min().unwrap_or(u64::MAX)
     }
 
     /// The seal a record is, if it is one.
     pub(crate) fn of(r: &Record) -> Option<Seal> {
-        if r.deadline_ms != MARKER | SEAL || r.frame.len() % 16 != 0 {
+        Seal::with_flags(r, MARKER | SEAL)
+    }
+
+    /// The opening a record is, if it is one.
+    pub(crate) fn opening_of(r: &Record) -> Option<Seal> {
+        Seal::with_flags(r, MARKER | SEAL | OPENING)
+    }
+
+    fn with_flags(r: &Record, flags: u64) -> Option<Seal> {
+        if r.deadline_ms != flags || r.frame.len() % 16 != 0 {
             return None;
         }
         let ranges = r
@@ -168,6 +235,8 @@ pub(crate) struct Segment {
     pub records: Vec<Record>,
     /// Its seal, when it ends with a whole one.
     pub seal: Option<Seal>,
+    /// Its opening, when it begins with a whole one: what the segment before it must hold.
+    pub opening: Option<Seal>,
     /// Bytes that fail their check between whole records, and for each such stretch before a
     /// frame's record the numbers of the records on either side (`None` before the first).
     pub corrupt: u64,
@@ -200,6 +269,12 @@ pub(crate) fn read_segment(data: &Bytes) -> Segment {
     let mut s = Segment::default();
     let mut at = 0;
     let mut last: Option<u64> = None;
+    if let Some((r, end)) = record_at(data, 0) {
+        if let Some(opening) = Seal::opening_of(&r) {
+            s.opening = Some(opening);
+            at = end;
+        }
+    }
     while at < data.len() {
         if let Some((r, end)) = record_at(data, at) {
             if let Some(seal) = Seal::of(&r) {
@@ -504,6 +579,8 @@ mod tests {
             id: 3,
             bound: 1 << 40,
             first: 7,
+            from: 8,
+            written: 9,
             boot: b"4c5cf402-a978-4459-b4f8-e8557485a9c4".to_vec(),
             closed: false,
             group: true,
@@ -521,6 +598,35 @@ mod tests {
         assert_eq!(at, buf.len());
         assert_eq!(Marker::of(&records[0]), None);
         assert_eq!(Marker::of(&records[1]), Some(m));
+    }
+
+    #[test]
+    fn a_marker_of_format_4_reads_with_nothing_written_said() {
+        // Format 4: the frame holds `first`, `id`, then the boot; no `written` flag.
+        let mut frame = Vec::new();
+        frame.extend_from_slice(&7u64.to_le_bytes());
+        frame.extend_from_slice(&3u64.to_le_bytes());
+        frame.extend_from_slice(b"boot");
+        let mut buf = Vec::new();
+        encode(&mut buf, 100, MARKER | GROUP, &frame);
+        let (records, _) = decode_all(&Bytes::from(buf));
+        let m = Marker::of(&records[0]).expect("a marker");
+        assert_eq!(
+            (m.first, m.from, m.id, m.written, &m.boot[..]),
+            (7, 7, 3, 0, &b"boot"[..])
+        );
+    }
+
+    #[test]
+    fn an_opening_is_read_apart_from_the_records_and_the_seal() {
+        let mut buf = Vec::new();
+        Seal(vec![(0, 5)]).encode_opening(&mut buf);
+        encode(&mut buf, 5, 0, b"five");
+        Seal(vec![(5, 6)]).encode(&mut buf);
+        let seg = read_segment(&Bytes::from(buf));
+        assert_eq!(seg.opening, Some(Seal(vec![(0, 5)])));
+        assert_eq!(seg.records.len(), 1);
+        assert_eq!(seg.seal, Some(Seal(vec![(5, 6)])));
     }
 
     #[test]

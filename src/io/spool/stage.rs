@@ -12,7 +12,6 @@
 //! greater than the one before: what follows the last record written since the stage began
 //! again is older (lower numbers) or torn.
 
-use std::fs::OpenOptions;
 use std::path::Path;
 
 use bytes::Bytes;
@@ -45,7 +44,7 @@ impl Stage {
             return Ok(None);
         }
         let err = |what: &str, e: std::io::Error| format!("{what} {}: {e}", path.display());
-        let file = OpenOptions::new()
+        let file = super::private()
             .create(true)
             .truncate(false)
             .read(true)
