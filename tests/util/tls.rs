@@ -243,17 +243,14 @@ impl Server for TlsRedis {
     }
 }
 
-/// A rustls client configuration trusting `ca_pem`, with an optional client certificate.
+/// A rustls client configuration trusting `ca_pem`, with an optional client certificate (and
+/// rustls' process-wide provider, *ring*).
 pub fn client_config(ca_pem: &str, client: Option<&Pem>) -> Arc<ClientConfig> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut roots = RootCertStore::empty();
     for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
         roots.add(cert.unwrap()).unwrap();
     }
-    let builder = ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots);
+    let builder = ClientConfig::builder().with_root_certificates(roots);
     let config = match client {
         None => builder.with_no_client_auth(),
         Some(pem) => {
