@@ -11,6 +11,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+#[path = "util/source.rs"]
+mod source;
+use source::{read, root, rust_files};
+
 // ---- a small Rust reader ---------------------------------------------------------------------
 
 #[derive(Clone, Debug, PartialEq)]
@@ -187,6 +191,30 @@ fn header_end(t: &[Tok], mut i: usize) -> usize {
     i
 }
 
+/// Reads an item's visibility and qualifiers from `i` on, leaving `i` at its keyword:
+/// `Some(true)` for `pub`, `Some(false)` for `pub(crate)` and the like, `None` for none.
+fn visibility(t: &[Tok], i: &mut usize) -> Option<bool> {
+    let mut public = None;
+    if word(t.get(*i)) == Some("pub") {
+        *i += 1;
+        if is(t.get(*i), '(') {
+            *i = skip_group(t, *i);
+            public = Some(false);
+        } else {
+            public = Some(true);
+        }
+    }
+    let next = |i: usize| word(t.get(i + 1));
+    while matches!(word(t.get(*i)), Some("unsafe" | "async" | "extern"))
+        || (word(t.get(*i)) == Some("const") && next(*i) == Some("fn"))
+        || (word(t.get(*i)) == Some("default") && matches!(next(*i), Some("fn" | "type" | "const")))
+        || t.get(*i) == Some(&Tok::Lit)
+    {
+        *i += 1;
+    }
+    public
+}
+
 /// The index of the `;` that ends a `use`, `const`, `static` or `type` item from `i` (groups
 /// skipped; no angles counted, as `<<` may shift).
 fn semi_end(t: &[Tok], mut i: usize) -> usize {
@@ -247,7 +275,7 @@ impl Crate {
 
     /// Reads a module from its file, and the modules it declares.
     fn load(&mut self, path: &str, file: &Path, dir: &Path) {
-        let src = std::fs::read_to_string(file).unwrap_or_else(|e| panic!("{file:?}: {e}"));
+        let src = read(file);
         let t = tokens(&src);
         self.modules.entry(path.to_owned()).or_default();
         self.items(path, &t, dir);
@@ -278,23 +306,7 @@ impl Crate {
                     continue;
                 }
             }
-            let mut public = false;
-            if word(t.get(i)) == Some("pub") {
-                i += 1;
-                if is(t.get(i), '(') {
-                    i = skip_group(t, i);
-                } else {
-                    public = true;
-                }
-            }
-            while matches!(
-                word(t.get(i)),
-                Some("unsafe" | "async" | "default" | "extern")
-            ) || (word(t.get(i)) == Some("const") && word(t.get(i + 1)) == Some("fn"))
-                || t.get(i) == Some(&Tok::Lit)
-            {
-                i += 1;
-            }
+            let public = visibility(t, &mut i).unwrap_or(false);
             let kw = word(t.get(i)).map(str::to_owned);
             let name = word(t.get(i + 1)).map(str::to_owned);
             match (kw.as_deref(), name) {
@@ -406,15 +418,7 @@ impl Crate {
                 i = skip_group(t, i + 1);
                 continue;
             }
-            let mut public = false;
-            if word(t.get(i)) == Some("pub") {
-                i += 1;
-                if is(t.get(i), '(') {
-                    i = skip_group(t, i);
-                } else {
-                    public = true;
-                }
-            }
+            let public = visibility(t, &mut i).unwrap_or(false);
             if let (Some(name), true) = (word(t.get(i)), is(t.get(i + 1), ':')) {
                 let name = name.to_owned();
                 self.member(ty, &name, (public || variant) && type_public);
@@ -480,22 +484,7 @@ impl Crate {
                 i = skip_group(t, i + 1);
                 continue;
             }
-            let mut item_public = all_public;
-            if word(t.get(i)) == Some("pub") {
-                i += 1;
-                if is(t.get(i), '(') {
-                    i = skip_group(t, i);
-                } else {
-                    item_public = true;
-                }
-            }
-            while matches!(
-                word(t.get(i)),
-                Some("unsafe" | "async" | "default" | "extern")
-            ) || (word(t.get(i)) == Some("const") && word(t.get(i + 1)) == Some("fn"))
-            {
-                i += 1;
-            }
+            let item_public = visibility(t, &mut i).unwrap_or(all_public);
             match (word(t.get(i)), word(t.get(i + 1))) {
                 (Some(kw @ ("fn" | "const" | "type")), Some(name)) => {
                     let name = name.to_owned();
@@ -704,10 +693,6 @@ fn impl_type(header: &[Tok]) -> Option<String> {
 
 // ---- what the repository declares ------------------------------------------------------------
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
 /// The crate read from `src/lib.rs` down.
 fn the_crate() -> Crate {
     let mut krate = Crate::default();
@@ -715,34 +700,18 @@ fn the_crate() -> Crate {
     krate
 }
 
-/// Every `.rs` file under `dir`.
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for e in entries.flatten() {
-        let p = e.path();
-        if p.is_dir() && p.file_name().is_some_and(|n| n != "target") {
-            rust_files(&p, out);
-        } else if p.extension().is_some_and(|x| x == "rs") {
-            out.push(p);
-        }
-    }
-}
-
 /// Every name declared anywhere in the repository's Rust code (src, tests, benches, examples,
 /// cli), public or not, with the members of every type: what the pages about relink's inside
 /// may name.
 fn everything() -> Crate {
     let mut all = the_crate();
-    let mut files = Vec::new();
-    for dir in ["src", "tests", "benches", "examples", "cli"] {
-        rust_files(&root().join(dir), &mut files);
-    }
+    let files = ["src", "tests", "benches", "examples", "cli"]
+        .iter()
+        .flat_map(|dir| rust_files(&root().join(dir)));
     for f in files {
         let stem = f.file_stem().unwrap().to_string_lossy().into_owned();
         all.names.insert(stem.clone());
-        let src = std::fs::read_to_string(&f).unwrap();
+        let src = read(&f);
         let t = tokens(&src);
         let dir = PathBuf::from("/nonexistent"); // modules are read by their own files
         all.items(&format!("file::{}", f.display()), &t, &dir);
@@ -1053,13 +1022,12 @@ impl Api {
 
     /// The examples' names (`demo`, the `Nats` protocol), which the pages show too.
     fn with_examples(mut self) -> Api {
-        let mut files = Vec::new();
-        rust_files(&root().join("examples"), &mut files);
+        let files = rust_files(&root().join("examples"));
         let mut examples = Crate::default();
         for f in files {
             self.names
                 .insert(f.file_stem().unwrap().to_string_lossy().into_owned());
-            let t = tokens(&std::fs::read_to_string(&f).unwrap());
+            let t = tokens(&read(&f));
             examples.items("examples", &t, Path::new("/nonexistent"));
         }
         self.names.extend(examples.names);
@@ -1212,7 +1180,7 @@ fn findings() -> Vec<String> {
     let inside = Api::new(true);
     let mut out = Vec::new();
     for (page, internal) in PAGES {
-        let text = std::fs::read_to_string(root().join(page)).unwrap();
+        let text = read(&root().join(page));
         let api = if *internal { &inside } else { &public };
         for (line, span) in code_spans(&text) {
             for name in names_in(&span) {
@@ -1231,7 +1199,7 @@ fn field_lists() -> Vec<String> {
     let api = Api::new(false);
     let mut out = Vec::new();
     for (page, _) in PAGES {
-        let text = std::fs::read_to_string(root().join(page)).unwrap();
+        let text = read(&root().join(page));
         for (line, span) in code_spans(&text) {
             let Some(open) = span.find(".{") else {
                 continue;
@@ -1285,7 +1253,7 @@ fn every_name_in_the_prose_of_the_docs_exists() {
 
 /// The names "The API at a glance" lists, per module (`""` for the crate root).
 fn at_a_glance() -> Vec<(String, Vec<String>)> {
-    let guide = std::fs::read_to_string(root().join("docs/guide.md")).unwrap();
+    let guide = read(&root().join("docs/guide.md"));
     let start = guide
         .find("## The API at a glance")
         .expect("the guide has \"The API at a glance\"");
