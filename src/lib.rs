@@ -308,6 +308,7 @@
 //!   builder/check.rs      the checks build() makes
 //!   event.rs, error.rs, metrics.rs   plain data every layer uses
 //!   spool.rs, tls.rs      Spool and Durability, Tls: public settings
+//!   tls/provider.rs       the rustls crypto provider (ring's, from rustls' public parts)
 //!   view.rs, export.rs    a pool's view and its `metrics` export
 //! io (the only code that calls libzmq, starts threads or reads the clock)
 //!   io/mod.rs             the rule and the parts

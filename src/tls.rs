@@ -310,7 +310,7 @@ impl Tls {
     /// The rustls configuration shared by every connection of a link, made once at `build()`:
     /// reads and checks every PEM, matches the client key with its certificate.
     pub(crate) fn client_config(&self) -> Result<Arc<ClientConfig>, ConfigError> {
-        let mut provider = rustls::crypto::ring::default_provider();
+        let mut provider = provider::ring();
         // AES-128-GCM first (as Go's crypto/tls does): as safe for a link's lifetime as
         // AES-256 and cheaper per byte. Every default suite stays offered.
         let preferred = rustls::crypto::ring::cipher_suite::TLS13_AES_128_GCM_SHA256;
@@ -552,6 +552,8 @@ impl ServerCertVerifier for NoVerification {
         self.0.signature_verification_algorithms.supported_schemes()
     }
 }
+
+mod provider;
 
 #[cfg(test)]
 mod tests;

@@ -26,7 +26,6 @@ mod util;
 
 use std::io::Write;
 use std::net::{TcpListener, TcpStream};
-use std::os::unix::io::AsRawFd;
 use std::os::unix::process::ExitStatusExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -36,7 +35,7 @@ use std::time::{Duration, Instant};
 use rand::Rng;
 use relink::{Event, IoPool, Link, State};
 use util::logs::Logs;
-use util::peers::{free_port, refused_endpoint, Behaviour, Peer};
+use util::peers::{free_port, refused_endpoint, set_linger_zero, Behaviour, Peer};
 use util::proc::run_self;
 use util::watch::Watch;
 
@@ -294,25 +293,6 @@ fn paused_readers_floods_resets_and_fast_redials_never_abort_the_process() {
 // The child
 // ---------------------------------------------------------------------------------------
 
-/// Closes `stream` with a reset (SO_LINGER 0) instead of a FIN.
-fn reset(stream: TcpStream) {
-    let linger = libc::linger {
-        l_onoff: 1,
-        l_linger: 0,
-    };
-    // SAFETY: setsockopt on a descriptor the stream owns, with a linger of the right size.
-    unsafe {
-        libc::setsockopt(
-            stream.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_LINGER,
-            (&linger as *const libc::linger).cast(),
-            std::mem::size_of::<libc::linger>() as libc::socklen_t,
-        );
-    }
-    drop(stream);
-}
-
 /// What the peer counts.
 #[derive(Default)]
 struct PeerCounts {
@@ -346,7 +326,9 @@ fn serve(
     let mut stream = stream;
     let ok = stream.write_all(&burst).is_ok();
     if resets && rng.random_bool(1.0 / 3.0) {
-        reset(stream);
+        // A reset instead of a FIN.
+        set_linger_zero(&stream);
+        drop(stream);
     } else {
         drop(stream);
         if ok {

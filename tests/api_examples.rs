@@ -3,34 +3,10 @@
 //! type that only ever appears in prose is one a user must guess how to reach.
 
 use std::collections::BTreeSet;
-use std::fs;
-use std::path::{Path, PathBuf};
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// Every `.rs` file under `dir`.
-fn rust_files(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut todo = vec![dir.to_path_buf()];
-    while let Some(d) = todo.pop() {
-        for entry in fs::read_dir(&d).unwrap_or_else(|e| panic!("read {}: {e}", d.display())) {
-            let path = entry.expect("a directory entry").path();
-            if path.is_dir() {
-                todo.push(path);
-            } else if path.extension().is_some_and(|x| x == "rs") {
-                out.push(path);
-            }
-        }
-    }
-    out.sort();
-    out
-}
-
-fn read(path: &Path) -> String {
-    fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
-}
+#[path = "util/source.rs"]
+mod source;
+use source::{read, root, rust_files};
 
 /// The names a `pub use` line (or the lines up to its `;`) brings in.
 fn used_names(statement: &str) -> Vec<String> {

@@ -36,13 +36,8 @@ fn lines_link() -> Link {
 }
 
 fn queued_link(limits: (usize, usize), overflow: Overflow) -> Link {
-    Link::builder(refused_endpoint())
+    offline(limits, overflow)
         .framing(LengthDelimited::len32())
-        .delivery(|d| {
-            d.outbox_frames = limits.0;
-            d.outbox_bytes = limits.1;
-            d.overflow = overflow;
-        })
         .build()
         .expect("build")
 }

@@ -12,15 +12,11 @@
 
 use std::collections::BTreeSet;
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn read(path: &Path) -> String {
-    fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
-}
+#[path = "util/source.rs"]
+mod source;
+use source::{read, root, rust_files};
 
 /// The documents whose claims are checked, as (path from the root, text). For a Rust file,
 /// its `//!` lines only (the crate docs).
@@ -45,24 +41,6 @@ fn documents() -> Vec<(String, String)> {
         .collect();
     docs.push(("src/lib.rs".to_string(), crate_docs));
     docs
-}
-
-/// Every `.rs` file under `dir`, recursively.
-fn rust_files(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut todo = vec![dir.to_path_buf()];
-    while let Some(d) = todo.pop() {
-        for entry in fs::read_dir(&d).unwrap_or_else(|e| panic!("read {}: {e}", d.display())) {
-            let path = entry.expect("a directory entry").path();
-            if path.is_dir() {
-                todo.push(path);
-            } else if path.extension().is_some_and(|x| x == "rs") {
-                out.push(path);
-            }
-        }
-    }
-    out.sort();
-    out
 }
 
 /// The library's source, all of it.

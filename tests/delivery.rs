@@ -105,21 +105,25 @@ fn stream(link: &Link, bound: Duration) -> (Collector, thread::JoinHandle<()>) {
     (collector, producer)
 }
 
+/// The link `b` describes, for a producer streaming through a peer's death: the producer
+/// waits for room in the outbox (up to `T`), and a short backoff (20 to 100 ms).
+fn streaming(b: Builder) -> Link {
+    b.delivery(|d| d.overflow = Overflow::Block(T))
+        .reconnect(|r| {
+            r.backoff_base = Duration::from_millis(20);
+            r.backoff_max = Duration::from_millis(100);
+        })
+        .build()
+        .unwrap()
+}
+
 fn kill_scenario(b: Builder, peer: &SlowPeer) -> Outcome {
     kill_scenario_with(b, peer, Kill::Reset)
 }
 
 fn kill_scenario_with(b: Builder, peer: &SlowPeer, kill: Kill) -> Outcome {
     let _ = env_logger::builder().is_test(true).try_init();
-    let link = b
-        .framing(Lines::new())
-        .delivery(|d| d.overflow = Overflow::Block(T))
-        .reconnect(|r| {
-            r.backoff_base = Duration::from_millis(20);
-            r.backoff_max = Duration::from_millis(100);
-        })
-        .build()
-        .unwrap();
+    let link = streaming(b.framing(Lines::new()));
     let (collector, producer) = stream(&link, 2 * T);
     let read = || peer.seen().read.first().map_or(0, Vec::len);
     assert!(
@@ -144,12 +148,7 @@ fn kill_scenario_with(b: Builder, peer: &SlowPeer, kill: Kill) -> Outcome {
         peer.listen_again();
     }
     producer.join().unwrap();
-    let settled = |m: &relink::Metrics| m.frames_confirmed + m.abandoned.total() == N;
-    assert!(
-        wait_for(T, || settled(&link.metrics()).then_some(())).is_some(),
-        "every frame confirmed or reported: {:?}",
-        link.metrics()
-    );
+    wait_settled(&link, N);
     let m = link.close(Duration::from_secs(1));
     assert_eq!(m.unaccounted(), 0, "{m:?}");
     let reported = collector.join().unwrap();
@@ -187,6 +186,21 @@ fn kill_scenario_with(b: Builder, peer: &SlowPeer, kill: Kill) -> Outcome {
         confirmed: m.frames_confirmed,
         native_redials: m.native_redials,
     }
+}
+
+/// Waits (up to `T`) until each of the `n` frames given to `link` is confirmed or reported.
+fn wait_settled(link: &Link, n: u64) {
+    let settled = |m: &relink::Metrics| m.frames_confirmed + m.abandoned.total() == n;
+    assert!(
+        wait_for(T, || settled(&link.metrics()).then_some(())).is_some(),
+        "every frame confirmed or reported: {:?}",
+        link.metrics()
+    );
+}
+
+/// The numbers of `seqs` that are in `set`, in `seqs`' order.
+fn among(seqs: &[u64], set: &HashSet<u64>) -> Vec<u64> {
+    seqs.iter().filter(|n| set.contains(n)).copied().collect()
 }
 
 /// The checks every kill scenario ends with; `opaque_frames` is how many frames may hide in
@@ -252,24 +266,14 @@ fn check(o: &Outcome, policy: Redelivery, what: &str) {
                 "{what}: {:?}",
                 o.reported
             );
-            let again: Vec<u64> = o
-                .later
-                .iter()
-                .filter(|n| reported.contains(n))
-                .copied()
-                .collect();
+            let again = among(&o.later, &reported);
             assert!(
                 again.is_empty(),
                 "{what}: reported and delivered later: {again:?}"
             );
             // The first peer's application read these long after its kernel acknowledged
             // them (its receive buffer lies between): confirmed, so never reported.
-            let confirmed_reported: Vec<u64> = o
-                .first
-                .iter()
-                .filter(|n| reported.contains(n))
-                .copied()
-                .collect();
+            let confirmed_reported = among(&o.first, &reported);
             assert!(
                 confirmed_reported.is_empty(),
                 "{what}: read by the first peer and reported: {confirmed_reported:?}"
@@ -297,43 +301,44 @@ fn check(o: &Outcome, policy: Redelivery, what: &str) {
     );
 }
 
-fn plain(policy: Redelivery) {
-    let peer = SlowPeer::start(None, CHUNK);
-    let o = kill_scenario(
-        Link::builder(peer.endpoint()).delivery(|d| d.redelivery = policy),
-        &peer,
-    );
-    check(&o, policy, &format!("plaintext, {policy:?}"));
-}
-
-fn tls(policy: Redelivery) {
-    let kit = TlsKit::new();
-    let peer = SlowPeer::start(Some(server_config(&kit.pki.server, None)), CHUNK);
-    let b = Link::builder(peer.named_endpoint())
-        .tls(Tls::new().ca_pem(&kit.pki.ca.cert))
-        .delivery(|d| d.redelivery = policy);
-    let o = kill_scenario(b, &peer);
-    check(&o, policy, &format!("tls, {policy:?}"));
-}
-
-#[test]
-fn a_slow_peer_killed_with_a_reset_loses_nothing_unreported_when_frames_are_resent() {
-    plain(Redelivery::Resend);
-}
-
-#[test]
-fn a_slow_peer_killed_with_a_reset_loses_nothing_unreported_when_frames_are_reported() {
-    plain(Redelivery::Report);
-}
-
-#[test]
-fn a_slow_tls_peer_killed_with_a_reset_loses_nothing_unreported_when_frames_are_resent() {
-    tls(Redelivery::Resend);
+/// A slow peer, plain or TLS, killed as `kill` says while the link streams to it, with
+/// frames resent and then with frames reported: nothing is lost without a report either way.
+fn slow_peer_killed(tls: bool, kill: Kill) {
+    for policy in [Redelivery::Resend, Redelivery::Report] {
+        let kit = tls.then(TlsKit::new);
+        let config = kit.as_ref().map(|k| server_config(&k.pki.server, None));
+        let peer = SlowPeer::start(config, CHUNK);
+        let b = match &kit {
+            None => Link::builder(peer.endpoint()),
+            Some(kit) => {
+                Link::builder(peer.named_endpoint()).tls(Tls::new().ca_pem(&kit.pki.ca.cert))
+            }
+        };
+        let b = b.delivery(|d| d.redelivery = policy);
+        let what = format!(
+            "{}, {kill:?}, {policy:?}",
+            if tls { "tls" } else { "plaintext" }
+        );
+        match kill {
+            Kill::Reset => check(&kill_scenario(b, &peer), policy, &what),
+            Kill::ResetThenNativeRedial => {
+                let o = kill_scenario_with(native_redial(b), &peer, kill);
+                check_native(&o, policy, &what);
+            }
+        }
+    }
 }
 
 #[test]
-fn a_slow_tls_peer_killed_with_a_reset_loses_nothing_unreported_when_frames_are_reported() {
-    tls(Redelivery::Report);
+fn a_slow_peer_killed_with_a_reset_loses_nothing_unreported_whether_frames_are_resent_or_reported()
+{
+    slow_peer_killed(false, Kill::Reset);
+}
+
+#[test]
+fn a_slow_tls_peer_killed_with_a_reset_loses_nothing_unreported_whether_frames_are_resent_or_reported(
+) {
+    slow_peer_killed(true, Kill::Reset);
 }
 
 // ----- libzmq's own fast redial --------------------------------------------------------------
@@ -341,8 +346,8 @@ fn a_slow_tls_peer_killed_with_a_reset_loses_nothing_unreported_when_frames_are_
 /// The builder for a link whose next connection after the kill is libzmq's own redial: one
 /// native retry, and `min_stable` long enough that the count of native redials is still there
 /// at the end.
-fn native_redial(b: Builder, policy: Redelivery) -> Builder {
-    b.delivery(|d| d.redelivery = policy).reconnect(|r| {
+fn native_redial(b: Builder) -> Builder {
+    b.reconnect(|r| {
         r.native_retries = 1;
         r.min_stable = 4 * T;
     })
@@ -360,43 +365,16 @@ fn check_native(o: &Outcome, policy: Redelivery, what: &str) {
     );
 }
 
-fn plain_native(policy: Redelivery) {
-    let peer = SlowPeer::start(None, CHUNK);
-    let b = native_redial(Link::builder(peer.endpoint()), policy);
-    let o = kill_scenario_with(b, &peer, Kill::ResetThenNativeRedial);
-    check_native(&o, policy, &format!("plaintext, native redial, {policy:?}"));
-}
-
-fn tls_native(policy: Redelivery) {
-    let kit = TlsKit::new();
-    let peer = SlowPeer::start(Some(server_config(&kit.pki.server, None)), CHUNK);
-    let b = Link::builder(peer.named_endpoint()).tls(Tls::new().ca_pem(&kit.pki.ca.cert));
-    let o = kill_scenario_with(native_redial(b, policy), &peer, Kill::ResetThenNativeRedial);
-    check_native(&o, policy, &format!("tls, native redial, {policy:?}"));
+#[test]
+fn a_slow_peer_reset_and_reached_again_by_libzmqs_own_redial_loses_nothing_unreported_whether_frames_are_resent_or_reported(
+) {
+    slow_peer_killed(false, Kill::ResetThenNativeRedial);
 }
 
 #[test]
-fn a_slow_peer_reset_and_reached_again_by_libzmqs_own_redial_loses_nothing_unreported_when_frames_are_resent(
+fn a_slow_tls_peer_reset_and_reached_again_by_libzmqs_own_redial_loses_nothing_unreported_whether_frames_are_resent_or_reported(
 ) {
-    plain_native(Redelivery::Resend);
-}
-
-#[test]
-fn a_slow_peer_reset_and_reached_again_by_libzmqs_own_redial_loses_nothing_unreported_when_frames_are_reported(
-) {
-    plain_native(Redelivery::Report);
-}
-
-#[test]
-fn a_slow_tls_peer_reset_and_reached_again_by_libzmqs_own_redial_loses_nothing_unreported_when_frames_are_resent(
-) {
-    tls_native(Redelivery::Resend);
-}
-
-#[test]
-fn a_slow_tls_peer_reset_and_reached_again_by_libzmqs_own_redial_loses_nothing_unreported_when_frames_are_reported(
-) {
-    tls_native(Redelivery::Report);
+    slow_peer_killed(true, Kill::ResetThenNativeRedial);
 }
 
 // ----- a redis-server killed mid-stream ------------------------------------------------------
@@ -514,28 +492,10 @@ fn set(n: u64) -> Vec<u8> {
 fn a_redis_server_killed_twice_mid_stream_loses_no_write_beyond_what_its_kernel_held() {
     let _ = env_logger::builder().is_test(true).try_init();
     const WRITES: u64 = 20_000;
-    let aof = format!("relink-aof-{}-{}", std::process::id(), util::free_port());
-    let mut redis = util::RedisServer::start_with(
-        false,
-        &[
-            "--appendonly",
-            "yes",
-            "--appendfsync",
-            "always",
-            "--appenddirname",
-            &aof,
-        ],
-    )
-    .expect("this test needs redis-server on PATH");
-    let link = Link::builder(redis.endpoint())
-        .framing(relink::framing::Resp::new())
-        .delivery(|d| d.overflow = Overflow::Block(T))
-        .reconnect(|r| {
-            r.backoff_base = Duration::from_millis(20);
-            r.backoff_max = Duration::from_millis(100);
-        })
-        .build()
-        .unwrap();
+    // Every write on disk before its reply, in a data directory removed on drop.
+    let mut redis =
+        util::RedisServer::start_persistent().expect("this test needs redis-server on PATH");
+    let link = streaming(Link::builder(redis.endpoint()).framing(relink::framing::Resp::new()));
     let collector = {
         let events = link.events().clone();
         thread::spawn(move || {
@@ -603,12 +563,7 @@ fn a_redis_server_killed_twice_mid_stream_loses_no_write_beyond_what_its_kernel_
         redis.relaunch();
     }
     producer.join().unwrap();
-    let settled = |m: &relink::Metrics| m.frames_confirmed + m.abandoned.total() == WRITES;
-    assert!(
-        wait_for(T, || settled(&link.metrics()).then_some(())).is_some(),
-        "every write confirmed or reported: {:?}",
-        link.metrics()
-    );
+    wait_settled(&link, WRITES);
     // Confirmed is taken by redis's kernel, not yet applied by redis: one more write, applied
     // after every write before it on its connection, says when all of them are.
     link.send(relink::framing::Resp::command(["SET", "relink-done", "1"]))
@@ -637,7 +592,6 @@ fn a_redis_server_killed_twice_mid_stream_loses_no_write_beyond_what_its_kernel_
         "{lost} writes lost without a report; the dead kernels held at most {held} and \
          redis's query buffers {read}"
     );
-    let _ = std::fs::remove_dir_all(std::env::temp_dir().join(&aof));
 }
 
 // ----- a blackhole route added mid-stream ------------------------------------------------------

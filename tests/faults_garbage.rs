@@ -47,6 +47,32 @@ fn wait_echoes(w: &mut Watch, n: usize) {
     }
 }
 
+/// A link with `framing` to `peer`, which misbehaves from its first byte: the link resets the
+/// connection within 1 s of Ready, reporting `error`. Returns the link, its watch and how long
+/// after Ready the reset came.
+fn reset_by<F: relink::framing::Framing + Clone>(
+    peer: &Peer,
+    framing: F,
+    error: DecodeError,
+) -> (Link, Watch, Duration) {
+    let (link, mut w) = watched(
+        Link::builder(peer.endpoint())
+            .framing(framing)
+            .reconnect(|r| {
+                r.backoff_base = ms(50);
+                r.backoff_max = ms(200);
+            }),
+    );
+    let detect = reset_after_ready(&mut w);
+    assert!(detect <= ms(1000), "reset {detect:?} after Ready");
+    assert!(
+        w.errors.contains(&LinkError::Decode(error)),
+        "no {error:?} event: {:?}",
+        w.errors
+    );
+    (link, w, detect)
+}
+
 // ---------------------------------------------------------------------------------------
 // 8. Garbage from the peer
 // ---------------------------------------------------------------------------------------
@@ -74,21 +100,10 @@ fn a_peer_that_sends_an_endless_line_gets_its_connection_reset_without_a_panic_a
         }
         counter.fetch_max(n, Ordering::SeqCst);
     }));
-    let (link, mut w) = watched(
-        Link::builder(peer.endpoint())
-            .framing(Lines::builder().max_length(64).build().unwrap())
-            .reconnect(|r| {
-                r.backoff_base = ms(50);
-                r.backoff_max = ms(200);
-            }),
-    );
-    let detect = reset_after_ready(&mut w);
-    assert!(detect <= ms(1000), "reset {detect:?} after Ready");
-    assert!(
-        w.errors
-            .contains(&LinkError::Decode(DecodeError::LineTooLong { max: 64 })),
-        "no codec error event: {:?}",
-        w.errors
+    let (link, mut w, detect) = reset_by(
+        &peer,
+        Lines::builder().max_length(64).build().unwrap(),
+        DecodeError::LineTooLong { max: 64 },
     );
     send_seqs(&link, 0..10);
     assert!(peer.wait_closed(0, T), "the first connection stayed open");
@@ -125,29 +140,16 @@ fn a_length_prefix_of_four_gib_is_refused_at_once_and_the_link_reconnects() {
     garbage.extend_from_slice(b"and then some bytes");
     let peer = Peer::start(Behaviour::Garbage(garbage));
     let max = 1 << 20;
-    let (link, mut w) = watched(
-        Link::builder(peer.endpoint())
-            .framing(
-                LengthDelimited::builder()
-                    .max_frame_length(max)
-                    .build()
-                    .unwrap(),
-            )
-            .reconnect(|r| {
-                r.backoff_base = ms(50);
-                r.backoff_max = ms(200);
-            }),
-    );
-    let detect = reset_after_ready(&mut w);
-    assert!(detect <= ms(1000), "reset {detect:?} after Ready");
-    assert!(
-        w.errors
-            .contains(&LinkError::Decode(DecodeError::FrameTooLarge {
-                len: u32::MAX as u64,
-                max
-            })),
-        "no codec error event: {:?}",
-        w.errors
+    let (link, mut w, detect) = reset_by(
+        &peer,
+        LengthDelimited::builder()
+            .max_frame_length(max)
+            .build()
+            .unwrap(),
+        DecodeError::FrameTooLarge {
+            len: u32::MAX as u64,
+            max,
+        },
     );
     send_seqs(&link, 0..10);
     peer.set_behaviour(Behaviour::Echo);

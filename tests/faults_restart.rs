@@ -20,9 +20,9 @@ use std::sync::atomic::Ordering;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use relink::framing::{LengthDelimited, Lines};
+use relink::framing::Lines;
 use relink::protocol::{Handshake, Ping, Predicate};
-use relink::{Cause, Heartbeat, Link, Overflow, State, Transition};
+use relink::{Cause, Heartbeat, Link, State, Transition};
 use util::*;
 
 /// Bound on waits for things that take milliseconds when all is well.
@@ -325,21 +325,7 @@ fn eight_producers_sending_through_four_peer_restarts_keep_order_with_no_duplica
     const RESTARTS: usize = 4;
     let port = util::free_port();
     let mut peer = Peer::start_on(port, Behaviour::Sink).expect("start the peer");
-    let (link, ready, drainer) = drained(
-        Link::builder(util::endpoint_for(port))
-            .framing(LengthDelimited::len32())
-            .reconnect(|r| {
-                r.backoff_base = ms(10);
-                r.backoff_max = ms(100);
-                r.min_stable = ms(10);
-            })
-            .delivery(|d| {
-                d.frame_ttl = Some(ms(400));
-                d.outbox_frames = 2_000;
-                d.outbox_bytes = 1 << 20;
-                d.overflow = Overflow::Block(ms(20));
-            }),
-    );
+    let (link, ready, drainer) = drained(util::through_restarts(port, ms(400)));
     assert!(
         util::wait_until(T, || ready.load(Ordering::SeqCst) == 1),
         "no first Ready"

@@ -139,21 +139,8 @@ fn every_frame_is_accounted_for_and_none_is_duplicated_or_reordered_across_twent
     let port = free_port();
     let mut peer = Peer::start_on(port, Behaviour::Sink).expect("start the peer");
     let (link, ready, drainer) = drained(
-        Link::builder(endpoint_for(port))
-            .framing(LengthDelimited::len32())
-            .reconnect(|r| {
-                r.backoff_base = ms(10);
-                r.backoff_max = ms(100);
-                r.min_stable = ms(10);
-            })
-            .delivery(|d| {
-                d.frame_ttl = Some(TTL);
-                d.outbox_frames = 2_000;
-                d.outbox_bytes = 1 << 20;
-                d.overflow = Overflow::Block(ms(20));
-            })
-            // At most once: a frame not confirmed at a drop comes back as Unconfirmed.
-            .delivery(|d| d.redelivery = Redelivery::Report),
+        // At most once: a frame not confirmed at a drop comes back as Unconfirmed.
+        through_restarts(port, TTL).delivery(|d| d.redelivery = Redelivery::Report),
     );
 
     let start = Instant::now();

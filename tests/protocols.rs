@@ -381,12 +381,11 @@ fn mqtt_qos1_publishes_through_two_broker_kills_are_each_acknowledged_by_their_o
     assert!(acked > 0);
 }
 
-#[test]
-#[ignore = "needs mosquitto"]
-fn a_refused_connack_is_reported_with_its_reason_and_retried_at_the_slow_pace() {
-    let broker = Mosquitto::start("allow_anonymous false").expect("this test needs mosquitto");
-    let link = mqtt_link(&broker.endpoint(), mqtt::Mqtt::new("relink-test-refused"));
-    let mut watch = Watch::new(&link);
+/// Waits for `link`'s first connection to be refused by the peer's answer to its opening:
+/// Backoff with cause `rejected` and the next attempt `pace` later. Returns the refusal's
+/// reason, which the link reports as `LinkError::Refused`.
+fn refused_at_the_slow_pace(link: &Link, pace: Duration) -> String {
+    let mut watch = Watch::new(link);
     let (_, t) = watch.until(T, |t| t.from == State::Connected);
     assert_eq!(
         (t.to, t.cause),
@@ -394,12 +393,21 @@ fn a_refused_connack_is_reported_with_its_reason_and_retried_at_the_slow_pace() 
         "{}",
         watch.trace()
     );
-    assert_eq!(t.next_retry, Some(Duration::from_secs(20)), "the slow pace");
+    assert_eq!(t.next_retry, Some(pace), "the slow pace");
     let reason = watch.errors.iter().find_map(|e| match e {
         LinkError::Refused { reason } => Some(reason.clone()),
         _ => None,
     });
-    assert_eq!(reason.as_deref(), Some("not authorized"));
+    reason.expect("the refusal is reported with its reason")
+}
+
+#[test]
+#[ignore = "needs mosquitto"]
+fn a_refused_connack_is_reported_with_its_reason_and_retried_at_the_slow_pace() {
+    let broker = Mosquitto::start("allow_anonymous false").expect("this test needs mosquitto");
+    let link = mqtt_link(&broker.endpoint(), mqtt::Mqtt::new("relink-test-refused"));
+    let reason = refused_at_the_slow_pace(&link, Duration::from_secs(20));
+    assert_eq!(reason, "not authorized");
     assert_eq!(link.metrics().handshakes_refused, 1);
     link.close(Duration::from_secs(1));
 }
@@ -515,29 +523,9 @@ fn redis_opening_commands_are_answered_before_ready_and_hold_on_every_connection
 fn a_wrong_redis_password_is_a_refusal_with_redis_words_retried_at_the_slow_pace() {
     let redis = redis_with_a_user();
     let link = redis_link(&redis.endpoint(), "wrong");
-    let mut watch = Watch::new(&link);
-    let (_, t) = watch.until(T, |t| t.from == State::Connected);
-    assert_eq!(
-        (t.to, t.cause),
-        (State::Backoff, Cause::Rejected),
-        "{}",
-        watch.trace()
-    );
-    assert_eq!(
-        t.next_retry,
-        Some(relink::config::defaults::COOLDOWN),
-        "the slow pace: config_failure_retry's default"
-    );
-    let reason = watch.errors.iter().find_map(|e| match e {
-        LinkError::Refused { reason } => Some(reason.clone()),
-        _ => None,
-    });
-    assert!(
-        reason
-            .as_deref()
-            .is_some_and(|r| r.starts_with("WRONGPASS")),
-        "{reason:?}"
-    );
+    // The slow pace: `config_failure_retry`'s default.
+    let reason = refused_at_the_slow_pace(&link, relink::config::defaults::COOLDOWN);
+    assert!(reason.starts_with("WRONGPASS"), "{reason:?}");
     link.close(Duration::from_secs(1));
 }
 

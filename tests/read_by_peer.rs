@@ -249,18 +249,8 @@ fn present_keys(redis: &RedisServer, writes: u64) -> HashSet<u64> {
 /// restarted server's `-LOADING`), reported, resent).
 fn redis_kills(confirm: Confirm, policy: Redelivery) -> Option<(u64, u64, u64, u64)> {
     const WRITES: u64 = 20_000;
-    let aof = format!("relink-rbp-{}-{}", std::process::id(), util::free_port());
-    let mut redis = RedisServer::start_with(
-        false,
-        &[
-            "--appendonly",
-            "yes",
-            "--appendfsync",
-            "always",
-            "--appenddirname",
-            &aof,
-        ],
-    )?;
+    // Every write on disk before its reply, in a data directory removed on drop.
+    let mut redis = RedisServer::start_persistent()?;
     let link = util::writer_to(&redis, policy, T)
         .confirm(confirm)
         .build()
@@ -279,7 +269,6 @@ fn redis_kills(confirm: Confirm, policy: Redelivery) -> Option<(u64, u64, u64, u
     let m = util::kill_twice_while_writing(&link, &mut redis, WRITES, producer, T);
     let reported = collector.join().unwrap().len() as u64;
     let missing = WRITES - present_keys(&redis, WRITES).len() as u64;
-    let _ = std::fs::remove_dir_all(std::env::temp_dir().join(&aof));
     Some((missing, m.frames_refused, reported, m.frames_resent))
 }
 

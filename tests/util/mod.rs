@@ -18,6 +18,7 @@
 //! - [`tls`]: a TLS-only `redis-server`, in-process rustls servers and a plain rustls client;
 //! - [`logs`]: the log lines the links of a test binary write, captured;
 //! - [`proc`]: child processes (this test binary re-run as a peer) and the process-wide lock;
+//! - [`source`]: the repository's own files (for the tests that check the docs);
 //! - [`spool`]: scratch directories and a child that streams numbered frames through a spooled
 //!   link until it is killed.
 //!
@@ -46,6 +47,7 @@ pub mod pki;
 pub mod proc;
 pub mod redis;
 pub mod slow;
+pub mod source;
 pub mod spool;
 pub mod tls;
 pub mod wait;

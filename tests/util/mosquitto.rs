@@ -2,12 +2,10 @@
 
 use std::net::TcpStream;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::process::Command;
 
 use super::peers::{endpoint_for, free_port};
-use super::proc::{Server, ServerProcess};
-use super::wait::wait_for;
+use super::proc::{installed, Server, ServerProcess};
 
 /// A `mosquitto` broker on 127.0.0.1, killed (SIGKILL) and reaped on drop; its configuration
 /// file is removed then.
@@ -22,10 +20,7 @@ impl Mosquitto {
     /// None when mosquitto is not installed. `extra` is added to its configuration (after the
     /// listener line), e.g. `"allow_anonymous false"`. Panics if it does not listen within 10 s.
     pub fn start(extra: &str) -> Option<Mosquitto> {
-        let binary = ["/usr/sbin/mosquitto", "/usr/bin/mosquitto"]
-            .iter()
-            .map(PathBuf::from)
-            .find(|p| p.exists())?;
+        let binary = installed("mosquitto")?;
         let port = free_port();
         let config = std::env::temp_dir().join(format!(
             "relink-test-mosquitto-{}-{port}.conf",
@@ -67,20 +62,13 @@ impl Server for Mosquitto {
     }
 
     fn launch(&mut self) {
-        let child = Command::new(&self.binary)
-            .arg("-c")
-            .arg(&self.config)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawn {}: {e}", self.binary.display()));
-        self.process.set(child);
+        let mut cmd = Command::new(&self.binary);
+        cmd.arg("-c").arg(&self.config);
         let port = self.port;
-        let up = wait_for(Duration::from_secs(10), || {
-            TcpStream::connect(("127.0.0.1", port)).ok().map(|_| ())
-        });
-        assert!(up.is_some(), "mosquitto on port {port} did not come up");
+        let serves = || TcpStream::connect(("127.0.0.1", port)).is_ok();
+        if let Err(e) = self.process.launch(cmd, serves) {
+            panic!("mosquitto on port {port}: {e}");
+        }
     }
 }
 

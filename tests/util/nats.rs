@@ -5,14 +5,14 @@ use std::collections::HashSet;
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use super::peers::{endpoint_for, free_port};
-use super::proc::{Server, ServerProcess};
+use super::proc::{installed, Server, ServerProcess};
 use super::wait::wait_for;
 
 /// A `nats-server` child process on 127.0.0.1. Killed (SIGKILL) and reaped on drop.
@@ -49,10 +49,7 @@ impl NatsServer {
     /// None when `nats-server` is not on PATH (it is in /usr/sbin on Debian). Panics if it is
     /// there and does not greet within 10 s.
     pub fn start(extra: &[&str]) -> Option<NatsServer> {
-        let binary = ["/usr/sbin/nats-server", "/usr/bin/nats-server"]
-            .iter()
-            .map(PathBuf::from)
-            .find(|p| p.exists())?;
+        let binary = installed("nats-server")?;
         let mut server = NatsServer {
             binary,
             port: free_port(),
@@ -109,24 +106,14 @@ impl Server for NatsServer {
     }
 
     fn launch(&mut self) {
-        let child = Command::new(&self.binary)
-            .args(["-a", "127.0.0.1", "-p", &self.port.to_string()])
-            .args(&self.extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawn {}: {e}", self.binary.display()));
-        self.process.set(child);
+        let mut cmd = Command::new(&self.binary);
+        cmd.args(["-a", "127.0.0.1", "-p", &self.port.to_string()])
+            .args(&self.extra);
         let addr = self.addr();
-        let up = wait_for(Duration::from_secs(10), || {
-            nats_greets(addr, Duration::from_millis(200)).then_some(())
-        });
-        assert!(
-            up.is_some(),
-            "nats-server on port {} did not come up",
-            self.port
-        );
+        let serves = || nats_greets(addr, Duration::from_millis(200));
+        if let Err(e) = self.process.launch(cmd, serves) {
+            panic!("nats-server on port {}: {e}", self.port);
+        }
     }
 }
 

@@ -1050,16 +1050,38 @@ pub fn ready_len32_link(peer: &Peer, bound: Duration) -> relink::Link {
 }
 
 /// A link to [`refused_endpoint`] with these outbox limits (frames, bytes) and overflow
-/// policy: its frames stay in the outbox.
-pub fn offline_link(limits: (usize, usize), policy: relink::Overflow) -> relink::Link {
-    relink::Link::builder(refused_endpoint())
-        .delivery(|d| {
-            d.outbox_frames = limits.0;
-            d.outbox_bytes = limits.1;
-            d.overflow = policy;
+/// policy, to build: its frames stay in the outbox.
+pub fn offline(limits: (usize, usize), policy: relink::Overflow) -> relink::Builder {
+    relink::Link::builder(refused_endpoint()).delivery(|d| {
+        d.outbox_frames = limits.0;
+        d.outbox_bytes = limits.1;
+        d.overflow = policy;
+    })
+}
+
+/// A link to a peer on `port` that the test restarts while producers send: 4-byte length
+/// prefixes, a short backoff (10 to 100 ms, a connection stable after 10 ms), and an outbox of
+/// 2 000 frames or 1 MiB at which a producer waits up to 20 ms, each frame living `ttl`.
+pub fn through_restarts(port: u16, ttl: std::time::Duration) -> relink::Builder {
+    use std::time::Duration;
+    relink::Link::builder(endpoint_for(port))
+        .framing(relink::framing::LengthDelimited::len32())
+        .reconnect(|r| {
+            r.backoff_base = Duration::from_millis(10);
+            r.backoff_max = Duration::from_millis(100);
+            r.min_stable = Duration::from_millis(10);
         })
-        .build()
-        .expect("build the link")
+        .delivery(|d| {
+            d.frame_ttl = Some(ttl);
+            d.outbox_frames = 2_000;
+            d.outbox_bytes = 1 << 20;
+            d.overflow = relink::Overflow::Block(Duration::from_millis(20));
+        })
+}
+
+/// [`offline`], built.
+pub fn offline_link(limits: (usize, usize), policy: relink::Overflow) -> relink::Link {
+    offline(limits, policy).build().expect("build the link")
 }
 
 /// How a [`burst`] peer ends its first connection once its bytes are written.

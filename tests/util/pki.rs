@@ -186,20 +186,18 @@ impl<'a> ServerSetup<'a> {
         }
     }
 
-    /// The rustls configuration.
+    /// The rustls configuration, with rustls' process-wide provider (*ring*, the one crypto
+    /// feature of rustls in these builds).
     pub fn config(&self) -> Arc<rustls::ServerConfig> {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
         let chain = CertificateDer::pem_slice_iter(self.cert.cert.as_bytes())
             .collect::<Result<Vec<_>, _>>()
             .expect("certificate PEM");
         let key = PrivateKeyDer::from_pem_slice(self.cert.key.as_bytes()).expect("key PEM");
-        let builder = rustls::ServerConfig::builder_with_provider(provider.clone());
         let builder = if self.tls12_only {
-            builder.with_protocol_versions(&[&rustls::version::TLS12])
+            rustls::ServerConfig::builder_with_protocol_versions(&[&rustls::version::TLS12])
         } else {
-            builder.with_safe_default_protocol_versions()
-        }
-        .expect("protocol versions");
+            rustls::ServerConfig::builder()
+        };
         let builder = match self.client_ca {
             None => builder.with_no_client_auth(),
             Some(ca) => {
@@ -207,12 +205,9 @@ impl<'a> ServerSetup<'a> {
                 for c in CertificateDer::pem_slice_iter(ca.as_bytes()) {
                     roots.add(c.expect("CA PEM")).expect("CA certificate");
                 }
-                let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
-                    Arc::new(roots),
-                    provider,
-                )
-                .build()
-                .expect("client verifier");
+                let verifier = rustls::server::WebPkiClientVerifier::builder(Arc::new(roots))
+                    .build()
+                    .expect("client verifier");
                 builder.with_client_cert_verifier(verifier)
             }
         };

@@ -5,6 +5,7 @@
 
 use std::io::{self, BufRead, BufReader};
 use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::thread;
@@ -31,7 +32,50 @@ pub struct ServerProcess {
     child: Option<Child>,
 }
 
+/// Where the server program `name` is installed: on PATH or in /usr/sbin (where Debian puts
+/// nats-server and mosquitto). None when it is not installed: the test that needs it says so.
+pub fn installed(name: &str) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain([PathBuf::from("/usr/sbin")])
+        .map(|dir| dir.join(name))
+        .find(|p| {
+            std::fs::metadata(p)
+                .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+                .unwrap_or(false)
+        })
+}
+
 impl ServerProcess {
+    /// The one way a server of the kit starts: `cmd` as this server's child (its output
+    /// dropped: a server that logs writes to a file of its own), then a wait of up to 10 s
+    /// until `serves` says it serves. `Err` when the child exited first (it is reaped) or did
+    /// not serve in time (it is killed).
+    pub fn launch(
+        &mut self,
+        mut cmd: Command,
+        mut serves: impl FnMut() -> bool,
+    ) -> Result<(), String> {
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("spawn {:?}: {e}", cmd.get_program()))?;
+        self.set(child);
+        let outcome = super::wait::wait_for(Duration::from_secs(10), || {
+            if let Some(status) = self.exited() {
+                return Some(Err(format!("{:?} exited ({status})", cmd.get_program())));
+            }
+            serves().then_some(Ok(()))
+        });
+        outcome.unwrap_or_else(|| {
+            self.kill();
+            Err(format!("{:?} did not serve within 10 s", cmd.get_program()))
+        })
+    }
+
     /// The child just started; panics if one still runs.
     pub fn set(&mut self, child: Child) {
         assert!(self.child.is_none(), "a child already runs");

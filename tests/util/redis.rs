@@ -2,8 +2,8 @@
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use relink::error::{FlushError, RecvTimeoutError};
@@ -11,7 +11,7 @@ use relink::protocol::Redis;
 use relink::{AbandonReason, Builder, Event, Events, Link, Metrics, Overflow, Redelivery, State};
 
 use super::peers::{endpoint_for, free_port};
-use super::proc::{Server, ServerProcess};
+use super::proc::{installed, Server, ServerProcess};
 use super::wait::wait_for;
 
 /// A `redis-server` child process on 127.0.0.1, without persistence. Killed (SIGKILL) and
@@ -28,16 +28,12 @@ pub struct RedisServer {
     extra: Vec<String>,
 }
 
-fn find_on_path(name: &str) -> Option<PathBuf> {
-    use std::os::unix::fs::PermissionsExt;
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(name))
-        .find(|p| {
-            std::fs::metadata(p)
-                .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-                .unwrap_or(false)
-        })
+/// Whether the redis-server writing to `log` is ready: it says so once its data is loaded.
+/// No connect is tried before that: a connect to a port nobody listens on yet can be answered
+/// by the connecting socket itself (a TCP self-connect), which then holds the port redis is
+/// about to bind.
+pub fn redis_ready(log: &Path) -> bool {
+    std::fs::read_to_string(log).is_ok_and(|l| l.contains("Ready to accept connections"))
 }
 
 /// Send `PING\r\n` and expect `+PONG\r\n`, all within `timeout`.
@@ -85,7 +81,7 @@ impl RedisServer {
     /// `start` (persistent as `start_persistent` if asked) with these options after the
     /// defaults, e.g. `["--appendfsync", "everysec"]`.
     pub fn start_with(persistent: bool, extra: &[&str]) -> Option<RedisServer> {
-        let binary = find_on_path("redis-server")?;
+        let binary = installed("redis-server")?;
         let port = free_port();
         let data = persistent.then(|| {
             let dir = std::env::temp_dir()
@@ -163,32 +159,11 @@ impl Server for RedisServer {
                 .args(["--bind", "127.0.0.1", "--dir"])
                 .arg(dir),
         };
-        let child = cmd
-            .arg("--logfile")
-            .arg(&self.log)
-            .args(&self.extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawn {}: {e}", self.binary.display()));
-        self.process.set(child);
-        let addr = self.addr();
-        let mut exited = None;
-        let up = wait_for(Duration::from_secs(10), || {
-            if let Some(status) = self.process.exited() {
-                exited = Some(status);
-                return Some(false);
-            }
-            redis_ping(addr, Duration::from_millis(200)).then_some(true)
-        });
-        if up != Some(true) {
+        cmd.arg("--logfile").arg(&self.log).args(&self.extra);
+        let log = self.log.clone();
+        if let Err(e) = self.process.launch(cmd, || redis_ready(&log)) {
             let log = std::fs::read_to_string(&self.log).unwrap_or_default();
-            self.kill();
-            panic!(
-                "redis-server on port {} did not come up (exit status: {:?}); log:\n{log}",
-                self.port, exited
-            );
+            panic!("redis-server on port {}: {e}; log:\n{log}", self.port);
         }
     }
 }

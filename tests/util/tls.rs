@@ -9,10 +9,10 @@
 use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
@@ -20,7 +20,8 @@ use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
 
 #[allow(unused_imports)]
 pub use super::pki::{Pem, Pki, PkiFiles, OTHER_NAME, SERVER_NAME};
-use super::proc::{Server, ServerProcess};
+use super::proc::{installed, Server, ServerProcess};
+use super::redis::redis_ready;
 
 /// A fresh PKI and its PEM files in a temp dir of their own, removed on drop.
 #[derive(Debug)]
@@ -84,6 +85,7 @@ pub fn restartable_port() -> u16 {
 /// persistence.
 #[derive(Debug)]
 pub struct TlsRedis {
+    binary: PathBuf,
     port: u16,
     cert: PathBuf,
     key: PathBuf,
@@ -116,11 +118,7 @@ impl TlsRedis {
         auth_clients: bool,
         persistent: bool,
     ) -> Option<TlsRedis> {
-        Command::new("redis-server")
-            .arg("--version")
-            .stdout(Stdio::null())
-            .status()
-            .ok()?;
+        let binary = installed("redis-server")?;
         let (cert, key) = kit.server_files(cert).clone();
         // A port found free may be taken again before redis binds it (by another test's
         // listener in this process): redis then exits, and a fresh port is tried.
@@ -128,6 +126,7 @@ impl TlsRedis {
         for _ in 0..3 {
             let port = restartable_port();
             let mut redis = TlsRedis {
+                binary: binary.clone(),
                 port,
                 cert: cert.clone(),
                 key: key.clone(),
@@ -158,8 +157,8 @@ impl TlsRedis {
         // The log of a run before says it was ready: this run's must say so anew.
         let _ = std::fs::remove_file(&self.log);
         let auth = if self.auth_clients { "yes" } else { "no" };
-        let child = Command::new("redis-server")
-            .args(["--port", "0", "--tls-port", &self.port.to_string()])
+        let mut cmd = Command::new(&self.binary);
+        cmd.args(["--port", "0", "--tls-port", &self.port.to_string()])
             .arg("--tls-cert-file")
             .arg(&self.cert)
             .arg("--tls-key-file")
@@ -175,31 +174,11 @@ impl TlsRedis {
             .arg("--dir")
             .arg(self.data.as_deref().unwrap_or(self.log.parent().unwrap()))
             .arg("--logfile")
-            .arg(&self.log)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn redis-server");
-        self.process.set(child);
-        // Ready once it says so. No connect before that: a connect to a port nobody listens on
-        // yet can be answered by the connecting socket itself (a TCP self-connect), which then
-        // holds the port redis is about to bind.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Some(status) = self.process.exited() {
-                return Err(format!("exit {status}\n{}", self.log_text()));
-            }
-            if self.log_text().contains("Ready to accept connections") {
-                return Ok(());
-            }
-            if Instant::now() >= deadline {
-                let log = self.log_text();
-                self.kill();
-                panic!("redis-server was not ready within 10 s; log:\n{log}");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+            .arg(&self.log);
+        let log = self.log.clone();
+        self.process
+            .launch(cmd, || redis_ready(&log))
+            .map_err(|e| format!("{e}\n{}", self.log_text()))
     }
 
     /// What the server logged.
@@ -243,17 +222,14 @@ impl Server for TlsRedis {
     }
 }
 
-/// A rustls client configuration trusting `ca_pem`, with an optional client certificate.
+/// A rustls client configuration trusting `ca_pem`, with an optional client certificate (and
+/// rustls' process-wide provider, *ring*).
 pub fn client_config(ca_pem: &str, client: Option<&Pem>) -> Arc<ClientConfig> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut roots = RootCertStore::empty();
     for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
         roots.add(cert.unwrap()).unwrap();
     }
-    let builder = ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots);
+    let builder = ClientConfig::builder().with_root_certificates(roots);
     let config = match client {
         None => builder.with_no_client_auth(),
         Some(pem) => {
