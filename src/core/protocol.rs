@@ -86,8 +86,8 @@ pub enum Verdict {
 pub enum Replies {
     /// One answer, in its turn. The default.
     One,
-    /// This many answers, in turn. The first confirms the frame; the others are delivered as
-    /// [`Event::Frame`](crate::Event::Frame)s.
+    /// This many answers, in turn, each read as an answer of its own ([`ReplyKind`]): the
+    /// first confirms the frame.
     Many(u32),
     /// No answer in turn: the peer answers with frames of its own, told by
     /// [`Protocol::is_unsolicited`]. The frame takes no turn, so no later answer is taken for
@@ -138,7 +138,10 @@ pub enum Replies {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ReplyKind {
-    /// The peer ran the frame. The default.
+    /// The peer ran the frame. The default. A sent frame's answer is then read by the link
+    /// and counted ([`Metrics::answers_consumed`](crate::Metrics::answers_consumed)), or an
+    /// [`Event::Frame`](crate::Event::Frame) under
+    /// [`Delivery::answer_events`](crate::config::Delivery::answer_events).
     Done,
     /// The peer read the frame and answered with an error (a wrong type, a syntax error):
     /// the frame is confirmed, and the error is the application's concern. A frame given to
@@ -158,8 +161,10 @@ pub enum ReplyKind {
     /// [`Metrics::frames_refused`](crate::Metrics::frames_refused) counts it.
     Refused,
     /// The answer is its turn's and more follow (under [`Replies::Followed`]): the first
-    /// answer of a turn confirms its frame (or answers its request), and every answer after
-    /// it is delivered as an [`Event::Frame`](crate::Event::Frame).
+    /// answer of a turn confirms its frame (or answers its request); the answers after it of
+    /// a request's turn are [`Event::Frame`](crate::Event::Frame)s, those of a sent frame's
+    /// turn are read like its first (events under
+    /// [`Delivery::answer_events`](crate::config::Delivery::answer_events)).
     More,
     /// The answer cannot be its turn's (a pub/sub confirmation in a `GET`'s turn): the
     /// connection closes with cause [`Protocol`](crate::Cause::Protocol), its frames and

@@ -12,8 +12,8 @@ use super::protocol::{Opening, Protocol, Replies, ReplyKind, Verdict};
 use crate::error::EncodeError;
 
 /// redis (RESP 2 or 3), bringing its framing ([`Resp`]), its heartbeat (`PING` every second)
-/// and confirmation by reply ([`Confirm::reply`]) unless the builder is given its own: every
-/// command answered in order ([`Answers::EveryFrame`], so [`Confirm::reply`] confirms each
+/// and confirmation by reply ([`Confirm::reply`](crate::Confirm::reply)) unless the builder is given its own: every
+/// command answered in order ([`Answers::EveryFrame`], so [`Confirm::reply`](crate::Confirm::reply) confirms each
 /// frame by its reply), `PING` as the heartbeat's ping, and the commands that open every
 /// connection (`AUTH`, `SELECT`, `HELLO 3`, `CLIENT SETNAME`).
 ///
