@@ -407,3 +407,50 @@ fn an_opening_ping_answered_loading_becomes_ready_within_a_second_of_the_loading
         watch.trace()
     );
 }
+
+#[test]
+#[ignore = "needs redis-server"]
+fn a_subscribe_redis_runs_while_loading_is_held_once_and_a_bare_unsubscribe_ends_it() {
+    let mut redis = loading_redis(1_000_000);
+    let link = Link::builder(redis.endpoint())
+        .protocol(Redis::new())
+        .reconnect(|r| {
+            r.backoff_base = Duration::from_millis(20);
+            r.backoff_max = Duration::from_millis(100);
+        })
+        .build()
+        .unwrap();
+    link.request_within(Resp::command(["PING"]), T)
+        .wait()
+        .expect("Ready");
+    redis.kill();
+    // Queued while redis is down: written as it loads, `PING` refused, `SUBSCRIBE` run (and
+    // written again only when refused, never counted twice).
+    link.send(Resp::command(["PING"])).unwrap();
+    link.send(Resp::command(["SUBSCRIBE", "ls"])).unwrap();
+    redis.relaunch();
+    link.send(Resp::command(["UNSUBSCRIBE"])).unwrap();
+    let pending: Vec<_> = (0..200)
+        .map(|i| {
+            let m = format!("after-{i}");
+            (
+                m.clone(),
+                link.request_within(Resp::command(["PING", &m]), T),
+            )
+        })
+        .collect();
+    let mut wrong = 0;
+    for (m, p) in pending {
+        let reply = p.wait().unwrap();
+        if !reply.windows(m.len()).any(|w| w == m.as_bytes()) {
+            wrong += 1;
+        }
+    }
+    let metrics = link.close(Duration::from_secs(1));
+    eprintln!(
+        "while loading: {} refusals; 200 requests after a bare UNSUBSCRIBE: {wrong} wrong",
+        metrics.frames_refused
+    );
+    assert_eq!(wrong, 0);
+    assert_eq!(metrics.replies_unexpected, 0);
+}
