@@ -17,8 +17,6 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use super::protocol::Replies;
-
 /// Which frames the peer's application answers, in the order it read them
 /// ([`Protocol::answers`](crate::protocol::Protocol::answers)).
 ///
@@ -57,6 +55,35 @@ pub enum Answers {
     /// heartbeat's `reply` says which inbound frames are pongs (NATS' `PING`/`PONG` beside
     /// `PUB`, MQTT's `PINGREQ`/`PINGRESP` beside QoS 0 `PUBLISH`).
     Pings,
+}
+
+/// How many in-order answers the peer gives to a frame the link writes
+/// ([`Protocol::replies`](crate::protocol::Protocol::replies), under [`Answers::EveryFrame`]), asked as the frame is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Replies {
+    /// One answer, in its turn. The default.
+    One,
+    /// This many answers, in turn, each read as an answer of its own ([`ReplyKind`](crate::protocol::ReplyKind)): the
+    /// first confirms the frame.
+    Many(u32),
+    /// No answer in turn: the peer answers with frames of its own, told by
+    /// [`Protocol::is_unsolicited`](crate::protocol::Protocol::is_unsolicited). The frame takes no turn, so no later answer is taken for
+    /// its; it is confirmed by the next answer to a frame written after it. A request whose
+    /// frame gets no answer is refused at the call
+    /// ([`RequestError::NoReply`](crate::error::RequestError::NoReply)).
+    Pushed,
+    /// Answers the protocol follows one by one: each answer in the frame's turn goes to
+    /// [`Protocol::reply_kind`](crate::protocol::Protocol::reply_kind) with this value, and the turn lasts while it says
+    /// [`ReplyKind::More`](crate::protocol::ReplyKind::More) (redis' `SUBSCRIBE a b`: a confirmation per channel; a bare
+    /// `UNSUBSCRIBE`: one per channel held when redis runs it). The number is the protocol's
+    /// own mark for what the frame asked.
+    Followed(u32),
+    /// One answer that the peer holds on purpose for up to this long (a blocking command's own
+    /// timeout: redis' `BLPOP k 5`; [`Duration::MAX`](std::time::Duration::MAX): as long as
+    /// it likes, `BLPOP k 0`). While it waits, the heartbeat does not call a silent peer dead
+    /// before that time and its own bound have passed; the kernel backstops stay on.
+    Held(std::time::Duration),
 }
 
 /// What confirms a frame ([`Builder::confirm`](crate::Builder::confirm)): the peer's TCP, or a

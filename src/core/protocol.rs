@@ -9,6 +9,8 @@ use std::fmt;
 
 use super::predicate::Predicate;
 
+pub use super::confirm::Replies;
+
 use super::confirm::{Answers, Confirm};
 use super::framing::AnyFraming;
 use super::heartbeat::Heartbeat;
@@ -77,35 +79,6 @@ pub enum Verdict {
     /// [`handshake_timeout`](crate::Builder::handshake_timeout). The link becomes Ready within
     /// a pause of the peer's recovery; no backoff, no cooldown.
     Retry,
-}
-
-/// How many in-order answers the peer gives to a frame the link writes
-/// ([`Protocol::replies`], under [`Answers::EveryFrame`]), asked as the frame is written.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Replies {
-    /// One answer, in its turn. The default.
-    One,
-    /// This many answers, in turn, each read as an answer of its own ([`ReplyKind`]): the
-    /// first confirms the frame.
-    Many(u32),
-    /// No answer in turn: the peer answers with frames of its own, told by
-    /// [`Protocol::is_unsolicited`]. The frame takes no turn, so no later answer is taken for
-    /// its; it is confirmed by the next answer to a frame written after it. A request whose
-    /// frame gets no answer is refused at the call
-    /// ([`RequestError::NoReply`](crate::error::RequestError::NoReply)).
-    Pushed,
-    /// Answers the protocol follows one by one: each answer in the frame's turn goes to
-    /// [`Protocol::reply_kind`] with this value, and the turn lasts while it says
-    /// [`ReplyKind::More`] (redis' `SUBSCRIBE a b`: a confirmation per channel; a bare
-    /// `UNSUBSCRIBE`: one per channel held when redis runs it). The number is the protocol's
-    /// own mark for what the frame asked.
-    Followed(u32),
-    /// One answer that the peer holds on purpose for up to this long (a blocking command's own
-    /// timeout: redis' `BLPOP k 5`; [`Duration::MAX`](std::time::Duration::MAX): as long as
-    /// it likes, `BLPOP k 0`). While it waits, the heartbeat does not call a silent peer dead
-    /// before that time and its own bound have passed; the kernel backstops stay on.
-    Held(std::time::Duration),
 }
 
 /// What an answer in its turn says of the frame it answers ([`Protocol::reply_kind`]).
