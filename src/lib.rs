@@ -410,8 +410,9 @@ pub mod protocol {
     //! The peer's language: a [`Protocol`] is one value that says how the peer frames its
     //! bytes, what opens a connection, which frames the peer answers and how many answers
     //! each gets, what an answer says of its frame, its ping and pong, how replies match
-    //! requests, and what confirms a frame. [`Redis`] is built in; a protocol of one's own
-    //! implements the trait ([`Handshake`] is the simplest that waits for the peer).
+    //! requests, and what confirms a frame. [`Redis`] is built in, and [`RequestReply`] for a
+    //! peer that answers every frame, in order; a protocol of one's own implements the trait
+    //! ([`Handshake`] is the simplest that waits for the peer).
     //!
     //! # Examples
     //! ```
@@ -429,7 +430,7 @@ pub mod protocol {
     pub use crate::core::heartbeat::Ping;
     pub use crate::core::predicate::Predicate;
     pub use crate::core::protocol::{
-        Handshake, Opening, Protocol, Reaction, Replies, ReplyKind, Verdict,
+        Handshake, Opening, Protocol, Reaction, Replies, ReplyKind, RequestReply, Verdict,
     };
     pub use crate::core::redis::Redis;
     pub use crate::core::requests::Correlation;

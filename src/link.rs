@@ -1093,6 +1093,9 @@ impl Link {
         let frame = frame.into();
         let deadline = Instant::now() + within;
         let (framing, settings, look) = self.request_parts();
+        if !settings.matchable {
+            return Pending::refused(RequestError::AnswersUnknown(frame));
+        }
         if let Err(e) = framing.check(&frame) {
             return Pending::refused(RequestError::Invalid(frame, e));
         }

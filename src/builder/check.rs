@@ -227,7 +227,8 @@ pub(super) fn config(builder: Builder) -> Result<Config, ConfigError> {
 }
 
 /// What the peer answers, what confirms a frame, and whether every inbound frame has one
-/// meaning. Settles `Answers::Unknown` with a heartbeat `reply` as `Answers::Pings`.
+/// meaning. Settles `Answers::Unknown` with a heartbeat `reply` as `Answers::Pings`, and
+/// whether a request's reply can be matched (by id, or in order where the answers are known).
 fn check_answers(c: &mut Config, requests_said: bool) -> Result<(), ConfigError> {
     let core = &mut c.core;
     positive("handshake_timeout", core.handshake_timeout)?;
@@ -249,10 +250,8 @@ fn check_answers(c: &mut Config, requests_said: bool) -> Result<(), ConfigError>
                 "Confirm::reply needs to know what the peer answers: a protocol whose answers() says it, or Heartbeat::reply",
             ))
         }
-        Answers::Unknown if core.heartbeat.is_some() && in_order && requests_said => {
-            return Err(ConfigError::Answers(
-                "in-order requests and a heartbeat without a reply: a pong could answer a                  request; give a protocol whose answers() says what the peer answers, or Heartbeat::reply",
-            ))
+        Answers::Unknown if in_order && requests_said => {
+            return Err(ConfigError::Answers(UNMATCHABLE))
         }
         Answers::EveryFrame if !in_order => {
             return Err(ConfigError::Answers(
@@ -271,6 +270,9 @@ fn check_answers(c: &mut Config, requests_said: bool) -> Result<(), ConfigError>
         }
         _ => {}
     }
+    // In order, a reply is matched to a request only where the link knows which frames the
+    // peer answers: else an answer to a sent frame would be taken for a request's.
+    core.requests.matchable = !in_order || core.answers != Answers::Unknown;
     if core.confirm.by_reply && core.answers == Answers::Pings {
         positive("barrier age", core.confirm.barrier_age)?;
         if core.confirm.barrier_bytes == 0 {
@@ -281,6 +283,13 @@ fn check_answers(c: &mut Config, requests_said: bool) -> Result<(), ConfigError>
     }
     Ok(())
 }
+
+/// Why in-order requests cannot work where the link does not know what the peer answers, and
+/// the fix: said by `build()` when requests are configured (a request refused at the call says
+/// the same, [`RequestError::AnswersUnknown`](crate::error::RequestError::AnswersUnknown)).
+const UNMATCHABLE: &str = "in-order requests need to know which frames the peer answers: \
+     give a protocol whose answers() says the peer answers every frame (protocol::RequestReply), \
+     or correlate replies by id (Correlation::by_id)";
 
 fn check_requests(c: &mut Config) -> Result<(), ConfigError> {
     let r = &mut c.core.requests;

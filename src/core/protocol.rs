@@ -481,6 +481,39 @@ impl Protocol for Handshake {
     }
 }
 
+/// The peer answers every frame with one reply, in order, and says nothing of its own: a line
+/// or RESP server without a protocol of its own ([`Answers::EveryFrame`], every other method
+/// its default). With it, requests are matched in order and frames given to `send` are
+/// confirmed by their replies, which the link consumes and counts. The framing is the
+/// builder's ([`Builder::framing`](crate::Builder::framing)).
+///
+/// # Examples
+/// ```
+/// use std::time::Duration;
+/// use relink::framing::Lines;
+/// use relink::protocol::RequestReply;
+/// use relink::Link;
+///
+/// let link = Link::builder("tcp://127.0.0.1:7000")
+///     .framing(Lines::new())
+///     .protocol(RequestReply)
+///     .build()?;
+/// # link.close(Duration::ZERO);
+/// # Ok::<(), relink::error::ConfigError>(())
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RequestReply;
+
+impl Protocol for RequestReply {
+    fn answers(&self) -> Answers {
+        Answers::EveryFrame
+    }
+
+    fn name(&self) -> &str {
+        "request-reply"
+    }
+}
+
 /// A protocol the link can hold and clone: any `Protocol + Clone`, behind one object-safe
 /// trait.
 pub(crate) trait DynProtocol: Protocol {

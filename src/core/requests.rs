@@ -134,6 +134,10 @@ pub(crate) struct RequestSettings {
     pub max_bytes: usize,
     /// A request's deadline, counted from the call, unless the call gives its own.
     pub timeout: Duration,
+    /// Whether a reply can be matched to its request: by id, or in order where the link knows
+    /// which frames the peer answers (settled by `build()`). Else a request is refused at the
+    /// call.
+    pub matchable: bool,
 }
 
 impl Default for RequestSettings {
@@ -145,6 +149,7 @@ impl Default for RequestSettings {
             max_frames: REQUEST_LIMIT_FRAMES,
             max_bytes: REQUEST_LIMIT_BYTES,
             timeout: REQUEST_TIMEOUT,
+            matchable: false,
         }
     }
 }
