@@ -165,30 +165,6 @@ fn a_request_is_refused_at_the_call_where_the_link_does_not_know_what_the_peer_a
 }
 
 #[test]
-fn build_refuses_requests_configured_where_the_link_does_not_know_what_the_peer_answers() {
-    let err = Link::builder(refused_endpoint())
-        .framing(Lines::new())
-        .requests(|q| q.timeout = ms(200))
-        .build()
-        .unwrap_err();
-    assert!(
-        matches!(err, relink::error::ConfigError::Answers(_)),
-        "{err}"
-    );
-    let text = err.to_string();
-    assert!(
-        text.contains("protocol::RequestReply") && text.contains("Correlation::by_id"),
-        "the error names the fix: {text}"
-    );
-    let told = Link::builder(refused_endpoint())
-        .framing(Lines::new())
-        .protocol(RequestReply)
-        .requests(|q| q.timeout = ms(200))
-        .build();
-    told.unwrap().close(ms(100));
-}
-
-#[test]
 fn requests_after_flushed_sends_get_their_own_replies_from_a_peer_that_answers_every_line() {
     // The peer echoes every line: the echoes of the sends confirm them, and each request's
     // echo is its reply; none is taken for another's.

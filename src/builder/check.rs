@@ -250,8 +250,12 @@ fn check_answers(c: &mut Config, requests_said: bool) -> Result<(), ConfigError>
                 "Confirm::reply needs to know what the peer answers: a protocol whose answers() says it, or Heartbeat::reply",
             ))
         }
-        Answers::Unknown if in_order && requests_said => {
-            return Err(ConfigError::Answers(UNMATCHABLE))
+        Answers::Unknown if core.heartbeat.is_some() && in_order && requests_said => {
+            return Err(ConfigError::Answers(
+                "in-order requests and a heartbeat without a reply: a pong could answer a \
+                 request; give a protocol whose answers() says what the peer answers \
+                 (protocol::RequestReply where it answers every frame), or Heartbeat::reply",
+            ))
         }
         Answers::EveryFrame if !in_order => {
             return Err(ConfigError::Answers(
@@ -283,13 +287,6 @@ fn check_answers(c: &mut Config, requests_said: bool) -> Result<(), ConfigError>
     }
     Ok(())
 }
-
-/// Why in-order requests cannot work where the link does not know what the peer answers, and
-/// the fix: said by `build()` when requests are configured (a request refused at the call says
-/// the same, [`RequestError::AnswersUnknown`](crate::error::RequestError::AnswersUnknown)).
-const UNMATCHABLE: &str = "in-order requests need to know which frames the peer answers: \
-     give a protocol whose answers() says the peer answers every frame (protocol::RequestReply), \
-     or correlate replies by id (Correlation::by_id)";
 
 fn check_requests(c: &mut Config) -> Result<(), ConfigError> {
     let r = &mut c.core.requests;

@@ -83,9 +83,10 @@ pub(crate) enum Matching {
 }
 
 impl Correlation {
-    /// Each reply answers the oldest outstanding request (redis, memcached, most line
-    /// protocols); every frame that arrives while a request is outstanding is a reply, any
-    /// other one an [`Event::Frame`](crate::Event::Frame). The default.
+    /// Each reply answers its request in turn (redis, memcached, most line protocols), among
+    /// the answers the protocol says the peer gives
+    /// ([`Protocol::answers`](crate::protocol::Protocol::answers): with none said, a request
+    /// is refused at the call). The default.
     pub fn in_order() -> Correlation {
         Correlation(Matching::InOrder { unsolicited: None })
     }
