@@ -201,15 +201,15 @@ pub enum Reaction {
 /// # Examples
 /// A NATS publisher and subscriber, the whole protocol in one value: NATS' framing (CRLF lines;
 /// `PUB` and `MSG` carry a counted body), `CONNECT` and the subscriptions on every connection
-/// and Ready at once, the server's `PING` answered by the link, the link's own `PING` every 5 s
-/// and its `PONG`, and every `PUB` confirmed by the `PONG` to a ping written after it (the
+/// and Ready at once, the server's `PING` answered by the link, the link's own `PING` (every 5 s,
+/// the heartbeat its ping brings) and its `PONG`, and every `PUB` confirmed by the `PONG` to a ping written after it (the
 /// server answers only pings, in order). A frame is given without its final CRLF: the framing
 /// writes it. `tests/protocols.rs` runs this code against a nats-server.
 /// ```
 /// use std::time::Duration;
 /// use relink::framing::{AnyFraming, Counted};
 /// use relink::protocol::{Answers, Opening, Protocol, Reaction};
-/// use relink::{Heartbeat, Link};
+/// use relink::Link;
 ///
 /// #[derive(Clone)]
 /// struct Nats {
@@ -254,10 +254,6 @@ pub enum Reaction {
 ///
 ///     fn answers(&self) -> Answers {
 ///         Answers::Pings
-///     }
-///
-///     fn heartbeat(&self) -> Option<Heartbeat> {
-///         Some(Heartbeat::every(Duration::from_secs(5)))
 ///     }
 /// }
 ///
