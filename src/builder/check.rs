@@ -324,3 +324,38 @@ fn fits_zmq_ms(name: &'static str, d: Duration) -> Result<(), ConfigError> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::core::framing::Lines;
+    use crate::core::heartbeat::{Heartbeat, Ping};
+    use crate::core::protocol::RequestReply;
+    use crate::core::requests::Correlation;
+    use crate::Link;
+
+    fn matchable(b: crate::Builder) -> bool {
+        b.into_config()
+            .expect("a valid configuration")
+            .core
+            .requests
+            .matchable
+    }
+
+    fn lines() -> crate::Builder {
+        Link::builder("tcp://127.0.0.1:7000").framing(Lines::new())
+    }
+
+    #[test]
+    fn requests_match_in_order_only_where_the_peers_answers_are_known() {
+        assert!(!matchable(lines()), "a framing alone");
+        assert!(matchable(lines().protocol(RequestReply)), "every frame");
+        let pong = Heartbeat::new(Duration::from_secs(1), Ping::Frame(b"PING".to_vec()))
+            .reply(|f: &[u8]| f == b"PONG");
+        assert!(matchable(lines().heartbeat(pong)), "pings, by the reply");
+        let id = |f: &[u8]| Some(f.to_vec());
+        let by_id = lines().requests(|q| q.correlation = Some(Correlation::by_id(id, id)));
+        assert!(matchable(by_id), "by id, whatever is answered");
+    }
+}
