@@ -37,7 +37,7 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use relink::framing::Resp;
-use relink::protocol::{Correlation, Redis};
+use relink::protocol::{Correlation, Redis, RequestReply};
 use relink::{Link, Pending, SendOptions, State};
 use support::redis::RedisServer;
 
@@ -74,6 +74,7 @@ impl Run {
 fn relink_link(server: &RedisServer) -> Link {
     let link = Link::builder(server.endpoint())
         .framing(Resp::new())
+        .protocol(RequestReply)
         .requests(|q| {
             q.correlation = Some(Correlation::resp());
             q.limit_frames = DEPTH * 2;

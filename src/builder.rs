@@ -781,6 +781,7 @@ impl Builder {
             max_frames: q.limit_frames,
             max_bytes: q.limit_bytes,
             timeout: q.timeout,
+            matchable: false,
         };
         self.said.correlation = q.correlation.is_some();
         self.config.overflow = d.overflow;

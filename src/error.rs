@@ -814,6 +814,16 @@ pub enum RequestError {
     /// back.
     #[error("the peer answers this frame with no single reply (a push or several answers): send it and read the events")]
     NoReply(bytes::Bytes),
+    /// Refused: replies are matched in order, and the link does not know which frames the
+    /// peer answers ([`Answers::Unknown`](crate::protocol::Answers::Unknown): a framing alone,
+    /// no protocol that says it), so an answer to a frame given to `send` could be taken for
+    /// the request's reply. Give a protocol whose
+    /// [`answers`](crate::protocol::Protocol::answers) says what the peer answers
+    /// ([`RequestReply`](crate::protocol::RequestReply) where it answers every frame, in
+    /// order), or correlate replies by id
+    /// ([`Correlation::by_id`](crate::protocol::Correlation::by_id)). The frame is given back.
+    #[error("in-order requests need to know which frames the peer answers: give a protocol whose answers() says the peer answers every frame (protocol::RequestReply), or correlate replies by id (Correlation::by_id)")]
+    AnswersUnknown(bytes::Bytes),
 }
 
 impl RequestError {
@@ -824,7 +834,9 @@ impl RequestError {
             | RequestError::FullOfLate { frame: f, .. }
             | RequestError::Closed(f)
             | RequestError::Invalid(f, _)
-            | RequestError::NoId(f) => Some(f),
+            | RequestError::NoId(f)
+            | RequestError::NoReply(f)
+            | RequestError::AnswersUnknown(f) => Some(f),
             _ => None,
         }
     }

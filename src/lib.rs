@@ -213,12 +213,18 @@
 //! the event stream ends with [`LinkError::IoThreadPanicked`](error::LinkError::IoThreadPanicked).
 //!
 //! # Request and reply
-//! A request is a frame whose reply the link matches to it and hands to its caller:
+//! A request is a frame whose reply the link matches to it and hands to its caller: in order,
+//! where the link knows which frames the peer answers (a protocol whose
+//! [`answers`](protocol::Protocol::answers) says it: [`RequestReply`](protocol::RequestReply)
+//! for a peer that answers every frame, [`Redis`](protocol::Redis)), or by id
+//! ([`Correlation::by_id`](protocol::Correlation::by_id)). Elsewhere (a framing alone) a
+//! request is refused at the call ([`RequestError::AnswersUnknown`](error::RequestError::AnswersUnknown)):
+//! the answer to a frame given to `send` could be taken for its reply.
 //! ```
 //! use std::time::Duration;
 //! use relink::framing::Lines;
 //! use relink::Link;
-//! use relink::protocol::Correlation;
+//! use relink::protocol::RequestReply;
 //! use relink::error::RequestError;
 //! # use std::io::{BufRead, BufReader, Write};
 //! # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
@@ -235,7 +241,7 @@
 //! // The server on `port` answers each line `L` with `re L`, a `slow` one after 300 ms.
 //! let link = Link::builder(&format!("tcp://127.0.0.1:{port}"))
 //!     .framing(Lines::new())
-//!     .requests(|q| q.correlation = Some(Correlation::in_order())) // the default
+//!     .protocol(RequestReply) // the peer answers every line, in order
 //!     .build()?;
 //! assert_eq!(link.request("hello").wait()?, &b"re hello"[..]); // connected, answered
 //! let slow = link.request_within("slow", Duration::from_millis(50));
@@ -248,8 +254,9 @@
 //! ```
 //! In order, a request that timed out keeps its place until its late reply, which is consumed
 //! and counted ([`Metrics::replies_late`]); by id ([`Correlation::by_id`](protocol::Correlation::by_id)), a reply whose id
-//! nobody waits for is. Frames that are no reply (RESP3 pushes with [`Correlation::resp`](protocol::Correlation::resp), a
-//! greeting, anything while no request is outstanding) are [`Event::Frame`]s. The window of
+//! nobody waits for is. The answers to frames given to `send` confirm them and are consumed
+//! (counted in [`Metrics::answers_consumed`]); frames that are no reply (RESP3 pushes with
+//! [`Correlation::resp`](protocol::Correlation::resp), a greeting) are [`Event::Frame`]s. The window of
 //! outstanding requests ([`Requests::limit_frames`](crate::config::Requests::limit_frames)) is the pipelining depth, under the
 //! link's [`Overflow`] policy. A connection lost with requests outstanding resends them first
 //! on the next one, after its hello ([`Redelivery::Resend`]), or fails them as "may have been
@@ -410,8 +417,9 @@ pub mod protocol {
     //! The peer's language: a [`Protocol`] is one value that says how the peer frames its
     //! bytes, what opens a connection, which frames the peer answers and how many answers
     //! each gets, what an answer says of its frame, its ping and pong, how replies match
-    //! requests, and what confirms a frame. [`Redis`] is built in; a protocol of one's own
-    //! implements the trait ([`Handshake`] is the simplest that waits for the peer).
+    //! requests, and what confirms a frame. [`Redis`] is built in, and [`RequestReply`] for a
+    //! peer that answers every frame, in order; a protocol of one's own implements the trait
+    //! ([`Handshake`] is the simplest that waits for the peer).
     //!
     //! # Examples
     //! ```
@@ -429,7 +437,7 @@ pub mod protocol {
     pub use crate::core::heartbeat::Ping;
     pub use crate::core::predicate::Predicate;
     pub use crate::core::protocol::{
-        Handshake, Opening, Protocol, Reaction, Replies, ReplyKind, Verdict,
+        Handshake, Opening, Protocol, Reaction, Replies, ReplyKind, RequestReply, Verdict,
     };
     pub use crate::core::redis::Redis;
     pub use crate::core::requests::Correlation;

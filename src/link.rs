@@ -1055,10 +1055,19 @@ impl Link {
     /// and after it. While it waits for room (the limit reached under `Overflow::Block`), the
     /// frames sent after it wait too.
     ///
+    /// Replies are matched in order only where the link knows which frames the peer answers
+    /// (a protocol whose [`answers`](crate::protocol::Protocol::answers) says it, as
+    /// [`RequestReply`](crate::protocol::RequestReply) does, or a heartbeat's `reply`), or by
+    /// id ([`Correlation::by_id`](crate::protocol::Correlation::by_id)). Else the request is
+    /// refused at once, its frame given back
+    /// ([`RequestError::AnswersUnknown`](crate::error::RequestError::AnswersUnknown)): an
+    /// answer to a frame given to `send` could be taken for its reply.
+    ///
     /// # Examples
     /// ```
     /// use std::time::Duration;
     /// use relink::framing::Lines;
+    /// use relink::protocol::RequestReply;
     /// use relink::Link;
     /// # use std::io::{BufRead, BufReader, Write};
     /// # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
@@ -1075,6 +1084,7 @@ impl Link {
     /// // The server on `port` answers each line with the line in capitals.
     /// let link = Link::builder(&format!("tcp://127.0.0.1:{port}"))
     ///     .framing(Lines::new())
+    ///     .protocol(RequestReply)
     ///     .build()?;
     /// let pending: Vec<_> = ["a", "b", "c"].iter().map(|l| link.request(*l)).collect();
     /// let replies: Vec<_> = pending.into_iter().map(|p| p.wait()).collect::<Result<_, _>>()?;
@@ -1093,6 +1103,9 @@ impl Link {
         let frame = frame.into();
         let deadline = Instant::now() + within;
         let (framing, settings, look) = self.request_parts();
+        if !settings.matchable {
+            return Pending::refused(RequestError::AnswersUnknown(frame));
+        }
         if let Err(e) = framing.check(&frame) {
             return Pending::refused(RequestError::Invalid(frame, e));
         }

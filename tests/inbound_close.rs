@@ -300,7 +300,7 @@ fn a_peer_that_resets_after_its_burst_loses_only_what_the_kernel_discards() {
 fn the_last_replies_before_the_peers_close_answer_their_requests() {
     use relink::error::RequestError;
     use relink::framing::Lines;
-    use relink::protocol::Correlation;
+    use relink::protocol::{Correlation, RequestReply};
     use relink::Redelivery;
     const REQUESTS: usize = 500;
     const NOTES: usize = 4;
@@ -326,6 +326,7 @@ fn the_last_replies_before_the_peers_close_answer_their_requests() {
     }));
     let link = Link::builder(peer.endpoint())
         .framing(Lines::new())
+        .protocol(RequestReply)
         .requests(|q| {
             q.correlation = Some(Correlation::in_order_except(|f| f.starts_with(b"note")));
             q.redelivery = Redelivery::Report;

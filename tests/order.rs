@@ -1,7 +1,9 @@
 //! One order on the wire: frames and requests given through one handle leave in the order they
 //! were given, whatever the batching, and what is resent after a drop keeps that order.
 //!
-//! A line peer records every line in the order it reads it and answers the request lines. Seeded
+//! A line peer records every line in the order it reads it and answers each with the line itself
+//! ([`RequestReply`](relink::protocol::RequestReply): frames are confirmed by their answers,
+//! requests matched in order). Seeded
 //! random sequences of `send`, `send_batch`, `request`, a `Writer` (flushed before the next
 //! call) and a `Producer` (between two `Link::flush`es: its ring is read after the link's
 //! intake, so it is ordered against the link's own calls only across a call that waits for the
@@ -23,6 +25,7 @@ use std::time::{Duration, Instant};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use relink::framing::Lines;
+use relink::protocol::RequestReply;
 use relink::{Batch, Link, Overflow, Pending, Redelivery, SendOptions};
 use util::*;
 
@@ -32,17 +35,14 @@ const T: Duration = Duration::from_secs(30);
 /// Calls per thread in one sequence.
 const CALLS: usize = 2_000;
 
-/// A line peer: reads every line (the peer records them in order) and answers each request
-/// line (`<thread> <place> R`) with the line itself.
-fn answers_requests() -> Behaviour {
+/// A line peer: reads every line (the peer records them in order) and answers each (a request
+/// line is `<thread> <place> R`) with the line itself.
+fn answers_every_line() -> Behaviour {
     Behaviour::script(|c| {
-        while let Ok(line) = c.read_line(T) {
-            if line.ends_with(b" R") {
-                let mut reply = line;
-                reply.push(b'\n');
-                if c.write_all(&reply).is_err() {
-                    return;
-                }
+        while let Ok(mut line) = c.read_line(T) {
+            line.push(b'\n');
+            if c.write_all(&line).is_err() {
+                return;
             }
         }
     })
@@ -51,6 +51,7 @@ fn answers_requests() -> Behaviour {
 fn link_to(port: u16) -> Link {
     Link::builder(format!("tcp://127.0.0.1:{port}"))
         .framing(Lines::new())
+        .protocol(RequestReply)
         .delivery(|d| {
             d.outbox_frames = 1 << 20;
             d.outbox_bytes = 256 << 20;
@@ -195,7 +196,7 @@ fn seeds(n: usize) -> Vec<u64> {
 /// One sequence of `threads` threads (the first behind a backlog); with `restart`, the peer is
 /// stopped in the middle of the calls and started again on its port.
 fn sequence(seed: u64, threads: usize, restart: bool) -> Figures {
-    let mut peer = Some(Peer::start(answers_requests()));
+    let mut peer = Some(Peer::start(answers_every_line()));
     let port = peer.as_ref().expect("started").port();
     let link = link_to(port);
     let mut snapshots = Vec::new();
@@ -213,7 +214,7 @@ fn sequence(seed: u64, threads: usize, restart: bool) -> Figures {
             old.close_connections();
             snapshots.push(old.snapshot());
             old.stop();
-            peer = Some(Peer::start_on(port, answers_requests()).expect("the peer again"));
+            peer = Some(Peer::start_on(port, answers_every_line()).expect("the peer again"));
         }
         workers
             .into_iter()

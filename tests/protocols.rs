@@ -44,10 +44,8 @@ fn nats_link(endpoint: &str, protocol: &nats::Nats) -> Link {
 #[test]
 fn nats_and_mqtt_each_bring_their_framing_heartbeat_and_confirmation_by_reply() {
     let (nats, mqtt) = (nats::Nats::new(), mqtt::Mqtt::new("relink-test"));
-    for (p, every) in [
-        (&nats as &dyn Protocol, nats::HEARTBEAT),
-        (&mqtt as &dyn Protocol, mqtt::HEARTBEAT),
-    ] {
+    let every = relink::config::defaults::PROTOCOL_HEARTBEAT;
+    for p in [&nats as &dyn Protocol, &mqtt as &dyn Protocol] {
         assert!(p.framing().is_some(), "{}: a framing", p.name());
         let hb = p.heartbeat().expect("a heartbeat");
         assert_eq!(
@@ -140,7 +138,7 @@ mod trait_example {
     // The trait's example, from here:
     use relink::framing::{AnyFraming, Counted};
     use relink::protocol::{Answers, Opening, Protocol, Reaction};
-    use relink::{Heartbeat, Link};
+    use relink::Link;
     use std::time::Duration;
 
     #[derive(Clone)]
@@ -186,10 +184,6 @@ mod trait_example {
 
         fn answers(&self) -> Answers {
             Answers::Pings
-        }
-
-        fn heartbeat(&self) -> Option<Heartbeat> {
-            Some(Heartbeat::every(Duration::from_secs(5)))
         }
     }
 

@@ -15,7 +15,7 @@ use bytes::BytesMut;
 use relink::error::{DecodeError, EncodeError, FlushError, RequestError};
 use relink::framing::{Framing, Lines, Resp};
 use relink::protocol::Redis;
-use relink::protocol::{Correlation, Handshake, Ping, Predicate};
+use relink::protocol::{Correlation, Handshake, Ping, Predicate, RequestReply};
 use relink::{AbandonReason, Confirm, Event, Heartbeat, Link, Overflow, Redelivery, State};
 use util::{NatsServer, NatsSubscriber, RedisServer, Server, Watch};
 
@@ -229,6 +229,7 @@ fn set(n: u64) -> Vec<u8> {
 fn present_keys(redis: &RedisServer, writes: u64) -> HashSet<u64> {
     let link = Link::builder(redis.endpoint())
         .framing(Resp::new())
+        .protocol(RequestReply)
         .requests(|q| q.correlation = Some(Correlation::resp()))
         .build()
         .unwrap();
@@ -416,7 +417,11 @@ fn a_flush_confirmed_by_reply_returns_once_redis_has_answered_every_write_before
 
 #[test]
 fn a_flush_on_a_closed_link_says_so() {
-    let link = Link::builder(util::refused_endpoint()).build().unwrap();
+    let link = Link::builder(util::refused_endpoint())
+        .framing(relink::framing::Lines::new())
+        .protocol(RequestReply)
+        .build()
+        .unwrap();
     link.close(Duration::from_millis(10));
     assert_eq!(link.flush(Duration::from_secs(1)), Err(FlushError::Closed));
     assert!(matches!(

@@ -13,7 +13,7 @@ use relink::bytes::Bytes;
 use relink::config::Looks;
 use relink::error::RequestError;
 use relink::framing::{Lines, Resp};
-use relink::protocol::{Correlation, Handshake, Predicate};
+use relink::protocol::{Correlation, Redis, RequestReply};
 use relink::{AbandonReason, Event, Link, Overflow, Pending, Redelivery, State};
 use util::*;
 
@@ -40,8 +40,11 @@ fn replier(delay: Duration) -> Behaviour {
     })
 }
 
+/// A line link to `peer`, which answers every line in order.
 fn lines_link(peer: &Peer) -> relink::Builder {
-    Link::builder(peer.endpoint()).framing(Lines::new())
+    Link::builder(peer.endpoint())
+        .framing(Lines::new())
+        .protocol(RequestReply)
 }
 
 #[test]
@@ -113,7 +116,8 @@ fn replies_by_id_in_any_order_reach_their_own_callers() {
         }
     }));
     let id = |f: &[u8]| f.iter().position(|b| *b == b':').map(|i| f[..i].to_vec());
-    let link = lines_link(&peer)
+    let link = Link::builder(peer.endpoint())
+        .framing(Lines::new())
         .requests(|q| q.correlation = Some(Correlation::by_id(id, id)))
         .build()
         .unwrap();
@@ -132,6 +136,58 @@ fn replies_by_id_in_any_order_reach_their_own_callers() {
     link.close(T);
 }
 
+#[test]
+fn a_request_is_refused_at_the_call_where_the_link_does_not_know_what_the_peer_answers() {
+    let peer = Peer::start(Behaviour::Echo);
+    // A framing alone: an echo of a sent line could be taken for a request's reply.
+    let link = Link::builder(peer.endpoint())
+        .framing(Lines::new())
+        .build()
+        .unwrap();
+    let err = link.request("GET k").wait().unwrap_err();
+    assert_eq!(
+        err,
+        RequestError::AnswersUnknown(Bytes::from_static(b"GET k"))
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains("protocol::RequestReply") && text.contains("Correlation::by_id"),
+        "the error names the fix: {text}"
+    );
+    assert!(!err.may_have_been_processed());
+    assert_eq!(err.into_frame().as_deref(), Some(&b"GET k"[..]));
+    assert_eq!(
+        link.metrics().requests_submitted,
+        0,
+        "nothing reached the link"
+    );
+    link.close(T);
+}
+
+#[test]
+fn requests_after_flushed_sends_get_their_own_replies_from_a_peer_that_answers_every_line() {
+    // The peer echoes every line: the echoes of the sends confirm them, and each request's
+    // echo is its reply; none is taken for another's.
+    for run in 0..10 {
+        let peer = Peer::start(Behaviour::Echo);
+        let link = lines_link(&peer).build().unwrap();
+        for i in 0..100 {
+            link.send(format!("send-{run}-{i}")).unwrap();
+        }
+        link.flush(T).unwrap();
+        for j in 0..10 {
+            let line = format!("request-{run}-{j}");
+            let reply = link.request_within(line.clone(), T).wait().unwrap();
+            assert_eq!(reply, line.into_bytes(), "run {run}");
+        }
+        let m = link.close(T);
+        assert_eq!(
+            m.answers_consumed, 100,
+            "run {run}: every send's echo consumed"
+        );
+    }
+}
+
 /// Frames and requests go through one intake; on the wire each keeps the order of its calls
 /// (a request waiting for room in the requests' window holds back no frame, so the two lines
 /// are not merged into one).
@@ -140,9 +196,9 @@ fn frames_and_requests_called_together_leave_in_the_order_of_their_calls() {
     let (seen, lines) = std::sync::mpsc::channel::<Vec<u8>>();
     let peer = Peer::start(Behaviour::script(move |c| {
         while let Ok(line) = c.read_line(T) {
-            let reply = line.starts_with(b"r").then(|| [&line[..], b"\n"].concat());
+            let reply = [&line[..], b"\n"].concat();
             let _ = seen.send(line);
-            if reply.is_some_and(|r| c.write_all(&r).is_err()) {
+            if c.write_all(&reply).is_err() {
                 return;
             }
         }
@@ -239,6 +295,7 @@ fn pushes_between_replies_are_delivered_as_events() {
 fn a_request_queued_through_an_outage_expires_counting_the_time_queued() {
     let link = Link::builder(refused_endpoint())
         .framing(Lines::new())
+        .protocol(RequestReply)
         .requests(|q| q.timeout = ms(200))
         .build()
         .unwrap();
@@ -396,21 +453,17 @@ fn tls_server() -> TlsServer {
 /// fifths are, each time frozen first (SIGSTOP) until the link has written requests it will
 /// not see answered, so that requests are in flight at each kill.
 ///
-/// The link's hello is a `PING` answered `+PONG`: a restarted redis-server accepts connections
-/// while it loads its append-only file and answers `-LOADING` until then, so requests (resent
-/// ones first) wait until it serves.
+/// The link's opening is a `PING` answered `+PONG`: a restarted redis-server accepts
+/// connections while it loads its append-only file and answers `-LOADING` until then, so
+/// requests (resent ones first) wait until it serves.
 fn sets_through_two_kills(
     server: &mut dyn Restart,
     policy: Redelivery,
     n: usize,
 ) -> Vec<Result<Bytes, RequestError>> {
-    let hello = Handshake::new(
-        vec![b"PING".to_vec()],
-        Predicate::new(|f| f == b"+PONG\r\n"),
-    );
     let link = server
         .builder()
-        .protocol(hello)
+        .protocol(Redis::new().open_with(["PING"]))
         .handshake_timeout(ms(300))
         .requests(|q| {
             q.correlation = Some(Correlation::resp());
@@ -461,6 +514,7 @@ fn sets_through_two_kills(
 fn present_keys(server: &dyn Restart, n: usize) -> Vec<bool> {
     let link = server
         .builder()
+        .protocol(RequestReply)
         .requests(|q| q.correlation = Some(Correlation::resp()))
         .delivery(|d| d.overflow = Overflow::Block(T))
         .build()

@@ -45,8 +45,9 @@
 //! the link sends them wait for room in the outbox, up to `--flush-timeout` at a time. Frames
 //! the outbox still refuses and frames abandoned are always reported on stderr.
 //!
-//! With `--replies each` (the default with `--framing resp`) every line is a request: its reply
-//! is printed in the order the lines were read (other frames, such as RESP3 pushes, as they
+//! With `--replies each` (the default with `--framing resp`) every line is a request, and the
+//! server is taken to answer every line in order ([`RequestReply`], unless `--heartbeat-reply`
+//! says it answers pings; the framing must cut frames, not `raw`): its reply is printed in the order the lines were read (other frames, such as RESP3 pushes, as they
 //! come), a line that gets no reply within `--request-timeout` is reported on stderr
 //! (`request-failed error=timed-out frame="GET k" ...` with `--status`), and the run ends once
 //! every line got its reply or failed, with status 1 if any failed:
@@ -79,7 +80,7 @@ use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use relink::config::{Jitter, ProofOfLife};
 use relink::error::{BatchError, ConfigError, RecvTimeoutError, RequestError};
 use relink::framing::{Delimited, LengthDelimited, Lines, Raw, Resp};
-use relink::protocol::{Correlation, Ping, Predicate};
+use relink::protocol::{Correlation, Ping, Predicate, RequestReply};
 use relink::{Event, Heartbeat, Link, Metrics, Overflow, Pending, State, Tls, Transition};
 
 /// Exit status for a bad option or a configuration the builder refuses.
@@ -547,7 +548,12 @@ fn build_link(cli: &Cli) -> Result<Link, ConfigError> {
             FramingArg::Resp => Correlation::resp(),
             _ => Correlation::in_order(),
         };
-        // Lines read faster than the server answers wait for room, within their deadline.
+        // The server answers every line, in order (unless the heartbeat's replies say it
+        // answers pings); lines read faster than it answers wait for room, within their
+        // deadline.
+        if cli.heartbeat_reply.is_none() {
+            b = b.protocol(RequestReply);
+        }
         b = b
             .requests(|q| {
                 q.correlation = Some(correlation);
@@ -649,6 +655,7 @@ impl Report {
             RequestError::Full(_) => "full".to_string(),
             RequestError::Closed(_) => "closed".to_string(),
             RequestError::Invalid(..) => "invalid".to_string(),
+            RequestError::AnswersUnknown(_) => "answers-unknown".to_string(),
             _ => "other".to_string(),
         };
         match self {

@@ -24,12 +24,10 @@ use relink::bytes::{Bytes, BytesMut};
 use relink::error::{DecodeError, EncodeError};
 use relink::framing::{AnyFraming, Framing};
 use relink::protocol::{Answers, Correlation, Opening, Protocol, Reaction, Verdict};
-use relink::Heartbeat;
 
-/// The keep-alive `CONNECT` asks for: the broker drops a client silent for 1.5 times it.
+/// The keep-alive `CONNECT` asks for: the broker drops a client silent for 1.5 times it. The
+/// link's `PINGREQ` goes every 5 s (the default a protocol's ping brings), well inside it.
 const KEEP_ALIVE: Duration = Duration::from_secs(30);
-/// The interval of the link's `PINGREQ`: well inside the keep-alive.
-pub const HEARTBEAT: Duration = Duration::from_secs(5);
 
 /// MQTT's packets on the wire: a type byte, the remaining length (a varint), the rest.
 #[derive(Clone, Default)]
@@ -209,10 +207,6 @@ impl Protocol for Mqtt {
 
     fn framing(&self) -> Option<AnyFraming> {
         Some(Packets.into())
-    }
-
-    fn heartbeat(&self) -> Option<Heartbeat> {
-        Some(Heartbeat::every(HEARTBEAT))
     }
 
     /// QoS 1 publications answered by the `PUBACK` with their packet id.

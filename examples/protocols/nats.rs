@@ -5,22 +5,17 @@
 //!   ([`Counted`]). A frame is given without its final CRLF: the framing writes it.
 //! - **Opening**: `CONNECT` and the subscriptions on every connection, Ready at once (`verbose`
 //!   off: the server answers nothing).
-//! - **Pings**: the server's `PING` answered `PONG` by the link; the link's own `PING` every
-//!   5 s as the heartbeat, its `PONG` the pong.
+//! - **Pings**: the server's `PING` answered `PONG` by the link; the link's own `PING` as the
+//!   heartbeat (every 5 s, the default a protocol's ping brings), its `PONG` the pong.
 //! - **Confirmation by reply**: the server answers only pings, in order ([`Answers::Pings`]), so
 //!   the `PONG` to a ping written after a `PUB` says the server read the `PUB`.
 //!
 //! Shared by `examples/nats.rs` and `tests/protocols.rs`.
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use relink::framing::{AnyFraming, Counted};
 use relink::protocol::{Answers, Opening, Protocol, Reaction};
-use relink::Heartbeat;
-
-/// The interval of the link's own `PING`.
-pub const HEARTBEAT: Duration = Duration::from_secs(5);
 
 /// The NATS client protocol: what opens each connection, and the link's own replies.
 #[derive(Clone, Default)]
@@ -105,10 +100,6 @@ impl Protocol for Nats {
 
     fn answers(&self) -> Answers {
         Answers::Pings
-    }
-
-    fn heartbeat(&self) -> Option<Heartbeat> {
-        Some(Heartbeat::every(HEARTBEAT))
     }
 
     fn name(&self) -> &str {

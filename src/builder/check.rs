@@ -227,7 +227,8 @@ pub(super) fn config(builder: Builder) -> Result<Config, ConfigError> {
 }
 
 /// What the peer answers, what confirms a frame, and whether every inbound frame has one
-/// meaning. Settles `Answers::Unknown` with a heartbeat `reply` as `Answers::Pings`.
+/// meaning. Settles `Answers::Unknown` with a heartbeat `reply` as `Answers::Pings`, and
+/// whether a request's reply can be matched (by id, or in order where the answers are known).
 fn check_answers(c: &mut Config, requests_said: bool) -> Result<(), ConfigError> {
     let core = &mut c.core;
     positive("handshake_timeout", core.handshake_timeout)?;
@@ -251,7 +252,9 @@ fn check_answers(c: &mut Config, requests_said: bool) -> Result<(), ConfigError>
         }
         Answers::Unknown if core.heartbeat.is_some() && in_order && requests_said => {
             return Err(ConfigError::Answers(
-                "in-order requests and a heartbeat without a reply: a pong could answer a                  request; give a protocol whose answers() says what the peer answers, or Heartbeat::reply",
+                "in-order requests and a heartbeat without a reply: a pong could answer a \
+                 request; give a protocol whose answers() says what the peer answers \
+                 (protocol::RequestReply where it answers every frame), or Heartbeat::reply",
             ))
         }
         Answers::EveryFrame if !in_order => {
@@ -271,6 +274,9 @@ fn check_answers(c: &mut Config, requests_said: bool) -> Result<(), ConfigError>
         }
         _ => {}
     }
+    // In order, a reply is matched to a request only where the link knows which frames the
+    // peer answers: else an answer to a sent frame would be taken for a request's.
+    core.requests.matchable = !in_order || core.answers != Answers::Unknown;
     if core.confirm.by_reply && core.answers == Answers::Pings {
         positive("barrier age", core.confirm.barrier_age)?;
         if core.confirm.barrier_bytes == 0 {
@@ -316,5 +322,40 @@ fn fits_zmq_ms(name: &'static str, d: Duration) -> Result<(), ConfigError> {
         })
     } else {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::core::framing::Lines;
+    use crate::core::heartbeat::{Heartbeat, Ping};
+    use crate::core::protocol::RequestReply;
+    use crate::core::requests::Correlation;
+    use crate::Link;
+
+    fn matchable(b: crate::Builder) -> bool {
+        b.into_config()
+            .expect("a valid configuration")
+            .core
+            .requests
+            .matchable
+    }
+
+    fn lines() -> crate::Builder {
+        Link::builder("tcp://127.0.0.1:7000").framing(Lines::new())
+    }
+
+    #[test]
+    fn requests_match_in_order_only_where_the_peers_answers_are_known() {
+        assert!(!matchable(lines()), "a framing alone");
+        assert!(matchable(lines().protocol(RequestReply)), "every frame");
+        let pong = Heartbeat::new(Duration::from_secs(1), Ping::Frame(b"PING".to_vec()))
+            .reply(|f: &[u8]| f == b"PONG");
+        assert!(matchable(lines().heartbeat(pong)), "pings, by the reply");
+        let id = |f: &[u8]| Some(f.to_vec());
+        let by_id = lines().requests(|q| q.correlation = Some(Correlation::by_id(id, id)));
+        assert!(matchable(by_id), "by id, whatever is answered");
     }
 }

@@ -337,17 +337,22 @@ impl Default for Delivery {
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct Requests {
-    /// How replies are matched to requests. Defaults to [`Correlation::in_order`] (every
-    /// inbound frame answers the oldest outstanding request); [`Correlation::resp`] for redis.
+    /// How replies are matched to requests. Defaults to the protocol's, else
+    /// [`Correlation::in_order`] (each answer in its turn answers its request; in order only
+    /// where the link knows which frames the peer answers, a protocol's
+    /// [`answers`](crate::protocol::Protocol::answers): else a request is refused at the call,
+    /// [`RequestError::AnswersUnknown`](crate::error::RequestError::AnswersUnknown));
+    /// [`Correlation::resp`] for RESP.
     ///
     /// # Examples
     /// ```
     /// use relink::framing::Resp;
     /// use relink::Link;
-    /// use relink::protocol::Correlation;
+    /// use relink::protocol::{Correlation, RequestReply};
     ///
     /// let link = Link::builder("tcp://127.0.0.1:6379")
     ///     .framing(Resp::new())
+    ///     .protocol(RequestReply)
     ///     .requests(|q| q.correlation = Some(Correlation::resp()))
     ///     .build()?;
     /// # link.close(std::time::Duration::ZERO);

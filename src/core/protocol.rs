@@ -179,15 +179,15 @@ pub enum Reaction {
 /// # Examples
 /// A NATS publisher and subscriber, the whole protocol in one value: NATS' framing (CRLF lines;
 /// `PUB` and `MSG` carry a counted body), `CONNECT` and the subscriptions on every connection
-/// and Ready at once, the server's `PING` answered by the link, the link's own `PING` every 5 s
-/// and its `PONG`, and every `PUB` confirmed by the `PONG` to a ping written after it (the
+/// and Ready at once, the server's `PING` answered by the link, the link's own `PING` (every 5 s,
+/// the heartbeat its ping brings) and its `PONG`, and every `PUB` confirmed by the `PONG` to a ping written after it (the
 /// server answers only pings, in order). A frame is given without its final CRLF: the framing
 /// writes it. `tests/protocols.rs` runs this code against a nats-server.
 /// ```
 /// use std::time::Duration;
 /// use relink::framing::{AnyFraming, Counted};
 /// use relink::protocol::{Answers, Opening, Protocol, Reaction};
-/// use relink::{Heartbeat, Link};
+/// use relink::Link;
 ///
 /// #[derive(Clone)]
 /// struct Nats {
@@ -232,10 +232,6 @@ pub enum Reaction {
 ///
 ///     fn answers(&self) -> Answers {
 ///         Answers::Pings
-///     }
-///
-///     fn heartbeat(&self) -> Option<Heartbeat> {
-///         Some(Heartbeat::every(Duration::from_secs(5)))
 ///     }
 /// }
 ///
@@ -456,6 +452,39 @@ impl Protocol for Handshake {
 
     fn name(&self) -> &str {
         "handshake"
+    }
+}
+
+/// The peer answers every frame with one reply, in order, and says nothing of its own: a line
+/// or RESP server without a protocol of its own ([`Answers::EveryFrame`], every other method
+/// its default). With it, requests are matched in order and frames given to `send` are
+/// confirmed by their replies, which the link consumes and counts. The framing is the
+/// builder's ([`Builder::framing`](crate::Builder::framing)).
+///
+/// # Examples
+/// ```
+/// use std::time::Duration;
+/// use relink::framing::Lines;
+/// use relink::protocol::RequestReply;
+/// use relink::Link;
+///
+/// let link = Link::builder("tcp://127.0.0.1:7000")
+///     .framing(Lines::new())
+///     .protocol(RequestReply)
+///     .build()?;
+/// # link.close(Duration::ZERO);
+/// # Ok::<(), relink::error::ConfigError>(())
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RequestReply;
+
+impl Protocol for RequestReply {
+    fn answers(&self) -> Answers {
+        Answers::EveryFrame
+    }
+
+    fn name(&self) -> &str {
+        "request-reply"
     }
 }
 

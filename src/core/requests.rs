@@ -83,9 +83,10 @@ pub(crate) enum Matching {
 }
 
 impl Correlation {
-    /// Each reply answers the oldest outstanding request (redis, memcached, most line
-    /// protocols); every frame that arrives while a request is outstanding is a reply, any
-    /// other one an [`Event::Frame`](crate::Event::Frame). The default.
+    /// Each reply answers its request in turn (redis, memcached, most line protocols), among
+    /// the answers the protocol says the peer gives
+    /// ([`Protocol::answers`](crate::protocol::Protocol::answers): with none said, a request
+    /// is refused at the call). The default.
     pub fn in_order() -> Correlation {
         Correlation(Matching::InOrder { unsolicited: None })
     }
@@ -134,6 +135,10 @@ pub(crate) struct RequestSettings {
     pub max_bytes: usize,
     /// A request's deadline, counted from the call, unless the call gives its own.
     pub timeout: Duration,
+    /// Whether a reply can be matched to its request: by id, or in order where the link knows
+    /// which frames the peer answers (settled by `build()`). Else a request is refused at the
+    /// call.
+    pub matchable: bool,
 }
 
 impl Default for RequestSettings {
@@ -145,6 +150,7 @@ impl Default for RequestSettings {
             max_frames: REQUEST_LIMIT_FRAMES,
             max_bytes: REQUEST_LIMIT_BYTES,
             timeout: REQUEST_TIMEOUT,
+            matchable: false,
         }
     }
 }
