@@ -164,6 +164,39 @@ fn a_peer_killed_with_sigkill_is_noticed_at_once_and_used_again_when_a_new_one_l
     );
 }
 
+/// A protocol that says only that its peer answers every frame (`RequestReply`): frames are
+/// confirmed by the peer's answers, not by its TCP. An echo peer answers 2 000 lines, is
+/// SIGSTOPped, takes 1 500 more into its kernel's buffer (acknowledged, never read) and is
+/// SIGKILLed: none of the 1 500 is confirmed, and each is given back at the close: nothing is
+/// lost unseen.
+#[test]
+fn a_stopped_then_killed_peer_that_answers_every_frame_loses_nothing_unseen() {
+    let port = util::free_port();
+    let mut child = ChildPeer::start(port);
+    let link = Link::builder(endpoint_for(port))
+        .framing(Lines::new())
+        .protocol(relink::protocol::RequestReply)
+        .build()
+        .unwrap();
+    send_seqs(&link, 0..2000);
+    link.flush(T).expect("the live peer answers every line");
+    child.stop();
+    send_seqs(&link, 2000..3500);
+    // The stopped peer's kernel takes the bytes: wait until they left the link.
+    let written = util::wait_for(T, || (link.metrics().frames_sent >= 3500).then_some(()));
+    assert!(written.is_some(), "the 1 500 lines were written");
+    child.kill9();
+    let m = link.close(ms(500));
+    eprintln!(
+        "measured: stopped then killed: {} confirmed, {} given back of 3 500",
+        m.frames_confirmed,
+        m.abandoned.total()
+    );
+    assert_eq!(m.frames_confirmed, 2000, "{m:?}");
+    assert_eq!(m.abandoned.total(), 1500, "{m:?}");
+    assert_eq!(m.unaccounted(), 0, "{m:?}");
+}
+
 /// The SIGKILL test runs this test binary again, filtered to this test, with the port in
 /// `RELINK_FAULTS_CHILD_PEER_PORT`, as an echo peer to kill. Run on its own, it checks that
 /// role: it starts itself as such a child and expects its bytes echoed.

@@ -242,6 +242,11 @@ impl ChildPeer {
     pub fn kill9(&mut self) {
         self.process.kill();
     }
+
+    /// SIGSTOP: the peer reads and answers nothing more; its kernel still acknowledges bytes.
+    pub fn stop(&self) {
+        self.process.stop_signal();
+    }
 }
 
 pub fn wait_child_line(rx: &Receiver<String>, port: u16) {
