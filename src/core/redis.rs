@@ -249,14 +249,14 @@ impl Redis {
 
 /// What a command asks, read off its name (and for a blocking one, its timeout).
 fn asked(frame: &[u8]) -> Replies {
-    let Some(command) = Command::parse(frame) else {
+    // The name alone, read without a copy: most commands end here.
+    let Some((name, args)) = head(frame) else {
         return Replies::One;
     };
     let followed = |a: Asked| Replies::Followed(a.mark());
-    let name = command.name();
     let is = |n: &[u8]| name.eq_ignore_ascii_case(n);
     for (kind, (subscribe, unsubscribe)) in PUBSUB.into_iter().enumerate() {
-        let (kind, args) = (kind as u8, command.args());
+        let kind = kind as u8;
         if is(subscribe) {
             return followed(Asked::PubSub {
                 kind,
@@ -289,10 +289,30 @@ fn asked(frame: &[u8]) -> Replies {
     if let Some(&(_, a)) = simple.iter().find(|(n, _)| is(n)) {
         return followed(a);
     }
-    match command.blocks() {
+    let may_block = [&b"B"[..], b"X", b"W"]
+        .iter()
+        .any(|c| name.first().is_some_and(|f| f.eq_ignore_ascii_case(&c[0])));
+    match Command::parse(frame)
+        .filter(|_| may_block)
+        .and_then(|c| c.blocks())
+    {
         Some(hold) => Replies::Held(hold),
         None => Replies::One,
     }
+}
+
+/// A command's name and how many arguments follow it, read off a RESP array's header and its
+/// first bulk string (or an inline command's first word), without a copy.
+fn head(frame: &[u8]) -> Option<(&[u8], u32)> {
+    let Some(rest) = frame.strip_prefix(b"*") else {
+        let line = frame.split(|&b| b == b'\r' || b == b'\n').next()?;
+        let mut words = line.split(|&b| b == b' ').filter(|w| !w.is_empty());
+        let name = words.next()?;
+        return Some((name, words.count() as u32));
+    };
+    let (n, rest) = number(rest)?;
+    let (len, rest) = number(rest.strip_prefix(b"$")?)?;
+    Some((rest.get(..len)?, n.checked_sub(1)? as u32))
 }
 
 /// The kind and the name (none for a null) of a pub/sub confirmation: an array or a push of
@@ -379,10 +399,6 @@ impl<'a> Command<'a> {
         self.parts.get(i).copied()
     }
 
-    fn args(&self) -> u32 {
-        self.parts.len().saturating_sub(1) as u32
-    }
-
     /// How long redis may hold the answer of a blocking command: its own timeout
     /// (`Duration::MAX` for 0, as long as it likes); `None` for a command that does not block.
     fn blocks(&self) -> Option<Duration> {
@@ -464,6 +480,12 @@ fn monitor_line(frame: &[u8]) -> bool {
 
 /// Refuses, at the call, a command whose answers a kept connection cannot follow.
 fn followable(frame: &[u8]) -> Result<(), EncodeError> {
+    let Some((name, _)) = head(frame) else {
+        return Ok(());
+    };
+    if !name.eq_ignore_ascii_case(b"CLIENT") && !name.eq_ignore_ascii_case(b"QUIT") {
+        return Ok(());
+    }
     let Some(command) = Command::parse(frame) else {
         return Ok(());
     };
