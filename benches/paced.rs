@@ -73,6 +73,7 @@ use relink::{Event, Link, State};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio_util::codec::{FramedRead, FramedWrite, LinesCodec};
 
+use support::eventfd::EventFd;
 use support::peer::Peer;
 use support::threads;
 use support::{cpu_time, median, thread_cpu_time};
@@ -345,39 +346,6 @@ fn raw_client(case: Case, endpoint: &str, gap: Duration, window: Duration) -> f6
     drop(client);
     drop(ctx);
     p50
-}
-
-/// The card-minimal client's wake-up: an eventfd the pacing thread writes and the IO thread
-/// polls beside its socket.
-struct EventFd(std::os::fd::OwnedFd);
-
-impl EventFd {
-    fn new() -> EventFd {
-        // SAFETY: eventfd has no memory preconditions; a negative return is an error.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        assert!(fd >= 0, "eventfd: {}", std::io::Error::last_os_error());
-        // SAFETY: fd is a new descriptor that nothing else owns.
-        EventFd(unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) })
-    }
-
-    fn raw(&self) -> std::os::fd::RawFd {
-        std::os::fd::AsRawFd::as_raw_fd(&self.0)
-    }
-
-    /// Adds one to the counter, making the fd readable.
-    fn wake(&self) {
-        let one: u64 = 1;
-        // SAFETY: the fd is open for the life of self; the buffer is 8 valid bytes. A full
-        // counter (EAGAIN) already reads as readable.
-        unsafe { libc::write(self.raw(), (&one as *const u64).cast(), 8) };
-    }
-
-    /// Resets the counter.
-    fn drain(&self) {
-        let mut value: u64 = 0;
-        // SAFETY: the fd is open; the buffer is 8 writable bytes; EAGAIN (nothing) is fine.
-        unsafe { libc::read(self.raw(), (&mut value as *mut u64).cast(), 8) };
-    }
 }
 
 /// The card-minimal client's pacing-thread side: lines out over one channel (and a write to
