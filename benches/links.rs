@@ -52,6 +52,16 @@
 //! links_raw threads n=<n> <thread>_us=<..> <thread>_wakes=<..> ... all_us=<..> all_wakes=<..>
 //! ```
 //!
+//! And, in a fourth child, the least a client of relink's shape costs for the same fleet
+//! (card-minimal): the raw fleet's loop on an IO thread of its own that also polls an eventfd
+//! (`zmq::PollItem::from_fd`, the application's wake-up; never written, as an idle fleet's
+//! application has nothing to say), the main thread asleep until it ends:
+//!
+//! ```text
+//! links_card n=<n> idle_cpu_pct=<c> pings=<sent> pongs=<read> card_ratio=<relink's idle CPU / this>
+//! links_card threads n=<n> <thread>_us=<..> <thread>_wakes=<..> ... all_us=<..> all_wakes=<..>
+//! ```
+//!
 //! Then it times `IoPool::view` against walking every handle's `metrics()` (see
 //! `pool_view_row`) and prints the view; with `--features metrics`, an export pass and the
 //! Prometheus text it makes, per pool and per link (`export_row`).
@@ -69,7 +79,8 @@ use relink::{Heartbeat, IoPool, Link, State};
 
 /// Set in the child process that measures one count: the count.
 const CHILD_ENV: &str = "RELINK_BENCH_LINKS_CHILD";
-/// Set (with [`CHILD_ENV`]) in the child that measures the bare sockets: `tokio` or `raw`.
+/// Set (with [`CHILD_ENV`]) in the child that measures the bare sockets: `tokio`, `raw` or
+/// `card`.
 const BARE_ENV: &str = "RELINK_BENCH_LINKS_BARE";
 /// redis-server's answer to a `PING`: the raw fleet counts its pongs by their bytes.
 const PONG: &[u8] = b"+PONG\r\n";
@@ -81,7 +92,8 @@ fn main() {
         let n = n.parse().expect("a count of links");
         match std::env::var(BARE_ENV).as_deref() {
             Ok("tokio") => child_tokio(n),
-            Ok("raw") => child_raw(n),
+            Ok("raw") => child_raw(n, None),
+            Ok("card") => child_card(n),
             _ => child(n),
         }
         return;
@@ -120,7 +132,7 @@ fn main() {
     let exe = std::env::current_exe().expect("path of this program");
     for n in counts {
         let mut relink_cpu = None;
-        for bare in ["", "tokio", "raw"] {
+        for bare in ["", "tokio", "raw", "card"] {
             let mut command = Command::new(&exe);
             command
                 .env(CHILD_ENV, n.to_string())
@@ -140,12 +152,12 @@ fn main() {
                     .and_then(|c| c.parse::<f64>().ok());
                 match (bare, cpu) {
                     ("", Some(c)) if line.starts_with("links n=") => relink_cpu = Some(c),
-                    ("tokio" | "raw", Some(c)) => {
+                    ("tokio" | "raw" | "card", Some(c)) => {
                         let ratio = relink_cpu.map_or(f64::NAN, |r| r / c.max(0.01));
-                        let name = if bare == "raw" {
-                            "raw_ratio"
-                        } else {
-                            "ratio_tokio"
+                        let name = match bare {
+                            "raw" => "raw_ratio",
+                            "card" => "card_ratio",
+                            _ => "ratio_tokio",
                         };
                         println!("{line} {name}={ratio:.2}");
                         continue;
@@ -230,10 +242,30 @@ fn child_tokio(n: usize) {
     });
 }
 
+/// The card-minimal fleet's child: the raw fleet's loop on an IO thread of its own
+/// (`card-io`), which polls an eventfd beside its socket, while the main thread, the
+/// application's, waits for it to end.
+fn child_card(n: usize) {
+    let wake = support::eventfd::EventFd::new();
+    thread::Builder::new()
+        .name("card-io".into())
+        .spawn(move || child_raw(n, Some(&wake)))
+        .expect("spawn the IO thread")
+        .join()
+        .expect("the IO thread");
+}
+
 /// The raw ZMQ_STREAM fleet's child: one thread, one STREAM socket with `n` connections to
 /// the peer, a `PING\r\n` on each every second and its `+PONG` read; prints its CPU over the
-/// window, and its threads' per heartbeat round.
-fn child_raw(n: usize) {
+/// window, and its threads' per heartbeat round. With `wake`, the card-minimal fleet's IO
+/// thread: it polls the eventfd too (nothing writes it: the application has nothing to say)
+/// and its lines say `links_card`.
+fn child_raw(n: usize, wake: Option<&support::eventfd::EventFd>) {
+    let name = if wake.is_some() {
+        "links_card"
+    } else {
+        "links_raw"
+    };
     use std::collections::VecDeque;
     let endpoint = std::env::var("RELINK_BENCH_ENDPOINT").expect("endpoint");
     let window = Duration::from_secs(
@@ -260,7 +292,7 @@ fn child_raw(n: usize) {
         let left = deadline.saturating_duration_since(Instant::now());
         assert!(
             !left.is_zero(),
-            "links_raw n={n}: {} of {n} connected in time",
+            "{name} n={n}: {} of {n} connected in time",
             rids.len()
         );
         let mut items = [socket.as_poll_item(zmq::POLLIN)];
@@ -282,8 +314,14 @@ fn child_raw(n: usize) {
         let next = due.front().map_or(end, |&(at, _)| at.min(end));
         // Whole milliseconds, rounded up, as a poll's timeout is.
         let wait = next.saturating_duration_since(now);
-        let mut items = [socket.as_poll_item(zmq::POLLIN)];
+        let mut items = vec![socket.as_poll_item(zmq::POLLIN)];
+        if let Some(wake) = wake {
+            items.push(zmq::PollItem::from_fd(wake.raw(), zmq::POLLIN));
+        }
         zmq::poll(&mut items, wait.as_micros().div_ceil(1000) as i64).expect("poll");
+        if items.get(1).is_some_and(|w| w.is_readable()) {
+            wake.expect("polled").drain();
+        }
         // Read to EAGAIN: `[rid, data]`, a pong (or part of one, or more) in each.
         while socket.recv_msg(zmq::DONTWAIT).is_ok() {
             let data = socket.recv_msg(0).expect("the data after a routing id");
@@ -318,13 +356,13 @@ fn child_raw(n: usize) {
     let wall = t0.elapsed();
     let by_thread = support::threads::Threads::read().since(&threads0);
     println!(
-        "links_raw n={n} idle_cpu_pct={:.1} pings={} pongs={}",
+        "{name} n={n} idle_cpu_pct={:.1} pings={} pongs={}",
         100.0 * cpu.as_secs_f64() / wall.as_secs_f64(),
         pings - p0,
         (pong_bytes - q0) / PONG.len() as u64
     );
     let rounds = n as f64 * wall.as_secs_f64();
-    println!("links_raw threads n={n}{}", by_thread.per_frame(rounds));
+    println!("{name} threads n={n}{}", by_thread.per_frame(rounds));
     drop(socket);
     drop(ctx);
 }

@@ -5,7 +5,7 @@
 //! Run with `cargo bench --bench paced` (5 s per client, case and pace), `-- --quick` (2 s)
 //! or `--smoke` (or `RELINK_BENCH_SMOKE=1`: 0.3 s, to show that it runs to the end).
 //! `--gap-us N` runs one pace (a frame every N µs), `--case in|out|rr` one case, and
-//! `--client relink` (or `never`, or `raw`) that client alone (no ratios).
+//! `--client relink` (or `never`, `raw` or `card`) that client alone (no ratios).
 //!
 //! Three cases, each a line-framed connection to a peer thread on 127.0.0.1:
 //! - `in`: the peer writes a line every gap; the client takes each one (relink:
@@ -24,6 +24,14 @@
 //! threads (the application's and libzmq's IO thread) where relink's wakes three: it is the
 //! floor for a client built on libzmq's ZMQ_STREAM, and `raw_ratio` is relink's CPU over it.
 //!
+//! The card-minimal client is the least a client of relink's shape costs: the pacing thread
+//! and one IO thread (`card-io`) that owns a ZMQ_STREAM socket, a crossbeam channel each way,
+//! and an eventfd that the pacing thread writes after each `put` to wake the IO thread out of
+//! `zmq::poll` (the socket and the eventfd, `zmq::PollItem::from_fd`); no timers, no state
+//! machine, no accounting. The IO thread cuts lines from the data and hands each one over. A
+//! frame wakes the same three threads as relink's, so `card_ratio` (relink's CPU over it) is
+//! what relink's work beyond that shape costs.
+//!
 //! relink runs twice: as built by default (`Looks::Learnt`: a waiting thread looks for a
 //! reply before it sleeps) and with `Looks::Never` (every wait sleeps at once), the setting that
 //! trades the round trip for CPU.
@@ -35,17 +43,19 @@
 //! ratios (above 1: relink uses more), and for `rr` the round trip's p50 and its ratio:
 //!
 //! `paced case=<in|out|rr> gap_us=<200|2000> relink_cpu_pct=<r> never_cpu_pct=<n>
-//! raw_cpu_pct=<w> std_cpu_pct=<s> tokio_cpu_pct=<t> raw_ratio=<r/w> never_raw_ratio=<n/w>
+//! card_cpu_pct=<c> raw_cpu_pct=<w> std_cpu_pct=<s> tokio_cpu_pct=<t> card_ratio=<r/c>
+//! never_card_ratio=<n/c> card_raw_ratio=<c/w> raw_ratio=<r/w> never_raw_ratio=<n/w>
 //! ratio_std=<r/s> ratio_tokio=<r/t> never_ratio_tokio=<n/t> [ relink_p50_us=<..>
-//! never_p50_us=<..> raw_p50_us=<..> std_p50_us=<..> tokio_p50_us=<..> rtt_raw_ratio=<..>
-//! rtt_ratio_tokio=<..> never_rtt_ratio_tokio=<..>]`
+//! never_p50_us=<..> card_p50_us=<..> raw_p50_us=<..> std_p50_us=<..> tokio_p50_us=<..>
+//! rtt_card_ratio=<..> never_rtt_card_ratio=<..> rtt_raw_ratio=<..> rtt_ratio_tokio=<..>
+//! never_rtt_ratio_tokio=<..>]`
 //!
 //! Before it, where relink's and the raw client's CPU went, thread by thread
 //! (`/proc/self/task`: CPU µs and voluntary context switches, each a sleep and so a wake-up,
-//! per frame; `app` is the pacing thread, `relink-io` relink's IO thread, `ZMQbg-IO-0`
-//! libzmq's):
+//! per frame; `app` is the pacing thread, `relink-io` relink's IO thread, `card-io` the
+//! card-minimal client's, `ZMQbg-IO-0` libzmq's):
 //!
-//! `paced threads client=<relink|never|raw> case=<..> gap_us=<..> <thread>_us=<..>
+//! `paced threads client=<relink|never|card|raw> case=<..> gap_us=<..> <thread>_us=<..>
 //! <thread>_wakes=<..> ... all_us=<..> all_wakes=<..>`
 
 mod support;
@@ -63,6 +73,7 @@ use relink::{Event, Link, State};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio_util::codec::{FramedRead, FramedWrite, LinesCodec};
 
+use support::eventfd::EventFd;
 use support::peer::Peer;
 use support::threads;
 use support::{cpu_time, median, thread_cpu_time};
@@ -92,6 +103,7 @@ impl Case {
 #[derive(Clone, Copy)]
 enum Client {
     Relink(Looks),
+    Card,
     Raw,
     Std,
     Tokio,
@@ -168,6 +180,7 @@ fn run(case: Case, client: Client, gap: Duration, window: Duration) -> Run {
     let before = cpu_time();
     let p50_us = match client {
         Client::Relink(looks) => relink(case, looks, &peer.endpoint(), gap, window),
+        Client::Card => card_client(case, &peer.endpoint(), gap, window),
         Client::Raw => raw_client(case, &peer.endpoint(), gap, window),
         Client::Std => std_client(case, peer.port(), gap, window),
         Client::Tokio => tokio_client(case, peer.port(), gap, window),
@@ -335,6 +348,131 @@ fn raw_client(case: Case, endpoint: &str, gap: Duration, window: Duration) -> f6
     p50
 }
 
+/// The card-minimal client's pacing-thread side: lines out over one channel (and a write to
+/// the eventfd), lines in over the other.
+struct CardLines {
+    out: Option<crossbeam_channel::Sender<&'static [u8]>>,
+    lines: crossbeam_channel::Receiver<Vec<u8>>,
+    wake: std::sync::Arc<EventFd>,
+    io: Option<thread::JoinHandle<()>>,
+}
+
+impl LineClient for CardLines {
+    fn take(&mut self) -> bool {
+        self.lines.recv_timeout(BOUND).is_ok()
+    }
+
+    fn put(&mut self) {
+        let out = self.out.as_ref().expect("open");
+        out.send(b"tick\n").expect("the IO thread");
+        self.wake.wake();
+    }
+}
+
+impl Drop for CardLines {
+    fn drop(&mut self) {
+        // The IO thread ends when it finds the channel closed.
+        self.out = None;
+        self.wake.wake();
+        if let Some(io) = self.io.take() {
+            let _ = io.join();
+        }
+    }
+}
+
+/// The card-minimal client's IO thread: connects, says so, then waits in `zmq::poll` on the
+/// socket and the eventfd (bounded, so that a lost peer cannot hang the bench); sends what
+/// the channel holds when woken, reads to EAGAIN and hands each line over when data comes.
+fn card_io(
+    endpoint: String,
+    out: crossbeam_channel::Receiver<&'static [u8]>,
+    lines: crossbeam_channel::Sender<Vec<u8>>,
+    wake: std::sync::Arc<EventFd>,
+) {
+    let ctx = zmq::Context::new();
+    let socket = ctx.socket(zmq::STREAM).expect("a stream socket");
+    socket.set_linger(100).expect("linger");
+    socket.connect(&endpoint).expect("connect");
+    let mut rid = Vec::new();
+    let mut buf: Vec<u8> = Vec::new();
+    loop {
+        let mut items = [
+            socket.as_poll_item(zmq::POLLIN),
+            zmq::PollItem::from_fd(wake.raw(), zmq::POLLIN),
+        ];
+        if zmq::poll(&mut items, BOUND.as_millis() as i64).expect("poll") == 0 {
+            return;
+        }
+        let (data_in, woken) = (items[0].is_readable(), items[1].is_readable());
+        if woken {
+            wake.drain();
+            loop {
+                match out.try_recv() {
+                    Ok(line) => {
+                        socket.send(&rid[..], zmq::SNDMORE).expect("send rid");
+                        socket.send(line, 0).expect("send line");
+                    }
+                    Err(crossbeam_channel::TryRecvError::Empty) => break,
+                    Err(crossbeam_channel::TryRecvError::Disconnected) => return,
+                }
+            }
+        }
+        if data_in {
+            // A message is two frames: the routing id, then the data (empty: connected or
+            // disconnected).
+            while let Ok(id) = socket.recv_msg(zmq::DONTWAIT) {
+                let data = socket.recv_msg(0).expect("the data frame");
+                if data.is_empty() {
+                    if rid.is_empty() {
+                        rid = id.to_vec();
+                        // The empty line says: connected.
+                        let _ = lines.send(Vec::new());
+                    } else {
+                        return;
+                    }
+                    continue;
+                }
+                buf.extend_from_slice(&data);
+                while let Some(end) = buf.iter().position(|&b| b == b'\n') {
+                    let line: Vec<u8> = buf.drain(..=end).collect();
+                    if lines.send(line).is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn card_client(case: Case, endpoint: &str, gap: Duration, window: Duration) -> f64 {
+    let (out_tx, out_rx) = crossbeam_channel::unbounded();
+    let (lines_tx, lines_rx) = crossbeam_channel::unbounded();
+    let wake = std::sync::Arc::new(EventFd::new());
+    let io = {
+        let (endpoint, wake) = (endpoint.to_string(), wake.clone());
+        thread::Builder::new()
+            .name("card-io".into())
+            .spawn(move || card_io(endpoint, out_rx, lines_tx, wake))
+            .expect("spawn the IO thread")
+    };
+    let connected = lines_rx
+        .recv_timeout(BOUND)
+        .expect("the connect notification");
+    assert!(connected.is_empty(), "expected the connect notification");
+    let mut client = CardLines {
+        out: Some(out_tx),
+        lines: lines_rx,
+        wake,
+        io: Some(io),
+    };
+    let before = threads::Threads::read();
+    let p50 = drive(case, gap, window, &mut client);
+    let after = threads::Threads::read();
+    print_threads("card", case, gap, window, &after.since(&before));
+    drop(client);
+    p50
+}
+
 /// std's client: a `BufReader` on one handle of the stream, writes on the other.
 struct StdLines {
     reader: BufReader<TcpStream>,
@@ -432,14 +570,16 @@ fn main() {
         None => vec![
             Client::Relink(Looks::Learnt),
             Client::Relink(Looks::Never),
+            Client::Card,
             Client::Raw,
             Client::Std,
             Client::Tokio,
         ],
         Some("relink") => vec![Client::Relink(Looks::Learnt)],
         Some("never") => vec![Client::Relink(Looks::Never)],
+        Some("card") => vec![Client::Card],
         Some("raw") => vec![Client::Raw],
-        Some(other) => panic!("--client takes relink, never or raw, not {other}"),
+        Some(other) => panic!("--client takes relink, never, card or raw, not {other}"),
     };
     for gap_us in gaps {
         let gap = Duration::from_micros(gap_us);
@@ -452,8 +592,8 @@ fn main() {
                 .iter()
                 .map(|&client| run(case, client, gap, window))
                 .collect();
-            let [relink, never, raw, std, tokio] = match runs.as_slice() {
-                [relink, never, raw, std, tokio] => [relink, never, raw, std, tokio],
+            let [relink, never, card, raw, std, tokio] = match runs.as_slice() {
+                [relink, never, card, raw, std, tokio] => [relink, never, card, raw, std, tokio],
                 [one] => {
                     println!(
                         "paced case={} gap_us={gap_us} {}_cpu_pct={:.1} {}_p50_us={:.1}",
@@ -465,18 +605,22 @@ fn main() {
                     );
                     continue;
                 }
-                _ => unreachable!("one client or five"),
+                _ => unreachable!("one client or six"),
             };
             let round_trip = if case == Case::Rr {
                 format!(
-                    " relink_p50_us={:.1} never_p50_us={:.1} raw_p50_us={:.1} std_p50_us={:.1} \
-                     tokio_p50_us={:.1} rtt_raw_ratio={:.2} rtt_ratio_tokio={:.2} \
+                    " relink_p50_us={:.1} never_p50_us={:.1} card_p50_us={:.1} raw_p50_us={:.1} \
+                     std_p50_us={:.1} tokio_p50_us={:.1} rtt_card_ratio={:.2} \
+                     never_rtt_card_ratio={:.2} rtt_raw_ratio={:.2} rtt_ratio_tokio={:.2} \
                      never_rtt_ratio_tokio={:.2}",
                     relink.p50_us,
                     never.p50_us,
+                    card.p50_us,
                     raw.p50_us,
                     std.p50_us,
                     tokio.p50_us,
+                    relink.p50_us / card.p50_us.max(0.01),
+                    never.p50_us / card.p50_us.max(0.01),
                     relink.p50_us / raw.p50_us.max(0.01),
                     relink.p50_us / tokio.p50_us.max(0.01),
                     never.p50_us / tokio.p50_us.max(0.01)
@@ -486,15 +630,20 @@ fn main() {
             };
             println!(
                 "paced case={} gap_us={gap_us} relink_cpu_pct={:.1} never_cpu_pct={:.1} \
-                 raw_cpu_pct={:.1} std_cpu_pct={:.1} tokio_cpu_pct={:.1} raw_ratio={:.2} \
+                 card_cpu_pct={:.1} raw_cpu_pct={:.1} std_cpu_pct={:.1} tokio_cpu_pct={:.1} \
+                 card_ratio={:.2} never_card_ratio={:.2} card_raw_ratio={:.2} raw_ratio={:.2} \
                  never_raw_ratio={:.2} ratio_std={:.2} ratio_tokio={:.2} \
                  never_ratio_tokio={:.2}{round_trip}",
                 case.name(),
                 relink.cpu_pct,
                 never.cpu_pct,
+                card.cpu_pct,
                 raw.cpu_pct,
                 std.cpu_pct,
                 tokio.cpu_pct,
+                relink.cpu_pct / card.cpu_pct.max(0.01),
+                never.cpu_pct / card.cpu_pct.max(0.01),
+                card.cpu_pct / raw.cpu_pct.max(0.01),
                 relink.cpu_pct / raw.cpu_pct.max(0.01),
                 never.cpu_pct / raw.cpu_pct.max(0.01),
                 relink.cpu_pct / std.cpu_pct.max(0.01),

@@ -3,12 +3,14 @@
 //! they, the child processes ([`proc`]) and bounded waits ([`wait`]) are the test kit's own
 //! files from `tests/util/`, included here), TLS settings and a PKI for TLS sinks ([`tls`]),
 //! the tokio client
-//! they compare against ([`tokio_client`]), and a few small helpers: waiting for a link's
+//! they compare against ([`tokio_client`]), the card-minimal clients' wake-up ([`eventfd`]),
+//! and a few small helpers: waiting for a link's
 //! state, reading this process's memory and CPU use, and the command line.
 //!
 //! Each program includes it with `mod support;` and uses a part of it.
 #![allow(dead_code)]
 
+pub mod eventfd;
 pub mod framing;
 #[path = "../../tests/util/netns.rs"]
 pub mod netns;
