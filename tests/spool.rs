@@ -228,18 +228,7 @@ fn fill(dir: &ScratchDir, n: u64, ttl: Option<Duration>) -> Vec<u64> {
 
 /// Opens the spool again, waiting (bounded) for the lock the closed link's threads still hold.
 fn reopen(endpoint: &str, dir: &ScratchDir) -> Link {
-    wait_for(BOUND, || {
-        match Link::builder(endpoint)
-            .framing(Lines::new())
-            .spool(Spool::new(dir.path()).durability(Durability::OsWriteBack))
-            .build()
-        {
-            Ok(link) => Some(link),
-            Err(ConfigError::Spool(e)) if e.contains("in use") => None,
-            Err(e) => panic!("reopen: {e}"),
-        }
-    })
-    .expect("the spool's lock was never released")
+    reopen_with(endpoint, dir.path(), Durability::OsWriteBack)
 }
 
 #[test]
