@@ -5,7 +5,7 @@
 //! Run with `cargo bench --bench paced` (5 s per client, case and pace), `-- --quick` (2 s)
 //! or `--smoke` (or `RELINK_BENCH_SMOKE=1`: 0.3 s, to show that it runs to the end).
 //! `--gap-us N` runs one pace (a frame every N µs), `--case in|out|rr` one case, and
-//! `--client relink` (or `never`, `raw` or `card`) that client alone (no ratios).
+//! `--client relink` (or `learnt`, `raw` or `card`) that client alone (no ratios).
 //!
 //! Three cases, each a line-framed connection to a peer thread on 127.0.0.1:
 //! - `in`: the peer writes a line every gap; the client takes each one (relink:
@@ -32,9 +32,9 @@
 //! frame wakes the same three threads as relink's, so `card_ratio` (relink's CPU over it) is
 //! what relink's work beyond that shape costs.
 //!
-//! relink runs twice: as built by default (`Looks::Learnt`: a waiting thread looks for a
-//! reply before it sleeps) and with `Looks::Never` (every wait sleeps at once), the setting that
-//! trades the round trip for CPU.
+//! relink runs twice: as built by default (`Looks::Never`: every wait sleeps at once) and with
+//! `Looks::Learnt` (a waiting thread looks for a reply before it sleeps), the setting that
+//! spends CPU for a shorter round trip.
 //!
 //! Every client paces itself the same way (`thread::sleep` to the next tick). What is
 //! measured is the client's CPU, user + system, over its run: this process's
@@ -42,20 +42,20 @@
 //! cent of one core. One line per case and pace, relink's CPU beside the baselines' and as
 //! ratios (above 1: relink uses more), and for `rr` the round trip's p50 and its ratio:
 //!
-//! `paced case=<in|out|rr> gap_us=<200|2000> relink_cpu_pct=<r> never_cpu_pct=<n>
+//! `paced case=<in|out|rr> gap_us=<200|2000> relink_cpu_pct=<r> learnt_cpu_pct=<n>
 //! card_cpu_pct=<c> raw_cpu_pct=<w> std_cpu_pct=<s> tokio_cpu_pct=<t> card_ratio=<r/c>
-//! never_card_ratio=<n/c> card_raw_ratio=<c/w> raw_ratio=<r/w> never_raw_ratio=<n/w>
-//! ratio_std=<r/s> ratio_tokio=<r/t> never_ratio_tokio=<n/t> [ relink_p50_us=<..>
-//! never_p50_us=<..> card_p50_us=<..> raw_p50_us=<..> std_p50_us=<..> tokio_p50_us=<..>
-//! rtt_card_ratio=<..> never_rtt_card_ratio=<..> rtt_raw_ratio=<..> rtt_ratio_tokio=<..>
-//! never_rtt_ratio_tokio=<..>]`
+//! learnt_card_ratio=<n/c> card_raw_ratio=<c/w> raw_ratio=<r/w> learnt_raw_ratio=<n/w>
+//! ratio_std=<r/s> ratio_tokio=<r/t> learnt_ratio_tokio=<n/t> [ relink_p50_us=<..>
+//! learnt_p50_us=<..> card_p50_us=<..> raw_p50_us=<..> std_p50_us=<..> tokio_p50_us=<..>
+//! rtt_card_ratio=<..> learnt_rtt_card_ratio=<..> rtt_raw_ratio=<..> rtt_ratio_tokio=<..>
+//! learnt_rtt_ratio_tokio=<..>]`
 //!
 //! Before it, where relink's and the raw client's CPU went, thread by thread
 //! (`/proc/self/task`: CPU µs and voluntary context switches, each a sleep and so a wake-up,
 //! per frame; `app` is the pacing thread, `relink-io` relink's IO thread, `card-io` the
 //! card-minimal client's, `ZMQbg-IO-0` libzmq's):
 //!
-//! `paced threads client=<relink|never|card|raw> case=<..> gap_us=<..> <thread>_us=<..>
+//! `paced threads client=<relink|learnt|card|raw> case=<..> gap_us=<..> <thread>_us=<..>
 //! <thread>_wakes=<..> ... all_us=<..> all_wakes=<..>`
 
 mod support;
@@ -254,8 +254,8 @@ fn relink(case: Case, looks: Looks, endpoint: &str, gap: Duration, window: Durat
     let p50 = drive(case, gap, window, &mut link);
     let after = threads::Threads::read();
     print_threads(
-        if looks == Looks::Never {
-            "never"
+        if looks == Looks::Learnt {
+            "learnt"
         } else {
             "relink"
         },
@@ -568,18 +568,18 @@ fn main() {
     };
     let clients: Vec<Client> = match support::arg("client").as_deref() {
         None => vec![
-            Client::Relink(Looks::Learnt),
             Client::Relink(Looks::Never),
+            Client::Relink(Looks::Learnt),
             Client::Card,
             Client::Raw,
             Client::Std,
             Client::Tokio,
         ],
-        Some("relink") => vec![Client::Relink(Looks::Learnt)],
-        Some("never") => vec![Client::Relink(Looks::Never)],
+        Some("relink") => vec![Client::Relink(Looks::Never)],
+        Some("learnt") => vec![Client::Relink(Looks::Learnt)],
         Some("card") => vec![Client::Card],
         Some("raw") => vec![Client::Raw],
-        Some(other) => panic!("--client takes relink, never, card or raw, not {other}"),
+        Some(other) => panic!("--client takes relink, learnt, card or raw, not {other}"),
     };
     for gap_us in gaps {
         let gap = Duration::from_micros(gap_us);
@@ -592,8 +592,8 @@ fn main() {
                 .iter()
                 .map(|&client| run(case, client, gap, window))
                 .collect();
-            let [relink, never, card, raw, std, tokio] = match runs.as_slice() {
-                [relink, never, card, raw, std, tokio] => [relink, never, card, raw, std, tokio],
+            let [relink, learnt, card, raw, std, tokio] = match runs.as_slice() {
+                [relink, learnt, card, raw, std, tokio] => [relink, learnt, card, raw, std, tokio],
                 [one] => {
                     println!(
                         "paced case={} gap_us={gap_us} {}_cpu_pct={:.1} {}_p50_us={:.1}",
@@ -609,46 +609,46 @@ fn main() {
             };
             let round_trip = if case == Case::Rr {
                 format!(
-                    " relink_p50_us={:.1} never_p50_us={:.1} card_p50_us={:.1} raw_p50_us={:.1} \
+                    " relink_p50_us={:.1} learnt_p50_us={:.1} card_p50_us={:.1} raw_p50_us={:.1} \
                      std_p50_us={:.1} tokio_p50_us={:.1} rtt_card_ratio={:.2} \
-                     never_rtt_card_ratio={:.2} rtt_raw_ratio={:.2} rtt_ratio_tokio={:.2} \
-                     never_rtt_ratio_tokio={:.2}",
+                     learnt_rtt_card_ratio={:.2} rtt_raw_ratio={:.2} rtt_ratio_tokio={:.2} \
+                     learnt_rtt_ratio_tokio={:.2}",
                     relink.p50_us,
-                    never.p50_us,
+                    learnt.p50_us,
                     card.p50_us,
                     raw.p50_us,
                     std.p50_us,
                     tokio.p50_us,
                     relink.p50_us / card.p50_us.max(0.01),
-                    never.p50_us / card.p50_us.max(0.01),
+                    learnt.p50_us / card.p50_us.max(0.01),
                     relink.p50_us / raw.p50_us.max(0.01),
                     relink.p50_us / tokio.p50_us.max(0.01),
-                    never.p50_us / tokio.p50_us.max(0.01)
+                    learnt.p50_us / tokio.p50_us.max(0.01)
                 )
             } else {
                 String::new()
             };
             println!(
-                "paced case={} gap_us={gap_us} relink_cpu_pct={:.1} never_cpu_pct={:.1} \
+                "paced case={} gap_us={gap_us} relink_cpu_pct={:.1} learnt_cpu_pct={:.1} \
                  card_cpu_pct={:.1} raw_cpu_pct={:.1} std_cpu_pct={:.1} tokio_cpu_pct={:.1} \
-                 card_ratio={:.2} never_card_ratio={:.2} card_raw_ratio={:.2} raw_ratio={:.2} \
-                 never_raw_ratio={:.2} ratio_std={:.2} ratio_tokio={:.2} \
-                 never_ratio_tokio={:.2}{round_trip}",
+                 card_ratio={:.2} learnt_card_ratio={:.2} card_raw_ratio={:.2} raw_ratio={:.2} \
+                 learnt_raw_ratio={:.2} ratio_std={:.2} ratio_tokio={:.2} \
+                 learnt_ratio_tokio={:.2}{round_trip}",
                 case.name(),
                 relink.cpu_pct,
-                never.cpu_pct,
+                learnt.cpu_pct,
                 card.cpu_pct,
                 raw.cpu_pct,
                 std.cpu_pct,
                 tokio.cpu_pct,
                 relink.cpu_pct / card.cpu_pct.max(0.01),
-                never.cpu_pct / card.cpu_pct.max(0.01),
+                learnt.cpu_pct / card.cpu_pct.max(0.01),
                 card.cpu_pct / raw.cpu_pct.max(0.01),
                 relink.cpu_pct / raw.cpu_pct.max(0.01),
-                never.cpu_pct / raw.cpu_pct.max(0.01),
+                learnt.cpu_pct / raw.cpu_pct.max(0.01),
                 relink.cpu_pct / std.cpu_pct.max(0.01),
                 relink.cpu_pct / tokio.cpu_pct.max(0.01),
-                never.cpu_pct / tokio.cpu_pct.max(0.01),
+                learnt.cpu_pct / tokio.cpu_pct.max(0.01),
             );
         }
     }

@@ -250,7 +250,7 @@ impl Builder {
                 closed_frames_wait: defaults::CLOSED_FRAMES_WAIT,
                 close_timeout: defaults::CLOSE_TIMEOUT,
                 resolver: None,
-                looks: Looks::Learnt,
+                looks: Looks::Never,
             },
         };
         b.apply_groups();
@@ -558,9 +558,9 @@ impl Builder {
         self
     }
 
-    /// How the threads that wait on the link wait: look for a while before sleeping
-    /// ([`Looks::Learnt`], the default: the shortest round trip) or sleep at once
-    /// ([`Looks::Never`]: less CPU per request and reply, a longer round trip). It applies to
+    /// How the threads that wait on the link wait: sleep at once ([`Looks::Never`], the
+    /// default: the least CPU) or look for a while before sleeping ([`Looks::Learnt`]: a
+    /// shorter request round trip for more CPU). It applies to
     /// the application's blocking receives and requests on this link, and to the IO thread's
     /// looks after this link's passes.
     ///

@@ -228,7 +228,7 @@ fn frames_and_requests_called_together_leave_in_the_order_of_their_calls() {
 }
 
 #[test]
-fn a_link_that_never_looks_answers_each_request_and_delivers_each_push_in_turn() {
+fn under_either_looks_setting_each_request_gets_its_reply_and_each_push_comes_in_turn() {
     let peer = Peer::start(Behaviour::script(|c| {
         while let Ok(line) = c.read_line(T) {
             let out = format!("{}\n>push\n", String::from_utf8_lossy(&line));
@@ -237,24 +237,28 @@ fn a_link_that_never_looks_answers_each_request_and_delivers_each_push_in_turn()
             }
         }
     }));
-    let link = lines_link(&peer)
-        .requests(|q| q.correlation = Some(Correlation::in_order_except(|f| f.starts_with(b">"))))
-        .looks(Looks::Never)
-        .build()
-        .unwrap();
-    // One at a time: every wait finds nothing at first and sleeps, so each reply and each push
-    // reaches a caller only through a wake-up.
-    for i in 0..200 {
-        let reply = link.request_within(format!("q{i}"), T).wait().unwrap();
-        assert_eq!(reply, format!("q{i}").into_bytes(), "request {i}");
-        let push = loop {
-            if let Event::Frame(f) = link.events().recv_timeout(T).unwrap() {
-                break f;
-            }
-        };
-        assert_eq!(push, &b">push"[..], "push {i}");
+    // `Never`: every wait finds nothing at first and sleeps, so each reply and each push
+    // reaches a caller only through a wake-up. `Learnt`: the waits look first.
+    for looks in [Looks::Never, Looks::Learnt] {
+        let link = lines_link(&peer)
+            .requests(|q| {
+                q.correlation = Some(Correlation::in_order_except(|f| f.starts_with(b">")))
+            })
+            .looks(looks)
+            .build()
+            .unwrap();
+        for i in 0..200 {
+            let reply = link.request_within(format!("q{i}"), T).wait().unwrap();
+            assert_eq!(reply, format!("q{i}").into_bytes(), "{looks:?}: request {i}");
+            let push = loop {
+                if let Event::Frame(f) = link.events().recv_timeout(T).unwrap() {
+                    break f;
+                }
+            };
+            assert_eq!(push, &b">push"[..], "{looks:?}: push {i}");
+        }
+        link.close(T);
     }
-    link.close(T);
 }
 
 #[test]

@@ -27,16 +27,16 @@ use std::time::{Duration, Instant};
 /// [`Builder::looks`](crate::Builder::looks). A `send` waiting for room is not one of them.
 ///
 /// Each frame passes three threads: the application's, relink's IO thread and libzmq's. A
-/// thread that sleeps and is woken costs tens of microseconds of CPU on a virtual machine,
-/// more than a round trip on loopback. [`Looks::Learnt`] spends CPU to save the wake-ups
-/// where a reply is due soon; [`Looks::Never`] saves the CPU and pays the wake-ups. Streams
-/// coming in or going out at a steady pace cost the same under both: their looks shrink to
-/// none.
+/// thread that sleeps and is woken costs 10–20 µs of CPU on a virtual machine; a round trip
+/// through the three threads and the peer lasts 60–150 µs there, so a look that waits for a
+/// reply spins for longer than the wake-up it saves. [`Looks::Never`], the default, sleeps at
+/// once: the least CPU, within 1.2 × of the least a client of this shape costs
+/// (docs/benchmarks.md, "Paced traffic"). [`Looks::Learnt`] spends CPU to save the wake-ups
+/// where a reply is due soon: the shortest round trip. Streams coming in or going out at a
+/// steady pace cost the same under both: their looks shrink to none.
 ///
-/// `cargo bench --bench paced -- --quick`, a request and its reply every 200 µs on the 2-core
-/// machine of docs/benchmarks.md: `Never` takes 0.68–0.77 × the CPU of `Learnt` for a round
-/// trip 34–55 µs longer; at one every 2 ms, 0.72–0.88 × (docs/benchmarks.md, "Paced
-/// traffic").
+/// `cargo bench --bench paced -- --quick` prints both beside the least a client of this
+/// shape costs (`card_ratio`, `learnt_card_ratio`) and their round trips.
 ///
 /// # Examples
 /// ```
@@ -44,8 +44,8 @@ use std::time::{Duration, Instant};
 /// use relink::Link;
 /// use relink::config::Looks;
 ///
-/// // A device polled every few seconds: its round trip matters less than the core.
-/// let link = Link::builder("tcp://127.0.0.1:7000").looks(Looks::Never).build()?;
+/// // A client whose request round trip matters more than the core it spends waiting.
+/// let link = Link::builder("tcp://127.0.0.1:7000").looks(Looks::Learnt).build()?;
 /// # link.close(Duration::ZERO);
 /// # Ok::<(), relink::error::ConfigError>(())
 /// ```
@@ -55,12 +55,12 @@ pub enum Looks {
     /// Look before sleeping, for as long as the link's traffic says it wins: a thread about to
     /// sleep until a reply comes looks for it first, yielding its core between looks, for
     /// 30–250 µs learnt from how soon replies come; a thread waiting on a stream looks for at
-    /// most 30 µs, and not at all once frames come further apart. The default: the shortest
-    /// round trip.
-    #[default]
+    /// most 30 µs, and not at all once frames come further apart. The shortest round trip,
+    /// for more CPU.
     Learnt,
     /// Never look: every wait that finds nothing sleeps at once and costs a wake-up, and no
-    /// CPU is spent looking.
+    /// CPU is spent looking. The default: the least CPU.
+    #[default]
     Never,
 }
 
