@@ -6,6 +6,8 @@
 //! byte it reads, TCP_NODELAY set), each sending a length-prefixed 64-byte frame and waiting
 //! for the whole echo before sending the next:
 //! - `relink`: `link.send(frame)`, then `link.events().recv()` until the decoded frame arrives.
+//! - `relink_learnt`: the same with `Looks::Learnt` (a waiting thread looks for the echo
+//!   before it sleeps; the default, `Looks::Never`, sleeps at once).
 //! - `relink_own`, `relink_global`: the same with the link on a pool of one thread of its own
 //!   (`IoPool::new(1)`) or on the shared `IoPool::global()`: the default is chosen by these.
 //! - `raw_zmq`: a bare ZMQ_STREAM socket: send `[rid, prefix + payload]`, receive until the
@@ -31,6 +33,7 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use relink::config::Looks;
 use relink::framing::LengthDelimited;
 use relink::{Event, IoPool, Link, State};
 
@@ -60,9 +63,17 @@ struct RelinkClient {
 }
 
 impl RelinkClient {
-    /// A link on the builder's default IO thread (`pool` none), or on `pool`.
-    fn connect(echo: &Peer, name: &'static str, pool: Option<IoPool>) -> RelinkClient {
-        let mut builder = Link::builder(echo.endpoint()).framing(LengthDelimited::len32());
+    /// A link on the builder's default IO thread (`pool` none), or on `pool`, waiting as
+    /// `looks` says.
+    fn connect(
+        echo: &Peer,
+        name: &'static str,
+        pool: Option<IoPool>,
+        looks: Looks,
+    ) -> RelinkClient {
+        let mut builder = Link::builder(echo.endpoint())
+            .framing(LengthDelimited::len32())
+            .looks(looks);
         if let Some(pool) = &pool {
             builder = builder.io_pool(pool);
         }
@@ -227,7 +238,8 @@ fn us(d: Duration) -> f64 {
 
 fn main() {
     // `cargo bench` adds `--bench`; unknown arguments are ignored. For profiling one client:
-    // `--only=<impl>` (relink, relink_own, relink_global, raw_zmq, std_tcp, tokio).
+    // `--only=<impl>` (relink, relink_learnt, relink_own, relink_global, raw_zmq, std_tcp,
+    // tokio).
     let smoke = support::smoke();
     let quick = support::flag("quick");
     let only = support::arg("only");
@@ -254,21 +266,24 @@ fn main() {
     let mut echoes = Vec::new();
     let mut clients: Vec<Box<dyn Client>> = Vec::new();
     let relinks = [
-        ("relink", None),
+        ("relink", None, Looks::default()),
+        ("relink_learnt", None, Looks::Learnt),
         (
             "relink_own",
             Some(IoPool::new(1).expect("a pool of one thread")),
+            Looks::default(),
         ),
         (
             "relink_global",
             Some(IoPool::global().expect("the global pool")),
+            Looks::default(),
         ),
     ];
-    for (name, pool) in relinks {
+    for (name, pool, looks) in relinks {
         if wanted(name) {
             echoes.push(Peer::start(peer::echo));
             let echo = &echoes[echoes.len() - 1];
-            clients.push(Box::new(RelinkClient::connect(echo, name, pool)));
+            clients.push(Box::new(RelinkClient::connect(echo, name, pool, looks)));
         }
     }
     if wanted("raw_zmq") {

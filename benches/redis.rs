@@ -12,14 +12,20 @@
 //! - `one`: one request at a time. relink: `Link::request`; redis crate: one task awaiting
 //!   `query_async` for each.
 //!
+//! relink runs twice in each mode: as built by default (`Looks::Never`: a waiting caller
+//! sleeps at once) and with `Looks::Learnt` (it looks for the reply first), printed as
+//! `impl=relink-learnt` and as the `learnt_` ratios.
+//!
 //! Each request's latency runs from its submission to its reply reaching the caller. Rounds
 //! alternate between the two clients so that load on the machine hits both alike. The output
 //! is one line per client and mode, then one ratio line per mode (relink / redis crate):
 //!
 //! ```text
 //! redis mode=pipelined impl=relink ops_per_s=... p50_us=... p99_us=...
+//! redis mode=pipelined impl=relink-learnt ops_per_s=... p50_us=... p99_us=...
 //! redis mode=pipelined impl=redis-rs ops_per_s=... p50_us=... p99_us=...
-//! ratio mode=pipelined throughput=... p50=... p99=...
+//! ratio mode=pipelined throughput=... p50=... p99=... learnt_throughput=... learnt_p50=...
+//! learnt_p99=...
 //! ```
 //!
 //! `cargo bench --bench redis -- --mixed` runs one more mode alone, relink only: `mixed`,
@@ -28,14 +34,16 @@
 //! `GET` through `Link::request` (256 requests outstanding at most), 200 000 calls, then a
 //! flush; `redis mode=mixed impl=relink ops_per_s=...` and its p50/p99 over the requests.
 //!
-//! Targets: relink's pipelined throughput at least the redis crate's (ratio ≥ 1), its
-//! one-at-a-time p50 at most 1.1× the redis crate's.
+//! Targets, for `Looks::Learnt` (the setting for a caller that waits on each reply):
+//! relink's pipelined throughput at least the redis crate's (ratio ≥ 1), its one-at-a-time
+//! p50 at most 1.1× the redis crate's.
 
 mod support;
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+use relink::config::Looks;
 use relink::framing::Resp;
 use relink::protocol::{Correlation, Redis, RequestReply};
 use relink::{Link, Pending, SendOptions, State};
@@ -71,8 +79,10 @@ impl Run {
     }
 }
 
-fn relink_link(server: &RedisServer) -> Link {
+/// A link to `server` whose waiting threads wait as `looks` says.
+fn relink_link(server: &RedisServer, looks: Looks) -> Link {
     let link = Link::builder(server.endpoint())
+        .looks(looks)
         .framing(Resp::new())
         .protocol(RequestReply)
         .requests(|q| {
@@ -321,10 +331,12 @@ fn main() {
     } else {
         (5, 100_000, 5_000, 10_000)
     };
-    let link = relink_link(&server);
+    let link = relink_link(&server, Looks::default());
+    let learnt = relink_link(&server, Looks::Learnt);
     let rs = RedisRs::connect(&server);
-    // Warm-up: both connections, the server's keys.
+    // Warm-up: the connections, the server's keys.
     relink_pipelined(&link, pipelined_ops / 10 + 2, keys);
+    relink_pipelined(&learnt, pipelined_ops / 10 + 2, keys);
     rs.pipelined(pipelined_ops / 10 + 2, keys);
 
     for (mode, f_relink, f_rs) in [
@@ -339,20 +351,27 @@ fn main() {
             &(|r: &RedisRs| r.one(one_ops, keys)) as &dyn Fn(&RedisRs) -> Run,
         ),
     ] {
-        let (mut a, mut b) = (Vec::new(), Vec::new());
+        let (mut a, mut l, mut b) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..rounds {
             a.push(f_relink(&link));
+            l.push(f_relink(&learnt));
             b.push(f_rs(&rs));
         }
-        let (a, b) = (summarise(a), summarise(b));
+        let (a, l, b) = (summarise(a), summarise(l), summarise(b));
         print(mode, "relink", &a);
+        print(mode, "relink-learnt", &l);
         print(mode, "redis-rs", &b);
         println!(
-            "ratio mode={mode} throughput={:.2} p50={:.2} p99={:.2}",
+            "ratio mode={mode} throughput={:.2} p50={:.2} p99={:.2} learnt_throughput={:.2} \
+             learnt_p50={:.2} learnt_p99={:.2}",
             a.ops_per_s / b.ops_per_s,
             a.p50 / b.p50,
-            a.p99 / b.p99
+            a.p99 / b.p99,
+            l.ops_per_s / b.ops_per_s,
+            l.p50 / b.p50,
+            l.p99 / b.p99
         );
     }
     link.close(Duration::from_secs(1));
+    learnt.close(Duration::from_secs(1));
 }

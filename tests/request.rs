@@ -249,7 +249,11 @@ fn under_either_looks_setting_each_request_gets_its_reply_and_each_push_comes_in
             .unwrap();
         for i in 0..200 {
             let reply = link.request_within(format!("q{i}"), T).wait().unwrap();
-            assert_eq!(reply, format!("q{i}").into_bytes(), "{looks:?}: request {i}");
+            assert_eq!(
+                reply,
+                format!("q{i}").into_bytes(),
+                "{looks:?}: request {i}"
+            );
             let push = loop {
                 if let Event::Frame(f) = link.events().recv_timeout(T).unwrap() {
                     break f;
