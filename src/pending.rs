@@ -45,9 +45,9 @@ impl Pending {
 
     /// Blocks until the reply or the request's end. Never waits forever: every request has a
     /// deadline, and a link that stops ends its requests. Like a blocking receive of events
-    /// ([`Events`](crate::Events)), and with the same look (the link's, 30 to 250 µs, learnt
-    /// from how soon replies come), it looks for the reply, yielding its core, before its
-    /// thread sleeps.
+    /// ([`Events`](crate::Events)), it sleeps at once by default; on a link built with
+    /// [`Looks::Learnt`](crate::config::Looks::Learnt) it looks for the reply first (the
+    /// link's look, 30 to 250 µs, learnt from how soon replies come), yielding its core.
     ///
     /// # Errors
     /// Why the request got no reply; see [`RequestError`].

@@ -25,7 +25,9 @@ use crate::io::shared::Shared;
 /// Every clone takes from the same stream of events: each event goes to one receiver.
 ///
 /// A blocking receive ([`recv`](Events::recv), [`recv_timeout`](Events::recv_timeout),
-/// [`recv_deadline`](Events::recv_deadline)) that finds no event looks again for a while,
+/// [`recv_deadline`](Events::recv_deadline)) that finds no event sleeps at once by default
+/// ([`Looks::Never`](crate::config::Looks::Never)). On a link built with
+/// [`Looks::Learnt`](crate::config::Looks::Learnt) it looks again for a while first,
 /// yielding its core between looks, before its thread sleeps: a reply that comes within the
 /// look is then taken without the wake-up of a sleeping thread (docs/benchmarks.md, "The
 /// round trip", shows what that saves). How long it looks is learnt per link from the waits after
