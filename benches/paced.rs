@@ -3,7 +3,10 @@
 //! user would otherwise write and the floor of relink's design, a raw ZMQ_STREAM client.
 //!
 //! Run with `cargo bench --bench paced` (5 s per client, case and pace), `-- --quick` (2 s)
-//! or `--smoke` (or `RELINK_BENCH_SMOKE=1`: 0.3 s, to show that it runs to the end).
+//! or `--smoke` (or `RELINK_BENCH_SMOKE=1`: 0.3 s, to show that it runs to the end). Each
+//! case runs every client in turn, three rounds (`--rounds N`; one under `--smoke`), and a
+//! client's figures are the medians of its rounds: a run's threads land on one core or on
+//! two, which moves a single run's CPU by up to 1.5 ×.
 //! `--gap-us N` runs one pace (a frame every N µs), `--case in|out|rr` one case, and
 //! `--client relink` (or `learnt`, `raw` or `card`) that client alone (no ratios).
 //!
@@ -114,6 +117,18 @@ enum Client {
 struct Run {
     cpu_pct: f64,
     p50_us: f64,
+}
+
+impl Run {
+    /// The median CPU and the median p50 of `rounds`.
+    fn median(rounds: Vec<Run>) -> Run {
+        let mut cpu: Vec<f64> = rounds.iter().map(|r| r.cpu_pct).collect();
+        let mut p50: Vec<f64> = rounds.iter().map(|r| r.p50_us).collect();
+        Run {
+            cpu_pct: median(&mut cpu),
+            p50_us: median(&mut p50),
+        }
+    }
 }
 
 /// The ticks of a run of `window`, `gap` apart: sleeps until each, in turn.
@@ -546,7 +561,7 @@ fn tokio_client(case: Case, port: u16, gap: Duration, window: Duration) -> f64 {
 
 fn main() {
     // `cargo bench` adds `--bench`; every argument but `--quick`, `--smoke`, `--gap-us`,
-    // `--case` and `--client` is ignored.
+    // `--case`, `--client` and `--rounds` is ignored.
     let smoke = support::smoke();
     let window = Duration::from_millis(if smoke {
         300
@@ -555,6 +570,12 @@ fn main() {
     } else {
         5_000
     });
+    let rounds_per_case: usize = match support::arg("rounds") {
+        Some(r) => r.parse().expect("--rounds takes a count"),
+        None if smoke => 1,
+        None => 3,
+    };
+    assert!(rounds_per_case > 0, "--rounds takes at least 1");
     let gaps: Vec<u64> = match support::arg("gap-us") {
         Some(g) => vec![g.parse().expect("--gap-us takes microseconds")],
         None => GAPS_US.to_vec(),
@@ -584,14 +605,21 @@ fn main() {
     for gap_us in gaps {
         let gap = Duration::from_micros(gap_us);
         println!(
-            "paced: a frame every {gap_us} µs, {} ms per client and case",
+            "paced: a frame every {gap_us} µs, {} ms per client and case, {rounds_per_case} \
+             rounds",
             window.as_millis()
         );
         for &case in &cases {
-            let runs: Vec<Run> = clients
-                .iter()
-                .map(|&client| run(case, client, gap, window))
-                .collect();
+            // Rounds of every client in turn; each client's figures are the medians of its
+            // rounds, so that one round whose threads the scheduler placed well or badly does
+            // not decide a ratio.
+            let mut rounds: Vec<Vec<Run>> = clients.iter().map(|_| Vec::new()).collect();
+            for _ in 0..rounds_per_case {
+                for (&client, kept) in clients.iter().zip(rounds.iter_mut()) {
+                    kept.push(run(case, client, gap, window));
+                }
+            }
+            let runs: Vec<Run> = rounds.into_iter().map(Run::median).collect();
             let [relink, learnt, card, raw, std, tokio] = match runs.as_slice() {
                 [relink, learnt, card, raw, std, tokio] => [relink, learnt, card, raw, std, tokio],
                 [one] => {

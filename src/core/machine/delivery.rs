@@ -26,6 +26,12 @@ use crate::error::{Callback, FlushError, RequestError};
 /// ([`Backlog::reading_at`]).
 pub(crate) const QUIET: std::time::Duration = std::time::Duration::from_millis(10);
 
+/// How long after the oldest waiting frame was written the link's own timer takes the first
+/// reading, while nothing waits on the confirmations: before it, the reading waits for a pass
+/// the link makes anyway after [`QUIET`] (its next frame's), and costs no wake-up of its own
+/// ([`Backlog::reading_wake_at`]).
+pub(crate) const QUIET_WAKE: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// Unconfirmed frames at which every pass reads the acknowledged bytes.
 const PRESSED_FRAMES: usize = 64;
 
@@ -165,6 +171,23 @@ impl Backlog {
             self.window
                 .oldest()
                 .map_or(at, |oldest| at.max(oldest + QUIET)),
+        )
+    }
+
+    /// When the IO thread must wake for the window's next reading: [`Backlog::reading_at`],
+    /// but, while nothing waits on the confirmations, no sooner than [`QUIET_WAKE`] after the
+    /// oldest waiting frame was written. A link that writes a frame every few milliseconds
+    /// takes its readings in the passes of its frames, without a wake-up of their own; one
+    /// that wrote one frame and nothing more has it confirmed [`QUIET_WAKE`] later.
+    pub(super) fn reading_wake_at(&self, window_limit: usize, closing: bool) -> Option<Instant> {
+        let at = self.reading_at(window_limit, closing)?;
+        if self.reading_pressed(window_limit, closing) {
+            return Some(at);
+        }
+        Some(
+            self.window
+                .oldest()
+                .map_or(at, |oldest| at.max(oldest + QUIET_WAKE)),
         )
     }
 

@@ -2,7 +2,7 @@
 //! acknowledges their last byte (the count enters as an input), the window holds frames back,
 //! and a drop resends or reports what was not confirmed.
 
-use super::super::delivery::QUIET;
+use super::super::delivery::{QUIET, QUIET_WAKE};
 use super::*;
 use crate::Redelivery;
 
@@ -59,6 +59,44 @@ fn the_machine_asks_for_readings_while_frames_wait_and_less_often_while_nothing_
     let third = s.m.poll_timeout().unwrap() - s.now;
     assert!(third > second, "{third:?} after {second:?}");
     assert!(s.metrics().oldest_unconfirmed >= Some(first + second));
+}
+
+#[test]
+fn a_link_writing_every_few_milliseconds_reads_in_its_frames_passes_and_a_lone_frame_wakes_later()
+{
+    let ms = Duration::from_millis;
+    let mut s = quiet(Sim::builder());
+    let began = s.now;
+    s.submit(b"a");
+    s.transmit();
+    // Nothing waits on the confirmation: the link's own timer comes only at QUIET_WAKE.
+    assert_eq!(s.m.poll_timeout(), Some(began + QUIET_WAKE));
+    // A frame every 2 ms: the reading is due in the first pass after QUIET, the pass of a
+    // frame, and no timer fires before it.
+    let mut read_at = None;
+    for i in 1..=10u32 {
+        let at = began + ms(2) * i;
+        assert!(s.m.poll_timeout().is_some_and(|t| t > at - ms(2)), "frame {i}");
+        s.now = at;
+        // A pass reads before its timers, as `Slot::pass` does.
+        if read_at.is_none() && s.m.reading_due(s.now) {
+            read_at = Some(at - began);
+            s.ack(s.m.delivery.window.written());
+        }
+        s.m.handle_timeout(s.now);
+        s.submit(b"a");
+        s.transmit();
+    }
+    assert_eq!(read_at, Some(QUIET), "read in the pass of the frame at QUIET");
+    assert_eq!(sent_frames(&s), (11, 5, 6));
+    // The link goes quiet: its own timer reads what waits, QUIET_WAKE after the oldest (the
+    // frame written in the pass that read).
+    let wake = s.m.poll_timeout().expect("a reading is wanted");
+    assert_eq!(wake, began + QUIET + QUIET_WAKE);
+    assert!(s.m.reading_due(wake));
+    // A pass it made for something else QUIET after that frame would have read it then.
+    assert!(!s.m.reading_due(began + QUIET + QUIET - ms(1)));
+    assert!(s.m.reading_due(began + QUIET + QUIET + ms(1)));
 }
 
 #[test]
