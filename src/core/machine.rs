@@ -485,10 +485,7 @@ impl Machine {
             }
         };
         consider(self.delivery.next_deadline());
-        consider(
-            self.delivery
-                .reading_wake_at(self.cfg.window, self.closing),
-        );
+        consider(self.delivery.reading_wake_at(self.cfg.window, self.closing));
         consider(self.barrier_at());
         if let Some(hb) = self.conn.as_ref().and_then(|c| c.heartbeat.as_ref()) {
             consider(hb.death_at());

@@ -324,8 +324,9 @@ pub(super) fn coarse_now() -> std::time::Duration {
 /// One TCP connection libzmq opened, read through a duplicate of its descriptor while frames
 /// wait for acknowledgement: the socket stays the same object however libzmq closes or reuses
 /// its own number, and a last reading can be taken after libzmq let the connection go. While
-/// nothing waits the duplicate is closed (a link then holds no descriptor more than libzmq's),
-/// and taken again, after both addresses are checked, when frames wait again. Dropping it
+/// nothing has waited for a moment (`slot::HOLD_IDLE`) the duplicate is closed (a link then
+/// holds no descriptor more than libzmq's), and taken again, after both addresses are
+/// checked, when frames wait again. Dropping it
 /// closes the duplicate (the connection itself closes once libzmq has closed its descriptor).
 #[derive(Debug)]
 pub(super) struct TcpConn {
@@ -373,6 +374,11 @@ impl TcpConn {
     /// Closes the duplicate while no frame waits for acknowledgement.
     pub(super) fn release(&mut self) {
         self.dup = None;
+    }
+
+    /// Whether the duplicate is open.
+    pub(super) fn is_held(&self) -> bool {
+        self.dup.is_some()
     }
 
     /// Payload bytes the peer's kernel acknowledged (`tcpi_bytes_acked − 1`: the SYN counts

@@ -63,6 +63,10 @@ const WRITE_BUDGET: usize = 16;
 /// gone (the caller wakes the thread).
 pub(crate) type Post = Arc<dyn Fn(Command) -> bool + Send + Sync>;
 
+/// How long the TCP_INFO duplicate stays open after the last frame that waited for
+/// acknowledgement was confirmed ([`Slot::release_idle`]).
+const HOLD_IDLE: Duration = Duration::from_millis(100);
+
 /// One link as its IO thread holds it: its machine, its sockets, its undelivered events.
 /// Built on the caller's thread (so that errors reach `build()`), then moved to the thread.
 pub(crate) struct Slot {
@@ -133,6 +137,8 @@ pub(crate) struct Slot {
     pub(super) queued: bool,
     /// When to drain the link's lanes again (see [`Slot::take_intake`]).
     lane_recheck: Option<Instant>,
+    /// When to close the TCP_INFO duplicate, held while no frame waits ([`HOLD_IDLE`]).
+    release_at: Option<Instant>,
     /// Who waits for each outstanding request, by its token.
     promises: HashMap<Token, Promise, ById>,
     /// The flushes waiting for their outcome.
@@ -278,6 +284,7 @@ impl Slot {
             timer_at: None,
             queued: false,
             lane_recheck: None,
+            release_at: None,
             promises: HashMap::default(),
             flushes: HashMap::default(),
             next_token: 0,
@@ -328,6 +335,7 @@ impl Slot {
         let again = (due && !read) || self.machine.reading_due(now);
         self.read_acks(now, again);
         more |= self.transmit(now, buf);
+        self.release_idle(now);
         self.note_traffic(now);
         self.publish();
         // Any call into the socket but a read that found nothing may have taken libzmq's
@@ -341,6 +349,27 @@ impl Slot {
                 .unwrap_or(false);
         self.socket_quiet = !readable;
         more || (readable && !self.sink.is_behind() && self.stopped.is_none())
+    }
+
+    /// Closes the TCP_INFO duplicate once no frame has waited for [`HOLD_IDLE`]: a link that
+    /// writes now and then (a request and its reply every few milliseconds, a reading that
+    /// confirms a stream's last frames before the pass writes the next) keeps it, rather than
+    /// closing and taking it again each time (four system calls: two addresses, a dup, a
+    /// close). At the end of a pass, so that a pass that reads and then writes keeps it.
+    fn release_idle(&mut self, now: Instant) {
+        let idle = !self.machine.wants_acks();
+        let Some(conn) = self.conn.as_mut().filter(|c| idle && c.is_held()) else {
+            self.release_at = None;
+            return;
+        };
+        match self.release_at {
+            None => self.release_at = Some(now + HOLD_IDLE),
+            Some(at) if at <= now => {
+                conn.release();
+                self.release_at = None;
+            }
+            Some(_) => {}
+        }
     }
 
     /// Learns from this pass's traffic whether the link's replies come soon after its writes
@@ -456,6 +485,7 @@ impl Slot {
         [
             self.machine.poll_timeout(),
             self.lane_recheck,
+            self.release_at,
             self.sink.next_expiry(),
         ]
         .into_iter()

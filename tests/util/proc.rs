@@ -105,9 +105,20 @@ impl ServerProcess {
         assert_eq!(rc, 0, "kill({pid}, {sig}): {}", io::Error::last_os_error());
     }
 
-    /// SIGSTOP: the process freezes; the kernel still completes new TCP handshakes.
+    /// SIGSTOP: the process freezes; the kernel still completes new TCP handshakes. Returns
+    /// once every thread of the process is stopped (a signal is delivered after `kill`
+    /// returns: a thread on another core can still read and answer for a moment).
     pub fn stop_signal(&self) {
         self.signal(libc::SIGSTOP);
+        let pid = self.pid().expect("the child is not running");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !all_threads_stopped(pid) {
+            assert!(
+                Instant::now() < deadline,
+                "process {pid} did not stop within 5 s"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 
     /// SIGCONT: resume after `stop_signal`.
@@ -258,4 +269,18 @@ pub fn wait_child_line(rx: &Receiver<String>, port: u16) {
             Err(e) => panic!("the child peer on port {port} did not come up: {e}"),
         }
     }
+}
+
+/// Whether every thread of process `pid` is stopped (state `T` in `/proc/<pid>/task/*/stat`).
+fn all_threads_stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().all(|task| {
+        std::fs::read_to_string(task.path().join("stat")).is_ok_and(|stat| {
+            // The state follows the command's closing parenthesis.
+            stat.rsplit_once(')')
+                .is_some_and(|(_, rest)| rest.trim_start().starts_with('T'))
+        })
+    })
 }

@@ -141,10 +141,8 @@ impl Slot {
     /// `due` (`Machine::reading_due`).
     pub(super) fn read_acks(&mut self, now: Instant, due: bool) {
         if !self.machine.wants_acks() {
-            // Nothing waits (a write of control bytes only): no duplicate descriptor is kept.
-            if let Some(conn) = &mut self.conn {
-                conn.release();
-            }
+            // Nothing waits (a write of control bytes only): the pass lets the duplicate
+            // descriptor go at its end (`Slot::pass`).
             return;
         }
         if !due {
@@ -158,12 +156,6 @@ impl Slot {
         self.machine
             .handle_input(now, Input::Acked { generation, bytes });
         self.carry_out(now);
-        if !self.machine.wants_acks() {
-            // Nothing waits: the duplicate descriptor is closed until frames wait again.
-            if let Some(conn) = &mut self.conn {
-                conn.release();
-            }
-        }
     }
 
     /// The connection dropped: one last reading (the descriptor is our own duplicate, still

@@ -62,8 +62,7 @@ fn the_machine_asks_for_readings_while_frames_wait_and_less_often_while_nothing_
 }
 
 #[test]
-fn a_link_writing_every_few_milliseconds_reads_in_its_frames_passes_and_a_lone_frame_wakes_later()
-{
+fn a_link_writing_every_few_milliseconds_reads_in_its_frames_passes_and_a_lone_frame_wakes_later() {
     let ms = Duration::from_millis;
     let mut s = quiet(Sim::builder());
     let began = s.now;
@@ -76,7 +75,10 @@ fn a_link_writing_every_few_milliseconds_reads_in_its_frames_passes_and_a_lone_f
     let mut read_at = None;
     for i in 1..=10u32 {
         let at = began + ms(2) * i;
-        assert!(s.m.poll_timeout().is_some_and(|t| t > at - ms(2)), "frame {i}");
+        assert!(
+            s.m.poll_timeout().is_some_and(|t| t > at - ms(2)),
+            "frame {i}"
+        );
         s.now = at;
         // A pass reads before its timers, as `Slot::pass` does.
         if read_at.is_none() && s.m.reading_due(s.now) {
@@ -87,7 +89,11 @@ fn a_link_writing_every_few_milliseconds_reads_in_its_frames_passes_and_a_lone_f
         s.submit(b"a");
         s.transmit();
     }
-    assert_eq!(read_at, Some(QUIET), "read in the pass of the frame at QUIET");
+    assert_eq!(
+        read_at,
+        Some(QUIET),
+        "read in the pass of the frame at QUIET"
+    );
     assert_eq!(sent_frames(&s), (11, 5, 6));
     // The link goes quiet: its own timer reads what waits, QUIET_WAKE after the oldest (the
     // frame written in the pass that read).
