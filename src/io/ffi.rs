@@ -326,8 +326,8 @@ pub(super) fn coarse_now() -> std::time::Duration {
 /// its own number, and a last reading can be taken after libzmq let the connection go. While
 /// nothing has waited for a moment (`slot::HOLD_IDLE`) the duplicate is closed (a link then
 /// holds no descriptor more than libzmq's), and taken again, after both addresses are
-/// checked, when frames wait again. Dropping it
-/// closes the duplicate (the connection itself closes once libzmq has closed its descriptor).
+/// checked, when frames wait again. Dropping it closes the duplicate (the connection itself
+/// closes once libzmq has closed its descriptor).
 #[derive(Debug)]
 pub(super) struct TcpConn {
     /// libzmq's own descriptor, only ever used after its addresses were checked.

@@ -4,7 +4,7 @@
 //! wait on them. A lost connection's frames are resent or reported from here; the machine
 //! gives back what it returns, as events.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
@@ -24,13 +24,13 @@ use crate::error::{Callback, FlushError, RequestError};
 /// How long after the oldest waiting frame was written the first reading of the
 /// acknowledged bytes comes, while nothing waits on the confirmations
 /// ([`Backlog::reading_at`]).
-pub(crate) const QUIET: std::time::Duration = std::time::Duration::from_millis(10);
+pub(crate) const QUIET: Duration = Duration::from_millis(10);
 
 /// How long after the oldest waiting frame was written the link's own timer takes the first
 /// reading, while nothing waits on the confirmations: before it, the reading waits for a pass
 /// the link makes anyway after [`QUIET`] (its next frame's), and costs no wake-up of its own
 /// ([`Backlog::reading_wake_at`]).
-pub(crate) const QUIET_WAKE: std::time::Duration = std::time::Duration::from_millis(50);
+pub(crate) const QUIET_WAKE: Duration = Duration::from_millis(50);
 
 /// Unconfirmed frames at which every pass reads the acknowledged bytes.
 const PRESSED_FRAMES: usize = 64;
@@ -163,15 +163,7 @@ impl Backlog {
     /// frames of [`QUIET`], not one per frame (each costs the IO thread a wake-up and a few
     /// system calls, more than the frame).
     pub(super) fn reading_at(&self, window_limit: usize, closing: bool) -> Option<Instant> {
-        let at = self.window.poll_at()?;
-        if self.reading_pressed(window_limit, closing) {
-            return Some(at);
-        }
-        Some(
-            self.window
-                .oldest()
-                .map_or(at, |oldest| at.max(oldest + QUIET)),
-        )
+        self.reading_after(window_limit, closing, QUIET)
     }
 
     /// When the IO thread must wake for the window's next reading: [`Backlog::reading_at`],
@@ -180,14 +172,25 @@ impl Backlog {
     /// takes its readings in the passes of its frames, without a wake-up of their own; one
     /// that wrote one frame and nothing more has it confirmed [`QUIET_WAKE`] later.
     pub(super) fn reading_wake_at(&self, window_limit: usize, closing: bool) -> Option<Instant> {
-        let at = self.reading_at(window_limit, closing)?;
+        self.reading_after(window_limit, closing, QUIET_WAKE)
+    }
+
+    /// The window's own schedule, but, while nothing waits on the confirmations, no sooner
+    /// than `quiet` after the oldest waiting frame was written.
+    fn reading_after(
+        &self,
+        window_limit: usize,
+        closing: bool,
+        quiet: Duration,
+    ) -> Option<Instant> {
+        let at = self.window.poll_at()?;
         if self.reading_pressed(window_limit, closing) {
             return Some(at);
         }
         Some(
             self.window
                 .oldest()
-                .map_or(at, |oldest| at.max(oldest + QUIET_WAKE)),
+                .map_or(at, |oldest| at.max(oldest + quiet)),
         )
     }
 
