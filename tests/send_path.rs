@@ -5,9 +5,14 @@
 
 mod util;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use relink::error::SendError;
+use relink::bytes::{Bytes, BytesMut};
+use relink::error::{RequestError, SendError};
+use relink::framing::{DecodeError, EncodeError, Framing, Lines};
+use relink::protocol::RequestReply;
 use relink::{AbandonReason, Batch, Link, Overflow, SendOptions};
 use util::*;
 
@@ -164,4 +169,77 @@ fn a_per_frame_ttl_expires_frames_on_every_send_path() {
     let m = link.close(ms(50));
     assert_eq!((m.abandoned.expired, m.abandoned.shutdown), (5, 1));
     assert_accounted(&m, "ttl on every path");
+}
+
+/// Lines, whose decode of the first frame it reads tells `entered` and waits (up to
+/// [`BOUND`]) for `release`: the IO thread is held inside a pass.
+#[derive(Clone)]
+struct HeldDecode {
+    lines: Lines,
+    entered: mpsc::Sender<()>,
+    release: Arc<Mutex<mpsc::Receiver<()>>>,
+    held: Arc<AtomicBool>,
+}
+
+impl Framing for HeldDecode {
+    fn encode(&mut self, frame: &[u8], dst: &mut Vec<u8>) -> Result<(), EncodeError> {
+        self.lines.encode(frame, dst)
+    }
+
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Bytes>, DecodeError> {
+        let frame = self.lines.decode(src)?;
+        if frame.is_some() && !self.held.swap(true, Ordering::SeqCst) {
+            let _ = self.entered.send(());
+            let _ = self.release.lock().unwrap().recv_timeout(BOUND);
+        }
+        Ok(frame)
+    }
+
+    fn check(&self, frame: &[u8]) -> Result<(), EncodeError> {
+        self.lines.check(frame)
+    }
+
+    fn delimits_frames(&self) -> bool {
+        true
+    }
+}
+
+#[test]
+fn a_request_whose_deadline_passed_before_the_io_thread_took_it_expires_unwritten() {
+    // The IO thread is held in the pass that reads the echo of the first frame; a request with
+    // a 1 ms deadline is made meanwhile, and a frame after it; both are taken after the
+    // request's deadline: the request must expire unwritten, the frame go out.
+    let peer = Peer::start(Behaviour::Echo);
+    let (entered_tx, entered) = mpsc::channel();
+    let (release, release_rx) = mpsc::channel();
+    let link = Link::builder(peer.endpoint())
+        .framing(HeldDecode {
+            lines: Lines::new(),
+            entered: entered_tx,
+            release: Arc::new(Mutex::new(release_rx)),
+            held: Arc::new(AtomicBool::new(false)),
+        })
+        .protocol(RequestReply)
+        .build()
+        .expect("build");
+    Watch::new(&link).until(BOUND, |t| t.to == relink::State::Ready);
+    link.send("first").expect("send");
+    entered
+        .recv_timeout(BOUND)
+        .expect("the IO thread reads the echo");
+    let within = ms(1);
+    let asked = Instant::now();
+    let late = link.request_within("late", within);
+    link.send("on time").expect("send");
+    while asked.elapsed() <= within {
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    release.send(()).expect("the IO thread waits");
+    assert_eq!(
+        late.wait(),
+        Err(RequestError::Abandoned(AbandonReason::Expired))
+    );
+    let m = link.close(BOUND);
+    assert_eq!(m.frames_sent, 2);
+    assert_eq!(peer.received_all(), b"first\non time\n");
 }

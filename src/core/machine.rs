@@ -437,13 +437,16 @@ impl Machine {
 
     /// Fires every timer due at `now`.
     pub(crate) fn handle_timeout(&mut self, now: Instant) {
-        for (timer, ev) in [
-            (Timer::Close, Ev::CloseDeadline),
-            (Timer::Dial, Ev::DialTimeout),
-            (Timer::Handshake, Ev::HandshakeTimeout),
-            (Timer::Retry, Ev::RetryTimer),
-            (Timer::Stable, Ev::Stable),
-        ] {
+        // The event of each is made only when it fires: an `Ev` has variants that hold data,
+        // and dropping five of them every pass is not free.
+        const FIRED: [(Timer, fn() -> Ev); 5] = [
+            (Timer::Close, || Ev::CloseDeadline),
+            (Timer::Dial, || Ev::DialTimeout),
+            (Timer::Handshake, || Ev::HandshakeTimeout),
+            (Timer::Retry, || Ev::RetryTimer),
+            (Timer::Stable, || Ev::Stable),
+        ];
+        for (timer, ev) in FIRED {
             if timer == Timer::Handshake && self.read_paused {
                 // The answer may be waiting unread: no verdict on the peer while paused.
                 if self.timers.at(timer).is_some_and(|at| at <= now) {
@@ -452,7 +455,7 @@ impl Machine {
                 continue;
             }
             if self.timers.take(timer, now) {
-                self.step(now, ev);
+                self.step(now, ev());
             }
         }
         // Nothing to do for these: poll_transmit offers the batch again.
@@ -990,6 +993,9 @@ impl Machine {
 
     /// Gives each frame back to the application (`Event::Abandoned`), counted.
     fn abandon_all(&mut self, frames: Vec<Bytes>, reason: AbandonReason) {
+        if frames.is_empty() {
+            return;
+        }
         for frame in frames {
             self.c.abandon(reason, frame.len());
             self.emit(Event::Abandoned { frame, reason });

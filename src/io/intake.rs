@@ -144,13 +144,43 @@ pub(crate) enum Handed {
     Request(Asked),
 }
 
-/// The sizes the IO thread makes a link's next intake buffers at, kept by the IO thread from
-/// one [`Intake::take`] to the next: bytes copied, frames copied, entries.
-#[derive(Clone, Copy, Debug, Default)]
+/// What the IO thread keeps for a link's next [`Intake::take`]: the sizes it makes the next
+/// intake buffers at (bytes copied, frames copied, entries), and the lists of the last take,
+/// emptied by [`Taken::hand_over`], which the next take reuses rather than allocating.
+#[derive(Debug, Default)]
 pub(crate) struct TakeSizes {
     bytes: usize,
     frames: usize,
     entries: usize,
+    kept_ends: Vec<usize>,
+    kept_entries: Vec<Item>,
+}
+
+impl TakeSizes {
+    /// The buffers of the next take: fresh bytes (they go to the machine with the frames), the
+    /// kept lists when they are no larger than a take ever makes them.
+    fn make(&mut self) -> Taken {
+        Taken {
+            data: BytesMut::with_capacity(self.bytes),
+            ends: reuse(&mut self.kept_ends, self.frames, FRAMES_MAX),
+            entries: reuse(&mut self.kept_entries, self.entries, ENTRIES_MAX),
+        }
+    }
+}
+
+/// The most frames and entries a take's lists are made (or kept) for.
+const FRAMES_MAX: usize = SPARE_MAX / 64;
+const ENTRIES_MAX: usize = SPARE_MAX / 1024;
+
+/// `kept` (empty) with room for `want`, or a new list when `kept` is over `max`.
+fn reuse<T>(kept: &mut Vec<T>, want: usize, max: usize) -> Vec<T> {
+    let mut list = std::mem::take(kept);
+    if list.capacity() > max {
+        return Vec::with_capacity(want);
+    }
+    list.clear();
+    list.reserve(want);
+    list
 }
 
 /// Why a frame (or a batch) was not queued; the caller still has it.
@@ -518,7 +548,7 @@ impl Intake {
     /// allocator's lock of the producer's arena on each free, which the producer waits for on
     /// its next allocation.
     pub(crate) fn take(&self, next: &mut TakeSizes) -> Taken {
-        let mut spare = Taken::with_capacity(*next);
+        let mut spare = next.make();
         {
             let mut q = self.lock();
             q.told = false;
@@ -526,11 +556,9 @@ impl Intake {
         }
         // Twice the take: the next may be larger (the IO thread took less often).
         let ahead = |n: usize, max: usize| n.saturating_mul(2).min(max);
-        *next = TakeSizes {
-            bytes: ahead(spare.data.len(), SPARE_MAX),
-            frames: ahead(spare.ends.len(), SPARE_MAX / 64),
-            entries: ahead(spare.entries.len(), SPARE_MAX / 1024),
-        };
+        next.bytes = ahead(spare.data.len(), SPARE_MAX);
+        next.frames = ahead(spare.ends.len(), FRAMES_MAX);
+        next.entries = ahead(spare.entries.len(), ENTRIES_MAX);
         spare
     }
 
@@ -566,14 +594,6 @@ impl Queue {
 }
 
 impl Taken {
-    fn with_capacity(sizes: TakeSizes) -> Taken {
-        Taken {
-            data: BytesMut::with_capacity(sizes.bytes),
-            ends: Vec::with_capacity(sizes.frames),
-            entries: Vec::with_capacity(sizes.entries),
-        }
-    }
-
     /// Appends the bytes of a run of copied frames (given as two parts: a ring's wrap may
     /// split them), whose lengths the run's pushes then give, in order, between frames that
     /// keep their own buffer.
@@ -638,14 +658,19 @@ impl Taken {
     /// The frames as machine inputs and the requests, in order: one `SubmitBatch` per run of
     /// copied frames (each run split off the front of the one buffer, without a copy), one
     /// per batch, one `Submit` per frame that kept its own buffer, one `Request` per request.
-    pub(crate) fn into_handed(self, mut hand: impl FnMut(Handed)) {
+    pub(crate) fn into_handed(self, hand: impl FnMut(Handed)) {
+        self.hand_over(&mut TakeSizes::default(), hand);
+    }
+
+    /// As [`Taken::into_handed`], keeping the emptied lists in `keep` for the next take.
+    pub(crate) fn hand_over(self, keep: &mut TakeSizes, mut hand: impl FnMut(Handed)) {
         let Taken {
             mut data,
-            ends,
-            entries,
+            mut ends,
+            mut entries,
         } = self;
         let mut next = 0;
-        for entry in entries {
+        for entry in entries.drain(..) {
             match entry {
                 Item::Copied { count, deadline } => {
                     let start = if next == 0 { 0 } else { ends[next - 1] };
@@ -665,6 +690,9 @@ impl Taken {
                 Item::Request(asked) => hand(Handed::Request(asked)),
             }
         }
+        ends.clear();
+        keep.kept_ends = ends;
+        keep.kept_entries = entries;
     }
 
     /// Every frame, in order; each request is answered `Closed`, with its frame.

@@ -431,6 +431,29 @@ impl Slot {
         self.machine.handle_input(now, input);
     }
 
+    /// Writes the first batch of the frames just taken from the intake at once, before the
+    /// rest of the link's pass: the pass's timers, readings and accounting then run while
+    /// libzmq's IO thread writes, rather than before it is woken (docs/design.md, "CPU at a
+    /// steady pace"). Only when the pass would write the same batch: nothing came in on the
+    /// socket or its monitor, and none of the link's timers is due (`timer_at`, never later
+    /// than the machine's next deadline as of the last pass). A frame or a request whose own
+    /// deadline passed before it was taken never reaches the batch: the machine gives it back
+    /// as it takes it (`Machine::submit`, `RequestWindow::submit`).
+    pub(super) fn write_taken(&mut self, now: Instant, buf: &mut Vec<u8>) {
+        let due = |at: Option<Instant>| at.is_some_and(|at| at <= now);
+        let waits = self.stopped.is_some()
+            || self.rid.is_none()
+            || !self.socket_quiet
+            || self.socket_signalled
+            || self.monitor_signalled
+            || due(self.timer_at)
+            || due(self.lane_recheck);
+        if !waits {
+            // One batch: the pass writes whatever else there is.
+            self.transmit_one(now, buf);
+        }
+    }
+
     /// Hands the frames waiting in the intake to the machine; with `last`, the intake is
     /// closed first, so that these are the last.
     pub(super) fn take_intake(&mut self, now: Instant, last: bool) {
@@ -449,7 +472,7 @@ impl Slot {
         let machine = &mut self.machine;
         let ledger = &mut self.ledger;
         let (promises, next_token) = (&mut self.promises, &mut self.next_token);
-        taken.into_handed(|handed| {
+        taken.hand_over(&mut self.take_sizes, |handed| {
             let input = match handed {
                 Handed::Frames(input) => {
                     if let Some(l) = ledger {
@@ -635,54 +658,59 @@ impl Slot {
     /// Writes up to the budget; returns true when the budget ran out with batches left.
     fn transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> bool {
         for _ in 0..WRITE_BUDGET {
-            if !self.machine.poll_transmit(now, buf) {
-                // A batch that could not be built (the framing panicked) leaves actions behind.
-                self.carry_out(now);
-                return false;
-            }
-            let result = match &self.rid {
-                None => TxResult::Unreachable,
-                Some((rid, _)) => {
-                    // The batch moves into the zmq message without a copy; the next one
-                    // starts with room for a whole batch, in a buffer libzmq gave back if
-                    // there is one (the thread's one buffer: an idle link holds none). A
-                    // small batch is copied instead and the thread's buffer kept
-                    // (`socket::COPIED_MAX`).
-                    let small = buf.len() <= COPIED_MAX;
-                    let mut data = if small {
-                        std::mem::take(buf)
-                    } else {
-                        std::mem::replace(buf, buffers::take(self.batch_cap))
-                    };
-                    // Frames will wait for acknowledgement: the duplicate descriptor is open
-                    // before libzmq can write them, so a drop still gets its last reading. A
-                    // batch of control frames alone (a heartbeat's ping) waits for nothing and
-                    // takes no duplicate (four system calls: two addresses, a dup, a close).
-                    if self.machine.holds_frames() {
-                        if let Some(conn) = &mut self.conn {
-                            conn.hold();
-                        }
-                    }
-                    self.socket_quiet = false;
-                    let result = send_batch(&mut self.socket, rid, &mut data);
-                    if !data.is_empty() {
-                        self.machine.transmit_unsent(data);
-                        if small {
-                            *buf = buffers::take(self.batch_cap);
-                        }
-                    } else if small {
-                        *buf = data;
-                    }
-                    result
-                }
-            };
-            self.machine.transmit_done(now, result);
-            self.carry_out(now);
-            if result != TxResult::Sent {
+            if self.transmit_one(now, buf) != Some(TxResult::Sent) {
                 return false;
             }
         }
         true
+    }
+
+    /// Builds and writes the next batch; `None` when there was nothing to write.
+    fn transmit_one(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<TxResult> {
+        if !self.machine.poll_transmit(now, buf) {
+            // A batch that could not be built (the framing panicked) leaves actions behind.
+            self.carry_out(now);
+            return None;
+        }
+        let result = match &self.rid {
+            None => TxResult::Unreachable,
+            Some((rid, _)) => {
+                // The batch moves into the zmq message without a copy; the next one
+                // starts with room for a whole batch, in a buffer libzmq gave back if
+                // there is one (the thread's one buffer: an idle link holds none). A
+                // small batch is copied instead and the thread's buffer kept
+                // (`socket::COPIED_MAX`).
+                let small = buf.len() <= COPIED_MAX;
+                let mut data = if small {
+                    std::mem::take(buf)
+                } else {
+                    std::mem::replace(buf, buffers::take(self.batch_cap))
+                };
+                // Frames will wait for acknowledgement: the duplicate descriptor is open
+                // before libzmq can write them, so a drop still gets its last reading. A
+                // batch of control frames alone (a heartbeat's ping) waits for nothing and
+                // takes no duplicate (four system calls: two addresses, a dup, a close).
+                if self.machine.holds_frames() {
+                    if let Some(conn) = &mut self.conn {
+                        conn.hold();
+                    }
+                }
+                self.socket_quiet = false;
+                let result = send_batch(&mut self.socket, rid, &mut data);
+                if !data.is_empty() {
+                    self.machine.transmit_unsent(data);
+                    if small {
+                        *buf = buffers::take(self.batch_cap);
+                    }
+                } else if small {
+                    *buf = data;
+                }
+                result
+            }
+        };
+        self.machine.transmit_done(now, result);
+        self.carry_out(now);
+        Some(result)
     }
 
     pub(super) fn deliver(&mut self, ev: Event) {

@@ -430,22 +430,30 @@ impl Worker {
     ) -> Option<Msg> {
         // A command for a link already closed (a late resolver answer) finds no slot.
         let slot = self.slots.get_mut(&id)?;
+        let mut took = matches!(first, Command::Take);
         slot.command(now, first);
         if !slot.queued {
             slot.queued = true;
             self.queue.push(id);
         }
-        while *taken < COMMAND_BUDGET {
+        let next = loop {
+            if *taken >= COMMAND_BUDGET {
+                break None;
+            }
             match self.commands.try_recv() {
                 Ok(Msg::Link(i, cmd)) if i == id => {
                     *taken += 1;
+                    took |= matches!(cmd, Command::Take);
                     slot.command(now, cmd);
                 }
-                Ok(other) => return Some(other),
-                Err(_) => return None,
+                Ok(other) => break Some(other),
+                Err(_) => break None,
             }
+        };
+        if took {
+            slot.write_taken(now, &mut self.buf);
         }
-        None
+        next
     }
 
     fn dispatch(&mut self, now: Instant, msg: Msg) {
