@@ -4,9 +4,9 @@
 //!
 //! Run with `cargo bench --bench paced` (5 s per client, case and pace), `-- --quick` (2 s)
 //! or `--smoke` (or `RELINK_BENCH_SMOKE=1`: 0.3 s, to show that it runs to the end). Each
-//! case runs every client in turn, three rounds (`--rounds N`; one under `--smoke`), and a
-//! client's figures are the medians of its rounds: a run's threads land on one core or on
-//! two, which moves a single run's CPU by up to 1.5 ×.
+//! case runs every client in turn, three rounds (`--rounds N`; one under `--smoke`), each round
+//! starting one client further on, and a client's figures are the medians of its rounds: a
+//! run's threads land on one core or on two, which moves a single run's CPU by up to 1.5 ×.
 //! `--gap-us N` runs one pace (a frame every N µs), `--case in|out|rr` one case, and
 //! `--client relink` (or `learnt`, `raw` or `card`) that client alone (no ratios).
 //!
@@ -612,11 +612,13 @@ fn main() {
         for &case in &cases {
             // Rounds of every client in turn; each client's figures are the medians of its
             // rounds, so that one round whose threads the scheduler placed well or badly does
-            // not decide a ratio.
+            // not decide a ratio. Each round starts one client further on, so that no client
+            // always runs right after the same one.
             let mut rounds: Vec<Vec<Run>> = clients.iter().map(|_| Vec::new()).collect();
-            for _ in 0..rounds_per_case {
-                for (&client, kept) in clients.iter().zip(rounds.iter_mut()) {
-                    kept.push(run(case, client, gap, window));
+            for round in 0..rounds_per_case {
+                for k in 0..clients.len() {
+                    let i = (k + round) % clients.len();
+                    rounds[i].push(run(case, clients[i], gap, window));
                 }
             }
             let runs: Vec<Run> = rounds.into_iter().map(Run::median).collect();
