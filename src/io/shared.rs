@@ -91,9 +91,9 @@ impl Wake {
         }
     }
 
-    /// Called by the IO thread when its eventfd fired.
+    /// Called by the IO thread when its eventfd fired (its epoll set watches it
+    /// edge-triggered and never reads it): the next [`Wake::wake`] writes again.
     pub(super) fn drained(&self) {
-        self.fd.drain();
         self.pending.swap(false, Ordering::AcqRel);
     }
 

@@ -158,7 +158,7 @@ pub(crate) struct Worker {
 impl Worker {
     pub(crate) fn new(wake: Arc<Wake>, commands: Receiver<Msg>) -> std::io::Result<Worker> {
         let epoll = Epoll::new()?;
-        epoll.add(wake.raw_fd(), WAKE_TOKEN)?;
+        epoll.add_edge(wake.raw_fd(), WAKE_TOKEN)?;
         Ok(Worker {
             epoll,
             wake,
