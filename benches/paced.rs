@@ -4,7 +4,7 @@
 //!
 //! Run with `cargo bench --bench paced` (5 s per client, case and pace), `-- --quick` (2 s)
 //! or `--smoke` (or `RELINK_BENCH_SMOKE=1`: 0.3 s, to show that it runs to the end). Each
-//! case runs every client in turn, three rounds (`--rounds N`; one under `--smoke`), each round
+//! case runs every client in turn, five rounds (`--rounds N`; one under `--smoke`), each round
 //! starting one client further on, and a client's figures are the medians of its rounds: a
 //! run's threads land on one core or on two, which moves a single run's CPU by up to 1.5 ×.
 //! `--gap-us N` runs one pace (a frame every N µs), `--case in|out|rr` one case, and
@@ -573,7 +573,7 @@ fn main() {
     let rounds_per_case: usize = match support::arg("rounds") {
         Some(r) => r.parse().expect("--rounds takes a count"),
         None if smoke => 1,
-        None => 3,
+        None => 5,
     };
     assert!(rounds_per_case > 0, "--rounds takes at least 1");
     let gaps: Vec<u64> = match support::arg("gap-us") {
