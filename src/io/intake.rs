@@ -148,7 +148,7 @@ pub(crate) enum Handed {
 /// intake buffers at (bytes copied, frames copied, entries), and the lists of the last take,
 /// emptied by [`Taken::hand_over`], which the next take reuses rather than allocating.
 #[derive(Debug, Default)]
-pub(crate) struct TakeSizes {
+pub(crate) struct NextTake {
     bytes: usize,
     frames: usize,
     entries: usize,
@@ -156,7 +156,7 @@ pub(crate) struct TakeSizes {
     kept_entries: Vec<Item>,
 }
 
-impl TakeSizes {
+impl NextTake {
     /// The buffers of the next take: fresh bytes (they go to the machine with the frames), the
     /// kept lists when they are no larger than a take ever makes them.
     fn make(&mut self) -> Taken {
@@ -547,7 +547,7 @@ impl Intake {
     /// freed on the IO thread. A buffer a producer allocates and the IO thread frees takes the
     /// allocator's lock of the producer's arena on each free, which the producer waits for on
     /// its next allocation.
-    pub(crate) fn take(&self, next: &mut TakeSizes) -> Taken {
+    pub(crate) fn take(&self, next: &mut NextTake) -> Taken {
         let mut spare = next.make();
         {
             let mut q = self.lock();
@@ -659,11 +659,11 @@ impl Taken {
     /// copied frames (each run split off the front of the one buffer, without a copy), one
     /// per batch, one `Submit` per frame that kept its own buffer, one `Request` per request.
     pub(crate) fn into_handed(self, hand: impl FnMut(Handed)) {
-        self.hand_over(&mut TakeSizes::default(), hand);
+        self.hand_over(&mut NextTake::default(), hand);
     }
 
     /// As [`Taken::into_handed`], keeping the emptied lists in `keep` for the next take.
-    pub(crate) fn hand_over(self, keep: &mut TakeSizes, mut hand: impl FnMut(Handed)) {
+    pub(crate) fn hand_over(self, keep: &mut NextTake, mut hand: impl FnMut(Handed)) {
         let Taken {
             mut data,
             mut ends,
@@ -809,7 +809,7 @@ mod tests {
         assert_eq!((k, batch.len()), (2, 0));
         let _ = intake.offer(&mut Bytes::from_static(b"g"), None, false);
         assert_eq!(
-            submissions(intake.take(&mut TakeSizes::default())),
+            submissions(intake.take(&mut NextTake::default())),
             [
                 (vec![b"a".to_vec(), b"b".to_vec()], None),
                 (vec![large], None),
@@ -819,7 +819,7 @@ mod tests {
             ]
         );
         assert!(
-            submissions(intake.take(&mut TakeSizes::default())).is_empty(),
+            submissions(intake.take(&mut NextTake::default())).is_empty(),
             "taken once"
         );
     }
@@ -834,7 +834,7 @@ mod tests {
         let mut small = Bytes::from(vec![1u8; 8]);
         let _ = intake.offer(&mut small, None, false).expect("room");
         assert_eq!(small, vec![1u8; 8], "copied: the caller keeps it");
-        let frames = intake.take(&mut TakeSizes::default()).into_frames();
+        let frames = intake.take(&mut NextTake::default()).into_frames();
         assert_eq!(frames.len(), 2);
         assert_eq!(frames[0].as_ptr(), at, "the same buffer, not a copy");
         assert_eq!(frames[1], vec![1u8; 8]);
@@ -851,7 +851,7 @@ mod tests {
         }
         let mut runs = Vec::new();
         intake
-            .take(&mut TakeSizes::default())
+            .take(&mut NextTake::default())
             .into_handed(|handed| match handed {
                 Handed::Frames(Input::SubmitBatch { batch, .. }) => {
                     runs.push(batch.into_shared_frames())
@@ -868,7 +868,7 @@ mod tests {
     #[test]
     fn a_take_leaves_buffers_as_large_as_it_took_so_producers_copy_without_growing_them() {
         let intake = Intake::new(10_000, 1 << 24);
-        let mut next = TakeSizes::default();
+        let mut next = NextTake::default();
         let capacity = |intake: &Intake| {
             let q = intake.lock();
             (q.frames.data.capacity(), q.frames.ends.capacity())
@@ -911,7 +911,7 @@ mod tests {
             })
             .collect();
         assert_eq!(tells, [true, false, false]);
-        let _ = intake.take(&mut TakeSizes::default());
+        let _ = intake.take(&mut NextTake::default());
         assert!(
             intake
                 .offer(&mut Bytes::from_static(b"y"), None, false)
@@ -974,7 +974,7 @@ mod tests {
             .unwrap();
         let mut order = Vec::new();
         intake
-            .take(&mut TakeSizes::default())
+            .take(&mut NextTake::default())
             .into_handed(|handed| match handed {
                 Handed::Frames(Input::SubmitBatch { batch, .. }) => {
                     order.extend(batch.into_frames())

@@ -23,7 +23,7 @@ use super::buffers;
 use super::context::Context;
 use super::ffi;
 use super::ids::ById;
-use super::intake::{Asked, Handed, TakeSizes};
+use super::intake::{Asked, Handed, NextTake};
 use super::lane;
 use super::look::Replies;
 use super::resolver::{self, Resolver};
@@ -117,7 +117,7 @@ pub(crate) struct Slot {
     endpoint: Option<String>,
     batch_cap: usize,
     /// The sizes of the link's next intake buffers (`Intake::take`).
-    take_sizes: TakeSizes,
+    next_take: NextTake,
     /// Application frames sent and received as of the end of the last pass, whether the
     /// link's replies come soon after its writes (mirrored in `Shared::replying`), and
     /// whether the last pass wrote frames such a reply may answer (see `Slot::note_traffic`).
@@ -270,7 +270,7 @@ impl Slot {
             learnt_rid: None,
             endpoint: None,
             batch_cap,
-            take_sizes: TakeSizes::default(),
+            next_take: NextTake::default(),
             traffic: (0, 0),
             replies: Replies::default(),
             awaiting: false,
@@ -330,6 +330,9 @@ impl Slot {
             let signalled = std::mem::take(&mut self.socket_signalled);
             if signalled || (!self.socket_quiet && self.holds_input()) {
                 more |= self.read_socket(now);
+                // A reply's reader wakes as soon as the frames are in the channel, while this
+                // pass goes on with the link's timers and writes.
+                self.notify_delivered();
             }
         }
         self.machine.handle_timeout(now);
@@ -469,7 +472,7 @@ impl Slot {
         let taken = if last {
             shared.close_intake()
         } else {
-            let mut taken = shared.intake.take(&mut self.take_sizes);
+            let mut taken = shared.intake.take(&mut self.next_take);
             // A lane's frames may have raced with this drain's clear of its `told` flag:
             // drain again a moment later (`lane::RECHECK`).
             if shared.lanes.drain(&mut taken, false) > 0 {
@@ -480,7 +483,7 @@ impl Slot {
         let machine = &mut self.machine;
         let ledger = &mut self.ledger;
         let (promises, next_token) = (&mut self.promises, &mut self.next_token);
-        taken.hand_over(&mut self.take_sizes, |handed| {
+        taken.hand_over(&mut self.next_take, |handed| {
             let input = match handed {
                 Handed::Frames(input) => {
                     if let Some(l) = ledger {
@@ -774,8 +777,13 @@ impl Slot {
                 self.deliver(Event::Error(e));
             }
         }
-        // Once per pass, after the sends: a receiver registers, then looks at the channel,
-        // so it cannot miss them.
+        self.notify_delivered();
+    }
+
+    /// Wakes the link's receivers if events went into the channel since the last call: after
+    /// the sends, as a receiver registers and then looks at the channel, so it cannot miss
+    /// them. After the pass's read and at its end.
+    fn notify_delivered(&mut self) {
         if self.sink.take_delivered() {
             self.shared.arrived.notify(usize::MAX);
         }
