@@ -30,10 +30,10 @@ use std::time::{Duration, Instant};
 /// thread that sleeps and is woken costs 10–20 µs of CPU on a virtual machine; a round trip
 /// through the three threads and the peer lasts 60–150 µs there, so a look that waits for a
 /// reply spins for longer than the wake-up it saves. [`Looks::Never`], the default, sleeps at
-/// once: the least CPU, 0.9–1.2 × the least a client of this shape costs at a frame every
-/// 200 µs or 2 ms, up to 1.34 × going out (docs/benchmarks.md, "Paced traffic"). [`Looks::Learnt`] spends CPU to save the wake-ups
-/// where a reply is due soon: the shortest round trip. Streams coming in or going out at a
-/// steady pace cost the same under both: their looks shrink to none.
+/// once: the least CPU, 0.87–1.22 × the least a client of this shape costs at a frame every
+/// 200 µs or 2 ms (docs/benchmarks.md, "Paced traffic"). [`Looks::Learnt`] spends CPU to save
+/// the wake-ups where a reply is due soon: the shortest round trip. Streams coming in or going
+/// out at a steady pace cost the same under both: their looks shrink to none.
 ///
 /// `cargo bench --bench paced -- --quick` prints both beside the least a client of this
 /// shape costs (`card_ratio`, `learnt_card_ratio`) and their round trips.
