@@ -183,7 +183,7 @@ pub(super) fn seed_libc_rand_once(seed: u32) {
     });
 }
 
-/// An eventfd that another thread writes to wake the IO thread out of `zmq::poll`.
+/// An eventfd that another thread writes to wake the IO thread out of its epoll wait.
 #[derive(Debug)]
 pub(super) struct EventFd {
     fd: c_int,

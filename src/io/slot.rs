@@ -116,7 +116,8 @@ pub(crate) struct Slot {
     learnt_rid: Option<Vec<u8>>,
     endpoint: Option<String>,
     batch_cap: usize,
-    /// The sizes of the link's next intake buffers (`Intake::take`).
+    /// What the link's next `Intake::take` is made from: the sizes of its buffers and the
+    /// last take's emptied lists.
     next_take: NextTake,
     /// Application frames sent and received as of the end of the last pass, whether the
     /// link's replies come soon after its writes (mirrored in `Shared::replying`), and
